@@ -1,0 +1,40 @@
+// engine/base/base.cpp: Status formatting and the check-failure handler.
+#include <cstdio>
+#include <cstdlib>
+
+#include "engine/base/check.h"
+#include "engine/base/status.h"
+
+namespace eng {
+
+const char* code_name(Code code) {
+  switch (code) {
+    case Code::kOk: return "ok";
+    case Code::kInvalidArgument: return "invalid argument";
+    case Code::kNotFound: return "not found";
+    case Code::kFailedPrecondition: return "failed precondition";
+    case Code::kOutOfRange: return "out of range";
+    case Code::kResourceExhausted: return "resource exhausted";
+    case Code::kUnimplemented: return "unimplemented";
+    case Code::kIo: return "i/o error";
+    case Code::kDataLoss: return "data loss";
+    case Code::kCancelled: return "cancelled";
+    case Code::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  if (ok()) return "ok";
+  return message_;
+}
+
+namespace detail {
+void check_failed(const char* file, int line, const char* cond, const std::string& msg) {
+  std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", file, line, cond, msg.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+}  // namespace detail
+
+}  // namespace eng

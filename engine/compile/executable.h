@@ -1,0 +1,93 @@
+// engine/compile/executable.h: a compiled program: the (per-device) program plus its memory
+// plan, memory analysis and cost analysis. Compilation never touches data, so an
+// Executable for llama2-7b on 256 devices is cheap to build and inspect (shape-only).
+//
+//   CompileOptions opts;
+//   Result<std::shared_ptr<const Executable>> exe = compile(program, mesh, opts);
+//   fmt::print("{}\n", (*exe)->memory().to_string());   // MaxText's memory line
+//
+// Memory model (per device; XLA's memory_analysis fields):
+//   argument = bytes of every argument (params, optimizer state, step, batch shards)
+//   output   = bytes of every output (aliased ones included, as XLA counts them)
+//   alias    = bytes of outputs that update an argument in place
+//   temp     = the arena: every intermediate value, placed by the liveness-based planner
+//   peak     = argument + output + temp - alias
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/ir/program.h"
+#include "engine/mesh/mesh.h"
+
+namespace eng {
+
+struct CompileOptions {
+  std::string remat_policy = "full";  // MaxText remat_policy (none | minimal | full | ...): reserved
+  bool verify_plan = true;            // check the memory plan's no-overlap invariant
+};
+
+struct MemoryAnalysis {
+  int64_t argument_bytes = 0;  // per device (the largest device)
+  int64_t output_bytes = 0;
+  int64_t alias_bytes = 0;
+  int64_t temp_bytes = 0;
+  int64_t peak_bytes() const { return argument_bytes + output_bytes + temp_bytes - alias_bytes; }
+  // MaxText's print_compiled_memory_stats line (GB = bytes / 1024^3).
+  std::string to_string() const;
+};
+
+struct CostAnalysis {
+  double flops = 0;           // per device, per execution
+  double bytes_accessed = 0;  // per device: every op's inputs read + outputs written
+  std::map<std::string, double> collective_bytes;  // per mesh axis (empty on one device)
+};
+
+// Where a value lives on each device.
+struct BufferSlot {
+  enum class Kind : uint8_t { kArgument, kOutput, kTemp, kNone } kind = Kind::kNone;
+  int index = -1;      // argument index (kArgument) or output index (kOutput)
+  int64_t offset = 0;  // byte offset in the arena (kTemp) or in the output region (kOutput)
+  int64_t bytes = 0;   // local (per-device) bytes
+};
+
+// One temporary of the plan, for Compiled:temps(n).
+struct TempInfo {
+  ValueId value;
+  int64_t bytes;
+  int first_instr, last_instr;  // live range, inclusive
+  int64_t offset;
+};
+
+class Executable {
+ public:
+  const Program& program() const { return program_; }    // the per-device program
+  const Mesh& mesh() const { return mesh_; }
+  const std::vector<BufferSlot>& slots() const { return slots_; }  // indexed by ValueId
+  const MemoryAnalysis& memory() const { return memory_; }
+  const CostAnalysis& cost() const { return cost_; }
+  int64_t arena_bytes() const { return memory_.temp_bytes; }
+  int64_t output_region_bytes() const { return output_region_bytes_; }
+  // The n largest temporaries, largest first.
+  std::vector<TempInfo> largest_temps(int n) const;
+
+ private:
+  friend Result<std::shared_ptr<const Executable>> compile(const Program&, const Mesh&,
+                                                           const CompileOptions&);
+  Program program_;
+  Mesh mesh_;
+  std::vector<BufferSlot> slots_;
+  std::vector<TempInfo> temps_;
+  MemoryAnalysis memory_;
+  CostAnalysis cost_;
+  int64_t output_region_bytes_ = 0;  // non-aliased outputs, packed
+};
+
+Result<std::shared_ptr<const Executable>> compile(const Program& program, const Mesh& mesh,
+                                                  const CompileOptions& options);
+
+}  // namespace eng

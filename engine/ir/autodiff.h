@@ -1,0 +1,19 @@
+// engine/ir/autodiff.h: reverse-mode differentiation by per-op VJP rules, appended to the
+// same Builder, so forward + backward (+ the optimizer) form ONE Program.
+//
+//   ValueId loss = ...;                                   // a scalar f32 value
+//   std::vector<ValueId> grads = append_gradients(b, loss, params);
+//
+// Values used more than once get their cotangents summed (add). A wrt value the loss does
+// not depend on gets no gradient: its entry is kNoValue.
+#pragma once
+
+#include <vector>
+
+#include "engine/ir/builder.h"
+
+namespace eng {
+
+std::vector<ValueId> append_gradients(Builder& b, ValueId loss, const std::vector<ValueId>& wrt);
+
+}  // namespace eng

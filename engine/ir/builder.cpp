@@ -1,0 +1,362 @@
+// engine/ir/builder.cpp: shape, dtype and logical-axis inference for every op.
+#include "engine/ir/builder.h"
+
+#include <fmt/format.h>
+
+#include "engine/base/check.h"
+
+namespace eng {
+
+namespace {
+
+using Logical = std::vector<std::string>;
+
+Logical logical_slice(const ValueInfo& v, int begin, int end) {
+  if (v.logical.empty()) return Logical(end - begin);
+  return Logical(v.logical.begin() + begin, v.logical.begin() + end);
+}
+
+Logical concat(Logical a, const Logical& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+ValueInfo like(const ValueInfo& v) {
+  ValueInfo out;
+  out.shape = v.shape;
+  out.dtype = v.dtype;
+  out.logical = v.logical;
+  return out;
+}
+
+ValueInfo make(Shape shape, DType dtype = DType::kF32, Logical logical = {}) {
+  ValueInfo out;
+  out.shape = std::move(shape);
+  out.dtype = dtype;
+  out.logical = std::move(logical);
+  return out;
+}
+
+ValueInfo scalar(DType dtype = DType::kF32) { return make(Shape{}, dtype); }
+
+void check_same_shape(OpKind kind, const ValueInfo& a, const ValueInfo& b) {
+  ENG_CHECK(a.shape == b.shape, "{}: shapes differ: {} vs {}", op_name(kind), a.shape.to_string(),
+            b.shape.to_string());
+}
+
+void check_rank(OpKind kind, const ValueInfo& v, int rank, const char* what) {
+  ENG_CHECK(v.shape.rank() == rank, "{}: {} must have rank {}, got {}", op_name(kind), what, rank,
+            v.shape.to_string());
+}
+
+ValueInfo infer_matmul(const ValueInfo& a, const ValueInfo& b, const OpAttrs& at) {
+  const int ra = a.shape.rank(), rb = b.shape.rank();
+  ENG_CHECK(at.a_split > 0 && at.a_split < ra && at.b_split > 0 && at.b_split < rb,
+            "matmul: split points ({}, {}) out of range for {} x {}", at.a_split, at.b_split,
+            a.shape.to_string(), b.shape.to_string());
+  int64_t ka = at.trans_a ? a.shape.prod(0, at.a_split) : a.shape.prod(at.a_split, ra);
+  int64_t kb = at.trans_b ? b.shape.prod(at.b_split, rb) : b.shape.prod(0, at.b_split);
+  ENG_CHECK(ka == kb, "matmul: inner dims differ: {} x {} (a_split={}, b_split={}, trans=({}, {}))",
+            a.shape.to_string(), b.shape.to_string(), at.a_split, at.b_split, at.trans_a,
+            at.trans_b);
+  Shape sa = at.trans_a ? a.shape.slice(at.a_split, ra) : a.shape.slice(0, at.a_split);
+  Shape sb = at.trans_b ? b.shape.slice(0, at.b_split) : b.shape.slice(at.b_split, rb);
+  Logical la = at.trans_a ? logical_slice(a, at.a_split, ra) : logical_slice(a, 0, at.a_split);
+  Logical lb = at.trans_b ? logical_slice(b, 0, at.b_split) : logical_slice(b, at.b_split, rb);
+  return make(sa.concat(sb), DType::kF32, concat(la, lb));
+}
+
+std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& in,
+                             const OpAttrs& at) {
+  auto n_in = [&](size_t n) {
+    ENG_CHECK(in.size() == n, "{}: expected {} inputs, got {}", op_name(kind), n, in.size());
+  };
+  switch (kind) {
+    case OpKind::kEmbedLookup: {
+      n_in(2);
+      check_rank(kind, *in[0], 2, "table");
+      ENG_CHECK(in[1]->dtype == DType::kI32, "embed_lookup: ids must be i32");
+      Shape s = in[1]->shape.concat(Shape{in[0]->shape[1]});
+      return {make(s, in[0]->dtype, concat(in[1]->logical.empty() ? Logical(in[1]->shape.rank())
+                                                                     : in[1]->logical,
+                                            logical_slice(*in[0], 1, 2)))};
+    }
+    case OpKind::kOneHot: {
+      n_in(1);
+      ENG_CHECK(in[0]->dtype == DType::kI32 && at.depth > 0, "one_hot: needs i32 ids and depth > 0");
+      Logical l = in[0]->logical.empty() ? Logical(in[0]->shape.rank()) : in[0]->logical;
+      l.push_back("vocab");
+      return {make(in[0]->shape.concat(Shape{at.depth}), DType::kF32, l)};
+    }
+    case OpKind::kMatmul:
+      n_in(2);
+      return {infer_matmul(*in[0], *in[1], at)};
+    case OpKind::kRmsNorm: {
+      n_in(2);
+      const Shape& x = in[0]->shape;
+      ENG_CHECK(in[1]->shape == Shape{x.dim(-1)}, "rmsnorm: scale {} does not match x {}",
+                in[1]->shape.to_string(), x.to_string());
+      return {like(*in[0]), make(Shape{x.prod(0, x.rank() - 1)})};
+    }
+    case OpKind::kRope: {
+      n_in(2);
+      check_rank(kind, *in[0], 4, "x");
+      ENG_CHECK(in[1]->shape == in[0]->shape.slice(0, 2) && in[1]->dtype == DType::kI32,
+                "rope: positions {} must be i32 (B, T) of x {}", in[1]->shape.to_string(),
+                in[0]->shape.to_string());
+      ENG_CHECK(in[0]->shape[3] % 2 == 0, "rope: head dim {} must be even", in[0]->shape[3]);
+      return {like(*in[0])};
+    }
+    case OpKind::kAttention: {
+      n_in(3);
+      check_rank(kind, *in[0], 4, "q");
+      check_same_shape(kind, *in[0], *in[1]);
+      check_same_shape(kind, *in[0], *in[2]);
+      const Shape& q = in[0]->shape;
+      return {like(*in[0]), make(Shape{q[0], q[2], q[1]})};
+    }
+    case OpKind::kSwiglu:
+    case OpKind::kAdd:
+    case OpKind::kMul:
+      n_in(2);
+      check_same_shape(kind, *in[0], *in[1]);
+      return {like(*in[0])};
+    case OpKind::kScale:
+      n_in(1);
+      return {like(*in[0])};
+    case OpKind::kConvert: {
+      n_in(1);
+      ValueInfo out = like(*in[0]);
+      out.dtype = at.dtype;
+      return {out};
+    }
+    case OpKind::kConstraint: {
+      n_in(1);
+      ENG_CHECK(static_cast<int>(at.logical.size()) == in[0]->shape.rank(),
+                "constraint: {} logical names for rank {}", at.logical.size(), in[0]->shape.rank());
+      ValueInfo out = like(*in[0]);
+      out.logical = at.logical;
+      return {out};
+    }
+    case OpKind::kSoftmaxCrossEntropy: {
+      n_in(2);
+      const Shape& l = in[0]->shape;
+      ENG_CHECK(in[1]->shape == l.slice(0, l.rank() - 1) && in[1]->dtype == DType::kI32,
+                "softmax_cross_entropy: targets {} do not match logits {}", in[1]->shape.to_string(),
+                l.to_string());
+      Logical lg = logical_slice(*in[0], 0, l.rank() - 1);
+      return {make(in[1]->shape, DType::kF32, lg), make(in[1]->shape, DType::kF32, lg)};
+    }
+    case OpKind::kMaskedMeanLoss:
+      n_in(2);
+      ENG_CHECK(in[0]->shape == in[1]->shape, "masked_mean_loss: xent {} vs segmentation {}",
+                in[0]->shape.to_string(), in[1]->shape.to_string());
+      return {scalar(), scalar()};
+    case OpKind::kEmbedLookupGrad: {
+      n_in(2);
+      const Shape& dy = in[1]->shape;
+      Logical l{"", dy.rank() > 0 && !in[1]->logical.empty() ? in[1]->logical.back() : ""};
+      return {make(Shape{at.depth, dy.dim(-1)}, DType::kF32, l)};
+    }
+    case OpKind::kRmsNormGrad:
+      n_in(4);
+      return {like(*in[0]), like(*in[1])};
+    case OpKind::kAttentionGrad:
+      n_in(6);
+      return {like(*in[0]), like(*in[1]), like(*in[2])};
+    case OpKind::kSwigluGrad:
+      n_in(3);
+      return {like(*in[0]), like(*in[1])};
+    case OpKind::kSoftmaxCrossEntropyGrad:
+      n_in(4);
+      return {like(*in[0])};
+    case OpKind::kMaskedMeanLossGrad:
+      n_in(3);
+      return {make(in[0]->shape, DType::kF32, in[0]->logical)};
+    case OpKind::kSumSquares:
+      n_in(1);
+      return {scalar()};
+    case OpKind::kGlobalNorm:
+      ENG_CHECK(!in.empty(), "global_norm: needs at least one input");
+      return {scalar()};
+    case OpKind::kClipFactor:
+      n_in(1);
+      return {scalar()};
+    case OpKind::kLearningRate:
+      n_in(1);
+      return {scalar()};
+    case OpKind::kAdamW:
+      n_in(7);
+      check_same_shape(kind, *in[0], *in[1]);
+      check_same_shape(kind, *in[0], *in[2]);
+      check_same_shape(kind, *in[0], *in[3]);
+      return {like(*in[0]), like(*in[2]), like(*in[3])};
+    case OpKind::kIncrement:
+      n_in(1);
+      return {like(*in[0])};
+  }
+  ENG_CHECK(false, "unhandled op {}", static_cast<int>(kind));
+  return {};
+}
+
+}  // namespace
+
+Builder::Builder(std::string name) { program_.name_ = std::move(name); }
+
+ValueId Builder::new_value(ValueInfo info) {
+  program_.values_.push_back(std::move(info));
+  return static_cast<ValueId>(program_.values_.size() - 1);
+}
+
+ValueId Builder::argument(std::string name, Shape shape, DType dtype, Logical logical,
+                          ArgRole role) {
+  ENG_CHECK(logical.empty() || static_cast<int>(logical.size()) == shape.rank(),
+            "argument {}: {} logical names for shape {}", name, logical.size(), shape.to_string());
+  ValueInfo v = make(std::move(shape), dtype, std::move(logical));
+  v.name = std::move(name);
+  ValueId id = new_value(std::move(v));
+  program_.args_.push_back({id, role});
+  return id;
+}
+
+void Builder::output(ValueId v, std::string name, int aliased_arg) {
+  ENG_CHECK(v >= 0 && v < static_cast<ValueId>(program_.values_.size()), "output: bad value {}", v);
+  if (aliased_arg >= 0) {
+    const ValueInfo& a = program_.values_[program_.args_[aliased_arg].value];
+    ENG_CHECK(a.shape == program_.values_[v].shape && a.dtype == program_.values_[v].dtype,
+              "output {}: alias of {} must keep its type", name, a.name);
+  }
+  program_.outputs_.push_back({v, std::move(name), aliased_arg});
+}
+
+std::vector<ValueId> Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs) {
+  std::vector<const ValueInfo*> in;
+  for (ValueId v : inputs) {
+    ENG_CHECK(v >= 0 && v < static_cast<ValueId>(program_.values_.size()), "{}: bad input {}",
+              op_name(kind), v);
+    in.push_back(&program_.values_[v]);
+  }
+  std::vector<ValueInfo> outs = infer(kind, in, attrs);
+  const int32_t index = static_cast<int32_t>(program_.instrs_.size());
+  Instr instr{kind, std::move(inputs), {}, std::move(attrs)};
+  for (ValueInfo& o : outs) {
+    o.producer = index;
+    instr.outputs.push_back(new_value(std::move(o)));
+  }
+  program_.instrs_.push_back(std::move(instr));
+  return program_.instrs_.back().outputs;
+}
+
+ValueId Builder::embed_lookup(ValueId table, ValueId ids) {
+  return emit(OpKind::kEmbedLookup, {table, ids})[0];
+}
+
+ValueId Builder::one_hot(ValueId ids, int64_t depth) {
+  OpAttrs a;
+  a.depth = depth;
+  return emit(OpKind::kOneHot, {ids}, a)[0];
+}
+
+ValueId Builder::matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a,
+                        bool trans_b) {
+  OpAttrs at;
+  at.a_split = a_split;
+  at.b_split = b_split;
+  at.trans_a = trans_a;
+  at.trans_b = trans_b;
+  return emit(OpKind::kMatmul, {a, b}, at)[0];
+}
+
+std::pair<ValueId, ValueId> Builder::rmsnorm(ValueId x, ValueId scale, double eps) {
+  OpAttrs a;
+  a.eps = eps;
+  auto o = emit(OpKind::kRmsNorm, {x, scale}, a);
+  return {o[0], o[1]};
+}
+
+ValueId Builder::rope(ValueId x, ValueId positions, double min_ts, double max_ts, bool inverse) {
+  OpAttrs a;
+  a.min_timescale = min_ts;
+  a.max_timescale = max_ts;
+  a.inverse = inverse;
+  return emit(OpKind::kRope, {x, positions}, a)[0];
+}
+
+std::pair<ValueId, ValueId> Builder::attention(ValueId q, ValueId k, ValueId v, double scale) {
+  OpAttrs a;
+  a.scale = scale;
+  auto o = emit(OpKind::kAttention, {q, k, v}, a);
+  return {o[0], o[1]};
+}
+
+ValueId Builder::swiglu(ValueId g, ValueId u) { return emit(OpKind::kSwiglu, {g, u})[0]; }
+ValueId Builder::add(ValueId a, ValueId b) { return emit(OpKind::kAdd, {a, b})[0]; }
+ValueId Builder::mul(ValueId a, ValueId b) { return emit(OpKind::kMul, {a, b})[0]; }
+
+ValueId Builder::scale(ValueId x, double c) {
+  OpAttrs a;
+  a.scale = c;
+  return emit(OpKind::kScale, {x}, a)[0];
+}
+
+ValueId Builder::convert(ValueId x, DType dtype) {
+  OpAttrs a;
+  a.dtype = dtype;
+  return emit(OpKind::kConvert, {x}, a)[0];
+}
+
+ValueId Builder::constraint(ValueId x, std::vector<std::string> logical) {
+  OpAttrs a;
+  a.logical = std::move(logical);
+  return emit(OpKind::kConstraint, {x}, a)[0];
+}
+
+std::pair<ValueId, ValueId> Builder::softmax_cross_entropy(ValueId logits, ValueId targets) {
+  auto o = emit(OpKind::kSoftmaxCrossEntropy, {logits, targets});
+  return {o[0], o[1]};
+}
+
+std::pair<ValueId, ValueId> Builder::masked_mean_loss(ValueId xent, ValueId segmentation) {
+  auto o = emit(OpKind::kMaskedMeanLoss, {xent, segmentation});
+  return {o[0], o[1]};
+}
+
+ValueId Builder::sum_squares(ValueId x) { return emit(OpKind::kSumSquares, {x})[0]; }
+
+ValueId Builder::global_norm(std::vector<ValueId> sums) {
+  return emit(OpKind::kGlobalNorm, std::move(sums))[0];
+}
+
+ValueId Builder::clip_factor(ValueId norm, double threshold) {
+  OpAttrs a;
+  a.clip_threshold = threshold;
+  return emit(OpKind::kClipFactor, {norm}, a)[0];
+}
+
+ValueId Builder::learning_rate(ValueId step, double lr, int64_t warmup_steps, int64_t cos_steps,
+                               double final_fraction) {
+  OpAttrs a;
+  a.learning_rate = lr;
+  a.warmup_steps = warmup_steps;
+  a.cos_steps = cos_steps;
+  a.final_fraction = final_fraction;
+  return emit(OpKind::kLearningRate, {step}, a)[0];
+}
+
+std::array<ValueId, 3> Builder::adamw(ValueId param, ValueId grad, ValueId mu, ValueId nu,
+                                      ValueId lr, ValueId clip, ValueId step, double b1, double b2,
+                                      double eps, double weight_decay) {
+  OpAttrs a;
+  a.b1 = b1;
+  a.b2 = b2;
+  a.eps = eps;
+  a.weight_decay = weight_decay;
+  auto o = emit(OpKind::kAdamW, {param, grad, mu, nu, lr, clip, step}, a);
+  return {o[0], o[1], o[2]};
+}
+
+ValueId Builder::increment(ValueId step) { return emit(OpKind::kIncrement, {step})[0]; }
+
+Program Builder::finish() && { return std::move(program_); }
+
+}  // namespace eng

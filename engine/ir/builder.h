@@ -1,0 +1,67 @@
+// engine/ir/builder.h: traces model code into a Program. Every method infers its outputs'
+// shapes, dtypes and logical axes from its inputs; a mismatch is a bug in the model code
+// (configs are validated before tracing), so it aborts with both shapes in the message.
+#pragma once
+
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/ir/program.h"
+
+namespace eng {
+
+class Builder {
+ public:
+  explicit Builder(std::string name);
+
+  ValueId argument(std::string name, Shape shape, DType dtype, std::vector<std::string> logical,
+                   ArgRole role);
+  // Marks v as a program result; aliased_arg: index into args() it updates in place.
+  void output(ValueId v, std::string name, int aliased_arg = -1);
+
+  // The generic entry every helper below goes through: infers outputs and appends.
+  std::vector<ValueId> emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs = {});
+
+  // ---- forward ----
+  ValueId embed_lookup(ValueId table, ValueId ids);
+  ValueId one_hot(ValueId ids, int64_t depth);
+  ValueId matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a = false,
+                 bool trans_b = false);
+  std::pair<ValueId, ValueId> rmsnorm(ValueId x, ValueId scale, double eps);  // y, rstd
+  ValueId rope(ValueId x, ValueId positions, double min_timescale, double max_timescale,
+               bool inverse = false);
+  std::pair<ValueId, ValueId> attention(ValueId q, ValueId k, ValueId v, double scale);  // o, lse
+  ValueId swiglu(ValueId g, ValueId u);
+  ValueId add(ValueId a, ValueId b);
+  ValueId mul(ValueId a, ValueId b);
+  ValueId scale(ValueId x, double c);
+  ValueId convert(ValueId x, DType dtype);
+  ValueId constraint(ValueId x, std::vector<std::string> logical);
+  std::pair<ValueId, ValueId> softmax_cross_entropy(ValueId logits, ValueId targets);  // xent, lse
+  std::pair<ValueId, ValueId> masked_mean_loss(ValueId xent, ValueId segmentation);  // loss, weights
+
+  // ---- optimizer and metrics ----
+  ValueId sum_squares(ValueId x);
+  ValueId global_norm(std::vector<ValueId> sums_of_squares);
+  ValueId clip_factor(ValueId norm, double threshold);
+  ValueId learning_rate(ValueId step, double lr, int64_t warmup_steps, int64_t cos_steps,
+                        double final_fraction);
+  // Returns param', mu', nu'.
+  std::array<ValueId, 3> adamw(ValueId param, ValueId grad, ValueId mu, ValueId nu, ValueId lr,
+                               ValueId clip, ValueId step, double b1, double b2, double eps,
+                               double weight_decay);
+  ValueId increment(ValueId step);
+
+  const ValueInfo& info(ValueId v) const { return program_.values_[v]; }
+  ValueInfo& mutable_info(ValueId v) { return program_.values_[v]; }
+  const Program& program() const { return program_; }
+  Program finish() &&;
+
+ private:
+  ValueId new_value(ValueInfo info);
+  Program program_;
+};
+
+}  // namespace eng

@@ -1,0 +1,108 @@
+// engine/ir/op.h: the op set of a Program. Each op has shape inference (builder.cpp), a
+// VJP rule (autodiff.cpp), a kernel (runtime, via engine/tensor/kernels.h), a reference
+// evaluation (interpret.cpp), a cost (compile/cost) and, from the mesh issue on, a
+// sharding rule. The set is small and fused on purpose: fused ops keep the program short,
+// the temporaries few and the kernels fast.
+//
+// Semantics (shapes global; "saved" outputs exist for the backward pass):
+//   kEmbedLookup   (table (V,E), ids i32 (B,T)) -> (B,T,E)                 gather rows
+//   kOneHot        (ids i32 (B,T)) [depth=V] -> f32 (B,T,V)                 use_iota_embed path
+//   kMatmul        (a, b) [a_split, b_split, trans_a, trans_b]               one sgemm:
+//                    A = a viewed as (prod a[:a_split], prod a[a_split:]), transposed if trans_a;
+//                    B likewise with b_split; out = A.B, shaped
+//                    (trans_a ? a[a_split:] : a[:a_split]) ++ (trans_b ? b[:b_split] : b[b_split:])
+//                    e.g. x (B,T,E) . wq (E,H,D): a_split=2, b_split=1 -> (B,T,H,D)
+//   kRmsNorm       (x (...,E), scale (E)) [eps] -> y (...,E), rstd f32 (prod ...) saved
+//   kRope          (x (B,T,H,D), positions i32 (B,T)) [min_timescale, max_timescale, inverse]
+//   kAttention     (q, k, v (B,T,H,D)) [scale] -> o (B,T,H,D), lse (B,H,T) saved; causal
+//   kSwiglu        (g, u) -> silu(g) * u
+//   kAdd, kMul     (a, b) same shape -> elementwise
+//   kScale         (x) [scale] -> scale * x
+//   kConvert       (x) [dtype] -> x cast to dtype
+//   kConstraint    (x) [logical] -> x              with_sharding_constraint on logical axes;
+//                    an identity on one device, a reshard (auto) or assert (explicit) later
+//   kSoftmaxCrossEntropy (logits (B,T,V), targets i32 (B,T)) -> xent (B,T), lse (B,T) saved
+//   kMaskedMeanLoss (xent (B,T), segmentation i32 (B,T)) -> loss (), total_weights ()
+//                    loss = sum(xent * (seg != 0)) / (total_weights + 1e-8)   (MaxText)
+//   -- backward --
+//   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
+//   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
+//   kAttentionGrad (q, k, v, o, lse, do) [scale] -> dq, dk, dv
+//   kSwigluGrad    (g, u, dy) -> dg, du
+//   kSoftmaxCrossEntropyGrad (logits, targets, lse, dxent) -> dlogits
+//   kMaskedMeanLossGrad (segmentation, total_weights, dloss) -> dxent
+//   -- optimizer and metrics (scalars are rank 0, f32 unless said) --
+//   kSumSquares    (x) -> () sum of squares
+//   kGlobalNorm    (s0, s1, ...) -> () sqrt(sum of inputs)
+//   kClipFactor    (norm) [clip_threshold] -> () optax clip_by_global_norm factor
+//   kLearningRate  (step i32 ()) [learning_rate, warmup_steps, cos_steps, final_fraction] -> ()
+//   kAdamW         (param, grad, mu, nu, lr, clip_factor, step i32) [b1, b2, eps, weight_decay]
+//                    -> param', mu', nu'   (in place: outputs alias param, mu, nu)
+//   kIncrement     (step i32 ()) -> step + 1 (in place)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/tensor/dtype.h"
+
+namespace eng {
+
+enum class OpKind : uint8_t {
+  kEmbedLookup,
+  kOneHot,
+  kMatmul,
+  kRmsNorm,
+  kRope,
+  kAttention,
+  kSwiglu,
+  kAdd,
+  kMul,
+  kScale,
+  kConvert,
+  kConstraint,
+  kSoftmaxCrossEntropy,
+  kMaskedMeanLoss,
+  kEmbedLookupGrad,
+  kRmsNormGrad,
+  kAttentionGrad,
+  kSwigluGrad,
+  kSoftmaxCrossEntropyGrad,
+  kMaskedMeanLossGrad,
+  kSumSquares,
+  kGlobalNorm,
+  kClipFactor,
+  kLearningRate,
+  kAdamW,
+  kIncrement,
+};
+
+std::string_view op_name(OpKind kind);  // "embed_lookup", "matmul", ... (jaxpr-style)
+
+// Attributes; each op reads only the fields named in op.h's table.
+struct OpAttrs {
+  int a_split = 0, b_split = 0;       // kMatmul
+  bool trans_a = false, trans_b = false;
+  int64_t depth = 0;                  // kOneHot, kEmbedLookupGrad: vocab size
+  double eps = 0.0;                   // kRmsNorm; kAdamW epsilon
+  double scale = 1.0;                 // kScale, kAttention, kAttentionGrad
+  double min_timescale = 1.0, max_timescale = 10000.0;  // kRope
+  bool inverse = false;               // kRope: transpose rotation
+  DType dtype = DType::kF32;          // kConvert
+  std::vector<std::string> logical;   // kConstraint: logical axis per dim ("" = none)
+  double clip_threshold = 0.0;        // kClipFactor
+  double learning_rate = 0.0;         // kLearningRate
+  int64_t warmup_steps = 0, cos_steps = 0;
+  double final_fraction = 0.0;
+  double b1 = 0.9, b2 = 0.95, weight_decay = 0.0;  // kAdamW
+
+  bool operator==(const OpAttrs&) const = default;
+};
+
+// "[eps=1e-05]", "[a_split=2 b_split=1]": the attributes kind uses, for the text dump.
+std::string format_attrs(OpKind kind, const OpAttrs& attrs);
+uint64_t hash_attrs(OpKind kind, const OpAttrs& attrs);
+
+}  // namespace eng

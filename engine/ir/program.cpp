@@ -1,0 +1,104 @@
+// engine/ir/program.cpp: the jaxpr-like text dump and the structural fingerprint.
+#include "engine/ir/program.h"
+
+#include <fmt/format.h>
+
+#include "engine/base/hash.h"
+
+namespace eng {
+
+std::string_view arg_role_name(ArgRole r) {
+  switch (r) {
+    case ArgRole::kParam: return "param";
+    case ArgRole::kOptMu: return "opt_mu";
+    case ArgRole::kOptNu: return "opt_nu";
+    case ArgRole::kStep: return "step";
+    case ArgRole::kBatch: return "batch";
+  }
+  return "?";
+}
+
+std::string ValueInfo::type_string(const Mesh* mesh) const {
+  const PartitionSpec* s = spec.has_value() ? &*spec : nullptr;
+  return typeof_string(dtype_name(dtype), shape, mesh ? s : nullptr, mesh);
+}
+
+int Program::find_arg(std::string_view name) const {
+  for (size_t i = 0; i < args_.size(); ++i)
+    if (values_[args_[i].value].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int Program::find_output(std::string_view name) const {
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    if (outputs_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+namespace {
+// jaxpr's variable names: a..z, ba..bz, ca.., like jax.core's var naming.
+std::string var_name(ValueId id) {
+  std::string s;
+  int64_t n = id;
+  do {
+    s.insert(s.begin(), static_cast<char>('a' + n % 26));
+    n = n / 26;
+  } while (n > 0 && s.size() < 8);
+  return s;
+}
+}  // namespace
+
+std::string Program::to_text() const {
+  std::string out;
+  for (const Argument& a : args_) {
+    const ValueInfo& v = values_[a.value];
+    out += fmt::format("# {}:{} {} {}\n", var_name(a.value), v.type_string(), arg_role_name(a.role),
+                       v.name);
+  }
+  out += "{ lambda ; ";
+  for (size_t i = 0; i < args_.size(); ++i) {
+    const ValueInfo& v = values_[args_[i].value];
+    out += fmt::format("{}{}:{}", i ? " " : "", var_name(args_[i].value), v.type_string());
+  }
+  out += ". let\n";
+  for (const Instr& in : instrs_) {
+    out += "    ";
+    for (ValueId o : in.outputs) out += fmt::format("{}:{} ", var_name(o), values_[o].type_string());
+    out += fmt::format("= {}{}", op_name(in.kind), format_attrs(in.kind, in.attrs));
+    for (ValueId i : in.inputs) out += " " + var_name(i);
+    out += "\n";
+  }
+  out += "  in (";
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    out += fmt::format("{}{}", i ? ", " : "", var_name(outputs_[i].value));
+  out += ") }\n";
+  return out;
+}
+
+uint64_t Program::fingerprint() const {
+  uint64_t h = hash_bytes(name_);
+  auto hash_value = [&](const ValueInfo& v) {
+    h = hash_mix(h, v.shape.hash());
+    h = hash_mix(h, static_cast<uint64_t>(v.dtype));
+    h = hash_mix(h, hash_bytes(v.name));
+    for (const auto& l : v.logical) h = hash_mix(h, hash_bytes(l));
+    h = hash_mix(h, v.spec ? v.spec->hash() : 0);
+  };
+  for (const Argument& a : args_) {
+    hash_value(values_[a.value]);
+    h = hash_mix(h, static_cast<uint64_t>(a.role));
+  }
+  for (const Instr& in : instrs_) {
+    h = hash_mix(h, hash_attrs(in.kind, in.attrs));
+    for (ValueId i : in.inputs) h = hash_mix(h, static_cast<uint64_t>(i));
+    for (ValueId o : in.outputs) hash_value(values_[o]);
+  }
+  for (const ProgramOutput& o : outputs_) {
+    h = hash_mix(h, static_cast<uint64_t>(o.value));
+    h = hash_mix(h, hash_bytes(o.name));
+    h = hash_mix(h, static_cast<uint64_t>(o.aliased_arg + 1));
+  }
+  return h;
+}
+
+}  // namespace eng

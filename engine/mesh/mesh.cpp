@@ -1,0 +1,134 @@
+// engine/mesh/mesh.cpp: mesh construction (MaxText's -1 fill), coordinates and JAX's printed form.
+#include "engine/mesh/mesh.h"
+
+#include <set>
+
+#include <fmt/format.h>
+
+#include "engine/base/hash.h"
+
+namespace eng {
+
+std::string_view axis_type_name(AxisType t) {
+  switch (t) {
+    case AxisType::kAuto: return "Auto";
+    case AxisType::kExplicit: return "Explicit";
+    case AxisType::kManual: return "Manual";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& maxtext_mesh_axes() {
+  static const std::vector<std::string> axes = {
+      "diloco", "data", "stage", "fsdp", "fsdp_transpose", "context", "context_usp_ulysses",
+      "context_autoregressive", "tensor", "tensor_sequence", "expert", "autoregressive"};
+  return axes;
+}
+
+Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> sizes,
+                          AxisType type) {
+  if (names.size() != sizes.size())
+    return invalid_argument("mesh: {} axis names but {} sizes", names.size(), sizes.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) return invalid_argument("mesh: axis {} has an empty name", i);
+    if (!seen.insert(names[i]).second)
+      return invalid_argument("mesh: axis '{}' appears more than once", names[i]);
+    if (sizes[i] < 1)
+      return invalid_argument("mesh: axis '{}' has size {}; sizes must be >= 1", names[i], sizes[i]);
+  }
+  Mesh m;
+  m.axis_names_ = std::move(names);
+  m.axis_sizes_ = std::move(sizes);
+  m.axis_type_ = type;
+  return m;
+}
+
+Result<Mesh> Mesh::from_parallelism(std::vector<std::string> names, std::vector<int64_t> sizes,
+                                    int64_t num_devices, AxisType type) {
+  if (num_devices < 1) return invalid_argument("mesh: num_devices must be >= 1, got {}", num_devices);
+  if (names.size() != sizes.size())
+    return invalid_argument("mesh: {} axis names but {} sizes", names.size(), sizes.size());
+  int fill = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1) {
+      if (fill >= 0)
+        return invalid_argument("mesh: only one axis may be -1, got '{}' and '{}'", names[fill],
+                                names[i]);
+      fill = static_cast<int>(i);
+    } else if (sizes[i] < 1) {
+      return invalid_argument("mesh: axis '{}' has size {}; sizes must be >= 1 or -1", names[i],
+                              sizes[i]);
+    } else {
+      known *= sizes[i];
+    }
+  }
+  if (fill >= 0) {
+    if (num_devices % known != 0)
+      return invalid_argument(
+          "mesh: cannot fill '{}': {} devices are not divisible by the product of the other axes {}",
+          names[fill], num_devices, known);
+    sizes[fill] = num_devices / known;
+    known = num_devices;
+  }
+  if (known != num_devices)
+    return invalid_argument(
+        "mesh: Number of devices per slice {} does not match the product of the ICI parallelism {}",
+        num_devices, known);
+  return create(std::move(names), std::move(sizes), type);
+}
+
+int64_t Mesh::num_devices() const {
+  int64_t n = 1;
+  for (int64_t s : axis_sizes_) n *= s;
+  return n;
+}
+
+int Mesh::axis_index(std::string_view name) const {
+  for (size_t i = 0; i < axis_names_.size(); ++i)
+    if (axis_names_[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+int64_t Mesh::axis_size(std::string_view name) const {
+  int i = axis_index(name);
+  return i < 0 ? 1 : axis_sizes_[i];
+}
+
+std::vector<int64_t> Mesh::device_coords(int64_t device) const {
+  std::vector<int64_t> c(axis_sizes_.size());
+  for (int i = num_axes() - 1; i >= 0; --i) {
+    c[i] = device % axis_sizes_[i];
+    device /= axis_sizes_[i];
+  }
+  return c;
+}
+
+int64_t Mesh::device_at(std::span<const int64_t> coords) const {
+  int64_t d = 0;
+  for (int i = 0; i < num_axes(); ++i) d = d * axis_sizes_[i] + coords[i];
+  return d;
+}
+
+std::string Mesh::to_string() const {
+  std::vector<std::string> parts, types;
+  for (int i = 0; i < num_axes(); ++i) {
+    parts.push_back(fmt::format("'{}': {}", axis_names_[i], axis_sizes_[i]));
+    types.push_back(std::string(axis_type_name(axis_type_)));
+  }
+  std::string t = types.size() == 1 ? types[0] + "," : fmt::format("{}", fmt::join(types, ", "));
+  return fmt::format("Mesh({}{}axis_types=({}))", fmt::join(parts, ", "), parts.empty() ? "" : ", ",
+                     t);
+}
+
+uint64_t Mesh::hash() const {
+  uint64_t h = hash_mix(0, static_cast<uint64_t>(axis_type_));
+  for (int i = 0; i < num_axes(); ++i) {
+    h = hash_mix(h, hash_bytes(axis_names_[i]));
+    h = hash_mix(h, static_cast<uint64_t>(axis_sizes_[i]));
+  }
+  return h;
+}
+
+}  // namespace eng

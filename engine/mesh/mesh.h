@@ -1,0 +1,61 @@
+// engine/mesh/mesh.h: a named device mesh, as in JAX (jax.sharding.Mesh) and MaxText.
+//
+//   Result<Mesh> m = Mesh::create({"data", "fsdp", "tensor"}, {2, 2, 2}, AxisType::kExplicit);
+//   m->to_string()  ->  "Mesh('data': 2, 'fsdp': 2, 'tensor': 2, axis_types=(Explicit, Explicit, Explicit))"
+//
+// Devices are numbered 0..N-1 in row-major order over the axes (first axis most major),
+// like mesh_utils.create_device_mesh on CPU. Axes of size 1 are kept (MaxText keeps all 12).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/base/status.h"
+
+namespace eng {
+
+enum class AxisType : uint8_t { kAuto, kExplicit, kManual };
+std::string_view axis_type_name(AxisType t);  // "Auto", "Explicit", "Manual"
+
+// MaxText's mesh_axes, in MaxText's order (reference/maxtext.md 1.1).
+const std::vector<std::string>& maxtext_mesh_axes();
+
+class Mesh {
+ public:
+  Mesh() = default;  // the empty mesh: one device, no axes
+  // Validates: names unique and non-empty, sizes >= 1.
+  static Result<Mesh> create(std::vector<std::string> axis_names, std::vector<int64_t> axis_sizes,
+                             AxisType axis_type = AxisType::kAuto);
+  // MaxText's fill_unspecified_mesh_axes + create_device_mesh: sizes in axis order, at most
+  // one -1 filled so the product equals num_devices; errors name both numbers.
+  static Result<Mesh> from_parallelism(std::vector<std::string> axis_names,
+                                       std::vector<int64_t> sizes, int64_t num_devices,
+                                       AxisType axis_type = AxisType::kAuto);
+
+  int num_axes() const { return static_cast<int>(axis_names_.size()); }
+  const std::vector<std::string>& axis_names() const { return axis_names_; }
+  const std::vector<int64_t>& axis_sizes() const { return axis_sizes_; }
+  AxisType axis_type() const { return axis_type_; }
+  int64_t num_devices() const;
+  int axis_index(std::string_view name) const;   // -1 if absent
+  bool has_axis(std::string_view name) const { return axis_index(name) >= 0; }
+  int64_t axis_size(std::string_view name) const; // 1 if absent (as MaxText's mesh.shape.get(a, 1))
+  // Coordinates of device d along every axis, and back.
+  std::vector<int64_t> device_coords(int64_t device) const;
+  int64_t device_at(std::span<const int64_t> coords) const;
+
+  // JAX's str: "Mesh('data': 2, 'fsdp': 4, axis_types=(Auto, Auto))".
+  std::string to_string() const;
+  bool operator==(const Mesh&) const = default;
+  uint64_t hash() const;
+
+ private:
+  std::vector<std::string> axis_names_;  // major to minor
+  std::vector<int64_t> axis_sizes_;      // one per name, each >= 1
+  AxisType axis_type_ = AxisType::kAuto; // all axes share one type (as MaxText's shard_mode)
+};
+
+}  // namespace eng

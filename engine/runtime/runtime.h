@@ -1,0 +1,109 @@
+// engine/runtime/runtime.h: simulated devices, arrays sharded over them, and execution.
+//
+//   Runtime rt(mesh);                                    // one Device per mesh device
+//   Result<Array> w = rt.put(host_floats, shape, DType::kF32, sharding);  // device_put
+//   Status s = rt.execute(*exe, args, outputs);           // runs the Executable in lockstep
+//   std::vector<float> host = rt.fetch(outputs[0]);      // gathers shards to the host
+//
+// Each Device owns only its shards and its arena, and accounts every byte it holds, so
+// memory per device is measured, not estimated. A device may have a capacity; going over
+// it is an out-of-memory error that lists the largest buffers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/compile/executable.h"
+#include "engine/mesh/mesh.h"
+#include "engine/sharding/partition_spec.h"
+
+namespace eng {
+
+class Device;
+
+// A device buffer: bytes owned by one Device's allocator (freed back to it on destruction).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  friend class Device;
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  std::string label_;  // for out-of-memory reports: "params/decoder/.../kernel" or "arena"
+};
+
+class Device {
+ public:
+  Device(int id, int64_t capacity_bytes) : id_(id), capacity_(capacity_bytes) {}
+  int id() const { return id_; }
+  // Allocates zeroed, kAlignment-aligned bytes; fails with resource_exhausted listing the
+  // largest live buffers when capacity (if > 0) would be exceeded.
+  Result<DeviceBuffer> allocate(int64_t bytes, std::string label);
+  int64_t bytes_in_use() const { return in_use_; }
+  int64_t peak_bytes() const { return peak_; }
+  int64_t capacity() const { return capacity_; }
+  void reset_peak() { peak_ = in_use_; }
+
+ private:
+  friend class DeviceBuffer;
+  void release(DeviceBuffer& b);
+  int id_;
+  int64_t capacity_;        // 0 = unlimited
+  int64_t in_use_ = 0;      // bytes currently allocated
+  int64_t peak_ = 0;        // high-water mark of in_use_
+  std::vector<std::pair<std::string, int64_t>> live_;  // (label, bytes) for OOM reports
+};
+
+// A global array: its type and sharding plus one shard per device.
+struct Array {
+  Shape shape;              // global
+  DType dtype = DType::kF32;
+  NamedSharding sharding;   // replicated on one device until the mesh issue
+  std::vector<DeviceBuffer> shards;  // indexed by device id
+  std::string name;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(Mesh mesh, int64_t device_capacity_bytes = 0);
+  const Mesh& mesh() const { return mesh_; }
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+  Device& device(int i) { return *devices_[i]; }
+
+  // device_put: host data (global, row-major, dtype-sized elements) split per sharding.
+  Result<Array> put(const void* host, const Shape& shape, DType dtype, const NamedSharding& sharding,
+                    std::string name);
+  // An array of zeros with the given sharding (optimizer state, outputs).
+  Result<Array> zeros(const Shape& shape, DType dtype, const NamedSharding& sharding, std::string name);
+  // Copies shard data back into a global host buffer (bytes = numel * dtype size).
+  Status fetch(const Array& a, void* host) const;
+
+  // Prepares per-device arenas and output regions for exe (allocated once, reused by
+  // every execute: a step allocates nothing).
+  Status prepare(const Executable& exe);
+  // Runs exe: args in program argument order; arguments with aliased outputs are updated in
+  // place; non-aliased outputs are copied into `outputs` (created on first use, then reused).
+  Status execute(const Executable& exe, std::span<Array* const> args, std::vector<Array>& outputs);
+
+ private:
+  struct Prepared;  // per-executable arenas
+  Mesh mesh_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<std::unique_ptr<Prepared>> prepared_;
+};
+
+}  // namespace eng

@@ -1,0 +1,92 @@
+// engine/tensor/kernels.h: the fast f32 kernels every op runs on. Each has a naive
+// oracle of the same name in reference.h (templated, so gradient checks run in double);
+// tests/tensor/kernels_test.cpp checks one against the other on random inputs.
+//
+// Conventions: row-major, contiguous; outputs first after inputs is NOT used here:
+// inputs come first, outputs last, then sizes. Kernels parallelise on the engine's one
+// pool (engine/base/thread_pool.h) and allocate nothing on the heap in steady state
+// (per-thread scratch is reused). Glossary: N rows (tokens, B*T), E embed, V vocab,
+// B batch, T sequence, H heads, D head dim.
+#pragma once
+
+#include <cstdint>
+
+namespace eng::kern {
+
+// ---- matmul (OpenBLAS sgemm, split over the pool; see blas.h) -------------------------
+// C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T. A is [M,K] (or [K,M] if
+// trans_a), B is [K,N] (or [N,K] if trans_b). Leading dims are the row strides.
+void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+            int64_t ldc);
+
+// ---- embedding --------------------------------------------------------------------------
+// out[n, :] = table[ids[n], :]. ids outside [0, V) give a zero row (checked by data loaders).
+void embed_lookup(const float* table /*(V, E)*/, const int32_t* ids /*(N)*/, float* out /*(N, E)*/,
+                  int64_t N, int64_t V, int64_t E);
+// dtable = zeros; dtable[ids[n], :] += dy[n, :]  (deterministic: same order every run).
+void embed_lookup_grad(const int32_t* ids /*(N)*/, const float* dy /*(N, E)*/,
+                       float* dtable /*(V, E)*/, int64_t N, int64_t V, int64_t E);
+// out[n, v] = (ids[n] == v) ? 1 : 0   (MaxText's use_iota_embed path).
+void one_hot(const int32_t* ids /*(N)*/, float* out /*(N, V)*/, int64_t N, int64_t V);
+
+// ---- RMSNorm (MaxText: y = x * rsqrt(mean(x^2) + eps) * scale) --------------------------
+// rstd[n] = 1 / sqrt(mean_e(x[n,e]^2) + eps) is saved for the backward pass.
+void rmsnorm_forward(const float* x /*(N, E)*/, const float* scale /*(E)*/, float* y /*(N, E)*/,
+                     float* rstd /*(N)*/, int64_t N, int64_t E, float eps);
+// dx and dscale are overwritten (not accumulated).
+void rmsnorm_backward(const float* x /*(N, E)*/, const float* scale /*(E)*/,
+                      const float* rstd /*(N)*/, const float* dy /*(N, E)*/, float* dx /*(N, E)*/,
+                      float* dscale /*(E)*/, int64_t N, int64_t E);
+
+// ---- RoPE (MaxText RotaryEmbedding, rotate-half) -----------------------------------------
+// For i < D/2: timescale_i = min_ts * (max_ts/min_ts)^(2i/D), angle = pos[b,t] / timescale_i,
+//   y[..., i]       = x[..., i] * cos - x[..., i + D/2] * sin
+//   y[..., i + D/2] = x[..., i + D/2] * cos + x[..., i] * sin
+// inverse = true applies the transpose rotation (sin -> -sin): that is the VJP.
+void rope(const float* x /*(B, T, H, D)*/, const int32_t* pos /*(B, T)*/, float* y /*(B, T, H, D)*/,
+          int64_t B, int64_t T, int64_t H, int64_t D, float min_timescale, float max_timescale,
+          bool inverse);
+
+// ---- causal attention (flash-style: no (T, T) tensor is materialised) ---------------------
+// o[b,t,h,:] = sum_{s<=t} softmax_s(scale * q[b,t,h,:].k[b,s,h,:]) v[b,s,h,:]
+// lse[b,h,t] = log sum_{s<=t} exp(scale * q.k): saved for the backward pass.
+void attention_forward(const float* q, const float* k, const float* v /*(B, T, H, D) each*/,
+                       float* o /*(B, T, H, D)*/, float* lse /*(B, H, T)*/, int64_t B, int64_t T,
+                       int64_t H, int64_t D, float scale);
+// dq, dk, dv are overwritten.
+void attention_backward(const float* q, const float* k, const float* v, const float* o,
+                        const float* lse, const float* dout /*(B, T, H, D)*/, float* dq, float* dk,
+                        float* dv, int64_t B, int64_t T, int64_t H, int64_t D, float scale);
+
+// ---- elementwise ---------------------------------------------------------------------------
+void add(const float* a, const float* b, float* y, int64_t n);           // y = a + b
+void mul(const float* a, const float* b, float* y, int64_t n);           // y = a * b
+void scale(const float* x, float c, float* y, int64_t n);                // y = c * x
+void swiglu_forward(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
+void swiglu_backward(const float* g, const float* u, const float* dy, float* dg, float* du,
+                     int64_t n);
+void convert_f32_to_bf16(const float* x, uint16_t* y, int64_t n);
+void convert_bf16_to_f32(const uint16_t* x, float* y, int64_t n);
+
+// ---- loss ----------------------------------------------------------------------------------
+// lse[n] = logsumexp_v logits[n, v]; xent[n] = lse[n] - logits[n, targets[n]].
+void softmax_cross_entropy_forward(const float* logits /*(N, V)*/, const int32_t* targets /*(N)*/,
+                                   float* xent /*(N)*/, float* lse /*(N)*/, int64_t N, int64_t V);
+// dlogits[n, v] = dxent[n] * (softmax(logits[n])[v] - (v == targets[n])).
+void softmax_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse,
+                                    const float* dxent /*(N)*/, float* dlogits /*(N, V)*/,
+                                    int64_t N, int64_t V);
+
+// ---- reductions and the optimizer ---------------------------------------------------------
+double sum(const float* x, int64_t n);          // accumulated in double
+double sum_squares(const float* x, int64_t n);  // accumulated in double
+
+// optax.adamw step (eps_root 0), in place, with the gradient scaled by clip first:
+//   g = clip * grad; mu = b1 mu + (1-b1) g; nu = b2 nu + (1-b2) g^2
+//   mu_hat = mu / (1 - b1^count); nu_hat = nu / (1 - b2^count)      (count = step + 1)
+//   p -= lr * (mu_hat / (sqrt(nu_hat) + eps) + weight_decay * p)
+void adamw_update(float* param, const float* grad, float* mu, float* nu, int64_t n, float lr,
+                  float clip, float b1, float b2, float eps, float weight_decay, int64_t count);
+
+}  // namespace eng::kern

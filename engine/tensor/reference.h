@@ -1,0 +1,231 @@
+// engine/tensor/reference.h: naive kernels, the oracles for kernels.h and the arithmetic of
+// the reference interpreter (engine/ir/interpret.h). Templated on the float type so that
+// gradient checks run in double. Written for clarity, never for speed: one loop nest each,
+// the formula from kernels.h's comment and nothing else.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace eng::ref {
+
+template <typename T>
+void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+            int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      T acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        T a = trans_a ? A[k * lda + m] : A[m * lda + k];
+        T b = trans_b ? B[n * ldb + k] : B[k * ldb + n];
+        acc += a * b;
+      }
+      C[m * ldc + n] = alpha * acc + (beta == T(0) ? T(0) : beta * C[m * ldc + n]);
+    }
+}
+
+template <typename T>
+void embed_lookup(const T* table, const int32_t* ids, T* out, int64_t N, int64_t V, int64_t E) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < E; ++e)
+      out[n * E + e] = (ids[n] >= 0 && ids[n] < V) ? table[ids[n] * E + e] : T(0);
+}
+
+template <typename T>
+void embed_lookup_grad(const int32_t* ids, const T* dy, T* dtable, int64_t N, int64_t V, int64_t E) {
+  for (int64_t i = 0; i < V * E; ++i) dtable[i] = 0;
+  for (int64_t n = 0; n < N; ++n)
+    if (ids[n] >= 0 && ids[n] < V)
+      for (int64_t e = 0; e < E; ++e) dtable[ids[n] * E + e] += dy[n * E + e];
+}
+
+template <typename T>
+void one_hot(const int32_t* ids, T* out, int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < V; ++v) out[n * V + v] = (ids[n] == v) ? T(1) : T(0);
+}
+
+template <typename T>
+void rmsnorm_forward(const T* x, const T* scale, T* y, T* rstd, int64_t N, int64_t E, T eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    T ms = 0;
+    for (int64_t e = 0; e < E; ++e) ms += x[n * E + e] * x[n * E + e];
+    ms /= T(E);
+    rstd[n] = T(1) / std::sqrt(ms + eps);
+    for (int64_t e = 0; e < E; ++e) y[n * E + e] = x[n * E + e] * rstd[n] * scale[e];
+  }
+}
+
+// y = x * r * s with r = (mean(x^2) + eps)^(-1/2):
+//   dscale[e] = sum_n dy * x * r;  dx = r * (dy*s) - x * r^3 / E * sum_e(dy*s*x)
+template <typename T>
+void rmsnorm_backward(const T* x, const T* scale, const T* rstd, const T* dy, T* dx, T* dscale,
+                      int64_t N, int64_t E) {
+  for (int64_t e = 0; e < E; ++e) dscale[e] = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    T r = rstd[n], dot = 0;
+    for (int64_t e = 0; e < E; ++e) dot += dy[n * E + e] * scale[e] * x[n * E + e];
+    for (int64_t e = 0; e < E; ++e) {
+      dscale[e] += dy[n * E + e] * x[n * E + e] * r;
+      dx[n * E + e] = r * dy[n * E + e] * scale[e] - x[n * E + e] * r * r * r * dot / T(E);
+    }
+  }
+}
+
+template <typename T>
+void rope(const T* x, const int32_t* pos, T* y, int64_t B, int64_t T_, int64_t H, int64_t D,
+          T min_ts, T max_ts, bool inverse) {
+  int64_t half = D / 2;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T_; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const T* xr = x + ((b * T_ + t) * H + h) * D;
+        T* yr = y + ((b * T_ + t) * H + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          T ts = min_ts * std::pow(max_ts / min_ts, T(2 * i) / T(D));
+          T ang = T(pos[b * T_ + t]) / ts;
+          T c = std::cos(ang), s = inverse ? -std::sin(ang) : std::sin(ang);
+          T x1 = xr[i], x2 = xr[i + half];
+          yr[i] = x1 * c - x2 * s;
+          yr[i + half] = x2 * c + x1 * s;
+        }
+      }
+}
+
+template <typename T>
+void attention_forward(const T* q, const T* k, const T* v, T* o, T* lse, int64_t B, int64_t T_,
+                       int64_t H, int64_t D, T scale) {
+  std::vector<T> s(T_);
+  auto at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T_ + t) * H + h) * D; };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T_; ++t) {
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t u = 0; u <= t; ++u) {
+          T dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += q[at(b, t, h) + d] * k[at(b, u, h) + d];
+          s[u] = scale * dot;
+          mx = std::max(mx, s[u]);
+        }
+        T z = 0;
+        for (int64_t u = 0; u <= t; ++u) z += std::exp(s[u] - mx);
+        T l = mx + std::log(z);
+        lse[(b * H + h) * T_ + t] = l;
+        for (int64_t d = 0; d < D; ++d) {
+          T acc = 0;
+          for (int64_t u = 0; u <= t; ++u) acc += std::exp(s[u] - l) * v[at(b, u, h) + d];
+          o[at(b, t, h) + d] = acc;
+        }
+      }
+}
+
+// p = exp(s - lse); dv = p^T do; dp = do v^T; ds = p * (dp - rowsum(do * o)); dq = scale ds k;
+// dk = scale ds^T q.
+template <typename T>
+void attention_backward(const T* q, const T* k, const T* v, const T* o, const T* lse,
+                        const T* dout, T* dq, T* dk, T* dv, int64_t B, int64_t T_, int64_t H,
+                        int64_t D, T scale) {
+  auto at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T_ + t) * H + h) * D; };
+  for (int64_t i = 0; i < B * T_ * H * D; ++i) dq[i] = dk[i] = dv[i] = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T_; ++t) {
+        T delta = 0;
+        for (int64_t d = 0; d < D; ++d) delta += dout[at(b, t, h) + d] * o[at(b, t, h) + d];
+        for (int64_t u = 0; u <= t; ++u) {
+          T dot = 0, dp = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            dot += q[at(b, t, h) + d] * k[at(b, u, h) + d];
+            dp += dout[at(b, t, h) + d] * v[at(b, u, h) + d];
+          }
+          T p = std::exp(scale * dot - lse[(b * H + h) * T_ + t]);
+          T ds = p * (dp - delta);
+          for (int64_t d = 0; d < D; ++d) {
+            dv[at(b, u, h) + d] += p * dout[at(b, t, h) + d];
+            dq[at(b, t, h) + d] += scale * ds * k[at(b, u, h) + d];
+            dk[at(b, u, h) + d] += scale * ds * q[at(b, t, h) + d];
+          }
+        }
+      }
+}
+
+template <typename T>
+T silu(T x) { return x / (T(1) + std::exp(-x)); }
+
+template <typename T>
+void swiglu_forward(const T* g, const T* u, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = silu(g[i]) * u[i];
+}
+
+// d silu(g)/dg = sig(g) * (1 + g * (1 - sig(g)))
+template <typename T>
+void swiglu_backward(const T* g, const T* u, const T* dy, T* dg, T* du, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    T sig = T(1) / (T(1) + std::exp(-g[i]));
+    du[i] = dy[i] * g[i] * sig;
+    dg[i] = dy[i] * u[i] * sig * (T(1) + g[i] * (T(1) - sig));
+  }
+}
+
+template <typename T>
+void softmax_cross_entropy_forward(const T* logits, const int32_t* targets, T* xent, T* lse,
+                                   int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n) {
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, logits[n * V + v]);
+    T z = 0;
+    for (int64_t v = 0; v < V; ++v) z += std::exp(logits[n * V + v] - mx);
+    lse[n] = mx + std::log(z);
+    xent[n] = lse[n] - logits[n * V + targets[n]];
+  }
+}
+
+template <typename T>
+void softmax_cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse,
+                                    const T* dxent, T* dlogits, int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < V; ++v)
+      dlogits[n * V + v] =
+          dxent[n] * (std::exp(logits[n * V + v] - lse[n]) - (v == targets[n] ? T(1) : T(0)));
+}
+
+template <typename T>
+void adamw_update(T* p, const T* grad, T* mu, T* nu, int64_t n, T lr, T clip, T b1, T b2, T eps,
+                  T wd, int64_t count) {
+  T c1 = T(1) - std::pow(b1, T(count)), c2 = T(1) - std::pow(b2, T(count));
+  for (int64_t i = 0; i < n; ++i) {
+    T g = clip * grad[i];
+    mu[i] = b1 * mu[i] + (T(1) - b1) * g;
+    nu[i] = b2 * nu[i] + (T(1) - b2) * g * g;
+    T upd = (mu[i] / c1) / (std::sqrt(nu[i] / c2) + eps) + wd * p[i];
+    p[i] -= lr * upd;
+  }
+}
+
+// ---- scalar functions shared by the executor and the interpreter --------------------------
+
+// MaxText's create_learning_rate_schedule: linear warmup 0 -> lr over warmup_steps, cosine
+// from lr to lr * final_fraction over cos_steps, then 0 for the remaining steps.
+inline double learning_rate_at(int64_t step, double lr, int64_t warmup_steps, int64_t cos_steps,
+                               double final_fraction) {
+  const double kPi = 3.14159265358979323846;
+  if (step < warmup_steps) return lr * static_cast<double>(step) / static_cast<double>(warmup_steps);
+  int64_t s = step - warmup_steps;
+  if (s < cos_steps || cos_steps == 0) {
+    double pct = cos_steps == 0 ? 1.0 : static_cast<double>(s) / static_cast<double>(cos_steps);
+    double a = 0.5 * (std::cos(kPi * std::min(pct, 1.0)) + 1.0);
+    double fin = lr * final_fraction;
+    return cos_steps == 0 ? fin : lr * a + fin * (1.0 - a);
+  }
+  return 0.0;
+}
+
+// optax.clip_by_global_norm: scale by max_norm / norm when norm >= max_norm.
+inline double clip_factor(double global_norm, double max_norm) {
+  if (max_norm <= 0 || global_norm < max_norm) return 1.0;
+  return max_norm / global_norm;
+}
+
+}  // namespace eng::ref
