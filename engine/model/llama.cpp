@@ -1,0 +1,238 @@
+// engine/model/llama.cpp: presets, parameter declaration, the traced forward pass and init.
+#include "engine/model/llama.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "engine/base/hash.h"
+
+namespace eng {
+
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t vocab, emb, heads, head_dim, mlp, layers;
+};
+
+// llama-tiny / llama-small: the shapes of shared/bench/torch_llama.py's tiny and small
+// presets. llama2-*: MaxText's configs/models/llama2-*.yml.
+constexpr Preset kPresets[] = {
+    {"llama-tiny", 256, 256, 4, 64, 704, 4},
+    {"llama-small", 8192, 512, 8, 64, 1408, 8},
+    {"llama2-7b", 32000, 4096, 32, 128, 11008, 32},
+    {"llama2-13b", 32000, 5120, 40, 128, 13824, 40},
+};
+
+using Logical = std::vector<std::string>;
+
+}  // namespace
+
+Status ModelConfig::validate() const {
+  auto positive = [&](const char* key, int64_t v) -> Status {
+    if (v <= 0) return invalid_argument("model {}: {} must be positive, got {}", name, key, v);
+    return ok_status();
+  };
+  ENG_RETURN_IF_ERROR(positive("vocab_size", vocab_size));
+  ENG_RETURN_IF_ERROR(positive("emb_dim", emb_dim));
+  ENG_RETURN_IF_ERROR(positive("num_query_heads", num_query_heads));
+  ENG_RETURN_IF_ERROR(positive("num_kv_heads", num_kv_heads));
+  ENG_RETURN_IF_ERROR(positive("head_dim", head_dim));
+  ENG_RETURN_IF_ERROR(positive("mlp_dim", mlp_dim));
+  ENG_RETURN_IF_ERROR(positive("num_decoder_layers", num_decoder_layers));
+  if (num_kv_heads != num_query_heads)
+    return unimplemented(
+        "model {}: num_kv_heads {} differs from num_query_heads {}: grouped-query attention is "
+        "not supported yet",
+        name, num_kv_heads, num_query_heads);
+  if (head_dim % 2 != 0)
+    return invalid_argument("model {}: head_dim {} must be even for rotary embeddings", name,
+                            head_dim);
+  if (!(normalization_layer_epsilon > 0))
+    return invalid_argument("model {}: normalization_layer_epsilon must be positive, got {}", name,
+                            normalization_layer_epsilon);
+  if (mlp_activations != std::vector<std::string>{"silu", "linear"})
+    return unimplemented("model {}: mlp_activations [{}] not supported; only [silu, linear]", name,
+                         fmt::join(mlp_activations, ", "));
+  return ok_status();
+}
+
+int64_t ModelConfig::num_params() const {
+  const int64_t E = emb_dim, H = num_query_heads, D = head_dim, M = mlp_dim;
+  int64_t per_layer = 2 * E + 4 * E * H * D + 3 * E * M;
+  return vocab_size * E * 2 + E + num_decoder_layers * per_layer;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.push_back(p.name);
+  return names;
+}
+
+Result<ModelConfig> model_preset(const std::string& name) {
+  for (const Preset& p : kPresets) {
+    if (name != p.name) continue;
+    ModelConfig m;
+    m.name = p.name;
+    m.vocab_size = p.vocab;
+    m.emb_dim = p.emb;
+    m.num_query_heads = m.num_kv_heads = p.heads;
+    m.head_dim = p.head_dim;
+    m.mlp_dim = p.mlp;
+    m.num_decoder_layers = p.layers;
+    return m;
+  }
+  return invalid_argument("unknown model '{}': known models are {}", name,
+                          fmt::join(model_preset_names(), ", "));
+}
+
+const std::vector<std::string>& input_data_logical_axes() {
+  static const std::vector<std::string> axes = {"activation_embed_and_logits_batch",
+                                                "activation_norm_length"};
+  return axes;
+}
+
+LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
+  const int64_t V = m.vocab_size, E = m.emb_dim, H = m.num_query_heads, D = m.head_dim,
+                M = m.mlp_dim;
+  LlamaParams p;
+  auto param = [&](std::string path, Shape shape, Logical logical) {
+    ValueId v = b.argument("params/" + path, std::move(shape), DType::kF32, std::move(logical),
+                           ArgRole::kParam);
+    p.all.push_back(v);
+    return v;
+  };
+  p.embedding = param("token_embedder/embedding", Shape{V, E}, {"vocab", "embed_vocab"});
+  for (int64_t l = 0; l < m.num_decoder_layers; ++l) {
+    const std::string pre = fmt::format("decoder/layers_{}/", l);
+    LlamaLayerParams lp;
+    lp.pre_norm = param(pre + "pre_self_attention_layer_norm/scale", Shape{E}, {"norm"});
+    lp.query = param(pre + "self_attention/query/kernel", Shape{E, H, D}, {"embed", "q_heads", "kv"});
+    lp.key = param(pre + "self_attention/key/kernel", Shape{E, H, D},
+                   {"embed", "kv_heads", "kv_head_dim"});
+    lp.value = param(pre + "self_attention/value/kernel", Shape{E, H, D},
+                     {"embed", "kv_heads", "kv_head_dim"});
+    lp.out = param(pre + "self_attention/out/kernel", Shape{H, D, E}, {"heads", "kv", "embed"});
+    lp.post_norm = param(pre + "post_self_attention_layer_norm/scale", Shape{E}, {"norm"});
+    lp.wi_0 = param(pre + "mlp/wi_0/kernel", Shape{E, M}, {"embed", "mlp"});
+    lp.wi_1 = param(pre + "mlp/wi_1/kernel", Shape{E, M}, {"embed", "mlp"});
+    lp.wo = param(pre + "mlp/wo/kernel", Shape{M, E}, {"mlp", "embed"});
+    p.layers.push_back(lp);
+  }
+  p.decoder_norm = param("decoder/decoder_norm/scale", Shape{E}, {"norm"});
+  p.logits_dense = param("decoder/logits_dense/kernel", Shape{E, V}, {"embed_vocab", "vocab"});
+  return p;
+}
+
+BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len) {
+  auto arg = [&](const char* name) {
+    return b.argument(name, Shape{global_batch, seq_len}, DType::kI32, input_data_logical_axes(),
+                      ArgRole::kBatch);
+  };
+  BatchArgs a;
+  a.inputs = arg("inputs");
+  a.inputs_position = arg("inputs_position");
+  a.inputs_segmentation = arg("inputs_segmentation");
+  a.targets = arg("targets");
+  a.targets_position = arg("targets_position");
+  a.targets_segmentation = arg("targets_segmentation");
+  return a;
+}
+
+LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
+                            const BatchArgs& batch) {
+  const Logical kActivation = {"activation_batch", "activation_norm_length", "activation_embed"};
+  const Logical kHeads = {"activation_batch", "activation_length", "activation_heads",
+                          "activation_kv"};
+  const Logical kMlp = {"activation_batch", "activation_length", "activation_mlp"};
+  const Logical kLogits = {"activation_embed_and_logits_batch", "activation_length",
+                           "activation_vocab"};
+  const double eps = m.normalization_layer_epsilon;
+
+  // Token embedding: (B, T) ids -> (B, T, E).
+  ValueId x;
+  if (m.use_iota_embed) {
+    ValueId onehot = b.one_hot(batch.inputs, m.vocab_size);  // (B, T, V)
+    x = b.matmul(onehot, p.embedding, 2, 1);                 // (B, T, V) . (V, E)
+  } else {
+    x = b.embed_lookup(p.embedding, batch.inputs);
+  }
+  x = b.constraint(x, kActivation);
+
+  const double attn_scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
+  for (const LlamaLayerParams& lp : p.layers) {
+    // Attention block: x + out(attention(rope(q), rope(k), v)) over rmsnorm(x).
+    ValueId h = b.rmsnorm(x, lp.pre_norm, eps).first;                   // (B, T, E)
+    ValueId q = b.constraint(b.matmul(h, lp.query, 2, 1), kHeads);      // (B, T, H, D)
+    ValueId k = b.constraint(b.matmul(h, lp.key, 2, 1), kHeads);        // (B, T, H, D)
+    ValueId v = b.constraint(b.matmul(h, lp.value, 2, 1), kHeads);      // (B, T, H, D)
+    q = b.rope(q, batch.inputs_position, m.rope_min_timescale, m.rope_max_timescale);
+    k = b.rope(k, batch.inputs_position, m.rope_min_timescale, m.rope_max_timescale);
+    ValueId o = b.attention(q, k, v, attn_scale).first;                 // (B, T, H, D)
+    ValueId attn = b.matmul(o, lp.out, 2, 2);                           // (B, T, E)
+    x = b.constraint(b.add(x, attn), kActivation);
+
+    // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
+    ValueId h2 = b.rmsnorm(x, lp.post_norm, eps).first;                 // (B, T, E)
+    ValueId gate = b.matmul(h2, lp.wi_0, 2, 1);                         // (B, T, M)
+    ValueId up = b.matmul(h2, lp.wi_1, 2, 1);                           // (B, T, M)
+    ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
+    ValueId mlp = b.matmul(act, lp.wo, 2, 1);                           // (B, T, E)
+    x = b.constraint(b.add(x, mlp), kActivation);
+  }
+  ValueId y = b.rmsnorm(x, p.decoder_norm, eps).first;                  // (B, T, E)
+  ValueId logits = b.constraint(b.matmul(y, p.logits_dense, 2, 1), kLogits);  // (B, T, V)
+  ValueId xent = b.softmax_cross_entropy(logits, batch.targets).first;  // (B, T)
+  auto [loss, total_weights] = b.masked_mean_loss(xent, batch.targets_segmentation);
+  return {loss, total_weights};
+}
+
+int64_t kernel_fan_in(const ValueInfo& param) {
+  const std::string& n = param.name;
+  auto ends_with = [&](const char* s) {
+    std::string_view suffix(s);
+    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  // out (H, D, E) contracts H and D; every other kernel contracts its first dim.
+  if (ends_with("self_attention/out/kernel")) return param.shape.prod(0, 2);
+  return param.shape[0];
+}
+
+namespace {
+// Counter-based generator: the value at (seed, path, index) never depends on order or threads.
+inline uint64_t counter_hash(uint64_t key, uint64_t i) { return hash_mix(key, i); }
+inline double uniform01(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
+// Standard normal by Box-Muller from two counter draws.
+inline double normal_at(uint64_t key, uint64_t i) {
+  double u1 = uniform01(counter_hash(key, 2 * i)), u2 = uniform01(counter_hash(key, 2 * i + 1));
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+}  // namespace
+
+void init_param(const ValueInfo& param, uint64_t seed, float* out) {
+  const int64_t n = param.shape.numel();
+  const uint64_t key = hash_mix(hash_bytes(param.name), seed);
+  const std::string& name = param.name;
+  if (name.size() >= 6 && name.compare(name.size() - 6, 6, "/scale") == 0) {
+    for (int64_t i = 0; i < n; ++i) out[i] = 1.0f;
+    return;
+  }
+  if (name.find("token_embedder/embedding") != std::string::npos) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(normal_at(key, i));
+    return;
+  }
+  // jax.nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal"): a normal
+  // truncated to [-2, 2], rescaled so the variance is 1 / fan_in.
+  const double stddev = std::sqrt(1.0 / static_cast<double>(kernel_fan_in(param))) / 0.87962566103423978;
+  for (int64_t i = 0; i < n; ++i) {
+    double z;
+    uint64_t j = static_cast<uint64_t>(i) << 8;  // redraw (bounded) until |z| <= 2
+    do {
+      z = normal_at(key, j++);
+    } while (std::fabs(z) > 2.0);
+    out[i] = static_cast<float>(z * stddev);
+  }
+}
+
+}  // namespace eng

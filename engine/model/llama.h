@@ -1,0 +1,96 @@
+// engine/model/llama.h: the llama2-style decoder traced into a Program, with MaxText's
+// parameter paths and logical axis names (reference/maxtext.md 1.4).
+//
+//   Result<ModelConfig> m = model_preset("llama-tiny");
+//   Builder b("train_step");
+//   LlamaParams p = declare_llama_params(b, *m);       // program arguments, role kParam
+//   ValueId loss = trace_llama_loss(b, *m, p, batch);  // forward + masked mean xent
+//
+// Glossary: B batch, T sequence, E emb_dim, H heads, D head_dim, M mlp_dim, V vocab, L layers.
+// Parameter tree (MaxText's unscanned names, scan_layers=false):
+//   params/token_embedder/embedding                          (V, E)    (vocab, embed_vocab)
+//   params/decoder/layers_{l}/pre_self_attention_layer_norm/scale (E)  (norm,)
+//   params/decoder/layers_{l}/self_attention/query/kernel    (E, H, D) (embed, q_heads, kv)
+//   params/decoder/layers_{l}/self_attention/key/kernel      (E, H, D) (embed, kv_heads, kv_head_dim)
+//   params/decoder/layers_{l}/self_attention/value/kernel    (E, H, D) (embed, kv_heads, kv_head_dim)
+//   params/decoder/layers_{l}/self_attention/out/kernel      (H, D, E) (heads, kv, embed)
+//   params/decoder/layers_{l}/post_self_attention_layer_norm/scale (E) (norm,)
+//   params/decoder/layers_{l}/mlp/wi_0/kernel                (E, M)    (embed, mlp)
+//   params/decoder/layers_{l}/mlp/wi_1/kernel                (E, M)    (embed, mlp)
+//   params/decoder/layers_{l}/mlp/wo/kernel                  (M, E)    (mlp, embed)
+//   params/decoder/decoder_norm/scale                        (E)       (norm,)
+//   params/decoder/logits_dense/kernel                       (E, V)    (embed_vocab, vocab)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/ir/builder.h"
+
+namespace eng {
+
+struct ModelConfig {
+  std::string name;                  // preset name ("llama-tiny", "llama2-7b", ...)
+  int64_t vocab_size = 256;
+  int64_t emb_dim = 256;             // E
+  int64_t num_query_heads = 4;       // H
+  int64_t num_kv_heads = 4;          // == H (grouped-query attention is not supported yet)
+  int64_t head_dim = 64;             // D
+  int64_t mlp_dim = 704;             // M
+  int64_t num_decoder_layers = 4;    // L
+  double normalization_layer_epsilon = 1e-5;
+  double rope_min_timescale = 1.0;
+  double rope_max_timescale = 10000.0;
+  bool use_iota_embed = false;       // one-hot matmul instead of a gather
+  std::vector<std::string> mlp_activations = {"silu", "linear"};
+
+  // Every size positive, kv heads == query heads, head_dim even; errors name the value.
+  Status validate() const;
+  int64_t num_params() const;        // total parameter count
+};
+
+// Presets: llama-tiny, llama-small (bench/torch_llama.py's shapes), llama2-7b, llama2-13b,
+// llama2-70b-shaped presets are MaxText's (shape-only compiles). Unknown names list the known.
+Result<ModelConfig> model_preset(const std::string& name);
+std::vector<std::string> model_preset_names();
+
+struct LlamaLayerParams {
+  ValueId pre_norm, query, key, value, out, post_norm, wi_0, wi_1, wo;
+};
+
+struct LlamaParams {
+  ValueId embedding = kNoValue;
+  std::vector<LlamaLayerParams> layers;
+  ValueId decoder_norm = kNoValue, logits_dense = kNoValue;
+  std::vector<ValueId> all;  // every parameter, in declaration (= argument) order
+};
+
+// The batch as MaxText's get_shaped_batch: (B, T) int32 arrays.
+struct BatchArgs {
+  ValueId inputs, inputs_position, inputs_segmentation;
+  ValueId targets, targets_position, targets_segmentation;
+};
+
+// Logical axes of the batch arrays (MaxText's input_data_sharding_logical_axes).
+const std::vector<std::string>& input_data_logical_axes();
+
+LlamaParams declare_llama_params(Builder& b, const ModelConfig& m);
+BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len);
+
+struct LossValues {
+  ValueId loss;           // () f32: masked mean cross-entropy
+  ValueId total_weights;  // () f32: number of non-padding targets
+};
+LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
+                            const BatchArgs& batch);
+
+// Deterministic initialisation of one parameter from (seed, path): embedding N(0, 1);
+// kernels truncated-normal variance scaling (fan_in) like MaxText's nd_dense_init(1.0,
+// "fan_in", "truncated_normal"); norm scales 1. Fills `out` (numel floats).
+void init_param(const ValueInfo& param, uint64_t seed, float* out);
+// Fan-in used by init_param for a kernel path/shape (product of the contracted input dims).
+int64_t kernel_fan_in(const ValueInfo& param);
+
+}  // namespace eng

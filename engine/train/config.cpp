@@ -1,0 +1,274 @@
+// engine/train/config.cpp: the key table, preset resolution, validation and did-you-mean.
+#include "engine/train/config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace eng {
+
+namespace {
+
+using V = ConfigValue;
+
+// MaxText's base.yml defaults, except where noted (CPU engine: float32 compute; a
+// synthetic default dataset because tfds is not available here).
+const std::vector<ConfigKey> kKeys = {
+    {"run_name", V{std::string()}, "name of the run in the metrics store (default: generated)"},
+    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b"},
+    {"steps", V{int64_t{150001}}, "number of training steps"},
+    {"per_device_batch_size", V{12.0}, "sequences per device per step (global batch = devices x this)"},
+    {"max_target_length", V{int64_t{2048}}, "sequence length T"},
+    {"vocab_size", V{int64_t{32000}}, "vocabulary size V"},
+    {"base_emb_dim", V{int64_t{2048}}, "embedding width E"},
+    {"base_num_query_heads", V{int64_t{16}}, "attention heads H"},
+    {"base_num_kv_heads", V{int64_t{16}}, "key/value heads (must equal query heads for now)"},
+    {"head_dim", V{int64_t{128}}, "head dimension D"},
+    {"base_mlp_dim", V{int64_t{7168}}, "MLP hidden width M"},
+    {"base_num_decoder_layers", V{int64_t{16}}, "decoder layers L"},
+    {"normalization_layer_epsilon", V{1e-5}, "RMSNorm epsilon"},
+    {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
+    {"dtype", V{std::string("float32")}, "activation dtype (MaxText default bfloat16; float32 here)"},
+    {"weight_dtype", V{std::string("float32")}, "parameter dtype"},
+    {"learning_rate", V{3e-5}, "peak learning rate"},
+    {"warmup_steps_fraction", V{0.1}, "fraction of the schedule spent in linear warmup"},
+    {"learning_rate_final_fraction", V{0.1}, "cosine decays to learning_rate x this"},
+    {"learning_rate_schedule_steps", V{int64_t{-1}}, "schedule length (-1: steps)"},
+    {"opt_type", V{std::string("adamw")}, "optimizer (adamw)"},
+    {"adam_b1", V{0.9}, "AdamW beta1"},
+    {"adam_b2", V{0.95}, "AdamW beta2"},
+    {"adam_eps", V{1e-8}, "AdamW epsilon"},
+    {"adam_weight_decay", V{0.1}, "AdamW decoupled weight decay"},
+    {"gradient_clipping_threshold", V{1.0}, "clip by global norm (0 disables)"},
+    {"dataset_type", V{std::string("synthetic")}, "synthetic | text | tokens"},
+    {"dataset_path", V{std::string()}, "text file (byte-level) or .npy token file"},
+    {"init_weights_seed", V{int64_t{0}}, "seed of the parameter initialisation"},
+    {"data_shuffle_seed", V{int64_t{0}}, "seed of the data order"},
+    {"log_period", V{int64_t{100}}, "steps between metric flushes to the store"},
+    {"remat_policy", V{std::string("full")}, "rematerialisation policy (reserved)"},
+};
+
+// Preset values applied between the base defaults and the user's overrides, like MaxText's
+// configs/models/*.yml. llama-tiny/llama-small also fix the batch and sequence of
+// shared/bench/torch_llama.py's presets so throughput compares like for like.
+std::map<std::string, V> preset_overrides(const std::string& model_name) {
+  std::map<std::string, V> out;
+  Result<ModelConfig> m = model_preset(model_name);
+  if (!m.ok()) return out;
+  out["vocab_size"] = m->vocab_size;
+  out["base_emb_dim"] = m->emb_dim;
+  out["base_num_query_heads"] = m->num_query_heads;
+  out["base_num_kv_heads"] = m->num_kv_heads;
+  out["head_dim"] = m->head_dim;
+  out["base_mlp_dim"] = m->mlp_dim;
+  out["base_num_decoder_layers"] = m->num_decoder_layers;
+  if (model_name == "llama-tiny" || model_name == "llama-small") {
+    out["per_device_batch_size"] = 8.0;
+    out["max_target_length"] = int64_t{model_name == "llama-tiny" ? 256 : 512};
+  }
+  return out;
+}
+
+const ConfigKey* find_key(std::string_view name) {
+  for (const ConfigKey& k : kKeys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+const char* type_name(const V& v) {
+  switch (v.index()) {
+    case 0: return "boolean";
+    case 1: return "integer";
+    case 2: return "number";
+    default: return "string";
+  }
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::string config_value_string(const ConfigValue& v) {
+  switch (v.index()) {
+    case 0: return std::get<bool>(v) ? "true" : "false";
+    case 1: return fmt::format("{}", std::get<int64_t>(v));
+    case 2: return fmt::format("{:g}", std::get<double>(v));
+    default: return std::get<std::string>(v);
+  }
+}
+
+const std::vector<ConfigKey>& config_keys() { return kKeys; }
+
+std::string suggest_config_key(std::string_view key) {
+  std::string best;
+  size_t best_d = std::max<size_t>(3, key.size() / 3) + 1;
+  for (const ConfigKey& k : kKeys) {
+    size_t d = edit_distance(key, k.name);
+    // A prefix or substring match ("lr" -> no; "learning" -> learning_rate) also counts.
+    if (k.name.find(key) != std::string_view::npos && key.size() >= 4) d = std::min<size_t>(d, 1);
+    if (d < best_d) {
+      best_d = d;
+      best = std::string(k.name);
+    }
+  }
+  return best;
+}
+
+Status Config::set(std::string_view key, ConfigValue value) {
+  if (key == "model") key = "model_name";
+  if (key == "dataset") {
+    if (value.index() != 3)
+      return invalid_argument("config: dataset expects a string like \"text:PATH\", got {}",
+                              type_name(value));
+    const std::string s = std::get<std::string>(value);
+    const size_t colon = s.find(':');
+    const std::string type = s.substr(0, colon);
+    if (type != "synthetic" && type != "text" && type != "tokens")
+      return invalid_argument(
+          "config: dataset '{}' not understood: expected \"synthetic\", \"text:PATH\" or "
+          "\"tokens:PATH\"",
+          s);
+    overrides_["dataset_type"] = type;
+    overrides_["dataset_path"] = colon == std::string::npos ? std::string() : s.substr(colon + 1);
+    return ok_status();
+  }
+  const ConfigKey* k = find_key(key);
+  if (k == nullptr) {
+    std::string hint = suggest_config_key(key);
+    return invalid_argument("config: unknown key '{}'{}", key,
+                            hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint));
+  }
+  if (k->default_value.index() == 2 && value.index() == 1)
+    value = static_cast<double>(std::get<int64_t>(value));
+  if (k->default_value.index() == 1 && value.index() == 2) {
+    double d = std::get<double>(value);
+    if (d != std::floor(d))
+      return invalid_argument("config: {} expects an integer, got {:g}", key, d);
+    value = static_cast<int64_t>(d);
+  }
+  if (k->default_value.index() != value.index())
+    return invalid_argument("config: {} expects a {}, got a {} ({})", key,
+                            type_name(k->default_value), type_name(value),
+                            config_value_string(value));
+  if (key == "model_name") {
+    Result<ModelConfig> m = model_preset(std::get<std::string>(value));
+    if (!m.ok()) return invalid_argument("config: model_name: {}", m.status().message());
+  }
+  overrides_[std::string(key)] = std::move(value);
+  return ok_status();
+}
+
+bool Config::has_override(std::string_view key) const {
+  return overrides_.count(std::string(key)) > 0;
+}
+
+Result<ConfigValue> Config::get(std::string_view key) const {
+  const ConfigKey* k = find_key(key);
+  if (k == nullptr) return invalid_argument("config: unknown key '{}'", key);
+  auto it = overrides_.find(std::string(key));
+  if (it != overrides_.end()) return it->second;
+  std::string model = std::get<std::string>(find_key("model_name")->default_value);
+  auto mit = overrides_.find("model_name");
+  if (mit != overrides_.end()) model = std::get<std::string>(mit->second);
+  std::map<std::string, V> preset = preset_overrides(model);
+  auto pit = preset.find(std::string(key));
+  if (pit != preset.end()) return pit->second;
+  return k->default_value;
+}
+
+int64_t Config::get_int(std::string_view key) const { return std::get<int64_t>(get(key).value()); }
+double Config::get_float(std::string_view key) const { return std::get<double>(get(key).value()); }
+bool Config::get_bool(std::string_view key) const { return std::get<bool>(get(key).value()); }
+std::string Config::get_string(std::string_view key) const {
+  return std::get<std::string>(get(key).value());
+}
+
+std::map<std::string, std::string> Config::flatten() const {
+  std::map<std::string, std::string> out;
+  for (const ConfigKey& k : kKeys) out[std::string(k.name)] = config_value_string(get(k.name).value());
+  return out;
+}
+
+Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
+  ResolvedConfig r;
+  r.num_devices = num_devices;
+  ENG_ASSIGN_OR_RETURN(ModelConfig preset, model_preset(c.get_string("model_name")));
+  r.model = preset;
+  r.model.vocab_size = c.get_int("vocab_size");
+  r.model.emb_dim = c.get_int("base_emb_dim");
+  r.model.num_query_heads = c.get_int("base_num_query_heads");
+  r.model.num_kv_heads = c.get_int("base_num_kv_heads");
+  r.model.head_dim = c.get_int("head_dim");
+  r.model.mlp_dim = c.get_int("base_mlp_dim");
+  r.model.num_decoder_layers = c.get_int("base_num_decoder_layers");
+  r.model.normalization_layer_epsilon = c.get_float("normalization_layer_epsilon");
+  r.model.use_iota_embed = c.get_bool("use_iota_embed");
+  ENG_RETURN_IF_ERROR(r.model.validate());
+
+  for (const char* key : {"dtype", "weight_dtype"})
+    if (c.get_string(key) != "float32")
+      return unimplemented("config: {}={} is not supported yet; the engine computes in float32",
+                           key, c.get_string(key));
+  if (c.get_string("opt_type") != "adamw")
+    return unimplemented("config: opt_type={} is not supported; only adamw", c.get_string("opt_type"));
+
+  const double pdbs = c.get_float("per_device_batch_size");
+  if (!(pdbs > 0)) return invalid_argument("config: per_device_batch_size must be positive, got {:g}", pdbs);
+  r.per_device_batch_size = static_cast<int64_t>(pdbs);
+  // MaxText: micro_batch_size_to_train_on = int(num_devices * per_device_batch_size).
+  r.global_batch_size = static_cast<int64_t>(static_cast<double>(num_devices) * pdbs);
+  if (r.global_batch_size < 1)
+    return invalid_argument("config: global batch {} x {:g} rounds to 0 sequences", num_devices, pdbs);
+  r.max_target_length = c.get_int("max_target_length");
+  if (r.max_target_length < 1)
+    return invalid_argument("config: max_target_length must be positive, got {}", r.max_target_length);
+  r.steps = c.get_int("steps");
+  if (r.steps < 0) return invalid_argument("config: steps must be >= 0, got {}", r.steps);
+
+  r.learning_rate = c.get_float("learning_rate");
+  r.warmup_steps_fraction = c.get_float("warmup_steps_fraction");
+  r.learning_rate_final_fraction = c.get_float("learning_rate_final_fraction");
+  if (r.learning_rate < 0) return invalid_argument("config: learning_rate must be >= 0, got {:g}", r.learning_rate);
+  if (r.warmup_steps_fraction < 0 || r.warmup_steps_fraction > 1)
+    return invalid_argument("config: warmup_steps_fraction must be in [0, 1], got {:g}",
+                            r.warmup_steps_fraction);
+  int64_t schedule_steps = c.get_int("learning_rate_schedule_steps");
+  if (schedule_steps == -1) schedule_steps = r.steps;
+  if (schedule_steps < 0)
+    return invalid_argument("config: learning_rate_schedule_steps must be >= 0 or -1, got {}",
+                            schedule_steps);
+  r.warmup_steps = static_cast<int64_t>(static_cast<double>(schedule_steps) * r.warmup_steps_fraction);
+  r.cos_steps = schedule_steps - r.warmup_steps;
+  r.adam_b1 = c.get_float("adam_b1");
+  r.adam_b2 = c.get_float("adam_b2");
+  r.adam_eps = c.get_float("adam_eps");
+  r.adam_weight_decay = c.get_float("adam_weight_decay");
+  r.gradient_clipping_threshold = c.get_float("gradient_clipping_threshold");
+  for (auto [key, v] : {std::pair{"adam_b1", r.adam_b1}, std::pair{"adam_b2", r.adam_b2}})
+    if (v < 0 || v >= 1) return invalid_argument("config: {} must be in [0, 1), got {:g}", key, v);
+
+  r.dataset_type = c.get_string("dataset_type");
+  r.dataset_path = c.get_string("dataset_path");
+  if (r.dataset_type != "synthetic" && r.dataset_type != "text" && r.dataset_type != "tokens")
+    return invalid_argument("config: dataset_type must be synthetic, text or tokens, got '{}'",
+                            r.dataset_type);
+  if (r.dataset_type != "synthetic" && r.dataset_path.empty())
+    return invalid_argument("config: dataset_type={} needs dataset_path", r.dataset_type);
+  r.init_weights_seed = static_cast<uint64_t>(c.get_int("init_weights_seed"));
+  r.data_shuffle_seed = static_cast<uint64_t>(c.get_int("data_shuffle_seed"));
+  r.run_name = c.get_string("run_name");
+  return r;
+}
+
+}  // namespace eng

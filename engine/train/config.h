@@ -1,0 +1,87 @@
+// engine/train/config.h: the training configuration, keyed by MaxText's names
+// (reference/maxtext.md section 1). Values resolve in MaxText's order: base defaults, then
+// the model preset (like configs/models/<model>.yml), then the user's overrides.
+//
+//   Config c;
+//   ENG_RETURN_IF_ERROR(c.set("model_name", "llama-tiny"));
+//   ENG_RETURN_IF_ERROR(c.set("steps", int64_t{200}));
+//   Result<ResolvedConfig> r = c.resolve(/*num_devices=*/1);
+//
+// An unknown key is an error with a did-you-mean suggestion; a value of the wrong type
+// names the key, the expected type and what was given.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/model/llama.h"
+
+namespace eng {
+
+using ConfigValue = std::variant<bool, int64_t, double, std::string>;
+std::string config_value_string(const ConfigValue& v);
+
+struct ConfigKey {
+  std::string_view name;
+  ConfigValue default_value;
+  std::string_view doc;
+};
+
+// Every key shardlab knows, in documentation order.
+const std::vector<ConfigKey>& config_keys();
+
+class Config {
+ public:
+  // Sets a user override. Integers are accepted for float keys; "model" is an alias of
+  // "model_name" and "dataset" ("synthetic", "text:PATH", "tokens:PATH") sets
+  // dataset_type and dataset_path.
+  Status set(std::string_view key, ConfigValue value);
+  bool has_override(std::string_view key) const;
+  // The value after defaults, preset and overrides.
+  Result<ConfigValue> get(std::string_view key) const;
+  int64_t get_int(std::string_view key) const;        // REQUIRES: a known int key
+  double get_float(std::string_view key) const;       // REQUIRES: a known float key
+  bool get_bool(std::string_view key) const;          // REQUIRES: a known bool key
+  std::string get_string(std::string_view key) const; // REQUIRES: a known string key
+  // Every key with its resolved value, sorted: the `params` table of the metrics store.
+  std::map<std::string, std::string> flatten() const;
+  const std::map<std::string, ConfigValue>& overrides() const { return overrides_; }
+
+ private:
+  const ConfigValue* preset_value(std::string_view key) const;
+  std::map<std::string, ConfigValue> overrides_;  // user-set keys
+};
+
+// The derived values a run needs, validated together.
+struct ResolvedConfig {
+  ModelConfig model;
+  int64_t num_devices = 1;
+  int64_t per_device_batch_size = 0;   // after int() of the float key
+  int64_t global_batch_size = 0;       // MaxText global_batch_size_to_load
+  int64_t max_target_length = 0;       // T
+  int64_t steps = 0;
+  // Optimizer (optax.adamw, MaxText defaults) and schedule.
+  double learning_rate = 0, warmup_steps_fraction = 0, learning_rate_final_fraction = 0;
+  int64_t warmup_steps = 0, cos_steps = 0;
+  double adam_b1 = 0, adam_b2 = 0, adam_eps = 0, adam_weight_decay = 0;
+  double gradient_clipping_threshold = 0;
+  // Data.
+  std::string dataset_type;  // synthetic | text | tokens
+  std::string dataset_path;
+  uint64_t init_weights_seed = 0, data_shuffle_seed = 0;
+  std::string run_name;
+};
+
+// Validates and derives; errors name the key and value (e.g. "per_device_batch_size must be
+// positive, got -1").
+Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices);
+
+// Closest known key to `key` (edit distance), or "" if none is close.
+std::string suggest_config_key(std::string_view key);
+
+}  // namespace eng

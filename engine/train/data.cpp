@@ -1,0 +1,176 @@
+// engine/train/data.cpp: synthetic, byte-level text and .npy token sources.
+#include "engine/train/data.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "engine/base/hash.h"
+
+namespace eng {
+
+void HostBatch::resize(int64_t b, int64_t t) {
+  batch = b;
+  seq = t;
+  for (auto* v : {&inputs, &inputs_position, &inputs_segmentation, &targets, &targets_position,
+                  &targets_segmentation})
+    v->resize(static_cast<size_t>(b * t));
+}
+
+std::vector<const std::vector<int32_t>*> HostBatch::arrays() const {
+  return {&inputs, &inputs_position, &inputs_segmentation,
+          &targets, &targets_position, &targets_segmentation};
+}
+
+namespace {
+
+// Positions 0..T-1 and segment id 1 everywhere: unpacked sequences, no padding.
+void fill_positions(HostBatch& out) {
+  for (int64_t b = 0; b < out.batch; ++b)
+    for (int64_t t = 0; t < out.seq; ++t) {
+      const size_t i = static_cast<size_t>(b * out.seq + t);
+      out.inputs_position[i] = out.targets_position[i] = static_cast<int32_t>(t);
+      out.inputs_segmentation[i] = out.targets_segmentation[i] = 1;
+    }
+}
+
+// MaxText's SyntheticDataIterator: zeros for inputs and targets, iota positions, ones
+// for segmentation. Meant for performance runs (the loss quickly reaches ~0).
+class SyntheticSource : public DataSource {
+ public:
+  SyntheticSource(int64_t b, int64_t t) : b_(b), t_(t) {}
+  void next(HostBatch& out) override {
+    out.resize(b_, t_);
+    std::fill(out.inputs.begin(), out.inputs.end(), 0);
+    std::fill(out.targets.begin(), out.targets.end(), 0);
+    fill_positions(out);
+    ++position_;
+  }
+  std::string describe() const override { return "synthetic"; }
+
+ private:
+  int64_t b_, t_;
+};
+
+// Windows of T+1 tokens from one token stream: row r of batch i starts at a uniform
+// offset drawn from (seed, i, r); inputs = window[0:T], targets = window[1:T+1].
+class StreamSource : public DataSource {
+ public:
+  StreamSource(std::vector<int32_t> tokens, int64_t b, int64_t t, uint64_t seed, std::string what)
+      : tokens_(std::move(tokens)), b_(b), t_(t), seed_(seed), what_(std::move(what)) {}
+  void next(HostBatch& out) override {
+    out.resize(b_, t_);
+    const uint64_t span = static_cast<uint64_t>(tokens_.size()) - static_cast<uint64_t>(t_);
+    for (int64_t r = 0; r < b_; ++r) {
+      uint64_t h = hash_mix(hash_mix(seed_, static_cast<uint64_t>(position_)), static_cast<uint64_t>(r));
+      const int64_t start = static_cast<int64_t>(h % span);
+      std::memcpy(&out.inputs[r * t_], &tokens_[start], sizeof(int32_t) * t_);
+      std::memcpy(&out.targets[r * t_], &tokens_[start + 1], sizeof(int32_t) * t_);
+    }
+    fill_positions(out);
+    ++position_;
+  }
+  std::string describe() const override { return what_; }
+
+ private:
+  std::vector<int32_t> tokens_;
+  int64_t b_, t_;
+  uint64_t seed_;
+  std::string what_;
+};
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return not_found("data: cannot open '{}': {}", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return io_error("data: error reading '{}'", path);
+  return ss.str();
+}
+
+// A 1-D .npy array of integers (<u2, <i4, <i8, |u1): numpy.save's format version 1-3.
+Result<std::vector<int32_t>> parse_npy(const std::string& path, const std::string& raw, int64_t vocab) {
+  if (raw.size() < 10 || raw.compare(0, 6, "\x93NUMPY") != 0)
+    return invalid_argument("data: '{}' is not a .npy file (bad magic)", path);
+  const int major = static_cast<unsigned char>(raw[6]);
+  size_t header_len, offset;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(raw[8]) | (static_cast<unsigned char>(raw[9]) << 8);
+    offset = 10;
+  } else {
+    if (raw.size() < 12) return invalid_argument("data: '{}': truncated .npy header", path);
+    header_len = 0;
+    for (int i = 0; i < 4; ++i) header_len |= static_cast<size_t>(static_cast<unsigned char>(raw[8 + i])) << (8 * i);
+    offset = 12;
+  }
+  if (offset + header_len > raw.size()) return invalid_argument("data: '{}': truncated .npy header", path);
+  const std::string header = raw.substr(offset, header_len);
+  auto field = [&](const char* key) -> std::string {
+    size_t k = header.find(key);
+    if (k == std::string::npos) return "";
+    size_t colon = header.find(':', k);
+    size_t end = header.find_first_of(",}", colon);
+    std::string v = header.substr(colon + 1, end - colon - 1);
+    if (v.find('(') != std::string::npos) v = header.substr(colon + 1, header.find(')', colon) - colon);
+    return v;
+  };
+  std::string descr = field("'descr'"), fortran = field("'fortran_order'");
+  if (fortran.find("True") != std::string::npos)
+    return invalid_argument("data: '{}': fortran-ordered arrays are not supported", path);
+  int width;
+  bool is_signed;
+  if (descr.find("u1") != std::string::npos) width = 1, is_signed = false;
+  else if (descr.find("<u2") != std::string::npos) width = 2, is_signed = false;
+  else if (descr.find("<i4") != std::string::npos) width = 4, is_signed = true;
+  else if (descr.find("<i8") != std::string::npos) width = 8, is_signed = true;
+  else
+    return invalid_argument("data: '{}': dtype {} not supported; use uint8, uint16, int32 or int64",
+                            path, descr);
+  const size_t data_off = offset + header_len;
+  const size_t n = (raw.size() - data_off) / width;
+  std::vector<int32_t> tokens(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t v = 0;
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(raw.data() + data_off + i * width);
+    uint64_t u = 0;
+    for (int k = 0; k < width; ++k) u |= static_cast<uint64_t>(p[k]) << (8 * k);
+    v = static_cast<int64_t>(u);
+    if (is_signed && width == 4) v = static_cast<int32_t>(u);
+    if (v < 0 || v >= vocab)
+      return invalid_argument("data: '{}': token {} at index {} is outside the vocabulary [0, {})",
+                              path, v, i, vocab);
+    tokens[i] = static_cast<int32_t>(v);
+  }
+  return tokens;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DataSource>> make_data_source(const ResolvedConfig& c) {
+  const int64_t B = c.global_batch_size, T = c.max_target_length;
+  if (c.dataset_type == "synthetic") return std::unique_ptr<DataSource>(new SyntheticSource(B, T));
+  ENG_ASSIGN_OR_RETURN(std::string raw, read_file(c.dataset_path));
+  std::vector<int32_t> tokens;
+  std::string what;
+  if (c.dataset_type == "text") {
+    if (raw.empty()) return invalid_argument("data: text file '{}' is empty", c.dataset_path);
+    if (c.model.vocab_size < 256)
+      return invalid_argument("data: byte-level text needs vocab_size >= 256, got {}",
+                              c.model.vocab_size);
+    tokens.resize(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) tokens[i] = static_cast<unsigned char>(raw[i]);
+    what = fmt::format("text:{} ({} bytes)", c.dataset_path, raw.size());
+  } else {
+    ENG_ASSIGN_OR_RETURN(tokens, parse_npy(c.dataset_path, raw, c.model.vocab_size));
+    what = fmt::format("tokens:{} ({} tokens)", c.dataset_path, tokens.size());
+  }
+  if (static_cast<int64_t>(tokens.size()) < T + 2)
+    return invalid_argument("data: '{}' has {} tokens, fewer than one sequence of {} + 1",
+                            c.dataset_path, tokens.size(), T);
+  return std::unique_ptr<DataSource>(new StreamSource(std::move(tokens), B, T, c.data_shuffle_seed, what));
+}
+
+}  // namespace eng

@@ -1,0 +1,43 @@
+// engine/train/data.h: the input pipeline: synthetic (MaxText semantics), byte-level text
+// from any file, and pre-tokenized .npy token files. Deterministic and seekable: batch i
+// depends only on (seed, i), so a resumed run sees the same data as an uninterrupted one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/train/config.h"
+
+namespace eng {
+
+// One global batch, as MaxText's get_shaped_batch arrays: (B, T) int32 each.
+struct HostBatch {
+  int64_t batch = 0, seq = 0;
+  std::vector<int32_t> inputs, inputs_position, inputs_segmentation;
+  std::vector<int32_t> targets, targets_position, targets_segmentation;
+  void resize(int64_t b, int64_t t);
+  // The six arrays in declare_batch's argument order.
+  std::vector<const std::vector<int32_t>*> arrays() const;
+};
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  // Fills `out` with batch number position() and advances; reuses out's storage.
+  virtual void next(HostBatch& out) = 0;
+  virtual std::string describe() const = 0;  // "text:/usr/share/games/fortunes (1.2 MB)"
+  int64_t position() const { return position_; }
+  void set_position(int64_t p) { position_ = p; }
+
+ protected:
+  int64_t position_ = 0;  // batches produced so far (checkpointed as the data position)
+};
+
+// Opens the dataset the config names. Errors: missing or unreadable file, empty text,
+// text shorter than one sequence, token ids outside [0, vocab), a malformed .npy header.
+Result<std::unique_ptr<DataSource>> make_data_source(const ResolvedConfig& config);
+
+}  // namespace eng

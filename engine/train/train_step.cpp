@@ -1,0 +1,99 @@
+// engine/train/train_step.cpp: assembles train_step and MaxText's TFLOPs formula.
+#include "engine/train/train_step.h"
+
+#include "engine/ir/autodiff.h"
+#include "engine/ir/builder.h"
+#include "engine/model/llama.h"
+
+namespace eng {
+
+Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
+  Builder b("train_step");
+  LlamaParams params = declare_llama_params(b, c.model);
+  const int n = static_cast<int>(params.all.size());
+  std::vector<ValueId> mu(n), nu(n);
+  for (int i = 0; i < n; ++i) {
+    const ValueInfo p = b.info(params.all[i]);
+    const std::string path = p.name.substr(std::string("params/").size());
+    mu[i] = b.argument("opt_state/mu/" + path, p.shape, p.dtype, p.logical, ArgRole::kOptMu);
+  }
+  for (int i = 0; i < n; ++i) {
+    const ValueInfo p = b.info(params.all[i]);
+    const std::string path = p.name.substr(std::string("params/").size());
+    nu[i] = b.argument("opt_state/nu/" + path, p.shape, p.dtype, p.logical, ArgRole::kOptNu);
+  }
+  ValueId step = b.argument("step", Shape{}, DType::kI32, {}, ArgRole::kStep);
+  BatchArgs batch = declare_batch(b, c.global_batch_size, c.max_target_length);
+
+  LossValues loss = trace_llama_loss(b, c.model, params, batch);
+  std::vector<ValueId> grads = append_gradients(b, loss.loss, params.all);
+
+  // Global-norm clipping (optax.clip_by_global_norm) folded into the AdamW update.
+  std::vector<ValueId> grad_sq;
+  for (ValueId g : grads) grad_sq.push_back(b.sum_squares(g));
+  ValueId raw_norm = b.global_norm(grad_sq);
+  ValueId clip = b.clip_factor(raw_norm, c.gradient_clipping_threshold);
+  ValueId grad_norm = b.mul(raw_norm, clip);
+  ValueId lr = b.learning_rate(step, c.learning_rate, c.warmup_steps, c.cos_steps,
+                               c.learning_rate_final_fraction);
+
+  std::vector<ValueId> new_params(n), new_mu(n), new_nu(n);
+  for (int i = 0; i < n; ++i) {
+    auto upd = b.adamw(params.all[i], grads[i], mu[i], nu[i], lr, clip, step, c.adam_b1, c.adam_b2,
+                       c.adam_eps, c.adam_weight_decay);
+    new_params[i] = upd[0];
+    new_mu[i] = upd[1];
+    new_nu[i] = upd[2];
+  }
+  std::vector<ValueId> param_sq;
+  for (ValueId p : new_params) param_sq.push_back(b.sum_squares(p));
+  ValueId param_norm = b.global_norm(param_sq);
+  ValueId new_step = b.increment(step);
+
+  const Program& prog = b.program();
+  for (int i = 0; i < n; ++i) b.output(new_params[i], prog.value(params.all[i]).name, i);
+  for (int i = 0; i < n; ++i) b.output(new_mu[i], prog.value(mu[i]).name, n + i);
+  for (int i = 0; i < n; ++i) b.output(new_nu[i], prog.value(nu[i]).name, 2 * n + i);
+  b.output(new_step, "step", 3 * n);
+
+  TrainStepLayout l;
+  l.num_params = n;
+  l.step_arg = 3 * n;
+  l.first_batch_arg = 3 * n + 1;
+  l.first_metric_output = 3 * n + 1;
+  const std::pair<const char*, ValueId> metrics[] = {
+      {"learning/loss", loss.loss},
+      {"learning/total_weights", loss.total_weights},
+      {"learning/raw_grad_norm", raw_norm},
+      {"learning/grad_norm", grad_norm},
+      {"learning/param_norm", param_norm},
+      {"learning/current_learning_rate", lr},
+  };
+  for (const auto& [name, v] : metrics) {
+    b.output(v, name);
+    l.metric_names.push_back(name);
+  }
+  if (layout) *layout = l;
+  return std::move(b).finish();
+}
+
+TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double B, int64_t seq,
+                                                    int64_t grad_accum) {
+  const double S = static_cast<double>(seq), E = static_cast<double>(m.emb_dim);
+  const double mlp = static_cast<double>(m.mlp_dim), L = static_cast<double>(m.num_decoder_layers);
+  const double Hq = static_cast<double>(m.num_query_heads), Hkv = static_cast<double>(m.num_kv_heads);
+  const double hd = static_cast<double>(m.head_dim), V = static_cast<double>(m.vocab_size);
+  const double n_act = static_cast<double>(m.mlp_activations.size());
+  const double ffn = 2 * B * S * mlp * E * n_act + 2 * B * S * mlp * E;
+  const double qkv = 2 * B * S * E * (Hq + 2 * Hkv) * hd;
+  const double proj = 2 * B * S * E * Hq * hd;
+  const double causal_attention = 4 * B * S * S * Hq * hd / 2;
+  const double embedding = 2 * B * S * E * V;
+  TrainingTflops t;
+  t.learnable = (ffn * L + (qkv + proj) * L + embedding) * 3 / 1e12 * static_cast<double>(grad_accum);
+  t.attention = causal_attention * L * 3 / 1e12 * static_cast<double>(grad_accum);
+  t.total = t.learnable + t.attention;
+  return t;
+}
+
+}  // namespace eng

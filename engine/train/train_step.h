@@ -1,0 +1,39 @@
+// engine/train/train_step.h: forward + backward + AdamW update traced as ONE Program.
+//
+// Arguments, in order: params (ArgRole::kParam), opt_state/mu/<path> (kOptMu),
+// opt_state/nu/<path> (kOptNu), step (kStep, i32 scalar: optax's count), then the six
+// batch arrays (kBatch). Outputs: every param, mu, nu and step updated in place (aliased),
+// then the metrics MaxText's train_step returns:
+//   learning/loss, learning/total_weights, learning/raw_grad_norm, learning/grad_norm
+//   (after clipping), learning/param_norm (of the new params), learning/current_learning_rate.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/ir/program.h"
+#include "engine/train/config.h"
+
+namespace eng {
+
+struct TrainStepLayout {
+  int num_params = 0;           // args [0, n) params, [n, 2n) mu, [2n, 3n) nu
+  int step_arg = -1;            // index of the step argument
+  int first_batch_arg = -1;     // six batch args from here
+  std::vector<std::string> metric_names;  // program outputs after the aliased state
+  int first_metric_output = -1;
+};
+
+Program build_train_step(const ResolvedConfig& config, TrainStepLayout* layout);
+
+// MaxText's calculate_tflops_training_per_device for a dense llama (reference/maxtext.md 4):
+// returns {total, learnable, attention} TFLOPs per device per step.
+struct TrainingTflops {
+  double total = 0, learnable = 0, attention = 0;
+};
+TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double per_device_batch,
+                                                    int64_t seq_len,
+                                                    int64_t gradient_accumulation_steps = 1);
+
+}  // namespace eng

@@ -1,0 +1,84 @@
+// tests/train/config_test.cpp: key table, presets, overrides, validation and did-you-mean.
+#include <gtest/gtest.h>
+
+#include "engine/train/config.h"
+
+namespace eng {
+namespace {
+
+TEST(ConfigTest, PresetThenOverrides) {
+  Config c;
+  ASSERT_TRUE(c.set("model_name", std::string("llama-small")).ok());
+  EXPECT_EQ(c.get_int("base_emb_dim"), 512);
+  EXPECT_EQ(c.get_int("max_target_length"), 512);
+  ASSERT_TRUE(c.set("max_target_length", int64_t{128}).ok());
+  EXPECT_EQ(c.get_int("max_target_length"), 128);
+  EXPECT_DOUBLE_EQ(c.get_float("adam_b2"), 0.95);         // MaxText default
+  EXPECT_DOUBLE_EQ(c.get_float("adam_weight_decay"), 0.1);
+  EXPECT_DOUBLE_EQ(c.get_float("learning_rate"), 3e-5);
+}
+
+TEST(ConfigTest, UnknownKeySuggestsTheClosest) {
+  Config c;
+  Status s = c.set("learning_rat", 1e-3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "config: unknown key 'learning_rat'; did you mean 'learning_rate'?");
+  s = c.set("per_device_batch", 4.0);
+  EXPECT_NE(s.message().find("did you mean 'per_device_batch_size'"), std::string::npos);
+}
+
+TEST(ConfigTest, WrongTypeNamesKeyAndBothTypes) {
+  Config c;
+  Status s = c.set("steps", std::string("ten"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "config: steps expects a integer, got a string (ten)");
+  EXPECT_TRUE(c.set("learning_rate", int64_t{1}).ok());  // ints widen to floats
+  EXPECT_FALSE(c.set("steps", 2.5).ok());
+  EXPECT_TRUE(c.set("steps", 3.0).ok());
+}
+
+TEST(ConfigTest, DatasetShorthandAndModelAlias) {
+  Config c;
+  ASSERT_TRUE(c.set("dataset", std::string("text:/tmp/x.txt")).ok());
+  EXPECT_EQ(c.get_string("dataset_type"), "text");
+  EXPECT_EQ(c.get_string("dataset_path"), "/tmp/x.txt");
+  EXPECT_FALSE(c.set("dataset", std::string("hf:foo")).ok());
+  ASSERT_TRUE(c.set("model", std::string("llama2-7b")).ok());
+  EXPECT_EQ(c.get_string("model_name"), "llama2-7b");
+  Status s = c.set("model", std::string("gpt5"));
+  EXPECT_NE(s.message().find("unknown model 'gpt5'"), std::string::npos);
+}
+
+TEST(ConfigTest, ResolveDerivesMaxTextValues) {
+  Config c;
+  ASSERT_TRUE(c.set("steps", int64_t{100}).ok());
+  ResolvedConfig r = resolve_config(c, 4).value();
+  EXPECT_EQ(r.global_batch_size, 32);  // 4 devices x 8 (llama-tiny preset)
+  EXPECT_EQ(r.warmup_steps, 10);
+  EXPECT_EQ(r.cos_steps, 90);
+  ASSERT_TRUE(c.set("per_device_batch_size", -1.0).ok());
+  Result<ResolvedConfig> bad = resolve_config(c, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "config: per_device_batch_size must be positive, got -1");
+}
+
+TEST(ConfigTest, ResolveRejectsModelErrors) {
+  Config c;
+  ASSERT_TRUE(c.set("base_num_query_heads", int64_t{-2}).ok());
+  Result<ResolvedConfig> r = resolve_config(c, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("num_query_heads must be positive, got -2"), std::string::npos);
+  Config d;
+  ASSERT_TRUE(d.set("dataset_type", std::string("text")).ok());
+  EXPECT_NE(resolve_config(d, 1).status().message().find("needs dataset_path"), std::string::npos);
+}
+
+TEST(ConfigTest, FlattenHasEveryKey) {
+  Config c;
+  auto flat = c.flatten();
+  EXPECT_EQ(flat.size(), config_keys().size());
+  EXPECT_EQ(flat["model_name"], "llama-tiny");
+}
+
+}  // namespace
+}  // namespace eng

@@ -1,0 +1,68 @@
+// tests/train/train_step_test.cpp: the train_step program's layout and MaxText's TFLOPs formula.
+#include <chrono>
+
+#include <gtest/gtest.h>
+
+#include "engine/train/train_step.h"
+
+namespace eng {
+namespace {
+
+TEST(TflopsTest, MaxTextTinyConfigCheckValue) {
+  // compile_cache_test's tiny model: B=1, S=64, E=16, Hq=Hkv=4, hd=64, mlp=16, L=1, V=32.
+  ModelConfig m;
+  m.vocab_size = 32;
+  m.emb_dim = 16;
+  m.num_query_heads = m.num_kv_heads = 4;
+  m.head_dim = 64;
+  m.mlp_dim = 16;
+  m.num_decoder_layers = 1;
+  TrainingTflops t = calculate_tflops_training_per_device(m, 1.0, 64);
+  EXPECT_NEAR(t.learnable, 6.782976e-6, 1e-15);
+  EXPECT_NEAR(t.attention, 6.291456e-6, 1e-15);
+  EXPECT_NEAR(t.total, 1.3074432e-5, 1e-15);
+}
+
+TEST(TrainStepTest, OneProgramWithAliasedStateAndMaxTextMetrics) {
+  Config c;
+  ASSERT_TRUE(c.set("base_num_decoder_layers", int64_t{1}).ok());
+  ResolvedConfig r = resolve_config(c, 1).value();
+  TrainStepLayout layout;
+  Program p = build_train_step(r, &layout);
+  const int n = layout.num_params;
+  EXPECT_EQ(n, 3 + 9);
+  ASSERT_EQ(static_cast<int>(p.args().size()), 3 * n + 1 + 6);
+  EXPECT_EQ(p.value(p.args()[n].value).name, "opt_state/mu/token_embedder/embedding");
+  EXPECT_EQ(p.value(p.args()[layout.step_arg].value).name, "step");
+  EXPECT_EQ(p.value(p.args()[layout.first_batch_arg].value).name, "inputs");
+  EXPECT_EQ(p.value(p.args()[layout.first_batch_arg + 5].value).name, "targets_segmentation");
+  for (int i = 0; i <= 3 * n; ++i) EXPECT_EQ(p.outputs()[i].aliased_arg, i);
+  EXPECT_EQ(p.outputs()[layout.first_metric_output].name, "learning/loss");
+  EXPECT_EQ(p.find_output("learning/current_learning_rate"),
+            layout.first_metric_output + 5);
+  int adamw = 0, grads = 0;
+  for (const Instr& in : p.instrs()) {
+    adamw += in.kind == OpKind::kAdamW;
+    grads += in.kind == OpKind::kAttentionGrad;
+  }
+  EXPECT_EQ(adamw, n);
+  EXPECT_EQ(grads, 1);
+}
+
+TEST(TrainStepTest, Llama7bTracesInWellUnderASecond) {
+  Config c;
+  ASSERT_TRUE(c.set("model_name", std::string("llama2-7b")).ok());
+  ASSERT_TRUE(c.set("per_device_batch_size", 1.0).ok());
+  ResolvedConfig r = resolve_config(c, 256).value();
+  auto t0 = std::chrono::steady_clock::now();
+  TrainStepLayout layout;
+  Program p = build_train_step(r, &layout);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 2.0);
+  int64_t params = 0;
+  for (int i = 0; i < layout.num_params; ++i) params += p.value(p.args()[i].value).shape.numel();
+  EXPECT_EQ(params, r.model.num_params());
+}
+
+}  // namespace
+}  // namespace eng
