@@ -65,6 +65,8 @@ struct TempInfo {
 
 class Executable {
  public:
+  // Unique per compile() in this process: the runtime keys its prepared arenas on it.
+  uint64_t id() const { return id_; }
   const Program& program() const { return program_; }    // the per-device program
   const Mesh& mesh() const { return mesh_; }
   const std::vector<BufferSlot>& slots() const { return slots_; }  // indexed by ValueId
@@ -78,6 +80,7 @@ class Executable {
  private:
   friend Result<std::shared_ptr<const Executable>> compile(const Program&, const Mesh&,
                                                            const CompileOptions&);
+  uint64_t id_ = 0;
   Program program_;
   Mesh mesh_;
   std::vector<BufferSlot> slots_;
@@ -89,5 +92,12 @@ class Executable {
 
 Result<std::shared_ptr<const Executable>> compile(const Program& program, const Mesh& mesh,
                                                   const CompileOptions& options);
+
+// Cost model (cost.cpp) of one instruction and of a whole (per-device) program: matmul
+// 2MNK; causal attention 2·B·H·D·T(T+1) forward (QK^T and PV over the causal half) and
+// twice that backward; a few flops per element for everything else.
+double instr_flops(const Program& p, const Instr& in);
+double instr_bytes_accessed(const Program& p, const Instr& in);
+CostAnalysis estimate_cost(const Program& p);
 
 }  // namespace eng
