@@ -1,0 +1,101 @@
+// engine/tensor/blas.cpp: the only includer of cblas.h; dlopens OpenBLAS after fixing its env.
+#include "engine/tensor/blas.h"
+
+#include <cblas.h>  // enums and prototypes only: symbols are resolved with dlsym
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "engine/base/check.h"
+
+namespace eng {
+namespace {
+
+constexpr const char* kLibName = "libopenblas.so.0";
+
+struct Api {
+  decltype(&cblas_sgemm) sgemm = nullptr;
+  BlasInfo info;
+};
+
+template <typename Fn>
+Fn resolve(void* lib, const char* name) {
+  void* sym = dlsym(lib, name);
+  ENG_CHECK(sym != nullptr, "blas: {} has no symbol {}: {}", kLibName, name, dlerror());
+  return reinterpret_cast<Fn>(sym);
+}
+
+// OpenBLAS reads these when it loads; remove the ones that would slow us down.
+std::string fix_environment() {
+  std::string note;
+  const char* forced = std::getenv("SHARDLAB_OPENBLAS_CORETYPE");
+  for (const char* var : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"}) {
+    if (const char* old = std::getenv(var)) {
+      note += fmt::format("unset {}={}; ", var, old);
+      unsetenv(var);
+    }
+  }
+  if (forced != nullptr && *forced != '\0') {
+    setenv("OPENBLAS_CORETYPE", forced, 1);
+    note += fmt::format("OPENBLAS_CORETYPE={} (from SHARDLAB_OPENBLAS_CORETYPE); ", forced);
+  } else {
+    note += "core type autodetected; ";
+  }
+  // Start no OpenBLAS worker threads at all: the engine's pool does the splitting.
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  return note;
+}
+
+Api load() {
+  Api api;
+  api.info.preloaded = dlopen(kLibName, RTLD_NOW | RTLD_NOLOAD) != nullptr;
+  api.info.env_note = fix_environment();
+  if (api.info.preloaded) api.info.env_note += "library was already loaded: env fix too late; ";
+  void* lib = dlopen(kLibName, RTLD_NOW | RTLD_LOCAL);
+  ENG_CHECK(lib != nullptr, "blas: cannot load {} ({}); install libopenblas0-pthread", kLibName,
+            dlerror());
+  api.sgemm = resolve<decltype(&cblas_sgemm)>(lib, "cblas_sgemm");
+  auto set_threads = resolve<decltype(&openblas_set_num_threads)>(lib, "openblas_set_num_threads");
+  auto get_threads = resolve<decltype(&openblas_get_num_threads)>(lib, "openblas_get_num_threads");
+  auto corename = resolve<decltype(&openblas_get_corename)>(lib, "openblas_get_corename");
+  auto config = resolve<decltype(&openblas_get_config)>(lib, "openblas_get_config");
+  set_threads(1);
+  api.info.num_threads = get_threads();
+  api.info.core = corename();
+  api.info.config = config();
+  while (!api.info.config.empty() && api.info.config.back() == ' ') api.info.config.pop_back();
+  return api;
+}
+
+const Api& api() {
+  static const Api a = load();  // thread-safe, once per process
+  return a;
+}
+
+}  // namespace
+
+const BlasInfo& blas_info() { return api().info; }
+
+namespace blas {
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // no products: C = beta * C (OpenBLAS rejects lda < 1 here)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = beta == 0.f ? 0.f : beta * C[m * ldc + n];
+    return;
+  }
+  api().sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
+              static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
+              static_cast<blasint>(ldc));
+}
+
+}  // namespace blas
+}  // namespace eng

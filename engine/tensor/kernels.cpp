@@ -1,0 +1,297 @@
+// engine/tensor/kernels.cpp: fast f32 kernels (matmul split, embedding, RMSNorm, RoPE,
+// reductions) on the engine's one pool; elementwise.cpp and loss.cpp hold the rest.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/base/check.h"
+#include "engine/base/thread_pool.h"
+#include "engine/tensor/blas.h"
+#include "engine/tensor/kernels.h"
+#include "engine/tensor/simd.h"
+
+namespace eng::kern {
+namespace {
+
+// Below this much work a parallel_for costs more than it saves (pool wake-up ~ microseconds).
+constexpr int64_t kMinParallelElems = 1 << 14;
+constexpr double kMinParallelFlops = 4e6;
+
+// Rows per parallel chunk so that each chunk touches about kMinParallelElems floats.
+int64_t row_grain(int64_t row_len) { return std::max<int64_t>(1, kMinParallelElems / std::max<int64_t>(1, row_len)); }
+
+using simd::Mask;
+using simd::Vec;
+using simd::kW;
+
+}  // namespace
+
+// ---- matmul ---------------------------------------------------------------------------------
+
+void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+            int64_t ldc) {
+  ThreadPool& pool = default_pool();
+  const int64_t nt = pool.num_threads();
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  // Split rows of C (each thread packs all of B), or columns when M is small.
+  const bool by_rows = M >= N || M >= 128 * nt;
+  const int64_t dim = by_rows ? M : N;
+  const int64_t parts = std::min<int64_t>(nt, dim / 16);
+  if (parts <= 1 || flops < kMinParallelFlops || ThreadPool::in_parallel_region()) {
+    blas::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const int64_t per = ((dim + parts - 1) / parts + 15) / 16 * 16;  // whole 16-wide tiles
+  pool.run(parts, [&](int64_t p) {
+    const int64_t lo = p * per, hi = std::min(dim, lo + per);
+    if (lo >= hi) return;
+    if (by_rows) {
+      const float* a = trans_a ? A + lo : A + lo * lda;  // A: (M, K) or (K, M)
+      blas::sgemm(trans_a, trans_b, hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + lo * ldc, ldc);
+    } else {
+      const float* b = trans_b ? B + lo * ldb : B + lo;  // B: (K, N) or (N, K)
+      blas::sgemm(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
+    }
+  });
+}
+
+// ---- embedding ------------------------------------------------------------------------------
+
+void embed_lookup(const float* table, const int32_t* ids, float* out, int64_t N, int64_t V,
+                  int64_t E) {
+  parallel_for(N, row_grain(E), [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      const int32_t id = ids[n];
+      if (id >= 0 && id < V)
+        std::memcpy(out + n * E, table + id * E, sizeof(float) * E);
+      else
+        std::memset(out + n * E, 0, sizeof(float) * E);
+    }
+  });
+}
+
+// Parallel over column slices of the table: every dtable element is summed by one thread in
+// the order n = 0, 1, ..., so the result is bitwise the same for any thread count.
+void embed_lookup_grad(const int32_t* ids, const float* dy, float* dtable, int64_t N, int64_t V,
+                       int64_t E) {
+  parallel_for(V, row_grain(E), [&](int64_t lo, int64_t hi) {
+    std::memset(dtable + lo * E, 0, sizeof(float) * (hi - lo) * E);
+  });
+  const int64_t col_grain = std::max<int64_t>(16, kMinParallelElems / std::max<int64_t>(1, N));
+  parallel_for(E, col_grain, [&](int64_t e0, int64_t e1) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int32_t id = ids[n];
+      if (id < 0 || id >= V) continue;
+      float* dst = dtable + id * E;   // (E)
+      const float* src = dy + n * E;  // (E)
+      for (int64_t e = e0; e < e1; e += kW) {
+        Mask m = simd::mask_for(e1 - e);
+        simd::store(dst + e, simd::load(dst + e, m) + simd::load(src + e, m), m);
+      }
+    }
+  });
+}
+
+void one_hot(const int32_t* ids, float* out, int64_t N, int64_t V) {
+  parallel_for(N, row_grain(V), [&](int64_t lo, int64_t hi) {
+    std::memset(out + lo * V, 0, sizeof(float) * (hi - lo) * V);
+    for (int64_t n = lo; n < hi; ++n)
+      if (ids[n] >= 0 && ids[n] < V) out[n * V + ids[n]] = 1.f;
+  });
+}
+
+// ---- RMSNorm --------------------------------------------------------------------------------
+
+void rmsnorm_forward(const float* x, const float* scale, float* y, float* rstd, int64_t N,
+                     int64_t E, float eps) {
+  parallel_for(N, row_grain(E), [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      const float* xr = x + n * E;  // (E)
+      float* yr = y + n * E;        // (E)
+      const float r = 1.f / std::sqrt(simd::dot(xr, xr, E) / static_cast<float>(E) + eps);
+      rstd[n] = r;
+      const Vec rv = simd::set1(r);
+      for (int64_t e = 0; e < E; e += kW) {
+        Mask m = simd::mask_for(E - e);
+        simd::store(yr + e, simd::load(xr + e, m) * rv * simd::load(scale + e, m), m);
+      }
+    }
+  });
+}
+
+// dscale is summed per fixed block of kNormRows rows (partials in the caller's scratch), then
+// the blocks are added in order: deterministic for any thread count.
+void rmsnorm_backward(const float* x, const float* scale, const float* rstd, const float* dy,
+                      float* dx, float* dscale, int64_t N, int64_t E) {
+  constexpr int64_t kNormRows = 32;
+  const int64_t blocks = (N + kNormRows - 1) / kNormRows;
+  thread_local std::vector<float> t_partials;  // (blocks, E), grown once
+  if (static_cast<int64_t>(t_partials.size()) < blocks * E) t_partials.resize(blocks * E);
+  float* partials = t_partials.data();
+  parallel_for(blocks, row_grain(kNormRows * E), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      float* part = partials + b * E;  // (E)
+      std::fill(part, part + E, 0.f);
+      for (int64_t n = b * kNormRows; n < std::min(N, (b + 1) * kNormRows); ++n) {
+        const float* xr = x + n * E;
+        const float* dyr = dy + n * E;
+        float* dxr = dx + n * E;
+        const float r = rstd[n];
+        Vec acc = simd::set1(0.f);  // sum_e dy * s * x
+        for (int64_t e = 0; e < E; e += kW) {
+          Mask m = simd::mask_for(E - e);
+          acc = simd::fma(simd::load(dyr + e, m) * simd::load(scale + e, m), simd::load(xr + e, m), acc);
+        }
+        const Vec rv = simd::set1(r);
+        const Vec cv = simd::set1(r * r * r * simd::reduce_add(acc) / static_cast<float>(E));
+        for (int64_t e = 0; e < E; e += kW) {
+          Mask m = simd::mask_for(E - e);
+          const Vec xv = simd::load(xr + e, m), dyv = simd::load(dyr + e, m);
+          simd::store(dxr + e, rv * dyv * simd::load(scale + e, m) - xv * cv, m);
+          simd::store(part + e, simd::fma(dyv * xv, rv, simd::load(part + e, m)), m);
+        }
+      }
+    }
+  });
+  parallel_for(E, std::max<int64_t>(16, kMinParallelElems / std::max<int64_t>(1, blocks)),
+               [&](int64_t e0, int64_t e1) {
+                 for (int64_t e = e0; e < e1; e += kW) {
+                   Mask m = simd::mask_for(e1 - e);
+                   Vec acc = simd::set1(0.f);
+                   for (int64_t b = 0; b < blocks; ++b) acc = acc + simd::load(partials + b * E + e, m);
+                   simd::store(dscale + e, acc, m);
+                 }
+               });
+}
+
+// ---- RoPE -----------------------------------------------------------------------------------
+namespace {
+
+// cos/sin of pos / timescale_i for positions [0, npos), one per thread, grown on first use:
+// row p holds cos for i < D/2 then sin. Angles are computed in double.
+struct RopeTable {
+  int64_t D = 0;
+  float min_ts = 0, max_ts = 0;
+  int64_t npos = 0;
+  std::vector<float> cs;  // (npos, D)
+
+  static void fill_row(float* row, int64_t pos, int64_t D, float min_ts, float max_ts) {
+    const int64_t half = D / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      const double ts = static_cast<double>(min_ts) *
+                        std::pow(static_cast<double>(max_ts) / min_ts, 2.0 * i / static_cast<double>(D));
+      const double ang = static_cast<double>(pos) / ts;
+      row[i] = static_cast<float>(std::cos(ang));
+      row[half + i] = static_cast<float>(std::sin(ang));
+    }
+  }
+  const float* row(int64_t pos) {
+    if (pos >= npos) {
+      const int64_t want = std::max<int64_t>(pos + 1, 2 * npos);
+      cs.resize(want * D);
+      for (int64_t p = npos; p < want; ++p) fill_row(cs.data() + p * D, p, D, min_ts, max_ts);
+      npos = want;
+    }
+    return cs.data() + pos * D;
+  }
+};
+constexpr int64_t kRopeMaxCachedPos = 1 << 16;
+
+}  // namespace
+
+void rope(const float* x, const int32_t* pos, float* y, int64_t B, int64_t T, int64_t H,
+          int64_t D, float min_timescale, float max_timescale, bool inverse) {
+  const int64_t half = D / 2;
+  const int64_t row = H * D;
+  parallel_for(B * T, row_grain(row), [&](int64_t lo, int64_t hi) {
+    thread_local RopeTable table;
+    if (table.D != D || table.min_ts != min_timescale || table.max_ts != max_timescale) {
+      table = RopeTable{D, min_timescale, max_timescale, 0, std::move(table.cs)};
+    }
+    thread_local std::vector<float> t_odd;  // one row for positions outside the cache
+    for (int64_t bt = lo; bt < hi; ++bt) {
+      const int64_t p = pos[bt];
+      const float* cs;
+      if (p >= 0 && p < kRopeMaxCachedPos) {
+        cs = table.row(p);
+      } else {
+        t_odd.resize(D);
+        RopeTable::fill_row(t_odd.data(), p, D, min_timescale, max_timescale);
+        cs = t_odd.data();
+      }
+      const float* c = cs;
+      const float* s = cs + half;
+      const float sign = inverse ? -1.f : 1.f;
+      for (int64_t h = 0; h < H; ++h) {
+        const float* xr = x + bt * row + h * D;  // (D)
+        float* yr = y + bt * row + h * D;        // (D)
+        for (int64_t i = 0; i < half; i += kW) {
+          Mask m = simd::mask_for(half - i);
+          const Vec x1 = simd::load(xr + i, m), x2 = simd::load(xr + half + i, m);
+          const Vec ci = simd::load(c + i, m), si = simd::set1(sign) * simd::load(s + i, m);
+          simd::store(yr + i, x1 * ci - x2 * si, m);
+          simd::store(yr + half + i, x2 * ci + x1 * si, m);
+        }
+      }
+    }
+  });
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+namespace {
+
+// Fixed chunks (independent of the thread count), each summed in a fixed lane order, then
+// the chunk sums added in order: the result is bitwise reproducible.
+constexpr int64_t kSumChunk = 1 << 14;
+
+template <bool kSquares>
+double chunk_sum(const float* x, int64_t n) {
+#if ENG_AVX512
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  for (int64_t i = 0; i < n; i += simd::kW) {
+    __m512 v = _mm512_maskz_loadu_ps(simd::mask_for(n - i), x + i);
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    if constexpr (kSquares) {
+      a0 = _mm512_fmadd_pd(lo, lo, a0);
+      a1 = _mm512_fmadd_pd(hi, hi, a1);
+    } else {
+      a0 = _mm512_add_pd(a0, lo);
+      a1 = _mm512_add_pd(a1, hi);
+    }
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+#else
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += kSquares ? double(x[i]) * x[i] : double(x[i]);
+  return acc;
+#endif
+}
+
+template <bool kSquares>
+double chunked_sum(const float* x, int64_t n) {
+  if (n <= 0) return 0.0;
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  if (chunks == 1) return chunk_sum<kSquares>(x, n);
+  thread_local std::vector<double> t_partials;
+  if (static_cast<int64_t>(t_partials.size()) < chunks) t_partials.resize(chunks);
+  double* partials = t_partials.data();
+  parallel_for(chunks, 4, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t lo = c * kSumChunk;
+      partials[c] = chunk_sum<kSquares>(x + lo, std::min(kSumChunk, n - lo));
+    }
+  });
+  double total = 0;
+  for (int64_t c = 0; c < chunks; ++c) total += partials[c];
+  return total;
+}
+
+}  // namespace
+
+double sum(const float* x, int64_t n) { return chunked_sum<false>(x, n); }
+double sum_squares(const float* x, int64_t n) { return chunked_sum<true>(x, n); }
+
+}  // namespace eng::kern
