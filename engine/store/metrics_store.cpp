@@ -1,0 +1,568 @@
+// engine/store/metrics_store.cpp: opening, migrating, buffered writes and queries over SQLite.
+#include "engine/store/metrics_store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "engine/base/clock.h"
+
+namespace eng {
+
+int register_sql_functions(sqlite3* db);  // sql_functions.cpp
+
+namespace {
+
+SqlValue opt(const std::optional<double>& v) { return v ? SqlValue(*v) : SqlValue(); }
+SqlValue opt(const std::optional<int64_t>& v) { return v ? SqlValue(*v) : SqlValue(); }
+SqlValue text_or_null(const std::string& s) { return s.empty() ? SqlValue() : SqlValue(s); }
+SqlValue boolean(bool b) { return SqlValue(int64_t{b ? 1 : 0}); }
+int64_t now_or(int64_t ms) { return ms != 0 ? ms : unix_ms(); }
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", c);
+        else out += c;
+    }
+  }
+  return out + "\"";
+}
+
+template <typename T>
+std::string json_array(const std::vector<T>& xs) {
+  std::vector<std::string> parts;
+  for (const T& x : xs) {
+    if constexpr (std::is_same_v<T, std::string>) parts.push_back(json_string(x));
+    else parts.push_back(fmt::format("{}", x));
+  }
+  return fmt::format("[{}]", fmt::join(parts, ","));
+}
+
+std::string new_run_id() {
+  static std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(unix_ms())};
+  uint64_t hi = rng(), lo = rng();
+  hi = (hi & ~0xf000ULL) | 0x4000ULL;                 // uuid version 4
+  lo = (lo & ~(3ULL << 62)) | (2ULL << 62);           // RFC 4122 variant
+  return fmt::format("{:016x}{:016x}", hi, lo);
+}
+
+// One line of SQL for error messages: whitespace collapsed, long text cut.
+std::string sql_excerpt(std::string_view sql) {
+  std::string out;
+  for (char c : sql) {
+    bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out += space ? ' ' : c;
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  if (out.size() > 160) out = out.substr(0, 157) + "...";
+  return out;
+}
+
+Code code_for(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_ERROR: case SQLITE_RANGE: case SQLITE_MISMATCH: return Code::kInvalidArgument;
+    case SQLITE_CONSTRAINT: return Code::kFailedPrecondition;
+    case SQLITE_CORRUPT: case SQLITE_NOTADB: return Code::kDataLoss;
+    case SQLITE_FULL: case SQLITE_NOMEM: return Code::kResourceExhausted;
+    default: return Code::kIo;
+  }
+}
+
+int bind(sqlite3_stmt* stmt, int i, const SqlValue& v) {
+  switch (v.index()) {
+    case 0: return sqlite3_bind_null(stmt, i);
+    case 1: return sqlite3_bind_int64(stmt, i, std::get<int64_t>(v));
+    case 2: return sqlite3_bind_double(stmt, i, std::get<double>(v));
+    case 3: {
+      const std::string& s = std::get<std::string>(v);
+      return sqlite3_bind_text(stmt, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    }
+    default: {
+      const Blob& b = std::get<Blob>(v);
+      return sqlite3_bind_blob(stmt, i, b.data(), static_cast<int>(b.size()), SQLITE_TRANSIENT);
+    }
+  }
+}
+
+SqlValue column(sqlite3_stmt* stmt, int j) {
+  switch (sqlite3_column_type(stmt, j)) {
+    case SQLITE_INTEGER: return SqlValue(int64_t{sqlite3_column_int64(stmt, j)});
+    case SQLITE_FLOAT: return SqlValue(sqlite3_column_double(stmt, j));
+    case SQLITE_TEXT: {
+      auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, j));
+      return SqlValue(std::string(p, sqlite3_column_bytes(stmt, j)));
+    }
+    case SQLITE_BLOB: {
+      auto* p = static_cast<const uint8_t*>(sqlite3_column_blob(stmt, j));
+      return SqlValue(Blob(p, p + sqlite3_column_bytes(stmt, j)));
+    }
+    default: return SqlValue();
+  }
+}
+
+// Checks the path before SQLite does, because "unable to open database file" names no cause.
+Status check_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  fs::path dir = p.parent_path();
+  if (!dir.empty() && !fs::is_directory(dir, ec))
+    return io_error("store: cannot open '{}': directory '{}' does not exist", path, dir.string());
+  if (fs::is_directory(p, ec)) return io_error("store: cannot open '{}': it is a directory", path);
+  if (fs::exists(p, ec) && ::access(path.c_str(), W_OK) != 0)
+    return io_error("store: cannot open '{}': file is read-only", path);
+  if (!fs::exists(p, ec) && ::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+    return io_error("store: cannot open '{}': directory '{}' is read-only", path,
+                    dir.empty() ? "." : dir.string());
+  return ok_status();
+}
+
+}  // namespace
+
+std::string_view run_status_name(RunStatus s) {
+  switch (s) {
+    case RunStatus::kRunning: return "RUNNING";
+    case RunStatus::kFinished: return "FINISHED";
+    case RunStatus::kFailed: return "FAILED";
+    case RunStatus::kKilled: return "KILLED";
+  }
+  return "?";
+}
+
+std::string sql_value_to_string(const SqlValue& v) {
+  switch (v.index()) {
+    case 0: return "NULL";
+    case 1: return fmt::format("{}", std::get<int64_t>(v));
+    case 2: return fmt::format("{}", std::get<double>(v));
+    case 3: return std::get<std::string>(v);
+    default: {
+      std::string out = "x'";
+      for (uint8_t b : std::get<Blob>(v)) out += fmt::format("{:02x}", b);
+      return out + "'";
+    }
+  }
+}
+
+Result<std::unique_ptr<MetricsStore>> MetricsStore::open(const std::string& path,
+                                                         const OpenOptions& options) {
+  if (path.empty()) return invalid_argument("store: cannot open '': empty path");
+  ENG_RETURN_IF_ERROR(check_path(path));
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    Status s(code_for(rc), fmt::format("store: cannot open '{}': {}", path,
+                                       db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+    sqlite3_close(db);
+    return s;
+  }
+  std::unique_ptr<MetricsStore> store(new MetricsStore(db, path));
+  auto fail = [&](const Status& s) {
+    return Status(s.code(), fmt::format("store: cannot open '{}': {}", path,
+                                        s.message().substr(s.message().find(':') + 2)));
+  };
+  sqlite3_extended_result_codes(db, 1);
+  if (sqlite3_db_readonly(db, "main") == 1)
+    return io_error("store: cannot open '{}': file is read-only", path);
+  sqlite3_busy_timeout(db, options.busy_timeout_ms);
+  // journal_mode reads the header first, so a corrupt file fails here.
+  Result<QueryResult> mode = store->query("PRAGMA journal_mode=WAL");
+  if (!mode.ok()) return fail(mode.status());
+  if (mode->rows.empty() || sql_value_to_string(mode->rows[0][0]) != "wal")
+    return io_error("store: cannot open '{}': could not switch to WAL mode", path);
+  Status s = store->exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;");
+  if (!s.ok()) return fail(s);
+  if (register_sql_functions(db) != SQLITE_OK)
+    return io_error("store: cannot open '{}': registering functions: {}", path, sqlite3_errmsg(db));
+
+  // Migrate inside one write transaction so concurrent openers do not race.
+  int latest = options.migrations.empty() ? 0 : options.migrations.back().version;
+  s = store->exec("BEGIN IMMEDIATE");
+  if (!s.ok()) return fail(s);
+  Result<int> version = store->user_version();
+  if (!version.ok()) {
+    (void)store->exec("ROLLBACK");
+    return fail(version.status());
+  }
+  if (*version > latest) {
+    (void)store->exec("ROLLBACK");
+    return failed_precondition(
+        "store: cannot open '{}': schema version {} is newer than this shardlab supports ({})",
+        path, *version, latest);
+  }
+  for (const Migration& m : options.migrations) {
+    if (m.version <= *version) continue;
+    s = store->exec(m.sql);
+    if (s.ok()) s = store->exec(fmt::format("PRAGMA user_version = {}", m.version));
+    if (!s.ok()) {
+      (void)store->exec("ROLLBACK");
+      return Status(s.code(), fmt::format("store: cannot open '{}': migration to v{} ({}) failed: {}",
+                                          path, m.version, m.name, s.message()));
+    }
+  }
+  s = store->exec("COMMIT");
+  if (!s.ok()) return fail(s);
+  return store;
+}
+
+MetricsStore::~MetricsStore() {
+  {
+    std::lock_guard lock(mu_);
+    (void)flush_locked();
+    for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
+    stmts_.clear();
+  }
+  sqlite3_close(db_);
+}
+
+Status MetricsStore::error(std::string_view sql) const {
+  int rc = sqlite3_extended_errcode(db_);
+  return Status(code_for(rc),
+                fmt::format("store: {} (in \"{}\")", sqlite3_errmsg(db_), sql_excerpt(sql)));
+}
+
+Status MetricsStore::exec(std::string_view sql) {
+  std::string text(sql);
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err);
+  if (rc == SQLITE_OK) return ok_status();
+  std::string msg = err ? err : sqlite3_errstr(rc);
+  sqlite3_free(err);
+  return Status(code_for(rc), fmt::format("store: {} (in \"{}\")", msg, sql_excerpt(sql)));
+}
+
+Result<sqlite3_stmt*> MetricsStore::prepare(std::string_view sql) {
+  for (auto& [text, stmt] : stmts_)
+    if (text == sql) return stmt;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT,
+                         &stmt, nullptr) != SQLITE_OK)
+    return error(sql);
+  stmts_.emplace_back(std::string(sql), stmt);
+  return stmt;
+}
+
+Status MetricsStore::run(std::string_view sql, std::span<const SqlValue> args) {
+  ENG_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, prepare(sql));
+  sqlite3_reset(stmt);
+  sqlite3_clear_bindings(stmt);
+  for (size_t i = 0; i < args.size(); ++i)
+    if (bind(stmt, static_cast<int>(i) + 1, args[i]) != SQLITE_OK) return error(sql);
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+  }
+  if (rc != SQLITE_DONE) {
+    Status s = error(sql);
+    sqlite3_reset(stmt);
+    return s;
+  }
+  sqlite3_reset(stmt);
+  return ok_status();
+}
+
+Result<int> MetricsStore::user_version() {
+  sqlite3_stmt* stmt = nullptr;
+  const char* sql = "PRAGMA user_version";
+  if (sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr) != SQLITE_OK) return error(sql);
+  int rc = sqlite3_step(stmt);
+  int v = rc == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : 0;
+  Status s = rc == SQLITE_ROW ? ok_status() : error(sql);
+  sqlite3_finalize(stmt);
+  if (!s.ok()) return s;
+  return v;
+}
+
+Result<std::string> MetricsStore::begin_run(const RunInfo& info) {
+  std::lock_guard lock(mu_);
+  std::string run_id = new_run_id();
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  ENG_RETURN_IF_ERROR(exec("BEGIN"));
+  SqlValue args[] = {run_id,
+                     info.name,
+                     unix_ms(),
+                     std::string(host),
+                     json_array(info.argv),
+                     text_or_null(info.script),
+                     text_or_null(info.git_rev),
+                     text_or_null(info.parent_run_id)};
+  Status s = run("INSERT INTO runs (run_id, name, status, start_ms, host, argv, script, git_rev, "
+                 "parent_run_id) VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?)",
+                 args);
+  for (size_t i = 0; s.ok() && i < info.params.size(); ++i) {
+    SqlValue p[] = {run_id, info.params[i].first, info.params[i].second};
+    s = run("INSERT OR REPLACE INTO params (run_id, key, value) VALUES (?, ?, ?)", p);
+  }
+  if (s.ok()) s = exec("COMMIT");
+  if (!s.ok()) {
+    (void)exec("ROLLBACK");
+    return s;
+  }
+  return run_id;
+}
+
+Status MetricsStore::log_params(const std::string& run_id,
+                                std::span<const std::pair<std::string, std::string>> params) {
+  std::lock_guard lock(mu_);
+  ENG_RETURN_IF_ERROR(exec("BEGIN"));
+  Status s;
+  for (size_t i = 0; s.ok() && i < params.size(); ++i) {
+    SqlValue p[] = {run_id, params[i].first, params[i].second};
+    s = run("INSERT OR REPLACE INTO params (run_id, key, value) VALUES (?, ?, ?)", p);
+  }
+  if (s.ok()) return exec("COMMIT");
+  (void)exec("ROLLBACK");
+  return s;
+}
+
+Status MetricsStore::set_tag(const std::string& run_id, const std::string& key,
+                             const std::string& value) {
+  std::lock_guard lock(mu_);
+  SqlValue p[] = {run_id, key, value};
+  return run("INSERT OR REPLACE INTO tags (run_id, key, value) VALUES (?, ?, ?)", p);
+}
+
+Status MetricsStore::end_run(const std::string& run_id, RunStatus status) {
+  std::lock_guard lock(mu_);
+  ENG_RETURN_IF_ERROR(flush_locked());
+  SqlValue p[] = {std::string(run_status_name(status)), unix_ms(), run_id};
+  ENG_RETURN_IF_ERROR(run("UPDATE runs SET status = ?, end_ms = ? WHERE run_id = ?", p));
+  if (sqlite3_changes(db_) != 1) return not_found("store: end_run: no run with id '{}'", run_id);
+  return ok_status();
+}
+
+void MetricsStore::log_step(StepRow row) {
+  std::lock_guard lock(mu_);
+  row.wall_ms = now_or(row.wall_ms);
+  pending_steps_.push_back(std::move(row));
+}
+
+void MetricsStore::log_metric(const std::string& run_id, const std::string& key, int64_t step,
+                              double value, const std::string& context) {
+  std::lock_guard lock(mu_);
+  pending_metrics_.push_back({run_id, key, context, step, value, unix_ms()});
+}
+
+size_t MetricsStore::pending_rows() const {
+  std::lock_guard lock(mu_);
+  return pending_steps_.size() + pending_metrics_.size();
+}
+
+Status MetricsStore::flush() {
+  std::lock_guard lock(mu_);
+  return flush_locked();
+}
+
+// One transaction for everything buffered. On failure the batch is dropped (it would fail
+// again) and the error names the statement.
+Status MetricsStore::flush_locked() {
+  if (pending_steps_.empty() && pending_metrics_.empty()) return ok_status();
+  std::vector<StepRow> steps = std::move(pending_steps_);
+  std::vector<PendingMetric> metrics = std::move(pending_metrics_);
+  pending_steps_.clear();
+  pending_metrics_.clear();
+  ENG_RETURN_IF_ERROR(exec("BEGIN"));
+  Status s;
+  for (size_t i = 0; s.ok() && i < steps.size(); ++i) {
+    const StepRow& r = steps[i];
+    SqlValue a[] = {r.run_id,         r.step,          r.wall_ms,        opt(r.loss),
+                    opt(r.step_time_s), opt(r.compile_s), opt(r.data_s),   opt(r.tokens),
+                    opt(r.tokens_per_s), opt(r.tokens_per_s_device), opt(r.tflops_per_device),
+                    opt(r.grad_norm), opt(r.lr),       boolean(r.synced), boolean(r.compiled)};
+    s = run("INSERT OR REPLACE INTO steps (run_id, step, wall_ms, loss, step_time_s, compile_s, "
+            "data_s, tokens, tokens_per_s, tokens_per_s_device, tflops_per_device, grad_norm, lr, "
+            "synced, compiled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            a);
+  }
+  for (size_t i = 0; s.ok() && i < metrics.size(); ++i) {
+    const PendingMetric& m = metrics[i];
+    bool nan = std::isnan(m.value);
+    SqlValue a[] = {m.run_id, m.key, m.context, m.step, nan ? SqlValue() : SqlValue(m.value),
+                    boolean(nan), m.wall_ms};
+    s = run("INSERT OR REPLACE INTO metrics (run_id, key, context, step, value, is_nan, wall_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            a);
+  }
+  if (s.ok()) s = exec("COMMIT");
+  if (!s.ok()) (void)exec("ROLLBACK");
+  return s;
+}
+
+Result<int64_t> MetricsStore::record_mesh(const MeshRow& m) {
+  std::lock_guard lock(mu_);
+  SqlValue a[] = {text_or_null(m.run_id), json_array(m.axis_names), json_array(m.axis_sizes),
+                  json_array(m.axis_types), text_or_null(m.repr), unix_ms()};
+  ENG_RETURN_IF_ERROR(run("INSERT INTO meshes (run_id, axis_names, axis_sizes, axis_types, repr, "
+                          "created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                          a));
+  return int64_t{sqlite3_last_insert_rowid(db_)};
+}
+
+Result<int64_t> MetricsStore::record_compilation(const CompilationRow& r) {
+  std::lock_guard lock(mu_);
+  SqlValue a[] = {text_or_null(r.run_id),      opt(r.step),
+                  r.fn_name,                   text_or_null(r.module_name),
+                  r.outcome,                   r.cache_level,
+                  text_or_null(r.reason_kind), text_or_null(r.reason_text),
+                  text_or_null(r.in_signature), text_or_null(r.in_shardings),
+                  text_or_null(r.cache_key),   opt(r.trace_s),
+                  opt(r.lower_s),              opt(r.compile_s),
+                  opt(r.entry_bytes),          now_or(r.wall_ms)};
+  ENG_RETURN_IF_ERROR(run(
+      "INSERT INTO compilations (run_id, step, fn_name, module_name, outcome, cache_level, "
+      "reason_kind, reason_text, in_signature, in_shardings, cache_key, trace_s, lower_s, "
+      "compile_s, entry_bytes, wall_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      a));
+  return int64_t{sqlite3_last_insert_rowid(db_)};
+}
+
+Status MetricsStore::record_memory_analysis(int64_t compile_id, const MemoryAnalysis& m) {
+  std::lock_guard lock(mu_);
+  SqlValue a[] = {compile_id,
+                  opt(m.generated_code_size_in_bytes),
+                  opt(m.argument_size_in_bytes),
+                  opt(m.output_size_in_bytes),
+                  opt(m.alias_size_in_bytes),
+                  opt(m.temp_size_in_bytes),
+                  opt(m.host_generated_code_size_in_bytes),
+                  opt(m.host_argument_size_in_bytes),
+                  opt(m.host_output_size_in_bytes),
+                  opt(m.host_alias_size_in_bytes),
+                  opt(m.host_temp_size_in_bytes),
+                  opt(m.peak_memory_in_bytes),
+                  opt(m.device_limit_bytes)};
+  return run(
+      "INSERT OR REPLACE INTO memory_analysis (compile_id, generated_code_size_in_bytes, "
+      "argument_size_in_bytes, output_size_in_bytes, alias_size_in_bytes, temp_size_in_bytes, "
+      "host_generated_code_size_in_bytes, host_argument_size_in_bytes, host_output_size_in_bytes, "
+      "host_alias_size_in_bytes, host_temp_size_in_bytes, peak_memory_in_bytes, "
+      "device_limit_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      a);
+}
+
+Status MetricsStore::record_cost_analysis(int64_t compile_id,
+                                          std::span<const std::pair<std::string, double>> costs) {
+  std::lock_guard lock(mu_);
+  ENG_RETURN_IF_ERROR(exec("BEGIN"));
+  Status s;
+  for (size_t i = 0; s.ok() && i < costs.size(); ++i) {
+    SqlValue a[] = {compile_id, costs[i].first, costs[i].second};
+    s = run("INSERT OR REPLACE INTO cost_analysis (compile_id, key, value) VALUES (?, ?, ?)", a);
+  }
+  if (s.ok()) return exec("COMMIT");
+  (void)exec("ROLLBACK");
+  return s;
+}
+
+Status MetricsStore::record_checkpoint(const CheckpointRow& r) {
+  std::lock_guard lock(mu_);
+  SqlValue a[] = {r.run_id,  r.step,           r.path,   opt(r.bytes),
+                  opt(r.save_s), boolean(r.async), r.status, now_or(r.wall_ms)};
+  return run("INSERT OR REPLACE INTO checkpoints (run_id, step, path, bytes, save_s, async, "
+             "status, wall_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             a);
+}
+
+Result<int64_t> MetricsStore::record_event(const EventRow& r) {
+  std::lock_guard lock(mu_);
+  SqlValue a[] = {text_or_null(r.run_id), opt(r.step),          now_or(r.wall_ms), r.level,
+                  r.kind,                 text_or_null(r.message), text_or_null(r.payload_json)};
+  ENG_RETURN_IF_ERROR(run("INSERT INTO events (run_id, step, wall_ms, level, kind, message, "
+                          "payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          a));
+  return int64_t{sqlite3_last_insert_rowid(db_)};
+}
+
+Result<int64_t> MetricsStore::record_tensor_shardings(const std::string& run_id,
+                                                      std::optional<int64_t> step,
+                                                      std::optional<int64_t> mesh_id,
+                                                      std::span<const TensorShardingRow> rows) {
+  std::lock_guard lock(mu_);
+  ENG_RETURN_IF_ERROR(exec("BEGIN"));
+  int64_t snapshot = 1;
+  {
+    const char* sql = "SELECT coalesce(max(snapshot_id), 0) + 1 FROM tensor_shardings";
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW)
+      snapshot = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+  }
+  Status s;
+  for (size_t i = 0; s.ok() && i < rows.size(); ++i) {
+    const TensorShardingRow& r = rows[i];
+    SqlValue a[] = {snapshot,      text_or_null(run_id), opt(step),
+                    r.path,        r.dtype,              json_array(r.shape),
+                    text_or_null(r.logical_axes), text_or_null(r.spec), text_or_null(r.type),
+                    opt(mesh_id),  opt(r.bytes_per_device)};
+    s = run("INSERT INTO tensor_shardings (snapshot_id, run_id, step, path, dtype, shape, "
+            "logical_axes, spec, type, mesh_id, bytes_per_device) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            a);
+  }
+  if (s.ok()) s = exec("COMMIT");
+  if (!s.ok()) {
+    (void)exec("ROLLBACK");
+    return s;
+  }
+  return snapshot;
+}
+
+Result<QueryResult> MetricsStore::query(std::string_view sql, std::span<const SqlValue> args) {
+  std::lock_guard lock(mu_);
+  ENG_RETURN_IF_ERROR(flush_locked());  // a query sees every row logged so far
+  sqlite3_stmt* stmt = nullptr;
+  const char* tail = nullptr;
+  if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, &tail) != SQLITE_OK)
+    return error(sql);
+  QueryResult out;
+  if (stmt == nullptr) return out;  // only whitespace or comments
+  auto finish = [&](Status s) {
+    sqlite3_finalize(stmt);
+    return s;
+  };
+  // Anything but whitespace/comments after the first statement is a second statement.
+  std::string_view rest(tail, sql.data() + sql.size() - tail);
+  sqlite3_stmt* next = nullptr;
+  if (!rest.empty() && sqlite3_prepare_v2(db_, rest.data(), static_cast<int>(rest.size()), &next,
+                                          nullptr) == SQLITE_OK && next != nullptr) {
+    sqlite3_finalize(next);
+    return finish(invalid_argument("store: one statement per query, got more (in \"{}\")",
+                                   sql_excerpt(sql)));
+  }
+  int nparams = sqlite3_bind_parameter_count(stmt);
+  if (nparams != static_cast<int>(args.size()))
+    return finish(invalid_argument("store: query has {} parameter(s) but {} argument(s) were given "
+                                   "(in \"{}\")", nparams, args.size(), sql_excerpt(sql)));
+  for (size_t i = 0; i < args.size(); ++i)
+    if (bind(stmt, static_cast<int>(i) + 1, args[i]) != SQLITE_OK) return finish(error(sql));
+  int ncols = sqlite3_column_count(stmt);
+  for (int j = 0; j < ncols; ++j) out.columns.push_back(sqlite3_column_name(stmt, j));
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    std::vector<SqlValue> row;
+    row.reserve(ncols);
+    for (int j = 0; j < ncols; ++j) row.push_back(column(stmt, j));
+    out.rows.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return finish(error(sql));
+  sqlite3_finalize(stmt);
+  return out;
+}
+
+}  // namespace eng

@@ -1,0 +1,24 @@
+// shell/bindings.h: the Lua API (global `sl`, also `require "shardlab"`), one open function per engine module.
+//
+// To add a module (e.g. the trainer): write shell/lua_train.cpp with
+//   void open_lua_train(lua_State* L, int sl) { add_functions(L, sl, "sl", kTrainFunctions); ... }
+// using the framework in shell/lua_binding.h, declare it here, and add one line to kModules in
+// bindings.cpp. Every function and method needs a docstring (Function::signature and ::doc).
+#pragma once
+
+#include <lua.hpp>
+
+namespace shell {
+
+struct ShellContext;
+
+// Each opens one module's bindings into the `sl` table at stack index `sl`.
+void open_lua_shell(lua_State* L, int sl);  // sl.pretty, sl.help, sl.version, sl.db_path
+void open_lua_store(lua_State* L, int sl);  // sl.sql
+void open_lua_mesh(lua_State* L, int sl);   // sl.mesh, sl.P and the Mesh/PartitionSpec types
+
+// Creates `sl`, opens every module, sets the global and package.loaded["shardlab"].
+// Must run inside a protected call (it uses raising Lua API calls).
+void open_shardlab(lua_State* L, ShellContext* ctx);
+
+}  // namespace shell

@@ -1,0 +1,9 @@
+// shell/cli.h: the lua-compatible command line (DESIGN.md 3.1): parse options, then a protected main.
+#pragma once
+
+namespace shell {
+
+// Everything main() does; returns the process exit status (0 ok, 1 on any error).
+int run_main(int argc, char** argv);
+
+}  // namespace shell

@@ -1,0 +1,27 @@
+// shell/context.h: per-interpreter shell state reachable from every binding (db path, lazily opened store).
+#pragma once
+
+#include <lua.hpp>
+
+#include <memory>
+#include <string>
+
+#include "engine/base/status.h"
+#include "engine/store/metrics_store.h"
+
+namespace shell {
+
+struct ShellContext {
+  std::string db_path = "shardlab.db";         // --db, $SHARDLAB_DB, or ./shardlab.db
+  std::unique_ptr<eng::MetricsStore> store;    // opened on first use by open_store()
+  bool color = false;                          // stdout is a tty (and colours are wanted)
+
+  // The store, opened from db_path the first time (so `shardlab -e 'print(1)'` creates no file).
+  eng::Result<eng::MetricsStore*> open_store();
+};
+
+// Stores ctx (not owned) in L's registry; context(L) returns it. Set before bindings run.
+void set_context(lua_State* L, ShellContext* ctx);
+ShellContext& context(lua_State* L);
+
+}  // namespace shell

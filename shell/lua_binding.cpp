@@ -1,0 +1,263 @@
+// shell/lua_binding.cpp: argument checking, option tables, type registration and the docstring registry.
+#include "shell/lua_binding.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace shell {
+namespace {
+
+constexpr const char* kDocTable = "shardlab.doc";       // registry: qualified name -> text
+constexpr const char* kDocNameTable = "shardlab.docname";  // registry: value -> qualified name
+
+// Pushes registry[name], creating an empty table there the first time.
+void push_registry_table(lua_State* L, const char* name) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, name) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, name);
+  }
+}
+
+std::string label(int idx, std::string_view name) {
+  return name.empty() ? fmt::format("#{}", idx) : fmt::format("'{}'", name);
+}
+
+std::string got(lua_State* L, int idx) {
+  if (lua_type(L, idx) == LUA_TNUMBER && !lua_isinteger(L, idx))
+    return fmt::format("number ({})", lua_tonumber(L, idx));
+  if (lua_type(L, idx) == LUA_TUSERDATA && luaL_getmetafield(L, idx, "__name") == LUA_TSTRING) {
+    std::string n = lua_tostring(L, -1);
+    lua_pop(L, 1);
+    return n;
+  }
+  return luaL_typename(L, idx);
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+void push_status(lua_State* L, const Status& s) {
+  lua_pushlstring(L, s.message().data(), s.message().size());
+}
+
+Status arg_error(lua_State* L, int idx, std::string_view fn, std::string_view name,
+                 std::string_view expected) {
+  return eng::invalid_argument("{}: argument {} expected {}, got {}", fn, label(idx, name),
+                               expected, got(L, idx));
+}
+
+Result<int64_t> arg_int(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+  int ok = 0;
+  lua_Integer v = lua_type(L, idx) == LUA_TNUMBER ? lua_tointegerx(L, idx, &ok) : 0;
+  if (!ok) return arg_error(L, idx, fn, name, "integer");
+  return int64_t{v};
+}
+
+Result<std::optional<int64_t>> opt_int(lua_State* L, int idx, std::string_view fn,
+                                       std::string_view name) {
+  if (lua_isnoneornil(L, idx)) return std::optional<int64_t>();
+  ENG_ASSIGN_OR_RETURN(int64_t v, arg_int(L, idx, fn, name));
+  return std::optional<int64_t>(v);
+}
+
+Result<double> arg_number(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+  if (lua_type(L, idx) != LUA_TNUMBER) return arg_error(L, idx, fn, name, "number");
+  return double{lua_tonumber(L, idx)};
+}
+
+Result<std::optional<double>> opt_number(lua_State* L, int idx, std::string_view fn,
+                                         std::string_view name) {
+  if (lua_isnoneornil(L, idx)) return std::optional<double>();
+  ENG_ASSIGN_OR_RETURN(double v, arg_number(L, idx, fn, name));
+  return std::optional<double>(v);
+}
+
+Result<bool> arg_bool(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+  if (lua_type(L, idx) != LUA_TBOOLEAN) return arg_error(L, idx, fn, name, "boolean");
+  return lua_toboolean(L, idx) != 0;
+}
+
+Result<std::string> arg_string(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+  if (lua_type(L, idx) != LUA_TSTRING) return arg_error(L, idx, fn, name, "string");
+  size_t n = 0;
+  const char* s = lua_tolstring(L, idx, &n);
+  return std::string(s, n);
+}
+
+Result<std::optional<std::string>> opt_string(lua_State* L, int idx, std::string_view fn,
+                                              std::string_view name) {
+  if (lua_isnoneornil(L, idx)) return std::optional<std::string>();
+  ENG_ASSIGN_OR_RETURN(std::string v, arg_string(L, idx, fn, name));
+  return std::optional<std::string>(std::move(v));
+}
+
+Status arg_table(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+  if (lua_type(L, idx) != LUA_TTABLE) return arg_error(L, idx, fn, name, "table");
+  return eng::ok_status();
+}
+
+Result<std::vector<std::string>> arg_string_list(lua_State* L, int idx, std::string_view fn,
+                                                 std::string_view name) {
+  if (lua_type(L, idx) != LUA_TTABLE) return arg_error(L, idx, fn, name, "table of strings");
+  idx = lua_absindex(L, idx);
+  std::vector<std::string> out;
+  lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L, idx));
+  for (lua_Integer i = 1; i <= n; ++i) {
+    if (lua_rawgeti(L, idx, i) != LUA_TSTRING) {
+      Status s = eng::invalid_argument("{}: argument {} expected table of strings, item {} is {}",
+                                       fn, label(idx, name), i, got(L, -1));
+      lua_pop(L, 1);
+      return s;
+    }
+    out.emplace_back(lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  return out;
+}
+
+int push_field(lua_State* L, int table_idx, const char* key) {
+  table_idx = lua_absindex(L, table_idx);
+  lua_pushstring(L, key);
+  return lua_rawget(L, table_idx);
+}
+
+// Reads t[key] with a typed getter that uses the key as the argument's name.
+template <typename T, typename Get>
+Result<std::optional<T>> field(lua_State* L, int table_idx, const char* key, std::string_view fn,
+                               Get get) {
+  push_field(L, table_idx, key);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return std::optional<T>();
+  }
+  Result<T> r = get(L, -1, fn, key);
+  lua_pop(L, 1);
+  if (!r.ok()) return r.status();
+  return std::optional<T>(std::move(r).value());
+}
+
+Result<std::optional<int64_t>> field_int(lua_State* L, int t, const char* key, std::string_view fn) {
+  return field<int64_t>(L, t, key, fn, arg_int);
+}
+Result<std::optional<double>> field_number(lua_State* L, int t, const char* key,
+                                           std::string_view fn) {
+  return field<double>(L, t, key, fn, arg_number);
+}
+Result<std::optional<std::string>> field_string(lua_State* L, int t, const char* key,
+                                                std::string_view fn) {
+  return field<std::string>(L, t, key, fn, arg_string);
+}
+Result<std::optional<bool>> field_bool(lua_State* L, int t, const char* key, std::string_view fn) {
+  return field<bool>(L, t, key, fn, arg_bool);
+}
+
+std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+Status check_keys(lua_State* L, int table_idx, std::string_view fn,
+                  std::span<const std::string> allowed) {
+  table_idx = lua_absindex(L, table_idx);
+  lua_pushnil(L);
+  while (lua_next(L, table_idx) != 0) {
+    lua_pop(L, 1);  // value
+    if (lua_type(L, -1) != LUA_TSTRING) {
+      Status s = eng::invalid_argument("{}: keys must be strings, got {} key", fn, got(L, -1));
+      lua_pop(L, 1);
+      return s;
+    }
+    std::string key = lua_tostring(L, -1);
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      lua_pop(L, 1);
+      std::string near = did_you_mean(key, allowed);
+      if (near.empty()) return eng::invalid_argument("{}: unknown key '{}'", fn, key);
+      return eng::invalid_argument("{}: unknown key '{}' (did you mean '{}'?)", fn, key, near);
+    }
+  }
+  return eng::ok_status();
+}
+
+void set_doc(lua_State* L, int value_idx, std::string_view qualified_name, std::string_view text) {
+  value_idx = lua_absindex(L, value_idx);
+  push_registry_table(L, kDocTable);
+  lua_pushlstring(L, text.data(), text.size());
+  lua_setfield(L, -2, std::string(qualified_name).c_str());
+  lua_pop(L, 1);
+  push_registry_table(L, kDocNameTable);
+  lua_pushvalue(L, value_idx);
+  lua_pushlstring(L, qualified_name.data(), qualified_name.size());
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+void add_functions(lua_State* L, int table_idx, std::string_view prefix,
+                   std::span<const Function> fns) {
+  table_idx = lua_absindex(L, table_idx);
+  for (const Function& f : fns) {
+    lua_pushcfunction(L, f.fn);
+    set_doc(L, -1, fmt::format("{}.{}", prefix, f.name), fmt::format("{}\n  {}", f.signature, f.doc));
+    lua_setfield(L, table_idx, f.name);
+  }
+}
+
+void define_type(lua_State* L, const TypeSpec& spec) {
+  luaL_newmetatable(L, spec.name);  // sets __name
+  int mt = lua_gettop(L);
+  std::string doc = fmt::format("{}\n  {}", spec.name, spec.doc);
+  if (!spec.methods.empty()) doc += "\nmethods:";
+  lua_createtable(L, 0, static_cast<int>(spec.methods.size()));
+  for (const Method& m : spec.methods) {
+    lua_pushcfunction(L, m.fn);
+    set_doc(L, -1, fmt::format("{}:{}", spec.name, m.name), fmt::format("{}\n  {}", m.signature, m.doc));
+    lua_setfield(L, -2, m.name);
+    doc += fmt::format("\n  {:<36} {}", m.signature, m.doc);
+  }
+  lua_setfield(L, mt, "__index");
+  if (spec.tostring) lua_pushcfunction(L, spec.tostring), lua_setfield(L, mt, "__tostring");
+  if (spec.eq) lua_pushcfunction(L, spec.eq), lua_setfield(L, mt, "__eq");
+  if (spec.gc) lua_pushcfunction(L, spec.gc), lua_setfield(L, mt, "__gc");
+  set_doc(L, mt, spec.name, doc);
+  lua_pop(L, 1);
+}
+
+std::string find_doc(lua_State* L, int idx) {
+  idx = lua_absindex(L, idx);
+  int top = lua_gettop(L);
+  std::string out;
+  push_registry_table(L, kDocNameTable);
+  lua_pushvalue(L, idx);
+  if (lua_rawget(L, -2) != LUA_TSTRING) {  // not a function: try the value's metatable
+    lua_pop(L, 1);
+    if (lua_getmetatable(L, idx)) lua_rawget(L, -2);
+    else lua_pushnil(L);
+  }
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    std::string name = lua_tostring(L, -1);
+    push_registry_table(L, kDocTable);
+    if (lua_getfield(L, -1, name.c_str()) == LUA_TSTRING) out = lua_tostring(L, -1);
+  }
+  lua_settop(L, top);
+  return out;
+}
+
+}  // namespace shell

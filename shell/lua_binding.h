@@ -1,0 +1,148 @@
+// shell/lua_binding.h: the framework every Lua binding uses: one error wrapper, argument helpers, userdata, docstrings.
+//
+// A binding is a C++ function that returns Result<int> (the number of values it pushed) and
+// never raises a Lua error itself. lua_entry<fn> is the one place that turns an error Status
+// into a Lua error, after fn's C++ frames (strings, vectors, ...) are destroyed: Lua is C and
+// raises with longjmp, which would skip their destructors.
+//
+//   Result<int> mesh_devices(lua_State* L) {
+//     ENG_ASSIGN_OR_RETURN(eng::Mesh* m, arg_udata<eng::Mesh>(L, 1, "Mesh:devices"));
+//     lua_pushinteger(L, m->num_devices());
+//     return 1;
+//   }
+//   constexpr Method kMeshMethods[] = {
+//       {"devices", lua_entry<mesh_devices>, "m:devices() -> integer", "Number of devices."}};
+//
+// Inside a binding use only non-raising Lua calls: lua_type/lua_to*/lua_raw*/lua_push*/
+// lua_createtable (these raise only on out-of-memory). Never luaL_check*, luaL_error,
+// lua_error, lua_gettable/lua_getfield on user values (metamethods may raise), or lua_call
+// (use lua_pcall). Register functions and types in the module's open function
+// (shell/bindings.h), giving every one a docstring; `?name` in the REPL shows it.
+#pragma once
+
+#include <lua.hpp>
+
+#include <new>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/base/status.h"
+
+namespace shell {
+
+using eng::Result;
+using eng::Status;
+
+// Pushes the message of a non-ok Status (no traceback; the caller's handler adds one).
+void push_status(lua_State* L, const Status& s);
+
+// The single Lua error wrapper: calls Fn, raises its Status as a Lua error after unwinding.
+template <Result<int> (*Fn)(lua_State*)>
+int lua_entry(lua_State* L) {
+  {
+    Result<int> r = Fn(L);
+    if (r.ok()) return r.value();
+    push_status(L, r.status());
+  }  // r and everything Fn built are destroyed here
+  return lua_error(L);
+}
+
+// ---- Argument helpers: messages read "sl.mesh: argument 'data' expected integer, got string".
+// `name` labels the argument: a key ("data") or empty for the position ("#2").
+Status arg_error(lua_State* L, int idx, std::string_view fn, std::string_view name,
+                 std::string_view expected);
+Result<int64_t> arg_int(lua_State* L, int idx, std::string_view fn, std::string_view name = {});
+Result<std::optional<int64_t>> opt_int(lua_State* L, int idx, std::string_view fn,
+                                       std::string_view name = {});
+Result<double> arg_number(lua_State* L, int idx, std::string_view fn, std::string_view name = {});
+Result<std::optional<double>> opt_number(lua_State* L, int idx, std::string_view fn,
+                                         std::string_view name = {});
+Result<bool> arg_bool(lua_State* L, int idx, std::string_view fn, std::string_view name = {});
+Result<std::string> arg_string(lua_State* L, int idx, std::string_view fn,
+                               std::string_view name = {});
+Result<std::optional<std::string>> opt_string(lua_State* L, int idx, std::string_view fn,
+                                              std::string_view name = {});
+Status arg_table(lua_State* L, int idx, std::string_view fn, std::string_view name = {});
+// A Lua array of strings: {"data", "tensor"}.
+Result<std::vector<std::string>> arg_string_list(lua_State* L, int idx, std::string_view fn,
+                                                 std::string_view name = {});
+
+// ---- Option tables: f{data=2, mode="auto"}. Fields are read raw (no metamethods).
+// Pushes t[key] (raw) and returns its Lua type; the caller pops it.
+int push_field(lua_State* L, int table_idx, const char* key);
+Result<std::optional<int64_t>> field_int(lua_State* L, int table_idx, const char* key,
+                                         std::string_view fn);
+Result<std::optional<double>> field_number(lua_State* L, int table_idx, const char* key,
+                                           std::string_view fn);
+Result<std::optional<std::string>> field_string(lua_State* L, int table_idx, const char* key,
+                                                std::string_view fn);
+Result<std::optional<bool>> field_bool(lua_State* L, int table_idx, const char* key,
+                                       std::string_view fn);
+// Every key of the table must be a string in `allowed`; otherwise
+// "sl.mesh: unknown key 'dta' (did you mean 'data'?)".
+Status check_keys(lua_State* L, int table_idx, std::string_view fn,
+                  std::span<const std::string> allowed);
+// The closest candidate within a small edit distance, or "" if none is close.
+std::string did_you_mean(std::string_view word, std::span<const std::string> candidates);
+
+// ---- Userdata: a C++ value type T lives inside a Lua full userdata with metatable
+// LuaType<T>::kName. Specialise LuaType for each bound type:
+//   template <> struct LuaType<eng::Mesh> { static constexpr const char* kName = "Mesh"; };
+template <typename T>
+struct LuaType;
+
+template <typename T>
+void push_udata(lua_State* L, T value) {
+  void* mem = lua_newuserdatauv(L, sizeof(T), 0);
+  new (mem) T(std::move(value));
+  luaL_setmetatable(L, LuaType<T>::kName);
+}
+template <typename T>
+T* to_udata(lua_State* L, int idx) {  // nullptr if idx is not a T
+  return static_cast<T*>(luaL_testudata(L, idx, LuaType<T>::kName));
+}
+template <typename T>
+Result<T*> arg_udata(lua_State* L, int idx, std::string_view fn, std::string_view name = {}) {
+  if (T* p = to_udata<T>(L, idx)) return p;
+  return arg_error(L, idx, fn, name, LuaType<T>::kName);
+}
+template <typename T>
+int udata_gc(lua_State* L) {
+  if (T* p = to_udata<T>(L, 1)) p->~T();
+  return 0;
+}
+
+// ---- Registration (called from a module's open function, inside the protected main).
+struct Function {
+  const char* name;       // key in the target table: "mesh"
+  lua_CFunction fn;       // usually lua_entry<...>
+  const char* signature;  // "sl.mesh{data=2, fsdp=-1, ...} -> Mesh"
+  const char* doc;        // what it does; may be several lines
+};
+using Method = Function;  // signature "m:devices() -> integer"
+
+struct TypeSpec {
+  const char* name;                // metatable name and __name: "Mesh"
+  const char* doc;                 // shown by ?Mesh and ?<a Mesh value>
+  lua_CFunction tostring;          // __tostring (JAX's printed form), or nullptr
+  lua_CFunction eq;                // __eq, or nullptr
+  lua_CFunction gc;                // __gc: udata_gc<T>
+  std::span<const Method> methods; // reachable through __index, so they tab-complete
+};
+
+// table[name] = fn for each function, with docs under "<prefix>.<name>" (prefix "sl").
+void add_functions(lua_State* L, int table_idx, std::string_view prefix,
+                   std::span<const Function> fns);
+// Creates the metatable for a type, its methods table (__index) and their docs "Type:method".
+void define_type(lua_State* L, const TypeSpec& spec);
+// Registers a docstring for the value at value_idx (a function or a type's metatable) under
+// a qualified name; `sl.doc[name]` holds the text.
+void set_doc(lua_State* L, int value_idx, std::string_view qualified_name, std::string_view text);
+// The help text for the value at idx: its signature and doc, or for a userdata its type's doc
+// and methods. Empty if nothing is registered. Does not raise.
+std::string find_doc(lua_State* L, int idx);
+
+}  // namespace shell

@@ -1,0 +1,192 @@
+// shell/lua_mesh.cpp: Lua bindings for meshes and partition specs: sl.mesh, sl.P, Mesh, PartitionSpec.
+#include <string>
+#include <vector>
+
+#include "engine/mesh/mesh.h"
+#include "engine/sharding/partition_spec.h"
+#include "shell/bindings.h"
+#include "shell/lua_binding.h"
+
+namespace shell {
+
+template <>
+struct LuaType<eng::Mesh> {
+  static constexpr const char* kName = "Mesh";
+};
+template <>
+struct LuaType<eng::PartitionSpec> {
+  static constexpr const char* kName = "PartitionSpec";
+};
+
+namespace {
+
+// sl.mesh{data=2, fsdp=-1, tensor=2, devices=8, mode="auto"}: MaxText's 12 axes, all kept.
+Result<int> mesh(lua_State* L) {
+  constexpr std::string_view fn = "sl.mesh";
+  ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "options"));
+  const std::vector<std::string>& axes = eng::maxtext_mesh_axes();
+  std::vector<std::string> allowed = axes;
+  allowed.insert(allowed.end(), {"devices", "mode"});
+  ENG_RETURN_IF_ERROR(check_keys(L, 1, fn, allowed));
+  std::vector<int64_t> sizes;
+  std::string fill_axis;
+  int64_t product = 1;
+  for (const std::string& a : axes) {
+    ENG_ASSIGN_OR_RETURN(std::optional<int64_t> v, field_int(L, 1, a.c_str(), fn));
+    sizes.push_back(v.value_or(1));
+    if (sizes.back() == -1) fill_axis = a;
+    else product *= sizes.back();
+  }
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> devices, field_int(L, 1, "devices", fn));
+  if (!devices && !fill_axis.empty())
+    return eng::invalid_argument("sl.mesh: {}=-1 needs devices=N to fill it", fill_axis);
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> mode, field_string(L, 1, "mode", fn));
+  eng::AxisType type = eng::AxisType::kAuto;
+  if (mode && *mode == "explicit") type = eng::AxisType::kExplicit;
+  else if (mode && *mode != "auto")
+    return eng::invalid_argument("sl.mesh: argument 'mode' expected \"auto\" or \"explicit\", got \"{}\"",
+                                 *mode);
+  ENG_ASSIGN_OR_RETURN(eng::Mesh m,
+                       eng::Mesh::from_parallelism(axes, sizes, devices.value_or(product), type));
+  push_udata(L, std::move(m));
+  return 1;
+}
+
+// One sl.P argument: nil -> None, "axis", or {"a", "b"} -> ('a', 'b').
+Result<eng::PartitionSpec::DimAxes> spec_entry(lua_State* L, int idx) {
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: return eng::PartitionSpec::DimAxes{};
+    case LUA_TSTRING: return eng::PartitionSpec::DimAxes{lua_tostring(L, idx)};
+    case LUA_TTABLE: return arg_string_list(L, idx, "sl.P");
+    default: return arg_error(L, idx, "sl.P", {}, "string, table of strings or nil");
+  }
+}
+
+Result<int> partition_spec(lua_State* L) {
+  std::vector<eng::PartitionSpec::DimAxes> dims;
+  for (int i = 1; i <= lua_gettop(L); ++i) {
+    ENG_ASSIGN_OR_RETURN(eng::PartitionSpec::DimAxes d, spec_entry(L, i));
+    dims.push_back(std::move(d));
+  }
+  push_udata(L, eng::PartitionSpec(std::move(dims)));
+  return 1;
+}
+
+void push_strings(lua_State* L, const std::vector<std::string>& xs) {
+  lua_createtable(L, static_cast<int>(xs.size()), 0);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    lua_pushstring(L, xs[i].c_str());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+}
+
+Result<int> mesh_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:__tostring"));
+  lua_pushstring(L, m->to_string().c_str());
+  return 1;
+}
+Result<int> mesh_eq(lua_State* L) {
+  eng::Mesh *a = to_udata<eng::Mesh>(L, 1), *b = to_udata<eng::Mesh>(L, 2);
+  lua_pushboolean(L, a && b && *a == *b);
+  return 1;
+}
+Result<int> mesh_devices(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:devices"));
+  lua_pushinteger(L, m->num_devices());
+  return 1;
+}
+Result<int> mesh_axis_names(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:axis_names"));
+  push_strings(L, m->axis_names());
+  return 1;
+}
+Result<int> mesh_shape(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:shape"));
+  lua_createtable(L, 0, m->num_axes());
+  for (int i = 0; i < m->num_axes(); ++i) {
+    lua_pushinteger(L, m->axis_sizes()[i]);
+    lua_setfield(L, -2, m->axis_names()[i].c_str());
+  }
+  return 1;
+}
+Result<int> mesh_size(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:size"));
+  ENG_ASSIGN_OR_RETURN(std::string axis, arg_string(L, 2, "Mesh:size", "axis"));
+  if (!m->has_axis(axis))
+    return eng::invalid_argument("Mesh:size: no axis '{}' in {}", axis, m->to_string());
+  lua_pushinteger(L, m->axis_size(axis));
+  return 1;
+}
+Result<int> mesh_mode(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:mode"));
+  lua_pushstring(L, m->axis_type() == eng::AxisType::kExplicit ? "explicit" : "auto");
+  return 1;
+}
+
+Result<int> spec_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p,
+                       arg_udata<eng::PartitionSpec>(L, 1, "PartitionSpec:__tostring"));
+  lua_pushstring(L, p->to_string().c_str());
+  return 1;
+}
+Result<int> spec_eq(lua_State* L) {
+  auto *a = to_udata<eng::PartitionSpec>(L, 1), *b = to_udata<eng::PartitionSpec>(L, 2);
+  lua_pushboolean(L, a && b && *a == *b);
+  return 1;
+}
+Result<int> spec_rank(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p, arg_udata<eng::PartitionSpec>(L, 1, "PartitionSpec:rank"));
+  lua_pushinteger(L, p->rank());
+  return 1;
+}
+Result<int> spec_dims(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p, arg_udata<eng::PartitionSpec>(L, 1, "PartitionSpec:dims"));
+  lua_createtable(L, p->rank(), 0);
+  for (int i = 0; i < p->rank(); ++i) {
+    push_strings(L, p->dim(i));
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+constexpr Function kMeshFunctions[] = {
+    {"mesh", lua_entry<mesh>,
+     "sl.mesh{data=2, fsdp=-1, tensor=2, devices=8, mode=\"auto\"} -> Mesh",
+     "A device mesh over MaxText's 12 axes (diloco, data, stage, fsdp, fsdp_transpose, context,\n"
+     "  context_usp_ulysses, context_autoregressive, tensor, tensor_sequence, expert,\n"
+     "  autoregressive); unnamed axes have size 1 and are kept, as in MaxText. One axis may be -1:\n"
+     "  it is filled so the sizes multiply to `devices` (default: their product). mode \"auto\"\n"
+     "  (default) or \"explicit\" sets the axis types."},
+    {"P", lua_entry<partition_spec>, "sl.P(dim, ...) -> PartitionSpec",
+     "A PartitionSpec, one argument per tensor dim: nil (None, replicated), \"axis\", or a\n"
+     "  table {\"data\", \"tensor\"} (split over several axes, major first).\n"
+     "  Example: sl.P(\"fsdp\", nil, {\"data\", \"tensor\"}) prints P('fsdp', None, ('data', 'tensor'))"},
+};
+
+constexpr Method kMeshMethods[] = {
+    {"devices", lua_entry<mesh_devices>, "m:devices() -> integer", "Number of devices."},
+    {"axis_names", lua_entry<mesh_axis_names>, "m:axis_names() -> {string}",
+     "Axis names, major to minor."},
+    {"shape", lua_entry<mesh_shape>, "m:shape() -> {axis=size}", "Axis sizes by name."},
+    {"size", lua_entry<mesh_size>, "m:size(axis) -> integer", "Size of one axis."},
+    {"mode", lua_entry<mesh_mode>, "m:mode() -> string", "\"auto\" or \"explicit\"."},
+};
+
+constexpr Method kSpecMethods[] = {
+    {"rank", lua_entry<spec_rank>, "p:rank() -> integer", "Number of dims the spec names."},
+    {"dims", lua_entry<spec_dims>, "p:dims() -> {{string}}",
+     "Mesh axes per dim ({} for None)."},
+};
+
+}  // namespace
+
+void open_lua_mesh(lua_State* L, int sl) {
+  define_type(L, {"Mesh", "A named device mesh (jax.sharding.Mesh); prints like JAX.",
+                  lua_entry<mesh_tostring>, lua_entry<mesh_eq>, udata_gc<eng::Mesh>, kMeshMethods});
+  define_type(L, {"PartitionSpec", "How each tensor dim maps to mesh axes; prints P(...) like JAX.",
+                  lua_entry<spec_tostring>, lua_entry<spec_eq>, udata_gc<eng::PartitionSpec>,
+                  kSpecMethods});
+  add_functions(L, sl, "sl", kMeshFunctions);
+}
+
+}  // namespace shell

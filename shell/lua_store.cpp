@@ -1,0 +1,84 @@
+// shell/lua_store.cpp: Lua bindings for the metrics store: sl.sql.
+#include <vector>
+
+#include "engine/store/metrics_store.h"
+#include "shell/bindings.h"
+#include "shell/context.h"
+#include "shell/lua_binding.h"
+
+namespace shell {
+namespace {
+
+Result<eng::SqlValue> to_sql_value(lua_State* L, int idx) {
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: return eng::SqlValue();
+    case LUA_TBOOLEAN: return eng::SqlValue(int64_t{lua_toboolean(L, idx) ? 1 : 0});
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) return eng::SqlValue(int64_t{lua_tointeger(L, idx)});
+      return eng::SqlValue(double{lua_tonumber(L, idx)});
+    case LUA_TSTRING: {
+      size_t n = 0;
+      const char* s = lua_tolstring(L, idx, &n);
+      return eng::SqlValue(std::string(s, n));
+    }
+    default: return arg_error(L, idx, "sl.sql", {}, "nil, boolean, number or string");
+  }
+}
+
+void push_sql_value(lua_State* L, const eng::SqlValue& v) {
+  switch (v.index()) {
+    case 0: lua_pushnil(L); break;
+    case 1: lua_pushinteger(L, std::get<int64_t>(v)); break;
+    case 2: lua_pushnumber(L, std::get<double>(v)); break;
+    case 3: {
+      const std::string& s = std::get<std::string>(v);
+      lua_pushlstring(L, s.data(), s.size());
+      break;
+    }
+    default: {
+      const eng::Blob& b = std::get<eng::Blob>(v);
+      lua_pushlstring(L, reinterpret_cast<const char*>(b.data()), b.size());
+    }
+  }
+}
+
+// sl.sql(query, ...) -> rows (array of tables keyed by column name), columns (array of names)
+Result<int> sql(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(std::string query, arg_string(L, 1, "sl.sql", "query"));
+  std::vector<eng::SqlValue> args;
+  for (int i = 2; i <= lua_gettop(L); ++i) {
+    ENG_ASSIGN_OR_RETURN(eng::SqlValue v, to_sql_value(L, i));
+    args.push_back(std::move(v));
+  }
+  ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, context(L).open_store());
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult r, store->query(query, args));
+  lua_createtable(L, static_cast<int>(r.rows.size()), 0);
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    lua_createtable(L, 0, static_cast<int>(r.columns.size()));
+    for (size_t j = 0; j < r.columns.size(); ++j) {
+      push_sql_value(L, r.rows[i][j]);
+      lua_setfield(L, -2, r.columns[j].c_str());  // a fresh table: no metamethods
+    }
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_createtable(L, static_cast<int>(r.columns.size()), 0);
+  for (size_t j = 0; j < r.columns.size(); ++j) {
+    lua_pushstring(L, r.columns[j].c_str());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(j + 1));
+  }
+  return 2;
+}
+
+constexpr Function kStoreFunctions[] = {
+    {"sql", lua_entry<sql>, "sl.sql(query, ...) -> rows, columns",
+     "Runs one SQL statement on the metrics store (--db; opened on first use) with `?`\n"
+     "  parameters bound from the extra arguments. Returns an array of rows, each a table keyed\n"
+     "  by column name (NULL columns are absent), and the column names in order.\n"
+     "  Example: sl.sql('SELECT * FROM v_best_loss WHERE name = ?', 'tiny')"},
+};
+
+}  // namespace
+
+void open_lua_store(lua_State* L, int sl) { add_functions(L, sl, "sl", kStoreFunctions); }
+
+}  // namespace shell

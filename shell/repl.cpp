@@ -1,0 +1,282 @@
+// shell/repl.cpp: the read-eval-print loop: Readline input, history file, lua.c's evaluation rules, auto-print.
+#include "shell/repl.h"
+
+#include <readline/history.h>
+#include <readline/readline.h>
+#include <sys/select.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "shell/context.h"
+#include "shell/interrupt.h"
+#include "shell/lua_binding.h"
+#include "shell/pretty.h"
+
+namespace shell {
+namespace {
+
+constexpr const char* kPrompt = "sl> ";
+constexpr const char* kPrompt2 = "..> ";
+constexpr int kHistoryMax = 1000;
+
+enum class Read { kLine, kEof, kInterrupted };
+
+volatile sig_atomic_t g_prompt_sigint = 0;  // Ctrl-C while waiting at the prompt
+std::string* g_line = nullptr;              // where on_line stores a finished line
+bool g_line_done = false;                   // on_line ran
+bool g_line_eof = false;                    // on_line got NULL (Ctrl-D)
+
+void on_prompt_sigint(int) { g_prompt_sigint = 1; }
+
+void on_line(char* line) {
+  if (line == nullptr) {
+    g_line_eof = true;
+  } else {
+    *g_line = line;
+    std::free(line);
+  }
+  g_line_done = true;
+  rl_callback_handler_remove();
+}
+
+// Readline's callback interface, so Ctrl-C can clear the line without killing the shell.
+Read read_tty_line(const std::string& prompt, std::string* out) {
+  g_line = out;
+  g_line_done = g_line_eof = false;
+  g_prompt_sigint = 0;
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = on_prompt_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: select() must wake up
+  sigaction(SIGINT, &sa, &old);
+  rl_callback_handler_install(prompt.c_str(), on_line);
+  Read result = Read::kLine;
+  while (!g_line_done) {
+    int fd = fileno(rl_instream);
+    fd_set fds;
+    FD_ZERO(&fds);
+    FD_SET(fd, &fds);
+    int r = select(fd + 1, &fds, nullptr, nullptr, nullptr);
+    if (g_prompt_sigint) {
+      rl_free_line_state();
+      rl_callback_sigcleanup();
+      rl_cleanup_after_signal();
+      rl_callback_handler_remove();
+      std::fputs("^C\n", rl_outstream);
+      std::fflush(rl_outstream);
+      result = Read::kInterrupted;
+      break;
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      rl_callback_handler_remove();
+      g_line_eof = true;
+      break;
+    }
+    rl_callback_read_char();
+  }
+  sigaction(SIGINT, &old, nullptr);
+  if (result == Read::kLine && g_line_eof) result = Read::kEof;
+  return result;
+}
+
+Read read_plain_line(const std::string& prompt, std::string* out) {
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  char buf[4096];
+  out->clear();
+  while (std::fgets(buf, sizeof buf, stdin)) {
+    *out += buf;
+    if (!out->empty() && out->back() == '\n') {
+      out->pop_back();
+      return Read::kLine;
+    }
+  }
+  return out->empty() ? Read::kEof : Read::kLine;
+}
+
+// _PROMPT / _PROMPT2 from the globals (raw access: never raises), else the defaults.
+std::string prompt(lua_State* L, bool first) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  lua_pushstring(L, first ? "_PROMPT" : "_PROMPT2");
+  lua_rawget(L, -2);
+  std::string p = first ? kPrompt : kPrompt2;
+  if (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER) p = lua_tostring(L, -1);
+  lua_pop(L, 2);
+  return p;
+}
+
+void set_global_raw(lua_State* L, const char* name, int value_idx) {
+  value_idx = lua_absindex(L, value_idx);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  lua_pushstring(L, name);
+  lua_pushvalue(L, value_idx);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+bool incomplete(lua_State* L, int status) {
+  if (status != LUA_ERRSYNTAX) return false;
+  size_t len = 0;
+  const char* msg = lua_tolstring(L, -1, &len);
+  constexpr std::string_view eof = "<eof>";
+  return len >= eof.size() && std::string_view(msg + len - eof.size()) == eof;
+}
+
+std::string trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string_view::npos ? "" : std::string(s.substr(b, e - b + 1));
+}
+
+class Repl {
+ public:
+  explicit Repl(lua_State* L) : L_(L), tty_(isatty(STDIN_FILENO)) {}
+
+  void run() {
+    if (tty_) setup_readline();
+    int top = lua_gettop(L_);
+    for (;;) {
+      std::string line;
+      Read r = read(prompt(L_, true), &line);
+      if (r == Read::kEof) break;
+      if (r == Read::kInterrupted) continue;
+      handle(line);
+      lua_settop(L_, top);
+    }
+    if (tty_) std::fputs("\n", stdout);
+  }
+
+ private:
+  Read read(const std::string& p, std::string* out) {
+    return tty_ ? read_tty_line(p, out) : read_plain_line(p, out);
+  }
+
+  void setup_readline() {
+    rl_readline_name = "shardlab";  // $if shardlab in ~/.inputrc
+    rl_catch_signals = 0;
+    install_completion(L_);
+    const char* env = std::getenv("SHARDLAB_HISTORY");
+    const char* home = std::getenv("HOME");
+    if (env && *env) history_ = env;
+    else if (home && *home) history_ = std::string(home) + "/.shardlab_history";
+    stifle_history(kHistoryMax);
+    if (!history_.empty()) read_history(history_.c_str());
+  }
+
+  void remember(const std::string& chunk) {
+    if (!tty_ || trim(chunk).empty()) return;
+    HIST_ENTRY* last = history_length > 0 ? history_get(history_base + history_length - 1) : nullptr;
+    if (last == nullptr || chunk != last->line) add_history(chunk.c_str());
+    if (!history_.empty() && write_history(history_.c_str()) != 0 && !history_warned_) {
+      std::fprintf(stderr, "shardlab: cannot write history file '%s'\n", history_.c_str());
+      history_warned_ = true;
+    }
+  }
+
+  void handle(const std::string& raw) {
+    std::string line = trim(raw);
+    if (line.empty()) return;
+    if (line[0] == '?') {
+      remember(raw);
+      return help(trim(line.substr(1)));
+    }
+    if (line[0] == '=') line = trim(line.substr(1));  // `=expr`, a Lua 5.1 habit
+    if (line.empty()) return;
+    bool quiet = line.back() == ';';
+    std::string expr = quiet ? line.substr(0, line.size() - 1) : line;
+    std::string ret = "return " + expr + ";";
+    int status = luaL_loadbuffer(L_, ret.data(), ret.size(), "=stdin");
+    std::string chunk = line;
+    if (status != LUA_OK) {
+      lua_pop(L_, 1);
+      status = load_statement(&chunk);
+      if (status == -1) return;  // Ctrl-C or end of input inside a multi-line chunk
+    }
+    remember(chunk);
+    if (status != LUA_OK) {
+      report(L_, status, nullptr);
+      return;
+    }
+    int base = lua_gettop(L_) - 1;
+    status = docall(L_, 0, LUA_MULTRET);
+    if (status != LUA_OK) {
+      report(L_, status, nullptr);
+      return;
+    }
+    print_results(base, quiet);
+  }
+
+  // lua.c's multiline: keep reading while the chunk is incomplete (`<eof>` syntax errors).
+  // Returns a load status with the chunk or error on the stack, or -1 if the user gave up.
+  int load_statement(std::string* chunk) {
+    for (;;) {
+      int status = luaL_loadbuffer(L_, chunk->data(), chunk->size(), "=stdin");
+      if (!incomplete(L_, status)) return status;
+      lua_pop(L_, 1);
+      std::string more;
+      Read r = read(prompt(L_, false), &more);
+      if (r != Read::kLine) {
+        if (r == Read::kEof) remember(*chunk);
+        return -1;
+      }
+      *chunk += "\n" + more;
+    }
+  }
+
+  void print_results(int base, bool quiet) {
+    int n = lua_gettop(L_) - base;
+    if (n <= 0) return;
+    set_global_raw(L_, "_", base + 1);
+    if (quiet) return;
+    PrettyOptions o;
+    o.color = context(L_).color;
+    std::string out;
+    for (int i = 1; i <= n; ++i) {
+      if (i > 1) out += "\t";
+      out += pretty(L_, base + i, o);
+    }
+    std::printf("%s\n", out.c_str());
+    std::fflush(stdout);
+  }
+
+  // ?name: the docstring registered for a binding (sl.doc), a type, or a value's type.
+  void help(const std::string& name) {
+    if (name.empty()) {
+      std::printf("?name shows the docstring of a binding, e.g. ?sl.mesh; ?sl lists the API.\n"
+                  "Tab completes names; a trailing ';' hides a result; _ is the last result.\n");
+      return;
+    }
+    std::string doc;
+    lua_getfield(L_, LUA_REGISTRYINDEX, "shardlab.doc");
+    if (lua_getfield(L_, -1, name.c_str()) == LUA_TSTRING) doc = lua_tostring(L_, -1);
+    lua_pop(L_, 2);
+    if (doc.empty()) {
+      std::string expr = "return " + name;
+      for (char& c : expr) if (c == ':') c = '.';
+      if (luaL_loadbuffer(L_, expr.data(), expr.size(), "=help") == LUA_OK &&
+          lua_pcall(L_, 0, 1, 0) == LUA_OK)
+        doc = find_doc(L_, -1);
+      lua_pop(L_, 1);
+    }
+    if (doc.empty()) std::printf("no help for '%s'\n", name.c_str());
+    else std::printf("%s\n", doc.c_str());
+    std::fflush(stdout);
+  }
+
+  lua_State* L_;
+  bool tty_;                     // stdin is a terminal: use Readline
+  std::string history_;          // history file; "" = none
+  bool history_warned_ = false;  // warned once about an unwritable history file
+};
+
+}  // namespace
+
+void run_repl(lua_State* L) { Repl(L).run(); }
+
+}  // namespace shell

@@ -1,0 +1,19 @@
+// shell/repl.h: the interactive loop (GNU Readline, history file, completion, auto-print, ?help).
+//
+// Prompts come from the globals _PROMPT and _PROMPT2 (default "sl> " and "..> ", as th's
+// "th> "/"..> "). Each line is first tried as `return <line>` (lua.c); incomplete chunks read
+// more lines; a trailing `;` suppresses printing; `_` holds the first result of the last
+// expression; `?name` prints a binding's docstring. Errors and Ctrl-C never end the session;
+// Ctrl-D (end of input) does.
+#pragma once
+
+#include <lua.hpp>
+
+namespace shell {
+
+// Runs until end of input. Requires open_shardlab(L, ...) to have run. Never raises.
+void run_repl(lua_State* L);
+// Installs Readline's completion for L's globals (called by run_repl).
+void install_completion(lua_State* L);
+
+}  // namespace shell
