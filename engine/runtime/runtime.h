@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/base/status.h"
@@ -51,7 +52,9 @@ class Device {
   Device(int id, int64_t capacity_bytes) : id_(id), capacity_(capacity_bytes) {}
   int id() const { return id_; }
   // Allocates zeroed, kAlignment-aligned bytes; fails with resource_exhausted listing the
-  // largest live buffers when capacity (if > 0) would be exceeded.
+  // largest live buffers when capacity (if > 0) would be exceeded. Accounting counts the
+  // bytes requested (so it matches the compiler's memory analysis exactly). Called from one
+  // thread at a time (the runtime never allocates inside a parallel region).
   Result<DeviceBuffer> allocate(int64_t bytes, std::string label);
   int64_t bytes_in_use() const { return in_use_; }
   int64_t peak_bytes() const { return peak_; }
@@ -65,7 +68,7 @@ class Device {
   int64_t capacity_;        // 0 = unlimited
   int64_t in_use_ = 0;      // bytes currently allocated
   int64_t peak_ = 0;        // high-water mark of in_use_
-  std::vector<std::pair<std::string, int64_t>> live_;  // (label, bytes) for OOM reports
+  std::unordered_map<const void*, std::pair<std::string, int64_t>> live_;  // data -> (label, bytes), for OOM reports
 };
 
 // A global array: its type and sharding plus one shard per device.
@@ -80,6 +83,7 @@ struct Array {
 class Runtime {
  public:
   explicit Runtime(Mesh mesh, int64_t device_capacity_bytes = 0);
+  ~Runtime();
   const Mesh& mesh() const { return mesh_; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
   Device& device(int i) { return *devices_[i]; }
@@ -92,15 +96,27 @@ class Runtime {
   // Copies shard data back into a global host buffer (bytes = numel * dtype size).
   Status fetch(const Array& a, void* host) const;
 
-  // Prepares per-device arenas and output regions for exe (allocated once, reused by
-  // every execute: a step allocates nothing).
+  // Prepares per-device arenas (exe.arena_bytes() each) and buffer tables for exe: allocated
+  // once, reused by every execute, so a step allocates nothing. Also checks that the mesh
+  // matches and that the kernels support every op's dtypes. Idempotent.
   Status prepare(const Executable& exe);
-  // Runs exe: args in program argument order; arguments with aliased outputs are updated in
-  // place; non-aliased outputs are copied into `outputs` (created on first use, then reused).
+  // Frees what prepare() allocated for exe (no-op if it was never prepared).
+  void release(const Executable& exe);
+  // Runs exe in lockstep: instruction i on every device (in parallel over devices on the
+  // pool when there are several), then i + 1. args: in program argument order; arguments
+  // with aliased outputs are updated in place. outputs: one Array per program output, in
+  // order; the entry of an aliased output stays empty (its data is the argument). Non-aliased
+  // outputs are written directly into outputs[j] (the executable's output region, one buffer
+  // per output): created on the first call, then reused when the same vector is passed again,
+  // which is what makes a steady-state step allocate nothing. An Array passed as an argument
+  // must not be one of `outputs` (swap them between steps instead).
   Status execute(const Executable& exe, std::span<Array* const> args, std::vector<Array>& outputs);
 
  private:
   struct Prepared;  // per-executable arenas
+  Prepared* find_prepared(const Executable& exe);
+  Status bind(const Executable& exe, std::span<Array* const> args, std::vector<Array>& outputs,
+              Prepared& prep);
   Mesh mesh_;
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Prepared>> prepared_;

@@ -1,0 +1,249 @@
+// engine/runtime/executor.cpp: the kernel dispatch: every OpKind onto engine/tensor/kernels.h
+// (f32), scalar ops computed directly with reference.h's shared scalar formulas.
+#include "engine/runtime/executor.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/tensor/kernels.h"
+#include "engine/tensor/reference.h"
+
+namespace eng {
+
+namespace {
+
+// Inputs that are integer (ids, positions, targets, segmentation, step), per op.
+bool is_int_input(OpKind kind, size_t i) {
+  switch (kind) {
+    case OpKind::kEmbedLookup: return i == 1;
+    case OpKind::kOneHot: return i == 0;
+    case OpKind::kRope: return i == 1;
+    case OpKind::kSoftmaxCrossEntropy: return i == 1;
+    case OpKind::kMaskedMeanLoss: return i == 1;
+    case OpKind::kEmbedLookupGrad: return i == 0;
+    case OpKind::kSoftmaxCrossEntropyGrad: return i == 1;
+    case OpKind::kMaskedMeanLossGrad: return i == 0;
+    case OpKind::kLearningRate: return i == 0;
+    case OpKind::kAdamW: return i == 6;
+    case OpKind::kIncrement: return i == 0;
+    default: return false;
+  }
+}
+
+// A float or i32 element as float, for kConvert.
+float load(const void* p, DType d, int64_t i) {
+  switch (d) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kI32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+  }
+  return 0;
+}
+
+void store(void* p, DType d, int64_t i, float x) {
+  switch (d) {
+    case DType::kF32: static_cast<float*>(p)[i] = x; break;
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(x); break;
+    case DType::kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(x); break;  // truncates
+  }
+}
+
+void convert(const void* x, DType from, void* y, DType to, int64_t n) {
+  if (from == to) {
+    if (x != y) std::memcpy(y, x, n * dtype_size(from));
+  } else if (from == DType::kF32 && to == DType::kBF16) {
+    kern::convert_f32_to_bf16(static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
+  } else if (from == DType::kBF16 && to == DType::kF32) {
+    kern::convert_bf16_to_f32(static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) store(y, to, i, load(x, from, i));
+  }
+}
+
+void copy_if_distinct(void* dst, const void* src, int64_t bytes) {
+  if (dst != src) std::memcpy(dst, src, bytes);
+}
+
+// Typed views of one instruction's buffers on one device.
+struct Args {
+  const Program& p;
+  const Instr& in;
+  void* const* ptrs;
+
+  const float* f(size_t i) const { return static_cast<const float*>(ptrs[in.inputs[i]]); }
+  const int32_t* ids(size_t i) const { return static_cast<const int32_t*>(ptrs[in.inputs[i]]); }
+  float* out(size_t o) const { return static_cast<float*>(ptrs[in.outputs[o]]); }
+  const Shape& shape(size_t i) const { return p.value(in.inputs[i]).shape; }
+  int64_t numel(size_t i) const { return shape(i).numel(); }
+  int64_t last_dim(size_t i) const { return shape(i).dim(-1); }
+  float scalar(size_t i) const { return *f(i); }
+};
+
+void run_matmul(const Args& a) {
+  const OpAttrs& at = a.in.attrs;
+  const Shape& sa = a.shape(0);
+  const Shape& sb = a.shape(1);
+  // The 2D views of op.h: a is (rows_a, cols_a), b is (rows_b, cols_b), row-major.
+  const int64_t rows_a = sa.prod(0, at.a_split), cols_a = sa.prod(at.a_split, sa.rank());
+  const int64_t rows_b = sb.prod(0, at.b_split), cols_b = sb.prod(at.b_split, sb.rank());
+  const int64_t M = at.trans_a ? cols_a : rows_a, K = at.trans_a ? rows_a : cols_a;
+  const int64_t N = at.trans_b ? rows_b : cols_b;
+  kern::matmul(at.trans_a, at.trans_b, M, N, K, 1.0f, a.f(0), cols_a, a.f(1), cols_b, 0.0f,
+               a.out(0), N);
+}
+
+void run_masked_mean_loss(const Args& a) {
+  const float* xent = a.f(0);
+  const int32_t* seg = a.ids(1);
+  double sum = 0, weights = 0;
+  for (int64_t i = 0, n = a.numel(0); i < n; ++i)
+    if (seg[i] != 0) {
+      sum += xent[i];
+      weights += 1;
+    }
+  *a.out(0) = static_cast<float>(sum / (weights + 1e-8));
+  *a.out(1) = static_cast<float>(weights);
+}
+
+void run_masked_mean_loss_grad(const Args& a) {
+  const int32_t* seg = a.ids(0);
+  const double dloss = a.in.inputs.size() > 2 ? a.scalar(2) : 1.0;
+  const float g = static_cast<float>(a.in.attrs.scale * dloss / (a.scalar(1) + 1e-8));
+  float* dxent = a.out(0);
+  for (int64_t i = 0, n = a.numel(0); i < n; ++i) dxent[i] = seg[i] != 0 ? g : 0.0f;
+}
+
+void run_adamw(const Args& a) {
+  const OpAttrs& at = a.in.attrs;
+  const int64_t n = a.numel(0), bytes = n * 4;
+  float* param = a.out(0);
+  float* mu = a.out(1);
+  float* nu = a.out(2);
+  copy_if_distinct(param, a.f(0), bytes);  // no-ops when updated in place (the usual case)
+  copy_if_distinct(mu, a.f(2), bytes);
+  copy_if_distinct(nu, a.f(3), bytes);
+  const int64_t count = static_cast<int64_t>(*a.ids(6)) + 1;
+  kern::adamw_update(param, a.f(1), mu, nu, n, a.scalar(4), a.scalar(5), static_cast<float>(at.b1),
+                     static_cast<float>(at.b2), static_cast<float>(at.eps),
+                     static_cast<float>(at.weight_decay), count);
+}
+
+}  // namespace
+
+Status check_executable_dtypes(const Program& p) {
+  for (size_t i = 0; i < p.instrs().size(); ++i) {
+    const Instr& in = p.instrs()[i];
+    if (in.kind == OpKind::kConvert || in.kind == OpKind::kConstraint) continue;
+    for (size_t k = 0; k < in.inputs.size(); ++k) {
+      const DType have = p.value(in.inputs[k]).dtype;
+      const DType want = is_int_input(in.kind, k) ? DType::kI32 : DType::kF32;
+      if (have != want)
+        return unimplemented(
+            "executor: instruction {} ({}) input {} is {} but the CPU kernels take {}{}", i,
+            op_name(in.kind), k, dtype_name(have), dtype_name(want),
+            want == DType::kF32 ? " (convert to f32 first)" : "");
+    }
+  }
+  return ok_status();
+}
+
+void run_instr(const Program& p, const Instr& in, void* const* ptrs) {
+  const Args a{p, in, ptrs};
+  const OpAttrs& at = in.attrs;
+  switch (in.kind) {
+    case OpKind::kEmbedLookup: {  // table (V, E), ids (B, T) -> (B, T, E)
+      const Shape& t = a.shape(0);
+      kern::embed_lookup(a.f(0), a.ids(1), a.out(0), a.numel(1), t[0], t[1]);
+      return;
+    }
+    case OpKind::kOneHot: kern::one_hot(a.ids(0), a.out(0), a.numel(0), at.depth); return;
+    case OpKind::kMatmul: run_matmul(a); return;
+    case OpKind::kRmsNorm: {  // x (N, E) viewed
+      const int64_t E = a.last_dim(0);
+      kern::rmsnorm_forward(a.f(0), a.f(1), a.out(0), a.out(1), a.numel(0) / E, E,
+                            static_cast<float>(at.eps));
+      return;
+    }
+    case OpKind::kRope: {
+      const Shape& x = a.shape(0);
+      kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
+                 static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
+                 at.inverse);
+      return;
+    }
+    case OpKind::kAttention: {
+      const Shape& q = a.shape(0);
+      kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), q[0], q[1], q[2], q[3],
+                              static_cast<float>(at.scale));
+      return;
+    }
+    case OpKind::kSwiglu: kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); return;
+    case OpKind::kAdd: kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); return;
+    case OpKind::kMul: kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); return;
+    case OpKind::kScale:
+      kern::scale(a.f(0), static_cast<float>(at.scale), a.out(0), a.numel(0));
+      return;
+    case OpKind::kConvert:
+      convert(ptrs[in.inputs[0]], p.value(in.inputs[0]).dtype, ptrs[in.outputs[0]], at.dtype,
+              a.numel(0));
+      return;
+    case OpKind::kConstraint:  // an identity on one device; usually the same buffer
+      copy_if_distinct(ptrs[in.outputs[0]], ptrs[in.inputs[0]], p.value(in.inputs[0]).bytes());
+      return;
+    case OpKind::kSoftmaxCrossEntropy: {
+      const int64_t V = a.last_dim(0);
+      kern::softmax_cross_entropy_forward(a.f(0), a.ids(1), a.out(0), a.out(1), a.numel(0) / V, V);
+      return;
+    }
+    case OpKind::kMaskedMeanLoss: run_masked_mean_loss(a); return;
+    case OpKind::kEmbedLookupGrad: {  // ids (N), dy (N, E) -> dtable (depth, E)
+      const int64_t E = a.last_dim(1);
+      kern::embed_lookup_grad(a.ids(0), a.f(1), a.out(0), a.numel(0), at.depth, E);
+      return;
+    }
+    case OpKind::kRmsNormGrad: {
+      const int64_t E = a.last_dim(0);
+      kern::rmsnorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.out(0), a.out(1), a.numel(0) / E, E);
+      return;
+    }
+    case OpKind::kAttentionGrad: {
+      const Shape& q = a.shape(0);
+      kern::attention_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0), a.out(1),
+                               a.out(2), q[0], q[1], q[2], q[3], static_cast<float>(at.scale));
+      return;
+    }
+    case OpKind::kSwigluGrad:
+      kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), a.numel(0));
+      return;
+    case OpKind::kSoftmaxCrossEntropyGrad: {
+      const int64_t V = a.last_dim(0);
+      kern::softmax_cross_entropy_backward(a.f(0), a.ids(1), a.f(2), a.f(3), a.out(0),
+                                           a.numel(0) / V, V);
+      return;
+    }
+    case OpKind::kMaskedMeanLossGrad: run_masked_mean_loss_grad(a); return;
+    case OpKind::kSumSquares:
+      *a.out(0) = static_cast<float>(kern::sum_squares(a.f(0), a.numel(0)));
+      return;
+    case OpKind::kGlobalNorm: {
+      double s = 0;
+      for (size_t i = 0; i < in.inputs.size(); ++i) s += a.scalar(i);
+      *a.out(0) = static_cast<float>(std::sqrt(s));
+      return;
+    }
+    case OpKind::kClipFactor:
+      *a.out(0) = static_cast<float>(ref::clip_factor(a.scalar(0), at.clip_threshold));
+      return;
+    case OpKind::kLearningRate:
+      *a.out(0) = static_cast<float>(ref::learning_rate_at(
+          *a.ids(0), at.learning_rate, at.warmup_steps, at.cos_steps, at.final_fraction));
+      return;
+    case OpKind::kAdamW: run_adamw(a); return;
+    case OpKind::kIncrement:
+      *static_cast<int32_t*>(ptrs[in.outputs[0]]) = *a.ids(0) + 1;
+      return;
+  }
+  ENG_CHECK(false, "executor: unhandled op {}", op_name(in.kind));
+}
+
+}  // namespace eng

@@ -1,0 +1,312 @@
+// engine/runtime/runtime.cpp: simulated devices with byte accounting, sharded placement
+// (device_put / fetch by slicing blocks), and lockstep execution of an Executable.
+#include "engine/runtime/runtime.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/base/thread_pool.h"
+#include "engine/compile/memory_plan.h"
+#include "engine/runtime/executor.h"
+
+namespace eng {
+
+namespace {
+
+std::string human_bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / 1073741824.0);
+  if (b >= (int64_t{1} << 20)) return fmt::format("{:.2f} MiB", b / 1048576.0);
+  if (b >= 1024) return fmt::format("{:.2f} KiB", b / 1024.0);
+  return fmt::format("{} B", b);
+}
+
+// Copies device `local` block <-> the global row-major array. offset: the block's first
+// global index per dim. to_global: direction. Contiguous runs along the last dim are memcpy'd.
+void copy_block(void* global, const Shape& gshape, const std::vector<int64_t>& offset,
+                void* local, const Shape& lshape, int64_t elem, bool to_global) {
+  const int rank = gshape.rank();
+  if (rank == 0 || lshape.numel() == 0) {
+    if (rank == 0) std::memcpy(to_global ? global : local, to_global ? local : global, elem);
+    return;
+  }
+  const int64_t run = lshape[rank - 1] * elem;
+  const int64_t rows = lshape.numel() / lshape[rank - 1];
+  std::vector<int64_t> idx(rank, 0);  // index within the block, last dim fixed at 0
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t g = 0;
+    for (int d = 0; d < rank; ++d) g = g * gshape[d] + offset[d] + idx[d];
+    char* gp = static_cast<char*>(global) + g * elem;
+    char* lp = static_cast<char*>(local) + r * run;
+    std::memcpy(to_global ? gp : lp, to_global ? lp : gp, run);
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++idx[d] < lshape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+Status check_placeable(const Mesh& mesh, const Shape& shape, const NamedSharding& sharding,
+                       std::string_view what) {
+  if (!(sharding.mesh == mesh))
+    return invalid_argument("{}: sharding's mesh {} is not the runtime's mesh {}", what,
+                            sharding.mesh.to_string(), mesh.to_string());
+  ENG_RETURN_IF_ERROR(sharding.validate(shape));
+  if (!sharding.spec.partial().empty())
+    return invalid_argument("{}: cannot place a partial (unreduced) sharding {}", what,
+                            sharding.spec.to_string());
+  return ok_status();
+}
+
+// Local (per-device) numel of `a` under its sharding, computed without allocating.
+int64_t local_numel(const Array& a) {
+  int64_t n = 1;
+  const auto& dims = a.sharding.spec.dims();
+  for (int i = 0; i < a.shape.rank(); ++i) {
+    int64_t shards = 1;
+    if (i < static_cast<int>(dims.size()))
+      for (const auto& axis : dims[i]) shards *= a.sharding.mesh.axis_size(axis);
+    n *= a.shape[i] / shards;
+  }
+  return n;
+}
+
+}  // namespace
+
+// ---- DeviceBuffer and Device ----------------------------------------------------------------
+
+DeviceBuffer::~DeviceBuffer() {
+  if (device_) device_->release(*this);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : device_(o.device_), data_(o.data_), bytes_(o.bytes_), label_(std::move(o.label_)) {
+  o.device_ = nullptr;
+  o.data_ = nullptr;
+  o.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (device_) device_->release(*this);
+    device_ = o.device_;
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    label_ = std::move(o.label_);
+    o.device_ = nullptr;
+    o.data_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+Result<DeviceBuffer> Device::allocate(int64_t bytes, std::string label) {
+  ENG_CHECK(bytes >= 0, "device {}: negative allocation {} for {}", id_, bytes, label);
+  if (capacity_ > 0 && in_use_ + bytes > capacity_) {
+    std::vector<std::pair<int64_t, const std::string*>> live;
+    for (const auto& [ptr, entry] : live_) live.push_back({entry.second, &entry.first});
+    std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::string largest;
+    for (size_t i = 0; i < live.size() && i < 5; ++i)
+      largest += fmt::format("\n  {} {}", human_bytes(live[i].first), *live[i].second);
+    return resource_exhausted(
+        "device {}: out of memory allocating {} for '{}': {} of {} in use; largest live "
+        "buffers:{}",
+        id_, human_bytes(bytes), label, human_bytes(in_use_), human_bytes(capacity_),
+        largest.empty() ? " none" : largest);
+  }
+  DeviceBuffer b;
+  if (bytes > 0) {
+    const int64_t padded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, padded);
+    if (!p)
+      return resource_exhausted("device {}: host out of memory allocating {} for '{}'", id_,
+                                human_bytes(bytes), label);
+    std::memset(p, 0, padded);
+    b.data_ = p;
+    live_[p] = {label, bytes};
+  }
+  b.device_ = this;
+  b.bytes_ = bytes;
+  b.label_ = std::move(label);
+  in_use_ += bytes;
+  peak_ = std::max(peak_, in_use_);
+  return b;
+}
+
+void Device::release(DeviceBuffer& b) {
+  in_use_ -= b.bytes_;
+  if (b.data_) {
+    live_.erase(b.data_);
+    std::free(b.data_);
+  }
+  b.device_ = nullptr;
+  b.data_ = nullptr;
+  b.bytes_ = 0;
+}
+
+// ---- Runtime: placement --------------------------------------------------------------------
+
+struct Runtime::Prepared {
+  uint64_t exe_id = 0;
+  std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
+  std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
+};
+
+Runtime::Runtime(Mesh mesh, int64_t device_capacity_bytes) : mesh_(std::move(mesh)) {
+  for (int64_t d = 0; d < mesh_.num_devices(); ++d)
+    devices_.push_back(std::make_unique<Device>(static_cast<int>(d), device_capacity_bytes));
+}
+
+Runtime::~Runtime() = default;
+
+Result<Array> Runtime::zeros(const Shape& shape, DType dtype, const NamedSharding& sharding,
+                             std::string name) {
+  ENG_RETURN_IF_ERROR(check_placeable(mesh_, shape, sharding, "zeros " + name));
+  Array a{shape, dtype, sharding, {}, std::move(name)};
+  const int64_t bytes = sharding.local_shape(shape).numel() * dtype_size(dtype);
+  for (auto& dev : devices_) {
+    ENG_ASSIGN_OR_RETURN(DeviceBuffer b, dev->allocate(bytes, a.name));
+    a.shards.push_back(std::move(b));
+  }
+  return a;
+}
+
+Result<Array> Runtime::put(const void* host, const Shape& shape, DType dtype,
+                           const NamedSharding& sharding, std::string name) {
+  ENG_ASSIGN_OR_RETURN(Array a, zeros(shape, dtype, sharding, std::move(name)));
+  const Shape local = sharding.local_shape(shape);
+  for (int d = 0; d < num_devices(); ++d)
+    copy_block(const_cast<void*>(host), shape, sharding.local_offset(shape, d),
+               a.shards[d].data(), local, dtype_size(dtype), /*to_global=*/false);
+  return a;
+}
+
+Status Runtime::fetch(const Array& a, void* host) const {
+  ENG_RETURN_IF_ERROR(check_placeable(mesh_, a.shape, a.sharding, "fetch " + a.name));
+  if (static_cast<int>(a.shards.size()) != num_devices())
+    return invalid_argument("fetch {}: {} shards for {} devices", a.name, a.shards.size(),
+                            num_devices());
+  const Shape local = a.sharding.local_shape(a.shape);
+  // Replicated blocks are written once per holder; they are equal, so any order is right.
+  for (int d = 0; d < num_devices(); ++d)
+    copy_block(host, a.shape, a.sharding.local_offset(a.shape, d), a.shards[d].data(), local,
+               dtype_size(a.dtype), /*to_global=*/true);
+  return ok_status();
+}
+
+// ---- Runtime: execution --------------------------------------------------------------------
+
+Runtime::Prepared* Runtime::find_prepared(const Executable& exe) {
+  for (auto& p : prepared_)
+    if (p->exe_id == exe.id()) return p.get();
+  return nullptr;
+}
+
+Status Runtime::prepare(const Executable& exe) {
+  if (find_prepared(exe)) return ok_status();
+  if (!(exe.mesh() == mesh_))
+    return invalid_argument("prepare {}: executable compiled for {} but the runtime has {}",
+                            exe.program().name(), exe.mesh().to_string(), mesh_.to_string());
+  ENG_RETURN_IF_ERROR(check_executable_dtypes(exe.program()));
+  auto prep = std::make_unique<Prepared>();
+  prep->exe_id = exe.id();
+  for (auto& dev : devices_) {
+    ENG_ASSIGN_OR_RETURN(DeviceBuffer arena,
+                         dev->allocate(exe.arena_bytes(), "arena:" + exe.program().name()));
+    prep->arenas.push_back(std::move(arena));
+    prep->ptrs.emplace_back(exe.program().values().size(), nullptr);
+  }
+  prepared_.push_back(std::move(prep));
+  return ok_status();
+}
+
+void Runtime::release(const Executable& exe) {
+  std::erase_if(prepared_, [&](const auto& p) { return p->exe_id == exe.id(); });
+}
+
+// Checks args and outputs against the executable and fills every device's buffer table.
+Status Runtime::bind(const Executable& exe, std::span<Array* const> args,
+                     std::vector<Array>& outputs, Prepared& prep) {
+  const Program& p = exe.program();
+  const std::string& fn = p.name();
+  if (args.size() != p.args().size())
+    return invalid_argument("execute {}: {} arguments given, the program takes {}", fn,
+                            args.size(), p.args().size());
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Array* a = args[k];
+    const ValueInfo& v = p.value(p.args()[k].value);
+    if (!a || static_cast<int>(a->shards.size()) != num_devices() || a->dtype != v.dtype ||
+        local_numel(*a) * dtype_size(a->dtype) != v.bytes() || !(a->sharding.mesh == mesh_))
+      return invalid_argument("execute {}: argument {} ('{}') expects {} per device, got {}", fn, k,
+                              v.name, v.type_string(),
+                              a ? a->dtype == v.dtype ? fmt::format("{} {}", dtype_name(a->dtype),
+                                                                    a->sharding.local_shape(a->shape).to_string())
+                                                      : std::string(dtype_name(a->dtype))
+                                : "null");
+  }
+  // Outputs: (re)create non-aliased ones that do not fit; aliased ones stay empty.
+  if (outputs.size() != p.outputs().size()) outputs.resize(p.outputs().size());
+  for (size_t j = 0; j < p.outputs().size(); ++j) {
+    const ProgramOutput& out = p.outputs()[j];
+    const ValueInfo& v = p.value(out.value);
+    Array& o = outputs[j];
+    if (out.aliased_arg >= 0) {
+      if (!o.shards.empty()) o = Array{};
+      continue;
+    }
+    bool fits = o.shape == v.shape && o.dtype == v.dtype &&
+                static_cast<int>(o.shards.size()) == num_devices() && o.sharding.mesh == mesh_ &&
+                o.sharding.spec.is_replicated();
+    if (!fits) {
+      o = Array{};
+      ENG_ASSIGN_OR_RETURN(o, zeros(v.shape, v.dtype, NamedSharding{mesh_, PartitionSpec()},
+                                    out.name));
+    }
+    for (Array* a : args)
+      if (a->shards[0].data() && a->shards[0].data() == o.shards[0].data())
+        return invalid_argument("execute {}: output '{}' is also passed as argument '{}'", fn,
+                                out.name, a->name);
+  }
+  for (int d = 0; d < num_devices(); ++d) {
+    std::vector<void*>& ptrs = prep.ptrs[d];
+    char* arena = static_cast<char*>(prep.arenas[d].data());
+    for (size_t v = 0; v < ptrs.size(); ++v) {
+      const BufferSlot& s = exe.slots()[v];
+      switch (s.kind) {
+        case BufferSlot::Kind::kArgument: ptrs[v] = args[s.index]->shards[d].data(); break;
+        case BufferSlot::Kind::kOutput: ptrs[v] = outputs[s.index].shards[d].data(); break;
+        case BufferSlot::Kind::kTemp: ptrs[v] = arena ? arena + s.offset : nullptr; break;
+        case BufferSlot::Kind::kNone: ptrs[v] = nullptr; break;
+      }
+    }
+  }
+  return ok_status();
+}
+
+Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
+                        std::vector<Array>& outputs) {
+  ENG_RETURN_IF_ERROR(prepare(exe));
+  Prepared& prep = *find_prepared(exe);
+  ENG_RETURN_IF_ERROR(bind(exe, args, outputs, prep));
+  const Program& p = exe.program();
+  const int n = num_devices();
+  for (const Instr& in : p.instrs()) {
+    if (n == 1) {
+      run_instr(p, in, prep.ptrs[0].data());  // kernels parallelise internally
+    } else {
+      default_pool().run(n, [&](int64_t d) { run_instr(p, in, prep.ptrs[d].data()); });
+    }
+  }
+  // Outputs not produced in place (an argument or a value returned twice) are copied.
+  for (size_t j = 0; j < p.outputs().size(); ++j) {
+    const ProgramOutput& out = p.outputs()[j];
+    const BufferSlot& s = exe.slots()[out.value];
+    if (out.aliased_arg >= 0 || (s.kind == BufferSlot::Kind::kOutput && s.index == (int)j)) continue;
+    for (int d = 0; d < n; ++d)
+      std::memcpy(outputs[j].shards[d].data(), prep.ptrs[d][out.value], s.bytes);
+  }
+  return ok_status();
+}
+
+}  // namespace eng
