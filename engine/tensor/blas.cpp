@@ -28,16 +28,40 @@ Fn resolve(void* lib, const char* name) {
   return reinterpret_cast<Fn>(sym);
 }
 
-// OpenBLAS reads these when it loads; remove the ones that would slow us down.
-std::string fix_environment() {
-  std::string note;
-  const char* forced = std::getenv("SHARDLAB_OPENBLAS_CORETYPE");
-  for (const char* var : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"}) {
-    if (const char* old = std::getenv(var)) {
-      note += fmt::format("unset {}={}; ", var, old);
-      unsetenv(var);
-    }
+// OpenBLAS reads these when it loads. The originals are restored once it has loaded, so child
+// processes (e.g. the PyTorch reference run side by side) see the user's environment.
+constexpr const char* kEnvVars[] = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS"};
+
+struct SavedEnv {
+  std::string value[3];
+  bool set[3] = {};
+};
+
+SavedEnv save_environment() {
+  SavedEnv saved;
+  for (int i = 0; i < 3; ++i)
+    if (const char* v = std::getenv(kEnvVars[i])) saved.set[i] = true, saved.value[i] = v;
+  return saved;
+}
+
+void restore_environment(const SavedEnv& saved) {
+  for (int i = 0; i < 3; ++i) {
+    if (saved.set[i])
+      setenv(kEnvVars[i], saved.value[i].c_str(), 1);
+    else
+      unsetenv(kEnvVars[i]);
   }
+}
+
+// Removes the variables that would slow us down; returns a note for logs.
+std::string fix_environment(const SavedEnv& saved) {
+  std::string note;
+  for (int i = 0; i < 2; ++i) {  // OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE
+    if (!saved.set[i]) continue;
+    note += fmt::format("unset {}={}; ", kEnvVars[i], saved.value[i]);
+    unsetenv(kEnvVars[i]);
+  }
+  const char* forced = std::getenv("SHARDLAB_OPENBLAS_CORETYPE");
   if (forced != nullptr && *forced != '\0') {
     setenv("OPENBLAS_CORETYPE", forced, 1);
     note += fmt::format("OPENBLAS_CORETYPE={} (from SHARDLAB_OPENBLAS_CORETYPE); ", forced);
@@ -52,9 +76,11 @@ std::string fix_environment() {
 Api load() {
   Api api;
   api.info.preloaded = dlopen(kLibName, RTLD_NOW | RTLD_NOLOAD) != nullptr;
-  api.info.env_note = fix_environment();
+  const SavedEnv saved = save_environment();
+  api.info.env_note = fix_environment(saved);
   if (api.info.preloaded) api.info.env_note += "library was already loaded: env fix too late; ";
   void* lib = dlopen(kLibName, RTLD_NOW | RTLD_LOCAL);
+  restore_environment(saved);  // read by OpenBLAS's constructor during dlopen, not after
   ENG_CHECK(lib != nullptr, "blas: cannot load {} ({}); install libopenblas0-pthread", kLibName,
             dlerror());
   api.sgemm = resolve<decltype(&cblas_sgemm)>(lib, "cblas_sgemm");
@@ -85,6 +111,13 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc) {
   if (M <= 0 || N <= 0) return;
+  constexpr int64_t kMax = 0x7fffffff;  // blasint is 32-bit in Debian's OpenBLAS
+  ENG_CHECK(M <= kMax && N <= kMax && K <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
+            "blas: sgemm dims exceed 32-bit BLAS ints: M={} N={} K={}", M, N, K);
+  // OpenBLAS reports bad leading dims on stderr and skips the call; make that a loud bug.
+  ENG_CHECK(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N,
+            "blas: sgemm leading dims too small: M={} N={} K={} lda={} ldb={} ldc={}", M, N, K,
+            lda, ldb, ldc);
   if (K <= 0) {  // no products: C = beta * C (OpenBLAS rejects lda < 1 here)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = beta == 0.f ? 0.f : beta * C[m * ldc + n];

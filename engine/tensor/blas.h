@@ -8,8 +8,9 @@
 // program. OpenBLAS is kept single-threaded (openblas_set_num_threads(1)); kern::matmul
 // splits a GEMM over the engine's one pool, so there is never a second pool.
 //
-// The library loads on the first call to any function here; a missing libopenblas.so.0 is an
-// install bug and aborts with a message.
+// The library loads on the first call to any function here (it briefly edits the process
+// environment, then restores it: call blas_info() early in main, before other threads read
+// the environment). A missing libopenblas.so.0 is an install bug and aborts with a message.
 #pragma once
 
 #include <cstdint>

@@ -38,7 +38,10 @@ void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float a
   // Split rows of C (each thread packs all of B), or columns when M is small.
   const bool by_rows = M >= N || M >= 128 * nt;
   const int64_t dim = by_rows ? M : N;
-  const int64_t parts = std::min<int64_t>(nt, dim / 16);
+  // nt parts, or 2 per thread when each stays >= 256 wide: the pool hands parts out
+  // dynamically, so a thread that loses its core to another process delays less. The split
+  // depends only on the shape and the thread count, never on timing.
+  const int64_t parts = std::min<int64_t>({std::max<int64_t>(nt, std::min<int64_t>(2 * nt, dim / 256)), dim / 16});
   if (parts <= 1 || flops < kMinParallelFlops || ThreadPool::in_parallel_region()) {
     blas::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
@@ -169,6 +172,8 @@ void rmsnorm_backward(const float* x, const float* scale, const float* rstd, con
 // ---- RoPE -----------------------------------------------------------------------------------
 namespace {
 
+constexpr int64_t kRopeMaxCachedPos = 1 << 14;  // table <= 16K x D floats per thread
+
 // cos/sin of pos / timescale_i for positions [0, npos), one per thread, grown on first use:
 // row p holds cos for i < D/2 then sin. Angles are computed in double.
 struct RopeTable {
@@ -176,6 +181,7 @@ struct RopeTable {
   float min_ts = 0, max_ts = 0;
   int64_t npos = 0;
   std::vector<float> cs;  // (npos, D)
+  static constexpr int64_t kMaxPos = kRopeMaxCachedPos;
 
   static void fill_row(float* row, int64_t pos, int64_t D, float min_ts, float max_ts) {
     const int64_t half = D / 2;
@@ -189,7 +195,7 @@ struct RopeTable {
   }
   const float* row(int64_t pos) {
     if (pos >= npos) {
-      const int64_t want = std::max<int64_t>(pos + 1, 2 * npos);
+      const int64_t want = std::min(std::max<int64_t>(pos + 1, 2 * npos), kMaxPos);
       cs.resize(want * D);
       for (int64_t p = npos; p < want; ++p) fill_row(cs.data() + p * D, p, D, min_ts, max_ts);
       npos = want;
@@ -197,7 +203,6 @@ struct RopeTable {
     return cs.data() + pos * D;
   }
 };
-constexpr int64_t kRopeMaxCachedPos = 1 << 16;
 
 }  // namespace
 

@@ -38,6 +38,7 @@ TEST(Blas, HaswellPresetIsIgnored) {
   EXPECT_EQ(field(out, "threads"), "1") << out;
   EXPECT_EQ(field(out, "result_ok"), "true") << out;
   EXPECT_NE(field(out, "env").find("unset OPENBLAS_CORETYPE=Haswell"), std::string::npos) << out;
+  EXPECT_EQ(field(out, "coretype_after_load"), "Haswell") << "children see the user's env";
 }
 
 TEST(Blas, ShardlabCoretypeForcesTheCore) {
