@@ -170,8 +170,11 @@ std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& i
     case OpKind::kSoftmaxCrossEntropyGrad:
       n_in(4);
       return {like(*in[0])};
-    case OpKind::kMaskedMeanLossGrad:
-      n_in(3);
+    case OpKind::kMaskedMeanLossGrad:  // (segmentation, total_weights[, dloss]): see op.h
+      ENG_CHECK(in.size() == 2 || in.size() == 3,
+                "masked_mean_loss_grad: expected 2 or 3 inputs, got {}", in.size());
+      ENG_CHECK(in[1]->shape.rank() == 0 && (in.size() == 2 || in[2]->shape.rank() == 0),
+                "masked_mean_loss_grad: total_weights and dloss must be scalars");
       return {make(in[0]->shape, DType::kF32, in[0]->logical)};
     case OpKind::kSumSquares:
       n_in(1);

@@ -55,6 +55,8 @@ std::string format_attrs(OpKind kind, const OpAttrs& a) {
     case OpKind::kAttention:
     case OpKind::kAttentionGrad: return fmt::format("[scale={:g} causal]", a.scale);
     case OpKind::kScale: return fmt::format("[scale={:g}]", a.scale);
+    case OpKind::kMaskedMeanLossGrad:
+      return a.scale == 1.0 ? "" : fmt::format("[scale={:g}]", a.scale);
     case OpKind::kConvert: return fmt::format("[dtype={}]", dtype_name(a.dtype));
     case OpKind::kConstraint: {
       std::vector<std::string> names;

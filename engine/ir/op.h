@@ -30,7 +30,11 @@
 //   kAttentionGrad (q, k, v, o, lse, do) [scale] -> dq, dk, dv
 //   kSwigluGrad    (g, u, dy) -> dg, du
 //   kSoftmaxCrossEntropyGrad (logits, targets, lse, dxent) -> dlogits
-//   kMaskedMeanLossGrad (segmentation, total_weights, dloss) -> dxent
+//   kMaskedMeanLossGrad (segmentation, total_weights[, dloss]) [scale] -> dxent
+//                    dxent = scale * dloss * (seg != 0) / (total_weights + 1e-8); without the
+//                    dloss input, dloss = 1: this is how autodiff seeds d(loss)/d(loss) = 1
+//                    (there is no constant op). scale (default 1) folds in constant factors
+//                    applied to the loss after it, e.g. loss' = scale(loss, 0.5).
 //   -- optimizer and metrics (scalars are rank 0, f32 unless said) --
 //   kSumSquares    (x) -> () sum of squares
 //   kGlobalNorm    (s0, s1, ...) -> () sqrt(sum of inputs)
@@ -87,7 +91,7 @@ struct OpAttrs {
   bool trans_a = false, trans_b = false;
   int64_t depth = 0;                  // kOneHot, kEmbedLookupGrad: vocab size
   double eps = 0.0;                   // kRmsNorm; kAdamW epsilon
-  double scale = 1.0;                 // kScale, kAttention, kAttentionGrad
+  double scale = 1.0;                 // kScale, kAttention, kAttentionGrad, kMaskedMeanLossGrad
   double min_timescale = 1.0, max_timescale = 10000.0;  // kRope
   bool inverse = false;               // kRope: transpose rotation
   DType dtype = DType::kF32;          // kConvert

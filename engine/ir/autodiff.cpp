@@ -1,0 +1,292 @@
+// engine/ir/autodiff.cpp: reverse-mode autodiff: per-op VJP rules appended to the Builder.
+//
+// The walk goes backwards from the loss's producer. A value gets a cotangent only if the
+// loss depends on it and it depends on a wrt value (and is floating point). Contributions to
+// a value used several times are summed with add in the order they arrive (reverse program
+// order, then input order), so the emitted program is deterministic.
+//
+// The seed: there is no constant op, so d(loss)/d(loss) = 1 is kept symbolic. The cotangent
+// of a rank-0 value is a tensor plus a known constant c (either part may be absent); add,
+// convert and constraint pass c through, scale multiplies it, mul turns it into a tensor with
+// scale, and masked_mean_loss absorbs it as masked_mean_loss_grad's scale attribute with no
+// dloss input (op.h). Any other op reached by a constant is a bug in the model code.
+#include "engine/ir/autodiff.h"
+
+#include <fmt/format.h>
+
+#include "engine/base/check.h"
+
+namespace eng {
+
+namespace {
+
+// A cotangent: value + constant, where the constant part (rank-0 primals only) is not
+// materialized as a value (see above).
+struct Cot {
+  ValueId value = kNoValue;   // the tensor part, or kNoValue
+  double constant = 0.0;      // the constant part when has_constant
+  bool has_constant = false;  // the seed and what linear scalar ops make of it
+
+  bool present() const { return value != kNoValue || has_constant; }
+  static Cot of(ValueId v) { return Cot{v, 0.0, false}; }
+  static Cot constant_of(double c) { return Cot{kNoValue, c, true}; }
+};
+
+bool is_float(DType d) { return d != DType::kI32; }
+
+class Differentiator {
+ public:
+  Differentiator(Builder& b, const std::vector<ValueId>& wrt) : b_(b) {
+    const Program& p = b.program();
+    depends_.assign(p.values().size(), false);
+    cot_.assign(p.values().size(), Cot{});
+    for (ValueId w : wrt) {
+      ENG_CHECK(w >= 0 && w < static_cast<ValueId>(p.values().size()), "autodiff: bad wrt {}", w);
+      ENG_CHECK(is_float(p.value(w).dtype), "autodiff: wrt value '{}' {} is not floating point",
+                p.value(w).name, p.value(w).type_string());
+      depends_[w] = true;
+    }
+    for (const Instr& in : p.instrs()) {
+      bool any = false;
+      for (ValueId i : in.inputs) any = any || depends_[i];
+      if (!any) continue;
+      for (ValueId o : in.outputs) depends_[o] = is_float(p.value(o).dtype);
+    }
+  }
+
+  std::vector<ValueId> run(ValueId loss, const std::vector<ValueId>& wrt) {
+    const ValueInfo& l = b_.info(loss);  // invalidated by the first emit: read it here
+    ENG_CHECK(l.shape.rank() == 0 && is_float(l.dtype),
+              "autodiff: loss must be a float scalar, got {}", l.type_string());
+    const int32_t producer = l.producer;
+    std::vector<ValueId> grads(wrt.size(), kNoValue);
+    if (!depends_[loss]) return grads;
+    cot_[loss] = Cot::constant_of(1.0);
+    for (int32_t k = producer; k >= 0; --k) {
+      const Instr in = b_.program().instrs()[k];  // a copy: emitting appends to instrs()
+      bool any = false;
+      for (ValueId o : in.outputs) any = any || cot_[o].present();
+      if (any) vjp(in);
+    }
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      const Cot& c = cot_[wrt[k]];
+      ENG_CHECK(!c.has_constant,
+                "autodiff: gradient of '{}' has a constant part (the loss itself?)",
+                b_.info(wrt[k]).name);
+      grads[k] = c.value;
+    }
+    return grads;
+  }
+
+ private:
+  // ---- cotangent bookkeeping -------------------------------------------------------------
+
+  bool needs(ValueId v) const { return depends_[v]; }
+
+  // The cotangent of primal as a tensor; a constant here means the model fed the loss into an
+  // op that has no constant-aware rule.
+  ValueId tensor(const Instr& in, ValueId primal) const {
+    const Cot& c = cot_[primal];
+    ENG_CHECK(!c.has_constant,
+              "autodiff: {} receives a constant cotangent; the loss must be masked_mean_loss's "
+              "output, optionally scaled or added by constants",
+              op_name(in.kind));
+    return c.value;
+  }
+
+  // A value emitted as the cotangent of primal: it takes the primal's logical axes, so a
+  // gradient is annotated like its parameter (not like the activations it came from).
+  ValueId fresh(ValueId v, ValueId primal) {
+    b_.mutable_info(v).logical = b_.info(primal).logical;
+    return v;
+  }
+
+  // a + b for cotangent tensors of primal; either may be kNoValue.
+  ValueId sum(ValueId a, ValueId b, ValueId primal) {
+    if (a == kNoValue) return b;
+    if (b == kNoValue) return a;
+    return fresh(b_.add(a, b), primal);
+  }
+
+  void accumulate(ValueId primal, Cot c) {
+    if (!needs(primal) || !c.present()) return;
+    const ValueInfo& p = b_.info(primal);
+    ENG_CHECK(c.value == kNoValue || b_.info(c.value).shape == p.shape,
+              "autodiff: cotangent {} does not match its primal {}",
+              b_.info(c.value).shape.to_string(), p.shape.to_string());
+    ENG_CHECK(!c.has_constant || p.shape.rank() == 0,
+              "autodiff: a constant cotangent for the non-scalar {}", p.type_string());
+    Cot& acc = cot_[primal];
+    acc.value = sum(acc.value, c.value, primal);
+    if (c.has_constant) acc.constant = (acc.has_constant ? acc.constant : 0.0) + c.constant;
+    acc.has_constant = acc.has_constant || c.has_constant;
+  }
+  void accumulate(ValueId primal, ValueId v) { accumulate(primal, Cot::of(v)); }
+
+  // Saved outputs (rstd, lse) are inputs of the backward ops, not differentiable results.
+  void check_no_cotangent(const Instr& in, int output, const char* what) const {
+    ENG_CHECK(!cot_[in.outputs[output]].present(),
+              "autodiff: {}'s saved output {} is used by the loss; it has no VJP rule",
+              op_name(in.kind), what);
+  }
+
+  // ---- VJP rules ---------------------------------------------------------------------------
+
+  void vjp(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    switch (in.kind) {
+      case OpKind::kEmbedLookup: {  // ids get none
+        OpAttrs a;
+        a.depth = b_.info(in.inputs[0]).shape[0];
+        ValueId dy = tensor(in, y);
+        accumulate(in.inputs[0], fresh(b_.emit(OpKind::kEmbedLookupGrad, {in.inputs[1], dy}, a)[0],
+                                       in.inputs[0]));
+        return;
+      }
+      case OpKind::kOneHot: return;  // a function of integer ids only
+      case OpKind::kMatmul: return matmul(in);
+      case OpKind::kRmsNorm: {
+        check_no_cotangent(in, 1, "rstd");
+        if (!cot_[y].present()) return;
+        auto g = b_.emit(OpKind::kRmsNormGrad,
+                         {in.inputs[0], in.inputs[1], in.outputs[1], tensor(in, y)});
+        accumulate(in.inputs[0], fresh(g[0], in.inputs[0]));
+        accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
+        return;
+      }
+      case OpKind::kRope: {  // a rotation: its transpose is the inverse rotation
+        const OpAttrs& a = in.attrs;
+        ValueId dx =
+            b_.rope(tensor(in, y), in.inputs[1], a.min_timescale, a.max_timescale, !a.inverse);
+        accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
+        return;
+      }
+      case OpKind::kAttention: {
+        check_no_cotangent(in, 1, "lse");
+        if (!cot_[y].present()) return;
+        OpAttrs a;
+        a.scale = in.attrs.scale;
+        auto g = b_.emit(
+            OpKind::kAttentionGrad,
+            {in.inputs[0], in.inputs[1], in.inputs[2], in.outputs[0], in.outputs[1], tensor(in, y)},
+            a);
+        for (int k = 0; k < 3; ++k) accumulate(in.inputs[k], fresh(g[k], in.inputs[k]));
+        return;
+      }
+      case OpKind::kSwiglu: {
+        auto g = b_.emit(OpKind::kSwigluGrad, {in.inputs[0], in.inputs[1], tensor(in, y)});
+        accumulate(in.inputs[0], fresh(g[0], in.inputs[0]));
+        accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
+        return;
+      }
+      case OpKind::kAdd:
+        accumulate(in.inputs[0], cot_[y]);
+        accumulate(in.inputs[1], cot_[y]);
+        return;
+      case OpKind::kMul: return mul(in);
+      case OpKind::kScale: {
+        Cot c = cot_[y];
+        c.constant *= in.attrs.scale;
+        if (c.value != kNoValue) c.value = fresh(b_.scale(c.value, in.attrs.scale), in.inputs[0]);
+        accumulate(in.inputs[0], c);
+        return;
+      }
+      case OpKind::kConvert: {
+        Cot c = cot_[y];
+        const DType x_dtype = b_.info(in.inputs[0]).dtype;
+        if (c.value != kNoValue && b_.info(c.value).dtype != x_dtype)
+          c.value = fresh(b_.convert(c.value, x_dtype), in.inputs[0]);
+        accumulate(in.inputs[0], c);
+        return;
+      }
+      case OpKind::kConstraint: {  // the backward follows the forward's constraint (MaxText)
+        Cot c = cot_[y];
+        if (c.value != kNoValue) c.value = b_.constraint(c.value, in.attrs.logical);
+        accumulate(in.inputs[0], c);
+        return;
+      }
+      case OpKind::kSoftmaxCrossEntropy: {
+        check_no_cotangent(in, 1, "lse");
+        if (!cot_[y].present()) return;
+        ValueId dlogits = b_.emit(OpKind::kSoftmaxCrossEntropyGrad,
+                                  {in.inputs[0], in.inputs[1], in.outputs[1], tensor(in, y)})[0];
+        accumulate(in.inputs[0], fresh(dlogits, in.inputs[0]));
+        return;
+      }
+      case OpKind::kMaskedMeanLoss: return masked_mean_loss(in);
+      default:
+        ENG_CHECK(false, "autodiff: {} is not differentiable (backward, optimizer or metric op)",
+                  op_name(in.kind));
+    }
+  }
+
+  // out = A.B on the 2D views of op.h; dA = dOut.B^T, dB = A^T.dOut, each emitted as one
+  // matmul directly in a's (b's) own layout, so a transposed operand needs no transpose op:
+  //   dA2 = trans_a ? B.dOut^T : dOut.B^T      dB2 = trans_b ? dOut^T.A : A^T.dOut
+  // dOut's split is the rank of out's row dims. The result has a's (b's) shape only if a's
+  // and b's contracted dims agree as shapes, not just in product (there is no reshape op).
+  void matmul(const Instr& in) {
+    const ValueId a = in.inputs[0], b = in.inputs[1];
+    const OpAttrs& at = in.attrs;
+    const Shape sa = b_.info(a).shape, sb = b_.info(b).shape;
+    const Shape ka = at.trans_a ? sa.slice(0, at.a_split) : sa.slice(at.a_split, sa.rank());
+    const Shape kb = at.trans_b ? sb.slice(at.b_split, sb.rank()) : sb.slice(0, at.b_split);
+    ENG_CHECK(ka == kb, "autodiff: matmul contracted dims must agree as shapes: {} vs {}",
+              ka.to_string(), kb.to_string());
+    const ValueId dout = tensor(in, in.outputs[0]);
+    const int os = at.trans_a ? sa.rank() - at.a_split : at.a_split;
+    if (needs(a)) {
+      ValueId da = at.trans_a ? b_.matmul(b, dout, at.b_split, os, at.trans_b, true)
+                              : b_.matmul(dout, b, os, at.b_split, false, !at.trans_b);
+      accumulate(a, fresh(da, a));
+    }
+    if (needs(b)) {
+      ValueId db = at.trans_b ? b_.matmul(dout, a, os, at.a_split, true, at.trans_a)
+                              : b_.matmul(a, dout, at.a_split, os, !at.trans_a, false);
+      accumulate(b, fresh(db, b));
+    }
+  }
+
+  void mul(const Instr& in) {
+    const Cot c = cot_[in.outputs[0]];
+    for (int k = 0; k < 2; ++k) {
+      const ValueId x = in.inputs[k], other = in.inputs[1 - k];
+      if (!needs(x)) continue;
+      ValueId dx = c.value != kNoValue ? fresh(b_.mul(c.value, other), x) : kNoValue;
+      if (c.has_constant) dx = sum(dx, fresh(b_.scale(other, c.constant), x), x);
+      accumulate(x, dx);
+    }
+  }
+
+  // total_weights counts nonzero segmentation: piecewise constant, so its cotangent is 0.
+  void masked_mean_loss(const Instr& in) {
+    const Cot c = cot_[in.outputs[0]];
+    if (!c.present() || !needs(in.inputs[0])) return;
+    const ValueId xent = in.inputs[0], seg = in.inputs[1], weights = in.outputs[1];
+    ValueId dxent = kNoValue;
+    if (c.value != kNoValue)
+      dxent = fresh(b_.emit(OpKind::kMaskedMeanLossGrad, {seg, weights, c.value})[0], xent);
+    if (c.has_constant) {  // the seed: no dloss input means dloss = 1, times scale
+      OpAttrs a;
+      a.scale = c.constant;
+      dxent =
+          sum(dxent, fresh(b_.emit(OpKind::kMaskedMeanLossGrad, {seg, weights}, a)[0], xent), xent);
+    }
+    accumulate(xent, dxent);
+  }
+
+  Builder& b_;
+  std::vector<bool> depends_;  // indexed by ValueId: depends on a wrt value and is float
+  std::vector<Cot> cot_;       // indexed by ValueId (forward values only)
+};
+
+}  // namespace
+
+std::vector<ValueId> append_gradients(Builder& b, ValueId loss, const std::vector<ValueId>& wrt) {
+  ENG_CHECK(loss >= 0 && loss < static_cast<ValueId>(b.program().values().size()),
+            "autodiff: bad loss value {}", loss);
+  Differentiator d(b, wrt);
+  return d.run(loss, wrt);
+}
+
+}  // namespace eng

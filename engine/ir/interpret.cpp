@@ -1,0 +1,325 @@
+// engine/ir/interpret.cpp: the reference interpreter: every op in double via eng::ref kernels.
+#include "engine/ir/interpret.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "engine/base/check.h"
+#include "engine/tensor/reference.h"
+
+namespace eng {
+
+namespace {
+
+HostTensor zeros(const ValueInfo& info) {
+  HostTensor t;
+  t.shape = info.shape;
+  t.dtype = info.dtype;
+  t.data.assign(static_cast<size_t>(info.shape.numel()), 0.0);
+  return t;
+}
+
+std::vector<int32_t> as_i32(const HostTensor& t) {
+  std::vector<int32_t> out(t.data.size());
+  for (size_t i = 0; i < t.data.size(); ++i) out[i] = static_cast<int32_t>(t.data[i]);
+  return out;
+}
+
+// Evaluates one instruction; `vals` holds every value computed so far (indexed by ValueId).
+class Evaluator {
+ public:
+  Evaluator(const Program& p, std::vector<HostTensor>& vals) : p_(p), vals_(vals) {}
+
+  Status run(const Instr& in) {
+    for (ValueId o : in.outputs) vals_[o] = zeros(p_.value(o));
+    switch (in.kind) {
+      case OpKind::kEmbedLookup: return embed_lookup(in);
+      case OpKind::kOneHot: return one_hot(in);
+      case OpKind::kMatmul: return matmul(in);
+      case OpKind::kRmsNorm: return rmsnorm(in);
+      case OpKind::kRope: return rope(in);
+      case OpKind::kAttention: return attention(in);
+      case OpKind::kSwiglu: return elementwise(in);
+      case OpKind::kAdd: return elementwise(in);
+      case OpKind::kMul: return elementwise(in);
+      case OpKind::kScale: return elementwise(in);
+      case OpKind::kConvert: return convert(in);
+      case OpKind::kConstraint: return elementwise(in);
+      case OpKind::kSoftmaxCrossEntropy: return softmax_cross_entropy(in);
+      case OpKind::kMaskedMeanLoss: return masked_mean_loss(in);
+      case OpKind::kEmbedLookupGrad: return embed_lookup_grad(in);
+      case OpKind::kRmsNormGrad: return rmsnorm_grad(in);
+      case OpKind::kAttentionGrad: return attention_grad(in);
+      case OpKind::kSwigluGrad: return swiglu_grad(in);
+      case OpKind::kSoftmaxCrossEntropyGrad: return softmax_cross_entropy_grad(in);
+      case OpKind::kMaskedMeanLossGrad: return masked_mean_loss_grad(in);
+      case OpKind::kSumSquares:
+      case OpKind::kGlobalNorm:
+      case OpKind::kClipFactor:
+      case OpKind::kLearningRate:
+      case OpKind::kIncrement: return scalar_op(in);
+      case OpKind::kAdamW: return adamw(in);
+    }
+    ENG_CHECK(false, "interpret: unhandled op {}", static_cast<int>(in.kind));
+    return ok_status();
+  }
+
+ private:
+  const HostTensor& in(const Instr& i, int k) const { return vals_[i.inputs[k]]; }
+  HostTensor& out(const Instr& i, int k) { return vals_[i.outputs[k]]; }
+  const double* ind(const Instr& i, int k) const { return in(i, k).data.data(); }
+  double* outd(const Instr& i, int k) { return out(i, k).data.data(); }
+
+  // ids must index [0, limit): the reference kernels would read out of bounds otherwise.
+  Status check_ids(const Instr& i, const std::vector<int32_t>& ids, int64_t limit,
+                   const char* what) const {
+    for (int32_t id : ids)
+      if (id < 0 || id >= limit)
+        return invalid_argument("{}: {} {} out of range [0, {})", op_name(i.kind), what, id, limit);
+    return ok_status();
+  }
+
+  Status embed_lookup(const Instr& i) {
+    const Shape& t = in(i, 0).shape;
+    std::vector<int32_t> ids = as_i32(in(i, 1));
+    ref::embed_lookup(ind(i, 0), ids.data(), outd(i, 0), static_cast<int64_t>(ids.size()), t[0],
+                      t[1]);
+    return ok_status();
+  }
+
+  Status one_hot(const Instr& i) {
+    std::vector<int32_t> ids = as_i32(in(i, 0));
+    ref::one_hot(ids.data(), outd(i, 0), static_cast<int64_t>(ids.size()), i.attrs.depth);
+    return ok_status();
+  }
+
+  // The 2D views of op.h: A2 = a as (prod a[:a_split], prod a[a_split:]), likewise B2.
+  Status matmul(const Instr& i) {
+    const Shape& a = in(i, 0).shape;
+    const Shape& b = in(i, 1).shape;
+    const OpAttrs& at = i.attrs;
+    const int64_t a_rows = a.prod(0, at.a_split), a_cols = a.prod(at.a_split, a.rank());
+    const int64_t b_rows = b.prod(0, at.b_split), b_cols = b.prod(at.b_split, b.rank());
+    const int64_t M = at.trans_a ? a_cols : a_rows, K = at.trans_a ? a_rows : a_cols;
+    const int64_t N = at.trans_b ? b_rows : b_cols;
+    ref::matmul<double>(at.trans_a, at.trans_b, M, N, K, 1.0, ind(i, 0), a_cols, ind(i, 1), b_cols,
+                        0.0, outd(i, 0), N);
+    return ok_status();
+  }
+
+  Status rmsnorm(const Instr& i) {
+    const Shape& x = in(i, 0).shape;
+    const int64_t E = x.dim(-1), N = x.prod(0, x.rank() - 1);
+    ref::rmsnorm_forward(ind(i, 0), ind(i, 1), outd(i, 0), outd(i, 1), N, E, i.attrs.eps);
+    return ok_status();
+  }
+
+  Status rope(const Instr& i) {
+    const Shape& x = in(i, 0).shape;
+    std::vector<int32_t> pos = as_i32(in(i, 1));
+    ref::rope(ind(i, 0), pos.data(), outd(i, 0), x[0], x[1], x[2], x[3], i.attrs.min_timescale,
+              i.attrs.max_timescale, i.attrs.inverse);
+    return ok_status();
+  }
+
+  Status attention(const Instr& i) {
+    const Shape& q = in(i, 0).shape;
+    ref::attention_forward(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), q[0], q[1],
+                           q[2], q[3], i.attrs.scale);
+    return ok_status();
+  }
+
+  // swiglu, add, mul, scale, constraint: one output element per input element.
+  Status elementwise(const Instr& i) {
+    double* y = outd(i, 0);
+    const int64_t n = static_cast<int64_t>(out(i, 0).data.size());
+    const double* a = ind(i, 0);
+    switch (i.kind) {
+      case OpKind::kSwiglu: ref::swiglu_forward(a, ind(i, 1), y, n); break;
+      case OpKind::kAdd:
+        for (int64_t k = 0; k < n; ++k) y[k] = a[k] + ind(i, 1)[k];
+        break;
+      case OpKind::kMul:
+        for (int64_t k = 0; k < n; ++k) y[k] = a[k] * ind(i, 1)[k];
+        break;
+      case OpKind::kScale:
+        for (int64_t k = 0; k < n; ++k) y[k] = i.attrs.scale * a[k];
+        break;
+      case OpKind::kConstraint:  // an identity on one device
+        for (int64_t k = 0; k < n; ++k) y[k] = a[k];
+        break;
+      default: ENG_CHECK(false, "elementwise: {} is not elementwise", op_name(i.kind));
+    }
+    return ok_status();
+  }
+
+  // f32 is an identity (the interpreter's f32 is double); bf16 rounds through the real format.
+  Status convert(const Instr& i) {
+    const std::vector<double>& x = in(i, 0).data;
+    std::vector<double>& y = out(i, 0).data;
+    for (size_t k = 0; k < x.size(); ++k) {
+      switch (i.attrs.dtype) {
+        case DType::kF32: y[k] = x[k]; break;
+        case DType::kBF16: y[k] = bf16_to_f32(f32_to_bf16(static_cast<float>(x[k]))); break;
+        case DType::kI32: y[k] = std::trunc(x[k]); break;
+      }
+    }
+    return ok_status();
+  }
+
+  Status softmax_cross_entropy(const Instr& i) {
+    const Shape& l = in(i, 0).shape;
+    const int64_t V = l.dim(-1), N = l.prod(0, l.rank() - 1);
+    std::vector<int32_t> targets = as_i32(in(i, 1));
+    ENG_RETURN_IF_ERROR(check_ids(i, targets, V, "target"));
+    ref::softmax_cross_entropy_forward(ind(i, 0), targets.data(), outd(i, 0), outd(i, 1), N, V);
+    return ok_status();
+  }
+
+  // MaxText: loss = sum(xent * (seg != 0)) / (total_weights + 1e-8).
+  Status masked_mean_loss(const Instr& i) {
+    const std::vector<double>& xent = in(i, 0).data;
+    const std::vector<double>& seg = in(i, 1).data;
+    double sum = 0, weights = 0;
+    for (size_t k = 0; k < xent.size(); ++k)
+      if (seg[k] != 0) {
+        sum += xent[k];
+        weights += 1;
+      }
+    outd(i, 0)[0] = sum / (weights + 1e-8);
+    outd(i, 1)[0] = weights;
+    return ok_status();
+  }
+
+  Status embed_lookup_grad(const Instr& i) {
+    std::vector<int32_t> ids = as_i32(in(i, 0));
+    const int64_t E = in(i, 1).shape.dim(-1);
+    ref::embed_lookup_grad(ids.data(), ind(i, 1), outd(i, 0), static_cast<int64_t>(ids.size()),
+                           i.attrs.depth, E);
+    return ok_status();
+  }
+
+  Status rmsnorm_grad(const Instr& i) {
+    const Shape& x = in(i, 0).shape;
+    const int64_t E = x.dim(-1), N = x.prod(0, x.rank() - 1);
+    ref::rmsnorm_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), outd(i, 0), outd(i, 1), N, E);
+    return ok_status();
+  }
+
+  Status attention_grad(const Instr& i) {
+    const Shape& q = in(i, 0).shape;
+    ref::attention_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), ind(i, 4), ind(i, 5),
+                            outd(i, 0), outd(i, 1), outd(i, 2), q[0], q[1], q[2], q[3],
+                            i.attrs.scale);
+    return ok_status();
+  }
+
+  Status swiglu_grad(const Instr& i) {
+    const int64_t n = static_cast<int64_t>(in(i, 0).data.size());
+    ref::swiglu_backward(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), n);
+    return ok_status();
+  }
+
+  Status softmax_cross_entropy_grad(const Instr& i) {
+    const Shape& l = in(i, 0).shape;
+    const int64_t V = l.dim(-1), N = l.prod(0, l.rank() - 1);
+    std::vector<int32_t> targets = as_i32(in(i, 1));
+    ENG_RETURN_IF_ERROR(check_ids(i, targets, V, "target"));
+    ref::softmax_cross_entropy_backward(ind(i, 0), targets.data(), ind(i, 2), ind(i, 3), outd(i, 0),
+                                        N, V);
+    return ok_status();
+  }
+
+  // dxent = scale * dloss * (seg != 0) / (total_weights + 1e-8); dloss = 1 when absent (seed).
+  Status masked_mean_loss_grad(const Instr& i) {
+    const std::vector<double>& seg = in(i, 0).data;
+    const double weights = ind(i, 1)[0];
+    const double dloss = i.inputs.size() > 2 ? ind(i, 2)[0] : 1.0;
+    const double c = i.attrs.scale * dloss / (weights + 1e-8);
+    double* dxent = outd(i, 0);
+    for (size_t k = 0; k < seg.size(); ++k) dxent[k] = seg[k] != 0 ? c : 0.0;
+    return ok_status();
+  }
+
+  Status scalar_op(const Instr& i) {
+    const OpAttrs& at = i.attrs;
+    double& y = outd(i, 0)[0];
+    switch (i.kind) {
+      case OpKind::kSumSquares:
+        y = 0;
+        for (double x : in(i, 0).data) y += x * x;
+        break;
+      case OpKind::kGlobalNorm:
+        y = 0;
+        for (size_t k = 0; k < i.inputs.size(); ++k) y += ind(i, static_cast<int>(k))[0];
+        y = std::sqrt(y);
+        break;
+      case OpKind::kClipFactor: y = ref::clip_factor(ind(i, 0)[0], at.clip_threshold); break;
+      case OpKind::kLearningRate:
+        y = ref::learning_rate_at(static_cast<int64_t>(ind(i, 0)[0]), at.learning_rate,
+                                  at.warmup_steps, at.cos_steps, at.final_fraction);
+        break;
+      case OpKind::kIncrement: y = ind(i, 0)[0] + 1; break;
+      default: ENG_CHECK(false, "scalar_op: {} is not a scalar op", op_name(i.kind));
+    }
+    return ok_status();
+  }
+
+  // optax adamw: the count used for bias correction is the incremented step.
+  Status adamw(const Instr& i) {
+    out(i, 0).data = in(i, 0).data;
+    out(i, 1).data = in(i, 2).data;
+    out(i, 2).data = in(i, 3).data;
+    const OpAttrs& at = i.attrs;
+    const int64_t count = static_cast<int64_t>(ind(i, 6)[0]) + 1;
+    ref::adamw_update(outd(i, 0), ind(i, 1), outd(i, 1), outd(i, 2),
+                      static_cast<int64_t>(in(i, 0).data.size()), ind(i, 4)[0], ind(i, 5)[0], at.b1,
+                      at.b2, at.eps, at.weight_decay, count);
+    return ok_status();
+  }
+
+  const Program& p_;
+  std::vector<HostTensor>& vals_;
+};
+
+Status check_args(const Program& p, const std::vector<HostTensor>& args) {
+  if (args.size() != p.args().size())
+    return invalid_argument("interpret {}: expected {} arguments, got {}", p.name(),
+                            p.args().size(), args.size());
+  for (size_t k = 0; k < args.size(); ++k) {
+    const ValueInfo& want = p.value(p.args()[k].value);
+    const HostTensor& got = args[k];
+    if (got.shape != want.shape || got.dtype != want.dtype)
+      return invalid_argument("interpret {}: argument {} '{}' expects {}, got {}[{}]", p.name(), k,
+                              want.name, want.type_string(), dtype_name(got.dtype),
+                              got.shape.to_list());
+    if (static_cast<int64_t>(got.data.size()) != got.shape.numel())
+      return invalid_argument("interpret {}: argument {} '{}' has {} elements for shape {}",
+                              p.name(), k, want.name, got.data.size(), got.shape.to_string());
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::vector<HostTensor>> interpret_all(const Program& p,
+                                              const std::vector<HostTensor>& args) {
+  ENG_RETURN_IF_ERROR(check_args(p, args));
+  std::vector<HostTensor> vals(p.values().size());
+  for (size_t k = 0; k < args.size(); ++k) vals[p.args()[k].value] = args[k];
+  Evaluator eval(p, vals);
+  for (const Instr& in : p.instrs()) ENG_RETURN_IF_ERROR(eval.run(in));
+  return vals;
+}
+
+Result<std::vector<HostTensor>> interpret(const Program& p, const std::vector<HostTensor>& args) {
+  ENG_ASSIGN_OR_RETURN(std::vector<HostTensor> vals, interpret_all(p, args));
+  std::vector<HostTensor> outs;
+  outs.reserve(p.outputs().size());
+  for (const ProgramOutput& o : p.outputs()) outs.push_back(vals[o.value]);
+  return outs;
+}
+
+}  // namespace eng

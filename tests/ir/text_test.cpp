@@ -1,0 +1,66 @@
+// tests/ir/text_test.cpp: golden Program::to_text() of a small forward + backward program.
+// Refresh the golden files with SHARDLAB_UPDATE_GOLDEN=1 ./ir_test and review the diff.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "engine/ir/autodiff.h"
+
+namespace eng {
+namespace {
+
+std::string golden_path(const std::string& name) {
+  const char* dir = std::getenv("SHARDLAB_SOURCE_DIR");
+  return (dir ? std::string(dir) + "/tests/ir/golden" : std::string(SHARDLAB_GOLDEN_DIR_DEFAULT)) +
+         "/" + name;
+}
+
+void expect_golden(const std::string& name, const std::string& text) {
+  const std::string path = golden_path(name);
+  const char* update = std::getenv("SHARDLAB_UPDATE_GOLDEN");
+  if (update && std::string(update) == "1") {
+    std::ofstream(path) << text;
+    GTEST_SKIP() << "wrote " << path;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "missing " << path << " (run with SHARDLAB_UPDATE_GOLDEN=1)";
+  std::stringstream want;
+  want << in.rdbuf();
+  EXPECT_EQ(text, want.str()) << "golden " << path << " differs; if intended, refresh it with "
+                              << "SHARDLAB_UPDATE_GOLDEN=1";
+}
+
+// x (B,T,E) -> rmsnorm -> logits (E,V) -> cross-entropy -> masked mean loss, with gradients.
+Program small_train_step() {
+  Builder b("small_step");
+  ValueId x =
+      b.argument("inputs/x", Shape{2, 4, 8}, DType::kF32,
+                 {"activation_batch", "activation_length", "activation_embed"}, ArgRole::kBatch);
+  ValueId targets = b.argument("targets", Shape{2, 4}, DType::kI32, {}, ArgRole::kBatch);
+  ValueId seg = b.argument("inputs_segmentation", Shape{2, 4}, DType::kI32, {}, ArgRole::kBatch);
+  ValueId scale =
+      b.argument("params/decoder_norm/scale", Shape{8}, DType::kF32, {"norm"}, ArgRole::kParam);
+  ValueId w = b.argument("params/logits_dense/kernel", Shape{8, 16}, DType::kF32,
+                         {"embed", "vocab"}, ArgRole::kParam);
+  ValueId h =
+      b.rmsnorm(b.constraint(x, {"activation_batch", "activation_length", "activation_embed"}),
+                scale, 1e-5)
+          .first;
+  ValueId logits = b.matmul(h, w, 2, 1);
+  ValueId loss = b.masked_mean_loss(b.softmax_cross_entropy(logits, targets).first, seg).first;
+  std::vector<ValueId> g = append_gradients(b, loss, {scale, w});
+  b.output(loss, "learning/loss");
+  b.output(g[0], "grads/decoder_norm/scale");
+  b.output(g[1], "grads/logits_dense/kernel");
+  return std::move(b).finish();
+}
+
+TEST(ProgramText, SmallTrainStepGolden) {
+  expect_golden("small_train_step.txt", small_train_step().to_text());
+}
+
+}  // namespace
+}  // namespace eng
