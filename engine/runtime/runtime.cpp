@@ -21,26 +21,62 @@ std::string human_bytes(int64_t b) {
   return fmt::format("{} B", b);
 }
 
-// Copies device `local` block <-> the global row-major array. offset: the block's first
-// global index per dim. to_global: direction. Contiguous runs along the last dim are memcpy'd.
-void copy_block(void* global, const Shape& gshape, const std::vector<int64_t>& offset,
-                void* local, const Shape& lshape, int64_t elem, bool to_global) {
-  const int rank = gshape.rank();
-  if (rank == 0 || lshape.numel() == 0) {
-    if (rank == 0) std::memcpy(to_global ? global : local, to_global ? local : global, elem);
+constexpr int kMaxRank = 8;
+
+// Device d's block of a global array: its local shape and the global index of its first
+// element per dim (NamedSharding::local_shape / local_offset, computed without allocating
+// so that write() can run every step).
+struct Block {
+  int rank = 0;
+  int64_t local[kMaxRank];
+  int64_t offset[kMaxRank];
+};
+
+Block block_of(const NamedSharding& s, const Shape& global, int64_t device) {
+  Block b;
+  b.rank = global.rank();
+  ENG_CHECK(b.rank <= kMaxRank, "runtime: rank {} above {}", b.rank, kMaxRank);
+  const Mesh& mesh = s.mesh;
+  const auto& dims = s.spec.dims();
+  for (int i = 0; i < b.rank; ++i) {
+    int64_t shards = 1, block = 0;
+    if (i < static_cast<int>(dims.size()))
+      for (const auto& axis : dims[i]) {  // major to minor
+        const int ax = mesh.axis_index(axis);
+        int64_t stride = 1;  // devices are row-major over the mesh axes
+        for (int k = ax + 1; k < mesh.num_axes(); ++k) stride *= mesh.axis_sizes()[k];
+        const int64_t size = mesh.axis_sizes()[ax];
+        block = block * size + (device / stride) % size;
+        shards *= size;
+      }
+    b.local[i] = global[i] / shards;
+    b.offset[i] = block * b.local[i];
+  }
+  return b;
+}
+
+// Copies device block `b` between the global row-major array and its local buffer;
+// contiguous runs along the last dim are memcpy'd.
+void copy_block(void* global, const Shape& gshape, const Block& b, void* local, int64_t elem,
+                bool to_global) {
+  const int rank = b.rank;
+  if (rank == 0) {
+    std::memcpy(to_global ? global : local, to_global ? local : global, elem);
     return;
   }
-  const int64_t run = lshape[rank - 1] * elem;
-  const int64_t rows = lshape.numel() / lshape[rank - 1];
-  std::vector<int64_t> idx(rank, 0);  // index within the block, last dim fixed at 0
+  int64_t rows = 1;
+  for (int d = 0; d < rank - 1; ++d) rows *= b.local[d];
+  const int64_t run = b.local[rank - 1] * elem;
+  if (run == 0) return;
+  int64_t idx[kMaxRank] = {};  // index within the block; the last dim stays 0
   for (int64_t r = 0; r < rows; ++r) {
     int64_t g = 0;
-    for (int d = 0; d < rank; ++d) g = g * gshape[d] + offset[d] + idx[d];
+    for (int d = 0; d < rank; ++d) g = g * gshape[d] + b.offset[d] + idx[d];
     char* gp = static_cast<char*>(global) + g * elem;
     char* lp = static_cast<char*>(local) + r * run;
     std::memcpy(to_global ? gp : lp, to_global ? lp : gp, run);
     for (int d = rank - 2; d >= 0; --d) {
-      if (++idx[d] < lshape[d]) break;
+      if (++idx[d] < b.local[d]) break;
       idx[d] = 0;
     }
   }
@@ -55,6 +91,15 @@ Status check_placeable(const Mesh& mesh, const Shape& shape, const NamedSharding
   if (!sharding.spec.partial().empty())
     return invalid_argument("{}: cannot place a partial (unreduced) sharding {}", what,
                             sharding.spec.to_string());
+  return ok_status();
+}
+
+// A cheap per-step check of an array made by put/zeros (whose sharding was validated then).
+Status check_array(const Mesh& mesh, int num_devices, const Array& a, const char* what) {
+  if (!(a.sharding.mesh == mesh) || static_cast<int>(a.shards.size()) != num_devices)
+    return invalid_argument("{} {}: array on {} with {} shards, the runtime has {} ({} devices)",
+                            what, a.name, a.sharding.mesh.to_string(), a.shards.size(),
+                            mesh.to_string(), num_devices);
   return ok_status();
 }
 
@@ -149,6 +194,8 @@ void Device::release(DeviceBuffer& b) {
 
 struct Runtime::Prepared {
   uint64_t exe_id = 0;
+  std::vector<int> ordinal;               // per program output: index into `outputs`, or -1
+  int num_outputs = 0;                    // non-aliased program outputs
   std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
   std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
 };
@@ -175,22 +222,25 @@ Result<Array> Runtime::zeros(const Shape& shape, DType dtype, const NamedShardin
 Result<Array> Runtime::put(const void* host, const Shape& shape, DType dtype,
                            const NamedSharding& sharding, std::string name) {
   ENG_ASSIGN_OR_RETURN(Array a, zeros(shape, dtype, sharding, std::move(name)));
-  const Shape local = sharding.local_shape(shape);
   for (int d = 0; d < num_devices(); ++d)
-    copy_block(const_cast<void*>(host), shape, sharding.local_offset(shape, d),
-               a.shards[d].data(), local, dtype_size(dtype), /*to_global=*/false);
+    copy_block(const_cast<void*>(host), shape, block_of(sharding, shape, d), a.shards[d].data(),
+               dtype_size(dtype), /*to_global=*/false);
   return a;
 }
 
+Status Runtime::write(Array& a, const void* host) {
+  ENG_RETURN_IF_ERROR(check_array(mesh_, num_devices(), a, "write"));
+  for (int d = 0; d < num_devices(); ++d)
+    copy_block(const_cast<void*>(host), a.shape, block_of(a.sharding, a.shape, d),
+               a.shards[d].data(), dtype_size(a.dtype), /*to_global=*/false);
+  return ok_status();
+}
+
 Status Runtime::fetch(const Array& a, void* host) const {
-  ENG_RETURN_IF_ERROR(check_placeable(mesh_, a.shape, a.sharding, "fetch " + a.name));
-  if (static_cast<int>(a.shards.size()) != num_devices())
-    return invalid_argument("fetch {}: {} shards for {} devices", a.name, a.shards.size(),
-                            num_devices());
-  const Shape local = a.sharding.local_shape(a.shape);
+  ENG_RETURN_IF_ERROR(check_array(mesh_, num_devices(), a, "fetch"));
   // Replicated blocks are written once per holder; they are equal, so any order is right.
   for (int d = 0; d < num_devices(); ++d)
-    copy_block(host, a.shape, a.sharding.local_offset(a.shape, d), a.shards[d].data(), local,
+    copy_block(host, a.shape, block_of(a.sharding, a.shape, d), a.shards[d].data(),
                dtype_size(a.dtype), /*to_global=*/true);
   return ok_status();
 }
@@ -217,6 +267,10 @@ Status Runtime::prepare(const Executable& exe) {
     prep->arenas.push_back(std::move(arena));
     prep->ptrs.emplace_back(exe.program().values().size(), nullptr);
   }
+  int next = 0;
+  for (const ProgramOutput& out : exe.program().outputs())
+    prep->ordinal.push_back(out.aliased_arg >= 0 ? -1 : next++);
+  prep->num_outputs = next;
   prepared_.push_back(std::move(prep));
   return ok_status();
 }
@@ -245,16 +299,13 @@ Status Runtime::bind(const Executable& exe, std::span<Array* const> args,
                                                       : std::string(dtype_name(a->dtype))
                                 : "null");
   }
-  // Outputs: (re)create non-aliased ones that do not fit; aliased ones stay empty.
-  if (outputs.size() != p.outputs().size()) outputs.resize(p.outputs().size());
+  // Outputs: (re)create the non-aliased ones that do not fit.
+  if (outputs.size() != static_cast<size_t>(prep.num_outputs)) outputs.resize(prep.num_outputs);
   for (size_t j = 0; j < p.outputs().size(); ++j) {
     const ProgramOutput& out = p.outputs()[j];
+    if (prep.ordinal[j] < 0) continue;
     const ValueInfo& v = p.value(out.value);
-    Array& o = outputs[j];
-    if (out.aliased_arg >= 0) {
-      if (!o.shards.empty()) o = Array{};
-      continue;
-    }
+    Array& o = outputs[prep.ordinal[j]];
     bool fits = o.shape == v.shape && o.dtype == v.dtype &&
                 static_cast<int>(o.shards.size()) == num_devices() && o.sharding.mesh == mesh_ &&
                 o.sharding.spec.is_replicated();
@@ -275,7 +326,9 @@ Status Runtime::bind(const Executable& exe, std::span<Array* const> args,
       const BufferSlot& s = exe.slots()[v];
       switch (s.kind) {
         case BufferSlot::Kind::kArgument: ptrs[v] = args[s.index]->shards[d].data(); break;
-        case BufferSlot::Kind::kOutput: ptrs[v] = outputs[s.index].shards[d].data(); break;
+        case BufferSlot::Kind::kOutput:
+          ptrs[v] = outputs[prep.ordinal[s.index]].shards[d].data();
+          break;
         case BufferSlot::Kind::kTemp: ptrs[v] = arena ? arena + s.offset : nullptr; break;
         case BufferSlot::Kind::kNone: ptrs[v] = nullptr; break;
       }
@@ -304,7 +357,7 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
     const BufferSlot& s = exe.slots()[out.value];
     if (out.aliased_arg >= 0 || (s.kind == BufferSlot::Kind::kOutput && s.index == (int)j)) continue;
     for (int d = 0; d < n; ++d)
-      std::memcpy(outputs[j].shards[d].data(), prep.ptrs[d][out.value], s.bytes);
+      std::memcpy(outputs[prep.ordinal[j]].shards[d].data(), prep.ptrs[d][out.value], s.bytes);
   }
   return ok_status();
 }

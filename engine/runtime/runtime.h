@@ -95,6 +95,9 @@ class Runtime {
   Result<Array> zeros(const Shape& shape, DType dtype, const NamedSharding& sharding, std::string name);
   // Copies shard data back into a global host buffer (bytes = numel * dtype size).
   Status fetch(const Array& a, void* host) const;
+  // Overwrites an existing array's shards from global host data (same layout as put); no
+  // allocation, so a data loader can refill the batch arrays every step.
+  Status write(Array& a, const void* host);
 
   // Prepares per-device arenas (exe.arena_bytes() each) and buffer tables for exe: allocated
   // once, reused by every execute, so a step allocates nothing. Also checks that the mesh
@@ -104,12 +107,12 @@ class Runtime {
   void release(const Executable& exe);
   // Runs exe in lockstep: instruction i on every device (in parallel over devices on the
   // pool when there are several), then i + 1. args: in program argument order; arguments
-  // with aliased outputs are updated in place. outputs: one Array per program output, in
-  // order; the entry of an aliased output stays empty (its data is the argument). Non-aliased
-  // outputs are written directly into outputs[j] (the executable's output region, one buffer
-  // per output): created on the first call, then reused when the same vector is passed again,
-  // which is what makes a steady-state step allocate nothing. An Array passed as an argument
-  // must not be one of `outputs` (swap them between steps instead).
+  // with aliased outputs are updated in place. outputs: the NON-aliased program outputs only,
+  // in program order (e.g. the metrics of a train step). They are written directly into
+  // outputs[i] (the executable's output region, one buffer per output): created on the first
+  // call, then reused when the same vector is passed again, which is what makes a
+  // steady-state step allocate nothing. An Array passed as an argument must not be one of
+  // `outputs` (swap them between steps instead).
   Status execute(const Executable& exe, std::span<Array* const> args, std::vector<Array>& outputs);
 
  private:

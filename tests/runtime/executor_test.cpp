@@ -195,7 +195,7 @@ TEST(Executor, TrainStepMatchesTheInterpreterOverTwoSteps) {
       ASSERT_TRUE(rt.execute(**exe, ptrs, outs).ok());
       for (size_t j = 0; j < p.outputs().size(); ++j) {
         const ProgramOutput& o = p.outputs()[j];
-        const Array& got = o.aliased_arg >= 0 ? arrays[o.aliased_arg] : outs[j];
+        const Array& got = testing::output_array(p, j, arrays, outs);
         testing::expect_close(testing::fetch_host(rt, got), (*want)[j].data, 2e-3, 2e-5,
                               fmt::format("step {} iota {} '{}'", step, iota, o.name));
         if (o.aliased_arg >= 0) host[o.aliased_arg].data = (*want)[j].data;  // next step's args

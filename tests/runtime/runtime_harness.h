@@ -62,6 +62,17 @@ inline Array put_host(Runtime& rt, const HostTensor& t, const NamedSharding& sha
   return std::move(a).value();
 }
 
+// The Array holding program output j after execute: its argument when aliased, else its
+// entry in `outs` (which holds the non-aliased outputs only, in order).
+inline const Array& output_array(const Program& p, size_t j, const std::vector<Array>& args,
+                                 const std::vector<Array>& outs) {
+  const ProgramOutput& o = p.outputs()[j];
+  if (o.aliased_arg >= 0) return args[o.aliased_arg];
+  size_t ordinal = 0;
+  for (size_t i = 0; i < j; ++i) ordinal += p.outputs()[i].aliased_arg < 0;
+  return outs[ordinal];
+}
+
 inline std::vector<double> fetch_host(const Runtime& rt, const Array& a) {
   std::vector<char> bytes(a.shape.numel() * dtype_size(a.dtype));
   Status s = rt.fetch(a, bytes.data());
@@ -114,7 +125,7 @@ inline void expect_matches_interpreter(const Program& p, const std::vector<HostT
   ASSERT_TRUE(s.ok()) << s.message();
   for (size_t j = 0; j < p.outputs().size(); ++j) {
     const ProgramOutput& o = p.outputs()[j];
-    const Array& got = o.aliased_arg >= 0 ? arrays[o.aliased_arg] : outs[j];
+    const Array& got = output_array(p, j, arrays, outs);
     expect_close(fetch_host(rt, got), (*want)[j].data, rtol, atol,
                  fmt::format("{} output {} '{}'", p.name(), j, o.name));
   }

@@ -70,6 +70,13 @@ TEST(Runtime, PutAndFetchShardedBlocks) {
   ASSERT_TRUE(rt.fetch(*b, back.data()).ok());
   EXPECT_EQ(back, host);
 
+  std::vector<float> doubled(24);
+  for (int i = 0; i < 24; ++i) doubled[i] = 2.0f * i;
+  ASSERT_TRUE(rt.write(*b, doubled.data()).ok());  // in place, same blocks
+  EXPECT_EQ(static_cast<const float*>(b->shards[2].data())[0], 24.0f);
+  ASSERT_TRUE(rt.fetch(*b, back.data()).ok());
+  EXPECT_EQ(back, doubled);
+
   NamedSharding bad{mesh, PartitionSpec({{"data"}, {"data"}})};
   EXPECT_FALSE(rt.put(host.data(), shape, DType::kF32, bad, "y").ok());
   Mesh other = *Mesh::create({"fsdp"}, {4});
@@ -137,12 +144,13 @@ TEST(Runtime, ReplicatedStepOnFourDevicesMatchesOneDevice) {
       EXPECT_EQ(rt.device(dev).peak_bytes(), (*exe)->memory().peak_bytes());
     std::vector<std::vector<double>> results;
     for (const Array& a : pl.arrays) results.push_back(testing::fetch_host(rt, a));
-    for (size_t j = 0; j < outs.size(); ++j)
-      if (!outs[j].shards.empty()) results.push_back(testing::fetch_host(rt, outs[j]));
+    EXPECT_EQ(outs.size(), 4u);  // the non-aliased outputs: the metrics
+    for (const Array& o : outs) results.push_back(testing::fetch_host(rt, o));
     // Every device computed the same thing: compare device 0's and the last device's loss.
-    const int loss = p.find_output("learning/loss");
-    const float* first = static_cast<const float*>(outs[loss].shards.front().data());
-    const float* last = static_cast<const float*>(outs[loss].shards.back().data());
+    const Array& loss =
+        testing::output_array(p, p.find_output("learning/loss"), pl.arrays, outs);
+    const float* first = static_cast<const float*>(loss.shards.front().data());
+    const float* last = static_cast<const float*>(loss.shards.back().data());
     EXPECT_EQ(*first, *last);
     return results;
   };
