@@ -63,13 +63,15 @@ Read read_tty_line(const std::string& prompt, std::string* out) {
     FD_ZERO(&fds);
     FD_SET(fd, &fds);
     int r = select(fd + 1, &fds, nullptr, nullptr, nullptr);
-    if (g_prompt_sigint) {
-      rl_free_line_state();
-      rl_callback_sigcleanup();
-      rl_cleanup_after_signal();
-      rl_callback_handler_remove();
+    if (g_prompt_sigint) {  // show "^C" after the text, then drop the line
+      rl_point = rl_end;
+      rl_redisplay();
       std::fputs("^C\n", rl_outstream);
       std::fflush(rl_outstream);
+      rl_replace_line("", 0);
+      rl_free_line_state();
+      rl_callback_sigcleanup();
+      rl_callback_handler_remove();
       result = Read::kInterrupted;
       break;
     }
@@ -192,13 +194,13 @@ class Repl {
     std::string expr = quiet ? line.substr(0, line.size() - 1) : line;
     std::string ret = "return " + expr + ";";
     int status = luaL_loadbuffer(L_, ret.data(), ret.size(), "=stdin");
-    std::string chunk = line;
+    std::string chunk = line, entered = trim(raw);  // code to run; text for the history
     if (status != LUA_OK) {
       lua_pop(L_, 1);
-      status = load_statement(&chunk);
+      status = load_statement(&chunk, &entered);
       if (status == -1) return;  // Ctrl-C or end of input inside a multi-line chunk
     }
-    remember(chunk);
+    remember(entered);
     if (status != LUA_OK) {
       report(L_, status, nullptr);
       return;
@@ -214,7 +216,7 @@ class Repl {
 
   // lua.c's multiline: keep reading while the chunk is incomplete (`<eof>` syntax errors).
   // Returns a load status with the chunk or error on the stack, or -1 if the user gave up.
-  int load_statement(std::string* chunk) {
+  int load_statement(std::string* chunk, std::string* entered) {
     for (;;) {
       int status = luaL_loadbuffer(L_, chunk->data(), chunk->size(), "=stdin");
       if (!incomplete(L_, status)) return status;
@@ -222,10 +224,11 @@ class Repl {
       std::string more;
       Read r = read(prompt(L_, false), &more);
       if (r != Read::kLine) {
-        if (r == Read::kEof) remember(*chunk);
+        if (r == Read::kEof) remember(*entered);
         return -1;
       }
       *chunk += "\n" + more;
+      *entered += "\n" + more;
     }
   }
 

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# tests/shell/repl_tmux_test.sh: drives the real REPL in a pseudo-terminal (tmux send-keys / capture-pane).
+# Checks completion, multi-line input, auto-print, `_`, ?help, that errors and Ctrl-C keep the
+# prompt alive, and history across two sessions. Usage: repl_tmux_test.sh path/to/shardlab
+set -euo pipefail
+bin=$(realpath "$1")
+tmp=$(mktemp -d)
+sock="shardlab-repl-test-$$"
+T() { tmux -L "$sock" "$@"; }
+cleanup() { T kill-server 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+screen() { T capture-pane -p -J -S -300 -t repl; }
+fail() { echo "FAIL: $*"; echo "--- screen:"; screen; exit 1; }
+# wait_for REGEX: poll the screen (up to 5 s) until a line matches.
+wait_for() {
+  for _ in $(seq 1 100); do
+    if screen | grep -qE -- "$1"; then return 0; fi
+    sleep 0.05
+  done
+  fail "timed out waiting for /$1/"
+}
+count() { screen | grep -cE -- "$1" || true; }
+# tmux reads a trailing ';' as a command separator unless escaped.
+type_keys() {
+  local s=$1
+  [[ $s == *";" ]] && s="${s%;}\\;"
+  T send-keys -t repl -l -- "$s"
+}
+type_line() { type_keys "$1"; T send-keys -t repl Enter; }
+start() {
+  T new-session -d -s repl -x 200 -y 60 \
+    "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; sleep 60"
+  wait_for '^sl>'
+}
+stop() {
+  T send-keys -t repl C-d
+  wait_for '^SESSION-ENDED'
+  T kill-session -t repl
+}
+
+start
+# Completion: globals/fields with typed suffixes, methods of userdata via the metatable.
+type_keys 'sl.me'
+T send-keys -t repl Tab
+wait_for '^sl> sl\.mesh\($'
+type_line '{data=2, tensor=3})'
+wait_for "^Mesh\('diloco': 1, 'data': 2, "
+type_line 'm = _'
+type_keys 'm:dev'
+T send-keys -t repl Tab
+wait_for '^sl> m:devices\($'
+type_line ')'
+wait_for '^6$'
+type_keys 'string.for'
+T send-keys -t repl Tab
+wait_for '^sl> string\.format\($'
+type_line '"%d-%s", 7, "x")'
+wait_for '^7-x$'
+
+# Multi-line input continues on incomplete chunks.
+type_line 'function sq(x)'
+wait_for '^\.\.>'
+type_line '  return x * x'
+type_line 'end'
+type_line 'sq(12)'
+wait_for '^144$'
+
+# Auto-print, `=`, trailing `;` suppresses, `_` keeps the last result, tables pretty-print.
+type_line '7 * 6'
+wait_for '^42$'
+type_line '100 + 1;'
+type_line '_ + 0.5'
+wait_for '^101\.5$'
+[[ $(count '^101$') == 0 ]] || fail "a trailing ';' must suppress printing"
+type_line '= 2 ^ 10'
+wait_for '^1024\.0$'
+type_line '{b = 2, a = {1, 2}, sl.P("data")}'
+wait_for "^\{P\('data'\), a = \{1, 2\}, b = 2\}$"
+
+# ?name prints the binding's docstring.
+type_line '?sl.mesh'
+wait_for '^sl\.mesh\{data=2, fsdp=-1'
+
+# Errors keep the session alive.
+type_line 'error("boom")'
+wait_for '^stdin:1: boom$'
+type_line 'sl.mesh{data="x"}'
+wait_for "sl\.mesh: argument 'data' expected integer, got string"
+type_line 'sl.sql("SELEC 1")'
+wait_for 'store: near "SELEC": syntax error'
+type_line 'x = = 1'
+wait_for "unexpected symbol near '='"
+type_line '1 + 1000'
+wait_for '^1001$'
+
+# Ctrl-C while Lua runs raises "interrupted!"; Ctrl-C at the prompt clears the line.
+type_line 'while true do end'
+sleep 0.3
+T send-keys -t repl C-c
+wait_for 'interrupted!'
+type_line '2 + 2000'
+wait_for '^2002$'
+type_keys 'half_typed_garbage'
+T send-keys -t repl C-c
+wait_for '^sl> half_typed_garbage\^C$'
+type_line '3 + 3000'
+wait_for '^3003$'
+type_line 'for i = 1, 3 do'
+wait_for '^\.\.> $|^\.\.>$'
+T send-keys -t repl C-c
+type_line '4 + 4000'
+wait_for '^4004$'
+type_line 'marker = 31337'
+stop
+
+grep -qx 'sq(12)' "$tmp/history" || { cat "$tmp/history"; echo "FAIL: history file lacks sq(12)"; exit 1; }
+grep -q 'half_typed_garbage' "$tmp/history" && { echo "FAIL: a cleared line went to history"; exit 1; }
+
+# A second session reads the history written by the first.
+start
+T send-keys -t repl Up
+wait_for '^sl> marker = 31337$'
+T send-keys -t repl Enter
+type_line 'marker + 1'
+wait_for '^31338$'
+stop
+echo "repl_tmux_test: ok"
