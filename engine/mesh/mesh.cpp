@@ -1,9 +1,9 @@
 // engine/mesh/mesh.cpp: mesh construction (MaxText's -1 fill), coordinates and JAX's printed form.
 #include "engine/mesh/mesh.h"
 
-#include <set>
-
 #include <fmt/format.h>
+
+#include <set>
 
 #include "engine/base/hash.h"
 
@@ -11,17 +11,29 @@ namespace eng {
 
 std::string_view axis_type_name(AxisType t) {
   switch (t) {
-    case AxisType::kAuto: return "Auto";
-    case AxisType::kExplicit: return "Explicit";
-    case AxisType::kManual: return "Manual";
+    case AxisType::kAuto:
+      return "Auto";
+    case AxisType::kExplicit:
+      return "Explicit";
+    case AxisType::kManual:
+      return "Manual";
   }
   return "?";
 }
 
 const std::vector<std::string>& maxtext_mesh_axes() {
-  static const std::vector<std::string> axes = {
-      "diloco", "data", "stage", "fsdp", "fsdp_transpose", "context", "context_usp_ulysses",
-      "context_autoregressive", "tensor", "tensor_sequence", "expert", "autoregressive"};
+  static const std::vector<std::string> axes = {"diloco",
+                                                "data",
+                                                "stage",
+                                                "fsdp",
+                                                "fsdp_transpose",
+                                                "context",
+                                                "context_usp_ulysses",
+                                                "context_autoregressive",
+                                                "tensor",
+                                                "tensor_sequence",
+                                                "expert",
+                                                "autoregressive"};
   return axes;
 }
 
@@ -35,7 +47,8 @@ Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> s
     if (!seen.insert(names[i]).second)
       return invalid_argument("mesh: axis '{}' appears more than once", names[i]);
     if (sizes[i] < 1)
-      return invalid_argument("mesh: axis '{}' has size {}; sizes must be >= 1", names[i], sizes[i]);
+      return invalid_argument("mesh: axis '{}' has size {}; sizes must be >= 1", names[i],
+                              sizes[i]);
   }
   Mesh m;
   m.axis_names_ = std::move(names);
@@ -46,7 +59,8 @@ Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> s
 
 Result<Mesh> Mesh::from_parallelism(std::vector<std::string> names, std::vector<int64_t> sizes,
                                     int64_t num_devices, AxisType type) {
-  if (num_devices < 1) return invalid_argument("mesh: num_devices must be >= 1, got {}", num_devices);
+  if (num_devices < 1)
+    return invalid_argument("mesh: num_devices must be >= 1, got {}", num_devices);
   if (names.size() != sizes.size())
     return invalid_argument("mesh: {} axis names but {} sizes", names.size(), sizes.size());
   int fill = -1;
@@ -64,19 +78,47 @@ Result<Mesh> Mesh::from_parallelism(std::vector<std::string> names, std::vector<
       known *= sizes[i];
     }
   }
+  auto listing = [&] {  // "data=2, fsdp=-1": the request, for error messages
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < names.size(); ++i)
+      parts.push_back(fmt::format("{}={}", names[i], sizes[i]));
+    return fmt::format("{}", fmt::join(parts, ", "));
+  };
   if (fill >= 0) {
     if (num_devices % known != 0)
       return invalid_argument(
-          "mesh: cannot fill '{}': {} devices are not divisible by the product of the other axes {}",
-          names[fill], num_devices, known);
+          "mesh: cannot fill '{}' (-1): {} devices are not divisible by {}, the product of the "
+          "other axes ({})",
+          names[fill], num_devices, known, listing());
     sizes[fill] = num_devices / known;
     known = num_devices;
   }
   if (known != num_devices)
     return invalid_argument(
-        "mesh: Number of devices per slice {} does not match the product of the ICI parallelism {}",
-        num_devices, known);
+        "mesh: Number of devices per slice {} does not match the product of the ICI "
+        "parallelism {} ({})",
+        num_devices, known, listing());
   return create(std::move(names), std::move(sizes), type);
+}
+
+Result<Mesh> Mesh::from_maxtext(const std::vector<std::pair<std::string, int64_t>>& ici,
+                                int64_t num_devices, AxisType type) {
+  const std::vector<std::string>& names = maxtext_mesh_axes();
+  std::vector<int64_t> sizes(names.size(), 1);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == "fsdp") sizes[i] = -1;  // ici_fsdp_parallelism: -1 (base.yml)
+  std::set<std::string> given;
+  for (const auto& [axis, size] : ici) {
+    size_t i = 0;
+    while (i < names.size() && names[i] != axis) ++i;
+    if (i == names.size())
+      return invalid_argument("mesh: unknown MaxText mesh axis '{}'; the axes are {}", axis,
+                              fmt::join(names, ", "));
+    if (!given.insert(axis).second)
+      return invalid_argument("mesh: axis '{}' is given more than once", axis);
+    sizes[i] = size;
+  }
+  return from_parallelism(names, std::move(sizes), num_devices, type);
 }
 
 int64_t Mesh::num_devices() const {
@@ -111,15 +153,41 @@ int64_t Mesh::device_at(std::span<const int64_t> coords) const {
   return d;
 }
 
+namespace {
+// Python's tuple repr: "(a, b)", "(a,)", "()".
+std::string py_tuple(const std::vector<std::string>& items) {
+  if (items.size() == 1) return fmt::format("({},)", items[0]);
+  return fmt::format("({})", fmt::join(items, ", "));
+}
+}  // namespace
+
 std::string Mesh::to_string() const {
+  if (axis_names_.empty()) return "Mesh()";
   std::vector<std::string> parts, types;
   for (int i = 0; i < num_axes(); ++i) {
     parts.push_back(fmt::format("'{}': {}", axis_names_[i], axis_sizes_[i]));
     types.push_back(std::string(axis_type_name(axis_type_)));
   }
-  std::string t = types.size() == 1 ? types[0] + "," : fmt::format("{}", fmt::join(types, ", "));
-  return fmt::format("Mesh({}{}axis_types=({}))", fmt::join(parts, ", "), parts.empty() ? "" : ", ",
-                     t);
+  return fmt::format("Mesh({}, axis_types={})", fmt::join(parts, ", "), py_tuple(types));
+}
+
+std::string Mesh::repr() const {
+  if (axis_names_.empty()) return "Mesh(axis_sizes=(), axis_names=())";
+  std::vector<std::string> sizes, names, types;
+  for (int i = 0; i < num_axes(); ++i) {
+    sizes.push_back(fmt::format("{}", axis_sizes_[i]));
+    names.push_back(fmt::format("'{}'", axis_names_[i]));
+    types.push_back(std::string(axis_type_name(axis_type_)));
+  }
+  return fmt::format("Mesh(axis_sizes={}, axis_names={}, axis_types={})", py_tuple(sizes),
+                     py_tuple(names), py_tuple(types));
+}
+
+std::string Mesh::nontrivial_axes_string() const {
+  std::vector<std::string> parts;
+  for (int i = 0; i < num_axes(); ++i)
+    if (axis_sizes_[i] != 1) parts.push_back(fmt::format("{}: {}", axis_names_[i], axis_sizes_[i]));
+  return fmt::format("{}", fmt::join(parts, ", "));
 }
 
 uint64_t Mesh::hash() const {

@@ -1,7 +1,8 @@
 // engine/mesh/mesh.h: a named device mesh, as in JAX (jax.sharding.Mesh) and MaxText.
 //
 //   Result<Mesh> m = Mesh::create({"data", "fsdp", "tensor"}, {2, 2, 2}, AxisType::kExplicit);
-//   m->to_string()  ->  "Mesh('data': 2, 'fsdp': 2, 'tensor': 2, axis_types=(Explicit, Explicit, Explicit))"
+//   m->to_string()  ->  "Mesh('data': 2, 'fsdp': 2, 'tensor': 2, axis_types=(Explicit, Explicit,
+//   Explicit))"
 //
 // Devices are numbered 0..N-1 in row-major order over the axes (first axis most major),
 // like mesh_utils.create_device_mesh on CPU. Axes of size 1 are kept (MaxText keeps all 12).
@@ -11,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/base/status.h"
@@ -34,28 +36,39 @@ class Mesh {
   static Result<Mesh> from_parallelism(std::vector<std::string> axis_names,
                                        std::vector<int64_t> sizes, int64_t num_devices,
                                        AxisType axis_type = AxisType::kAuto);
+  // MaxText's get_mesh_from_config on one slice: all 12 maxtext_mesh_axes() in order, sizes
+  // from `ici` (axis name -> ici_<axis>_parallelism), MaxText's defaults for the rest
+  // (fsdp -1, others 1), then from_parallelism. Unknown axis names are an error.
+  static Result<Mesh> from_maxtext(const std::vector<std::pair<std::string, int64_t>>& ici,
+                                   int64_t num_devices, AxisType axis_type = AxisType::kAuto);
 
   int num_axes() const { return static_cast<int>(axis_names_.size()); }
   const std::vector<std::string>& axis_names() const { return axis_names_; }
   const std::vector<int64_t>& axis_sizes() const { return axis_sizes_; }
   AxisType axis_type() const { return axis_type_; }
   int64_t num_devices() const;
-  int axis_index(std::string_view name) const;   // -1 if absent
+  int axis_index(std::string_view name) const;  // -1 if absent
   bool has_axis(std::string_view name) const { return axis_index(name) >= 0; }
-  int64_t axis_size(std::string_view name) const; // 1 if absent (as MaxText's mesh.shape.get(a, 1))
+  int64_t axis_size(
+      std::string_view name) const;  // 1 if absent (as MaxText's mesh.shape.get(a, 1))
   // Coordinates of device d along every axis, and back.
   std::vector<int64_t> device_coords(int64_t device) const;
   int64_t device_at(std::span<const int64_t> coords) const;
 
-  // JAX's str: "Mesh('data': 2, 'fsdp': 4, axis_types=(Auto, Auto))".
+  // JAX's str: "Mesh('data': 2, 'fsdp': 4, axis_types=(Auto, Auto))"; one axis prints a
+  // Python 1-tuple "axis_types=(Auto,)"; the empty mesh prints "Mesh()".
   std::string to_string() const;
+  // JAX's repr: "Mesh(axis_sizes=(2, 4), axis_names=('data', 'fsdp'), axis_types=(Auto, Auto))".
+  std::string repr() const;
+  // Non-trivial axes as MaxText's debug_sharding lists them: "fsdp: 4, tensor: 2".
+  std::string nontrivial_axes_string() const;
   bool operator==(const Mesh&) const = default;
   uint64_t hash() const;
 
  private:
-  std::vector<std::string> axis_names_;  // major to minor
-  std::vector<int64_t> axis_sizes_;      // one per name, each >= 1
-  AxisType axis_type_ = AxisType::kAuto; // all axes share one type (as MaxText's shard_mode)
+  std::vector<std::string> axis_names_;   // major to minor
+  std::vector<int64_t> axis_sizes_;       // one per name, each >= 1
+  AxisType axis_type_ = AxisType::kAuto;  // all axes share one type (as MaxText's shard_mode)
 };
 
 }  // namespace eng

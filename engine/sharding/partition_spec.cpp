@@ -1,9 +1,9 @@
 // engine/sharding/partition_spec.cpp: printing, validation and local shapes of shardings.
 #include "engine/sharding/partition_spec.h"
 
-#include <set>
-
 #include <fmt/format.h>
+
+#include <map>
 
 #include "engine/base/hash.h"
 
@@ -50,29 +50,30 @@ Status NamedSharding::validate(const Shape& global) const {
   if (spec.rank() > global.rank())
     return invalid_argument("sharding: spec {} has {} entries but the array has rank {} (shape {})",
                             spec.to_string(), spec.rank(), global.rank(), global.to_string());
-  std::set<std::string> used;
-  auto use = [&](const std::string& a) -> Status {
+  std::map<std::string, std::string> used;  // mesh axis -> where the spec uses it
+  auto use = [&](const std::string& a, const std::string& where) -> Status {
     if (!mesh.has_axis(a))
-      return invalid_argument("sharding: spec {} names axis '{}', which is not in {}",
-                              spec.to_string(), a, mesh.to_string());
-    if (!used.insert(a).second)
-      return invalid_argument("sharding: spec {} uses mesh axis '{}' more than once",
-                              spec.to_string(), a);
+      return invalid_argument("sharding: spec {} names axis '{}' ({}), which is not in {}",
+                              spec.to_string(), a, where, mesh.to_string());
+    auto [it, fresh] = used.emplace(a, where);
+    if (!fresh)
+      return invalid_argument("sharding: spec {} uses mesh axis '{}' twice: in {} and in {}",
+                              spec.to_string(), a, it->second, where);
     return ok_status();
   };
   for (int i = 0; i < spec.rank(); ++i) {
     int64_t n = 1;
     for (const auto& a : spec.dim(i)) {
-      ENG_RETURN_IF_ERROR(use(a));
+      ENG_RETURN_IF_ERROR(use(a, fmt::format("dimension {}", i)));
       n *= mesh.axis_size(a);
     }
     if (global[i] % n != 0)
       return invalid_argument(
           "sharding: dimension {} of size {} is not divisible by {} (the product of axes {} in "
-          "spec {})",
-          i, global[i], n, entry_string(spec.dim(i)), spec.to_string());
+          "spec {}, shape {})",
+          i, global[i], n, entry_string(spec.dim(i)), spec.to_string(), global.to_string());
   }
-  for (const auto& a : spec.partial()) ENG_RETURN_IF_ERROR(use(a));
+  for (const auto& a : spec.partial()) ENG_RETURN_IF_ERROR(use(a, "partial"));
   return ok_status();
 }
 

@@ -1,13 +1,15 @@
 // engine/sharding/partition_spec.h: PartitionSpec and NamedSharding as values (JAX's forms).
 //
-//   PartitionSpec p({{"fsdp"}, {}, {"data", "tensor"}});  p.to_string() == "P('fsdp', None, ('data', 'tensor'))"
-//   NamedSharding s{mesh, p};  s.validate(shape) checks axes exist, are used once and divide dims.
+//   PartitionSpec p({{"fsdp"}, {}, {"data", "tensor"}});
+//   p.to_string() == "P('fsdp', None, ('data', 'tensor'))"
+//   NamedSharding s{mesh, p};  // s.validate(shape): axes exist, are used once and divide dims
 //
 // A dim's entry lists mesh axes major to minor; empty means replicated along that dim.
 // `partial` holds axes along which each device holds an unreduced summand (JAX's
 // `unreduced`; see shared notes/spmd.md): a value is the sum over those axes.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +28,9 @@ class PartitionSpec {
   PartitionSpec() = default;  // P(): fully replicated, any rank
   explicit PartitionSpec(std::vector<DimAxes> dims, std::vector<std::string> partial = {})
       : dims_(std::move(dims)), partial_(std::move(partial)) {}
+  // From braces: PartitionSpec({{"data"}, {}}) or `PartitionSpec p = {{"data"}, {}};`. Without
+  // it, nested braces are ambiguous between the vector and the copy constructor.
+  PartitionSpec(std::initializer_list<DimAxes> dims) : dims_(dims) {}  // NOLINT: implicit
   static PartitionSpec replicated(int rank) { return PartitionSpec(std::vector<DimAxes>(rank)); }
 
   int rank() const { return static_cast<int>(dims_.size()); }
