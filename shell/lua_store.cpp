@@ -42,7 +42,8 @@ void push_sql_value(lua_State* L, const eng::SqlValue& v) {
   }
 }
 
-// sl.sql(query, ...) -> rows (array of tables keyed by column name), columns (array of names)
+// sl.sql(query, ...) -> rows: an array of tables keyed by column name; rows.columns (through the
+// metatable, so printing and ipairs see only the rows) lists the column names in order.
 Result<int> sql(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(std::string query, arg_string(L, 1, "sl.sql", "query"));
   std::vector<eng::SqlValue> args;
@@ -61,19 +62,24 @@ Result<int> sql(lua_State* L) {
     }
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
+  lua_createtable(L, 0, 1);  // metatable
+  lua_createtable(L, 0, 1);  // its __index
   lua_createtable(L, static_cast<int>(r.columns.size()), 0);
   for (size_t j = 0; j < r.columns.size(); ++j) {
     lua_pushstring(L, r.columns[j].c_str());
     lua_rawseti(L, -2, static_cast<lua_Integer>(j + 1));
   }
-  return 2;
+  lua_setfield(L, -2, "columns");
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
+  return 1;
 }
 
 constexpr Function kStoreFunctions[] = {
-    {"sql", lua_entry<sql>, "sl.sql(query, ...) -> rows, columns",
+    {"sql", lua_entry<sql>, "sl.sql(query, ...) -> rows",
      "Runs one SQL statement on the metrics store (--db; opened on first use) with `?`\n"
      "  parameters bound from the extra arguments. Returns an array of rows, each a table keyed\n"
-     "  by column name (NULL columns are absent), and the column names in order.\n"
+     "  by column name (NULL columns are absent); rows.columns lists the column names in order.\n"
      "  Example: sl.sql('SELECT * FROM v_best_loss WHERE name = ?', 'tiny')"},
 };
 

@@ -7,8 +7,10 @@ end
 
 assert(require("shardlab") == sl)
 for _, suffix in ipairs{"", "-wal", "-shm"} do os.remove(sl.db_path() .. suffix) end  -- fresh store
-local rows, cols = sl.sql("SELECT 1 AS i, 2.5 AS r, 'x' AS t, NULL AS n, ? AS p, ? AS b", "arg", true)
+local rows = sl.sql("SELECT 1 AS i, 2.5 AS r, 'x' AS t, NULL AS n, ? AS p, ? AS b", "arg", true)
+local cols = rows.columns
 assert(#rows == 1 and #cols == 6 and cols[1] == "i" and cols[6] == "b")
+assert(sl.pretty(sl.sql("SELECT 1 AS a, NULL AS b UNION ALL SELECT 2, 'x'")) == '{{a = 1}, {a = 2, b = "x"}}')
 local r = rows[1]
 assert(math.type(r.i) == "integer" and r.i == 1)
 assert(math.type(r.r) == "float" and r.r == 2.5)

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -126,6 +128,27 @@ TEST_F(StoreTest, FlushIsOneTransactionAndInvisibleUntilThen) {
   int64_t frames = int_of(wal->rows[0][1]);
   EXPECT_GT(frames, 0);
   EXPECT_LT(frames, 40) << "flush should commit once, WAL has " << frames << " frames";
+}
+
+// The sqlite3 CLI reads the file (tables and views) while a writer holds it open mid-run.
+TEST_F(StoreTest, Sqlite3CliReadsWhileRunWrites) {
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no sqlite3 CLI";
+  auto s = open_ok(db_path());
+  auto run = *s->begin_run({.name = "live"});
+  for (int i = 0; i < 5; ++i) s->log_step({.run_id = run, .step = i, .step_time_s = 0.1 * (i + 1)});
+  ASSERT_TRUE(s->flush().ok());
+  s->log_step({.run_id = run, .step = 5});  // buffered, not yet visible
+  std::string cmd = fmt::format(
+      "sqlite3 -readonly '{}' 'SELECT count(*) FROM steps; SELECT n_steps, p50_s FROM "
+      "v_step_time_pct;' 2>&1",
+      db_path());
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  EXPECT_EQ(::pclose(p), 0) << out;
+  EXPECT_EQ(out, "5\n5|0.3\n");
 }
 
 TEST_F(StoreTest, ViewsAndPercentileAggregates) {
