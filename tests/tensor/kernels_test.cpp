@@ -283,8 +283,9 @@ TEST(Bf16, RandomBitsMatchScalarAndRoundTrip) {
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(back[i] == back[i] ? 0 : 1, x[i] == x[i] ? 0 : 1) << i;  // NaN stays NaN
     ASSERT_EQ(again[i], h[i]) << i;                                  // bf16 values are exact
-    if (std::isfinite(back[i]) && std::isfinite(x[i]))
-      ASSERT_LE(std::abs(back[i] - x[i]), std::abs(x[i]) * (1.f / 256) + 1e-40f) << i;  // denormals: absolute
+    if (std::isfinite(back[i]) && std::isfinite(x[i])) {  // denormals: absolute error
+      ASSERT_LE(std::abs(back[i] - x[i]), std::abs(x[i]) * (1.f / 256) + 1e-40f) << i;
+    }
   }
 }
 
