@@ -42,7 +42,7 @@ void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float a
   // dynamically, so a thread that loses its core to another process delays less. The split
   // depends only on the shape and the thread count, never on timing.
   const int64_t parts = std::min<int64_t>({std::max<int64_t>(nt, std::min<int64_t>(2 * nt, dim / 256)), dim / 16});
-  if (parts <= 1 || flops < kMinParallelFlops || ThreadPool::in_parallel_region()) {
+  if (nt <= 1 || parts <= 1 || flops < kMinParallelFlops || ThreadPool::in_parallel_region()) {
     blas::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
