@@ -47,6 +47,21 @@ const std::vector<ConfigKey> kKeys = {
     {"data_shuffle_seed", V{int64_t{0}}, "seed of the data order"},
     {"log_period", V{int64_t{100}}, "steps between metric flushes to the store"},
     {"remat_policy", V{std::string("full")}, "rematerialisation policy (reserved)"},
+    // Asynchronous dispatch and checkpoints (docs/checkpoints.md).
+    {"max_inflight_steps", V{int64_t{2}}, "steps the host may dispatch ahead of the devices (0: synchronous)"},
+    {"enable_checkpointing", V{false}, "save checkpoints (MaxText default true; off here so a REPL writes no files)"},
+    {"checkpoint_period", V{int64_t{10000}}, "save a checkpoint after every step N with N % period == 0"},
+    {"save_checkpoint_on_completion", V{true}, "save the last step when train() completes"},
+    {"max_num_checkpoints_to_keep", V{int64_t{-1}}, "keep only the newest N checkpoints (-1: all)"},
+    {"base_output_directory", V{std::string()}, "checkpoints go to <this>/<run_name>/checkpoints/<step>/"},
+    {"load_parameters_path", V{std::string()}, "restore params only from this checkpoint (file or step dir)"},
+    {"load_full_state_path", V{std::string()}, "restore the full state from this checkpoint (file or step dir)"},
+    // Debug options for honest-timing tests: delays on the DEVICE side (dispatcher thread).
+    {"debug_device_delay_seconds", V{0.0}, "debug: the devices sleep this long on debug_device_delay_steps"},
+    {"debug_device_delay_steps", V{std::string()}, "debug: comma-separated steps to delay on the devices, e.g. \"3,7\""},
+    {"debug_checkpoint_delay_seconds", V{0.0}, "debug: sleep this long halfway through writing a checkpoint file"},
+    {"debug_checkpoint_delay_steps", V{std::string()}, "debug: comma-separated checkpoint steps to delay (empty: all)"},
+    {"debug_compile_delay_seconds", V{0.0}, "debug: add this long to the train_step compile"},
 };
 
 // Preset values applied between the base defaults and the user's overrides, like MaxText's

@@ -1,15 +1,63 @@
-// engine/train/trainer.cpp: state initialisation, compile, and the synchronous step.
+// engine/train/trainer.cpp: state initialisation, compile, and asynchronous steps (the host
+// loads and dispatches; the dispatcher thread uploads, executes and fetches metrics).
 #include "engine/train/trainer.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "engine/base/clock.h"
 #include "engine/base/thread_pool.h"
 #include "engine/model/llama.h"
+#include "engine/runtime/dispatch.h"
 
 namespace eng {
+
+namespace {
+
+// The six batch arrays in declare_batch's argument order (HostBatch::arrays() without the
+// vector it allocates).
+const int32_t* batch_array(const HostBatch& b, int k) {
+  switch (k) {
+    case 0: return b.inputs.data();
+    case 1: return b.inputs_position.data();
+    case 2: return b.inputs_segmentation.data();
+    case 3: return b.targets.data();
+    case 4: return b.targets_position.data();
+    default: return b.targets_segmentation.data();
+  }
+}
+
+constexpr int kNumBatchArrays = 6;
+
+Result<std::vector<int64_t>> parse_steps(const Config& c, const char* key) {
+  std::vector<int64_t> out;
+  const std::string s = c.get_string(key);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    std::string item = s.substr(pos, comma - pos);
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0)
+      return invalid_argument("config: {} must be comma-separated step numbers like \"3,7\", got '{}'",
+                              key, s);
+    out.push_back(v);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+bool contains(const std::vector<int64_t>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
 
 std::string step_line(const StepMetrics& m) {
   return fmt::format(
@@ -19,7 +67,35 @@ std::string step_line(const StepMetrics& m) {
       static_cast<int64_t>(m.total_weights), m.loss);
 }
 
-Trainer::~Trainer() = default;
+// ---- StepHandle --------------------------------------------------------------------------
+
+bool StepHandle::ready() const {
+  return trainer_ != nullptr && trainer_->dispatcher_->done(ticket_);
+}
+
+Result<StepMetrics> StepHandle::wait() {
+  if (trainer_ == nullptr) return failed_precondition("step handle: empty (no step was dispatched)");
+  ENG_RETURN_IF_ERROR(trainer_->wait_ticket(ticket_));
+  return trainer_->metrics_of(ticket_, step_);
+}
+
+Result<double> StepHandle::loss() {
+  ENG_ASSIGN_OR_RETURN(StepMetrics m, wait());
+  return m.loss;
+}
+
+// ---- Trainer -------------------------------------------------------------------------------
+
+Trainer::~Trainer() {
+  if (dispatcher_) {
+    if (!dispatcher_->wait_all().ok()) failed_ = true;
+    dispatcher_.reset();
+  }
+  if (options_.store != nullptr && !run_id_.empty()) {
+    (void)options_.store->flush();
+    (void)options_.store->end_run(run_id_, failed_ ? RunStatus::kFailed : RunStatus::kFinished);
+  }
+}
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mesh& mesh,
                                                  TrainerOptions options) {
@@ -32,88 +108,187 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
   t->tflops_ = calculate_tflops_training_per_device(
       t->config_.model, static_cast<double>(t->config_.global_batch_size) / mesh.num_devices(),
       t->config_.max_target_length);
+  const int64_t inflight = config.get_int("max_inflight_steps");
+  if (inflight < 0 || inflight >= kStepSlots)
+    return invalid_argument("config: max_inflight_steps must be in [0, {}), got {}", kStepSlots, inflight);
+  t->max_inflight_ = static_cast<int>(inflight);
+  ENG_ASSIGN_OR_RETURN(t->delay_steps_, parse_steps(config, "debug_device_delay_steps"));
+  ENG_ASSIGN_OR_RETURN(t->ckpt_delay_steps_, parse_steps(config, "debug_checkpoint_delay_steps"));
+  t->delay_s_ = config.get_float("debug_device_delay_seconds");
+  t->ckpt_delay_s_ = config.get_float("debug_checkpoint_delay_seconds");
+  t->compile_delay_s_ = config.get_float("debug_compile_delay_seconds");
+  if (config.get_bool("enable_checkpointing")) {
+    if (config.get_string("base_output_directory").empty() || config.get_string("run_name").empty())
+      return invalid_argument(
+          "config: enable_checkpointing needs base_output_directory and run_name (checkpoints go "
+          "to <base_output_directory>/<run_name>/checkpoints), got '{}' and '{}'",
+          config.get_string("base_output_directory"), config.get_string("run_name"));
+    if (config.get_int("checkpoint_period") <= 0)
+      return invalid_argument("config: checkpoint_period must be positive, got {}",
+                              config.get_int("checkpoint_period"));
+  }
   if (!options.shape_only) {
     ENG_ASSIGN_OR_RETURN(t->data_, make_data_source(t->config_));
     ENG_RETURN_IF_ERROR(t->init_state());
+    ENG_RETURN_IF_ERROR(t->begin_store_run());
+    ENG_RETURN_IF_ERROR(t->restore());
+    ENG_RETURN_IF_ERROR(t->setup_dispatch());
   }
   return t;
 }
 
+NamedSharding Trainer::state_sharding(int arg) const {
+  (void)arg;
+  return NamedSharding{mesh_, PartitionSpec()};
+}
+
 Status Trainer::init_state() {
   runtime_ = std::make_unique<Runtime>(mesh_, options_.device_capacity_bytes);
-  const NamedSharding replicated{mesh_, PartitionSpec()};
   const auto& args = program_.args();
   state_.clear();
   state_.reserve(args.size());
   std::vector<float> host;
   for (size_t i = 0; i < args.size(); ++i) {
     const ValueInfo& v = program_.value(args[i].value);
+    const NamedSharding sharding = state_sharding(static_cast<int>(i));
     if (args[i].role == ArgRole::kParam) {
       host.resize(static_cast<size_t>(v.shape.numel()));
       init_param(v, config_.init_weights_seed, host.data());
-      ENG_ASSIGN_OR_RETURN(Array a, runtime_->put(host.data(), v.shape, v.dtype, replicated, v.name));
+      ENG_ASSIGN_OR_RETURN(Array a, runtime_->put(host.data(), v.shape, v.dtype, sharding, v.name));
       state_.push_back(std::move(a));
     } else {
-      ENG_ASSIGN_OR_RETURN(Array a, runtime_->zeros(v.shape, v.dtype, replicated, v.name));
+      ENG_ASSIGN_OR_RETURN(Array a, runtime_->zeros(v.shape, v.dtype, sharding, v.name));
       state_.push_back(std::move(a));
     }
   }
+  arg_ptrs_.clear();
+  for (Array& a : state_) arg_ptrs_.push_back(&a);
+  return ok_status();
+}
+
+Status Trainer::setup_dispatch() {
+  ENG_CHECK(layout_.metric_names.size() <= std::size(StepSlot{}.metrics), "trainer: {} metrics",
+            layout_.metric_names.size());
+  const int capacity = std::max(1, max_inflight_);
+  staging_.resize(static_cast<size_t>(capacity));
+  slots_.resize(kStepSlots);
+  dispatcher_ = std::make_unique<Dispatcher>(
+      [this](int64_t ticket, int64_t) { return device_step(ticket); }, capacity);
   return ok_status();
 }
 
 Result<std::shared_ptr<const Executable>> Trainer::compile() {
   if (executable_) return executable_;
   CompileOptions opts;
+  const double t0 = now_seconds();
   ENG_ASSIGN_OR_RETURN(executable_, eng::compile(program_, mesh_, opts));
+  if (compile_delay_s_ > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(compile_delay_s_));
+  const double dt = now_seconds() - t0;
+  record_event("compile", "info", step_, fmt::format("compiled train_step in {:.3f} s", dt));
   return executable_;
 }
 
-Result<StepMetrics> Trainer::step() {
+Status Trainer::wait_ticket(int64_t ticket) const {
+  Status s = dispatcher_->wait(ticket);
+  if (!s.ok()) {
+    const_cast<Trainer*>(this)->failed_ = true;
+    return s;
+  }
+  return ok_status();
+}
+
+Result<StepHandle> Trainer::step() {
   if (options_.shape_only)
     return failed_precondition("trainer: created with shape_only=true; it can compile but not step");
-  StepMetrics m;
-  m.step = step_;
-  m.compiled = executable_ == nullptr;
+  StepHandle h;
+  h.trainer_ = this;
+  h.step_ = step_;
+  h.ticket_ = dispatcher_->submitted();
+  // The staging batch and metric slot of this ticket were last used by ticket - capacity:
+  // wait for it (this is the run-ahead bound) before overwriting them.
+  const int64_t reuse = h.ticket_ - static_cast<int64_t>(staging_.size());
+  if (reuse >= 0) ENG_RETURN_IF_ERROR(wait_ticket(reuse));
+  StepSlot& slot = slots_[static_cast<size_t>(h.ticket_ % kStepSlots)];
+  slot = StepSlot{};
+  slot.ticket = h.ticket_;
+  slot.step = step_;
+  slot.compiled = executable_ == nullptr;
   const double t0 = now_seconds();
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, compile());
+  (void)exe;
   const double t1 = now_seconds();
-  data_->next(batch_);
-  const auto arrays = batch_.arrays();
-  for (size_t k = 0; k < arrays.size(); ++k) {
-    Array& a = state_[layout_.first_batch_arg + k];
-    ENG_RETURN_IF_ERROR(runtime_->write(a, arrays[k]->data()));
+  slot.compile_s = t1 - t0 + pending_compile_s_;
+  pending_compile_s_ = 0;
+  data_->next(staging_[static_cast<size_t>(h.ticket_) % staging_.size()]);
+  slot.data_s = now_seconds() - t1;
+  ENG_ASSIGN_OR_RETURN(int64_t ticket, dispatcher_->submit(step_));
+  ENG_CHECK(ticket == h.ticket_, "trainer: ticket {} != expected {}", ticket, h.ticket_);
+  ++step_;
+  if (max_inflight_ == 0) ENG_RETURN_IF_ERROR(wait_ticket(ticket));  // synchronous mode
+  return h;
+}
+
+Result<StepMetrics> Trainer::step_and_wait() {
+  ENG_ASSIGN_OR_RETURN(StepHandle h, step());
+  return h.wait();
+}
+
+Status Trainer::wait_all() {
+  if (!dispatcher_) return ok_status();
+  Status s = dispatcher_->wait_all();
+  if (!s.ok()) failed_ = true;
+  return s;
+}
+
+// Runs on the dispatcher thread: the only code that touches device arrays while steps are in
+// flight. Allocates nothing.
+Status Trainer::device_step(int64_t ticket) {
+  StepSlot& slot = slots_[static_cast<size_t>(ticket % kStepSlots)];
+  const HostBatch& batch = staging_[static_cast<size_t>(ticket) % staging_.size()];
+  slot.device_start = now_seconds();
+  for (int k = 0; k < kNumBatchArrays; ++k) {
+    Status s = runtime_->write(state_[static_cast<size_t>(layout_.first_batch_arg + k)],
+                               batch_array(batch, k));
+    if (!s.ok()) return Status(s.code(), fmt::format("step {}: {}", slot.step, s.message()));
   }
-  const double t2 = now_seconds();
-  std::vector<Array*> args;
-  args.reserve(state_.size());
-  for (Array& a : state_) args.push_back(&a);
-  ENG_RETURN_IF_ERROR(runtime_->execute(*exe, args, outputs_));
-  float metrics[6];
-  for (int k = 0; k < 6; ++k) ENG_RETURN_IF_ERROR(runtime_->fetch(outputs_[k], &metrics[k]));
-  const double t3 = now_seconds();
-  m.loss = metrics[0];
-  m.total_weights = metrics[1];
-  m.raw_grad_norm = metrics[2];
-  m.grad_norm = metrics[3];
-  m.param_norm = metrics[4];
-  m.learning_rate = metrics[5];
-  m.data_time_s = t2 - t1;
-  m.step_time_s = t3 - t1;  // compile time (t1 - t0) is recorded apart, never in the step
-  (void)t0;
+  if (delay_s_ > 0 && contains(delay_steps_, slot.step))
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s_));  // debug: slow device
+  Status s = runtime_->execute(*executable_, arg_ptrs_, outputs_);
+  for (size_t k = 0; s.ok() && k < layout_.metric_names.size(); ++k)
+    s = runtime_->fetch(outputs_[k], &slot.metrics[k]);
+  if (!s.ok())
+    return Status(s.code(), fmt::format("step {} failed on the devices: {}", slot.step, s.message()));
+  slot.device_end = now_seconds();
+  return ok_status();
+}
+
+Result<StepMetrics> Trainer::metrics_of(int64_t ticket, int64_t step) {
+  const StepSlot& slot = slots_[static_cast<size_t>(ticket % kStepSlots)];
+  if (slot.ticket != ticket || dispatcher_->submitted() > ticket + kStepSlots)
+    return failed_precondition(
+        "step handle: step {}'s metrics were overwritten by later steps (slot now holds step {}); "
+        "read a handle within {} steps",
+        step, slot.step, kStepSlots);
+  StepMetrics m;
+  m.step = slot.step;
+  m.loss = slot.metrics[0];
+  m.total_weights = slot.metrics[1];
+  m.raw_grad_norm = slot.metrics[2];
+  m.grad_norm = slot.metrics[3];
+  m.param_norm = slot.metrics[4];
+  m.learning_rate = slot.metrics[5];
+  m.compiled = slot.compiled;
+  m.compile_s = slot.compile_s;
+  m.data_time_s = slot.data_s;
+  m.device_time_s = slot.device_end - slot.device_start;
+  m.synced = slot.synced_at > 0;
+  m.step_time_s = m.synced ? slot.step_time_s : m.device_time_s;
   const double tokens = static_cast<double>(config_.global_batch_size * config_.max_target_length);
   m.tokens_per_s_per_device = tokens / mesh_.num_devices() / m.step_time_s;
   m.tflops_per_device = tflops_.total;
   m.tflops_per_s_per_device = tflops_.total / m.step_time_s;
-  ++step_;
   return m;
-}
-
-Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_step) {
-  for (int64_t i = 0; i < steps; ++i) {
-    ENG_ASSIGN_OR_RETURN(StepMetrics m, step());
-    if (!on_step(m)) break;
-  }
-  return ok_status();
 }
 
 Result<std::vector<float>> Trainer::fetch_argument(const std::string& name) const {
@@ -122,6 +297,7 @@ Result<std::vector<float>> Trainer::fetch_argument(const std::string& name) cons
   if (i < 0) return not_found("trainer: no argument named '{}'", name);
   const ValueInfo& v = program_.value(program_.args()[i].value);
   if (v.dtype != DType::kF32) return invalid_argument("trainer: '{}' is not f32", name);
+  ENG_RETURN_IF_ERROR(const_cast<Trainer*>(this)->wait_all());
   std::vector<float> host(static_cast<size_t>(v.shape.numel()));
   ENG_RETURN_IF_ERROR(runtime_->fetch(state_[i], host.data()));
   return host;

@@ -1,10 +1,32 @@
 // engine/train/trainer.h: owns a run: config, mesh, the traced train_step, its Executable,
-// the device arrays (params, optimizer state, step, batch) and the data source.
+// the device arrays (params, optimizer state, step, batch), the data source, the dispatcher
+// thread that runs steps asynchronously, checkpoints, and the metrics-store hookup.
 //
-//   ENG_ASSIGN_OR_RETURN(auto t, Trainer::create(config, mesh, {}));
+//   ENG_ASSIGN_OR_RETURN(auto t, Trainer::create(config, mesh, {.store = store}));
 //   ENG_ASSIGN_OR_RETURN(auto exe, t->compile());          // AOT, from the shaped batch
-//   ENG_ASSIGN_OR_RETURN(StepMetrics m, t->step());          // one step
-//   fmt::print("{}\n", step_line(m));                        // MaxText's console line
+//   ENG_ASSIGN_OR_RETURN(StepHandle h, t->step());         // returns before the devices finish
+//   ENG_ASSIGN_OR_RETURN(StepMetrics m, h.wait());         // the sync point
+//   ENG_RETURN_IF_ERROR(t->train(100, [](const StepMetrics& m) {   // the MaxText loop
+//     fmt::print("{}\n", step_line(m));                     // MaxText's console line
+//     return true;                                          // false: stop after this step
+//   }));
+//
+// Threading: a Trainer is driven from ONE host thread. Device work (batch upload, execute,
+// metric fetch, debug delays) runs on the dispatcher thread; the host touches device arrays
+// only behind a barrier (checkpoint, fetch_argument). At most max_inflight_steps steps are
+// pending; step() blocks when that many are.
+//
+// Timing (DESIGN.md 1.2, MaxText step-timing PR): in train(), a step's time is the interval
+// between consecutive loss syncs; compile time is recorded apart (StepMetrics::compile_s) and
+// never in a step; a checkpoint is a barrier whose duration is recorded on its own (the
+// `checkpoints` and `events` tables) and charged to no step. A bare handle's wait() reports
+// the device-side time of that step instead (REPL use, where the host may idle between reads).
+//
+// Restore order on create (reference/maxtext.md 11): latest checkpoint under
+// <base_output_directory>/<run_name>/checkpoints (when enable_checkpointing) ->
+// load_parameters_path (params only) -> load_full_state_path -> fresh init. Checkpoint N
+// holds the state after step N; a resumed trainer continues at step N + 1 with the data
+// position restored.
 //
 // With TrainerOptions::shape_only the trainer traces and compiles but allocates nothing:
 // that is how llama2-7b's memory analysis is answered on a laptop.
@@ -19,38 +41,75 @@
 #include "engine/compile/executable.h"
 #include "engine/mesh/mesh.h"
 #include "engine/runtime/runtime.h"
+#include "engine/store/metrics_store.h"
 #include "engine/train/config.h"
 #include "engine/train/data.h"
 #include "engine/train/train_step.h"
 
 namespace eng {
 
+class Dispatcher;
+class Trainer;
+
 struct TrainerOptions {
   bool shape_only = false;             // compile and analyse; allocate no arrays
   int64_t device_capacity_bytes = 0;   // per simulated device; 0 = unlimited
+  MetricsStore* store = nullptr;       // not owned; when set: runs, params, steps, metrics,
+                                       // checkpoints and events are recorded
 };
 
 struct StepMetrics {
   int64_t step = 0;                    // the step that ran (0-based)
   double loss = 0, total_weights = 0, raw_grad_norm = 0, grad_norm = 0, param_norm = 0;
   double learning_rate = 0;
-  double step_time_s = 0;              // wall time of the step, synchronised on its loss
+  double step_time_s = 0;              // train(): between consecutive loss syncs;
+                                       // bare handle: device_time_s
+  double device_time_s = 0;            // dispatcher: batch upload + execute + metric fetch
   double tokens_per_s_per_device = 0;  // perf/per_device_tokens_per_sec
   double tflops_per_device = 0;        // perf/per_device_tflops (per step)
   double tflops_per_s_per_device = 0;  // perf/per_device_tflops_per_sec
   double data_time_s = 0;              // host time spent loading the batch
+  double compile_s = 0;                // compile time before this step's dispatch (not in step_time_s)
   bool compiled = false;               // this step triggered a compilation
+  bool synced = false;                 // step_time_s was measured at a loss sync (train())
 };
 
 // "completed step: 3, seconds: 0.412, TFLOP/s/device: 0.113, Tokens/s/device: 4970.874,
 // total_weights: 2048, loss: 5.102" (MaxText's metric_logger line).
 std::string step_line(const StepMetrics& m);
 
+// A dispatched step. Reading its metrics synchronises with the devices. Valid while its
+// Trainer lives and for the next kStepSlots steps (older handles report a clear error).
+class StepHandle {
+ public:
+  StepHandle() = default;
+  bool valid() const { return trainer_ != nullptr; }
+  int64_t step() const { return step_; }
+  bool ready() const;            // finished on the devices; never blocks
+  Result<StepMetrics> wait();    // blocks until finished; errors of this or an earlier step
+  Result<double> loss();         // wait().loss
+
+ private:
+  friend class Trainer;
+  Trainer* trainer_ = nullptr;
+  int64_t step_ = -1;
+  int64_t ticket_ = -1;          // dispatcher ticket
+};
+
+struct CheckpointInfo {
+  int64_t step = -1;             // label: the state after this step
+  std::string path;
+  int64_t bytes = 0;
+  double save_s = 0;             // barrier + write + fsync + rename
+};
+
 class Trainer {
  public:
+  static constexpr int kStepSlots = 256;  // per-step metric slots (ring)
+
   static Result<std::unique_ptr<Trainer>> create(const Config& config, const Mesh& mesh,
                                                  TrainerOptions options = {});
-  ~Trainer();
+  ~Trainer();  // drains in-flight steps; ends the store run (FINISHED, or FAILED after an error)
 
   const ResolvedConfig& config() const { return config_; }
   const Config& raw_config() const { return raw_config_; }
@@ -58,24 +117,71 @@ class Trainer {
   const Program& program() const { return program_; }
   const TrainStepLayout& layout() const { return layout_; }
   bool shape_only() const { return options_.shape_only; }
-  int64_t current_step() const { return step_; }
+  int64_t current_step() const { return step_; }  // next step to dispatch
   const TrainingTflops& tflops() const { return tflops_; }
   const DataSource* data() const { return data_.get(); }
+  int max_inflight_steps() const { return max_inflight_; }
+  const std::string& run_id() const { return run_id_; }          // "" without a store
+  const std::string& restored_from() const { return restored_from_; }  // "" = fresh init
+  std::string checkpoint_dir() const;  // <base_output_directory>/<run_name>/checkpoints
 
   // Compiles train_step ahead of time (cached: a second call returns the same Executable).
   Result<std::shared_ptr<const Executable>> compile();
-  // Runs one training step on the next batch. Fails in shape_only mode.
-  Result<StepMetrics> step();
-  // Runs up to `steps` steps; on_step may return false to stop early (Ctrl-C).
+  // Loads the next batch on the host and dispatches one step; returns before the devices
+  // finish (max_inflight_steps > 0). Errors of earlier async steps surface here or on wait.
+  Result<StepHandle> step();
+  // step() then wait(): the synchronous path.
+  Result<StepMetrics> step_and_wait();
+  // Barrier: waits for every dispatched step.
+  Status wait_all();
+  // The loop, MaxText order: load batch -> dispatch N -> flush N-1 (sync; record) -> maybe
+  // checkpoint N (barrier) -> [eval]. Runs `steps` more steps; on_step sees each step's
+  // metrics once flushed and may return false to stop after the step in flight (Ctrl-C).
+  // Saves on completion when enable_checkpointing && save_checkpoint_on_completion.
   Status train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_step);
+  // Saves the state after the last dispatched step (a barrier) under checkpoint_dir().
+  Result<CheckpointInfo> save_checkpoint();
 
-  // Host copies of a parameter or optimizer-state argument by program argument name.
+  // Host copies of a parameter or optimizer-state argument by program argument name
+  // (waits for in-flight steps first).
   Result<std::vector<float>> fetch_argument(const std::string& name) const;
   Runtime* runtime() { return runtime_.get(); }
 
  private:
+  friend class StepHandle;
+  // Host + device record of one dispatched step, slots_[ticket % kStepSlots]. The host writes
+  // the dispatch fields before submit; the dispatcher writes the device fields; the host
+  // reads them after the dispatcher's wait (its mutex orders the accesses).
+  struct StepSlot {
+    int64_t ticket = -1, step = -1;
+    bool compiled = false;
+    double compile_s = 0, data_s = 0;
+    float metrics[8] = {};
+    double device_start = 0, device_end = 0;
+    double synced_at = 0;        // host time of the loss sync (0: not synced in train())
+    double step_time_s = 0;      // interval between loss syncs (train())
+  };
+
   Trainer() = default;
   Status init_state();
+  Status setup_dispatch();
+  // The one place that decides where state argument i lives (SPMD: the Executable's argument
+  // shardings). init_state places with it; restore writes into arrays placed by it.
+  NamedSharding state_sharding(int arg) const;
+  Status device_step(int64_t ticket);          // runs on the dispatcher thread
+  Result<StepMetrics> metrics_of(int64_t ticket, int64_t step);  // REQUIRES: ticket finished
+  Status wait_ticket(int64_t ticket) const;
+
+  // trainer_loop.cpp: the loop, store records, checkpoints and restore.
+  Status sync_for_timing(StepSlot& slot);
+  Status flush_step(int64_t ticket, int64_t step, FunctionRef<bool(const StepMetrics&)> on_step,
+                    bool* keep_going);
+  bool checkpoint_due(int64_t step) const;
+  Status restore();
+  Status restore_from(const std::string& path, bool params_only);
+  Status begin_store_run();
+  void record_event(const std::string& kind, const std::string& level, int64_t step,
+                    const std::string& message);
 
   Config raw_config_;
   ResolvedConfig config_;
@@ -88,9 +194,21 @@ class Trainer {
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<DataSource> data_;
   std::vector<Array> state_;    // one per program argument (params, mu, nu, step, batch)
+  std::vector<Array*> arg_ptrs_;  // &state_[i], built once (execute takes pointers)
   std::vector<Array> outputs_;  // non-aliased outputs (metrics), reused every step
-  HostBatch batch_;
-  int64_t step_ = 0;            // next step to run
+  std::vector<HostBatch> staging_;  // host batches in flight: staging_[ticket % size]
+  std::vector<StepSlot> slots_;     // kStepSlots
+  int64_t step_ = 0;            // next step to dispatch
+  int max_inflight_ = 2;        // config max_inflight_steps
+  double pending_compile_s_ = 0;  // compile time to attribute to the next dispatched step
+  double ref_time_ = 0;         // train(): the previous loss sync (or checkpoint end)
+  std::vector<int64_t> delay_steps_, ckpt_delay_steps_;  // debug keys, parsed
+  double delay_s_ = 0, ckpt_delay_s_ = 0, compile_delay_s_ = 0;
+  int64_t last_checkpoint_step_ = -1;
+  std::string run_id_;          // metrics store run ("" without a store)
+  std::string restored_from_;   // checkpoint path this trainer started from
+  bool failed_ = false;         // an async step failed (the run is FAILED)
+  std::unique_ptr<Dispatcher> dispatcher_;  // last: stopped before the arrays it uses go
 };
 
 }  // namespace eng

@@ -61,10 +61,10 @@ TEST(TrainerTest, LossFallsAndIsReproducible) {
 
 TEST(TrainerTest, StepMetricsFollowMaxText) {
   auto t = Trainer::create(small_config(10), Mesh()).value();
-  StepMetrics m0 = t->step().value();
+  StepMetrics m0 = t->step_and_wait().value();
   EXPECT_TRUE(m0.compiled);
   EXPECT_EQ(m0.learning_rate, 0.0);  // warmup starts at 0, as optax.linear_schedule
-  StepMetrics m1 = t->step().value();
+  StepMetrics m1 = t->step_and_wait().value();
   EXPECT_FALSE(m1.compiled);
   EXPECT_EQ(m1.step, 1);
   EXPECT_NEAR(m1.learning_rate, 3e-3, 1e-9);  // warmup of 1 step (10% of 10)

@@ -1,0 +1,481 @@
+// engine/train/checkpoint.cpp: safetensors writing (atomic, checksummed) and verified reading.
+#include "engine/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace eng {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "shardlab-checkpoint";
+constexpr int kCrcWidth = 8;  // hex digits: the header keeps its length when the crc is filled in
+
+std::array<uint32_t, 256> make_crc_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+std::string_view safetensors_dtype(DType d) {
+  switch (d) {
+    case DType::kF32: return "F32";
+    case DType::kI32: return "I32";
+    case DType::kBF16: return "BF16";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_safetensors_dtype(std::string_view s) {
+  if (s == "F32") return DType::kF32;
+  if (s == "I32") return DType::kI32;
+  if (s == "BF16") return DType::kBF16;
+  return std::nullopt;
+}
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+Status write_all(int fd, const void* p, size_t n, const std::string& path) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return io_error("checkpoint: writing '{}': {}", path, errno_text());
+    }
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return ok_status();
+}
+
+Status fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return io_error("checkpoint: cannot open directory '{}': {}", dir, errno_text());
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return io_error("checkpoint: fsync of directory '{}': {}", dir, errno_text());
+  return ok_status();
+}
+
+std::string make_header(std::span<const CheckpointTensorSpec> tensors,
+                        const std::map<std::string, std::string>& metadata, uint32_t crc,
+                        int64_t data_bytes) {
+  std::string h = "{\"__metadata__\":{";
+  std::map<std::string, std::string> meta = metadata;
+  meta["format"] = kFormat;
+  meta["format_version"] = kCheckpointFormatVersion;
+  meta["data_bytes"] = fmt::format("{}", data_bytes);
+  meta["crc32"] = fmt::format("{:08x}", crc);
+  bool first = true;
+  for (const auto& [k, v] : meta) {
+    h += fmt::format("{}{}:{}", first ? "" : ",", json_string(k), json_string(v));
+    first = false;
+  }
+  h += "}";
+  int64_t offset = 0;
+  for (const CheckpointTensorSpec& t : tensors) {
+    const int64_t bytes = t.shape.numel() * dtype_size(t.dtype);
+    h += fmt::format(",{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                     json_string(t.name), safetensors_dtype(t.dtype),
+                     fmt::join(t.shape.dims(), ","), offset, offset + bytes);
+    offset += bytes;
+  }
+  h += "}";
+  while (h.size() % 8 != 0) h += ' ';
+  return h;
+}
+
+// ---- a small JSON reader, enough for safetensors headers -----------------------------------
+
+struct Json {
+  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
+  double number = 0;
+  std::string str;
+  std::vector<Json> items;                          // kArray
+  std::vector<std::pair<std::string, Json>> fields;  // kObject, in file order
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(std::string_view s) : s_(s) {}
+  Result<Json> parse() {
+    ENG_ASSIGN_OR_RETURN(Json v, value(0));
+    skip_ws();
+    if (pos_ != s_.size()) return error("trailing characters");
+    return v;
+  }
+
+ private:
+  Status error(std::string_view what) const {
+    return data_loss("{} at byte {}", what, pos_);
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t' || s_[pos_] == '\r')) ++pos_;
+  }
+  Result<Json> value(int depth) {
+    if (depth > 16) return error("nesting too deep");
+    skip_ws();
+    if (pos_ >= s_.size()) return error("unexpected end of JSON");
+    Json v;
+    const char c = s_[pos_];
+    if (c == '{') {
+      v.kind = Json::kObject;
+      ++pos_;
+      skip_ws();
+      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return v; }
+      for (;;) {
+        skip_ws();
+        ENG_ASSIGN_OR_RETURN(std::string key, string());
+        skip_ws();
+        if (pos_ >= s_.size() || s_[pos_] != ':') return error("expected ':'");
+        ++pos_;
+        ENG_ASSIGN_OR_RETURN(Json item, value(depth + 1));
+        v.fields.emplace_back(std::move(key), std::move(item));
+        skip_ws();
+        if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
+        if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return v; }
+        return error("expected ',' or '}'");
+      }
+    }
+    if (c == '[') {
+      v.kind = Json::kArray;
+      ++pos_;
+      skip_ws();
+      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return v; }
+      for (;;) {
+        ENG_ASSIGN_OR_RETURN(Json item, value(depth + 1));
+        v.items.push_back(std::move(item));
+        skip_ws();
+        if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
+        if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return v; }
+        return error("expected ',' or ']'");
+      }
+    }
+    if (c == '"') {
+      v.kind = Json::kString;
+      ENG_ASSIGN_OR_RETURN(v.str, string());
+      return v;
+    }
+    if (s_.substr(pos_, 4) == "null") { pos_ += 4; return v; }
+    if (s_.substr(pos_, 4) == "true") { pos_ += 4; v.kind = Json::kBool; v.number = 1; return v; }
+    if (s_.substr(pos_, 5) == "false") { pos_ += 5; v.kind = Json::kBool; return v; }
+    const size_t start = pos_;
+    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '-' ||
+                                s_[pos_] == '+' || s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
+      ++pos_;
+    if (pos_ == start) return error("unexpected character");
+    v.kind = Json::kNumber;
+    const std::string num(s_.substr(start, pos_ - start));
+    char* end = nullptr;
+    v.number = std::strtod(num.c_str(), &end);
+    if (end != num.c_str() + num.size()) return error("malformed number");
+    return v;
+  }
+  Result<std::string> string() {
+    if (pos_ >= s_.size() || s_[pos_] != '"') return error("expected a string");
+    ++pos_;
+    std::string out;
+    while (pos_ < s_.size() && s_[pos_] != '"') {
+      char c = s_[pos_++];
+      if (c == '\\') {
+        if (pos_ >= s_.size()) break;
+        char e = s_[pos_++];
+        switch (e) {
+          case 'n': out += '\n'; break;
+          case 't': out += '\t'; break;
+          case 'r': out += '\r'; break;
+          case 'b': out += '\b'; break;
+          case 'f': out += '\f'; break;
+          case 'u': {
+            if (pos_ + 4 > s_.size()) return error("short \\u escape");
+            const long cp = std::strtol(std::string(s_.substr(pos_, 4)).c_str(), nullptr, 16);
+            pos_ += 4;
+            if (cp >= 0x80) return error("non-ASCII \\u escape not supported");
+            out += static_cast<char>(cp);
+            break;
+          }
+          default: out += e;
+        }
+        continue;
+      }
+      out += c;
+    }
+    if (pos_ >= s_.size()) return error("unterminated string");
+    ++pos_;
+    return out;
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+bool is_uint(const Json& j) {
+  return j.kind == Json::kNumber && j.number >= 0 && j.number == static_cast<double>(static_cast<int64_t>(j.number));
+}
+
+Status read_file(const std::string& path, std::vector<char>& out) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return not_found("checkpoint '{}': cannot open: {}", path, errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return io_error("checkpoint '{}': stat: {}", path, errno_text());
+  }
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      ::close(fd);
+      return io_error("checkpoint '{}': read failed at byte {}: {}", path, got,
+                      r < 0 ? errno_text() : "unexpected end of file");
+    }
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return ok_status();
+}
+
+// Parses the header JSON into `out`'s metadata and tensor table (offsets checked against
+// data_size).
+Status parse_header(const std::string& path, std::string_view header, int64_t data_size,
+                    CheckpointFile& out) {
+  Result<Json> parsed = JsonParser(header).parse();
+  if (!parsed.ok())
+    return data_loss("checkpoint '{}': header is not valid JSON: {}", path, parsed.status().message());
+  if (parsed->kind != Json::kObject)
+    return data_loss("checkpoint '{}': header is not a JSON object", path);
+  for (const auto& [name, v] : parsed->fields) {
+    if (name == "__metadata__") {
+      if (v.kind != Json::kObject) return data_loss("checkpoint '{}': __metadata__ is not an object", path);
+      for (const auto& [k, mv] : v.fields) {
+        if (mv.kind != Json::kString)
+          return data_loss("checkpoint '{}': __metadata__ value '{}' is not a string", path, k);
+        out.metadata[k] = mv.str;
+      }
+      continue;
+    }
+    CheckpointFile::Entry e;
+    e.spec.name = name;
+    const Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
+    if (v.kind == Json::kObject)
+      for (const auto& [k, fv] : v.fields) {
+        if (k == "dtype") dtype = &fv;
+        if (k == "shape") shape = &fv;
+        if (k == "data_offsets") offsets = &fv;
+      }
+    if (!dtype || dtype->kind != Json::kString || !shape || shape->kind != Json::kArray || !offsets ||
+        offsets->kind != Json::kArray || offsets->items.size() != 2)
+      return data_loss("checkpoint '{}': tensor '{}' needs dtype, shape and data_offsets [begin, end]",
+                       path, name);
+    std::optional<DType> dt = parse_safetensors_dtype(dtype->str);
+    if (!dt) return data_loss("checkpoint '{}': tensor '{}' has unsupported dtype '{}' (F32, I32, BF16)",
+                              path, name, dtype->str);
+    e.spec.dtype = *dt;
+    std::vector<int64_t> dims;
+    for (const Json& d : shape->items) {
+      if (!is_uint(d)) return data_loss("checkpoint '{}': tensor '{}' has a bad shape", path, name);
+      dims.push_back(static_cast<int64_t>(d.number));
+    }
+    e.spec.shape = Shape(std::move(dims));
+    if (!is_uint(offsets->items[0]) || !is_uint(offsets->items[1]))
+      return data_loss("checkpoint '{}': tensor '{}' has bad data_offsets", path, name);
+    e.begin = static_cast<int64_t>(offsets->items[0].number);
+    e.end = static_cast<int64_t>(offsets->items[1].number);
+    const int64_t want = e.spec.shape.numel() * dtype_size(e.spec.dtype);
+    if (e.end < e.begin || e.end - e.begin != want)
+      return data_loss("checkpoint '{}': tensor '{}' spans {} bytes [{}, {}) but its shape {} needs {}",
+                       path, name, e.end - e.begin, e.begin, e.end, e.spec.shape.to_string(), want);
+    if (e.end > data_size)
+      return data_loss("checkpoint '{}': truncated: tensor '{}' ends at data byte {} but the file has "
+                       "only {} data bytes", path, name, e.end, data_size);
+    out.tensors.push_back(std::move(e));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+uint32_t crc32(const void* data, size_t n, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = make_crc_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+Result<int64_t> write_checkpoint(const std::string& path,
+                                 std::span<const CheckpointTensorSpec> tensors,
+                                 FunctionRef<Status(int, void*)> fill,
+                                 const std::map<std::string, std::string>& metadata,
+                                 const CheckpointWriteOptions& options) {
+  int64_t data_bytes = 0;
+  for (const CheckpointTensorSpec& t : tensors) data_bytes += t.shape.numel() * dtype_size(t.dtype);
+  const fs::path final_path(path);
+  std::error_code ec;
+  fs::create_directories(final_path.parent_path(), ec);
+  if (ec) return io_error("checkpoint: cannot create '{}': {}", final_path.parent_path().string(), ec.message());
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("checkpoint: cannot create '{}': {}", tmp, errno_text());
+  auto fail = [&](Status s) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  };
+  // The header is written twice: first with a zero crc, then (same length) with the real one.
+  std::string header = make_header(tensors, metadata, 0, data_bytes);
+  uint64_t len = header.size();
+  unsigned char len_le[8];
+  for (int i = 0; i < 8; ++i) len_le[i] = static_cast<unsigned char>(len >> (8 * i));
+  Status s = write_all(fd, len_le, 8, tmp);
+  if (s.ok()) s = write_all(fd, header.data(), header.size(), tmp);
+  if (!s.ok()) return fail(s);
+  uint32_t crc = 0;
+  std::vector<char> buf;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (options.debug_delay_s > 0 && i == tensors.size() / 2)
+      std::this_thread::sleep_for(std::chrono::duration<double>(options.debug_delay_s));
+    buf.resize(static_cast<size_t>(tensors[i].shape.numel() * dtype_size(tensors[i].dtype)));
+    s = fill(static_cast<int>(i), buf.data());
+    if (s.ok()) s = write_all(fd, buf.data(), buf.size(), tmp);
+    if (!s.ok()) return fail(s);
+    crc = crc32(buf.data(), buf.size(), crc);
+  }
+  const std::string final_header = make_header(tensors, metadata, crc, data_bytes);
+  ENG_CHECK(final_header.size() == header.size(), "checkpoint: header length changed {} -> {}",
+            header.size(), final_header.size());
+  if (::pwrite(fd, final_header.data(), final_header.size(), 8) != static_cast<ssize_t>(final_header.size()))
+    return fail(io_error("checkpoint: writing header of '{}': {}", tmp, errno_text()));
+  if (::fsync(fd) != 0) return fail(io_error("checkpoint: fsync '{}': {}", tmp, errno_text()));
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return io_error("checkpoint: close '{}': {}", tmp, errno_text());
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status r = io_error("checkpoint: rename '{}' -> '{}': {}", tmp, path, errno_text());
+    ::unlink(tmp.c_str());
+    return r;
+  }
+  ENG_RETURN_IF_ERROR(fsync_dir(final_path.parent_path().string()));
+  ENG_RETURN_IF_ERROR(fsync_dir(final_path.parent_path().parent_path().string()));
+  return static_cast<int64_t>(8 + len + static_cast<uint64_t>(data_bytes));
+}
+
+const CheckpointFile::Entry* CheckpointFile::find(const std::string& name) const {
+  for (const Entry& e : tensors)
+    if (e.spec.name == name) return &e;
+  return nullptr;
+}
+
+Result<int64_t> CheckpointFile::metadata_int(const std::string& key) const {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return data_loss("checkpoint '{}': __metadata__ has no '{}'", path, key);
+  char* end = nullptr;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0')
+    return data_loss("checkpoint '{}': __metadata__ '{}' is '{}', not an integer", path, key, it->second);
+  return static_cast<int64_t>(v);
+}
+
+Result<CheckpointFile> read_checkpoint(const std::string& where) {
+  CheckpointFile out;
+  out.path = fs::is_directory(where) ? (fs::path(where) / kCheckpointFileName).string() : where;
+  const std::string& path = out.path;
+  std::vector<char> file;
+  ENG_RETURN_IF_ERROR(read_file(path, file));
+  if (file.size() < 8)
+    return data_loss("checkpoint '{}': truncated: {} bytes, shorter than the 8-byte header length",
+                     path, file.size());
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<unsigned char>(file[i])) << (8 * i);
+  if (len > file.size() - 8)
+    return data_loss("checkpoint '{}': truncated: header length {} but only {} bytes follow", path,
+                     len, file.size() - 8);
+  const int64_t data_size = static_cast<int64_t>(file.size() - 8 - len);
+  ENG_RETURN_IF_ERROR(parse_header(path, std::string_view(file.data() + 8, len), data_size, out));
+  if (out.metadata["format"] != kFormat)
+    return data_loss("checkpoint '{}': __metadata__ format is '{}', expected '{}'", path,
+                     out.metadata["format"], kFormat);
+  if (out.metadata["format_version"] != kCheckpointFormatVersion)
+    return unimplemented("checkpoint '{}': format_version '{}' is not supported (this build reads '{}')",
+                         path, out.metadata["format_version"], kCheckpointFormatVersion);
+  ENG_ASSIGN_OR_RETURN(int64_t want_bytes, out.metadata_int("data_bytes"));
+  if (want_bytes != data_size)
+    return data_loss("checkpoint '{}': {}: header says {} data bytes, the file has {}", path,
+                     data_size < want_bytes ? "truncated" : "trailing bytes", want_bytes, data_size);
+  const uint32_t got = crc32(file.data() + 8 + len, static_cast<size_t>(data_size));
+  const std::string got_hex = fmt::format("{:08x}", got);
+  if (out.metadata["crc32"] != got_hex)
+    return data_loss("checkpoint '{}': corrupted: data crc32 is {} but the header records {}", path,
+                     got_hex, out.metadata["crc32"]);
+  out.data.assign(file.begin() + 8 + static_cast<int64_t>(len), file.end());
+  return out;
+}
+
+std::string checkpoint_root(const std::string& base_output_directory, const std::string& run_name) {
+  return (fs::path(base_output_directory) / run_name / "checkpoints").string();
+}
+
+std::string checkpoint_path(const std::string& root, int64_t step) {
+  return (fs::path(root) / fmt::format("{}", step) / kCheckpointFileName).string();
+}
+
+std::vector<int64_t> list_checkpoints(const std::string& root) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      continue;
+    if (fs::exists(entry.path() / kCheckpointFileName, ec)) steps.push_back(std::stoll(name));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+Status prune_checkpoints(const std::string& root, int64_t keep) {
+  if (keep <= 0) return ok_status();
+  std::vector<int64_t> steps = list_checkpoints(root);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(fs::path(root) / fmt::format("{}", steps[i]), ec);
+    if (ec) return io_error("checkpoint: cannot delete '{}': {}", (fs::path(root) / fmt::format("{}", steps[i])).string(), ec.message());
+  }
+  return ok_status();
+}
+
+}  // namespace eng

@@ -1,0 +1,94 @@
+// engine/train/checkpoint.h: checkpoints as safetensors files, written atomically and
+// verified on load, plus the directory layout MaxText's checkpoint manager uses.
+//
+//   <base_output_directory>/<run_name>/checkpoints/<step>/state.safetensors
+//
+// File format (https://huggingface.co/docs/safetensors): 8-byte little-endian header length
+// N, N bytes of JSON (padded with spaces to a multiple of 8), then the tensor data,
+// row-major, little-endian, in header order. Each tensor entry is
+//   "params/decoder/layers_0/mlp/wi_0/kernel": {"dtype": "F32", "shape": [64, 128],
+//                                                "data_offsets": [begin, end]}
+// (offsets relative to the data section) and "__metadata__" maps strings to strings:
+// format ("shardlab-checkpoint"), format_version ("1"), step (the checkpoint's label: the
+// state after that step), data_position, init_weights_seed, data_shuffle_seed, data_bytes,
+// crc32 (of the data section, 8 hex digits: zlib.crc32's polynomial) and a few descriptive
+// keys. See docs/checkpoints.md for numpy/PyTorch loading.
+//
+// Atomicity: the file is written as state.safetensors.tmp beside its final name, fsynced,
+// renamed, and the directory fsynced; a crash leaves either the old state or the new one, and
+// a leftover .tmp is never read. Loading checks the header, the file size and the checksum
+// before any tensor is handed out: a truncated or corrupted file is refused, never loaded.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/base/function_ref.h"
+#include "engine/base/status.h"
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/shape.h"
+
+namespace eng {
+
+inline constexpr const char* kCheckpointFileName = "state.safetensors";
+inline constexpr const char* kCheckpointFormatVersion = "1";
+
+// CRC-32 (IEEE, zlib's): crc32(data, crc32(prefix)) == crc32(prefix + data).
+uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+
+struct CheckpointTensorSpec {
+  std::string name;  // program argument name
+  DType dtype = DType::kF32;
+  Shape shape;
+};
+
+struct CheckpointWriteOptions {
+  // Debug (timing and crash tests): sleep this long halfway through writing the data.
+  double debug_delay_s = 0;
+};
+
+// Writes `path` atomically. fill(i, dst) writes tensor i's global host data (numel * dtype
+// size bytes) into dst. metadata must not contain crc32/data_bytes/format keys (added here).
+// Returns the file size in bytes.
+Result<int64_t> write_checkpoint(const std::string& path,
+                                 std::span<const CheckpointTensorSpec> tensors,
+                                 FunctionRef<Status(int, void*)> fill,
+                                 const std::map<std::string, std::string>& metadata,
+                                 const CheckpointWriteOptions& options = {});
+
+// A verified checkpoint in memory.
+struct CheckpointFile {
+  struct Entry {
+    CheckpointTensorSpec spec;
+    int64_t begin = 0, end = 0;  // byte range in data
+  };
+  std::string path;
+  std::map<std::string, std::string> metadata;
+  std::vector<Entry> tensors;
+  std::vector<char> data;  // the data section
+
+  const Entry* find(const std::string& name) const;
+  const void* bytes(const Entry& e) const { return data.data() + e.begin; }
+  // Metadata value as an integer; error naming the file when missing or malformed.
+  Result<int64_t> metadata_int(const std::string& key) const;
+};
+
+// Reads and verifies `path` (a file, or a directory holding state.safetensors). Errors name
+// the file and what is wrong: missing, truncated, bad header JSON, offsets out of range,
+// unknown dtype, checksum mismatch, unsupported format_version.
+Result<CheckpointFile> read_checkpoint(const std::string& path);
+
+// <base>/<run>/checkpoints
+std::string checkpoint_root(const std::string& base_output_directory, const std::string& run_name);
+// <root>/<step>/state.safetensors
+std::string checkpoint_path(const std::string& root, int64_t step);
+// Steps with a committed file under root, ascending (a missing root is an empty list).
+std::vector<int64_t> list_checkpoints(const std::string& root);
+// Deletes the oldest committed checkpoints so that `keep` remain (keep <= 0: keep all).
+Status prune_checkpoints(const std::string& root, int64_t keep);
+
+}  // namespace eng

@@ -1,0 +1,273 @@
+// engine/train/trainer_loop.cpp: the training loop in MaxText's (PR 2) order, honest step
+// timing, metrics-store records, and checkpoint save/restore.
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/base/clock.h"
+#include "engine/runtime/dispatch.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/trainer.h"
+
+namespace eng {
+
+namespace {
+
+bool is_state_arg(ArgRole r) { return r != ArgRole::kBatch; }
+
+}  // namespace
+
+std::string Trainer::checkpoint_dir() const {
+  return checkpoint_root(raw_config_.get_string("base_output_directory"),
+                         raw_config_.get_string("run_name"));
+}
+
+// ---- metrics store -------------------------------------------------------------------------
+
+Status Trainer::begin_store_run() {
+  if (options_.store == nullptr) return ok_status();
+  RunInfo info;
+  info.name = config_.run_name;
+  for (const auto& [k, v] : raw_config_.flatten()) info.params.emplace_back(k, v);
+  info.params.emplace_back("mesh", mesh_.to_string());
+  info.params.emplace_back("num_devices", fmt::format("{}", mesh_.num_devices()));
+  ENG_ASSIGN_OR_RETURN(run_id_, options_.store->begin_run(info));
+  return ok_status();
+}
+
+void Trainer::record_event(const std::string& kind, const std::string& level, int64_t step,
+                           const std::string& message) {
+  if (options_.store == nullptr || run_id_.empty()) return;
+  EventRow e;
+  e.run_id = run_id_;
+  e.step = step;
+  e.level = level;
+  e.kind = kind;
+  e.message = message;
+  (void)options_.store->record_event(e);  // best effort: a store error never stops training
+}
+
+// ---- timing and the loop -------------------------------------------------------------------
+
+// The loss sync of a step in train(): its time is the interval since the previous sync (or
+// since the loop started, or the last checkpoint ended), minus nothing: compile happened
+// before ref_time_ was advanced past it.
+Status Trainer::sync_for_timing(StepSlot& slot) {
+  if (slot.synced_at > 0) return ok_status();
+  ENG_RETURN_IF_ERROR(wait_ticket(slot.ticket));
+  slot.synced_at = now_seconds();
+  slot.step_time_s = slot.synced_at - ref_time_;
+  ref_time_ = slot.synced_at;
+  return ok_status();
+}
+
+Status Trainer::flush_step(int64_t ticket, int64_t step,
+                           FunctionRef<bool(const StepMetrics&)> on_step, bool* keep_going) {
+  StepSlot& slot = slots_[static_cast<size_t>(ticket % kStepSlots)];
+  ENG_RETURN_IF_ERROR(sync_for_timing(slot));
+  ENG_ASSIGN_OR_RETURN(StepMetrics m, metrics_of(ticket, step));
+  if (options_.store != nullptr) {
+    const double tokens = static_cast<double>(config_.global_batch_size * config_.max_target_length);
+    StepRow row;
+    row.run_id = run_id_;
+    row.step = m.step;
+    row.loss = m.loss;
+    row.step_time_s = m.step_time_s;
+    if (m.compiled) row.compile_s = m.compile_s;
+    row.data_s = m.data_time_s;
+    row.tokens = static_cast<int64_t>(tokens);
+    row.tokens_per_s = tokens / m.step_time_s;
+    row.tokens_per_s_device = m.tokens_per_s_per_device;
+    row.tflops_per_device = m.tflops_per_s_per_device;
+    row.grad_norm = m.grad_norm;
+    row.lr = m.learning_rate;
+    row.synced = m.synced;
+    row.compiled = m.compiled;
+    MetricsStore& s = *options_.store;
+    s.log_step(std::move(row));
+    const std::pair<const char*, double> metrics[] = {
+        {"learning/loss", m.loss},
+        {"learning/grad_norm", m.grad_norm},
+        {"learning/raw_grad_norm", m.raw_grad_norm},
+        {"learning/param_norm", m.param_norm},
+        {"learning/current_learning_rate", m.learning_rate},
+        {"learning/total_weights", m.total_weights},
+        {"perf/step_time_seconds", m.step_time_s},
+        {"perf/per_device_tflops", m.tflops_per_device},
+        {"perf/per_device_tflops_per_sec", m.tflops_per_s_per_device},
+        {"perf/per_device_tokens", tokens / mesh_.num_devices()},
+        {"perf/per_device_tokens_per_sec", m.tokens_per_s_per_device},
+    };
+    for (const auto& [key, value] : metrics) s.log_metric(run_id_, key, m.step, value);
+    ENG_RETURN_IF_ERROR(s.flush());  // one transaction per flushed step
+  }
+  const bool more = on_step(m);
+  if (keep_going != nullptr) *keep_going = more;
+  return ok_status();
+}
+
+bool Trainer::checkpoint_due(int64_t step) const {
+  if (!raw_config_.get_bool("enable_checkpointing") || step <= 0) return false;
+  if (step == last_checkpoint_step_) return false;
+  return step % raw_config_.get_int("checkpoint_period") == 0;
+}
+
+Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_step) {
+  if (options_.shape_only)
+    return failed_precondition("trainer: created with shape_only=true; it can compile but not train");
+  ENG_RETURN_IF_ERROR(wait_all());  // steps dispatched by bare step() calls are not timed here
+  ref_time_ = now_seconds();
+  int64_t prev_ticket = -1, prev_step = -1;
+  bool keep_going = true;
+  int64_t done = 0;
+  Status status;
+  while (done < steps && keep_going) {
+    // 1. load batch N and 2. dispatch it (compile, if any, is excluded from the step).
+    Result<StepHandle> h = step();
+    if (!h.ok()) {
+      status = h.status();
+      break;
+    }
+    ++done;
+    StepSlot& slot = slots_[static_cast<size_t>(h->ticket_ % kStepSlots)];
+    ref_time_ += slot.compile_s;
+    // 3. flush step N-1: reading its loss is the sync point.
+    if (prev_ticket >= 0) {
+      status = flush_step(prev_ticket, prev_step, on_step, &keep_going);
+      if (!status.ok()) break;
+    }
+    // 4. maybe checkpoint step N: a barrier, charged to no step.
+    if (checkpoint_due(h->step_)) {
+      status = sync_for_timing(slot);
+      if (status.ok()) status = save_checkpoint().status();
+      if (!status.ok()) break;
+      ref_time_ = now_seconds();
+    }
+    prev_ticket = h->ticket_;
+    prev_step = h->step_;
+  }
+  if (status.ok() && prev_ticket >= 0) status = flush_step(prev_ticket, prev_step, on_step, nullptr);
+  if (status.ok() && done == steps && steps > 0 && raw_config_.get_bool("enable_checkpointing") &&
+      raw_config_.get_bool("save_checkpoint_on_completion") && last_checkpoint_step_ != step_ - 1)
+    status = save_checkpoint().status();
+  if (!status.ok()) {
+    (void)wait_all();
+    record_event("error", "error", step_, status.message());
+  }
+  if (options_.store != nullptr) {
+    Status s = options_.store->flush();
+    if (status.ok()) status = s;
+  }
+  return status;
+}
+
+// ---- checkpoints ---------------------------------------------------------------------------
+
+Result<CheckpointInfo> Trainer::save_checkpoint() {
+  if (options_.shape_only) return failed_precondition("trainer: shape_only: no state to save");
+  if (step_ == 0) return failed_precondition("trainer: no step has run yet; nothing to checkpoint");
+  if (raw_config_.get_string("base_output_directory").empty() || raw_config_.get_string("run_name").empty())
+    return failed_precondition("trainer: saving a checkpoint needs base_output_directory and run_name");
+  CheckpointInfo info;
+  info.step = step_ - 1;
+  const double t0 = now_seconds();
+  ENG_RETURN_IF_ERROR(wait_all());  // the barrier: the state after step N is final
+  std::vector<CheckpointTensorSpec> specs;
+  std::vector<int> arg_of;
+  const auto& args = program_.args();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!is_state_arg(args[i].role)) continue;
+    const ValueInfo& v = program_.value(args[i].value);
+    specs.push_back({v.name, v.dtype, v.shape});
+    arg_of.push_back(static_cast<int>(i));
+  }
+  std::map<std::string, std::string> meta = {
+      {"step", fmt::format("{}", info.step)},
+      {"data_position", fmt::format("{}", data_->position())},
+      {"init_weights_seed", fmt::format("{}", config_.init_weights_seed)},
+      {"data_shuffle_seed", fmt::format("{}", config_.data_shuffle_seed)},
+      {"run_name", config_.run_name},
+      {"model_name", raw_config_.get_string("model_name")},
+      {"mesh", mesh_.to_string()},
+      {"dataset", data_->describe()},
+  };
+  CheckpointWriteOptions wopts;
+  if (ckpt_delay_s_ > 0 && (ckpt_delay_steps_.empty() ||
+                            std::find(ckpt_delay_steps_.begin(), ckpt_delay_steps_.end(),
+                                      info.step) != ckpt_delay_steps_.end()))
+    wopts.debug_delay_s = ckpt_delay_s_;
+  info.path = checkpoint_path(checkpoint_dir(), info.step);
+  // Global host arrays: a checkpoint saved on one mesh restores onto any other.
+  Result<int64_t> bytes = write_checkpoint(
+      info.path, specs,
+      [&](int k, void* dst) { return runtime_->fetch(state_[static_cast<size_t>(arg_of[k])], dst); },
+      meta, wopts);
+  info.save_s = now_seconds() - t0;
+  if (options_.store != nullptr && !run_id_.empty()) {
+    CheckpointRow row;
+    row.run_id = run_id_;
+    row.step = info.step;
+    row.path = info.path;
+    if (bytes.ok()) row.bytes = *bytes;
+    row.save_s = info.save_s;
+    row.status = bytes.ok() ? "committed" : "failed";
+    (void)options_.store->record_checkpoint(row);
+  }
+  if (!bytes.ok()) {
+    record_event("checkpoint", "error", info.step, bytes.status().message());
+    return bytes.status();
+  }
+  info.bytes = *bytes;
+  last_checkpoint_step_ = info.step;
+  record_event("checkpoint", "info", info.step,
+               fmt::format("saved checkpoint {} ({} bytes) to {} in {:.3f} s", info.step,
+                           info.bytes, info.path, info.save_s));
+  ENG_RETURN_IF_ERROR(prune_checkpoints(checkpoint_dir(), raw_config_.get_int("max_num_checkpoints_to_keep")));
+  return info;
+}
+
+Status Trainer::restore() {
+  if (raw_config_.get_bool("enable_checkpointing")) {
+    std::vector<int64_t> steps = list_checkpoints(checkpoint_dir());
+    if (!steps.empty()) return restore_from(checkpoint_path(checkpoint_dir(), steps.back()), false);
+  }
+  const std::string params = raw_config_.get_string("load_parameters_path");
+  if (!params.empty()) return restore_from(params, true);
+  const std::string full = raw_config_.get_string("load_full_state_path");
+  if (!full.empty()) return restore_from(full, false);
+  return ok_status();
+}
+
+Status Trainer::restore_from(const std::string& path, bool params_only) {
+  ENG_ASSIGN_OR_RETURN(CheckpointFile f, read_checkpoint(path));
+  const auto& args = program_.args();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!is_state_arg(args[i].role) || (params_only && args[i].role != ArgRole::kParam)) continue;
+    const ValueInfo& v = program_.value(args[i].value);
+    const CheckpointFile::Entry* e = f.find(v.name);
+    if (e == nullptr)
+      return not_found("restore: checkpoint '{}' has no tensor '{}' (saved from another model config?)",
+                       f.path, v.name);
+    if (e->spec.dtype != v.dtype || !(e->spec.shape == v.shape))
+      return invalid_argument("restore: '{}' in checkpoint '{}' is {}{} but the model expects {}{}",
+                              v.name, f.path, dtype_name(e->spec.dtype), e->spec.shape.to_string(),
+                              dtype_name(v.dtype), v.shape.to_string());
+    // Written with this array's own sharding: restoring onto another mesh reshards.
+    ENG_RETURN_IF_ERROR(runtime_->write(state_[i], f.bytes(*e)));
+  }
+  if (!params_only) {
+    ENG_ASSIGN_OR_RETURN(int64_t step, f.metadata_int("step"));
+    ENG_ASSIGN_OR_RETURN(int64_t position, f.metadata_int("data_position"));
+    step_ = step + 1;
+    last_checkpoint_step_ = step;
+    data_->set_position(position);
+  }
+  restored_from_ = f.path;
+  record_event("restore", "info", step_,
+               fmt::format("restored {} from {}; continuing at step {}",
+                           params_only ? "params" : "full state", f.path, step_));
+  return ok_status();
+}
+
+}  // namespace eng
