@@ -1,0 +1,71 @@
+// tests/train/tiny_trainer.h: a tiny llama config on a test-written corpus, and temp dirs,
+// shared by the async, timing, checkpoint and store tests.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "engine/train/trainer.h"
+
+namespace eng::testing {
+
+namespace fs = std::filesystem;
+
+inline std::string tiny_corpus_path() {
+  fs::path p = fs::temp_directory_path() / fmt::format("shardlab_tiny_corpus_{}.txt", ::getpid());
+  if (!fs::exists(p)) {
+    std::ofstream f(p);
+    const char* lines[] = {"the quick brown fox jumps over the lazy dog. ",
+                           "a stitch in time saves nine. ", "all that glitters is not gold. ",
+                           "the early bird catches the worm. "};
+    for (int i = 0; i < 400; ++i) f << lines[(i * 7) % 4];
+  }
+  return p.string();
+}
+
+// 2 layers, emb 64, seq 32, batch 2: a step takes a few ms.
+inline Config tiny_config(int64_t steps) {
+  Config c;
+  EXPECT_TRUE(c.set("dataset", "text:" + tiny_corpus_path()).ok());
+  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
+  EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
+  EXPECT_TRUE(c.set("base_num_query_heads", int64_t{2}).ok());
+  EXPECT_TRUE(c.set("base_num_kv_heads", int64_t{2}).ok());
+  EXPECT_TRUE(c.set("head_dim", int64_t{32}).ok());
+  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{128}).ok());
+  EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
+  EXPECT_TRUE(c.set("per_device_batch_size", 2.0).ok());
+  EXPECT_TRUE(c.set("learning_rate", 3e-3).ok());
+  EXPECT_TRUE(c.set("steps", steps).ok());
+  return c;
+}
+
+// A fresh directory under the system temp dir, removed when the object goes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    path_ = fs::temp_directory_path() / fmt::format("shardlab_{}_{}_{}", tag, ::getpid(), counter()++);
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  fs::path path_;
+};
+
+}  // namespace eng::testing
