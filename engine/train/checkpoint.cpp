@@ -364,7 +364,9 @@ Result<int64_t> write_checkpoint(const std::string& path,
   Status s = write_all(fd, len_le, 8, tmp);
   if (s.ok()) s = write_all(fd, header.data(), header.size(), tmp);
   if (!s.ok()) return fail(s);
-  uint32_t crc = 0;
+  // The checksum covers the header (with the crc written as zeros) and the data, so a
+  // corrupted step or data position is caught too.
+  uint32_t crc = crc32(header.data(), header.size());
   std::vector<char> buf;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (options.debug_delay_s > 0 && i == tensors.size() / 2)
@@ -437,11 +439,19 @@ Result<CheckpointFile> read_checkpoint(const std::string& where) {
   if (want_bytes != data_size)
     return data_loss("checkpoint '{}': {}: header says {} data bytes, the file has {}", path,
                      data_size < want_bytes ? "truncated" : "trailing bytes", want_bytes, data_size);
-  const uint32_t got = crc32(file.data() + 8 + len, static_cast<size_t>(data_size));
+  std::string header(file.data() + 8, len);
+  const std::string recorded = fmt::format("\"crc32\":\"{}\"", out.metadata["crc32"]);
+  const size_t at = header.find(recorded);
+  if (out.metadata["crc32"].size() != kCrcWidth || at == std::string::npos)
+    return data_loss("checkpoint '{}': corrupted: __metadata__ crc32 '{}' is malformed", path,
+                     out.metadata["crc32"]);
+  header.replace(at, recorded.size(), "\"crc32\":\"00000000\"");
+  uint32_t got = crc32(header.data(), header.size());
+  got = crc32(file.data() + 8 + len, static_cast<size_t>(data_size), got);
   const std::string got_hex = fmt::format("{:08x}", got);
   if (out.metadata["crc32"] != got_hex)
-    return data_loss("checkpoint '{}': corrupted: data crc32 is {} but the header records {}", path,
-                     got_hex, out.metadata["crc32"]);
+    return data_loss("checkpoint '{}': corrupted: crc32 of header and data is {} but the header "
+                     "records {}", path, got_hex, out.metadata["crc32"]);
   out.data.assign(file.begin() + 8 + static_cast<int64_t>(len), file.end());
   return out;
 }

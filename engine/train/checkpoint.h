@@ -11,8 +11,8 @@
 // (offsets relative to the data section) and "__metadata__" maps strings to strings:
 // format ("shardlab-checkpoint"), format_version ("1"), step (the checkpoint's label: the
 // state after that step), data_position, init_weights_seed, data_shuffle_seed, data_bytes,
-// crc32 (of the data section, 8 hex digits: zlib.crc32's polynomial) and a few descriptive
-// keys. See docs/checkpoints.md for numpy/PyTorch loading.
+// crc32 (8 hex digits, zlib.crc32's polynomial, over the header JSON with this value written
+// as "00000000" followed by the data section) and a few descriptive keys. See docs/checkpoints.md for numpy/PyTorch loading.
 //
 // Atomicity: the file is written as state.safetensors.tmp beside its final name, fsynced,
 // renamed, and the directory fsynced; a crash leaves either the old state or the new one, and
