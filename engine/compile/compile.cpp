@@ -35,15 +35,6 @@ int in_place_input(OpKind kind, int o) {
   return -1;
 }
 
-bool is_sharded(const PartitionSpec& spec, const Mesh& mesh) {
-  for (const auto& dim : spec.dims())
-    for (const auto& a : dim)
-      if (mesh.axis_size(a) > 1) return true;
-  for (const auto& a : spec.partial())
-    if (mesh.axis_size(a) > 1) return true;
-  return false;
-}
-
 // One storage location shared by the values that live in it: an argument buffer, an output
 // buffer or an arena temp. A kConstraint output and an in-place update join the storage of
 // their input; every other value starts its own.
@@ -212,10 +203,6 @@ Status check_mesh(const Program& p, const Mesh& mesh) {
     if (!s.ok())
       return invalid_argument("compile: value {}: {}", describe(p, static_cast<ValueId>(v)),
                               s.message());
-    if (mesh.num_devices() > 1 && is_sharded(*info.spec, mesh))
-      return unimplemented(
-          "compile: SPMD partitioning is not implemented yet: value {} is sharded as {} over {}",
-          describe(p, static_cast<ValueId>(v)), info.spec->to_string(), mesh.to_string());
   }
   return ok_status();
 }
@@ -242,12 +229,22 @@ std::vector<TempInfo> Executable::largest_temps(int n) const {
 Result<std::shared_ptr<const Executable>> compile(const Program& program, const Mesh& mesh,
                                                   const CompileOptions& options) {
   ENG_RETURN_IF_ERROR(check_mesh(program, mesh));
-  // On one device (and, until the partitioner exists, for replicated programs on many)
-  // local shapes equal global shapes, so the per-device program is the program itself.
   auto exe = std::make_shared<Executable>();
   exe->id_ = g_next_executable_id.fetch_add(1);
-  exe->program_ = program;
   exe->mesh_ = mesh;
+  exe->global_ = program;
+  if (mesh.num_devices() > 1) {
+    // SPMD: shardings for the arguments, then the per-device program (spmd.h).
+    ENG_RETURN_IF_ERROR(assign_argument_shardings(exe->global_, mesh, options));
+    ENG_ASSIGN_OR_RETURN(Partitioned part, partition(exe->global_, mesh, options));
+    exe->program_ = std::move(part.local);
+    for (const PartitionSpec& s : part.arg_specs) exe->arg_shardings_.push_back({mesh, s});
+  } else {
+    // One device: local shapes equal global shapes; the per-device program is the program.
+    exe->program_ = program;
+    for (size_t k = 0; k < program.args().size(); ++k)
+      exe->arg_shardings_.push_back({mesh, PartitionSpec()});
+  }
   const Program& p = exe->program_;
 
   Assigner assigner(p);

@@ -49,7 +49,14 @@ double instr_flops(const Program& p, const Instr& in) {
     case OpKind::kGlobalNorm: return static_cast<double>(x.size()) + 1;
     case OpKind::kClipFactor:
     case OpKind::kLearningRate:
-    case OpKind::kIncrement: return 1;
+    case OpKind::kIncrement:
+    case OpKind::kSafeDivide: return 1;
+    case OpKind::kAllReduce:
+    case OpKind::kReduceScatter: return numel(p, x[0]);  // one add per element received
+    case OpKind::kAllGather:
+    case OpKind::kAllToAll:
+    case OpKind::kCollectivePermute:
+    case OpKind::kDynamicSlice: return 0;
     case OpKind::kAdamW: return 12.0 * numel(p, x[0]);
   }
   return 0;
@@ -67,6 +74,10 @@ CostAnalysis estimate_cost(const Program& p) {
   for (const Instr& in : p.instrs()) {
     c.flops += instr_flops(p, in);
     c.bytes_accessed += instr_bytes_accessed(p, in);
+    if (is_collective(in.kind)) {
+      const double b = collective_bytes_received(p, in);
+      if (b > 0) c.collective_bytes[collective_axes_key(in.attrs.mesh_axes)] += b;
+    }
   }
   return c;
 }

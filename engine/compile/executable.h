@@ -21,12 +21,15 @@
 #include <vector>
 
 #include "engine/base/status.h"
+#include "engine/compile/spmd.h"
 #include "engine/ir/program.h"
 #include "engine/mesh/mesh.h"
 
 namespace eng {
 
-struct CompileOptions {
+// The SPMD fields (SpmdOptions: rules, shard_mode, shard_optimizer_over_data,
+// skip_trivial_specs) are inherited; see spmd.h.
+struct CompileOptions : SpmdOptions {
   std::string remat_policy = "full";  // MaxText remat_policy (none | minimal | full | ...): reserved
   bool verify_plan = true;            // check the memory plan's no-overlap invariant
 };
@@ -44,7 +47,9 @@ struct MemoryAnalysis {
 struct CostAnalysis {
   double flops = 0;           // per device, per execution
   double bytes_accessed = 0;  // per device: every op's inputs read + outputs written
-  std::map<std::string, double> collective_bytes;  // per mesh axis (empty on one device)
+  // Bytes one device receives per execution, keyed by the collective's mesh axes ("fsdp",
+  // "data,fsdp"; spmd.h collective_bytes_received); empty on one device.
+  std::map<std::string, double> collective_bytes;
 };
 
 // Where a value lives on each device.
@@ -68,6 +73,13 @@ class Executable {
   // Unique per compile() in this process: the runtime keys its prepared arenas on it.
   uint64_t id() const { return id_; }
   const Program& program() const { return program_; }    // the per-device program
+  // The global program after sharding assignment (argument specs set); on one device it
+  // equals program().
+  const Program& global_program() const { return global_; }
+  // Where argument k lives (how the caller must place it: Runtime::put(..., sharding)).
+  // Non-aliased outputs are replicated; aliased ones have their argument's sharding.
+  const NamedSharding& argument_sharding(int k) const { return arg_shardings_[k]; }
+  const std::vector<NamedSharding>& argument_shardings() const { return arg_shardings_; }
   const Mesh& mesh() const { return mesh_; }
   const std::vector<BufferSlot>& slots() const { return slots_; }  // indexed by ValueId
   const MemoryAnalysis& memory() const { return memory_; }
@@ -82,6 +94,8 @@ class Executable {
                                                            const CompileOptions&);
   uint64_t id_ = 0;
   Program program_;
+  Program global_;
+  std::vector<NamedSharding> arg_shardings_;
   Mesh mesh_;
   std::vector<BufferSlot> slots_;
   std::vector<TempInfo> temps_;

@@ -201,7 +201,9 @@ class Differentiator {
       }
       case OpKind::kConstraint: {  // the backward follows the forward's constraint (MaxText)
         Cot c = cot_[y];
-        if (c.value != kNoValue) c.value = b_.constraint(c.value, in.attrs.logical);
+        if (c.value != kNoValue)
+          c.value = in.attrs.raw ? b_.raw_constraint(c.value, in.attrs.logical)
+                                 : b_.constraint(c.value, in.attrs.logical);
         accumulate(in.inputs[0], c);
         return;
       }
@@ -236,13 +238,13 @@ class Differentiator {
     const ValueId dout = tensor(in, in.outputs[0]);
     const int os = at.trans_a ? sa.rank() - at.a_split : at.a_split;
     if (needs(a)) {
-      ValueId da = at.trans_a ? b_.matmul(b, dout, at.b_split, os, at.trans_b, true)
-                              : b_.matmul(dout, b, os, at.b_split, false, !at.trans_b);
+      ValueId da = at.trans_a ? b_.matmul(b, dout, at.b_split, os, at.trans_b, true, {}, a)
+                              : b_.matmul(dout, b, os, at.b_split, false, !at.trans_b, {}, a);
       accumulate(a, fresh(da, a));
     }
     if (needs(b)) {
-      ValueId db = at.trans_b ? b_.matmul(dout, a, os, at.a_split, true, at.trans_a)
-                              : b_.matmul(a, dout, at.a_split, os, !at.trans_a, false);
+      ValueId db = at.trans_b ? b_.matmul(dout, a, os, at.a_split, true, at.trans_a, {}, b)
+                              : b_.matmul(a, dout, at.a_split, os, !at.trans_a, false, {}, b);
       accumulate(b, fresh(db, b));
     }
   }

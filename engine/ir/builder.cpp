@@ -197,6 +197,40 @@ std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& i
     case OpKind::kIncrement:
       n_in(1);
       return {like(*in[0])};
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kDynamicSlice:
+    case OpKind::kAllToAll: {
+      n_in(1);
+      ValueInfo out = like(*in[0]);
+      const int r = out.shape.rank();
+      const bool grows = kind == OpKind::kAllGather;
+      const int d = kind == OpKind::kAllToAll ? at.dim2 : at.dim;
+      ENG_CHECK(at.dim >= 0 && at.dim < r && d >= 0 && d < r && at.group_size >= 1,
+                "{}: dim {} / {} out of range for {}", op_name(kind), at.dim, d, out.shape.to_string());
+      std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
+      if (kind == OpKind::kAllToAll) {
+        ENG_CHECK(dims[at.dim] % at.group_size == 0, "all_to_all: dim {} of {} not divisible by {}",
+                  at.dim, out.shape.to_string(), at.group_size);
+        dims[at.dim] /= at.group_size;
+        dims[at.dim2] *= at.group_size;
+      } else if (grows) {
+        dims[at.dim] *= at.group_size;
+      } else {
+        ENG_CHECK(dims[at.dim] % at.group_size == 0, "{}: dim {} of {} not divisible by {}",
+                  op_name(kind), at.dim, out.shape.to_string(), at.group_size);
+        dims[at.dim] /= at.group_size;
+      }
+      out.shape = Shape(dims);
+      return {out};
+    }
+    case OpKind::kAllReduce:
+    case OpKind::kCollectivePermute:
+      n_in(1);
+      return {like(*in[0])};
+    case OpKind::kSafeDivide:
+      n_in(2);
+      return {scalar()};
   }
   ENG_CHECK(false, "unhandled op {}", static_cast<int>(kind));
   return {};
@@ -261,13 +295,20 @@ ValueId Builder::one_hot(ValueId ids, int64_t depth) {
 }
 
 ValueId Builder::matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a,
-                        bool trans_b) {
+                        bool trans_b, std::vector<std::string> out_sharding, ValueId out_like) {
   OpAttrs at;
+  at.out_logical = std::move(out_sharding);
+  at.out_like = out_like;
   at.a_split = a_split;
   at.b_split = b_split;
   at.trans_a = trans_a;
   at.trans_b = trans_b;
-  return emit(OpKind::kMatmul, {a, b}, at)[0];
+  const size_t n_out = at.out_logical.size();
+  ValueId out = emit(OpKind::kMatmul, {a, b}, at)[0];
+  ENG_CHECK(n_out == 0 || static_cast<int>(n_out) == info(out).shape.rank(),
+            "matmul: out_sharding has {} names for result {}", n_out,
+            info(out).shape.to_string());
+  return out;
 }
 
 std::pair<ValueId, ValueId> Builder::rmsnorm(ValueId x, ValueId scale, double eps) {
@@ -311,6 +352,13 @@ ValueId Builder::convert(ValueId x, DType dtype) {
 ValueId Builder::constraint(ValueId x, std::vector<std::string> logical) {
   OpAttrs a;
   a.logical = std::move(logical);
+  return emit(OpKind::kConstraint, {x}, a)[0];
+}
+
+ValueId Builder::raw_constraint(ValueId x, std::vector<std::string> logical) {
+  OpAttrs a;
+  a.logical = std::move(logical);
+  a.raw = true;
   return emit(OpKind::kConstraint, {x}, a)[0];
 }
 

@@ -27,8 +27,11 @@ class Builder {
   // ---- forward ----
   ValueId embed_lookup(ValueId table, ValueId ids);
   ValueId one_hot(ValueId ids, int64_t depth);
+  // out_sharding: JAX's out_sharding as logical names per result dim (MaxText passes it in
+  // explicit mode); out_like: the value whose sharding the result takes (autodiff). See op.h.
   ValueId matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a = false,
-                 bool trans_b = false);
+                 bool trans_b = false, std::vector<std::string> out_sharding = {},
+                 ValueId out_like = kNoValue);
   std::pair<ValueId, ValueId> rmsnorm(ValueId x, ValueId scale, double eps);  // y, rstd
   ValueId rope(ValueId x, ValueId positions, double min_timescale, double max_timescale,
                bool inverse = false);
@@ -38,7 +41,10 @@ class Builder {
   ValueId mul(ValueId a, ValueId b);
   ValueId scale(ValueId x, double c);
   ValueId convert(ValueId x, DType dtype);
+  // MaxText's maybe_shard_with_logical: size-1 mesh axes dropped; a reshard in both modes.
   ValueId constraint(ValueId x, std::vector<std::string> logical);
+  // flax's nn.with_logical_constraint: size-1 axes kept; in explicit mode an equality assert.
+  ValueId raw_constraint(ValueId x, std::vector<std::string> logical);
   std::pair<ValueId, ValueId> softmax_cross_entropy(ValueId logits, ValueId targets);  // xent, lse
   std::pair<ValueId, ValueId> masked_mean_loss(ValueId xent, ValueId segmentation);  // loss, weights
 

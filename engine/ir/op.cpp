@@ -37,6 +37,13 @@ std::string_view op_name(OpKind kind) {
     case OpKind::kLearningRate: return "learning_rate";
     case OpKind::kAdamW: return "adamw";
     case OpKind::kIncrement: return "increment";
+    case OpKind::kAllGather: return "all_gather";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kAllToAll: return "all_to_all";
+    case OpKind::kCollectivePermute: return "collective_permute";
+    case OpKind::kDynamicSlice: return "dynamic_slice";
+    case OpKind::kSafeDivide: return "safe_divide";
   }
   return "?";
 }
@@ -61,8 +68,20 @@ std::string format_attrs(OpKind kind, const OpAttrs& a) {
     case OpKind::kConstraint: {
       std::vector<std::string> names;
       for (const auto& l : a.logical) names.push_back(l.empty() ? "None" : l);
-      return fmt::format("[logical=({})]", fmt::join(names, ", "));
+      return fmt::format("[logical=({}){}]", fmt::join(names, ", "), a.raw ? " raw" : "");
     }
+    case OpKind::kMaskedMeanLoss: return a.unnormalized ? "[unnormalized]" : "";
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kDynamicSlice:
+      return fmt::format("[dim={} axes=({})]", a.dim, fmt::join(a.mesh_axes, ","));
+    case OpKind::kAllReduce:
+      return fmt::format("[axes=({}){}]", fmt::join(a.mesh_axes, ","), a.reduce_max ? " max" : "");
+    case OpKind::kAllToAll:
+      return fmt::format("[split_dim={} concat_dim={} axes=({})]", a.dim, a.dim2,
+                         fmt::join(a.mesh_axes, ","));
+    case OpKind::kCollectivePermute:
+      return fmt::format("[axes=({}) shift={}]", fmt::join(a.mesh_axes, ","), a.shift);
     case OpKind::kClipFactor: return fmt::format("[threshold={:g}]", a.clip_threshold);
     case OpKind::kLearningRate:
       return fmt::format("[lr={:g} warmup_steps={} cos_steps={} final_fraction={:g}]",
@@ -71,6 +90,18 @@ std::string format_attrs(OpKind kind, const OpAttrs& a) {
       return fmt::format("[b1={:g} b2={:g} eps={:g} weight_decay={:g}]", a.b1, a.b2, a.eps,
                          a.weight_decay);
     default: return "";
+  }
+}
+
+bool is_collective(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kAllReduce:
+    case OpKind::kAllToAll:
+    case OpKind::kCollectivePermute:
+    case OpKind::kDynamicSlice: return true;
+    default: return false;
   }
 }
 

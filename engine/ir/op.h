@@ -43,6 +43,22 @@
 //   kAdamW         (param, grad, mu, nu, lr, clip_factor, step i32) [b1, b2, eps, weight_decay]
 //                    -> param', mu', nu'   (in place: outputs alias param, mu, nu)
 //   kIncrement     (step i32 ()) -> step + 1 (in place)
+//   -- per-device only (the SPMD partitioner emits these; shapes are LOCAL) --
+//   A collective runs over groups: the devices that share every mesh coordinate except
+//   those of its `mesh_axes`; within a group (group_size = product of those axes' sizes),
+//   members are ranked by their coordinates along mesh_axes, listed major to minor.
+//   kAllGather     (x) [dim, mesh_axes] -> x with dim * G: the members' blocks concatenated
+//                    along dim in rank order
+//   kReduceScatter (x) [dim, mesh_axes] -> x with dim / G: member r gets block r (along dim)
+//                    of the sum over members (summed in rank order: deterministic)
+//   kAllReduce     (x) [mesh_axes, reduce_max] -> sum (or max) over members, in rank order
+//   kAllToAll      (x) [split_dim=dim, concat_dim=dim2, mesh_axes] -> dim / G, dim2 * G:
+//                    member m's chunk r along dim goes to member r, which concatenates the
+//                    chunks it receives along dim2 in sender rank order
+//   kCollectivePermute (x) [mesh_axes, shift] -> member r's x goes to member (r + shift) mod G
+//   kDynamicSlice  (x) [dim, mesh_axes] -> x with dim / G: member r keeps block r (no traffic)
+//   kSafeDivide    (a (), b ()) -> a / (b + 1e-8)   (finishes a masked mean from global sums)
+//   kMaskedMeanLoss with attr unnormalized: loss output = sum(xent * (seg != 0)) (no division)
 #pragma once
 
 #include <cstdint>
@@ -81,7 +97,18 @@ enum class OpKind : uint8_t {
   kLearningRate,
   kAdamW,
   kIncrement,
+  kAllGather,
+  kReduceScatter,
+  kAllReduce,
+  kAllToAll,
+  kCollectivePermute,
+  kDynamicSlice,
+  kSafeDivide,
 };
+
+// Ops that move or select data across devices: the runtime runs each as ONE instruction
+// over every device's buffers (engine/runtime/collectives.h), not per device.
+bool is_collective(OpKind kind);
 
 std::string_view op_name(OpKind kind);  // "embed_lookup", "matmul", ... (jaxpr-style)
 
@@ -96,6 +123,23 @@ struct OpAttrs {
   bool inverse = false;               // kRope: transpose rotation
   DType dtype = DType::kF32;          // kConvert
   std::vector<std::string> logical;   // kConstraint: logical axis per dim ("" = none)
+  // kConstraint: true = flax nn.with_logical_constraint (size-1 axes kept; an equality
+  // assert in explicit mode); false = MaxText maybe_shard_with_logical (size-1 axes
+  // dropped; a reshard in both modes).
+  bool raw = false;
+  // kMatmul: MaxText/JAX out_sharding (logical names per output dim; empty = none), and
+  // out_like: the value whose sharding the result should have (autodiff sets it to the
+  // primal operand for the transposed matmuls). Both only settle otherwise ambiguous
+  // shardings; neither is printed (the global program's semantics do not depend on them).
+  std::vector<std::string> out_logical;
+  int32_t out_like = -1;
+  bool unnormalized = false;          // kMaskedMeanLoss (per-device): output the masked sum
+  // Collectives (per-device programs).
+  int dim = 0, dim2 = 0;
+  std::vector<std::string> mesh_axes; // major to minor
+  int64_t group_size = 1;             // product of mesh_axes' sizes
+  int64_t shift = 0;                  // kCollectivePermute
+  bool reduce_max = false;            // kAllReduce: max instead of sum
   double clip_threshold = 0.0;        // kClipFactor
   double learning_rate = 0.0;         // kLearningRate
   int64_t warmup_steps = 0, cos_steps = 0;

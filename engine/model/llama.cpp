@@ -150,11 +150,15 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
                            "activation_vocab"};
   const double eps = m.normalization_layer_epsilon;
 
+  // Projections carry MaxText's explicit-mode out_sharding (logical names; used by the
+  // partitioner to settle otherwise ambiguous matmuls); constraints are MaxText's
+  // maybe_shard_with_logical (Builder::constraint: size-1 axes dropped, a reshard).
+
   // Token embedding: (B, T) ids -> (B, T, E).
   ValueId x;
   if (m.use_iota_embed) {
     ValueId onehot = b.one_hot(batch.inputs, m.vocab_size);  // (B, T, V)
-    x = b.matmul(onehot, p.embedding, 2, 1);                 // (B, T, V) . (V, E)
+    x = b.matmul(onehot, p.embedding, 2, 1, false, false, kActivation);  // (B,T,V).(V,E)
   } else {
     x = b.embed_lookup(p.embedding, batch.inputs);
   }
@@ -164,25 +168,25 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   for (const LlamaLayerParams& lp : p.layers) {
     // Attention block: x + out(attention(rope(q), rope(k), v)) over rmsnorm(x).
     ValueId h = b.rmsnorm(x, lp.pre_norm, eps).first;                   // (B, T, E)
-    ValueId q = b.constraint(b.matmul(h, lp.query, 2, 1), kHeads);      // (B, T, H, D)
-    ValueId k = b.constraint(b.matmul(h, lp.key, 2, 1), kHeads);        // (B, T, H, D)
-    ValueId v = b.constraint(b.matmul(h, lp.value, 2, 1), kHeads);      // (B, T, H, D)
+    ValueId q = b.constraint(b.matmul(h, lp.query, 2, 1, false, false, kHeads), kHeads);      // (B, T, H, D)
+    ValueId k = b.constraint(b.matmul(h, lp.key, 2, 1, false, false, kHeads), kHeads);        // (B, T, H, D)
+    ValueId v = b.constraint(b.matmul(h, lp.value, 2, 1, false, false, kHeads), kHeads);      // (B, T, H, D)
     q = b.rope(q, batch.inputs_position, m.rope_min_timescale, m.rope_max_timescale);
     k = b.rope(k, batch.inputs_position, m.rope_min_timescale, m.rope_max_timescale);
     ValueId o = b.attention(q, k, v, attn_scale).first;                 // (B, T, H, D)
-    ValueId attn = b.matmul(o, lp.out, 2, 2);                           // (B, T, E)
+    ValueId attn = b.matmul(o, lp.out, 2, 2, false, false, kActivation);                          // (B, T, E)
     x = b.constraint(b.add(x, attn), kActivation);
 
     // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
     ValueId h2 = b.rmsnorm(x, lp.post_norm, eps).first;                 // (B, T, E)
-    ValueId gate = b.matmul(h2, lp.wi_0, 2, 1);                         // (B, T, M)
-    ValueId up = b.matmul(h2, lp.wi_1, 2, 1);                           // (B, T, M)
+    ValueId gate = b.matmul(h2, lp.wi_0, 2, 1, false, false, kMlp);                        // (B, T, M)
+    ValueId up = b.matmul(h2, lp.wi_1, 2, 1, false, false, kMlp);                          // (B, T, M)
     ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
-    ValueId mlp = b.matmul(act, lp.wo, 2, 1);                           // (B, T, E)
+    ValueId mlp = b.matmul(act, lp.wo, 2, 1, false, false, kActivation);                          // (B, T, E)
     x = b.constraint(b.add(x, mlp), kActivation);
   }
   ValueId y = b.rmsnorm(x, p.decoder_norm, eps).first;                  // (B, T, E)
-  ValueId logits = b.constraint(b.matmul(y, p.logits_dense, 2, 1), kLogits);  // (B, T, V)
+  ValueId logits = b.constraint(b.matmul(y, p.logits_dense, 2, 1, false, false, kLogits), kLogits);  // (B, T, V)
   ValueId xent = b.softmax_cross_entropy(logits, batch.targets).first;  // (B, T)
   auto [loss, total_weights] = b.masked_mean_loss(xent, batch.targets_segmentation);
   return {loss, total_weights};

@@ -101,7 +101,7 @@ void run_masked_mean_loss(const Args& a) {
       sum += xent[i];
       weights += 1;
     }
-  *a.out(0) = static_cast<float>(sum / (weights + 1e-8));
+  *a.out(0) = static_cast<float>(a.in.attrs.unnormalized ? sum : sum / (weights + 1e-8));
   *a.out(1) = static_cast<float>(weights);
 }
 
@@ -134,6 +134,10 @@ Status check_executable_dtypes(const Program& p) {
   for (size_t i = 0; i < p.instrs().size(); ++i) {
     const Instr& in = p.instrs()[i];
     if (in.kind == OpKind::kConvert || in.kind == OpKind::kConstraint) continue;
+    // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
+    if (is_collective(in.kind) && in.kind != OpKind::kAllReduce &&
+        in.kind != OpKind::kReduceScatter)
+      continue;
     for (size_t k = 0; k < in.inputs.size(); ++k) {
       const DType have = p.value(in.inputs[k]).dtype;
       const DType want = is_int_input(in.kind, k) ? DType::kI32 : DType::kF32;
@@ -242,6 +246,10 @@ void run_instr(const Program& p, const Instr& in, void* const* ptrs) {
     case OpKind::kIncrement:
       *static_cast<int32_t*>(ptrs[in.outputs[0]]) = *a.ids(0) + 1;
       return;
+    case OpKind::kSafeDivide:
+      *a.out(0) = static_cast<float>(static_cast<double>(a.scalar(0)) / (a.scalar(1) + 1e-8));
+      return;
+    default: break;  // collectives run across devices (runtime.cpp, collectives.h)
   }
   ENG_CHECK(false, "executor: unhandled op {}", op_name(in.kind));
 }

@@ -203,6 +203,8 @@ struct Runtime::Prepared {
 Runtime::Runtime(Mesh mesh, int64_t device_capacity_bytes) : mesh_(std::move(mesh)) {
   for (int64_t d = 0; d < mesh_.num_devices(); ++d)
     devices_.push_back(std::make_unique<Device>(static_cast<int>(d), device_capacity_bytes));
+  comm_ = make_local_communicator(mesh_);
+  tables_.resize(devices_.size());
 }
 
 Runtime::~Runtime() = default;
@@ -344,8 +346,11 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   ENG_RETURN_IF_ERROR(bind(exe, args, outputs, prep));
   const Program& p = exe.program();
   const int n = num_devices();
+  for (int d = 0; d < n; ++d) tables_[d] = prep.ptrs[d].data();
   for (const Instr& in : p.instrs()) {
-    if (n == 1) {
+    if (is_collective(in.kind)) {
+      comm_->run(p, in, tables_);  // one instruction across every device's buffers
+    } else if (n == 1) {
       run_instr(p, in, prep.ptrs[0].data());  // kernels parallelise internally
     } else {
       default_pool().run(n, [&](int64_t d) { run_instr(p, in, prep.ptrs[d].data()); });

@@ -20,6 +20,7 @@
 #include "engine/base/status.h"
 #include "engine/compile/executable.h"
 #include "engine/mesh/mesh.h"
+#include "engine/runtime/collectives.h"
 #include "engine/sharding/partition_spec.h"
 
 namespace eng {
@@ -87,6 +88,8 @@ class Runtime {
   const Mesh& mesh() const { return mesh_; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
   Device& device(int i) { return *devices_[i]; }
+  // Runs the collectives of executed programs; its counters are the bytes actually moved.
+  Communicator& communicator() { return *comm_; }
 
   // device_put: host data (global, row-major, dtype-sized elements) split per sharding.
   Result<Array> put(const void* host, const Shape& shape, DType dtype, const NamedSharding& sharding,
@@ -123,6 +126,8 @@ class Runtime {
   Mesh mesh_;
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Prepared>> prepared_;
+  std::unique_ptr<Communicator> comm_;
+  std::vector<void* const*> tables_;  // per device: buffer table of the running executable
 };
 
 }  // namespace eng

@@ -152,7 +152,7 @@ TEST(Compile, ConstraintAndInPlaceOpsShareTheirInputBuffer) {
   EXPECT_EQ(exe->largest_temps(10)[0].last_instr, 2);  // y's life extends to c's reader
 }
 
-TEST(Compile, ShardedValuesOnManyDevicesAreUnimplemented) {
+TEST(Compile, ShardedValuesArePartitioned) {
   Builder b("sharded");
   ValueId x = b.argument("x", Shape{4, 8}, DType::kF32, {}, ArgRole::kBatch);
   b.output(b.scale(x, 2.0), "y");
@@ -161,9 +161,12 @@ TEST(Compile, ShardedValuesOnManyDevicesAreUnimplemented) {
   EXPECT_TRUE(compile(p, mesh, CompileOptions{}).ok());  // replicated: runs on both devices
   p.mutable_value(x).spec = PartitionSpec({{"data"}, {}});
   auto exe = compile(p, mesh, CompileOptions{});
-  ASSERT_FALSE(exe.ok());
-  EXPECT_EQ(exe.status().code(), Code::kUnimplemented);
-  EXPECT_NE(exe.status().message().find("SPMD"), std::string::npos);
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  // Per-device program: x is (2, 8) locally; the replicated output is all-gathered.
+  const Program& local = (*exe)->program();
+  EXPECT_EQ(local.value(local.args()[0].value).shape, (Shape{2, 8}));
+  EXPECT_EQ(local.instrs().back().kind, OpKind::kAllGather);
+  EXPECT_EQ((*exe)->cost().collective_bytes.at("data"), 64.0);  // the other (2, 8) block
   // A size-1 axis shards nothing: fine on one device.
   Mesh one = *Mesh::create({"data"}, {1});
   EXPECT_TRUE(compile(p, one, CompileOptions{}).ok());

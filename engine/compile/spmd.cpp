@@ -1,0 +1,537 @@
+// engine/compile/spmd.cpp: the partitioner: one walk over the global program applying the
+// op rules of shared notes/spmd.md, with every layout change going through reshard().
+#include "engine/compile/spmd.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "engine/base/check.h"
+#include "engine/ir/builder.h"
+
+namespace eng {
+
+namespace {
+
+using Axes = std::vector<std::string>;
+using Dims = std::vector<Axes>;
+
+bool contains(const Axes& v, const std::string& a) { return std::find(v.begin(), v.end(), a) != v.end(); }
+
+bool is_prefix(const Axes& p, const Axes& of) {
+  return p.size() <= of.size() && std::equal(p.begin(), p.end(), of.begin());
+}
+
+size_t common_prefix(const Axes& a, const Axes& b) {
+  size_t c = 0;
+  while (c < a.size() && c < b.size() && a[c] == b[c]) ++c;
+  return c;
+}
+
+int64_t axes_size(const Mesh& m, const Axes& axes) {
+  int64_t n = 1;
+  for (const auto& a : axes) n *= m.axis_size(a);
+  return n;
+}
+
+void sort_mesh_order(Axes& axes, const Mesh& m) {
+  std::sort(axes.begin(), axes.end(),
+            [&](const std::string& x, const std::string& y) { return m.axis_index(x) < m.axis_index(y); });
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+}
+
+// Rank entries, size-1 (and absent) axes dropped, partial sorted in mesh order.
+PartitionSpec normalize(const PartitionSpec& s, int rank, const Mesh& m) {
+  Dims dims(rank);
+  for (int i = 0; i < rank && i < s.rank(); ++i)
+    for (const auto& a : s.dim(i))
+      if (m.axis_size(a) > 1) dims[i].push_back(a);
+  Axes partial;
+  for (const auto& a : s.partial())
+    if (m.axis_size(a) > 1) partial.push_back(a);
+  sort_mesh_order(partial, m);
+  return PartitionSpec(std::move(dims), std::move(partial));
+}
+
+PartitionSpec dims_only(const PartitionSpec& s) { return PartitionSpec(s.dims()); }
+
+int64_t shards(const PartitionSpec& s, const Mesh& m) {
+  int64_t n = 1;
+  for (const auto& d : s.dims()) n *= axes_size(m, d);
+  return n;
+}
+
+Axes all_axes(const Dims& dims, int begin, int end) {
+  Axes out;
+  for (int i = begin; i < end; ++i) out.insert(out.end(), dims[i].begin(), dims[i].end());
+  return out;
+}
+
+std::string spec_string(const Dims& d) { return PartitionSpec(d).to_string(); }
+
+class Partitioner {
+ public:
+  Partitioner(const Program& g, const Mesh& mesh, const SpmdOptions& o)
+      : g_(g), mesh_(mesh), o_(o), b_(g.name()),
+        explicit_(o.shard_mode == ShardMode::kExplicit || mesh.axis_type() == AxisType::kExplicit) {}
+
+  Result<Partitioned> run() {
+    const size_t nv = g_.values().size();
+    local_.assign(nv, kNoValue);
+    spec_.assign(nv, PartitionSpec());
+    Partitioned out;
+    for (const Argument& a : g_.args()) {
+      const ValueInfo& v = g_.value(a.value);
+      if (!v.spec) return invalid_argument("partition: argument '{}' has no sharding", v.name);
+      PartitionSpec s = normalize(*v.spec, v.shape.rank(), mesh_);
+      ENG_RETURN_IF_ERROR(check_divisible(v.shape, s, fmt::format("argument '{}'", v.name)));
+      ValueId lv = b_.argument(v.name, local_shape(v.shape, s), v.dtype, v.logical, a.role);
+      set(a.value, lv, s);
+      out.arg_specs.push_back(s);
+    }
+    for (size_t i = 0; i < g_.instrs().size(); ++i) {
+      Status s = instr(g_.instrs()[i]);
+      if (!s.ok())
+        return Status(s.code(), fmt::format("{} (instruction {}: {})", s.message(), i,
+                                            op_name(g_.instrs()[i].kind)));
+    }
+    for (const ProgramOutput& o : g_.outputs()) {
+      const int rank = g_.value(o.value).shape.rank();
+      PartitionSpec target = o.aliased_arg >= 0 ? out.arg_specs[o.aliased_arg]
+                                                : PartitionSpec::replicated(rank);
+      ENG_ASSIGN_OR_RETURN(ValueId lv, get(o.value, target));
+      b_.output(lv, o.name, o.aliased_arg);
+      out.out_specs.push_back(target);
+    }
+    out.local = std::move(b_).finish();
+    return out;
+  }
+
+ private:
+  const ValueInfo& gv(ValueId v) const { return g_.value(v); }
+  int rank(ValueId v) const { return gv(v).shape.rank(); }
+
+  Shape local_shape(const Shape& g, const PartitionSpec& s) const {
+    std::vector<int64_t> d(g.dims().begin(), g.dims().end());
+    for (int i = 0; i < g.rank(); ++i) d[i] /= axes_size(mesh_, s.dim_or_none(i));
+    return Shape(std::move(d));
+  }
+
+  Status check_divisible(const Shape& g, const PartitionSpec& s, const std::string& what) const {
+    for (int i = 0; i < g.rank(); ++i) {
+      const int64_t n = axes_size(mesh_, s.dim_or_none(i));
+      if (g[i] % n != 0)
+        return invalid_argument("{}: dim {} of {} (size {}) is not divisible by {} = axes ({}) of {}",
+                                what, i, g.to_string(), g[i], n, fmt::join(s.dim_or_none(i), ", "),
+                                s.to_string());
+    }
+    return ok_status();
+  }
+
+  void set(ValueId g, ValueId l, PartitionSpec s) {
+    local_[g] = l;
+    b_.mutable_info(l).spec = s;
+    spec_[g] = std::move(s);
+  }
+
+  ValueId coll(OpKind k, ValueId x, int dim, const Axes& axes, int dim2 = 0) {
+    OpAttrs a;
+    a.dim = dim;
+    a.dim2 = dim2;
+    a.mesh_axes = axes;
+    a.group_size = axes_size(mesh_, axes);
+    return b_.emit(k, {x}, a)[0];
+  }
+
+  // The one verb: local value x of global shape g, sharded S, to sharding D (notes/spmd.md).
+  Result<ValueId> reshard(ValueId x, const Shape& g, const PartitionSpec& S, const PartitionSpec& D) {
+    if (S == D) return x;
+    ENG_RETURN_IF_ERROR(check_divisible(g, D, "reshard target"));
+    Dims s = S.dims();
+    const Dims& d = D.dims();
+    Axes remaining;
+    for (const auto& a : S.partial())
+      if (!contains(D.partial(), a)) remaining.push_back(a);
+    for (const auto& a : D.partial())
+      ENG_CHECK(contains(S.partial(), a), "reshard: target {} is partial over '{}' but source {} is not",
+                D.to_string(), a, S.to_string());
+    for (size_t j = 0; j < s.size() && !remaining.empty(); ++j) {
+      if (!is_prefix(s[j], d[j])) continue;
+      Axes q;
+      for (size_t k = s[j].size(); k < d[j].size() && contains(remaining, d[j][k]); ++k)
+        q.push_back(d[j][k]);
+      if (q.empty()) continue;
+      x = coll(OpKind::kReduceScatter, x, static_cast<int>(j), q);
+      for (const auto& a : q) {
+        s[j].push_back(a);
+        remaining.erase(std::find(remaining.begin(), remaining.end(), a));
+      }
+    }
+    if (!remaining.empty()) x = coll(OpKind::kAllReduce, x, 0, remaining);
+    // Single-axis moves between dims: all-to-all (split j, concatenate i).
+    for (size_t i = 0; i < s.size(); ++i) {
+      while (!s[i].empty() && !is_prefix(s[i], d[i])) {
+        const std::string a = s[i].back();
+        Axes rest(s[i].begin(), s[i].end() - 1);
+        if (!is_prefix(rest, d[i])) break;
+        int to = -1;
+        for (size_t j = 0; j < s.size(); ++j) {
+          if (j == i) continue;
+          Axes grown = s[j];
+          grown.push_back(a);
+          if (is_prefix(grown, d[j])) to = static_cast<int>(j);
+        }
+        if (to < 0) break;
+        x = coll(OpKind::kAllToAll, x, to, {a}, static_cast<int>(i));
+        s[i].pop_back();
+        s[to].push_back(a);
+      }
+    }
+    for (size_t i = 0; i < s.size(); ++i) {
+      const size_t c = common_prefix(s[i], d[i]);
+      if (c == s[i].size()) continue;
+      x = coll(OpKind::kAllGather, x, static_cast<int>(i), Axes(s[i].begin() + c, s[i].end()));
+      s[i].resize(c);
+    }
+    for (size_t j = 0; j < s.size(); ++j) {
+      if (d[j].size() == s[j].size()) continue;
+      x = coll(OpKind::kDynamicSlice, x, static_cast<int>(j), Axes(d[j].begin() + s[j].size(), d[j].end()));
+      s[j] = d[j];
+    }
+    return x;
+  }
+
+  Result<ValueId> get(ValueId g, const PartitionSpec& D) {
+    return reshard(local_[g], gv(g).shape, spec_[g], normalize(D, rank(g), mesh_));
+  }
+
+  // Emits kind on the given local inputs with the global attrs; outputs get `specs`.
+  std::vector<ValueId> emit(const Instr& in, std::vector<ValueId> inputs, OpAttrs attrs,
+                            const std::vector<PartitionSpec>& specs) {
+    attrs.out_logical.clear();
+    attrs.out_like = -1;
+    std::vector<ValueId> outs = b_.emit(in.kind, std::move(inputs), attrs);
+    for (size_t o = 0; o < outs.size() && o < in.outputs.size(); ++o)
+      set(in.outputs[o], outs[o], normalize(specs[o], rank(in.outputs[o]), mesh_));
+    return outs;
+  }
+
+  // The sharding elementwise operands agree on: the most-sharded operand's dims.
+  PartitionSpec common(const std::vector<ValueId>& gs) const {
+    PartitionSpec best = dims_only(spec_[gs[0]]);
+    for (ValueId g : gs)
+      if (shards(spec_[g], mesh_) > shards(best, mesh_)) best = dims_only(spec_[g]);
+    return best;
+  }
+
+  // Dims with the given dims cleared (made whole on every device).
+  static Dims whole(Dims d, std::initializer_list<int> which) {
+    for (int i : which)
+      if (i >= 0 && i < static_cast<int>(d.size())) d[i].clear();
+    return d;
+  }
+
+  Status simple(const Instr& in, const std::vector<PartitionSpec>& in_specs,
+                const std::vector<PartitionSpec>& out_specs, OpAttrs attrs) {
+    std::vector<ValueId> xs;
+    for (size_t i = 0; i < in.inputs.size(); ++i) {
+      ENG_ASSIGN_OR_RETURN(ValueId x, get(in.inputs[i], in_specs[i]));
+      xs.push_back(x);
+    }
+    emit(in, std::move(xs), std::move(attrs), out_specs);
+    return ok_status();
+  }
+
+  Status instr(const Instr& in);
+  Status matmul(const Instr& in);
+  Status constraint(const Instr& in);
+  Status masked_mean_loss(const Instr& in);
+
+  const Program& g_;
+  const Mesh& mesh_;
+  const SpmdOptions& o_;
+  Builder b_;
+  const bool explicit_;
+  std::vector<ValueId> local_;       // global value -> its local value
+  std::vector<PartitionSpec> spec_;  // global value -> its sharding (normalised)
+};
+
+Status Partitioner::instr(const Instr& in) {
+  const auto& x = in.inputs;
+  const PartitionSpec rep;
+  auto s0 = [&] { return dims_only(spec_[x[0]]); };
+  switch (in.kind) {
+    case OpKind::kEmbedLookup: {  // table gathered whole; rows follow the ids
+      Dims ids = spec_[x[1]].dims();
+      Dims out = ids;
+      out.push_back({});
+      return simple(in, {rep, PartitionSpec(ids)}, {PartitionSpec(out)}, in.attrs);
+    }
+    case OpKind::kOneHot: {
+      Dims out = s0().dims();
+      out.push_back({});
+      return simple(in, {s0()}, {PartitionSpec(out)}, in.attrs);
+    }
+    case OpKind::kMatmul: return matmul(in);
+    case OpKind::kRmsNorm:
+    case OpKind::kRmsNormGrad: {  // rows on dim 0 only; the normalised dim whole
+      const int r = rank(x[0]);
+      Dims d = s0().dims();
+      for (int i = 1; i < r; ++i) d[i].clear();
+      const PartitionSpec tx(d), rows(Dims{d[0]});
+      if (in.kind == OpKind::kRmsNorm) return simple(in, {tx, rep}, {tx, rows}, in.attrs);
+      Dims ds{{}};
+      const Axes partial = all_axes(d, 0, r - 1);
+      return simple(in, {tx, rep, rows, tx}, {tx, PartitionSpec(ds, partial)}, in.attrs);
+    }
+    case OpKind::kRope: {  // B, H free; T, D whole
+      Dims d = whole(s0().dims(), {1, 3});
+      return simple(in, {PartitionSpec(d), PartitionSpec(Dims{d[0], {}})}, {PartitionSpec(d)},
+                    in.attrs);
+    }
+    case OpKind::kAttention:
+    case OpKind::kAttentionGrad: {
+      Dims d = whole(s0().dims(), {1, 3});
+      const PartitionSpec q(d), lse(Dims{d[0], d[2], {}});
+      if (in.kind == OpKind::kAttention) return simple(in, {q, q, q}, {q, lse}, in.attrs);
+      return simple(in, {q, q, q, q, lse, q}, {q, q, q}, in.attrs);
+    }
+    case OpKind::kAdd:
+      if (!spec_[x[0]].partial().empty() && spec_[x[0]] == spec_[x[1]])  // linear: stays partial
+        return simple(in, {spec_[x[0]], spec_[x[1]]}, {spec_[x[0]]}, in.attrs);
+      [[fallthrough]];
+    case OpKind::kSwiglu:
+    case OpKind::kMul:
+    case OpKind::kSwigluGrad: {
+      const PartitionSpec c = common(x);
+      std::vector<PartitionSpec> ins(x.size(), c);
+      return simple(in, ins, std::vector<PartitionSpec>(in.outputs.size(), c), in.attrs);
+    }
+    case OpKind::kScale:
+    case OpKind::kConvert:  // linear: partial passes through
+      return simple(in, {spec_[x[0]]}, {spec_[x[0]]}, in.attrs);
+    case OpKind::kConstraint: return constraint(in);
+    case OpKind::kSoftmaxCrossEntropy:
+    case OpKind::kSoftmaxCrossEntropyGrad: {  // vocab whole
+      const int r = rank(x[0]);
+      Dims d = whole(s0().dims(), {r - 1});
+      const PartitionSpec l(d), rows(Dims(d.begin(), d.end() - 1));
+      if (in.kind == OpKind::kSoftmaxCrossEntropy) return simple(in, {l, rows}, {rows, rows}, in.attrs);
+      return simple(in, {l, rows, rows, rows}, {l}, in.attrs);
+    }
+    case OpKind::kMaskedMeanLoss: return masked_mean_loss(in);
+    case OpKind::kEmbedLookupGrad: {  // (ids, dy) -> dtable (V, E): partial over the rows' axes
+      const int r = rank(x[1]);
+      Dims d = dims_only(spec_[x[1]]).dims();
+      const Dims ids(d.begin(), d.end() - 1);
+      const Axes partial = all_axes(d, 0, r - 1);
+      return simple(in, {PartitionSpec(ids), PartitionSpec(d)},
+                    {PartitionSpec(Dims{{}, d[r - 1]}, partial)}, in.attrs);
+    }
+    case OpKind::kMaskedMeanLossGrad: {
+      std::vector<PartitionSpec> ins{s0(), rep};
+      if (x.size() > 2) ins.push_back(rep);
+      return simple(in, ins, {s0()}, in.attrs);
+    }
+    case OpKind::kSumSquares: {  // local sum, partial over every sharded axis
+      const PartitionSpec sx = s0();
+      return simple(in, {sx}, {PartitionSpec(Dims{}, all_axes(sx.dims(), 0, sx.rank()))}, in.attrs);
+    }
+    case OpKind::kGlobalNorm:
+    case OpKind::kClipFactor:
+    case OpKind::kLearningRate:
+    case OpKind::kIncrement:
+      return simple(in, std::vector<PartitionSpec>(x.size(), rep), {rep}, in.attrs);
+    case OpKind::kAdamW: {  // param, grad, mu, nu in the state sharding (mu's)
+      const PartitionSpec st = dims_only(spec_[x[2]]);
+      return simple(in, {st, st, st, st, rep, rep, rep}, {st, st, st}, in.attrs);
+    }
+    default:
+      return invalid_argument("partition: {} may not appear in a global program", op_name(in.kind));
+  }
+}
+
+Status Partitioner::constraint(const Instr& in) {
+  const ValueId x = in.inputs[0];
+  const int r = rank(x);
+  LogicalAxes names(r);
+  for (int i = 0; i < r && i < static_cast<int>(in.attrs.logical.size()); ++i)
+    if (!in.attrs.logical[i].empty()) names[i] = in.attrs.logical[i];
+  if (in.attrs.raw && explicit_) {
+    // flax's nn.with_logical_constraint under Explicit axes: an assert, size-1 axes kept.
+    ENG_ASSIGN_OR_RETURN(PartitionSpec raw, logical_to_mesh_axes(names, o_.rules));
+    Dims user(r);
+    for (int i = 0; i < r && i < raw.rank(); ++i)
+      for (const auto& a : raw.dim(i))
+        if (mesh_.has_axis(a)) user[i].push_back(a);
+    const PartitionSpec have = spec_[x];
+    if (!(PartitionSpec(user) == have))
+      return invalid_argument(
+          "`with_sharding_constraint` acts as an assert when all axes of mesh are of type "
+          "`Explicit`. The array sharding: {} did not match the sharding provided: {}. Please use "
+          "`jax.sharding.reshard` to shard your input to the sharding you want.",
+          have.to_string(), PartitionSpec(user).to_string());
+    set(in.outputs[0], local_[x], have);
+    return ok_status();
+  }
+  // MaxText's maybe_shard_with_logical (and auto-mode with_sharding_constraint): a reshard.
+  Result<PartitionSpec> target = logical_to_mesh(names, mesh_, o_.rules);
+  if (!target.ok())
+    return invalid_argument("sharding constraint {}: {}", logical_axes_string(names),
+                            target.status().message());
+  PartitionSpec t = normalize(*target, r, mesh_);
+  if (o_.skip_trivial_specs && t.is_replicated()) {
+    set(in.outputs[0], local_[x], spec_[x]);
+    return ok_status();
+  }
+  ENG_RETURN_IF_ERROR(check_divisible(gv(x).shape, t,
+                                      fmt::format("sharding constraint {}", logical_axes_string(names))));
+  ENG_ASSIGN_OR_RETURN(ValueId lv, get(x, t));
+  set(in.outputs[0], lv, t);
+  return ok_status();
+}
+
+Status Partitioner::masked_mean_loss(const Instr& in) {
+  const PartitionSpec sx = dims_only(spec_[in.inputs[0]]);
+  if (shards(sx, mesh_) == 1)
+    return simple(in, {sx, sx}, {PartitionSpec(), PartitionSpec()}, in.attrs);
+  // Sharded rows: masked sum and weights are partial; reduce both, then divide (MaxText's
+  // sum(xent * mask) / (sum(mask) + 1e-8) over the GLOBAL batch).
+  ENG_ASSIGN_OR_RETURN(ValueId xent, get(in.inputs[0], sx));
+  ENG_ASSIGN_OR_RETURN(ValueId seg, get(in.inputs[1], sx));
+  OpAttrs a = in.attrs;
+  a.unnormalized = true;
+  std::vector<ValueId> o = b_.emit(OpKind::kMaskedMeanLoss, {xent, seg}, a);
+  const Axes partial = all_axes(sx.dims(), 0, sx.rank());
+  const PartitionSpec p(Dims{}, partial);
+  ENG_ASSIGN_OR_RETURN(ValueId sum, reshard(o[0], Shape{}, normalize(p, 0, mesh_), PartitionSpec()));
+  ENG_ASSIGN_OR_RETURN(ValueId w, reshard(o[1], Shape{}, normalize(p, 0, mesh_), PartitionSpec()));
+  ValueId loss = b_.emit(OpKind::kSafeDivide, {sum, w})[0];
+  set(in.outputs[0], loss, PartitionSpec());
+  set(in.outputs[1], w, PartitionSpec());
+  return ok_status();
+}
+
+Status Partitioner::matmul(const Instr& in) {
+  const ValueId ga = in.inputs[0], gb = in.inputs[1];
+  const OpAttrs& at = in.attrs;
+  const Shape& A = gv(ga).shape;
+  const Shape& B = gv(gb).shape;
+  std::vector<int> a_free, a_con, b_free, b_con;
+  for (int i = 0; i < A.rank(); ++i) ((at.trans_a ? i < at.a_split : i >= at.a_split) ? a_con : a_free).push_back(i);
+  for (int i = 0; i < B.rank(); ++i) ((at.trans_b ? i >= at.b_split : i < at.b_split) ? b_con : b_free).push_back(i);
+  Dims da = spec_[ga].dims(), db = spec_[gb].dims();
+
+  // The wanted result sharding, if the program says (out_sharding, or autodiff's out_like).
+  std::optional<PartitionSpec> want;
+  const int out_rank = static_cast<int>(a_free.size() + b_free.size());
+  if (!at.out_logical.empty()) {
+    LogicalAxes names(out_rank);
+    for (int i = 0; i < out_rank; ++i)
+      if (!at.out_logical[i].empty()) names[i] = at.out_logical[i];
+    Result<PartitionSpec> w = logical_to_mesh(names, mesh_, o_.rules);
+    if (!w.ok()) return invalid_argument("matmul out_sharding: {}", w.status().message());
+    want = normalize(*w, out_rank, mesh_);
+  } else if (at.out_like >= 0 && local_[at.out_like] != kNoValue &&
+             rank(at.out_like) == out_rank) {
+    want = dims_only(spec_[at.out_like]);
+  }
+
+  bool paired = a_con.size() == b_con.size();
+  for (size_t k = 0; paired && k < a_con.size(); ++k) paired = A[a_con[k]] == B[b_con[k]];
+  bool ambiguous = false;
+  Axes free_a = all_axes(da, 0, 0), free_b;
+  for (int i : a_free) free_a.insert(free_a.end(), da[i].begin(), da[i].end());
+  for (int i : b_free) free_b.insert(free_b.end(), db[i].begin(), db[i].end());
+  for (const auto& a : free_a) ambiguous |= contains(free_b, a);
+  for (size_t k = 0; k < a_con.size() && k < b_con.size(); ++k)
+    ambiguous |= da[a_con[k]] != db[b_con[k]];
+  if (explicit_ && ambiguous && !want) {
+    Dims lc, rc;
+    for (int i : a_con) lc.push_back(da[i]);
+    for (int i : b_con) rc.push_back(db[i]);
+    return invalid_argument(
+        "Contracting dimensions are sharded and it is ambiguous how the output should be "
+        "sharded. Please specify the output sharding via the `out_sharding` parameter. Got "
+        "lhs_contracting_spec={} and rhs_contracting_spec={}",
+        spec_string(lc), spec_string(rc));
+  }
+  // Contracting pairs: agree on one side's axes (that side must not use them elsewhere on
+  // the other operand); the more-sharded valid choice wins; neither valid -> whole.
+  auto used_elsewhere = [](const Axes& t, const Dims& d, int skip) {
+    for (size_t j = 0; j < d.size(); ++j)
+      if (static_cast<int>(j) != skip)
+        for (const auto& a : t)
+          if (contains(d[j], a)) return true;
+    return false;
+  };
+  if (!paired) {
+    for (int i : a_con) da[i].clear();
+    for (int i : b_con) db[i].clear();
+  } else {
+    for (size_t k = 0; k < a_con.size(); ++k) {
+      Axes& xa = da[a_con[k]];
+      Axes& xb = db[b_con[k]];
+      if (xa == xb) continue;
+      const bool va = !used_elsewhere(xa, db, b_con[k]), vb = !used_elsewhere(xb, da, a_con[k]);
+      Axes t;
+      if (va && vb) t = axes_size(mesh_, xa) >= axes_size(mesh_, xb) ? xa : xb;
+      else if (va) t = xa;
+      else if (vb) t = xb;
+      xa = t;
+      xb = t;
+    }
+  }
+  // An axis on free dims of both operands would appear twice: gather it from one side.
+  const double bytes_a = static_cast<double>(gv(ga).bytes()), bytes_b = static_cast<double>(gv(gb).bytes());
+  for (int i : a_free) {
+    for (size_t p = 0; p < da[i].size();) {
+      const std::string ax = da[i][p];
+      int bj = -1;
+      for (int j : b_free)
+        if (contains(db[j], ax)) bj = j;
+      if (bj < 0) {
+        ++p;
+        continue;
+      }
+      bool keep_a = bytes_a >= bytes_b;  // auto: gather the cheaper operand
+      if (want) {
+        int at_out = -1;
+        for (int o = 0; o < out_rank; ++o)
+          if (contains(want->dim(o), ax)) at_out = o;
+        if (at_out >= 0) keep_a = at_out < static_cast<int>(a_free.size());
+      }
+      if (keep_a) {
+        db[bj].erase(std::find(db[bj].begin(), db[bj].end(), ax));
+        ++p;
+      } else {
+        da[i].erase(da[i].begin() + p);
+      }
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(ValueId la, get(ga, PartitionSpec(da)));
+  ENG_ASSIGN_OR_RETURN(ValueId lb, get(gb, PartitionSpec(db)));
+  Dims out;
+  for (int i : a_free) out.push_back(da[i]);
+  for (int i : b_free) out.push_back(db[i]);
+  Axes partial;
+  for (int i : a_con) partial.insert(partial.end(), da[i].begin(), da[i].end());
+  sort_mesh_order(partial, mesh_);
+  emit(in, {la, lb}, at, {PartitionSpec(out, partial)});
+  if (!at.out_logical.empty()) {  // out_sharding: the result IS in that sharding
+    ENG_RETURN_IF_ERROR(check_divisible(gv(in.outputs[0]).shape, *want, "matmul out_sharding"));
+    ENG_ASSIGN_OR_RETURN(ValueId lv, get(in.outputs[0], *want));
+    set(in.outputs[0], lv, *want);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<Partitioned> partition(const Program& global, const Mesh& mesh, const SpmdOptions& options) {
+  Partitioner p(global, mesh, options);
+  return p.run();
+}
+
+}  // namespace eng

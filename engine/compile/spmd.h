@@ -1,0 +1,64 @@
+// engine/compile/spmd.h: SPMD partitioning (shared notes/spmd.md): sharding assignment for a
+// train_step's arguments, the one reshard verb, and the partitioner that turns the GLOBAL
+// program into the PER-DEVICE program (local shapes, collectives) an Executable runs.
+//
+//   SpmdOptions o;                               // usually CompileOptions::spmd
+//   ENG_RETURN_IF_ERROR(assign_argument_shardings(program, mesh, o));
+//   ENG_ASSIGN_OR_RETURN(Partitioned part, partition(program, mesh, o));
+//
+// A tracked sharding is a PartitionSpec normalised to the value's rank, with size-1 mesh
+// axes dropped and `partial` axes (unreduced summands) sorted in mesh order.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/ir/program.h"
+#include "engine/mesh/mesh.h"
+#include "engine/sharding/logical_rules.h"
+
+namespace eng {
+
+enum class ShardMode : uint8_t { kAuto, kExplicit };
+std::string_view shard_mode_name(ShardMode m);            // "auto" | "explicit"
+Result<ShardMode> parse_shard_mode(std::string_view name);
+
+struct SpmdOptions {
+  LogicalAxisRules rules = LogicalAxisRules::maxtext_default();
+  // MaxText shard_mode. Explicit also when the mesh's axis type is Explicit.
+  ShardMode shard_mode = ShardMode::kAuto;
+  bool shard_optimizer_over_data = false;  // ZeRO-1: mu/nu also sharded over `data`
+  bool skip_trivial_specs = false;         // an all-replicated constraint emits nothing
+};
+
+// Sets ValueInfo::spec of every argument that has none: params from their logical axes
+// (logical_to_mesh: size-1 axes dropped), mu/nu = their param's spec (ZeRO-1: `data`
+// prepended on the first dim divisible by the data size whose spec has no `tensor`), step
+// replicated, batch by get_input_data_sharding. Every spec is validated against its shape;
+// errors name the argument, the dim and the axes.
+Status assign_argument_shardings(Program& program, const Mesh& mesh, const SpmdOptions& options);
+
+struct Partitioned {
+  Program local;                        // per-device program; value specs = global shardings
+  std::vector<PartitionSpec> arg_specs; // per argument, normalised
+  std::vector<PartitionSpec> out_specs; // per output (non-aliased outputs are replicated)
+};
+
+// Walks the global program once (its argument specs must be set) and emits the per-device
+// program. Errors: explicit-mode constraint asserts and ambiguous matmuls (JAX's texts),
+// indivisible or unknown shardings.
+Result<Partitioned> partition(const Program& global, const Mesh& mesh, const SpmdOptions& options);
+
+// Bytes ONE device receives from other devices for collective `in` of a per-device program
+// (what engine/runtime/collectives moves): all_gather (G-1)·in, reduce_scatter (G-1)·out,
+// all_reduce (G-1)·x (every member reads every other member's buffer), all_to_all
+// (G-1)/G·in, collective_permute x (0 when shift % G == 0), dynamic_slice 0.
+double collective_bytes_received(const Program& p, const Instr& in);
+// The key bytes are counted under: the collective's mesh axes sorted by name and joined by
+// ",", e.g. "fsdp" or "data,fsdp".
+std::string collective_axes_key(const std::vector<std::string>& mesh_axes);
+
+}  // namespace eng

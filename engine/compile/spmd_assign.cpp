@@ -1,0 +1,160 @@
+// engine/compile/spmd_assign.cpp: argument sharding assignment (MaxText's state and input
+// shardings, ZeRO-1) and the collective byte model shared by compile and runtime tests.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "engine/compile/spmd.h"
+
+namespace eng {
+
+namespace {
+
+LogicalAxes to_logical(const std::vector<std::string>& names, int rank) {
+  LogicalAxes out(rank);
+  for (int i = 0; i < rank && i < static_cast<int>(names.size()); ++i)
+    if (!names[i].empty()) out[i] = names[i];
+  return out;
+}
+
+bool has_axis(const PartitionSpec& s, std::string_view a) {
+  for (const auto& d : s.dims())
+    for (const auto& x : d)
+      if (x == a) return true;
+  return false;
+}
+
+// Validates spec for argument `info`, naming it, the dim and the axes on failure.
+Status validate_arg(const ValueInfo& info, const PartitionSpec& spec, const Mesh& mesh) {
+  if (spec.rank() > info.shape.rank())
+    return invalid_argument("sharding of '{}' {}: spec {} has {} entries for rank {}", info.name,
+                            info.type_string(), spec.to_string(), spec.rank(),
+                            info.shape.rank());
+  for (int i = 0; i < spec.rank(); ++i) {
+    int64_t n = 1;
+    for (const auto& a : spec.dim(i)) {
+      if (!mesh.has_axis(a))
+        return invalid_argument("sharding of '{}' {}: spec {} names axis '{}', which is not in {}",
+                                info.name, info.type_string(), spec.to_string(), a,
+                                mesh.to_string());
+      n *= mesh.axis_size(a);
+    }
+    if (info.shape[i] % n != 0)
+      return invalid_argument(
+          "sharding of '{}' {}: dim {} of size {} is not divisible by {} (the product of axes "
+          "({}) in spec {})",
+          info.name, info.type_string(), i, info.shape[i], n, fmt::join(spec.dim(i), ", "),
+          spec.to_string());
+  }
+  NamedSharding ns{mesh, spec};
+  Status s = ns.validate(info.shape);
+  if (!s.ok()) return invalid_argument("sharding of '{}': {}", info.name, s.message());
+  return ok_status();
+}
+
+}  // namespace
+
+std::string_view shard_mode_name(ShardMode m) { return m == ShardMode::kAuto ? "auto" : "explicit"; }
+
+Result<ShardMode> parse_shard_mode(std::string_view name) {
+  if (name == "auto") return ShardMode::kAuto;
+  if (name == "explicit") return ShardMode::kExplicit;
+  return invalid_argument("shard_mode must be 'auto' or 'explicit', got '{}'", name);
+}
+
+Status assign_argument_shardings(Program& p, const Mesh& mesh, const SpmdOptions& o) {
+  // Params first: mu/nu copy them by path.
+  std::map<std::string, PartitionSpec> param_spec;
+  for (const Argument& a : p.args()) {
+    ValueInfo& info = p.mutable_value(a.value);
+    if (a.role != ArgRole::kParam) continue;
+    if (!info.spec) {
+      Result<PartitionSpec> s =
+          logical_to_mesh(to_logical(info.logical, info.shape.rank()), mesh, o.rules);
+      if (!s.ok())
+        return invalid_argument("sharding of parameter '{}': {}", info.name, s.status().message());
+      info.spec = *s;
+    }
+    ENG_RETURN_IF_ERROR(validate_arg(info, *info.spec, mesh));
+    const std::string path = info.name.rfind("params/", 0) == 0 ? info.name.substr(7) : info.name;
+    param_spec[path] = *info.spec;
+  }
+  const int64_t data = mesh.axis_size("data");
+  for (const Argument& a : p.args()) {
+    ValueInfo& info = p.mutable_value(a.value);
+    if (a.role == ArgRole::kParam || info.spec) {
+      if (info.spec) ENG_RETURN_IF_ERROR(validate_arg(info, *info.spec, mesh));
+      continue;
+    }
+    switch (a.role) {
+      case ArgRole::kOptMu:
+      case ArgRole::kOptNu: {
+        const std::string prefix = a.role == ArgRole::kOptMu ? "opt_state/mu/" : "opt_state/nu/";
+        std::string path = info.name.rfind(prefix, 0) == 0 ? info.name.substr(prefix.size()) : "";
+        auto it = param_spec.find(path);
+        PartitionSpec s;
+        if (it != param_spec.end()) {
+          s = it->second;
+        } else {
+          Result<PartitionSpec> r =
+              logical_to_mesh(to_logical(info.logical, info.shape.rank()), mesh, o.rules);
+          if (!r.ok()) return invalid_argument("sharding of '{}': {}", info.name, r.status().message());
+          s = *r;
+        }
+        if (o.shard_optimizer_over_data && data > 1 && !has_axis(s, "data")) {
+          // MaxText (reference section 8): `data` prepended on the first dim divisible by
+          // the data size whose spec has no `tensor`.
+          std::vector<PartitionSpec::DimAxes> dims(info.shape.rank());
+          for (int i = 0; i < s.rank() && i < info.shape.rank(); ++i) dims[i] = s.dim(i);
+          for (int i = 0; i < info.shape.rank(); ++i) {
+            bool tensor = false;
+            int64_t n = 1;
+            for (const auto& ax : dims[i]) {
+              tensor |= ax == "tensor";
+              n *= mesh.axis_size(ax);
+            }
+            if (tensor || info.shape[i] % (n * data) != 0) continue;
+            dims[i].insert(dims[i].begin(), "data");
+            break;
+          }
+          s = PartitionSpec(dims);
+        }
+        info.spec = s;
+        break;
+      }
+      case ArgRole::kStep: info.spec = PartitionSpec(); break;
+      case ArgRole::kBatch: {
+        Result<NamedSharding> r = get_input_data_sharding(mesh, o.rules);
+        if (!r.ok()) return invalid_argument("sharding of '{}': {}", info.name, r.status().message());
+        info.spec = r->spec;
+        break;
+      }
+      case ArgRole::kParam: break;
+    }
+    ENG_RETURN_IF_ERROR(validate_arg(info, *info.spec, mesh));
+  }
+  return ok_status();
+}
+
+std::string collective_axes_key(const std::vector<std::string>& mesh_axes) {
+  std::vector<std::string> sorted = mesh_axes;
+  std::sort(sorted.begin(), sorted.end());
+  return fmt::format("{}", fmt::join(sorted, ","));
+}
+
+double collective_bytes_received(const Program& p, const Instr& in) {
+  const double G = static_cast<double>(in.attrs.group_size);
+  const double x = static_cast<double>(p.value(in.inputs[0]).bytes());
+  const double y = static_cast<double>(p.value(in.outputs[0]).bytes());
+  switch (in.kind) {
+    case OpKind::kAllGather: return (G - 1) * x;
+    case OpKind::kReduceScatter: return (G - 1) * y;
+    case OpKind::kAllReduce: return (G - 1) * x;
+    case OpKind::kAllToAll: return (G - 1) / G * x;
+    case OpKind::kCollectivePermute:
+      return in.attrs.group_size > 1 && in.attrs.shift % in.attrs.group_size != 0 ? x : 0;
+    default: return 0;
+  }
+}
+
+}  // namespace eng
