@@ -90,6 +90,14 @@ class Partitioner {
       set(a.value, lv, s);
       out.arg_specs.push_back(s);
     }
+    // Gradients land in their optimizer state's sharding as soon as they are produced (one
+    // reduce-scatter / all-reduce of the partial sum, shared by the grad-norm and AdamW),
+    // as JAX does when the gradient's sharding is the state's.
+    desired_.assign(nv, std::nullopt);
+    for (const Instr& in : g_.instrs())
+      if (in.kind == OpKind::kAdamW && g_.value(in.inputs[2]).spec)
+        desired_[in.inputs[1]] =
+            normalize(*g_.value(in.inputs[2]).spec, rank(in.inputs[1]), mesh_);
     for (size_t i = 0; i < g_.instrs().size(); ++i) {
       Status s = instr(g_.instrs()[i]);
       if (!s.ok())
@@ -130,6 +138,13 @@ class Partitioner {
   }
 
   void set(ValueId g, ValueId l, PartitionSpec s) {
+    if (!desired_.empty() && desired_[g] && !s.partial().empty()) {
+      Result<ValueId> r = reshard(l, gv(g).shape, s, *desired_[g]);
+      if (r.ok()) {
+        l = *r;
+        s = *desired_[g];
+      }
+    }
     local_[g] = l;
     b_.mutable_info(l).spec = s;
     spec_[g] = std::move(s);
@@ -255,6 +270,7 @@ class Partitioner {
   const bool explicit_;
   std::vector<ValueId> local_;       // global value -> its local value
   std::vector<PartitionSpec> spec_;  // global value -> its sharding (normalised)
+  std::vector<std::optional<PartitionSpec>> desired_;  // gradients: their state's sharding
 };
 
 Status Partitioner::instr(const Instr& in) {

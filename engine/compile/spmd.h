@@ -41,6 +41,11 @@ struct SpmdOptions {
 // errors name the argument, the dim and the axes.
 Status assign_argument_shardings(Program& program, const Mesh& mesh, const SpmdOptions& options);
 
+// The (unnormalised) argument shardings compile() will give `program` on `mesh`: how to
+// place state before the first compile (Runtime::put by the same blocks).
+Result<std::vector<NamedSharding>> argument_shardings(const Program& program, const Mesh& mesh,
+                                                      const SpmdOptions& options);
+
 struct Partitioned {
   Program local;                        // per-device program; value specs = global shardings
   std::vector<PartitionSpec> arg_specs; // per argument, normalised

@@ -136,6 +136,19 @@ Status assign_argument_shardings(Program& p, const Mesh& mesh, const SpmdOptions
   return ok_status();
 }
 
+Result<std::vector<NamedSharding>> argument_shardings(const Program& program, const Mesh& mesh,
+                                                      const SpmdOptions& options) {
+  std::vector<NamedSharding> out;
+  if (mesh.num_devices() <= 1) {
+    for (size_t k = 0; k < program.args().size(); ++k) out.push_back({mesh, PartitionSpec()});
+    return out;
+  }
+  Program p = program;
+  ENG_RETURN_IF_ERROR(assign_argument_shardings(p, mesh, options));
+  for (const Argument& a : p.args()) out.push_back({mesh, *p.value(a.value).spec});
+  return out;
+}
+
 std::string collective_axes_key(const std::vector<std::string>& mesh_axes) {
   std::vector<std::string> sorted = mesh_axes;
   std::sort(sorted.begin(), sorted.end());

@@ -77,6 +77,26 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
   return std::move(b).finish();
 }
 
+Result<CompileOptions> compile_options_from_config(const Config& config) {
+  CompileOptions o;
+  ENG_ASSIGN_OR_RETURN(o.shard_mode, parse_shard_mode(config.get_string("shard_mode")));
+  o.shard_optimizer_over_data = config.get_bool("shard_optimizer_over_data");
+  o.skip_trivial_specs = config.get_bool("skip_trivial_specs");
+  return o;
+}
+
+Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices) {
+  std::vector<std::pair<std::string, int64_t>> ici;
+  for (const std::string& axis : maxtext_mesh_axes()) {
+    const std::string key =
+        axis == "stage" ? "ici_pipeline_parallelism" : "ici_" + axis + "_parallelism";
+    ici.push_back({axis, config.get_int(key)});
+  }
+  ENG_ASSIGN_OR_RETURN(ShardMode mode, parse_shard_mode(config.get_string("shard_mode")));
+  return Mesh::from_maxtext(ici, num_devices,
+                            mode == ShardMode::kExplicit ? AxisType::kExplicit : AxisType::kAuto);
+}
+
 TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double B, int64_t seq,
                                                     int64_t grad_accum) {
   const double S = static_cast<double>(seq), E = static_cast<double>(m.emb_dim);

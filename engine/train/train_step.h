@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/compile/executable.h"
 #include "engine/ir/program.h"
+#include "engine/mesh/mesh.h"
 #include "engine/train/config.h"
 
 namespace eng {
@@ -26,6 +28,13 @@ struct TrainStepLayout {
 };
 
 Program build_train_step(const ResolvedConfig& config, TrainStepLayout* layout);
+
+// CompileOptions from the config's sharding keys: shard_mode, shard_optimizer_over_data,
+// skip_trivial_specs (MaxText's default logical_axis_rules).
+Result<CompileOptions> compile_options_from_config(const Config& config);
+// MaxText's mesh from the 12 ici_*_parallelism keys (stage: ici_pipeline_parallelism) over
+// num_devices; shard_mode explicit gives Explicit axes.
+Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices);
 
 // MaxText's calculate_tflops_training_per_device for a dense llama (reference/maxtext.md 4):
 // returns {total, learnable, attention} TFLOPs per device per step.

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/compile/executable.h"
 #include "tests/compile/test_programs.h"
 #include "tests/runtime/runtime_harness.h"
@@ -132,6 +134,8 @@ TEST(Runtime, CapacityBelowThePlanIsAnOutOfMemoryError) {
 TEST(Runtime, ReplicatedStepOnFourDevicesMatchesOneDevice) {
   testing::TinyDims d;
   Program p = testing::build_train_step(d);
+  // Pin every argument replicated (unset specs would be assigned from logical axes).
+  for (const Argument& a : p.args()) p.mutable_value(a.value).spec = PartitionSpec();
   std::vector<HostTensor> host = testing::random_args(p, 9, d.V);
   auto run = [&](const Mesh& mesh) {
     auto exe = compile(p, mesh, CompileOptions{});
@@ -157,7 +161,18 @@ TEST(Runtime, ReplicatedStepOnFourDevicesMatchesOneDevice) {
   auto one = run(Mesh());
   auto four = run(*Mesh::create({"data", "tensor"}, {2, 2}));
   ASSERT_EQ(one.size(), four.size());
-  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], four[i]) << "result " << i;
+  // Replicated arguments, but the model's constraints and out_shardings shard the
+  // activations (batch over data, heads/mlp over tensor), so sums run in another order:
+  // equal to float rounding, not bitwise.
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i].size(), four[i].size());
+    double diff = 0, norm = 1e-30;
+    for (size_t k = 0; k < one[i].size(); ++k) {
+      diff = std::max(diff, std::fabs(one[i][k] - four[i][k]));
+      norm = std::max(norm, std::fabs(one[i][k]));
+    }
+    EXPECT_LT(diff / norm, 1e-5) << "result " << i;
+  }
 }
 
 TEST(Runtime, ExecuteRejectsMismatchedArguments) {

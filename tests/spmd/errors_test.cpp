@@ -1,0 +1,158 @@
+// tests/spmd/errors_test.cpp: explicit-mode semantics (the with_sharding_constraint assert and
+// its size-1 `context` case, reference/maxtext.md section 10; ambiguous matmuls), the trainer
+// on a sharded mesh, and the shape-only llama2-7b compile on 256 devices.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "engine/compile/executable.h"
+#include "engine/ir/builder.h"
+#include "engine/train/config.h"
+#include "engine/train/train_step.h"
+#include "engine/train/trainer.h"
+
+namespace eng {
+namespace {
+
+CompileOptions explicit_options() {
+  CompileOptions o;
+  o.shard_mode = ShardMode::kExplicit;
+  o.rules = LogicalAxisRules({LogicalAxisRule{"batch", {"data", "fsdp", "expert", "context"}}});
+  return o;
+}
+
+Program constrained(bool raw) {
+  Builder b("xent");
+  ValueId x = b.argument("logits", Shape{8, 4}, DType::kF32, {}, ArgRole::kBatch);
+  b.mutable_info(x).spec = PartitionSpec({{"data", "fsdp", "expert"}, {}});
+  ValueId y = raw ? b.raw_constraint(x, {"batch", ""}) : b.constraint(x, {"batch", ""});
+  b.output(b.scale(y, 2.0), "y");
+  return std::move(b).finish();
+}
+
+TEST(Explicit, RawConstraintAssertsAndHelperDropsSizeOneAxes) {
+  const Mesh mesh =
+      *Mesh::create({"data", "fsdp", "expert", "context"}, {2, 2, 2, 1}, AxisType::kExplicit);
+  auto raw = compile(constrained(true), mesh, explicit_options());
+  ASSERT_FALSE(raw.ok());
+  const std::string want =
+      "`with_sharding_constraint` acts as an assert when all axes of mesh are of type "
+      "`Explicit`. The array sharding: P(('data', 'fsdp', 'expert'), None) did not match the "
+      "sharding provided: P(('data', 'fsdp', 'expert', 'context'), None). Please use "
+      "`jax.sharding.reshard` to shard your input to the sharding you want.";
+  EXPECT_NE(raw.status().message().find(want), std::string::npos) << raw.status().message();
+  auto helper = compile(constrained(false), mesh, explicit_options());
+  EXPECT_TRUE(helper.ok()) << helper.status().message();
+  // Auto mode: the raw constraint is a reshard (a no-op here), no assert.
+  CompileOptions auto_opts = explicit_options();
+  auto_opts.shard_mode = ShardMode::kAuto;
+  const Mesh auto_mesh = *Mesh::create({"data", "fsdp", "expert", "context"}, {2, 2, 2, 1});
+  EXPECT_TRUE(compile(constrained(true), auto_mesh, auto_opts).ok());
+}
+
+Program fsdp_matmul(std::vector<std::string> out_sharding) {
+  Builder b("mm");
+  ValueId x = b.argument("x", Shape{4, 8}, DType::kF32, {}, ArgRole::kBatch);
+  ValueId w = b.argument("w", Shape{8, 6}, DType::kF32, {}, ArgRole::kParam);
+  b.mutable_info(x).spec = PartitionSpec({{"fsdp"}, {}});
+  b.mutable_info(w).spec = PartitionSpec({{"fsdp"}, {}});
+  b.output(b.matmul(x, w, 1, 1, false, false, std::move(out_sharding)), "y");
+  return std::move(b).finish();
+}
+
+TEST(Explicit, AmbiguousMatmulNeedsOutSharding) {
+  const Mesh mesh = *Mesh::create({"fsdp"}, {2}, AxisType::kExplicit);
+  CompileOptions o;
+  o.shard_mode = ShardMode::kExplicit;
+  auto bad = compile(fsdp_matmul({}), mesh, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(
+                "Contracting dimensions are sharded and it is ambiguous how the output should be "
+                "sharded. Please specify the output sharding via the `out_sharding` parameter. "
+                "Got lhs_contracting_spec=P(None) and rhs_contracting_spec=P('fsdp')"),
+            std::string::npos)
+      << bad.status().message();
+  auto good = compile(fsdp_matmul({"activation_batch", "mlp"}), mesh, o);
+  EXPECT_TRUE(good.ok()) << good.status().message();
+  // Auto mode picks for itself: the weight is gathered.
+  const Mesh auto_mesh = *Mesh::create({"fsdp"}, {2});
+  auto a = compile(fsdp_matmul({}), auto_mesh, CompileOptions{});
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ((*a)->program().instrs()[0].kind, OpKind::kAllGather);
+  EXPECT_EQ((*a)->program().instrs()[0].inputs[0], (*a)->program().args()[1].value);
+}
+
+Config small_trainer_config(double per_device_batch) {
+  Config c;
+  EXPECT_TRUE(c.set("model_name", "llama-tiny").ok());
+  EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
+  EXPECT_TRUE(c.set("head_dim", int64_t{16}).ok());
+  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{128}).ok());
+  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
+  EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
+  EXPECT_TRUE(c.set("per_device_batch_size", per_device_batch).ok());
+  EXPECT_TRUE(c.set("max_inflight_steps", int64_t{0}).ok());
+  EXPECT_TRUE(c.set("steps", int64_t{3}).ok());
+  return c;
+}
+
+TEST(Trainer, ShardedMeshFromConfigTrainsLikeOneDevice) {
+  Config one = small_trainer_config(4.0);
+  Config two = small_trainer_config(2.0);
+  ASSERT_TRUE(two.set("ici_fsdp_parallelism", int64_t{2}).ok());
+  ASSERT_TRUE(two.set("shard_optimizer_over_data", true).ok());
+  Result<Mesh> mesh = mesh_from_config(two, 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status().message();
+  EXPECT_EQ(mesh->axis_size("fsdp"), 2);
+  auto t1 = Trainer::create(one, Mesh());
+  auto t2 = Trainer::create(two, *mesh);
+  ASSERT_TRUE(t1.ok()) << t1.status().message();
+  ASSERT_TRUE(t2.ok()) << t2.status().message();
+  for (int s = 0; s < 3; ++s) {
+    auto h1 = (*t1)->step();
+    auto h2 = (*t2)->step();
+    ASSERT_TRUE(h1.ok() && h2.ok());
+    auto m1 = h1->wait();
+    auto m2 = h2->wait();
+    ASSERT_TRUE(m1.ok()) << m1.status().message();
+    ASSERT_TRUE(m2.ok()) << m2.status().message();
+    EXPECT_NEAR(m2->loss, m1->loss, 1e-5 * std::fabs(m1->loss));
+  }
+}
+
+TEST(ShapeOnly, Llama2_7bOn256Devices) {
+  Config c;
+  ASSERT_TRUE(c.set("model_name", "llama2-7b").ok());
+  ASSERT_TRUE(c.set("per_device_batch_size", 1.0).ok());
+  Result<ResolvedConfig> r = resolve_config(c, 256);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  TrainStepLayout layout;
+  const Program p = build_train_step(*r, &layout);
+  for (auto [fsdp, tensor] : {std::pair<int64_t, int64_t>{256, 1}, {64, 4}}) {
+    const Mesh mesh = *Mesh::create({"data", "fsdp", "tensor"}, {1, fsdp, tensor});
+    const auto t0 = std::chrono::steady_clock::now();
+    auto exe = compile(p, mesh, CompileOptions{});
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(exe.ok()) << exe.status().message();
+    const auto& mem = (*exe)->memory();
+    std::string coll;
+    for (const auto& [k, b] : (*exe)->cost().collective_bytes)
+      coll += fmt::format(" {}={:.2f}GiB", k, b / 1073741824.0);
+    fmt::print("[7b] {}: compile {:.2f} s; {}; collectives per device per step:{}\n",
+               mesh.to_string(), secs, mem.to_string(), coll);
+    EXPECT_LT(secs, 20.0);
+    EXPECT_GT(mem.argument_bytes, 0);
+    // 7B params x 3 (param, mu, nu) x 4 bytes / 256 devices ~ 0.3 GiB of state per device.
+    EXPECT_LT(mem.argument_bytes, int64_t{1} << 30);
+    EXPECT_GT((*exe)->cost().collective_bytes.at("fsdp"), 0);
+    if (tensor > 1) {
+      EXPECT_GT((*exe)->cost().collective_bytes.at("tensor"), 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace eng
