@@ -138,8 +138,14 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
 }
 
 NamedSharding Trainer::state_sharding(int arg) const {
-  (void)arg;
-  return NamedSharding{mesh_, PartitionSpec()};
+  // Where compile() will expect argument `arg` (SPMD, engine/compile/spmd.h); an invalid
+  // config falls back to replicated here and compile() reports the error.
+  if (executable_) return executable_->argument_sharding(arg);
+  Result<CompileOptions> opts = compile_options_from_config(raw_config_);
+  if (!opts.ok()) return NamedSharding{mesh_, PartitionSpec()};
+  Result<std::vector<NamedSharding>> s = argument_shardings(program_, mesh_, *opts);
+  if (!s.ok()) return NamedSharding{mesh_, PartitionSpec()};
+  return (*s)[arg];
 }
 
 Status Trainer::init_state() {
@@ -179,7 +185,7 @@ Status Trainer::setup_dispatch() {
 
 Result<std::shared_ptr<const Executable>> Trainer::compile() {
   if (executable_) return executable_;
-  CompileOptions opts;
+  ENG_ASSIGN_OR_RETURN(CompileOptions opts, compile_options_from_config(raw_config_));
   const double t0 = now_seconds();
   ENG_ASSIGN_OR_RETURN(executable_, eng::compile(program_, mesh_, opts));
   if (compile_delay_s_ > 0)
