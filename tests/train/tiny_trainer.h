@@ -17,13 +17,19 @@ namespace eng::testing {
 namespace fs = std::filesystem;
 
 inline std::string tiny_corpus_path() {
-  fs::path p = fs::temp_directory_path() / fmt::format("shardlab_tiny_corpus_{}.txt", ::getpid());
+  // One shared file; written under a per-process name and renamed so that concurrent test
+  // processes (ctest -j) never read a half-written corpus.
+  fs::path p = fs::temp_directory_path() / "shardlab_tiny_corpus.txt";
   if (!fs::exists(p)) {
-    std::ofstream f(p);
-    const char* lines[] = {"the quick brown fox jumps over the lazy dog. ",
-                           "a stitch in time saves nine. ", "all that glitters is not gold. ",
-                           "the early bird catches the worm. "};
-    for (int i = 0; i < 400; ++i) f << lines[(i * 7) % 4];
+    fs::path tmp = p.string() + fmt::format(".{}", ::getpid());
+    {
+      std::ofstream f(tmp);
+      const char* lines[] = {"the quick brown fox jumps over the lazy dog. ",
+                             "a stitch in time saves nine. ", "all that glitters is not gold. ",
+                             "the early bird catches the worm. "};
+      for (int i = 0; i < 400; ++i) f << lines[(i * 7) % 4];
+    }
+    fs::rename(tmp, p);
   }
   return p.string();
 }
