@@ -24,6 +24,7 @@ constexpr Module kModules[] = {
     {"shell", open_lua_shell},
     {"store", open_lua_store},
     {"mesh", open_lua_mesh},
+    {"train", open_lua_train},
 };
 
 }  // namespace

@@ -16,6 +16,7 @@ struct ShellContext;
 void open_lua_shell(lua_State* L, int sl);  // sl.pretty, sl.help, sl.version, sl.db_path
 void open_lua_store(lua_State* L, int sl);  // sl.sql
 void open_lua_mesh(lua_State* L, int sl);   // sl.mesh, sl.P and the Mesh/PartitionSpec types
+void open_lua_train(lua_State* L, int sl);  // sl.config, sl.trainer and Config/Trainer/Compiled
 
 // Creates `sl`, opens every module, sets the global and package.loaded["shardlab"].
 // Must run inside a protected call (it uses raising Lua API calls).

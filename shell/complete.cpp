@@ -55,6 +55,13 @@ bool push_index_table(lua_State* L, int idx, bool self) {
   if (!lua_getmetatable(L, idx)) return false;
   lua_pushstring(L, "__index");
   lua_rawget(L, -2);
+  if (lua_type(L, -1) == LUA_TTABLE) {
+    lua_remove(L, -2);
+    return true;
+  }
+  lua_pop(L, 1);  // __index is a function: types with properties keep their names in __methods
+  lua_pushstring(L, "__methods");
+  lua_rawget(L, -2);
   lua_remove(L, -2);
   if (lua_type(L, -1) == LUA_TTABLE) return true;
   lua_pop(L, 1);

@@ -220,6 +220,20 @@ void add_functions(lua_State* L, int table_idx, std::string_view prefix,
   }
 }
 
+namespace {
+// __index for types with properties: upvalue 1 the methods table, upvalue 2 the getter.
+int index_with_properties(lua_State* L) {
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(1)) == LUA_TFUNCTION) return 1;
+  lua_pop(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(2));
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_call(L, 2, 1);  // the getter is a lua_entry<>: it raises only after unwinding
+  return 1;
+}
+}  // namespace
+
 void define_type(lua_State* L, const TypeSpec& spec) {
   luaL_newmetatable(L, spec.name);  // sets __name
   int mt = lua_gettop(L);
@@ -232,7 +246,23 @@ void define_type(lua_State* L, const TypeSpec& spec) {
     lua_setfield(L, -2, m.name);
     doc += fmt::format("\n  {:<36} {}", m.signature, m.doc);
   }
-  lua_setfield(L, mt, "__index");
+  if (spec.property == nullptr) {
+    lua_setfield(L, mt, "__index");
+  } else {
+    // Properties complete like fields: listed in the methods table with the value false.
+    for (const char* name : spec.properties) {
+      lua_getfield(L, -1, name);
+      ENG_CHECK(lua_isnil(L, -1), "define_type {}: property '{}' shadows a method", spec.name, name);
+      lua_pop(L, 1);
+      lua_pushboolean(L, 0);
+      lua_setfield(L, -2, name);
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, mt, "__methods");  // tab completion follows this when __index is a function
+    lua_pushcfunction(L, spec.property);
+    lua_pushcclosure(L, index_with_properties, 2);
+    lua_setfield(L, mt, "__index");
+  }
   if (spec.tostring) lua_pushcfunction(L, spec.tostring), lua_setfield(L, mt, "__tostring");
   if (spec.eq) lua_pushcfunction(L, spec.eq), lua_setfield(L, mt, "__eq");
   if (spec.gc) lua_pushcfunction(L, spec.gc), lua_setfield(L, mt, "__gc");

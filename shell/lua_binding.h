@@ -131,6 +131,11 @@ struct TypeSpec {
   lua_CFunction eq;                // __eq, or nullptr
   lua_CFunction gc;                // __gc: udata_gc<T>
   std::span<const Method> methods; // reachable through __index, so they tab-complete
+  // Optional read-only fields (c.memory): when set, __index looks up methods first, then
+  // calls property(L) with (self, key) on the stack; it pushes the value (or nil).
+  // `properties` names them for tab completion.
+  lua_CFunction property = nullptr;
+  std::span<const char* const> properties = {};
 };
 
 // table[name] = fn for each function, with docs under "<prefix>.<name>" (prefix "sl").

@@ -6,17 +6,9 @@
 #include "engine/sharding/partition_spec.h"
 #include "shell/bindings.h"
 #include "shell/lua_binding.h"
+#include "shell/lua_types.h"
 
 namespace shell {
-
-template <>
-struct LuaType<eng::Mesh> {
-  static constexpr const char* kName = "Mesh";
-};
-template <>
-struct LuaType<eng::PartitionSpec> {
-  static constexpr const char* kName = "PartitionSpec";
-};
 
 namespace {
 

@@ -431,7 +431,7 @@ Result<int64_t> MetricsStore::record_compilation(const CompilationRow& r) {
   return int64_t{sqlite3_last_insert_rowid(db_)};
 }
 
-Status MetricsStore::record_memory_analysis(int64_t compile_id, const MemoryAnalysis& m) {
+Status MetricsStore::record_memory_analysis(int64_t compile_id, const MemoryAnalysisRow& m) {
   std::lock_guard lock(mu_);
   SqlValue a[] = {compile_id,
                   opt(m.generated_code_size_in_bytes),

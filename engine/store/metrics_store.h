@@ -107,7 +107,7 @@ struct CompilationRow {
 };
 
 // JAX's CompiledMemoryStats, per device. nullopt is stored as NULL ("unavailable", not 0).
-struct MemoryAnalysis {
+struct MemoryAnalysisRow {
   std::optional<int64_t> generated_code_size_in_bytes{}, argument_size_in_bytes{},
       output_size_in_bytes{}, alias_size_in_bytes{}, temp_size_in_bytes{},
       host_generated_code_size_in_bytes{}, host_argument_size_in_bytes{},
@@ -189,7 +189,7 @@ class MetricsStore {
   // Immediate writes (one transaction each). Ids are the new rows' INTEGER PRIMARY KEYs.
   Result<int64_t> record_mesh(const MeshRow& mesh);
   Result<int64_t> record_compilation(const CompilationRow& row);
-  Status record_memory_analysis(int64_t compile_id, const MemoryAnalysis& m);
+  Status record_memory_analysis(int64_t compile_id, const MemoryAnalysisRow& m);
   Status record_cost_analysis(int64_t compile_id,
                               std::span<const std::pair<std::string, double>> costs);
   Status record_checkpoint(const CheckpointRow& row);

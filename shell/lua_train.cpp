@@ -1,0 +1,572 @@
+// shell/lua_train.cpp: Lua bindings for training: sl.config, sl.trainer, Trainer, Compiled.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/base/clock.h"
+#include "engine/train/config.h"
+#include "engine/train/trainer.h"
+#include "shell/bindings.h"
+#include "shell/context.h"
+#include "shell/interrupt.h"
+#include "shell/lua_binding.h"
+#include "shell/lua_types.h"
+
+namespace shell {
+
+// The userdata types. A Trainer has identity, so the userdata owns it through a pointer.
+struct TrainerBox {
+  std::unique_ptr<eng::Trainer> trainer;
+};
+struct HandleBox {
+  eng::StepHandle handle;  // its Trainer is kept alive by the userdata's user value
+};
+struct CompiledBox {
+  std::shared_ptr<const eng::Executable> exe;
+  std::string fn_name;  // "train_step"
+};
+
+template <>
+struct LuaType<eng::Config> {
+  static constexpr const char* kName = "Config";
+};
+template <>
+struct LuaType<TrainerBox> {
+  static constexpr const char* kName = "Trainer";
+};
+template <>
+struct LuaType<HandleBox> {
+  static constexpr const char* kName = "StepHandle";
+};
+template <>
+struct LuaType<CompiledBox> {
+  static constexpr const char* kName = "Compiled";
+};
+
+namespace {
+
+// ---- sl.config -------------------------------------------------------------------------
+
+// A Lua value as a config value: integer, number, boolean or string.
+Result<eng::ConfigValue> to_config_value(lua_State* L, int idx, const std::string& key) {
+  switch (lua_type(L, idx)) {
+    case LUA_TBOOLEAN: return eng::ConfigValue{lua_toboolean(L, idx) != 0};
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) return eng::ConfigValue{static_cast<int64_t>(lua_tointeger(L, idx))};
+      return eng::ConfigValue{lua_tonumber(L, idx)};
+    case LUA_TSTRING: return eng::ConfigValue{std::string(lua_tostring(L, idx))};
+    default:
+      return eng::invalid_argument("sl.config: key '{}' expected a number, boolean or string, got {}",
+                                   key, luaL_typename(L, idx));
+  }
+}
+
+Result<int> config_new(lua_State* L) {
+  constexpr std::string_view fn = "sl.config";
+  eng::Config c;
+  if (!lua_isnoneornil(L, 1)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "options"));
+    // Apply model_name first so preset-dependent validation sees it, then the rest sorted.
+    std::vector<std::string> keys;
+    lua_pushnil(L);
+    while (lua_next(L, 1) != 0) {
+      if (lua_type(L, -2) != LUA_TSTRING) {
+        lua_pop(L, 2);
+        return eng::invalid_argument("sl.config: keys must be strings (MaxText config names)");
+      }
+      keys.emplace_back(lua_tostring(L, -2));
+      lua_pop(L, 1);
+    }
+    std::sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {
+      bool ma = a == "model" || a == "model_name", mb = b == "model" || b == "model_name";
+      return ma != mb ? ma : a < b;
+    });
+    for (const std::string& k : keys) {
+      push_field(L, 1, k.c_str());
+      Result<eng::ConfigValue> v = to_config_value(L, -1, k);
+      lua_pop(L, 1);
+      if (!v.ok()) return v.status();
+      eng::Status s = c.set(k, std::move(v).value());
+      if (!s.ok()) return eng::Status(s.code(), "sl." + s.message());
+    }
+  }
+  push_udata(L, std::move(c));
+  return 1;
+}
+
+Result<int> config_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:__tostring"));
+  std::vector<std::string> parts;
+  parts.push_back("model_name=" + c->get_string("model_name"));
+  for (const auto& [k, v] : c->overrides())
+    if (k != "model_name") parts.push_back(fmt::format("{}={}", k, eng::config_value_string(v)));
+  lua_pushstring(L, fmt::format("Config({})", fmt::join(parts, ", ")).c_str());
+  return 1;
+}
+
+void push_config_value(lua_State* L, const eng::ConfigValue& v) {
+  switch (v.index()) {
+    case 0: lua_pushboolean(L, std::get<bool>(v)); break;
+    case 1: lua_pushinteger(L, std::get<int64_t>(v)); break;
+    case 2: lua_pushnumber(L, std::get<double>(v)); break;
+    default: lua_pushstring(L, std::get<std::string>(v).c_str());
+  }
+}
+
+Result<int> config_get(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:get"));
+  ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:get", "key"));
+  Result<eng::ConfigValue> v = c->get(key == "model" ? "model_name" : key);
+  if (!v.ok()) {
+    std::string hint = eng::suggest_config_key(key);
+    return eng::invalid_argument("Config:get: unknown key '{}'{}", key,
+                                 hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint));
+  }
+  push_config_value(L, *v);
+  return 1;
+}
+
+Result<int> config_set(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:set"));
+  ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:set", "key"));
+  ENG_ASSIGN_OR_RETURN(eng::ConfigValue v, to_config_value(L, 3, key));
+  eng::Status s = c->set(key, std::move(v));
+  if (!s.ok()) return eng::Status(s.code(), "Config:set: " + s.message().substr(s.message().find(':') + 2));
+  lua_settop(L, 1);
+  return 1;
+}
+
+Result<int> config_params(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:params"));
+  lua_createtable(L, 0, static_cast<int>(eng::config_keys().size()));
+  for (const eng::ConfigKey& k : eng::config_keys()) {
+    push_config_value(L, c->get(k.name).value());
+    lua_setfield(L, -2, std::string(k.name).c_str());
+  }
+  return 1;
+}
+
+Result<int> config_keys_doc(lua_State* L) {
+  lua_createtable(L, 0, static_cast<int>(eng::config_keys().size()));
+  for (const eng::ConfigKey& k : eng::config_keys()) {
+    lua_pushstring(L, fmt::format("{} (default {})", k.doc, eng::config_value_string(k.default_value)).c_str());
+    lua_setfield(L, -2, std::string(k.name).c_str());
+  }
+  return 1;
+}
+
+// ---- sl.trainer -------------------------------------------------------------------------
+
+Result<int> trainer_new(lua_State* L) {
+  constexpr std::string_view fn = "sl.trainer";
+  ENG_ASSIGN_OR_RETURN(eng::Config * cfg, arg_udata<eng::Config>(L, 1, fn, "config"));
+  eng::Mesh mesh;
+  if (!lua_isnoneornil(L, 2)) {
+    ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 2, fn, "mesh"));
+    mesh = *m;
+  }
+  eng::TrainerOptions options;
+  if (!lua_isnoneornil(L, 3)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "options"));
+    static const std::vector<std::string> kAllowed = {"shape_only", "device_capacity_bytes"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 3, fn, kAllowed));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> shape_only, field_bool(L, 3, "shape_only", fn));
+    ENG_ASSIGN_OR_RETURN(std::optional<int64_t> cap, field_int(L, 3, "device_capacity_bytes", fn));
+    options.shape_only = shape_only.value_or(false);
+    options.device_capacity_bytes = cap.value_or(0);
+  }
+  Result<std::unique_ptr<eng::Trainer>> t = eng::Trainer::create(*cfg, mesh, options);
+  if (!t.ok()) return eng::Status(t.status().code(), "sl.trainer: " + t.status().message());
+  push_udata(L, TrainerBox{std::move(t).value()});
+  return 1;
+}
+
+Result<eng::Trainer*> arg_trainer(lua_State* L, std::string_view fn) {
+  ENG_ASSIGN_OR_RETURN(TrainerBox * box, arg_udata<TrainerBox>(L, 1, fn));
+  if (!box->trainer) return eng::failed_precondition("{}: this trainer was closed", fn);
+  return box->trainer.get();
+}
+
+Result<int> trainer_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:__tostring"));
+  const eng::ResolvedConfig& c = t->config();
+  lua_pushstring(L, fmt::format("Trainer(model={}, params={:.3g}M, batch={}x{}, devices={}, step={}{})",
+                                c.model.name, static_cast<double>(c.model.num_params()) / 1e6,
+                                c.global_batch_size, c.max_target_length, t->mesh().num_devices(),
+                                t->current_step(), t->shape_only() ? ", shape_only" : "")
+                        .c_str());
+  return 1;
+}
+
+Result<int> trainer_compile(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:compile"));
+  Result<std::shared_ptr<const eng::Executable>> exe = t->compile();
+  if (!exe.ok()) return eng::Status(exe.status().code(), "Trainer:compile: " + exe.status().message());
+  push_udata(L, CompiledBox{*exe, t->program().name()});
+  return 1;
+}
+
+void push_metrics(lua_State* L, const eng::StepMetrics& m) {
+  lua_createtable(L, 0, 12);
+  auto num = [&](const char* k, double v) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+  };
+  lua_pushinteger(L, m.step);
+  lua_setfield(L, -2, "step");
+  num("loss", m.loss);
+  num("total_weights", m.total_weights);
+  num("grad_norm", m.grad_norm);
+  num("raw_grad_norm", m.raw_grad_norm);
+  num("param_norm", m.param_norm);
+  num("lr", m.learning_rate);
+  num("step_time_s", m.step_time_s);
+  num("tokens_per_s", m.tokens_per_s_per_device);
+  num("tflops_per_s", m.tflops_per_s_per_device);
+  lua_pushboolean(L, m.compiled);
+  lua_setfield(L, -2, "compiled");
+}
+
+// t:step() returns before the devices finish; the handle's loss synchronises on read.
+Result<int> trainer_step(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:step"));
+  Result<eng::StepHandle> h = t->step();
+  if (!h.ok()) return eng::Status(h.status().code(), "Trainer:step: " + h.status().message());
+  void* mem = lua_newuserdatauv(L, sizeof(HandleBox), 1);
+  new (mem) HandleBox{*h};
+  luaL_setmetatable(L, LuaType<HandleBox>::kName);
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 1);  // the handle keeps its trainer alive
+  return 1;
+}
+
+Result<eng::StepMetrics> handle_wait(lua_State* L, std::string_view fn) {
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, fn));
+  Result<eng::StepMetrics> m = h->handle.wait();
+  if (!m.ok()) return eng::Status(m.status().code(), fmt::format("{}: {}", fn, m.status().message()));
+  return m;
+}
+
+Result<int> handle_metrics(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::StepMetrics m, handle_wait(L, "StepHandle:wait"));
+  push_metrics(L, m);
+  return 1;
+}
+
+Result<int> handle_ready(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle:ready"));
+  lua_pushboolean(L, h->handle.ready());
+  return 1;
+}
+
+Result<int> handle_property(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle"));
+  std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+  if (key == "step") {
+    lua_pushinteger(L, h->handle.step());
+    return 1;
+  }
+  static const std::vector<std::string> kSynced = {"loss", "total_weights", "grad_norm", "lr",
+                                                   "step_time_s"};
+  if (std::find(kSynced.begin(), kSynced.end(), key) == kSynced.end()) {
+    lua_pushnil(L);
+    return 1;
+  }
+  ENG_ASSIGN_OR_RETURN(eng::StepMetrics m, handle_wait(L, "StepHandle." + key));
+  push_metrics(L, m);
+  lua_getfield(L, -1, key.c_str());
+  return 1;
+}
+
+Result<int> handle_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle:__tostring"));
+  if (!h->handle.ready()) {
+    lua_pushstring(L, fmt::format("StepHandle(step={}, running)", h->handle.step()).c_str());
+    return 1;
+  }
+  Result<eng::StepMetrics> m = h->handle.wait();
+  lua_pushstring(L, m.ok() ? fmt::format("StepHandle(step={}, loss={:.4f})", h->handle.step(), m->loss).c_str()
+                           : fmt::format("StepHandle(step={}, failed: {})", h->handle.step(),
+                                         m.status().message()).c_str());
+  return 1;
+}
+
+// A one-line progress bar for a terminal: "[#####.....] 120/200 loss 2.31 5.1k tok/s".
+std::string progress_bar(int64_t done, int64_t total, const eng::StepMetrics& m) {
+  constexpr int kWidth = 30;
+  int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+  return fmt::format("\r[{}{}] {}/{} loss {:.3f} {:.0f} tok/s/device ", std::string(filled, '#'),
+                     std::string(kWidth - filled, '.'), done, total, m.loss, m.tokens_per_s_per_device);
+}
+
+Result<int> trainer_train(lua_State* L) {
+  constexpr std::string_view fn = "Trainer:train";
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, fn));
+  int64_t steps = t->config().steps - t->current_step();
+  bool quiet = false;
+  if (!lua_isnoneornil(L, 2)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+    static const std::vector<std::string> kAllowed = {"steps", "quiet"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kAllowed));
+    ENG_ASSIGN_OR_RETURN(std::optional<int64_t> s, field_int(L, 2, "steps", fn));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> q, field_bool(L, 2, "quiet", fn));
+    if (s) steps = *s;
+    quiet = q.value_or(false);
+  }
+  if (steps < 0) return eng::invalid_argument("{}: steps must be >= 0, got {}", fn, steps);
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  shell_clear_interrupt();
+  eng::StepMetrics last;
+  int64_t done = 0;
+  bool interrupted = false;
+  eng::Status s = t->train(steps, [&](const eng::StepMetrics& m) {
+    last = m;
+    ++done;
+    if (!quiet) {
+      if (tty) std::fputs(progress_bar(done, steps, m).c_str(), stdout);
+      else std::puts(eng::step_line(m).c_str());
+      std::fflush(stdout);
+    }
+    if (shell_interrupt_requested()) {
+      interrupted = true;
+      return false;
+    }
+    return true;
+  });
+  if (tty && !quiet && done > 0) std::puts("");
+  if (!s.ok()) return eng::Status(s.code(), fmt::format("{}: {}", fn, s.message()));
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, done);
+  lua_setfield(L, -2, "steps");
+  lua_pushboolean(L, interrupted);
+  lua_setfield(L, -2, "interrupted");
+  if (done > 0) {
+    push_metrics(L, last);
+    lua_setfield(L, -2, "last");
+  }
+  if (interrupted) shell_clear_interrupt();
+  return 1;
+}
+
+Result<int> trainer_program(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:program"));
+  lua_pushstring(L, t->program().to_text().c_str());
+  return 1;
+}
+
+Result<int> trainer_config(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:config"));
+  push_udata(L, t->raw_config());
+  return 1;
+}
+
+Result<int> trainer_param(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:param"));
+  ENG_ASSIGN_OR_RETURN(std::string name, arg_string(L, 2, "Trainer:param", "name"));
+  Result<std::vector<float>> host = t->fetch_argument(name);
+  if (!host.ok()) return eng::Status(host.status().code(), "Trainer:param: " + host.status().message());
+  lua_createtable(L, static_cast<int>(host->size()), 0);
+  for (size_t i = 0; i < host->size(); ++i) {
+    lua_pushnumber(L, (*host)[i]);
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  return 1;
+}
+
+Result<int> trainer_property(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer"));
+  std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+  if (key == "current_step") lua_pushinteger(L, t->current_step());
+  else if (key == "mesh") push_udata(L, t->mesh());
+  else if (key == "num_params") lua_pushinteger(L, t->config().model.num_params());
+  else lua_pushnil(L);
+  return 1;
+}
+
+// ---- Compiled -----------------------------------------------------------------------------
+
+Result<CompiledBox*> arg_compiled(lua_State* L, std::string_view fn) {
+  return arg_udata<CompiledBox>(L, 1, fn);
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.{}f} {}", b, u == 0 ? 0 : 2, units[u]);
+}
+
+Result<int> compiled_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:__tostring"));
+  const eng::MemoryAnalysis& m = c->exe->memory();
+  lua_pushstring(L, fmt::format("Compiled({}: {} instructions, {} devices, peak {} per device, {:.3g} GFLOP per device)",
+                                c->fn_name, c->exe->program().instrs().size(),
+                                c->exe->mesh().num_devices(),
+                                human_bytes(static_cast<double>(m.peak_bytes())),
+                                c->exe->cost().flops / 1e9)
+                        .c_str());
+  return 1;
+}
+
+Result<int> compiled_text(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:text"));
+  lua_pushstring(L, c->exe->program().to_text().c_str());
+  return 1;
+}
+
+Result<int> compiled_temps(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:temps"));
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "Compiled:temps", "n"));
+  const eng::Program& p = c->exe->program();
+  std::vector<eng::TempInfo> temps = c->exe->largest_temps(static_cast<int>(n.value_or(10)));
+  lua_createtable(L, static_cast<int>(temps.size()), 0);
+  for (size_t i = 0; i < temps.size(); ++i) {
+    const eng::TempInfo& t = temps[i];
+    const eng::ValueInfo& v = p.value(t.value);
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, v.type_string().c_str());
+    lua_setfield(L, -2, "type");
+    lua_pushinteger(L, t.bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_pushstring(L, v.producer >= 0 ? std::string(eng::op_name(p.instrs()[v.producer].kind)).c_str() : "argument");
+    lua_setfield(L, -2, "op");
+    lua_pushinteger(L, t.first_instr);
+    lua_setfield(L, -2, "first");
+    lua_pushinteger(L, t.last_instr);
+    lua_setfield(L, -2, "last");
+    lua_pushinteger(L, t.offset);
+    lua_setfield(L, -2, "offset");
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  return 1;
+}
+
+void push_memory(lua_State* L, const eng::MemoryAnalysis& m) {
+  lua_createtable(L, 0, 6);
+  auto put = [&](const char* k, int64_t v) {
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+  };
+  put("argument_bytes", m.argument_bytes);
+  put("output_bytes", m.output_bytes);
+  put("temp_bytes", m.temp_bytes);
+  put("alias_bytes", m.alias_bytes);
+  put("peak_bytes", m.peak_bytes());
+  lua_pushstring(L, m.to_string().c_str());
+  lua_setfield(L, -2, "summary");
+}
+
+void push_cost(lua_State* L, const eng::CostAnalysis& c) {
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, c.flops);
+  lua_setfield(L, -2, "flops");
+  lua_pushnumber(L, c.bytes_accessed);
+  lua_setfield(L, -2, "bytes_accessed");
+  lua_createtable(L, 0, static_cast<int>(c.collective_bytes.size()));
+  for (const auto& [axis, bytes] : c.collective_bytes) {
+    lua_pushnumber(L, bytes);
+    lua_setfield(L, -2, axis.c_str());
+  }
+  lua_setfield(L, -2, "collective_bytes");
+}
+
+Result<int> compiled_property(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled"));
+  std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+  if (key == "memory") push_memory(L, c->exe->memory());
+  else if (key == "cost") push_cost(L, c->exe->cost());
+  else if (key == "key") lua_pushstring(L, fmt::format("{:016x}", c->exe->program().fingerprint()).c_str());
+  else if (key == "name") lua_pushstring(L, c->fn_name.c_str());
+  else lua_pushnil(L);
+  return 1;
+}
+
+constexpr Function kTrainFunctions[] = {
+    {"config", lua_entry<config_new>,
+     "sl.config{model=\"llama-tiny\", steps=..., per_device_batch_size=..., ...} -> Config",
+     "A training configuration keyed by MaxText's names (see sl.config_keys()). Values resolve as\n"
+     "  in MaxText: base defaults, then the model preset, then these overrides. `model` is short\n"
+     "  for model_name; dataset=\"synthetic\" | \"text:PATH\" | \"tokens:PATH.npy\" sets dataset_type\n"
+     "  and dataset_path. Unknown keys are errors with a did-you-mean suggestion."},
+    {"config_keys", lua_entry<config_keys_doc>, "sl.config_keys() -> {key = doc}",
+     "Every configuration key with its meaning and default."},
+    {"trainer", lua_entry<trainer_new>,
+     "sl.trainer(config [, mesh] [, {shape_only=true, device_capacity_bytes=N}]) -> Trainer",
+     "Traces train_step (forward + backward + AdamW as one program) for the config on the mesh\n"
+     "  (default: one device) and initialises parameters, optimizer state and data. With\n"
+     "  shape_only=true it only traces and compiles (no arrays): memory analysis for meshes and\n"
+     "  models far larger than this machine."},
+};
+
+constexpr Method kConfigMethods[] = {
+    {"get", lua_entry<config_get>, "c:get(key) -> value", "The resolved value of a key."},
+    {"set", lua_entry<config_set>, "c:set(key, value) -> c", "Overrides a key (validated)."},
+    {"params", lua_entry<config_params>, "c:params() -> {key = value}",
+     "Every key with its resolved value (what the store's params table records)."},
+};
+
+constexpr Method kTrainerMethods[] = {
+    {"compile", lua_entry<trainer_compile>, "t:compile() -> Compiled",
+     "Compiles train_step ahead of time (cached: later steps reuse it)."},
+    {"step", lua_entry<trainer_step>, "t:step() -> StepHandle",
+     "Dispatches one training step on the next batch and returns at once (asynchronous, as in\n"
+     "  JAX); the handle's loss synchronises when read: h = t:step(); print(h.loss)."},
+    {"train", lua_entry<trainer_train>, "t:train{steps=N, quiet=false} -> {steps, last, interrupted}",
+     "Runs N steps (default: up to config steps); a progress bar on a terminal, MaxText step\n"
+     "  lines otherwise. Ctrl-C stops cleanly after the current step."},
+    {"program", lua_entry<trainer_program>, "t:program() -> string",
+     "The traced train_step as jaxpr-like text."},
+    {"config", lua_entry<trainer_config>, "t:config() -> Config", "The trainer's configuration."},
+    {"param", lua_entry<trainer_param>, "t:param(name) -> {number}",
+     "Host copy of a parameter or optimizer-state array by its path (e.g. \"params/decoder/decoder_norm/scale\")."},
+};
+constexpr const char* kTrainerProperties[] = {"current_step", "mesh", "num_params"};
+
+constexpr Method kHandleMethods[] = {
+    {"wait", lua_entry<handle_metrics>, "h:wait() -> {step, loss, ...}",
+     "Waits for the step and returns all its metrics."},
+    {"ready", lua_entry<handle_ready>, "h:ready() -> boolean", "Finished on the devices (never blocks)."},
+};
+constexpr const char* kHandleProperties[] = {"step", "loss", "total_weights", "grad_norm", "lr",
+                                             "step_time_s"};
+
+constexpr Method kCompiledMethods[] = {
+    {"text", lua_entry<compiled_text>, "c:text() -> string",
+     "The compiled (per-device) program as jaxpr-like text."},
+    {"temps", lua_entry<compiled_temps>, "c:temps([n]) -> {{type, bytes, op, first, last, offset}}",
+     "The n largest temporaries (default 10) with their producing op and live range."},
+};
+constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "name"};
+
+}  // namespace
+
+void open_lua_train(lua_State* L, int sl) {
+  define_type(L, {"Config", "A training configuration (MaxText key names).", lua_entry<config_tostring>,
+                  nullptr, udata_gc<eng::Config>, kConfigMethods});
+  define_type(L, {"Trainer",
+                  "A training run: config, mesh, the traced train_step, its arrays and data.\n"
+                  "  Fields: t.current_step (the next step to run), t.mesh, t.num_params.",
+                  lua_entry<trainer_tostring>, nullptr, udata_gc<TrainerBox>, kTrainerMethods,
+                  lua_entry<trainer_property>, kTrainerProperties});
+  define_type(L, {"StepHandle",
+                  "A dispatched training step. h.step is known at once; h.loss (and the other metric\n"
+                  "  fields) wait for the devices, like reading a JAX array.",
+                  lua_entry<handle_tostring>, nullptr, udata_gc<HandleBox>, kHandleMethods,
+                  lua_entry<handle_property>, kHandleProperties});
+  define_type(L, {"Compiled",
+                  "A compiled train_step. Fields: c.memory (argument/output/temp/alias/peak bytes per\n"
+                  "  device, and MaxText's summary line), c.cost (flops, bytes_accessed,\n"
+                  "  collective_bytes per mesh axis), c.key (program fingerprint), c.name.",
+                  lua_entry<compiled_tostring>, nullptr, udata_gc<CompiledBox>, kCompiledMethods,
+                  lua_entry<compiled_property>, kCompiledProperties});
+  add_functions(L, sl, "sl", kTrainFunctions);
+}
+
+}  // namespace shell
