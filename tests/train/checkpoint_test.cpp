@@ -192,18 +192,21 @@ TEST(CheckpointTest, LoadParametersPathRestoresParamsOnly) {
 TEST(CheckpointTest, RestoresOntoAnotherMesh) {
   TempDir dir("mesh");
   const std::string path = saved_checkpoint(dir);  // one device
-  Mesh two = Mesh::create({"data"}, {2}).value();
-  Config c = tiny_config(10);
-  ASSERT_TRUE(c.set("load_full_state_path", path).ok());
-  auto t = Trainer::create(c, two).value();
-  EXPECT_EQ(t->current_step(), 3);
   CheckpointFile f = read_checkpoint(path).value();
-  for (const char* name : {"params/decoder/layers_1/self_attention/query/kernel",
-                           "opt_state/nu/decoder/layers_1/mlp/wo/kernel"}) {
-    const CheckpointFile::Entry* e = f.find(name);
-    ASSERT_NE(e, nullptr) << name;
-    std::vector<float> got = t->fetch_argument(name).value();
-    EXPECT_EQ(std::memcmp(got.data(), f.bytes(*e), got.size() * 4), 0) << name;
+  for (const char* axis : {"data", "fsdp"}) {  // replicated, then sharded params and state
+    Mesh two = Mesh::create({axis}, {2}).value();
+    Config c = tiny_config(10);
+    ASSERT_TRUE(c.set("load_full_state_path", path).ok());
+    auto t = Trainer::create(c, two).value();
+    EXPECT_EQ(t->current_step(), 3);
+    for (const char* name : {"params/decoder/layers_1/self_attention/query/kernel",
+                             "opt_state/nu/decoder/layers_1/mlp/wo/kernel"}) {
+      const CheckpointFile::Entry* e = f.find(name);
+      ASSERT_NE(e, nullptr) << name;
+      std::vector<float> got = t->fetch_argument(name).value();
+      EXPECT_EQ(std::memcmp(got.data(), f.bytes(*e), got.size() * 4), 0) << axis << " " << name;
+    }
+    ASSERT_TRUE(t->step_and_wait().ok()) << axis;  // and it trains on from there
   }
 }
 
