@@ -173,14 +173,22 @@ Result<int> trainer_new(lua_State* L) {
     mesh = *m;
   }
   eng::TrainerOptions options;
+  bool record = true;  // record the run in the metrics store (--db)
   if (!lua_isnoneornil(L, 3)) {
     ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "options"));
-    static const std::vector<std::string> kAllowed = {"shape_only", "device_capacity_bytes"};
+    static const std::vector<std::string> kAllowed = {"shape_only", "device_capacity_bytes", "store"};
     ENG_RETURN_IF_ERROR(check_keys(L, 3, fn, kAllowed));
     ENG_ASSIGN_OR_RETURN(std::optional<bool> shape_only, field_bool(L, 3, "shape_only", fn));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> use_store, field_bool(L, 3, "store", fn));
+    record = use_store.value_or(true);
     ENG_ASSIGN_OR_RETURN(std::optional<int64_t> cap, field_int(L, 3, "device_capacity_bytes", fn));
     options.shape_only = shape_only.value_or(false);
     options.device_capacity_bytes = cap.value_or(0);
+  }
+  if (record) {
+    Result<eng::MetricsStore*> store = context(L).open_store();
+    if (!store.ok()) return eng::Status(store.status().code(), "sl.trainer: " + store.status().message());
+    options.store = *store;
   }
   Result<std::unique_ptr<eng::Trainer>> t = eng::Trainer::create(*cfg, mesh, options);
   if (!t.ok()) return eng::Status(t.status().code(), "sl.trainer: " + t.status().message());
@@ -498,11 +506,12 @@ constexpr Function kTrainFunctions[] = {
     {"config_keys", lua_entry<config_keys_doc>, "sl.config_keys() -> {key = doc}",
      "Every configuration key with its meaning and default."},
     {"trainer", lua_entry<trainer_new>,
-     "sl.trainer(config [, mesh] [, {shape_only=true, device_capacity_bytes=N}]) -> Trainer",
+     "sl.trainer(config [, mesh] [, {shape_only=true, device_capacity_bytes=N, store=false}]) -> Trainer",
      "Traces train_step (forward + backward + AdamW as one program) for the config on the mesh\n"
      "  (default: one device) and initialises parameters, optimizer state and data. With\n"
      "  shape_only=true it only traces and compiles (no arrays): memory analysis for meshes and\n"
-     "  models far larger than this machine."},
+     "  models far larger than this machine. The run is recorded in the metrics store (--db)\n"
+     "  unless store=false."},
 };
 
 constexpr Method kConfigMethods[] = {

@@ -1,0 +1,153 @@
+// bench/train_bench.cpp: training throughput of a preset (tokens/s, TFLOP/s per device, MFU
+// against the sgemm peak measured in the same process), as one JSON line plus a summary.
+//
+//   train_bench --model llama-tiny --steps 10 --warmup 3      (synthetic data, one device)
+//   train_bench --peak-only                                   (just the sgemm peak)
+//
+// Model FLOPs for MFU use shared/bench/torch_llama.py's formula, so the numbers compare with
+// the PyTorch reference like for like: flops/token = 6 * N_matmul + 12 * L * T * d_model
+// (N_matmul counts every projection and the logits matrix; full T x T attention). MaxText's
+// per-device TFLOPs (causal attention counted half) is reported too.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/base/clock.h"
+#include "engine/base/thread_pool.h"
+#include "engine/tensor/blas.h"
+#include "engine/tensor/kernels.h"
+#include "engine/train/trainer.h"
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median GFLOP/s of kern::matmul (our pool split over single-threaded OpenBLAS) at the
+// LM-step shapes of shared/bench/sgemm_bench.c; the peak is the best of those medians.
+double measure_sgemm_peak(bool verbose) {
+  struct S { int64_t M, N, K; bool ta, tb; const char* name; };
+  const S shapes[] = {
+      {4096, 2048, 512, false, false, "BT=4096 x 512 -> 2048 NN"},
+      {4096, 512, 2048, false, false, "BT=4096 x 2048 -> 512 NN"},
+      {4096, 8192, 512, false, false, "BT=4096 x 512 -> 8192 NN"},
+      {512, 2048, 4096, true, false, "dW 512x2048 over K=4096 TN"},
+  };
+  double best = 0;
+  for (const S& s : shapes) {
+    std::vector<float> A(s.M * s.K), B(s.K * s.N), C(s.M * s.N);
+    for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.f - 0.5f;
+    for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>((i * 40503u) % 1000) / 1000.f - 0.5f;
+    const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    std::vector<double> g;
+    for (int it = 0; it < 9; ++it) {
+      double t0 = eng::now_seconds();
+      eng::kern::matmul(s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), s.N);
+      double t = eng::now_seconds() - t0;
+      if (it >= 2) g.push_back(2.0 * s.M * s.N * s.K / t * 1e-9);
+    }
+    double med = median(g);
+    if (verbose) fmt::print("sgemm {:<28} median {:6.1f} GFLOP/s\n", s.name, med);
+    best = std::max(best, med);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "llama-tiny";
+  int steps = 10, warmup = 3;
+  bool peak_only = false;
+  double peak = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        fmt::print(stderr, "train_bench: {} needs a value\n", a);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") model = next();
+    else if (a == "--steps") steps = std::atoi(next());
+    else if (a == "--warmup") warmup = std::atoi(next());
+    else if (a == "--peak-only") peak_only = true;
+    else if (a == "--peak-gflops") peak = std::atof(next());
+    else {
+      fmt::print(stderr, "usage: train_bench [--model NAME] [--steps N] [--warmup N] [--peak-only] [--peak-gflops G]\n");
+      return 2;
+    }
+  }
+  const eng::BlasInfo& blas = eng::blas_info();
+  fmt::print("BLAS: {} ({}; {} BLAS thread, {}); pool threads: {}\n", blas.core, blas.config,
+             blas.num_threads, blas.env_note, eng::default_pool().num_threads());
+  if (peak <= 0) peak = measure_sgemm_peak(true);
+  fmt::print("sgemm peak (best median): {:.1f} GFLOP/s\n", peak);
+  if (peak_only) {
+    fmt::print("{{\"sgemm_peak_gflops\": {:.1f}}}\n", peak);
+    return 0;
+  }
+
+  eng::Config c;
+  eng::Status s = c.set("model_name", model);
+  if (s.ok()) s = c.set("steps", static_cast<int64_t>(steps + warmup));
+  if (s.ok()) s = c.set("learning_rate", 3e-4);
+  if (!s.ok()) {
+    fmt::print(stderr, "train_bench: {}\n", s.message());
+    return 1;
+  }
+  auto trainer = eng::Trainer::create(c, eng::Mesh());
+  if (!trainer.ok()) {
+    fmt::print(stderr, "train_bench: {}\n", trainer.status().message());
+    return 1;
+  }
+  auto& t = *trainer;
+  auto exe = t->compile();
+  if (!exe.ok()) {
+    fmt::print(stderr, "train_bench: {}\n", exe.status().message());
+    return 1;
+  }
+  const eng::ResolvedConfig& r = t->config();
+  const eng::ModelConfig& m = r.model;
+  const double T = static_cast<double>(r.max_target_length), d = static_cast<double>(m.emb_dim);
+  const double n_matmul = static_cast<double>(
+      m.vocab_size * m.emb_dim + m.num_decoder_layers * (4 * m.emb_dim * m.num_query_heads * m.head_dim +
+                                                         3 * m.emb_dim * m.mlp_dim));
+  const double flops_per_token = 6 * n_matmul + 12 * m.num_decoder_layers * T * d;
+  const double tokens = static_cast<double>(r.global_batch_size) * T;
+  std::vector<double> times;
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto sm = t->step_and_wait();
+    if (!sm.ok()) {
+      fmt::print(stderr, "train_bench: {}\n", sm.status().message());
+      return 1;
+    }
+    fmt::print("{} {}: loss {:.4f} {:.1f} ms {:.0f} tok/s\n", i < warmup ? "warmup" : "step", i,
+               sm->loss, sm->step_time_s * 1e3, tokens / sm->step_time_s);
+    if (i >= warmup) times.push_back(sm->step_time_s);
+  }
+  const double med = median(times);
+  const double tps = tokens / med;
+  const double gflops = flops_per_token * tps / 1e9;
+  const double maxtext_tflops_s = t->tflops().total / med;
+  fmt::print(
+      "RESULT model={} median_step_ms={:.1f} tokens_per_s={:.0f} model_GFLOPs={:.1f} mfu={:.1f}% "
+      "maxtext_TFLOP/s/device={:.3f} (min_ms={:.1f} max_ms={:.1f} n={})\n",
+      model, med * 1e3, tps, gflops, 100 * gflops / peak, maxtext_tflops_s,
+      *std::min_element(times.begin(), times.end()) * 1e3,
+      *std::max_element(times.begin(), times.end()) * 1e3, times.size());
+  fmt::print(
+      "{{\"model\": \"{}\", \"median_step_ms\": {:.2f}, \"tokens_per_s\": {:.1f}, \"model_gflops\": "
+      "{:.2f}, \"sgemm_peak_gflops\": {:.1f}, \"mfu\": {:.4f}, \"flops_per_token\": {:.0f}, "
+      "\"maxtext_tflops_per_s_per_device\": {:.4f}}}\n",
+      model, med * 1e3, tps, gflops, peak, gflops / peak, flops_per_token, maxtext_tflops_s);
+  return 0;
+}
