@@ -28,7 +28,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
-    generation_.fetch_add(1);
+    generation_.fetch_add(2);  // keeps the parity: workers see a change and stop
   }
   cv_.notify_all();
   for (auto& w : workers_) w.join();
@@ -37,11 +37,12 @@ ThreadPool::~ThreadPool() {
 bool ThreadPool::in_parallel_region() { return t_in_region; }
 
 void ThreadPool::drain() {
-  const auto& task = *task_;
+  const auto& task = *task_;  // bound, not read: only called for a claimed index
   for (;;) {
     int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= num_tasks_) break;
     task(i);
+    done_.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -65,8 +66,14 @@ void ThreadPool::worker_loop() {
     }
     seen = gen;
     if (stop_.load()) return;
-    drain();
-    acked_.fetch_add(1, std::memory_order_acq_rel);
+    if (gen & 1) continue;  // odd: the caller is setting up the next job
+    // Join the job only if it is still the one we saw: run() waits for active_ == 0 before
+    // it rewrites the job's fields, so a late worker never reads a half-written job.
+    // seq_cst on both sides (Dekker): either run() sees this worker active, or it sees the
+    // closed generation.
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    if (generation_.load(std::memory_order_seq_cst) == gen) drain();
+    active_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -77,22 +84,24 @@ void ThreadPool::run(int64_t num_tasks, FunctionRef<void(int64_t)> task) {
     return;
   }
   std::lock_guard<std::mutex> run_lock(run_mu_);
+  // Close (odd generation), let workers still inside the previous job leave, then publish.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  while (active_.load(std::memory_order_seq_cst) > 0) cpu_relax();
   task_ = &task;
   num_tasks_ = num_tasks;
   next_.store(0, std::memory_order_relaxed);
-  acked_.store(0, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_release);  // even: open
   }
   if (sleepers_.load() > 0) cv_.notify_all();
   t_in_region = true;
   drain();
   t_in_region = false;
-  // Every worker acks the job, so none can still read task_ once this returns.
-  const int workers = static_cast<int>(workers_.size());
-  while (acked_.load(std::memory_order_acquire) < workers) cpu_relax();
-  task_ = nullptr;
+  // Wait for the tasks workers claimed, not for workers that never joined (a descheduled
+  // worker on a busy machine must not stall every loop).
+  while (done_.load(std::memory_order_acquire) < num_tasks) cpu_relax();
 }
 
 ThreadPool& default_pool() {

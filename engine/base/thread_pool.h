@@ -43,14 +43,15 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::atomic<uint64_t> generation_{0};  // bumped per job; workers wait for a change
+  std::atomic<uint64_t> generation_{0};  // even: a job is open (or idle); odd: being set up
   std::atomic<bool> stop_{false};
   std::atomic<int> sleepers_{0};  // workers blocked on cv_ (to skip notify when all spin)
-  // The current job: valid from a generation_ bump until every worker has acked it.
+  // The current job: written only while generation_ is odd and no worker is active_.
   const FunctionRef<void(int64_t)>* task_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_{0};     // next task index to claim
-  std::atomic<int> acked_{0};        // workers done with the current job (all must ack)
+  std::atomic<int> active_{0};       // workers inside the current job
+  std::atomic<int64_t> done_{0};     // tasks of the current job completed
   std::mutex run_mu_;                // one job at a time
 };
 
