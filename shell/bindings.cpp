@@ -25,6 +25,7 @@ constexpr Module kModules[] = {
     {"store", open_lua_store},
     {"mesh", open_lua_mesh},
     {"train", open_lua_train},
+    {"plot", open_lua_plot},
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
+#include "shell/notebook.h"
 #include "shell/repl.h"
 
 namespace shell {
@@ -35,7 +36,7 @@ constexpr OptionHelp kOptions[] = {
     {"-E", "ignore environment variables (LUA_INIT, LUA_PATH, LUA_CPATH)"},
     {"-W", "turn warnings on"},
     {"--db PATH", "metrics store (default $SHARDLAB_DB or ./shardlab.db)"},
-    {"--notebook F", "run a notebook and write a report (not implemented yet)"},
+    {"--notebook F", "run notebook F (cells: -- %%) and write a report; see docs/notebook.md"},
     {"-h, --help", "show this help"},
     {"--", "stop handling options"},
     {"-", "stop handling options and execute stdin"},
@@ -59,6 +60,7 @@ struct Options {
   bool ignore_env = false;   // -E
   bool has_e = false;        // any -e
   bool help = false;         // -h / --help
+  bool notebook = false;     // --notebook: notebook mode parses the whole command line itself
   std::string db;            // --db
   int script = 0;            // argv index of the script ("-" = stdin), 0 if none
   int first_action = 1;      // argv index where -e/-l/-W scanning starts
@@ -88,7 +90,7 @@ Options parse(int argc, char** argv) {
     } else if (std::strncmp(a, "--db=", 5) == 0) {
       o.db = a + 5;
     } else if (std::strcmp(a, "--notebook") == 0 || std::strncmp(a, "--notebook=", 11) == 0) {
-      o.error = "--notebook is not implemented yet";
+      o.notebook = true;
       return o;
     } else if (std::strcmp(a, "-i") == 0) {
       o.interactive = o.version = true;
@@ -239,6 +241,7 @@ int pmain(lua_State* L) {
 
 int run_main(int argc, char** argv) {
   Options o = parse(argc, argv);
+  if (o.notebook) return run_notebook_cli(argc, argv);
   if (!o.error.empty()) {
     std::fprintf(stderr, "%s: %s\n", kProgname, o.error.c_str());
     print_usage(stderr);

@@ -16,6 +16,7 @@
 #include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/lua_binding.h"
+#include "shell/notebook.h"
 #include "shell/pretty.h"
 
 namespace shell {
@@ -187,6 +188,10 @@ class Repl {
     if (line[0] == '?') {
       remember(raw);
       return help(trim(line.substr(1)));
+    }
+    if (line[0] == '%') {  // IPython-style magics: %run FILE, %timeit expr (shell/notebook.h)
+      remember(raw);
+      return run_magic(L_, line);
     }
     if (line[0] == '=') line = trim(line.substr(1));  // `=expr`, a Lua 5.1 habit
     if (line.empty()) return;

@@ -36,7 +36,7 @@ check(rc == 0 and out:find("usage: shardlab [options] [script [args]]", 1, true)
 out, rc = run(shardlab("-v"))
 check(rc == 0 and out:find("^shardlab 0%.1 %(Lua 5%.4"), "-v prints the version", out)
 out, rc = run(shardlab("--notebook nb.lua -o r.md"))
-check(rc == 1 and out:find("--notebook is not implemented yet", 1, true), "--notebook rejected", out)
+check(rc == 1 and out:find("notebook: cannot open 'nb.lua'", 1, true), "--notebook with a missing file", out)
 
 -- -l mod and -l g=mod; require "shardlab" is sl.
 out = run(shardlab("-l g=string -e 'print(g.upper(\"ok\"))'"))

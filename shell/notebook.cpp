@@ -1,0 +1,510 @@
+// shell/notebook.cpp: runs notebook cells in one Lua state with fd-level output capture; the --notebook command and the REPL's %run.
+#include "shell/notebook.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "shell/bindings.h"
+#include "shell/context.h"
+#include "shell/interrupt.h"
+#include "shell/lua_binding.h"
+#include "shell/pretty.h"
+
+namespace shell {
+namespace {
+
+constexpr const char* kSinkKey = "shardlab.notebook.sink";  // registry: lightuserdata Capture*
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Redirects fds 1 and 2 into one temporary file while a cell runs, so Lua's print, io.write
+// and the engine's C/C++ writes (from any thread) all land in the cell, in order.
+class Capture {
+ public:
+  Capture() {
+    char path[] = "/tmp/shardlab-cell-XXXXXX";
+    fd_ = mkstemp(path);
+    if (fd_ >= 0) unlink(path);
+    std::fflush(stdout);
+    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);  // io.write and C++ printf keep their order with stderr
+  }
+  ~Capture() {
+    end();
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+
+  void begin() {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (ftruncate(fd_, 0) != 0) return;
+    lseek(fd_, 0, SEEK_SET);
+    read_ = 0;
+    saved_out_ = dup(STDOUT_FILENO);
+    saved_err_ = dup(STDERR_FILENO);
+    dup2(fd_, STDOUT_FILENO);
+    dup2(fd_, STDERR_FILENO);
+    active_ = true;
+  }
+  // Everything written since the last take().
+  std::string take() {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::string out;
+    char buf[65536];
+    for (;;) {
+      ssize_t n = pread(fd_, buf, sizeof buf, static_cast<off_t>(read_));
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+      read_ += static_cast<size_t>(n);
+    }
+    return out;
+  }
+  void end() {
+    if (!active_) return;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    dup2(saved_out_, STDOUT_FILENO);
+    dup2(saved_err_, STDERR_FILENO);
+    close(saved_out_);
+    close(saved_err_);
+    active_ = false;
+  }
+
+  // plot.show while a cell runs: the text so far, then the image.
+  std::vector<Output>* outputs = nullptr;
+
+ private:
+  int fd_ = -1;
+  int saved_out_ = -1, saved_err_ = -1;
+  size_t read_ = 0;
+  bool active_ = false;
+};
+
+void append_text(std::vector<Output>* outs, std::string text) {
+  if (text.empty()) return;
+  if (!outs->empty() && outs->back().kind == Output::kText) outs->back().data += text;
+  else outs->push_back({Output::kText, std::move(text)});
+}
+
+void set_global_raw(lua_State* L, const char* name, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  lua_pushstring(L, name);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+// Out[n] = value in the global table Out (created on first use), raw access only.
+void set_out(lua_State* L, int n, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  lua_pushstring(L, "Out");
+  if (lua_rawget(L, -2) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushstring(L, "Out");
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_pushvalue(L, idx);
+  lua_rawseti(L, -2, n);
+  lua_pop(L, 2);
+}
+
+// Rows (an array of flat tables, e.g. sl.sql's result) become a table in the report: columns
+// from rows.columns (sl.sql), else every row's string keys: non-numeric ones (labels) first,
+// then the numeric ones, each group sorted by name.
+bool table_value(lua_State* L, int idx, CellValue* v) {
+  idx = lua_absindex(L, idx);
+  if (lua_type(L, idx) != LUA_TTABLE || lua_rawlen(L, idx) == 0 || lua_rawlen(L, idx) > 500) return false;
+  std::vector<std::string> cols;
+  if (lua_getmetatable(L, idx)) {
+    lua_pushstring(L, "__index");
+    if (lua_rawget(L, -2) == LUA_TTABLE) {
+      lua_pushstring(L, "columns");
+      if (lua_rawget(L, -2) == LUA_TTABLE)
+        for (lua_Integer i = 1; lua_rawgeti(L, -1, i) == LUA_TSTRING; ++i, lua_pop(L, 1))
+          cols.emplace_back(lua_tostring(L, -1));
+      lua_pop(L, 2);  // the nil that ended the loop (or columns), then columns
+    }
+    lua_pop(L, 2);
+  }
+  const lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L, idx));
+  const bool given = !cols.empty();
+  std::set<std::string> numeric;  // columns holding a number in some row
+  for (lua_Integer i = 1; i <= n; ++i) {  // every row a table of scalars under string keys
+    if (lua_rawgeti(L, idx, i) != LUA_TTABLE || lua_rawlen(L, -1) != 0) return lua_pop(L, 1), false;
+    std::vector<std::string> keys;
+    lua_pushnil(L);
+    while (lua_next(L, -2) != 0) {
+      int t = lua_type(L, -1);
+      bool scalar = t == LUA_TNUMBER || t == LUA_TSTRING || t == LUA_TBOOLEAN;
+      if (lua_type(L, -2) != LUA_TSTRING || !scalar) return lua_pop(L, 3), false;
+      keys.emplace_back(lua_tostring(L, -2));
+      if (t == LUA_TNUMBER) numeric.insert(keys.back());
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    for (const std::string& k : keys)
+      if (!given && std::find(cols.begin(), cols.end(), k) == cols.end()) cols.push_back(k);
+  }
+  if (!given)  // labels (non-numeric columns) first, then numbers; each group sorted by name
+    std::sort(cols.begin(), cols.end(), [&](const std::string& a, const std::string& b) {
+      bool na = numeric.count(a) > 0, nb = numeric.count(b) > 0;
+      return na != nb ? nb : a < b;
+    });
+  if (cols.empty()) return false;
+  PrettyOptions plain;
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, idx, i);
+    std::vector<std::string> row;
+    for (const std::string& c : cols) {
+      lua_pushstring(L, c.c_str());
+      lua_rawget(L, -2);
+      row.push_back(lua_isnil(L, -1) ? "" : lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : pretty(L, -1, plain));
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    v->rows.push_back(std::move(row));
+  }
+  v->columns = std::move(cols);
+  return true;
+}
+
+// The results on the stack above `base` as the report's value.
+CellValue describe_results(lua_State* L, int base) {
+  CellValue v;
+  int n = lua_gettop(L) - base;
+  PrettyOptions plain;
+  for (int i = 1; i <= n; ++i) v.text += (i > 1 ? "\t" : "") + pretty(L, base + i, plain);
+  if (n == 1 && lua_type(L, base + 1) == LUA_TSTRING) {
+    size_t len = 0;
+    const char* s = lua_tolstring(L, base + 1, &len);
+    if (is_svg({s, len})) v.svg.assign(s, len);
+  }
+  if (n == 1 && v.svg.empty()) table_value(L, base + 1, &v);
+  return v;
+}
+
+std::string cell_label(const Cell& c) {
+  return c.injected ? "the injected-parameters cell" : fmt::format("the cell at line {}", c.first_line);
+}
+
+std::string base_name(const std::string& path) {
+  size_t s = path.find_last_of('/');
+  return s == std::string::npos ? path : path.substr(s + 1);
+}
+
+eng::Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return eng::invalid_argument("notebook: cannot open '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+eng::Status write_file(const std::string& path, const std::string& text) {
+  std::error_code ec;  // create the report's directory if needed (like `mkdir -p`)
+  if (std::filesystem::path parent = std::filesystem::path(path).parent_path(); !parent.empty())
+    std::filesystem::create_directories(parent, ec);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out || !(out << text) || !out.flush()) return eng::invalid_argument("notebook: cannot write '{}'", path);
+  return eng::Status();
+}
+
+// Runs the cells with capture; stops at the first error unless allowed. Returns true if no
+// disallowed error happened.
+bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& chunkname, bool allow_errors,
+               std::vector<CellRun>* runs, ReportInfo* info) {
+  Capture cap;
+  if (!cap.ok()) {
+    info->ok = false;
+    info->failed_at = "setup (cannot create a capture file in /tmp)";
+    return false;
+  }
+  lua_pushlightuserdata(L, &cap);
+  lua_setfield(L, LUA_REGISTRYINDEX, kSinkKey);
+  bool stopped = false;
+  int count = 0;
+  const int top = lua_gettop(L);
+  for (const Cell& cell : cells) {
+    CellRun r;
+    r.cell = &cell;
+    if (cell.kind != CellKind::kCode || cell.skip) {
+      runs->push_back(std::move(r));
+      continue;
+    }
+    if (stopped) {
+      r.not_run_after_error = true;
+      runs->push_back(std::move(r));
+      continue;
+    }
+    r.count = ++count;
+    r.ran = true;
+    cap.outputs = &r.outputs;
+    const double t0 = now_s();
+    cap.begin();
+    int status = load_cell(L, cell, chunkname);
+    if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
+    r.seconds = now_s() - t0;
+    if (status != LUA_OK) {
+      const char* msg = lua_tostring(L, -1);
+      r.error = msg ? msg : "(error object is not a string)";
+    } else if (lua_gettop(L) > top) {
+      r.has_value = true;
+      r.value = describe_results(L, top);
+      set_global_raw(L, "_", top + 1);
+      set_out(L, r.count, top + 1);
+    }
+    append_text(&r.outputs, cap.take());
+    cap.end();
+    cap.outputs = nullptr;
+    lua_settop(L, top);
+    if (!r.error.empty()) {
+      bool allowed = allow_errors || cell.allow_error;
+      std::fprintf(stderr, "shardlab: notebook: %s failed%s: %s\n", cell_label(cell).c_str(),
+                   allowed ? " (allowed)" : "", r.error.substr(0, r.error.find('\n')).c_str());
+      if (!allowed) {
+        stopped = true;
+        info->ok = false;
+        info->failed_at = fmt::format("In [{}] ({})", r.count, cell_label(cell));
+      }
+    }
+    runs->push_back(std::move(r));
+  }
+  lua_pushnil(L);
+  lua_setfield(L, LUA_REGISTRYINDEX, kSinkKey);
+  return !stopped;
+}
+
+struct NotebookArgs {
+  std::string file, out, db;
+  bool html = false, allow_errors = false;
+  std::vector<std::pair<std::string, std::string>> params;
+  std::string error;
+};
+
+NotebookArgs parse_args(int argc, char** argv) {
+  NotebookArgs a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&](const char* opt) -> std::string {
+      if (i + 1 >= argc) {
+        a.error = fmt::format("'{}' needs argument", opt);
+        return "";
+      }
+      return argv[++i];
+    };
+    if (s == "--notebook") a.file = value("--notebook");
+    else if (s.rfind("--notebook=", 0) == 0) a.file = s.substr(11);
+    else if (s == "-o") a.out = value("-o");
+    else if (s == "--db") a.db = value("--db");
+    else if (s.rfind("--db=", 0) == 0) a.db = s.substr(5);
+    else if (s == "--html") a.html = true;
+    else if (s == "--allow-errors") a.allow_errors = true;
+    else if (s == "-p") {
+      std::string p = value("-p");
+      size_t eq = p.find('=');
+      if (eq != std::string::npos) a.params.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+      else if (!p.empty()) a.params.emplace_back(p, value("-p"));  // papermill's `-p name value`
+    } else if (a.error.empty()) {
+      a.error = fmt::format("unrecognized notebook option '{}'", s);
+    }
+    if (!a.error.empty()) break;
+  }
+  if (a.error.empty() && a.file.empty()) a.error = "'--notebook' needs argument";
+  return a;
+}
+
+struct NotebookMain {
+  NotebookArgs* args;
+  ShellContext* ctx;
+  int exit_code = 1;
+};
+
+// Inside lua_pcall (open_shardlab uses raising API).
+int notebook_pmain(lua_State* L) {
+  auto* m = static_cast<NotebookMain*>(lua_touserdata(L, 1));
+  NotebookArgs& a = *m->args;
+  luaL_openlibs(L);
+  open_shardlab(L, m->ctx);
+  lua_createtable(L, 0, 1);  // arg[0] = the notebook, as for a script
+  lua_pushstring(L, a.file.c_str());
+  lua_rawseti(L, -2, 0);
+  lua_setglobal(L, "arg");
+
+  eng::Result<std::string> text = read_file(a.file);
+  eng::Result<std::vector<Cell>> cells = text.ok() ? parse_notebook(*text) : text.status();
+  eng::Status s = cells.ok() ? inject_parameters(&*cells, a.params) : cells.status();
+  if (!s.ok()) {
+    std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+    return 0;
+  }
+  ReportInfo info;
+  info.notebook = a.file;
+  for (const auto& [k, v] : a.params) info.params += fmt::format("{}{}={}", info.params.empty() ? "" : ", ", k, v);
+  std::vector<CellRun> runs;
+  const double t0 = now_s();
+  run_cells(L, *cells, "@" + base_name(a.file), a.allow_errors, &runs, &info);
+  info.seconds = now_s() - t0;
+
+  std::string stem = a.out;
+  bool html_only = stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".html") == 0;
+  if (html_only) stem.resize(stem.size() - 5);
+  else if (stem.size() > 3 && stem.compare(stem.size() - 3, 3, ".md") == 0) stem.resize(stem.size() - 3);
+  std::vector<std::string> written;
+  if (!html_only) {
+    std::vector<std::pair<std::string, std::string>> files;
+    std::string md = render_markdown(info, runs, base_name(stem) + "_files", &files);
+    s = write_file(a.out, md);
+    if (s.ok() && !files.empty()) {
+      std::string dir = stem + "_files";
+      for (const auto& [name, svg] : files)
+        if (s.ok()) s = write_file(dir + "/" + name, svg);
+    }
+    written.push_back(a.out);
+  }
+  if (s.ok() && (a.html || html_only)) {
+    written.push_back(stem + ".html");
+    s = write_file(written.back(), render_html(info, runs));
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+    return 0;
+  }
+  int n = 0;
+  for (const CellRun& r : runs) n += r.ran;
+  std::printf("shardlab: notebook %s: %d code cells %s in %.2fs; wrote %s\n", a.file.c_str(), n,
+              info.ok ? "ran" : ("ran, failed at " + info.failed_at).c_str(), info.seconds,
+              fmt::format("{}", fmt::join(written, ", ")).c_str());
+  std::fflush(stdout);
+  m->exit_code = info.ok ? 0 : 1;
+  return 0;
+}
+
+}  // namespace
+
+bool notebook_display(lua_State* L, const std::string& svg) {
+  lua_getfield(L, LUA_REGISTRYINDEX, kSinkKey);
+  auto* cap = static_cast<Capture*>(lua_touserdata(L, -1));
+  lua_pop(L, 1);
+  if (cap == nullptr || cap->outputs == nullptr) return false;
+  append_text(cap->outputs, cap->take());
+  cap->outputs->push_back({Output::kSvg, svg});
+  return true;
+}
+
+int run_notebook_cli(int argc, char** argv) {
+  NotebookArgs a = parse_args(argc, argv);
+  if (!a.error.empty()) {
+    std::fprintf(stderr,
+                 "shardlab: %s\nusage: shardlab --notebook FILE.lua [-o REPORT.md] [--html] [-p name=value ...] "
+                 "[--allow-errors] [--db PATH]\n",
+                 a.error.c_str());
+    return EXIT_FAILURE;
+  }
+  if (a.out.empty()) {  // beside the current directory: <stem>.report.md
+    std::string stem = base_name(a.file);
+    if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".lua") == 0) stem.resize(stem.size() - 4);
+    a.out = stem + ".report.md";
+  }
+  ShellContext ctx;
+  if (!a.db.empty()) ctx.db_path = a.db;
+  else if (const char* env = std::getenv("SHARDLAB_DB"); env && *env) ctx.db_path = env;
+  lua_State* L = luaL_newstate();
+  if (L == nullptr) return EXIT_FAILURE;
+  NotebookMain m{&a, &ctx};
+  lua_pushcfunction(L, notebook_pmain);
+  lua_pushlightuserdata(L, &m);
+  int status = lua_pcall(L, 1, 0, 0);
+  if (status != LUA_OK) report(L, status, "shardlab");
+  lua_close(L);
+  if (ctx.store) {
+    eng::Status s = ctx.store->flush();
+    if (!s.ok()) std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+  }
+  return status == LUA_OK ? m.exit_code : EXIT_FAILURE;
+}
+
+// ---- %run ---------------------------------------------------------------------------------------
+
+void magic_run(lua_State* L, const std::vector<std::string>& words) {
+  std::string file;
+  std::vector<std::pair<std::string, std::string>> params;
+  for (size_t i = 1; i < words.size(); ++i) {
+    if (words[i] == "-p" && i + 1 < words.size()) {
+      std::string p = words[++i];
+      size_t eq = p.find('=');
+      if (eq == std::string::npos) {
+        std::fprintf(stderr, "%%run: -p expects name=value, got '%s'\n", p.c_str());
+        return;
+      }
+      params.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+    } else if (file.empty()) {
+      file = words[i];
+    } else {
+      std::fprintf(stderr, "%%run: unexpected argument '%s'\n", words[i].c_str());
+      return;
+    }
+  }
+  if (file.empty()) {
+    std::fprintf(stderr, "usage: %%run FILE.lua [-p name=value ...]\n");
+    return;
+  }
+  eng::Result<std::string> text = read_file(file);
+  eng::Result<std::vector<Cell>> cells = text.ok() ? parse_notebook(*text) : text.status();
+  eng::Status s = cells.ok() ? inject_parameters(&*cells, params) : cells.status();
+  if (!s.ok()) {
+    std::fprintf(stderr, "%%run: %s\n", s.message().c_str());
+    return;
+  }
+  PrettyOptions o;
+  o.color = context(L).color;
+  const std::string chunk = "@" + base_name(file);
+  const int top = lua_gettop(L);
+  for (const Cell& cell : *cells) {
+    if (cell.kind != CellKind::kCode || cell.skip) continue;
+    int status = load_cell(L, cell, chunk);
+    if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
+    if (status != LUA_OK) {
+      report(L, status, nullptr);
+      if (!cell.allow_error) {
+        std::fprintf(stderr, "%%run: stopped at %s\n", cell_label(cell).c_str());
+        lua_settop(L, top);
+        return;
+      }
+    } else if (lua_gettop(L) > top) {
+      set_global_raw(L, "_", top + 1);
+      std::string out;
+      for (int i = top + 1; i <= lua_gettop(L); ++i) {
+        size_t len = 0;
+        const char* str = lua_type(L, i) == LUA_TSTRING ? lua_tolstring(L, i, &len) : nullptr;
+        out += (i > top + 1 ? "\t" : "") + (str && is_svg({str, len}) ? svg_summary({str, len}) : pretty(L, i, o));
+      }
+      std::printf("%s\n", out.c_str());
+    }
+    std::fflush(stdout);
+    lua_settop(L, top);
+  }
+}
+
+}  // namespace shell

@@ -1,0 +1,288 @@
+// shell/notebook_report.cpp: a notebook run as a Markdown report (plots beside it) or one self-contained HTML page.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "shell/notebook.h"
+
+namespace shell {
+namespace {
+
+// A code fence longer than any backtick run inside the text.
+std::string fence_for(std::string_view text) {
+  size_t longest = 0, run = 0;
+  for (char c : text) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return std::string(std::max<size_t>(3, longest + 1), '`');
+}
+
+std::string fenced(std::string_view lang, std::string text) {
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  std::string f = fence_for(text);
+  return fmt::format("{}{}\n{}{}\n\n", f, lang, text, f);
+}
+
+std::string md_cell_text(std::string s) {  // for table cells
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+std::string md_table(const CellValue& v) {
+  std::string out = "|";
+  for (const std::string& c : v.columns) out += " " + md_cell_text(c) + " |";
+  out += "\n|";
+  for (size_t i = 0; i < v.columns.size(); ++i) out += " --- |";
+  out += "\n";
+  for (const auto& row : v.rows) {
+    out += "|";
+    for (const std::string& c : row) out += " " + md_cell_text(c) + " |";
+    out += "\n";
+  }
+  return out + "\n";
+}
+
+std::string timing(double s) { return fmt::format("[{:.4f}s]", s); }
+
+std::string header_line(const ReportInfo& info) {
+  return fmt::format("Notebook `{}` run by shardlab{} in {:.2f}s: {}.", info.notebook,
+                     info.params.empty() ? "" : fmt::format(" with parameters `{}`", info.params), info.seconds,
+                     info.ok ? "all cells succeeded" : "stopped at " + info.failed_at);
+}
+
+std::string cell_heading(const CellRun& r) {
+  const Cell& c = *r.cell;
+  std::string title = c.title.empty() ? "" : " " + c.title;
+  if (c.skip) return fmt::format("In [ ]:{} (skipped: skip=true)", title);
+  if (r.not_run_after_error) return fmt::format("In [ ]:{} (not run: an earlier cell failed)", title);
+  return fmt::format("In [{}]:{}", r.count, title);
+}
+
+// ---- HTML ----------------------------------------------------------------------------------
+
+// Inline Markdown: `code`, **bold**, *italic*, [text](url); everything else HTML-escaped.
+std::string inline_md(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    auto span = [&](std::string_view open, std::string_view close, const char* tag, bool nested) {
+      if (s.compare(i, open.size(), open) != 0) return false;
+      size_t end = s.find(close, i + open.size());
+      if (end == std::string_view::npos || end == i + open.size()) return false;
+      std::string_view inner = s.substr(i + open.size(), end - i - open.size());
+      out += fmt::format("<{0}>{1}</{0}>", tag, nested ? inline_md(inner) : html_escape(inner));
+      i = end + close.size();
+      return true;
+    };
+    if (span("`", "`", "code", false) || span("**", "**", "strong", true) || span("*", "*", "em", true)) continue;
+    if (s[i] == '[') {
+      size_t close = s.find("](", i), end = close == std::string_view::npos ? close : s.find(')', close);
+      if (end != std::string_view::npos) {
+        out += fmt::format("<a href=\"{}\">{}</a>", html_escape(s.substr(close + 2, end - close - 2)),
+                           inline_md(s.substr(i + 1, close - i - 1)));
+        i = end + 1;
+        continue;
+      }
+    }
+    out += html_escape(s.substr(i++, 1));
+  }
+  return out;
+}
+
+bool is_table_row(const std::string& l) { return l.size() > 1 && l[0] == '|'; }
+
+std::vector<std::string> table_cells(std::string l) {
+  std::vector<std::string> cells;
+  if (!l.empty() && l.back() == '|') l.pop_back();
+  std::string cur;
+  for (size_t i = 1; i < l.size(); ++i) {
+    if (l[i] == '\\' && i + 1 < l.size() && l[i + 1] == '|') {
+      cur += '|';
+      ++i;
+    } else if (l[i] == '|') {
+      cells.push_back(cur);
+      cur.clear();
+    } else {
+      cur += l[i];
+    }
+  }
+  cells.push_back(cur);
+  for (std::string& c : cells) {
+    size_t b = c.find_first_not_of(' '), e = c.find_last_not_of(' ');
+    c = b == std::string::npos ? "" : c.substr(b, e - b + 1);
+  }
+  return cells;
+}
+
+std::string html_table(const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& rows) {
+  std::string out = "<table><thead><tr>";
+  for (const std::string& h : head) out += "<th>" + inline_md(h) + "</th>";
+  out += "</tr></thead><tbody>\n";
+  for (const auto& row : rows) {
+    out += "<tr>";
+    for (const std::string& c : row) out += "<td>" + inline_md(c) + "</td>";
+    out += "</tr>\n";
+  }
+  return out + "</tbody></table>\n";
+}
+
+std::string pre(std::string_view cls, std::string_view text) {
+  std::string t(text);
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  return fmt::format("<pre class=\"{}\">{}</pre>\n", cls, html_escape(t));
+}
+
+constexpr const char* kCss = R"(body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
+.meta{color:#666;font-size:.9em;border-bottom:1px solid #ddd;padding-bottom:.6em}
+.cell{margin:1.2em 0}.head{display:flex;justify-content:space-between;font-family:monospace;color:#30a;font-size:.85em}
+.head .t{color:#888}pre{background:#f6f8fa;border:1px solid #e1e4e8;border-radius:4px;padding:.6em .8em;overflow-x:auto;font-size:.85em;margin:.3em 0}
+pre.out{background:#fff}pre.err{background:#fff0f0;border-color:#e99;color:#900}.label{font-family:monospace;color:#a30;font-size:.85em}
+table{border-collapse:collapse;font-size:.85em;margin:.4em 0}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}th{background:#f0f0f0}
+.plot svg{max-width:100%;height:auto;border:1px solid #eee}.md code{background:#f0f0f0;padding:0 .2em}
+.skipped{color:#888;font-style:italic}
+)";
+
+}  // namespace
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+
+std::string markdown_to_html(std::string_view md) {
+  std::vector<std::string> lines;
+  for (size_t start = 0; start <= md.size();) {
+    size_t nl = md.find('\n', start);
+    if (nl == std::string_view::npos) nl = md.size();
+    lines.emplace_back(md.substr(start, nl - start));
+    start = nl + 1;
+  }
+  std::string out, para;
+  auto flush_para = [&]() {
+    if (!para.empty()) out += "<p>" + inline_md(para) + "</p>\n";
+    para.clear();
+  };
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    if (l.rfind("```", 0) == 0) {  // fenced code
+      flush_para();
+      std::string code;
+      for (++i; i < lines.size() && lines[i].rfind("```", 0) != 0; ++i) code += lines[i] + "\n";
+      out += pre("code", code);
+    } else if (l.rfind("#", 0) == 0) {
+      flush_para();
+      size_t level = l.find_first_not_of('#');
+      if (level == std::string::npos) level = l.size();
+      level = std::min<size_t>(level, 6);
+      out += fmt::format("<h{0}>{1}</h{0}>\n", level, inline_md(l.substr(std::min(l.size(), level + 1))));
+    } else if (l.rfind("- ", 0) == 0 || l.rfind("* ", 0) == 0) {
+      flush_para();
+      out += "<ul>\n";
+      for (; i < lines.size() && (lines[i].rfind("- ", 0) == 0 || lines[i].rfind("* ", 0) == 0); ++i) {
+        std::string item = lines[i].substr(2);
+        while (i + 1 < lines.size() && lines[i + 1].rfind("  ", 0) == 0) item += " " + lines[++i].substr(2);
+        out += "<li>" + inline_md(item) + "</li>\n";
+      }
+      --i;
+      out += "</ul>\n";
+    } else if (is_table_row(l) && i + 1 < lines.size() && lines[i + 1].find("---") != std::string::npos &&
+               is_table_row(lines[i + 1])) {
+      flush_para();
+      std::vector<std::string> head = table_cells(l);
+      std::vector<std::vector<std::string>> rows;
+      for (i += 2; i < lines.size() && is_table_row(lines[i]); ++i) rows.push_back(table_cells(lines[i]));
+      --i;
+      out += html_table(head, rows);
+    } else if (l.find_first_not_of(" \t") == std::string::npos) {
+      flush_para();
+    } else {
+      para += (para.empty() ? "" : " ") + l;
+    }
+  }
+  flush_para();
+  return out;
+}
+
+std::string render_markdown(const ReportInfo& info, const std::vector<CellRun>& cells,
+                            const std::string& files_dir_ref,
+                            std::vector<std::pair<std::string, std::string>>* files) {
+  std::string md = "*" + header_line(info) + "*\n\n";
+  auto image = [&](const std::string& svg) {
+    std::string name = fmt::format("plot-{}.svg", files->size() + 1);
+    files->emplace_back(name, svg);
+    return fmt::format("![{}]({}/{})\n\n", name, files_dir_ref, name);
+  };
+  for (const CellRun& r : cells) {
+    const Cell& c = *r.cell;
+    if (c.kind == CellKind::kMarkdown) {
+      md += c.source + "\n";
+      continue;
+    }
+    if (c.kind == CellKind::kRaw) {
+      md += fenced("", c.source);
+      continue;
+    }
+    md += fmt::format("**{}**{}\n\n", cell_heading(r), r.ran ? " `" + timing(r.seconds) + "`" : "");
+    md += fenced("lua", c.source);
+    for (const Output& o : r.outputs) md += o.kind == Output::kSvg ? image(o.data) : fenced("text", o.data);
+    if (!r.error.empty()) md += fmt::format("**Error{}:**\n\n", c.allow_error ? " (allowed)" : "") + fenced("text", r.error);
+    if (r.has_value) {
+      md += fmt::format("**Out[{}]:**\n\n", r.count);
+      if (!r.value.svg.empty()) md += image(r.value.svg);
+      else if (!r.value.columns.empty()) md += md_table(r.value);
+      else md += fenced("text", r.value.text);
+    }
+  }
+  return md;
+}
+
+std::string render_html(const ReportInfo& info, const std::vector<CellRun>& cells) {
+  std::string h = fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>\n{}</style>\n"
+      "</head>\n<body>\n<p class=\"meta\">{}</p>\n",
+      html_escape(info.notebook), kCss, inline_md(header_line(info)));
+  for (const CellRun& r : cells) {
+    const Cell& c = *r.cell;
+    if (c.kind == CellKind::kMarkdown) {
+      h += "<div class=\"cell md\">\n" + markdown_to_html(c.source) + "</div>\n";
+      continue;
+    }
+    if (c.kind == CellKind::kRaw) {
+      h += "<div class=\"cell raw\">" + pre("raw", c.source) + "</div>\n";
+      continue;
+    }
+    h += fmt::format("<div class=\"cell code{}\">\n<div class=\"head\"><span>{}</span><span class=\"t\">{}</span></div>\n",
+                     r.ran ? "" : " skipped", html_escape(cell_heading(r)), r.ran ? timing(r.seconds) : "");
+    h += pre("src", c.source);
+    for (const Output& o : r.outputs)
+      h += o.kind == Output::kSvg ? "<div class=\"plot\">\n" + o.data + "</div>\n" : pre("out", o.data);
+    if (!r.error.empty()) h += "<div class=\"label\">Error:</div>\n" + pre("err", r.error);
+    if (r.has_value) {
+      h += fmt::format("<div class=\"label\">Out[{}]:</div>\n", r.count);
+      if (!r.value.svg.empty()) h += "<div class=\"plot\">\n" + r.value.svg + "</div>\n";
+      else if (!r.value.columns.empty()) h += html_table(r.value.columns, r.value.rows);
+      else h += pre("out", r.value.text);
+    }
+    h += "</div>\n";
+  }
+  return h + "</body>\n</html>\n";
+}
+
+}  // namespace shell
