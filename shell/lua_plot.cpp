@@ -214,16 +214,15 @@ std::vector<double> linear_ticks(double lo, double hi, int target) {
   return ticks;
 }
 
-// Log-axis ticks in log10 units: decades, plus 2 and 5 when the range is under two decades.
+// Log-axis ticks in log10 units: decades; within two decades also 2 and 5, within one all of 1..9.
 std::vector<double> log_ticks(double lo, double hi) {
   std::vector<double> ticks;
   for (double d = std::floor(lo); d <= std::ceil(hi); ++d)
-    for (double m : {1.0, 2.0, 5.0}) {
-      if (m != 1.0 && hi - lo > 2) continue;
-      double t = d + std::log10(m);
-      if (t >= lo - 1e-9 && t <= hi + 1e-9) ticks.push_back(t);
+    for (int m = 1; m <= 9; ++m) {
+      bool wanted = m == 1 || (hi - lo <= 2 && (m == 2 || m == 5)) || hi - lo <= 1;
+      double t = d + std::log10(static_cast<double>(m));
+      if (wanted && t >= lo - 1e-9 && t <= hi + 1e-9) ticks.push_back(t);
     }
-  if (ticks.size() < 2) ticks = linear_ticks(lo, hi, 4);  // within one decade: plain log10 values
   return ticks;
 }
 
@@ -299,9 +298,10 @@ std::string render_svg(const std::vector<Series>& series, const LineOptions& o) 
     return fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\"{} points=\"{}\"/>\n", color,
                        extra, p);
   };
-  for (size_t i = 0; i < series.size(); ++i) {
+  for (size_t i = 0; i < series.size(); ++i) {  // every other series dashed: equal curves stay visible
     const char* color = kColors[i % std::size(kColors)];
-    svg += fmt::format("<g class=\"series\" data-name=\"{}\">\n", xml_escape(series[i].name));
+    svg += fmt::format("<g class=\"series\" data-name=\"{}\"{}>\n", xml_escape(series[i].name),
+                       i % 2 ? " stroke-dasharray=\"7 4\"" : "");
     if (o.ema) {
       std::vector<Point> smooth = series[i].points;
       for (size_t k = 1; k < smooth.size(); ++k)
@@ -323,8 +323,9 @@ std::string render_svg(const std::vector<Series>& series, const LineOptions& o) 
     for (size_t i = 0; i < series.size(); ++i) {
       double y = ly + 15 + 18.0 * static_cast<double>(i);
       svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
-                         "stroke-width=\"2.5\"/><text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
-                         lx + 6, y - 4, lx + 24, y - 4, kColors[i % std::size(kColors)], lx + 28, y,
+                         "stroke-width=\"2.5\"{}/><text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
+                         lx + 6, y - 4, lx + 24, y - 4, kColors[i % std::size(kColors)],
+                         i % 2 ? " stroke-dasharray=\"7 4\"" : "", lx + 28, y,
                          xml_escape(series[i].name));
     }
     svg += "</g>\n";
@@ -345,6 +346,7 @@ Result<int> plot_line(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(o.ema, field_number(L, 1, "ema", fn));
   o.title = title.value_or("");
   o.xlabel = xlabel.value_or("step");
+  o.ylabel = ylabel.value_or("");
   o.logy = logy.value_or(false);
   o.width = static_cast<int>(std::clamp<int64_t>(width.value_or(640), 200, 4000));
   o.height = static_cast<int>(std::clamp<int64_t>(height.value_or(360), 150, 3000));

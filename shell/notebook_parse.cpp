@@ -250,7 +250,8 @@ int load_cell(lua_State* L, const Cell& cell, const std::string& chunkname) {
     std::string expr, body;
     for (size_t i = n - k; i < n; ++i) expr += (i > n - k ? "\n" : "") + lines[i];
     std::string t = trim(expr);
-    if (t.empty() || t.back() == ';') break;  // `;` suppresses the value, as in the REPL
+    const bool quiet = !t.empty() && t.back() == ';';  // `;` hides the value, as in the REPL
+    if (quiet) expr = t.substr(0, t.size() - 1);
     std::string ret = "return " + expr + "\n;";
     if (luaL_loadbuffer(L, ret.data(), ret.size(), "=expr") != LUA_OK) {
       lua_pop(L, 1);
@@ -258,7 +259,7 @@ int load_cell(lua_State* L, const Cell& cell, const std::string& chunkname) {
     }
     lua_pop(L, 1);
     for (size_t i = 0; i < n - k; ++i) body += lines[i] + "\n";
-    std::string code = pad + body + ret;
+    std::string code = pad + body + (quiet ? "do local _ = " + expr + "\nend" : ret);
     if (luaL_loadbuffer(L, code.data(), code.size(), chunkname.c_str()) == LUA_OK) return LUA_OK;
     lua_pop(L, 1);
   }

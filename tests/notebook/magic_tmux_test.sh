@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# tests/notebook/magic_tmux_test.sh: %run and %timeit in the real REPL (tmux send-keys / capture-pane).
+# Usage: magic_tmux_test.sh path/to/shardlab
+set -euo pipefail
+bin=$(realpath "$1")
+tmp=$(mktemp -d)
+sock="shardlab-magic-test-$$"
+T() { tmux -L "$sock" "$@"; }
+cleanup() { T kill-server 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+screen() { T capture-pane -p -J -S -500 -t repl; }
+fail() { echo "FAIL: $*"; echo "--- screen:"; screen; exit 1; }
+# wait_for REGEX [SECONDS]: poll the screen until a line matches.
+wait_for() {
+  local tries=$(( ${2:-5} * 20 ))
+  for _ in $(seq 1 $tries); do
+    if screen | grep -qE -- "$1"; then return 0; fi
+    sleep 0.05
+  done
+  fail "timed out waiting for /$1/"
+}
+type_line() { T send-keys -t repl -l -- "$1"; T send-keys -t repl Enter; }
+
+cat > "$tmp/nb.lua" <<'LUA'
+-- %% [markdown]
+-- # prose is skipped by %run
+-- %% tags=["parameters"]
+n = 2
+-- %%
+local hidden = 5
+total = n * 21
+print("cell two prints")
+-- %%
+total + 0.5
+-- %%
+plot.line{a = {1, 2}, b = {2, 1}}
+-- %% allow_error=true
+error("allowed in run")
+-- %%
+after = "reached"
+-- %%
+error("stops here")
+-- %%
+never = true
+LUA
+
+T new-session -d -s repl -x 200 -y 60 \
+  "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm NO_COLOR=1 '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; sleep 60"
+wait_for '^sl>'
+
+# %run: cells in this session, values auto-printed, errors reported, globals kept.
+type_line '%run nb.lua -p n=3'
+wait_for '^cell two prints$'
+wait_for '^63\.5$'
+wait_for '^<svg plot, [0-9]+ bytes, 2 polylines'
+wait_for 'nb\.lua:14: allowed in run'
+wait_for 'nb\.lua:18: stops here'
+wait_for '^%run: stopped at the cell at line 18$'
+type_line 'total, after, never, hidden'
+wait_for '^63[[:space:]]+reached[[:space:]]+nil[[:space:]]+nil$'
+type_line '%run missing.lua'
+wait_for "^%run: notebook: cannot open 'missing.lua'$"
+
+# %timeit: IPython's line, the first call apart; synced on StepHandles.
+type_line '%timeit -n 3 -r 2 string.rep("x", 100)'
+wait_for '^[0-9.]+ (ns|µs|ms|s) ± [0-9.]+ (ns|µs|ms|s) per loop \(mean ± std\. dev\. of 2 runs, 3 loops each\)$'
+wait_for '^first call: [0-9.]+ (ns|µs|ms|s) \(includes compilation; not in the mean\)$'
+type_line '_.runs * 10 + _.loops'
+wait_for '^23$'
+type_line 't = sl.trainer(sl.config{model="llama-tiny", base_num_decoder_layers=1, max_target_length=16, per_device_batch_size=1, steps=100}, nil, {store=false})'
+type_line '%timeit -n 2 -r 3 t:step()'
+wait_for 'of 3 runs, 2 loops each\)$' 60
+type_line 't.current_step'
+wait_for '^7$'                               # the first call + 3 runs x 2 loops, each synced
+type_line '%timeit -r 1 -n 1 1 + 1'
+wait_for 'of 1 run, 1 loop each\)$'
+type_line '%timeit error("in timeit")'
+wait_for 'timeit:1: in timeit'
+type_line '%nope'
+wait_for "^unknown magic '%nope'"
+type_line '2 + 40'
+wait_for '^42$'
+T send-keys -t repl C-d
+wait_for '^SESSION-ENDED'
+grep -qx '%run nb.lua -p n=3' "$tmp/history" || fail "magics go to the history"
+echo "magic_tmux_test: ok"
