@@ -92,6 +92,9 @@ class Executable {
  private:
   friend Result<std::shared_ptr<const Executable>> compile(const Program&, const Mesh&,
                                                            const CompileOptions&);
+  // serialize.cpp: the persistent compilation cache writes and reads every field below. A
+  // new field must be added there too (tests/compile/cache_test.cpp guards the sizes).
+  friend struct ExecutableCodec;
   uint64_t id_ = 0;
   Program program_;
   Program global_;

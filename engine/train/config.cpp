@@ -78,6 +78,13 @@ const std::vector<ConfigKey> kKeys = {
     {"debug_checkpoint_delay_seconds", V{0.0}, "debug: sleep this long halfway through writing a checkpoint file"},
     {"debug_checkpoint_delay_steps", V{std::string()}, "debug: comma-separated checkpoint steps to delay (empty: all)"},
     {"debug_compile_delay_seconds", V{0.0}, "debug: add this long to the train_step compile"},
+    // Compile cache (docs/compile-cache.md): JAX's and MaxText's names.
+    {"compilation_cache_dir", V{std::string()}, "persistent compilation cache directory (MaxText jax_cache_dir; \"\": off)"},
+    {"persistent_cache_min_compile_time_secs", V{1.0}, "only compiles at least this long are written to the persistent cache (JAX default 1.0)"},
+    {"persistent_cache_min_entry_size_bytes", V{int64_t{0}}, "only entries at least this big are written (0 or -1: no limit)"},
+    {"log_compiles", V{false}, "log every train_step compile, persistent-cache hit and the memory analysis (jax_log_compiles)"},
+    {"explain_cache_misses", V{false}, "explain every compile-cache miss: which argument, old and new type (jax_explain_cache_misses)"},
+    {"aot_shaped_batch_sharding", V{true}, "debug/compat: false reproduces MaxText's pre-PR-4174 AOT compile from an unsharded shaped batch (a second compile at step 0)"},
 };
 
 // Preset values applied between the base defaults and the user's overrides, like MaxText's

@@ -28,16 +28,24 @@
 // holds the state after step N; a resumed trainer continues at step N + 1 with the data
 // position restored.
 //
+// Compile cache (engine/compile/cache.h, docs/compile-cache.md): compile() compiles from
+// MaxText's shaped batch carrying the input data sharding (aot_shaped_batch_sharding), and
+// every step looks the signature of the arrays AS PLACED up in this train_step's tracing
+// cache, then the process-wide executable cache, then compilation_cache_dir. Every lookup is
+// a `compilations` row; log_compiles / explain_cache_misses print JAX's messages.
+//
 // With TrainerOptions::shape_only the trainer traces and compiles but allocates nothing:
 // that is how llama2-7b's memory analysis is answered on a laptop.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/base/function_ref.h"
+#include "engine/compile/cache.h"
 #include "engine/compile/executable.h"
 #include "engine/mesh/mesh.h"
 #include "engine/runtime/runtime.h"
@@ -50,6 +58,17 @@ namespace eng {
 
 class Dispatcher;
 class Trainer;
+
+// The outcome of the last train_step cache lookup (Compiled.key / Compiled.cache in the shell).
+struct CompileInfo {
+  std::string key;          // CacheKey::hex(): 32 hex digits
+  std::string key_name;     // "jit_train_step-<hex>"
+  std::string outcome;      // hit (tracing, executable or persistent) | miss (compiled)
+  std::string level;        // the level that answered: tracing | executable | persistent
+  std::string reason_kind;  // of the tracing miss ("" on a tracing hit)
+  std::string reason_text;
+  double compile_s = 0;     // compile time (0 unless compiled)
+};
 
 struct TrainerOptions {
   bool shape_only = false;             // compile and analyse; allocate no arrays
@@ -125,8 +144,15 @@ class Trainer {
   const std::string& restored_from() const { return restored_from_; }  // "" = fresh init
   std::string checkpoint_dir() const;  // <base_output_directory>/<run_name>/checkpoints
 
-  // Compiles train_step ahead of time (cached: a second call returns the same Executable).
+  // Compiles train_step ahead of time for the state as placed and MaxText's shaped batch
+  // (get_shaped_batch with get_input_data_sharding; without the sharding when
+  // aot_shaped_batch_sharding is false), through the cache: a second call is a tracing hit.
   Result<std::shared_ptr<const Executable>> compile();
+  // The AOT signature compile() uses, and the signature of the arrays as placed now.
+  Result<Signature> aot_signature();
+  Signature placed_signature() const;  // REQUIRES: !shape_only()
+  const CompileInfo& last_compile() const { return last_compile_; }
+  int64_t num_compiles() const { return num_compiles_; }  // real compiles by this trainer
   // Loads the next batch on the host and dispatches one step; returns before the devices
   // finish (max_inflight_steps > 0). Errors of earlier async steps surface here or on wait.
   Result<StepHandle> step();
@@ -155,6 +181,7 @@ class Trainer {
   struct StepSlot {
     int64_t ticket = -1, step = -1;
     bool compiled = false;
+    const Executable* exe = nullptr;  // what this step runs (kept alive by jitted_)
     double compile_s = 0, data_s = 0;
     float metrics[8] = {};
     double device_start = 0, device_end = 0;
@@ -167,7 +194,17 @@ class Trainer {
   Status setup_dispatch();
   // The one place that decides where state argument i lives (SPMD: the Executable's argument
   // shardings). init_state places with it; restore writes into arrays placed by it.
-  NamedSharding state_sharding(int arg) const;
+  NamedSharding state_sharding(int arg);
+  // The compile cache (trainer.cpp): the tracing-level lookup, then executable/persistent;
+  // returns the index into jitted_ and whether this was a tracing miss.
+  Result<int> lookup(Signature sig, const std::string& site, std::optional<int64_t> step,
+                     bool* missed);
+  Result<std::shared_ptr<const Executable>> compile_for(const Signature& sig,
+                                                        const CompileOptions& opts);
+  bool placed_matches(const Signature& sig) const;  // allocation-free: the steady-state check
+  void record_hit(int jitted, int64_t step);
+  void record_compilation_rows(std::vector<CompilationRow>& rows, int analysis_row,
+                               const Executable& exe);
   Status device_step(int64_t ticket);          // runs on the dispatcher thread
   Result<StepMetrics> metrics_of(int64_t ticket, int64_t step);  // REQUIRES: ticket finished
   Status wait_ticket(int64_t ticket) const;
@@ -190,7 +227,22 @@ class Trainer {
   Program program_;
   TrainStepLayout layout_;
   TrainingTflops tflops_;
-  std::shared_ptr<const Executable> executable_;
+  std::shared_ptr<const Executable> executable_;  // the one the last lookup chose
+  // This train_step's tracing cache: every signature it was compiled (or loaded) for.
+  struct Jitted {
+    CacheKey key;
+    std::shared_ptr<const Executable> exe;
+    std::string key_hex;
+  };
+  std::vector<Jitted> jitted_;
+  int current_ = -1;                        // index into jitted_ of executable_
+  std::vector<NamedSharding> placement_;    // where state lives (argument_shardings)
+  std::string program_digest_;              // of program_, computed on the first lookup
+  std::optional<CompileOptions> compile_options_;
+  PersistentCacheOptions persistent_;
+  bool log_compiles_ = false, explain_misses_ = false, aot_batch_sharding_ = true;
+  CompileInfo last_compile_;
+  int64_t num_compiles_ = 0;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<DataSource> data_;
   std::vector<Array> state_;    // one per program argument (params, mu, nu, step, batch)
