@@ -25,6 +25,7 @@ constexpr Module kModules[] = {
     {"store", open_lua_store},
     {"mesh", open_lua_mesh},
     {"train", open_lua_train},
+    {"sharding", open_lua_sharding},
     {"plot", open_lua_plot},
 };
 

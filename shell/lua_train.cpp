@@ -17,6 +17,7 @@
 #include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/lua_binding.h"
+#include "shell/lua_sharding.h"
 #include "shell/lua_types.h"
 
 namespace shell {
@@ -62,6 +63,12 @@ Result<eng::ConfigValue> to_config_value(lua_State* L, int idx, const std::strin
       if (lua_isinteger(L, idx)) return eng::ConfigValue{static_cast<int64_t>(lua_tointeger(L, idx))};
       return eng::ConfigValue{lua_tonumber(L, idx)};
     case LUA_TSTRING: return eng::ConfigValue{std::string(lua_tostring(L, idx))};
+    case LUA_TTABLE:
+      if (key == "logical_axis_rules") {  // {{"embed", {"fsdp"}}, ...} -> base.yml's form
+        ENG_ASSIGN_OR_RETURN(std::string rules, rules_table_to_config_string(L, idx, "sl.config"));
+        return eng::ConfigValue{std::move(rules)};
+      }
+      [[fallthrough]];
     default:
       return eng::invalid_argument("sl.config: key '{}' expected a number, boolean or string, got {}",
                                    key, luaL_typename(L, idx));
@@ -388,6 +395,20 @@ Result<int> trainer_param(lua_State* L) {
   return 1;
 }
 
+// Sharding inspection (bodies in lua_sharding.cpp).
+Result<int> trainer_shardings(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:shardings"));
+  return push_trainer_shardings(L, *t);
+}
+Result<int> trainer_audit(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:audit"));
+  return push_trainer_audit(L, *t);
+}
+Result<int> trainer_visualize(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:visualize"));
+  return push_trainer_visualize(L, *t);
+}
+
 Result<int> trainer_property(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer"));
   std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
@@ -535,6 +556,20 @@ constexpr Method kTrainerMethods[] = {
     {"config", lua_entry<trainer_config>, "t:config() -> Config", "The trainer's configuration."},
     {"param", lua_entry<trainer_param>, "t:param(name) -> {number}",
      "Host copy of a parameter or optimizer-state array by its path (e.g. \"params/decoder/decoder_norm/scale\")."},
+    {"shardings", lua_entry<trainer_shardings>, "t:shardings([pattern]) -> ShardingTable",
+     "How every array of the state is split (params, optimizer state, step, batch), as compile()\n"
+     "  places it: rows of path, type (jax.typeof form \"f32[256@fsdp,704@tensor]\"), logical,\n"
+     "  spec, local_shape, bytes per device. Prints aligned; tab:dump() gives MaxText's\n"
+     "  debug_sharding form. `pattern` keeps paths containing it. Works on shape_only trainers.\n"
+     "  Recorded in the store's tensor_shardings table (once per step) when the run is recorded."},
+    {"audit", lua_entry<trainer_audit>, "t:audit([tolerance]) -> AuditReport",
+     "MaxText's assert_params_sufficiently_sharded as a report: parameters not sharded on every\n"
+     "  non-trivial axis (fsdp, tensor, context, stage, expert, ...), largest first, with the axes\n"
+     "  each misses; exceeds = their share of elements > tolerance (default: the config's\n"
+     "  sharding_tolerance, 0.02)."},
+    {"visualize", lua_entry<trainer_visualize>, "t:visualize(path [, {dims={i, j}, color=bool}]) -> string",
+     "The device grid of one array of the state (see sl.visualize), e.g.\n"
+     "  t:visualize(\"params/decoder/layers_0/mlp/wi_0/kernel\")."},
 };
 constexpr const char* kTrainerProperties[] = {"current_step", "mesh", "num_params"};
 

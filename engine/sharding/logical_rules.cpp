@@ -164,6 +164,92 @@ std::string LogicalAxisRules::to_string() const {
   return fmt::format("{}", fmt::join(lines, "\n"));
 }
 
+std::string LogicalAxisRules::to_list_string() const {
+  std::vector<std::string> parts;
+  for (const auto& r : rules_) parts.push_back(r.to_string());
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+namespace {
+
+// A tiny reader for base.yml's nested list of quoted strings.
+class RulesReader {
+ public:
+  explicit RulesReader(std::string_view text) : s_(text) {}
+
+  Result<LogicalAxisRules> read() {
+    skip();
+    if (pos_ == s_.size()) return LogicalAxisRules();
+    ENG_RETURN_IF_ERROR(expect('['));
+    std::vector<LogicalAxisRule> rules;
+    while (!peek(']')) {
+      ENG_RETURN_IF_ERROR(expect('['));
+      LogicalAxisRule r;
+      ENG_ASSIGN_OR_RETURN(r.logical, string());
+      ENG_RETURN_IF_ERROR(expect(','));
+      if (peek('[')) {
+        ++pos_;
+        while (!peek(']')) {
+          ENG_ASSIGN_OR_RETURN(std::string axis, string());
+          r.mesh_axes.push_back(std::move(axis));
+          if (!peek(']')) ENG_RETURN_IF_ERROR(expect(','));
+        }
+        ++pos_;
+      } else {
+        ENG_ASSIGN_OR_RETURN(std::string axis, string());
+        r.mesh_axes = {std::move(axis)};
+        r.bare = true;
+      }
+      ENG_RETURN_IF_ERROR(expect(']'));
+      rules.push_back(std::move(r));
+      if (!peek(']')) ENG_RETURN_IF_ERROR(expect(','));
+    }
+    ++pos_;
+    skip();
+    if (pos_ != s_.size()) return error("end of input");
+    return LogicalAxisRules(std::move(rules));
+  }
+
+ private:
+  void skip() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t')) ++pos_;
+  }
+  bool peek(char c) {
+    skip();
+    return pos_ < s_.size() && s_[pos_] == c;
+  }
+  Status error(std::string_view expected) const {
+    return invalid_argument("logical_axis_rules: expected {} at position {} of \"{}\"", expected,
+                            pos_, s_);
+  }
+  Status expect(char c) {
+    if (!peek(c)) return error(fmt::format("'{}'", c));
+    ++pos_;
+    return ok_status();
+  }
+  Result<std::string> string() {
+    skip();
+    if (pos_ >= s_.size() || (s_[pos_] != '\'' && s_[pos_] != '"'))
+      return error("a quoted name");
+    const char q = s_[pos_];
+    const size_t end = s_.find(q, pos_ + 1);
+    if (end == std::string_view::npos) return error("a closing quote");
+    std::string out(s_.substr(pos_ + 1, end - pos_ - 1));
+    pos_ = end + 1;
+    if (out.empty()) return error("a non-empty name");
+    return out;
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<LogicalAxisRules> parse_logical_axis_rules(std::string_view text) {
+  return RulesReader(text).read();
+}
+
 uint64_t LogicalAxisRules::hash() const {
   uint64_t h = hash_mix(0, rules_.size());
   for (const auto& r : rules_) {

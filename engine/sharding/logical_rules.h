@@ -67,12 +67,21 @@ class LogicalAxisRules {
 
   // One rule per line: "['embed', ['fsdp', ...]]".
   std::string to_string() const;
+  // base.yml's list form on one line: "[['embed', ['fsdp']], ['layers', 'stage']]" (what
+  // parse_logical_axis_rules reads back).
+  std::string to_list_string() const;
   bool operator==(const LogicalAxisRules&) const = default;
   uint64_t hash() const;
 
  private:
   std::vector<LogicalAxisRule> rules_;  // priority order
 };
+
+// Parses base.yml's list form (the logical_axis_rules config value): a list of
+// [logical, [axes...]] or [logical, 'axis'] pairs, quotes ' or ", e.g.
+// "[['embed', ['fsdp']], ['mlp', []], ['layers', 'stage']]". "" and "[]" give no rules.
+// Errors name the position and what was expected.
+Result<LogicalAxisRules> parse_logical_axis_rules(std::string_view text);
 
 // flax's logical_to_mesh_axes: walk the rules in order; a rule (name, axes) applies when
 // `name` is a dim of the tensor, that dim is still unassigned, and none of `axes` is used by

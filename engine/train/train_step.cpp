@@ -1,6 +1,8 @@
 // engine/train/train_step.cpp: assembles train_step and MaxText's TFLOPs formula.
 #include "engine/train/train_step.h"
 
+#include <algorithm>
+
 #include "engine/ir/autodiff.h"
 #include "engine/ir/builder.h"
 #include "engine/model/llama.h"
@@ -82,6 +84,19 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
   ENG_ASSIGN_OR_RETURN(o.shard_mode, parse_shard_mode(config.get_string("shard_mode")));
   o.shard_optimizer_over_data = config.get_bool("shard_optimizer_over_data");
   o.skip_trivial_specs = config.get_bool("skip_trivial_specs");
+  // MaxText merges logical_axis_rules into the base rules (_merge_logical_axis_rules).
+  ENG_ASSIGN_OR_RETURN(LogicalAxisRules overrides,
+                       parse_logical_axis_rules(config.get_string("logical_axis_rules")));
+  // A misspelt axis would otherwise vanish silently (an absent axis counts as size 1).
+  const std::vector<std::string>& known = maxtext_mesh_axes();
+  for (const LogicalAxisRule& r : overrides.rules())
+    for (const std::string& a : r.mesh_axes)
+      if (std::find(known.begin(), known.end(), a) == known.end())
+        return invalid_argument("config: logical_axis_rules: rule {} names mesh axis '{}', which is "
+                                "not one of MaxText's mesh axes ({})",
+                                r.to_string(), a, fmt::join(known, ", "));
+  o.rules = LogicalAxisRules::maxtext_default().merged(
+      overrides, config.get_bool("override_logical_axis_rules"));
   return o;
 }
 

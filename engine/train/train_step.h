@@ -30,7 +30,8 @@ struct TrainStepLayout {
 Program build_train_step(const ResolvedConfig& config, TrainStepLayout* layout);
 
 // CompileOptions from the config's sharding keys: shard_mode, shard_optimizer_over_data,
-// skip_trivial_specs (MaxText's default logical_axis_rules).
+// skip_trivial_specs, and logical_axis_rules merged into MaxText's defaults (replacing them
+// with override_logical_axis_rules).
 Result<CompileOptions> compile_options_from_config(const Config& config);
 // MaxText's mesh from the 12 ici_*_parallelism keys (stage: ici_pipeline_parallelism) over
 // num_devices; shard_mode explicit gives Explicit axes.

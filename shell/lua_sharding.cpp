@@ -1,0 +1,674 @@
+// shell/lua_sharding.cpp: Lua bindings for sharding inspection: sl.rules, sl.logical_to_mesh,
+// sl.NamedSharding, sl.visualize, sl.typeof and the bodies of t:shardings/t:audit/t:visualize.
+#include "shell/lua_sharding.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/sharding/logical_rules.h"
+#include "engine/sharding/visualize.h"
+#include "engine/train/inspect.h"
+#include "shell/bindings.h"
+#include "shell/context.h"
+#include "shell/lua_types.h"
+
+namespace shell {
+
+template <>
+struct LuaType<eng::NamedSharding> {
+  static constexpr const char* kName = "NamedSharding";
+};
+template <>
+struct LuaType<eng::ShardingTable> {
+  static constexpr const char* kName = "ShardingTable";
+};
+
+namespace {
+
+// Metatables of plain Lua tables this module returns (rows, rule lists, audit reports).
+constexpr const char* kRowType = "ShardingRow";
+constexpr const char* kRulesType = "LogicalAxisRules";
+constexpr const char* kRuleType = "LogicalAxisRule";
+constexpr const char* kAuditType = "AuditReport";
+constexpr const char* kSnapshotsKey = "shardlab.sharding_snapshots";  // run_id -> last step
+
+bool has_metatable(lua_State* L, int idx, const char* name) {
+  if (!lua_getmetatable(L, idx)) return false;
+  luaL_getmetatable(L, name);
+  bool same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}
+
+void set_string(lua_State* L, const char* key, const std::string& v) {
+  lua_pushlstring(L, v.data(), v.size());
+  lua_setfield(L, -2, key);
+}
+void set_int(lua_State* L, const char* key, int64_t v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, key);
+}
+void push_ints(lua_State* L, const std::vector<int64_t>& xs) {
+  lua_createtable(L, static_cast<int>(xs.size()), 0);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    lua_pushinteger(L, xs[i]);
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+}
+void push_strings(lua_State* L, const std::vector<std::string>& xs) {
+  lua_createtable(L, static_cast<int>(xs.size()), 0);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    lua_pushstring(L, xs[i].c_str());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+}
+
+// A raw string field of the table at idx, or "" when absent or not a string.
+std::string raw_string(lua_State* L, int idx, const char* key) {
+  std::string out;
+  if (push_field(L, idx, key) == LUA_TSTRING) out = lua_tostring(L, -1);
+  lua_pop(L, 1);
+  return out;
+}
+
+// ---- Rules ----------------------------------------------------------------------------
+
+// One rule: {"embed", {"fsdp", "context"}}, {"layers", "stage"} or {"kv", {}}.
+Result<eng::LogicalAxisRule> read_rule(lua_State* L, int idx, std::string_view fn, int n) {
+  const std::string where = fmt::format("rule #{}", n);
+  if (lua_type(L, idx) != LUA_TTABLE)
+    return arg_error(L, idx, fn, where, "a table {logical, {mesh axes}}");
+  eng::LogicalAxisRule r;
+  lua_rawgeti(L, idx, 1);
+  if (lua_type(L, -1) != LUA_TSTRING) {
+    lua_pop(L, 1);
+    return eng::invalid_argument("{}: {} expected a logical axis name first, e.g. {{\"embed\", {{\"fsdp\"}}}}",
+                                 fn, where);
+  }
+  r.logical = lua_tostring(L, -1);
+  lua_pop(L, 1);
+  lua_rawgeti(L, idx, 2);
+  const int axes = lua_gettop(L);
+  Status s;
+  if (lua_type(L, axes) == LUA_TSTRING) {
+    r.mesh_axes = {lua_tostring(L, axes)};
+    r.bare = true;
+  } else if (lua_type(L, axes) == LUA_TTABLE) {
+    Result<std::vector<std::string>> list = arg_string_list(L, axes, fn, where + " mesh axes");
+    if (list.ok()) r.mesh_axes = std::move(list).value();
+    else s = list.status();
+  } else {
+    s = eng::invalid_argument("{}: {} ('{}') expected mesh axes (a string or a table of strings) second, got {}",
+                              fn, where, r.logical, luaL_typename(L, axes));
+  }
+  lua_pop(L, 1);
+  if (!s.ok()) return s;
+  const std::vector<std::string>& known = eng::maxtext_mesh_axes();
+  for (const std::string& a : r.mesh_axes)
+    if (std::find(known.begin(), known.end(), a) == known.end()) {
+      std::string near = did_you_mean(a, known);
+      return eng::invalid_argument("{}: {} ('{}') names mesh axis '{}', which is not one of MaxText's mesh axes{}",
+                                   fn, where, r.logical, a,
+                                   near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near));
+    }
+  return r;
+}
+
+Result<eng::LogicalAxisRules> read_rules(lua_State* L, int idx, std::string_view fn,
+                                         std::string_view name) {
+  idx = lua_absindex(L, idx);
+  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, name));
+  std::vector<eng::LogicalAxisRule> rules;
+  const int n = static_cast<int>(lua_rawlen(L, idx));
+  for (int i = 1; i <= n; ++i) {
+    lua_rawgeti(L, idx, i);
+    Result<eng::LogicalAxisRule> r = read_rule(L, lua_gettop(L), fn, i);
+    lua_pop(L, 1);
+    if (!r.ok()) return r.status();
+    rules.push_back(std::move(r).value());
+  }
+  return eng::LogicalAxisRules(std::move(rules));
+}
+
+// The rules an argument stands for: nil = MaxText's defaults; a sl.rules() list = itself;
+// any other list = overrides merged into the defaults (MaxText's logical_axis_rules).
+Result<eng::LogicalAxisRules> resolve_rules(lua_State* L, int idx, std::string_view fn) {
+  if (lua_isnoneornil(L, idx)) return eng::LogicalAxisRules::maxtext_default();
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules rules, read_rules(L, idx, fn, "rules"));
+  if (has_metatable(L, idx, kRulesType)) return rules;
+  return eng::LogicalAxisRules::maxtext_default().merged(rules);
+}
+
+void push_rules(lua_State* L, const eng::LogicalAxisRules& rules) {
+  lua_createtable(L, rules.size(), 0);
+  for (int i = 0; i < rules.size(); ++i) {
+    lua_createtable(L, 2, 0);
+    lua_pushstring(L, rules[i].logical.c_str());
+    lua_rawseti(L, -2, 1);
+    if (rules[i].bare && rules[i].mesh_axes.size() == 1) lua_pushstring(L, rules[i].mesh_axes[0].c_str());
+    else push_strings(L, rules[i].mesh_axes);
+    lua_rawseti(L, -2, 2);
+    luaL_setmetatable(L, kRuleType);
+    lua_rawseti(L, -2, i + 1);
+  }
+  luaL_setmetatable(L, kRulesType);
+}
+
+Result<int> rules(lua_State* L) {
+  constexpr std::string_view fn = "sl.rules";
+  eng::LogicalAxisRules out = eng::LogicalAxisRules::maxtext_default();
+  if (!lua_isnoneornil(L, 1)) {
+    ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules overrides, read_rules(L, 1, fn, "overrides"));
+    bool replace = false;
+    if (!lua_isnoneornil(L, 2)) {
+      ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+      static const std::vector<std::string> kAllowed = {"replace"};
+      ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kAllowed));
+      ENG_ASSIGN_OR_RETURN(std::optional<bool> r, field_bool(L, 2, "replace", fn));
+      replace = r.value_or(false);
+    }
+    out = out.merged(overrides, replace);
+  }
+  push_rules(L, out);
+  return 1;
+}
+
+// __tostring of a rule list (base.yml, one per line) and of one rule.
+Result<int> rules_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules r, read_rules(L, 1, "LogicalAxisRules:__tostring", ""));
+  lua_pushstring(L, r.to_string().c_str());
+  return 1;
+}
+Result<int> rule_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRule r, read_rule(L, 1, "LogicalAxisRule:__tostring", 1));
+  lua_pushstring(L, r.to_string().c_str());
+  return 1;
+}
+
+// ---- sl.logical_to_mesh -------------------------------------------------------------------
+
+// {"embed", false, "mlp"}: per-dim logical names; false or "" is None.
+Result<eng::LogicalAxes> read_logical_axes(lua_State* L, int idx, std::string_view fn) {
+  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "names"));
+  eng::LogicalAxes names;
+  const int n = static_cast<int>(lua_rawlen(L, idx));
+  for (int i = 1; i <= n; ++i) {
+    const int t = lua_rawgeti(L, idx, i);
+    if (t == LUA_TSTRING && lua_rawlen(L, -1) > 0) names.emplace_back(lua_tostring(L, -1));
+    else if ((t == LUA_TSTRING) || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1)))
+      names.emplace_back(std::nullopt);
+    else {
+      Status s = arg_error(L, -1, fn, fmt::format("names[{}]", i), "a logical axis name or false (None)");
+      lua_pop(L, 1);
+      return s;
+    }
+    lua_pop(L, 1);
+  }
+  return names;
+}
+
+Result<int> logical_to_mesh(lua_State* L) {
+  constexpr std::string_view fn = "sl.logical_to_mesh";
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxes names, read_logical_axes(L, 1, fn));
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * mesh, arg_udata<eng::Mesh>(L, 2, fn, "mesh"));
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules r, resolve_rules(L, 3, fn));
+  Result<eng::PartitionSpec> p = eng::logical_to_mesh(names, *mesh, r);
+  if (!p.ok()) return eng::Status(p.status().code(), fmt::format("{}: {}", fn, p.status().message()));
+  push_udata(L, std::move(p).value());
+  return 1;
+}
+
+// ---- NamedSharding ------------------------------------------------------------------------
+
+Result<int> named_sharding(lua_State* L) {
+  constexpr std::string_view fn = "sl.NamedSharding";
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * mesh, arg_udata<eng::Mesh>(L, 1, fn, "mesh"));
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec, arg_udata<eng::PartitionSpec>(L, 2, fn, "spec"));
+  for (const auto& dim : spec->dims())
+    for (const std::string& a : dim)
+      if (!mesh->has_axis(a))
+        return eng::invalid_argument("{}: spec {} names axis '{}', which is not in {}", fn,
+                                     spec->to_string(), a, mesh->to_string());
+  push_udata(L, eng::NamedSharding{*mesh, *spec});
+  return 1;
+}
+
+Result<int> sharding_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::NamedSharding * s,
+                       arg_udata<eng::NamedSharding>(L, 1, "NamedSharding:__tostring"));
+  lua_pushstring(L, s->to_string().c_str());
+  return 1;
+}
+Result<int> sharding_eq(lua_State* L) {
+  auto *a = to_udata<eng::NamedSharding>(L, 1), *b = to_udata<eng::NamedSharding>(L, 2);
+  lua_pushboolean(L, a && b && *a == *b);
+  return 1;
+}
+Result<int> sharding_property(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::NamedSharding * s, arg_udata<eng::NamedSharding>(L, 1, "NamedSharding"));
+  std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+  if (key == "mesh") push_udata(L, s->mesh);
+  else if (key == "spec") push_udata(L, s->spec);
+  else lua_pushnil(L);
+  return 1;
+}
+
+// ---- Shapes and shardings from arguments ----------------------------------------------------
+
+Result<eng::Shape> read_shape(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+  if (lua_type(L, idx) != LUA_TTABLE) return arg_error(L, idx, fn, name, "a shape {d0, d1, ...}");
+  std::vector<int64_t> dims;
+  const int n = static_cast<int>(lua_rawlen(L, idx));
+  for (int i = 1; i <= n; ++i) {
+    lua_rawgeti(L, idx, i);
+    int ok = 0;
+    lua_Integer d = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &ok) : 0;
+    lua_pop(L, 1);
+    if (!ok || d < 1)
+      return eng::invalid_argument("{}: argument '{}' expected positive integer dims, dim {} is not", fn,
+                                   name, i - 1);
+    dims.push_back(d);
+  }
+  return eng::Shape(std::move(dims));
+}
+
+// What sl.visualize / sl.typeof were given: a row of t:shardings(), (shape, NamedSharding) or
+// (shape, PartitionSpec, Mesh). `next` is the index of the first argument after them.
+struct ShapedSharding {
+  eng::Shape shape;
+  eng::NamedSharding sharding;
+  std::string dtype = "f32";
+  std::string label;  // the row's path, or ""
+  int next = 0;
+};
+
+Result<ShapedSharding> read_shaped_sharding(lua_State* L, std::string_view fn) {
+  ShapedSharding out;
+  const bool row = lua_type(L, 1) == LUA_TTABLE && has_metatable(L, 1, kRowType);
+  if (row) {
+    push_field(L, 1, "shape");
+    Result<eng::Shape> shape = read_shape(L, lua_gettop(L), fn, "row.shape");
+    lua_pop(L, 1);
+    if (!shape.ok()) return shape.status();
+    out.shape = std::move(shape).value();
+    push_field(L, 1, "spec");
+    eng::PartitionSpec* spec = to_udata<eng::PartitionSpec>(L, -1);
+    push_field(L, 1, "mesh");
+    eng::Mesh* mesh = to_udata<eng::Mesh>(L, -1);
+    if (spec && mesh) out.sharding = eng::NamedSharding{*mesh, *spec};
+    lua_pop(L, 2);
+    if (!spec || !mesh) return arg_error(L, 1, fn, "row", "a row of t:shardings() with spec and mesh");
+    out.dtype = raw_string(L, 1, "dtype");
+    out.label = raw_string(L, 1, "path");
+    out.next = 2;
+    return out;
+  }
+  if (lua_type(L, 1) != LUA_TTABLE)
+    return arg_error(L, 1, fn, {}, "a row of t:shardings() or a shape {d0, d1, ...}");
+  ENG_ASSIGN_OR_RETURN(out.shape, read_shape(L, 1, fn, "shape"));
+  if (eng::NamedSharding* s = to_udata<eng::NamedSharding>(L, 2)) {
+    out.sharding = *s;
+    out.next = 3;
+  } else if (eng::PartitionSpec* p = to_udata<eng::PartitionSpec>(L, 2)) {
+    ENG_ASSIGN_OR_RETURN(eng::Mesh * mesh, arg_udata<eng::Mesh>(L, 3, fn, "mesh"));
+    out.sharding = eng::NamedSharding{*mesh, *p};
+    out.next = 4;
+  } else {
+    return arg_error(L, 2, fn, "sharding", "NamedSharding or PartitionSpec (then a Mesh)");
+  }
+  Status v = out.sharding.validate(out.shape);
+  if (!v.ok()) return eng::Status(v.code(), fmt::format("{}: {}", fn, v.message()));
+  return out;
+}
+
+// {dims={i, j}, color=true}: 0-based dims as the grid's header and JAX number them.
+Result<std::string> render(lua_State* L, const ShapedSharding& x, int opts, std::string_view fn) {
+  int dim0 = -1, dim1 = -1;
+  bool color = context(L).color;
+  if (!lua_isnoneornil(L, opts)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, opts, fn, "options"));
+    static const std::vector<std::string> kAllowed = {"dims", "color"};
+    ENG_RETURN_IF_ERROR(check_keys(L, opts, fn, kAllowed));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> c, field_bool(L, opts, "color", fn));
+    if (c) color = *c;
+    const int t = push_field(L, opts, "dims");
+    if (t != LUA_TNIL) {
+      const int d = lua_gettop(L);
+      int ok0 = 0, ok1 = 1;
+      const int n = t == LUA_TTABLE ? static_cast<int>(lua_rawlen(L, d)) : 0;
+      if (n >= 1) {
+        lua_rawgeti(L, d, 1);
+        dim0 = static_cast<int>(lua_tointegerx(L, -1, &ok0));
+        lua_pop(L, 1);
+      }
+      if (n == 2) {
+        lua_rawgeti(L, d, 2);
+        dim1 = static_cast<int>(lua_tointegerx(L, -1, &ok1));
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+      if (n < 1 || n > 2 || !ok0 || !ok1)
+        return eng::invalid_argument("{}: option 'dims' expected {{i}} or {{i, j}} (0-based dims)", fn);
+      const int rank = x.shape.rank();
+      if (dim0 < 0 || dim0 >= rank || (n == 2 && (dim1 < 0 || dim1 >= rank)))
+        return eng::invalid_argument("{}: option 'dims' {{{}{}}} out of range for rank {} (dims are 0-based)",
+                                     fn, dim0, n == 2 ? fmt::format(", {}", dim1) : "", rank);
+    }
+  }
+  Result<std::string> grid = eng::visualize_sharding(x.shape, x.sharding, dim0, dim1, color);
+  if (!grid.ok())
+    return eng::Status(grid.status().code(), fmt::format("{}: {}", fn, grid.status().message()));
+  std::string title = x.label.empty() ? "" : x.label + "  ";
+  title += eng::typeof_string(x.dtype, x.shape, &x.sharding.spec, &x.sharding.mesh);
+  return title + "\n" + *grid;
+}
+
+Result<int> visualize(lua_State* L) {
+  constexpr std::string_view fn = "sl.visualize";
+  ENG_ASSIGN_OR_RETURN(ShapedSharding x, read_shaped_sharding(L, fn));
+  ENG_ASSIGN_OR_RETURN(std::string s, render(L, x, x.next, fn));
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
+Result<int> typeof_fn(lua_State* L) {
+  constexpr std::string_view fn = "sl.typeof";
+  ENG_ASSIGN_OR_RETURN(ShapedSharding x, read_shaped_sharding(L, fn));
+  eng::PartitionSpec spec = eng::remove_size_one_mesh_axis(x.sharding.spec, x.sharding.mesh);
+  lua_pushstring(L, eng::typeof_string(x.dtype, x.shape, &spec, &x.sharding.mesh).c_str());
+  return 1;
+}
+
+// ---- Rows and tables ----------------------------------------------------------------------
+
+void push_row(lua_State* L, const eng::ShardingRow& r, const eng::Mesh& mesh) {
+  lua_createtable(L, 0, 12);
+  set_string(L, "path", r.path);
+  set_string(L, "role", r.role);
+  set_string(L, "dtype", std::string(eng::dtype_name(r.dtype)));
+  push_ints(L, r.shape.dims());
+  lua_setfield(L, -2, "shape");
+  set_string(L, "type", r.type);
+  set_string(L, "logical", r.logical_string());
+  push_udata(L, r.spec);
+  lua_setfield(L, -2, "spec");
+  set_string(L, "physical", r.physical_string());
+  push_ints(L, r.local_shape.dims());
+  lua_setfield(L, -2, "local_shape");
+  set_int(L, "bytes", r.bytes_per_device);
+  push_udata(L, mesh);
+  lua_setfield(L, -2, "mesh");
+  luaL_setmetatable(L, kRowType);
+}
+
+// A row prints as its MaxText debug_sharding block.
+Result<int> row_tostring(lua_State* L) {
+  if (lua_type(L, 1) != LUA_TTABLE) return arg_error(L, 1, "ShardingRow:__tostring", "", "ShardingRow");
+  push_field(L, 1, "spec");
+  eng::PartitionSpec* spec = to_udata<eng::PartitionSpec>(L, -1);
+  std::string spec_text = spec ? spec->to_string() : "?";
+  lua_pop(L, 1);
+  push_field(L, 1, "bytes");
+  const int64_t bytes = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+  lua_pop(L, 1);
+  std::vector<std::string> local;
+  if (push_field(L, 1, "local_shape") == LUA_TTABLE) {
+    for (lua_Integer i = 1; lua_rawgeti(L, -1, i) == LUA_TNUMBER; ++i) {
+      local.push_back(std::to_string(lua_tointeger(L, -1)));
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lua_pushstring(L, fmt::format("{}\n    Shape:     {}\n    Logical:   {}\n    Physical:  {}  {}\n"
+                                "    Local:     ({}) per device, {} bytes",
+                                raw_string(L, 1, "path"), raw_string(L, 1, "type"),
+                                raw_string(L, 1, "logical"), raw_string(L, 1, "physical"),
+                                spec_text, fmt::join(local, ", "), bytes)
+                        .c_str());
+  return 1;
+}
+
+Result<eng::ShardingTable*> arg_table_udata(lua_State* L, std::string_view fn) {
+  return arg_udata<eng::ShardingTable>(L, 1, fn);
+}
+Result<int> table_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable:__tostring"));
+  lua_pushstring(L, t->to_string().c_str());
+  return 1;
+}
+Result<int> table_len(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable:__len"));
+  lua_pushinteger(L, static_cast<lua_Integer>(t->rows.size()));
+  return 1;
+}
+// rows[i] (1-based) is a row table; other keys are nil.
+Result<int> table_property(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable"));
+  int ok = 0;
+  lua_Integer i = lua_type(L, 2) == LUA_TNUMBER ? lua_tointegerx(L, 2, &ok) : 0;
+  if (ok && i >= 1 && i <= static_cast<lua_Integer>(t->rows.size()))
+    push_row(L, t->rows[static_cast<size_t>(i - 1)], t->mesh);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+Result<int> table_dump(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable:dump"));
+  lua_pushstring(L, t->debug_string().c_str());
+  return 1;
+}
+Result<int> table_find(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable:find"));
+  ENG_ASSIGN_OR_RETURN(std::string path, arg_string(L, 2, "ShardingTable:find", "path"));
+  if (const eng::ShardingRow* r = t->find(path)) push_row(L, *r, t->mesh);
+  else lua_pushnil(L);
+  return 1;
+}
+Result<int> table_bytes(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable:bytes"));
+  lua_pushinteger(L, t->bytes_per_device());
+  return 1;
+}
+
+// ---- Store snapshots ---------------------------------------------------------------------
+
+// Records the trainer's table once per (run, step): repeated t:shardings() in a REPL add no
+// rows. Only trainers recording a run have a store to write to.
+Status maybe_snapshot(lua_State* L, const eng::Trainer& t, const eng::ShardingTable& table) {
+  if (t.run_id().empty()) return eng::ok_status();
+  ShellContext& ctx = context(L);
+  if (!ctx.store) return eng::ok_status();
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, kSnapshotsKey);
+  lua_pushstring(L, t.run_id().c_str());
+  const bool seen = lua_rawget(L, -2) == LUA_TNUMBER && lua_tointeger(L, -1) == t.current_step();
+  lua_pop(L, 1);
+  if (!seen) {
+    Result<int64_t> id = eng::record_sharding_snapshot(*ctx.store, t.run_id(), t.current_step(), table);
+    if (!id.ok()) {
+      lua_pop(L, 1);
+      return eng::Status(id.status().code(), "Trainer:shardings: store: " + id.status().message());
+    }
+    lua_pushstring(L, t.run_id().c_str());
+    lua_pushinteger(L, t.current_step());
+    lua_rawset(L, -3);
+  }
+  lua_pop(L, 1);
+  return eng::ok_status();
+}
+
+Result<eng::ShardingTable> table_of(const eng::Trainer& t, std::string_view fn) {
+  Result<eng::ShardingTable> tab = eng::trainer_shardings(t);
+  if (!tab.ok()) return eng::Status(tab.status().code(), fmt::format("{}: {}", fn, tab.status().message()));
+  return tab;
+}
+
+// ---- Audit -------------------------------------------------------------------------------
+
+void push_report(lua_State* L, const eng::ReplicationReport& r) {
+  lua_createtable(L, 0, 8);
+  lua_pushboolean(L, r.exceeds);
+  lua_setfield(L, -2, "exceeds");
+  lua_pushnumber(L, r.fraction);
+  lua_setfield(L, -2, "fraction");
+  lua_pushnumber(L, r.tolerance);
+  lua_setfield(L, -2, "tolerance");
+  set_int(L, "unsharded_elements", r.unsharded_elements);
+  set_int(L, "total_elements", r.total_elements);
+  push_strings(L, r.target_axes);
+  lua_setfield(L, -2, "target_axes");
+  lua_createtable(L, static_cast<int>(r.offenders.size()), 0);
+  for (size_t i = 0; i < r.offenders.size(); ++i) {
+    const auto& o = r.offenders[i];
+    lua_createtable(L, 0, 5);
+    set_string(L, "path", o.path);
+    set_int(L, "size", o.size);
+    push_ints(L, o.shape.dims());
+    lua_setfield(L, -2, "shape");
+    set_string(L, "spec", o.spec);
+    push_strings(L, o.unsharded_axes);
+    lua_setfield(L, -2, "unsharded_axes");
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_setfield(L, -2, "offenders");
+  set_string(L, "summary", r.to_string());
+  luaL_setmetatable(L, kAuditType);
+}
+
+Result<int> audit_tostring(lua_State* L) {
+  if (lua_type(L, 1) != LUA_TTABLE) return arg_error(L, 1, "AuditReport:__tostring", "", "AuditReport");
+  lua_pushstring(L, raw_string(L, 1, "summary").c_str());
+  return 1;
+}
+
+constexpr Function kShardingFunctions[] = {
+    {"rules", lua_entry<rules>, "sl.rules([overrides [, {replace=false}]]) -> LogicalAxisRules",
+     "MaxText's logical_axis_rules (base.yml, 76 rules in priority order) as a list of\n"
+     "  {logical, {mesh axes}}; prints in base.yml's form. With `overrides` ({{\"embed\", {\"fsdp\"}}, ...})\n"
+     "  they are merged as MaxText merges logical_axis_rules: every default rule of a name that\n"
+     "  appears in the overrides is removed and the overrides are appended (replace=true: the\n"
+     "  overrides alone, MaxText's override_logical_axis_rules)."},
+    {"logical_to_mesh", lua_entry<logical_to_mesh>,
+     "sl.logical_to_mesh(names, mesh [, rules]) -> PartitionSpec",
+     "MaxText's sharding.logical_to_mesh_axes: resolves per-dim logical names ({\"embed\", \"mlp\"};\n"
+     "  false for None) by the rules (first applicable rule wins, partly conflicting rules skipped),\n"
+     "  then drops size-1 mesh axes. `rules`: a sl.rules() list as is, or a plain list of\n"
+     "  overrides merged into the defaults. Example on fsdp=4, tensor=2:\n"
+     "  sl.logical_to_mesh({\"embed\", \"mlp\"}, m) prints P('fsdp', 'tensor')"},
+    {"NamedSharding", lua_entry<named_sharding>, "sl.NamedSharding(mesh, spec) -> NamedSharding",
+     "A mesh and a PartitionSpec together (jax.sharding.NamedSharding); prints JAX's form.\n"
+     "  Fields: s.mesh, s.spec."},
+    {"visualize", lua_entry<visualize>,
+     "sl.visualize(row | shape, sharding | shape, spec, mesh [, {dims={i, j}, color=bool}]) -> string",
+     "The device grid of one array, like jax.debug.visualize_array_sharding: one cell per\n"
+     "  distinct block, labelled with the devices holding it (\"CPU 0,4\": replicas share a cell).\n"
+     "  Takes a row of t:shardings(), or a shape {d0, ...} with a NamedSharding, or with a\n"
+     "  PartitionSpec and a Mesh. Any rank: dims={i, j} (0-based) picks the two shown dims (default:\n"
+     "  the sharded ones); color defaults to the terminal's. Returns the text (the REPL prints it)."},
+    {"typeof", lua_entry<typeof_fn>, "sl.typeof(row | shape, sharding | shape, spec, mesh) -> string",
+     "jax.typeof's form with the sharding in it: \"f32[256@fsdp,704@tensor]\" (size-1 axes dropped)."},
+};
+
+constexpr const char* kNamedShardingProperties[] = {"mesh", "spec"};
+
+constexpr Method kTableMethods[] = {
+    {"dump", lua_entry<table_dump>, "tab:dump() -> string",
+     "MaxText's debug_sharding dump: the non-trivial mesh axes, then per array its path and\n"
+     "  Shape (jax.typeof), Logical and Physical lines."},
+    {"find", lua_entry<table_find>, "tab:find(path) -> row | nil", "The row of one array by its path."},
+    {"bytes", lua_entry<table_bytes>, "tab:bytes() -> integer",
+     "Bytes per device of all listed arrays."},
+};
+
+}  // namespace
+
+// ---- Trainer method bodies (called from lua_train.cpp) ------------------------------------
+
+Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t) {
+  constexpr std::string_view fn = "Trainer:shardings";
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> pattern, opt_string(L, 2, fn, "pattern"));
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
+  ENG_RETURN_IF_ERROR(maybe_snapshot(L, t, table));
+  if (pattern) {
+    std::erase_if(table.rows, [&](const eng::ShardingRow& r) {
+      return r.path.find(*pattern) == std::string::npos;
+    });
+  }
+  push_udata(L, std::move(table));
+  return 1;
+}
+
+Result<int> push_trainer_audit(lua_State* L, const eng::Trainer& t) {
+  constexpr std::string_view fn = "Trainer:audit";
+  ENG_ASSIGN_OR_RETURN(std::optional<double> tol, opt_number(L, 2, fn, "tolerance"));
+  Result<eng::ReplicationReport> r =
+      eng::audit_trainer(t, tol.value_or(t.raw_config().get_float("sharding_tolerance")));
+  if (!r.ok()) return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
+  push_report(L, *r);
+  return 1;
+}
+
+Result<int> push_trainer_visualize(lua_State* L, const eng::Trainer& t) {
+  constexpr std::string_view fn = "Trainer:visualize";
+  ENG_ASSIGN_OR_RETURN(std::string path, arg_string(L, 2, fn, "path"));
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
+  const eng::ShardingRow* row = table.find(path);
+  if (!row) {
+    std::vector<std::string> paths, near;
+    for (const auto& r : table.rows) {
+      paths.push_back(r.path);
+      if (r.path.find(path) != std::string::npos && near.size() < 3) near.push_back(r.path);
+    }
+    std::string hint = did_you_mean(path, paths);
+    if (!hint.empty()) near = {hint};
+    return eng::invalid_argument("{}: no array '{}' in the trainer's state{}", fn, path,
+                                 near.empty() ? "; see t:shardings() for the paths"
+                                              : fmt::format(" (did you mean '{}'?)", fmt::join(near, "', '")));
+  }
+  ShapedSharding x{row->shape, eng::NamedSharding{table.mesh, row->spec},
+                   std::string(eng::dtype_name(row->dtype)), row->path, 3};
+  ENG_ASSIGN_OR_RETURN(std::string s, render(L, x, 3, fn));
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
+Result<std::string> rules_table_to_config_string(lua_State* L, int idx, std::string_view fn) {
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules r, read_rules(L, idx, fn, "logical_axis_rules"));
+  return r.to_list_string();
+}
+
+void open_lua_sharding(lua_State* L, int sl) {
+  define_type(L, {"NamedSharding", "A mesh with a PartitionSpec (jax.sharding.NamedSharding).",
+                  lua_entry<sharding_tostring>, lua_entry<sharding_eq>,
+                  udata_gc<eng::NamedSharding>, {},
+                  lua_entry<sharding_property>, kNamedShardingProperties});
+  define_type(L, {"ShardingTable",
+                  "The arrays of a trainer's state and how each is split: rows[i] (path, role, dtype,\n"
+                  "  shape, type, logical, spec, physical, local_shape, bytes, mesh); #rows; ipairs.\n"
+                  "  Prints one aligned line per array.",
+                  lua_entry<table_tostring>, nullptr, udata_gc<eng::ShardingTable>, kTableMethods,
+                  lua_entry<table_property>});
+  luaL_getmetatable(L, "ShardingTable");
+  lua_pushcfunction(L, lua_entry<table_len>);
+  lua_setfield(L, -2, "__len");
+  lua_pop(L, 1);
+  define_type(L, {kRowType,
+                  "One array of t:shardings(): path, role, dtype, shape, type (jax.typeof form),\n"
+                  "  logical, spec (PartitionSpec), physical, local_shape, bytes (per device), mesh.",
+                  lua_entry<row_tostring>, nullptr, nullptr, {}});
+  define_type(L, {kRulesType, "A logical_axis_rules list: {logical, {mesh axes}} per rule, priority order.",
+                  lua_entry<rules_tostring>, nullptr, nullptr, {}});
+  define_type(L, {kRuleType, "One logical axis rule: {logical, {mesh axes}}.",
+                  lua_entry<rule_tostring>, nullptr, nullptr, {}});
+  define_type(L, {kAuditType,
+                  "MaxText's assert_params_sufficiently_sharded as a report: exceeds, fraction,\n"
+                  "  tolerance, target_axes, offenders ({path, size, shape, spec, unsharded_axes},\n"
+                  "  largest first), summary.",
+                  lua_entry<audit_tostring>, nullptr, nullptr, {}});
+  add_functions(L, sl, "sl", kShardingFunctions);
+}
+
+}  // namespace shell
