@@ -227,8 +227,12 @@ class Partitioner {
     attrs.out_logical.clear();
     attrs.out_like = -1;
     std::vector<ValueId> outs = b_.emit(in.kind, std::move(inputs), attrs);
-    for (size_t o = 0; o < outs.size() && o < in.outputs.size(); ++o)
+    for (size_t o = 0; o < outs.size() && o < in.outputs.size(); ++o) {
       set(in.outputs[o], outs[o], normalize(specs[o], rank(in.outputs[o]), mesh_));
+      // Remat attribution (engine/ir/remat.h) survives partitioning, for c:temps(n).
+      b_.mutable_info(outs[o]).recomputed = gv(in.outputs[o]).recomputed;
+      b_.mutable_info(outs[o]).checkpoint_name = gv(in.outputs[o]).checkpoint_name;
+    }
     return outs;
   }
 

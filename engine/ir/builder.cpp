@@ -278,10 +278,18 @@ std::vector<ValueId> Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpA
   Instr instr{kind, std::move(inputs), {}, std::move(attrs)};
   for (ValueInfo& o : outs) {
     o.producer = index;
+    o.remat_scope = remat_scope_;
     instr.outputs.push_back(new_value(std::move(o)));
   }
   program_.instrs_.push_back(std::move(instr));
   return program_.instrs_.back().outputs;
+}
+
+ValueId Builder::checkpoint_name(ValueId v, std::string name) {
+  ENG_CHECK(v >= 0 && v < static_cast<ValueId>(program_.values_.size()),
+            "checkpoint_name: bad value {}", v);
+  program_.values_[v].checkpoint_name = std::move(name);
+  return v;
 }
 
 ValueId Builder::embed_lookup(ValueId table, ValueId ids) {

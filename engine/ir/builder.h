@@ -24,6 +24,13 @@ class Builder {
   // The generic entry every helper below goes through: infers outputs and appends.
   std::vector<ValueId> emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs = {});
 
+  // ---- rematerialisation tags (engine/ir/remat.h) ----
+  // jax.ad_checkpoint.checkpoint_name: tags v (no op is emitted) and returns it.
+  ValueId checkpoint_name(ValueId v, std::string name);
+  // Values emitted from now on belong to remat region `scope` (a decoder layer), until the
+  // next call; -1 (the default) = outside every region: always saved.
+  void set_remat_scope(int32_t scope) { remat_scope_ = scope; }
+
   // ---- forward ----
   ValueId embed_lookup(ValueId table, ValueId ids);
   ValueId one_hot(ValueId ids, int64_t depth);
@@ -68,6 +75,7 @@ class Builder {
  private:
   ValueId new_value(ValueInfo info);
   Program program_;
+  int32_t remat_scope_ = -1;
 };
 
 }  // namespace eng

@@ -23,6 +23,13 @@ std::string ValueInfo::type_string(const Mesh* mesh) const {
   return typeof_string(dtype_name(dtype), shape, mesh ? s : nullptr, mesh);
 }
 
+std::string producer_description(const Program& p, ValueId v) {
+  const ValueInfo& info = p.value(v);
+  if (info.producer < 0) return "argument";
+  const std::string op(op_name(p.instrs()[info.producer].kind));
+  return info.recomputed ? op + " (remat)" : op;
+}
+
 int Program::find_arg(std::string_view name) const {
   for (size_t i = 0; i < args_.size(); ++i)
     if (values_[args_[i].value].name == name) return static_cast<int>(i);

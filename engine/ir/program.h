@@ -36,11 +36,24 @@ struct ValueInfo {
   std::optional<PartitionSpec> spec;  // sharding slot: unset = the compiler decides
   std::string name;                   // argument path ("params/decoder/.../kernel") or ""
   int32_t producer = -1;              // instruction index, or -1 for an argument
+  // Rematerialisation (engine/ir/remat.h). checkpoint_name: jax.ad_checkpoint's
+  // checkpoint_name tag ("query_proj", "decoder_layer_input", ...; "" = none), the handle a
+  // remat policy saves by. remat_scope: the decoder layer whose checkpointed region produced
+  // the value (-1: outside every region, always saved). recomputed: emitted by the remat
+  // pass as a recomputation for the backward pass (reported as "rmsnorm (remat)").
+  std::string checkpoint_name;
+  int32_t remat_scope = -1;
+  bool recomputed = false;
 
   int64_t bytes() const { return shape.numel() * dtype_size(dtype); }
   // "f32[8,256,256]" (with the spec and mesh: "f32[8@data,256,256]").
   std::string type_string(const Mesh* mesh = nullptr) const;
 };
+
+// The op producing v as c:temps(n) reports it: "rmsnorm", "rmsnorm (remat)" for a
+// recomputation, "argument" for a program argument.
+class Program;
+std::string producer_description(const Program& p, ValueId v);
 
 struct Instr {
   OpKind kind;

@@ -155,8 +155,12 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   // maybe_shard_with_logical (Builder::constraint: size-1 axes dropped, a reshard).
 
   // Token embedding: (B, T) ids -> (B, T, E).
+  // use_iota_embed: MaxText PR #3922 item 4: the one-hot (B, T, V) f32 temporary is only
+  // worth it while small; above iota_embed_max_bytes the model falls back to the gather.
   ValueId x;
-  if (m.use_iota_embed) {
+  const Shape& ids = b.info(batch.inputs).shape;
+  const int64_t one_hot_bytes = ids.numel() * m.vocab_size * dtype_size(DType::kF32);
+  if (m.use_iota_embed && one_hot_bytes <= m.iota_embed_max_bytes) {
     ValueId onehot = b.one_hot(batch.inputs, m.vocab_size);  // (B, T, V)
     x = b.matmul(onehot, p.embedding, 2, 1, false, false, kActivation);  // (B,T,V).(V,E)
   } else {
@@ -164,26 +168,40 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   }
   x = b.constraint(x, kActivation);
 
+  // Remat tags (engine/ir/remat.h): each layer is a remat region (MaxText's nn.remat around
+  // the decoder layer); its input is tagged decoder_layer_input and its output, the next
+  // layer's input, is emitted outside the region (always saved, like a scan carry). The
+  // dot outputs carry MaxText's checkpoint_name names.
   const double attn_scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
-  for (const LlamaLayerParams& lp : p.layers) {
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    const LlamaLayerParams& lp = p.layers[l];
+    b.checkpoint_name(x, "decoder_layer_input");
+    b.set_remat_scope(static_cast<int32_t>(l));
     // Attention block: x + out(attention(rope(q), rope(k), v)) over rmsnorm(x).
     ValueId h = b.rmsnorm(x, lp.pre_norm, eps).first;                   // (B, T, E)
-    ValueId q = b.constraint(b.matmul(h, lp.query, 2, 1, false, false, kHeads), kHeads);      // (B, T, H, D)
-    ValueId k = b.constraint(b.matmul(h, lp.key, 2, 1, false, false, kHeads), kHeads);        // (B, T, H, D)
-    ValueId v = b.constraint(b.matmul(h, lp.value, 2, 1, false, false, kHeads), kHeads);      // (B, T, H, D)
+    ValueId q = b.checkpoint_name(
+        b.constraint(b.matmul(h, lp.query, 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
+    ValueId k = b.checkpoint_name(
+        b.constraint(b.matmul(h, lp.key, 2, 1, false, false, kHeads), kHeads), "key_proj");      // (B, T, H, D)
+    ValueId v = b.checkpoint_name(
+        b.constraint(b.matmul(h, lp.value, 2, 1, false, false, kHeads), kHeads), "value_proj");  // (B, T, H, D)
     q = b.rope(q, batch.inputs_position, m.rope_min_timescale, m.rope_max_timescale);
     k = b.rope(k, batch.inputs_position, m.rope_min_timescale, m.rope_max_timescale);
-    ValueId o = b.attention(q, k, v, attn_scale).first;                 // (B, T, H, D)
-    ValueId attn = b.matmul(o, lp.out, 2, 2, false, false, kActivation);                          // (B, T, E)
+    ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale).first, "context");  // (B, T, H, D)
+    ValueId attn = b.checkpoint_name(
+        b.matmul(o, lp.out, 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)
     x = b.constraint(b.add(x, attn), kActivation);
 
     // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
     ValueId h2 = b.rmsnorm(x, lp.post_norm, eps).first;                 // (B, T, E)
-    ValueId gate = b.matmul(h2, lp.wi_0, 2, 1, false, false, kMlp);                        // (B, T, M)
-    ValueId up = b.matmul(h2, lp.wi_1, 2, 1, false, false, kMlp);                          // (B, T, M)
+    ValueId gate = b.checkpoint_name(b.matmul(h2, lp.wi_0, 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
+    ValueId up = b.checkpoint_name(b.matmul(h2, lp.wi_1, 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
     ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
-    ValueId mlp = b.matmul(act, lp.wo, 2, 1, false, false, kActivation);                          // (B, T, E)
-    x = b.constraint(b.add(x, mlp), kActivation);
+    ValueId mlp = b.checkpoint_name(
+        b.matmul(act, lp.wo, 2, 1, false, false, kActivation), "mlpwo");                     // (B, T, E)
+    ValueId out = b.add(x, mlp);
+    b.set_remat_scope(-1);
+    x = b.constraint(out, kActivation);
   }
   ValueId y = b.rmsnorm(x, p.decoder_norm, eps).first;                  // (B, T, E)
   ValueId logits = b.constraint(b.matmul(y, p.logits_dense, 2, 1, false, false, kLogits), kLogits);  // (B, T, V)

@@ -44,6 +44,9 @@ struct ModelConfig {
   double rope_min_timescale = 1.0;
   double rope_max_timescale = 10000.0;
   bool use_iota_embed = false;       // one-hot matmul instead of a gather
+  // use_iota_embed falls back to the gather when the one-hot (B, T, V) f32 would exceed
+  // this many bytes (MaxText PR #3922: 2 GiB).
+  int64_t iota_embed_max_bytes = int64_t{2} << 30;
   std::vector<std::string> mlp_activations = {"silu", "linear"};
 
   // Every size positive, kv heads == query heads, head_dim even; errors name the value.

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/ir/remat.h"
+
 namespace eng {
 
 namespace {
@@ -46,7 +48,11 @@ const std::vector<ConfigKey> kKeys = {
     {"init_weights_seed", V{int64_t{0}}, "seed of the parameter initialisation"},
     {"data_shuffle_seed", V{int64_t{0}}, "seed of the data order"},
     {"log_period", V{int64_t{100}}, "steps between metric flushes to the store"},
-    {"remat_policy", V{std::string("full")}, "rematerialisation policy (reserved)"},
+    {"remat_policy", V{std::string("full")}, "rematerialisation: none | full | minimal | minimal_with_context | save_dot_with_context_except_mlp | save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | save_out_proj | save_only_these_names | custom (docs/memory.md)"},
+    {"remat_save_names", V{std::string()}, "checkpoint names saved by remat_policy save_only_these_names/custom, comma-separated (e.g. \"query_proj,key_proj,value_proj,out_proj\")"},
+    {"iota_embed_max_bytes", V{int64_t{2} << 30}, "use_iota_embed falls back to the gather above this one-hot (B,T,V) f32 size (MaxText PR #3922: 2 GiB)"},
+    {"remove_size_one_mesh_axis_from_type", V{true}, "size-1 mesh axes are dropped from shardings (MaxText default true; always the case here, false is unsupported)"},
+    {"grad_dtype", V{std::string("float32")}, "gradient dtype; float32 (no cast op is emitted, MaxText PR #3922 item 8); others unsupported"},
     // Sharding (docs/sharding.md): MaxText's names.
     {"shard_mode", V{std::string("auto")}, "auto | explicit (explicit: constraints assert, ambiguous matmuls need out_sharding)"},
     {"shard_optimizer_over_data", V{false}, "ZeRO-1: optimizer state also sharded over the data axis"},
@@ -255,9 +261,13 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.num_decoder_layers = c.get_int("base_num_decoder_layers");
   r.model.normalization_layer_epsilon = c.get_float("normalization_layer_epsilon");
   r.model.use_iota_embed = c.get_bool("use_iota_embed");
+  r.model.iota_embed_max_bytes = c.get_int("iota_embed_max_bytes");
+  if (r.model.iota_embed_max_bytes < 0)
+    return invalid_argument("config: iota_embed_max_bytes must be >= 0, got {}",
+                            r.model.iota_embed_max_bytes);
   ENG_RETURN_IF_ERROR(r.model.validate());
 
-  for (const char* key : {"dtype", "weight_dtype"})
+  for (const char* key : {"dtype", "weight_dtype", "grad_dtype"})
     if (c.get_string(key) != "float32")
       return unimplemented("config: {}={} is not supported yet; the engine computes in float32",
                            key, c.get_string(key));
@@ -309,6 +319,13 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.init_weights_seed = static_cast<uint64_t>(c.get_int("init_weights_seed"));
   r.data_shuffle_seed = static_cast<uint64_t>(c.get_int("data_shuffle_seed"));
   r.run_name = c.get_string("run_name");
+  if (!c.get_bool("remove_size_one_mesh_axis_from_type"))
+    return unimplemented(
+        "config: remove_size_one_mesh_axis_from_type=false is not supported: the partitioner's "
+        "shardings never carry size-1 mesh axes (docs/memory.md)");
+  r.remat_policy = c.get_string("remat_policy");
+  r.remat_save_names = c.get_string("remat_save_names");
+  ENG_RETURN_IF_ERROR(remat_policy(r.remat_policy, r.remat_save_names).status());
   return r;
 }
 

@@ -75,6 +75,10 @@ struct ResolvedConfig {
   std::string dataset_path;
   uint64_t init_weights_seed = 0, data_shuffle_seed = 0;
   std::string run_name;
+  // Rematerialisation (engine/ir/remat.h): remat_policy and, for save_only_these_names /
+  // custom, remat_save_names (validated).
+  std::string remat_policy = "full";
+  std::string remat_save_names;
 };
 
 // Validates and derives; errors name the key and value (e.g. "per_device_batch_size must be

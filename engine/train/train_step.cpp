@@ -5,6 +5,7 @@
 
 #include "engine/ir/autodiff.h"
 #include "engine/ir/builder.h"
+#include "engine/ir/remat.h"
 #include "engine/model/llama.h"
 
 namespace eng {
@@ -28,7 +29,9 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
   BatchArgs batch = declare_batch(b, c.global_batch_size, c.max_target_length);
 
   LossValues loss = trace_llama_loss(b, c.model, params, batch);
+  const int forward_end = static_cast<int>(b.program().instrs().size());
   std::vector<ValueId> grads = append_gradients(b, loss.loss, params.all);
+  // Gradients stay float32 (grad_dtype): no cast op, as MaxText PR #3922 item 8 proposes.
 
   // Global-norm clipping (optax.clip_by_global_norm) folded into the AdamW update.
   std::vector<ValueId> grad_sq;
@@ -76,7 +79,11 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     l.metric_names.push_back(name);
   }
   if (layout) *layout = l;
-  return std::move(b).finish();
+  Program traced = std::move(b).finish();
+  Result<RematPolicy> policy = remat_policy(c.remat_policy, c.remat_save_names);
+  ENG_CHECK(policy.ok(), "build_train_step: {}", policy.status().message());  // resolve_config validated it
+  if (policy->save_all) return traced;  // none: nothing to recompute
+  return rematerialize(traced, forward_end, *policy);
 }
 
 Result<CompileOptions> compile_options_from_config(const Config& config) {
