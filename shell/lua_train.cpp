@@ -32,6 +32,7 @@ struct HandleBox {
 struct CompiledBox {
   std::shared_ptr<const eng::Executable> exe;
   std::string fn_name;  // "train_step"
+  eng::CompileInfo cache;  // the cache lookup that produced exe (key, outcome, level, reason)
 };
 
 template <>
@@ -224,7 +225,14 @@ Result<int> trainer_compile(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:compile"));
   Result<std::shared_ptr<const eng::Executable>> exe = t->compile();
   if (!exe.ok()) return eng::Status(exe.status().code(), "Trainer:compile: " + exe.status().message());
-  push_udata(L, CompiledBox{*exe, t->program().name()});
+  // MaxText prints the memory analysis at compile (with log_compiles the trainer already did).
+  if (!t->raw_config().get_bool("log_compiles")) {
+    lua_getglobal(L, "print");
+    lua_pushstring(L, fmt::format("{}\nNote that compiler could over-estimate the HBM usage.",
+                                  (*exe)->memory().to_string()).c_str());
+    lua_call(L, 1, 0);
+  }
+  push_udata(L, CompiledBox{*exe, t->program().name(), t->last_compile()});
   return 1;
 }
 
@@ -464,7 +472,7 @@ Result<int> compiled_temps(lua_State* L) {
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, t.bytes);
     lua_setfield(L, -2, "bytes");
-    lua_pushstring(L, eng::producer_description(p, t.value).c_str());  // "rmsnorm (remat)"
+    lua_pushstring(L, v.producer >= 0 ? std::string(eng::op_name(p.instrs()[v.producer].kind)).c_str() : "argument");
     lua_setfield(L, -2, "op");
     lua_pushinteger(L, t.first_instr);
     lua_setfield(L, -2, "first");
@@ -506,12 +514,31 @@ void push_cost(lua_State* L, const eng::CostAnalysis& c) {
   lua_setfield(L, -2, "collective_bytes");
 }
 
+// {outcome = "hit"|"miss", level = "tracing"|"executable"|"persistent", reason = <kind>,
+//  explanation = <JAX's text>, key = "jit_train_step-<hex>", compile_s = <s>}
+void push_cache_info(lua_State* L, const eng::CompileInfo& c) {
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, c.outcome.c_str());
+  lua_setfield(L, -2, "outcome");
+  lua_pushstring(L, c.level.c_str());
+  lua_setfield(L, -2, "level");
+  lua_pushstring(L, c.reason_kind.c_str());
+  lua_setfield(L, -2, "reason");
+  lua_pushstring(L, c.reason_text.c_str());
+  lua_setfield(L, -2, "explanation");
+  lua_pushstring(L, c.key_name.c_str());
+  lua_setfield(L, -2, "key");
+  lua_pushnumber(L, c.compile_s);
+  lua_setfield(L, -2, "compile_s");
+}
+
 Result<int> compiled_property(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled"));
   std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
   if (key == "memory") push_memory(L, c->exe->memory());
   else if (key == "cost") push_cost(L, c->exe->cost());
-  else if (key == "key") lua_pushstring(L, fmt::format("{:016x}", c->exe->program().fingerprint()).c_str());
+  else if (key == "key") lua_pushstring(L, c->cache.key.c_str());  // the compile-cache key (hex)
+  else if (key == "cache") push_cache_info(L, c->cache);
   else if (key == "name") lua_pushstring(L, c->fn_name.c_str());
   else lua_pushnil(L);
   return 1;

@@ -468,6 +468,7 @@ Result<int> Trainer::lookup(Signature sig, const std::string& site, std::optiona
       const double dt = now_seconds() - t0;
       ++num_compiles_;
       info.outcome = "miss";
+      info.level = persistent_.dir.empty() ? "executable" : "persistent";  // the last to miss
       info.compile_s = dt;
       rows[exe_row].compile_s = dt;
       analysis_row = exe_row;
