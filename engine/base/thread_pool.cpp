@@ -72,7 +72,14 @@ void ThreadPool::worker_loop() {
     // seq_cst on both sides (Dekker): either run() sees this worker active, or it sees the
     // closed generation.
     active_.fetch_add(1, std::memory_order_seq_cst);
-    if (generation_.load(std::memory_order_seq_cst) == gen) drain();
+    if (generation_.load(std::memory_order_seq_cst) == gen) {
+      if (every_ != nullptr) {
+        (*every_)();
+        done_.fetch_add(1, std::memory_order_release);
+      } else {
+        drain();
+      }
+    }
     active_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -88,6 +95,7 @@ void ThreadPool::run(int64_t num_tasks, FunctionRef<void(int64_t)> task) {
   generation_.fetch_add(1, std::memory_order_seq_cst);
   while (active_.load(std::memory_order_seq_cst) > 0) cpu_relax();
   task_ = &task;
+  every_ = nullptr;
   num_tasks_ = num_tasks;
   next_.store(0, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
@@ -102,6 +110,37 @@ void ThreadPool::run(int64_t num_tasks, FunctionRef<void(int64_t)> task) {
   // Wait for the tasks workers claimed, not for workers that never joined (a descheduled
   // worker on a busy machine must not stall every loop).
   while (done_.load(std::memory_order_acquire) < num_tasks) cpu_relax();
+}
+
+void ThreadPool::run_on_every_thread(FunctionRef<void()> fn) {
+  std::lock_guard<std::mutex> run_lock(run_mu_);
+  const bool was = t_in_region;
+  t_in_region = true;
+  fn();
+  t_in_region = was;
+  if (workers_.empty()) return;
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  while (active_.load(std::memory_order_seq_cst) > 0) cpu_relax();
+  every_ = &fn;
+  done_.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  // Each worker joins every open generation exactly once, so all of them run fn.
+  const int64_t workers = static_cast<int64_t>(workers_.size());
+  while (done_.load(std::memory_order_acquire) < workers) std::this_thread::yield();
+  // Leave no worker inside this job before `fn` goes out of scope.
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  while (active_.load(std::memory_order_seq_cst) > 0) cpu_relax();
+  every_ = nullptr;
+  num_tasks_ = 0;  // a worker joining this empty generation claims nothing
+  next_.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);  // even again
+  }
 }
 
 ThreadPool& default_pool() {

@@ -32,6 +32,10 @@ class ThreadPool {
   // Runs task(i) for every i in [0, num_tasks), spread over the pool; returns when all ran.
   void run(int64_t num_tasks, FunctionRef<void(int64_t)> task);
 
+  // Runs fn once on the calling thread and once on every worker, and returns when all ran:
+  // for warming per-thread state (kernel scratch) outside hot paths. Waits for sleepers.
+  void run_on_every_thread(FunctionRef<void()> fn);
+
   // True on a pool worker or inside run() on the caller (nested loops then run inline).
   static bool in_parallel_region();
 
@@ -48,6 +52,7 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};  // workers blocked on cv_ (to skip notify when all spin)
   // The current job: written only while generation_ is odd and no worker is active_.
   const FunctionRef<void(int64_t)>* task_ = nullptr;
+  const FunctionRef<void()>* every_ = nullptr;  // set: each worker runs it once (no claiming)
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_{0};     // next task index to claim
   std::atomic<int> active_{0};       // workers inside the current job

@@ -9,6 +9,7 @@
 #include "engine/base/thread_pool.h"
 #include "engine/compile/memory_plan.h"
 #include "engine/runtime/executor.h"
+#include "engine/tensor/kernels.h"
 
 namespace eng {
 
@@ -198,7 +199,37 @@ struct Runtime::Prepared {
   int num_outputs = 0;                    // non-aliased program outputs
   std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
   std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
+  kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
 };
+
+namespace {
+// The largest kernel scratch the executable's instructions ask for (local shapes).
+kern::ScratchNeeds scratch_needs(const Program& p) {
+  kern::ScratchNeeds n;
+  for (const ValueInfo& v : p.values()) n.sum_elements = std::max(n.sum_elements, v.shape.numel());
+  for (const Instr& in : p.instrs()) {
+    const Shape& x = p.value(in.inputs.empty() ? in.outputs[0] : in.inputs[0]).shape;
+    kern::ScratchNeeds k;
+    switch (in.kind) {
+      case OpKind::kAttention:
+      case OpKind::kAttentionGrad: k.attention_seq = x[1]; break;
+      case OpKind::kRmsNormGrad:
+        k.rmsnorm_rows = x.prod(0, x.rank() - 1);
+        k.rmsnorm_width = x.dim(-1);
+        break;
+      case OpKind::kRope:
+        k.rope_positions = x[1];
+        k.rope_dim = x[3];
+        k.rope_min_timescale = static_cast<float>(in.attrs.min_timescale);
+        k.rope_max_timescale = static_cast<float>(in.attrs.max_timescale);
+        break;
+      default: continue;
+    }
+    n.merge(k);
+  }
+  return n;
+}
+}  // namespace
 
 Runtime::Runtime(Mesh mesh, int64_t device_capacity_bytes) : mesh_(std::move(mesh)) {
   for (int64_t d = 0; d < mesh_.num_devices(); ++d)
@@ -273,6 +304,10 @@ Status Runtime::prepare(const Executable& exe) {
   for (const ProgramOutput& out : exe.program().outputs())
     prep->ordinal.push_back(out.aliased_arg >= 0 ? -1 : next++);
   prep->num_outputs = next;
+  // Reserve kernel scratch on every pool thread now, so no step allocates it later.
+  prep->scratch = scratch_needs(exe.program());
+  const kern::ScratchNeeds& needs = prep->scratch;
+  default_pool().run_on_every_thread([&] { kern::reserve_scratch(needs); });
   prepared_.push_back(std::move(prep));
   return ok_status();
 }
@@ -344,6 +379,7 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   ENG_RETURN_IF_ERROR(prepare(exe));
   Prepared& prep = *find_prepared(exe);
   ENG_RETURN_IF_ERROR(bind(exe, args, outputs, prep));
+  kern::reserve_scratch(prep.scratch);  // the calling thread may not be a pool thread
   const Program& p = exe.program();
   const int n = num_devices();
   for (int d = 0; d < n; ++d) tables_[d] = prep.ptrs[d].data();

@@ -175,4 +175,9 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
   });
 }
 
+// The largest scratch either pass asks for at sequence length T (see scratch() calls above).
+void reserve_attention_scratch(int64_t T) {
+  scratch(std::max(kQBlock * kKChunk + 2 * kQBlock, 2 * kQChunk * kKBlock + T));
+}
+
 }  // namespace eng::kern

@@ -126,13 +126,16 @@ void rmsnorm_forward(const float* x, const float* scale, float* y, float* rstd, 
 
 // dscale is summed per fixed block of kNormRows rows (partials in the caller's scratch), then
 // the blocks are added in order: deterministic for any thread count.
+namespace {
+constexpr int64_t kNormRows = 32;                      // rmsnorm_backward: rows per partial
+thread_local std::vector<float> t_rmsnorm_partials;    // (blocks, E), reserved or grown once
+}  // namespace
+
 void rmsnorm_backward(const float* x, const float* scale, const float* rstd, const float* dy,
                       float* dx, float* dscale, int64_t N, int64_t E) {
-  constexpr int64_t kNormRows = 32;
   const int64_t blocks = (N + kNormRows - 1) / kNormRows;
-  thread_local std::vector<float> t_partials;  // (blocks, E), grown once
-  if (static_cast<int64_t>(t_partials.size()) < blocks * E) t_partials.resize(blocks * E);
-  float* partials = t_partials.data();
+  if (static_cast<int64_t>(t_rmsnorm_partials.size()) < blocks * E) t_rmsnorm_partials.resize(blocks * E);
+  float* partials = t_rmsnorm_partials.data();
   parallel_for(blocks, row_grain(kNormRows * E), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       float* part = partials + b * E;  // (E)
@@ -204,6 +207,9 @@ struct RopeTable {
   }
 };
 
+thread_local RopeTable t_rope_table;     // this thread's cos/sin rows
+thread_local std::vector<float> t_rope_odd;  // a row for positions beyond the table
+
 }  // namespace
 
 void rope(const float* x, const int32_t* pos, float* y, int64_t B, int64_t T, int64_t H,
@@ -211,11 +217,11 @@ void rope(const float* x, const int32_t* pos, float* y, int64_t B, int64_t T, in
   const int64_t half = D / 2;
   const int64_t row = H * D;
   parallel_for(B * T, row_grain(row), [&](int64_t lo, int64_t hi) {
-    thread_local RopeTable table;
+    RopeTable& table = t_rope_table;
     if (table.D != D || table.min_ts != min_timescale || table.max_ts != max_timescale) {
       table = RopeTable{D, min_timescale, max_timescale, 0, std::move(table.cs)};
     }
-    thread_local std::vector<float> t_odd;  // one row for positions outside the cache
+    std::vector<float>& t_odd = t_rope_odd;  // one row for positions outside the cache
     for (int64_t bt = lo; bt < hi; ++bt) {
       const int64_t p = pos[bt];
       const float* cs;
@@ -275,14 +281,15 @@ double chunk_sum(const float* x, int64_t n) {
 #endif
 }
 
+thread_local std::vector<double> t_sum_partials;  // one per chunk, reserved or grown once
+
 template <bool kSquares>
 double chunked_sum(const float* x, int64_t n) {
   if (n <= 0) return 0.0;
   const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
   if (chunks == 1) return chunk_sum<kSquares>(x, n);
-  thread_local std::vector<double> t_partials;
-  if (static_cast<int64_t>(t_partials.size()) < chunks) t_partials.resize(chunks);
-  double* partials = t_partials.data();
+  if (static_cast<int64_t>(t_sum_partials.size()) < chunks) t_sum_partials.resize(chunks);
+  double* partials = t_sum_partials.data();
   parallel_for(chunks, 4, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t lo = c * kSumChunk;
@@ -298,5 +305,38 @@ double chunked_sum(const float* x, int64_t n) {
 
 double sum(const float* x, int64_t n) { return chunked_sum<false>(x, n); }
 double sum_squares(const float* x, int64_t n) { return chunked_sum<true>(x, n); }
+
+void ScratchNeeds::merge(const ScratchNeeds& o) {
+  attention_seq = std::max(attention_seq, o.attention_seq);
+  rmsnorm_rows = std::max(rmsnorm_rows, o.rmsnorm_rows);
+  rmsnorm_width = std::max(rmsnorm_width, o.rmsnorm_width);
+  sum_elements = std::max(sum_elements, o.sum_elements);
+  if (o.rope_dim > 0) {
+    rope_positions = std::max(rope_positions, o.rope_positions);
+    rope_dim = o.rope_dim;
+    rope_min_timescale = o.rope_min_timescale;
+    rope_max_timescale = o.rope_max_timescale;
+  }
+}
+
+void reserve_attention_scratch(int64_t T);  // attention.cpp
+
+void reserve_scratch(const ScratchNeeds& n) {
+  if (n.attention_seq > 0) reserve_attention_scratch(n.attention_seq);
+  const int64_t blocks = (n.rmsnorm_rows + kNormRows - 1) / kNormRows;
+  if (static_cast<int64_t>(t_rmsnorm_partials.size()) < blocks * n.rmsnorm_width)
+    t_rmsnorm_partials.resize(blocks * n.rmsnorm_width);
+  const int64_t chunks = (n.sum_elements + kSumChunk - 1) / kSumChunk;
+  if (static_cast<int64_t>(t_sum_partials.size()) < chunks) t_sum_partials.resize(chunks);
+  if (n.rope_dim > 0) {
+    RopeTable& table = t_rope_table;
+    if (table.D != n.rope_dim || table.min_ts != n.rope_min_timescale ||
+        table.max_ts != n.rope_max_timescale)
+      table = RopeTable{n.rope_dim, n.rope_min_timescale, n.rope_max_timescale, 0, std::move(table.cs)};
+    const int64_t last = std::min(n.rope_positions, kRopeMaxCachedPos) - 1;
+    if (last >= 0) table.row(last);  // tabulates every position up to `last`
+    if (static_cast<int64_t>(t_rope_odd.size()) < n.rope_dim) t_rope_odd.resize(n.rope_dim);
+  }
+}
 
 }  // namespace eng::kern

@@ -89,4 +89,22 @@ double sum_squares(const float* x, int64_t n);  // accumulated in double
 void adamw_update(float* param, const float* grad, float* mu, float* nu, int64_t n, float lr,
                   float clip, float b1, float b2, float eps, float weight_decay, int64_t count);
 
+// ---- per-thread scratch ----------------------------------------------------------------------
+// Kernels keep scratch in thread-local buffers grown on first use. To keep "a training step
+// allocates nothing" true from the first step on (whichever pool thread runs which chunk),
+// the runtime reserves them up front, once per executable, on every pool thread:
+//   default_pool().run_on_every_thread([&] { kern::reserve_scratch(needs); });
+struct ScratchNeeds {
+  int64_t attention_seq = 0;        // largest T of attention / attention_backward
+  int64_t rmsnorm_rows = 0;         // largest N * ... of rmsnorm_backward: rows
+  int64_t rmsnorm_width = 0;        //   and its E
+  int64_t sum_elements = 0;         // largest n of sum / sum_squares
+  int64_t rope_positions = 0;       // rope: positions 0..rope_positions-1 are tabulated
+  int64_t rope_dim = 0;             //   for this head dim
+  float rope_min_timescale = 1, rope_max_timescale = 10000;
+  void merge(const ScratchNeeds& o);  // element-wise max (rope: the last non-empty one)
+};
+// Grows the calling thread's scratch to `needs`; allocates nothing when already large enough.
+void reserve_scratch(const ScratchNeeds& needs);
+
 }  // namespace eng::kern
