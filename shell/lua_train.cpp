@@ -472,7 +472,7 @@ Result<int> compiled_temps(lua_State* L) {
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, t.bytes);
     lua_setfield(L, -2, "bytes");
-    lua_pushstring(L, v.producer >= 0 ? std::string(eng::op_name(p.instrs()[v.producer].kind)).c_str() : "argument");
+    lua_pushstring(L, eng::producer_description(p, t.value).c_str());  // "rmsnorm (remat)"
     lua_setfield(L, -2, "op");
     lua_pushinteger(L, t.first_instr);
     lua_setfield(L, -2, "first");
