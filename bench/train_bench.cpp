@@ -7,7 +7,9 @@
 // Model FLOPs for MFU use shared/bench/torch_llama.py's formula, so the numbers compare with
 // the PyTorch reference like for like: flops/token = 6 * N_matmul + 12 * L * T * d_model
 // (N_matmul counts every projection and the logits matrix; full T x T attention). MaxText's
-// per-device TFLOPs (causal attention counted half) is reported too.
+// per-device TFLOPs (causal attention counted half) is reported too. The default remat policy
+// here is `none` (every activation kept, as the PyTorch reference does); MaxText's default
+// `full` recomputes each layer in the backward pass (--remat full).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
   std::string model = "llama-tiny";
   int steps = 10, warmup = 3;
   bool peak_only = false;
+  std::string remat = "none";  // like the PyTorch reference: keep every activation
   double peak = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -80,9 +83,10 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::atoi(next());
     else if (a == "--warmup") warmup = std::atoi(next());
     else if (a == "--peak-only") peak_only = true;
+    else if (a == "--remat") remat = next();
     else if (a == "--peak-gflops") peak = std::atof(next());
     else {
-      fmt::print(stderr, "usage: train_bench [--model NAME] [--steps N] [--warmup N] [--peak-only] [--peak-gflops G]\n");
+      fmt::print(stderr, "usage: train_bench [--model NAME] [--steps N] [--warmup N] [--remat POLICY] [--peak-only] [--peak-gflops G]\n");
       return 2;
     }
   }
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
   eng::Status s = c.set("model_name", model);
   if (s.ok()) s = c.set("steps", static_cast<int64_t>(steps + warmup));
   if (s.ok()) s = c.set("learning_rate", 3e-4);
+  if (s.ok()) s = c.set("remat_policy", remat);
   if (!s.ok()) {
     fmt::print(stderr, "train_bench: {}\n", s.message());
     return 1;
@@ -139,9 +144,9 @@ int main(int argc, char** argv) {
   const double gflops = flops_per_token * tps / 1e9;
   const double maxtext_tflops_s = t->tflops().total / med;
   fmt::print(
-      "RESULT model={} median_step_ms={:.1f} tokens_per_s={:.0f} model_GFLOPs={:.1f} mfu={:.1f}% "
+      "RESULT model={} remat={} median_step_ms={:.1f} tokens_per_s={:.0f} model_GFLOPs={:.1f} mfu={:.1f}% "
       "maxtext_TFLOP/s/device={:.3f} (min_ms={:.1f} max_ms={:.1f} n={})\n",
-      model, med * 1e3, tps, gflops, 100 * gflops / peak, maxtext_tflops_s,
+      model, remat, med * 1e3, tps, gflops, 100 * gflops / peak, maxtext_tflops_s,
       *std::min_element(times.begin(), times.end()) * 1e3,
       *std::max_element(times.begin(), times.end()) * 1e3, times.size());
   fmt::print(

@@ -1,31 +1,49 @@
--- examples/quickstart.lua: train llama-tiny on real English text (the fortunes corpus) and
--- look at what was recorded. Run: scripts/quickstart.sh  (or build/shell/shardlab examples/quickstart.lua)
+-- examples/quickstart.lua: train llama-tiny on real English text (the fortunes corpus) on four
+-- simulated devices (data=2 x fsdp=2), then ask the metrics store what happened.
+-- Run: scripts/quickstart.sh   (or: build/shell/shardlab --db quickstart.db examples/quickstart.lua)
 --
 -- Arguments: [steps] [corpus]   e.g. shardlab examples/quickstart.lua 50
 local steps = tonumber(arg and arg[1]) or 300
 local corpus = (arg and arg[2]) or "/usr/share/games/fortunes/cookie"
 
-local mesh = sl.mesh{devices = 1}
+-- A mesh over MaxText's 12 axes: data parallel x FSDP on 4 simulated devices.
+local mesh = sl.mesh{data = 2, fsdp = 2, devices = 4}
 print(mesh)
 
 local cfg = sl.config{
   model = "llama-tiny",              -- vocab 256 (bytes), emb 256, 4 layers, 4 heads, mlp 704
   dataset = "text:" .. corpus,       -- byte-level: the loss starts near ln(256) = 5.55
   steps = steps,
+  per_device_batch_size = 2,         -- global batch 4 x 2 = 8 sequences of 256 tokens
   learning_rate = 3e-3,
   warmup_steps_fraction = 0.05,
-  per_device_batch_size = 8,
-  max_target_length = 256,
+  remat_policy = "none",             -- keep activations (MaxText's default "full" recomputes)
 }
 print(cfg)
 
 local t = sl.trainer(cfg, mesh)
 print(t)
 
-local c = t:compile()                -- ahead of time: the first step reuses this executable
+-- How one layer's MLP is split: weights over fsdp (MaxText's rules), the batch over (data, fsdp).
+print(t:shardings("layers_0/mlp/wi_0"))
+print(t:visualize("params/decoder/layers_0/mlp/wi_0/kernel"))
+
+local c = t:compile()                -- ahead of time, with the batch's real sharding
 print(c)
-print(c.memory.summary)
+for axis, bytes in pairs(c.cost.collective_bytes) do
+  print(string.format("collectives over %-10s %8.1f MiB per device per step", axis, bytes / 2^20))
+end
 
 local result = t:train{steps = steps}
-print(string.format("trained %d steps: loss %.3f -> see the store (--db) for every step",
-                    result.steps, result.last and result.last.loss or 0/0))
+
+-- Everything is in the store (--db): one row per step, the config, the compilation.
+local best = sl.sql("select step, loss from v_best_loss order by rowid desc limit 1")[1]
+local pct = sl.sql("select p50_s, p90_s from v_step_time_pct order by rowid desc limit 1")[1]
+local compiles = sl.sql([[select outcome, cache_level, count(*) as n from compilations
+                          group by outcome, cache_level order by outcome]])
+print(string.format("trained %d steps on %d devices: final loss %.3f, best %.3f at step %d",
+                    result.steps, mesh:devices(), result.last.loss, best.loss, best.step))
+print(string.format("step time p50 %.3f s, p90 %.3f s (compile steps excluded)", pct.p50_s, pct.p90_s))
+for _, row in ipairs(compiles) do
+  print(string.format("compilations: %-4s at %-10s x %d", row.outcome, row.cache_level, row.n))
+end
