@@ -56,7 +56,12 @@ double instr_flops(const Program& p, const Instr& in) {
     case OpKind::kAllGather:
     case OpKind::kAllToAll:
     case OpKind::kCollectivePermute:
-    case OpKind::kDynamicSlice: return 0;
+    case OpKind::kDynamicSlice:
+    case OpKind::kReshape:
+    case OpKind::kSlice:
+    case OpKind::kPad:
+    case OpKind::kConcat:
+    case OpKind::kShift: return 0;
     case OpKind::kAdamW: return 12.0 * numel(p, x[0]);
   }
   return 0;

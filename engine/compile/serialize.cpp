@@ -218,6 +218,12 @@ void write_attrs(Writer& w, const OpAttrs& a) {
   w.f64(a.b1);
   w.f64(a.b2);
   w.f64(a.weight_decay);
+  w.boolean(a.fill_zero);
+  w.i64(a.start);
+  w.i64(a.size);
+  w.i64(static_cast<int64_t>(a.new_shape.size()));
+  for (int64_t d : a.new_shape) w.i64(d);
+  w.i64(a.vmap);
 }
 
 OpAttrs read_attrs(Reader& r) {
@@ -252,6 +258,12 @@ OpAttrs read_attrs(Reader& r) {
   a.b1 = r.f64("attr b1");
   a.b2 = r.f64("attr b2");
   a.weight_decay = r.f64("attr weight_decay");
+  a.fill_zero = r.boolean("attr fill_zero");
+  a.start = r.i64("attr start");
+  a.size = r.i64("attr size");
+  const int64_t rank = r.i64("attr new_shape rank");
+  for (int64_t i = 0; i < rank && i < 64; ++i) a.new_shape.push_back(r.i64("attr new_shape"));
+  a.vmap = r.i64("attr vmap");
   return a;
 }
 

@@ -79,6 +79,7 @@ class Partitioner {
   Result<Partitioned> run() {
     const size_t nv = g_.values().size();
     local_.assign(nv, kNoValue);
+    swapped_.assign(nv, false);
     spec_.assign(nv, PartitionSpec());
     Partitioned out;
     for (const Argument& a : g_.args()) {
@@ -118,7 +119,30 @@ class Partitioner {
 
  private:
   const ValueInfo& gv(ValueId v) const { return g_.value(v); }
-  int rank(ValueId v) const { return gv(v).shape.rank(); }
+  // While a vmapped instruction is partitioned (vm_ active), the values it touches are seen
+  // without their leading (stage) dim: shapes, ranks and specs are the per-slice ones.
+  Shape shp(ValueId v) const {
+    const Shape& s = gv(v).shape;
+    return vm_.empty() ? s : s.slice(1, s.rank());
+  }
+  int rank(ValueId v) const { return shp(v).rank(); }
+  // normalize(), with the vmapped axes removed while vm_ is active (they are taken by the
+  // leading dim; MaxText's spmd_axis_name="stage").
+  PartitionSpec norm(const PartitionSpec& s, int r) const {
+    PartitionSpec n = normalize(s, r, mesh_);
+    if (vm_.empty()) return n;
+    return without_axes(n, vm_);
+  }
+  static PartitionSpec without_axes(const PartitionSpec& s, const Axes& drop) {
+    Dims d = s.dims();
+    for (auto& axes : d)
+      axes.erase(std::remove_if(axes.begin(), axes.end(), [&](const std::string& a) { return contains(drop, a); }),
+                 axes.end());
+    Axes partial;
+    for (const auto& a : s.partial())
+      if (!contains(drop, a)) partial.push_back(a);
+    return PartitionSpec(std::move(d), std::move(partial));
+  }
 
   Shape local_shape(const Shape& g, const PartitionSpec& s) const {
     std::vector<int64_t> d(g.dims().begin(), g.dims().end());
@@ -138,7 +162,7 @@ class Partitioner {
   }
 
   void set(ValueId g, ValueId l, PartitionSpec s) {
-    if (!desired_.empty() && desired_[g] && !s.partial().empty()) {
+    if (vm_.empty() && !desired_.empty() && desired_[g] && !s.partial().empty()) {
       Result<ValueId> r = reshard(l, gv(g).shape, s, *desired_[g]);
       if (r.ok()) {
         l = *r;
@@ -218,7 +242,7 @@ class Partitioner {
   }
 
   Result<ValueId> get(ValueId g, const PartitionSpec& D) {
-    return reshard(local_[g], gv(g).shape, spec_[g], normalize(D, rank(g), mesh_));
+    return reshard(local_[g], shp(g), spec_[g], norm(D, rank(g)));
   }
 
   // Emits kind on the given local inputs with the global attrs; outputs get `specs`.
@@ -228,7 +252,7 @@ class Partitioner {
     attrs.out_like = -1;
     std::vector<ValueId> outs = b_.emit(in.kind, std::move(inputs), attrs);
     for (size_t o = 0; o < outs.size() && o < in.outputs.size(); ++o) {
-      set(in.outputs[o], outs[o], normalize(specs[o], rank(in.outputs[o]), mesh_));
+      set(in.outputs[o], outs[o], norm(specs[o], rank(in.outputs[o])));
       // Remat attribution (engine/ir/remat.h) survives partitioning, for c:temps(n).
       b_.mutable_info(outs[o]).recomputed = gv(in.outputs[o]).recomputed;
       b_.mutable_info(outs[o]).checkpoint_name = gv(in.outputs[o]).checkpoint_name;
@@ -263,6 +287,14 @@ class Partitioner {
   }
 
   Status instr(const Instr& in);
+  Status vmapped(const Instr& in);
+  Status reshape(const Instr& in);
+  Status shift(const Instr& in);
+  ValueId local_reshape(ValueId x, const Shape& local) {
+    OpAttrs a;
+    a.new_shape.assign(local.dims().begin(), local.dims().end());
+    return b_.emit(OpKind::kReshape, {x}, a)[0];
+  }
   Status matmul(const Instr& in);
   Status constraint(const Instr& in);
   Status masked_mean_loss(const Instr& in);
@@ -275,9 +307,12 @@ class Partitioner {
   std::vector<ValueId> local_;       // global value -> its local value
   std::vector<PartitionSpec> spec_;  // global value -> its sharding (normalised)
   std::vector<std::optional<PartitionSpec>> desired_;  // gradients: their state's sharding
+  Axes vm_;                    // the vmapped instruction's axes (stage), while partitioning it
+  std::vector<bool> swapped_;  // its inputs, seen per slice
 };
 
 Status Partitioner::instr(const Instr& in) {
+  if (in.attrs.vmap > 0) return vmapped(in);
   const auto& x = in.inputs;
   const PartitionSpec rep;
   auto s0 = [&] { return dims_only(spec_[x[0]]); };
@@ -367,9 +402,130 @@ Status Partitioner::instr(const Instr& in) {
       const PartitionSpec st = dims_only(spec_[x[2]]);
       return simple(in, {st, st, st, st, rep, rep, rep}, {st, st, st}, in.attrs);
     }
+    case OpKind::kReshape: return reshape(in);
+    case OpKind::kSlice:
+    case OpKind::kPad: {  // the sliced (padded) dim whole; the others follow the input
+      const PartitionSpec d(whole(s0().dims(), {in.attrs.dim}));
+      return simple(in, {d}, {d}, in.attrs);
+    }
+    case OpKind::kConcat: {
+      const PartitionSpec d(whole(s0().dims(), {in.attrs.dim}));
+      return simple(in, std::vector<PartitionSpec>(x.size(), d), {d}, in.attrs);
+    }
+    case OpKind::kShift: return shift(in);
     default:
       return invalid_argument("partition: {} may not appear in a global program", op_name(in.kind));
   }
+}
+
+// jax.vmap with spmd_axis_name="stage": the leading dim goes on `stage` (one slice per
+// stage group), each device squeezes its slice, the per-slice rule runs with the stage axis
+// taken, and the outputs get the dim back.
+Status Partitioner::vmapped(const Instr& in) {
+  const int64_t S = in.attrs.vmap;
+  if (!mesh_.has_axis("stage") || mesh_.axis_size("stage") != S)
+    return invalid_argument("partition: {} is vmapped over {} stages but the mesh's stage axis has "
+                            "size {}", op_name(in.kind), S,
+                            mesh_.has_axis("stage") ? mesh_.axis_size("stage") : 1);
+  const Axes vm = {"stage"};
+  struct Saved {
+    ValueId g, local;
+    PartitionSpec spec;
+  };
+  std::vector<Saved> saved;
+  for (ValueId x : in.inputs) {
+    if (swapped_[x]) continue;
+    const Shape& gs = gv(x).shape;
+    PartitionSpec cur = without_axes(spec_[x], vm);
+    Dims d = cur.dims();
+    d[0] = vm;
+    const PartitionSpec full = normalize(PartitionSpec(d, cur.partial()), gs.rank(), mesh_);
+    ENG_ASSIGN_OR_RETURN(ValueId lv, reshard(local_[x], gs, spec_[x], full));
+    const Shape inner = local_shape(gs, full).slice(1, gs.rank());
+    saved.push_back({x, local_[x], spec_[x]});
+    local_[x] = local_reshape(lv, inner);
+    spec_[x] = PartitionSpec(Dims(d.begin() + 1, d.end()), cur.partial());
+    swapped_[x] = true;
+  }
+  vm_ = vm;
+  Instr inner = in;
+  inner.attrs.vmap = 0;
+  Status st = instr(inner);
+  vm_.clear();
+  for (const Saved& sv : saved) {
+    local_[sv.g] = sv.local;
+    spec_[sv.g] = sv.spec;
+    swapped_[sv.g] = false;
+  }
+  ENG_RETURN_IF_ERROR(st);
+  for (ValueId o : in.outputs) {
+    const PartitionSpec is = spec_[o];
+    Dims d = is.dims();
+    d.insert(d.begin(), vm);
+    const PartitionSpec full(d, is.partial());
+    const ValueId lv = local_reshape(local_[o], local_shape(gv(o).shape, full));
+    b_.mutable_info(lv).recomputed = gv(o).recomputed;
+    b_.mutable_info(lv).checkpoint_name = gv(o).checkpoint_name;
+    set(o, lv, normalize(full, gv(o).shape.rank(), mesh_));
+  }
+  return ok_status();
+}
+
+// Row-major reshape: non-unit dims are matched in groups of equal products; a group keeps
+// the sharding of its major input dim on its major output dim when that divides (the
+// members' contiguous chunks are the same), else the group is gathered.
+Status Partitioner::reshape(const Instr& in) {
+  const ValueId x = in.inputs[0], y = in.outputs[0];
+  const Shape& xs = gv(x).shape;
+  const Shape& ys = gv(y).shape;
+  Dims sd = dims_only(spec_[x]).dims(), od(ys.rank());
+  int i = 0, j = 0;
+  auto skip_units = [](const Shape& s, int k) {
+    while (k < s.rank() && s[k] == 1) ++k;
+    return k;
+  };
+  for (int k = 0; k < xs.rank(); ++k)
+    if (xs[k] == 1) sd[k].clear();
+  for (;;) {
+    i = skip_units(xs, i);
+    j = skip_units(ys, j);
+    if (i >= xs.rank() || j >= ys.rank()) break;
+    const int i0 = i, j0 = j;
+    int64_t px = xs[i++], py = ys[j++];
+    while (px != py) {
+      if (px < py) px *= xs[i++];
+      else py *= ys[j++];
+    }
+    const int64_t n = axes_size(mesh_, sd[i0]);
+    for (int k = i0 + 1; k < i; ++k) sd[k].clear();
+    if (n > 1 && ys[j0] % n == 0) od[j0] = sd[i0];
+    else sd[i0].clear();
+  }
+  ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(sd)));
+  const PartitionSpec out(od);
+  set(y, local_reshape(lx, local_shape(ys, out)), out);
+  return ok_status();
+}
+
+// MaxText's _shift_right: over a dim sharded one row per member it is a collective permute
+// (fill_zero) along those axes; otherwise a local shift of the whole dim.
+Status Partitioner::shift(const Instr& in) {
+  const ValueId x = in.inputs[0];
+  const int dim = in.attrs.dim;
+  Dims d = dims_only(spec_[x]).dims();
+  const Axes axes = d[dim];
+  if (!axes.empty() && axes_size(mesh_, axes) == gv(x).shape[dim]) {
+    ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(d)));
+    OpAttrs a;
+    a.mesh_axes = axes;
+    a.group_size = axes_size(mesh_, axes);
+    a.shift = in.attrs.shift;
+    a.fill_zero = true;
+    set(in.outputs[0], b_.emit(OpKind::kCollectivePermute, {lx}, a)[0], PartitionSpec(d));
+    return ok_status();
+  }
+  d[dim].clear();
+  return simple(in, {PartitionSpec(d)}, {PartitionSpec(d)}, in.attrs);
 }
 
 Status Partitioner::constraint(const Instr& in) {
@@ -400,12 +556,12 @@ Status Partitioner::constraint(const Instr& in) {
   if (!target.ok())
     return invalid_argument("sharding constraint {}: {}", logical_axes_string(names),
                             target.status().message());
-  PartitionSpec t = normalize(*target, r, mesh_);
+  PartitionSpec t = norm(*target, r);
   if (o_.skip_trivial_specs && t.is_replicated()) {
     set(in.outputs[0], local_[x], spec_[x]);
     return ok_status();
   }
-  ENG_RETURN_IF_ERROR(check_divisible(gv(x).shape, t,
+  ENG_RETURN_IF_ERROR(check_divisible(shp(x), t,
                                       fmt::format("sharding constraint {}", logical_axes_string(names))));
   ENG_ASSIGN_OR_RETURN(ValueId lv, get(x, t));
   set(in.outputs[0], lv, t);
@@ -436,8 +592,8 @@ Status Partitioner::masked_mean_loss(const Instr& in) {
 Status Partitioner::matmul(const Instr& in) {
   const ValueId ga = in.inputs[0], gb = in.inputs[1];
   const OpAttrs& at = in.attrs;
-  const Shape& A = gv(ga).shape;
-  const Shape& B = gv(gb).shape;
+  const Shape A = shp(ga);
+  const Shape B = shp(gb);
   std::vector<int> a_free, a_con, b_free, b_con;
   for (int i = 0; i < A.rank(); ++i) ((at.trans_a ? i < at.a_split : i >= at.a_split) ? a_con : a_free).push_back(i);
   for (int i = 0; i < B.rank(); ++i) ((at.trans_b ? i >= at.b_split : i < at.b_split) ? b_con : b_free).push_back(i);
@@ -452,10 +608,16 @@ Status Partitioner::matmul(const Instr& in) {
       if (!at.out_logical[i].empty()) names[i] = at.out_logical[i];
     Result<PartitionSpec> w = logical_to_mesh(names, mesh_, o_.rules);
     if (!w.ok()) return invalid_argument("matmul out_sharding: {}", w.status().message());
-    want = normalize(*w, out_rank, mesh_);
-  } else if (at.out_like >= 0 && local_[at.out_like] != kNoValue &&
-             rank(at.out_like) == out_rank) {
-    want = dims_only(spec_[at.out_like]);
+    want = norm(*w, out_rank);
+  } else if (at.out_like >= 0 && local_[at.out_like] != kNoValue) {
+    // out_like is not an operand: under vmap its tracked spec still has the leading dim.
+    PartitionSpec like = dims_only(spec_[at.out_like]);
+    if (!vm_.empty() && !swapped_[at.out_like]) {
+      Dims d = like.dims();
+      if (!d.empty()) d.erase(d.begin());
+      like = PartitionSpec(d);
+    }
+    if (like.rank() == out_rank) want = like;
   }
 
   bool paired = a_con.size() == b_con.size();
@@ -540,7 +702,7 @@ Status Partitioner::matmul(const Instr& in) {
   sort_mesh_order(partial, mesh_);
   emit(in, {la, lb}, at, {PartitionSpec(out, partial)});
   if (!at.out_logical.empty()) {  // out_sharding: the result IS in that sharding
-    ENG_RETURN_IF_ERROR(check_divisible(gv(in.outputs[0]).shape, *want, "matmul out_sharding"));
+    ENG_RETURN_IF_ERROR(check_divisible(shp(in.outputs[0]), *want, "matmul out_sharding"));
     ENG_ASSIGN_OR_RETURN(ValueId lv, get(in.outputs[0], *want));
     set(in.outputs[0], lv, *want);
   }

@@ -1,6 +1,7 @@
 // engine/compile/spmd_assign.cpp: argument sharding assignment (MaxText's state and input
 // shardings, ZeRO-1) and the collective byte model shared by compile and runtime tests.
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -165,6 +166,8 @@ double collective_bytes_received(const Program& p, const Instr& in) {
     case OpKind::kAllReduce: return (G - 1) * x;
     case OpKind::kAllToAll: return (G - 1) / G * x;
     case OpKind::kCollectivePermute:
+      if (in.attrs.fill_zero)  // a partial permutation: G - |shift| of G members receive
+        return std::max<double>(0, G - std::abs(static_cast<double>(in.attrs.shift))) / G * x;
       return in.attrs.group_size > 1 && in.attrs.shift % in.attrs.group_size != 0 ? x : 0;
     default: return 0;
   }

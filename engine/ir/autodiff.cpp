@@ -66,7 +66,12 @@ class Differentiator {
       const Instr in = b_.program().instrs()[k];  // a copy: emitting appends to instrs()
       bool any = false;
       for (ValueId o : in.outputs) any = any || cot_[o].present();
-      if (any) vjp(in);
+      if (!any) continue;
+      // The VJP of a vmapped op is the vmapped VJP: its backward ops carry the same vmap.
+      const int64_t saved_vmap = b_.vmap();
+      b_.set_vmap(in.attrs.vmap);
+      vjp(in);
+      b_.set_vmap(saved_vmap);
     }
     for (size_t k = 0; k < wrt.size(); ++k) {
       const Cot& c = cot_[wrt[k]];
@@ -216,6 +221,37 @@ class Differentiator {
         return;
       }
       case OpKind::kMaskedMeanLoss: return masked_mean_loss(in);
+      // Pipeline data movement: each transpose is another data movement (op.h).
+      case OpKind::kReshape:
+        accumulate(in.inputs[0], fresh(b_.reshape(tensor(in, y), b_.info(in.inputs[0]).shape),
+                                       in.inputs[0]));
+        return;
+      case OpKind::kSlice:
+        accumulate(in.inputs[0],
+                   fresh(b_.pad(tensor(in, y), in.attrs.dim, in.attrs.start,
+                                b_.info(in.inputs[0]).shape[in.attrs.dim]),
+                         in.inputs[0]));
+        return;
+      case OpKind::kPad:
+        accumulate(in.inputs[0],
+                   fresh(b_.slice(tensor(in, y), in.attrs.dim, in.attrs.start,
+                                  b_.info(in.inputs[0]).shape[in.attrs.dim]),
+                         in.inputs[0]));
+        return;
+      case OpKind::kConcat: {
+        const ValueId dy = tensor(in, y);
+        int64_t at = 0;
+        for (ValueId x : in.inputs) {
+          const int64_t n = b_.info(x).shape[in.attrs.dim];
+          if (needs(x)) accumulate(x, fresh(b_.slice(dy, in.attrs.dim, at, n), x));
+          at += n;
+        }
+        return;
+      }
+      case OpKind::kShift:
+        accumulate(in.inputs[0],
+                   fresh(b_.shift(tensor(in, y), in.attrs.dim, -in.attrs.shift), in.inputs[0]));
+        return;
       default:
         ENG_CHECK(false, "autodiff: {} is not differentiable (backward, optimizer or metric op)",
                   op_name(in.kind));
@@ -230,7 +266,11 @@ class Differentiator {
   void matmul(const Instr& in) {
     const ValueId a = in.inputs[0], b = in.inputs[1];
     const OpAttrs& at = in.attrs;
-    const Shape sa = b_.info(a).shape, sb = b_.info(b).shape;
+    Shape sa = b_.info(a).shape, sb = b_.info(b).shape;
+    if (at.vmap > 0) {  // the splits describe the per-slice matmul
+      sa = sa.slice(1, sa.rank());
+      sb = sb.slice(1, sb.rank());
+    }
     const Shape ka = at.trans_a ? sa.slice(0, at.a_split) : sa.slice(at.a_split, sa.rank());
     const Shape kb = at.trans_b ? sb.slice(at.b_split, sb.rank()) : sb.slice(0, at.b_split);
     ENG_CHECK(ka == kb, "autodiff: matmul contracted dims must agree as shapes: {} vs {}",

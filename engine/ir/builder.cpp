@@ -231,6 +231,58 @@ std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& i
     case OpKind::kSafeDivide:
       n_in(2);
       return {scalar()};
+    case OpKind::kReshape: {
+      n_in(1);
+      Shape ns{std::vector<int64_t>(at.new_shape.begin(), at.new_shape.end())};
+      ENG_CHECK(ns.numel() == in[0]->shape.numel(), "reshape: {} to {} changes the element count",
+                in[0]->shape.to_string(), ns.to_string());
+      return {make(ns, in[0]->dtype)};
+    }
+    case OpKind::kSlice:
+    case OpKind::kPad:
+    case OpKind::kShift: {
+      n_in(1);
+      ValueInfo out = like(*in[0]);
+      const int r = out.shape.rank();
+      ENG_CHECK(at.dim >= 0 && at.dim < r, "{}: dim {} out of range for {}", op_name(kind), at.dim,
+                out.shape.to_string());
+      if (kind == OpKind::kShift) return {out};
+      const int64_t n = in[0]->shape[at.dim];
+      std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
+      if (kind == OpKind::kSlice) {
+        ENG_CHECK(at.start >= 0 && at.size >= 1 && at.start + at.size <= n,
+                  "slice: [{}, {}) out of range for dim {} of {}", at.start, at.start + at.size,
+                  at.dim, out.shape.to_string());
+        dims[at.dim] = at.size;
+      } else {
+        ENG_CHECK(at.start >= 0 && at.start + n <= at.size,
+                  "pad: {} rows at {} do not fit in {} (dim {} of {})", n, at.start, at.size,
+                  at.dim, out.shape.to_string());
+        dims[at.dim] = at.size;
+      }
+      out.shape = Shape(dims);
+      return {out};
+    }
+    case OpKind::kConcat: {
+      ENG_CHECK(!in.empty(), "concatenate: needs at least one input");
+      ValueInfo out = like(*in[0]);
+      const int r = out.shape.rank();
+      ENG_CHECK(at.dim >= 0 && at.dim < r, "concatenate: dim {} out of range for {}", at.dim,
+                out.shape.to_string());
+      std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
+      dims[at.dim] = 0;
+      for (const ValueInfo* v : in) {
+        ENG_CHECK(v->shape.rank() == r && v->dtype == in[0]->dtype,
+                  "concatenate: {} vs {}", v->type_string(), in[0]->type_string());
+        for (int i = 0; i < r; ++i)
+          ENG_CHECK(i == at.dim || v->shape[i] == in[0]->shape[i],
+                    "concatenate: {} vs {} differ off dim {}", v->shape.to_string(),
+                    in[0]->shape.to_string(), at.dim);
+        dims[at.dim] += v->shape[at.dim];
+      }
+      out.shape = Shape(dims);
+      return {out};
+    }
   }
   ENG_CHECK(false, "unhandled op {}", static_cast<int>(kind));
   return {};
@@ -273,7 +325,29 @@ std::vector<ValueId> Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpA
               op_name(kind), v);
     in.push_back(&program_.values_[v]);
   }
-  std::vector<ValueInfo> outs = infer(kind, in, attrs);
+  if (attrs.vmap == 0) attrs.vmap = vmap_;
+  std::vector<ValueInfo> outs;
+  if (attrs.vmap > 0) {
+    // jax.vmap over the leading dim (op.h): infer the per-slice op, then prepend the dim.
+    std::vector<ValueInfo> inner(in.size());
+    std::vector<const ValueInfo*> inner_ptrs;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Shape& s = in[i]->shape;
+      ENG_CHECK(s.rank() >= 1 && s[0] == attrs.vmap, "{} vmapped over {}: input {} is {}",
+                op_name(kind), attrs.vmap, i, in[i]->type_string());
+      inner[i] = like(*in[i]);
+      inner[i].shape = s.slice(1, s.rank());
+      if (!in[i]->logical.empty()) inner[i].logical = logical_slice(*in[i], 1, s.rank());
+      inner_ptrs.push_back(&inner[i]);
+    }
+    outs = infer(kind, inner_ptrs, attrs);
+    for (ValueInfo& o : outs) {
+      o.shape = Shape{attrs.vmap}.concat(o.shape);
+      if (!o.logical.empty()) o.logical.insert(o.logical.begin(), "activation_stage");
+    }
+  } else {
+    outs = infer(kind, in, attrs);
+  }
   const int32_t index = static_cast<int32_t>(program_.instrs_.size());
   Instr instr{kind, std::move(inputs), {}, std::move(attrs)};
   for (ValueInfo& o : outs) {
@@ -290,6 +364,41 @@ ValueId Builder::checkpoint_name(ValueId v, std::string name) {
             "checkpoint_name: bad value {}", v);
   program_.values_[v].checkpoint_name = std::move(name);
   return v;
+}
+
+ValueId Builder::reshape(ValueId x, const Shape& shape) {
+  OpAttrs a;
+  a.new_shape.assign(shape.dims().begin(), shape.dims().end());
+  return emit(OpKind::kReshape, {x}, a)[0];
+}
+
+ValueId Builder::slice(ValueId x, int dim, int64_t start, int64_t size) {
+  OpAttrs a;
+  a.dim = dim;
+  a.start = start;
+  a.size = size;
+  return emit(OpKind::kSlice, {x}, a)[0];
+}
+
+ValueId Builder::pad(ValueId x, int dim, int64_t start, int64_t size) {
+  OpAttrs a;
+  a.dim = dim;
+  a.start = start;
+  a.size = size;
+  return emit(OpKind::kPad, {x}, a)[0];
+}
+
+ValueId Builder::concat(std::vector<ValueId> xs, int dim) {
+  OpAttrs a;
+  a.dim = dim;
+  return emit(OpKind::kConcat, std::move(xs), a)[0];
+}
+
+ValueId Builder::shift(ValueId x, int dim, int64_t shift) {
+  OpAttrs a;
+  a.dim = dim;
+  a.shift = shift;
+  return emit(OpKind::kShift, {x}, a)[0];
 }
 
 ValueId Builder::embed_lookup(ValueId table, ValueId ids) {
@@ -313,7 +422,7 @@ ValueId Builder::matmul(ValueId a, ValueId b, int a_split, int b_split, bool tra
   at.trans_b = trans_b;
   const size_t n_out = at.out_logical.size();
   ValueId out = emit(OpKind::kMatmul, {a, b}, at)[0];
-  ENG_CHECK(n_out == 0 || static_cast<int>(n_out) == info(out).shape.rank(),
+  ENG_CHECK(n_out == 0 || static_cast<int>(n_out) == info(out).shape.rank() - (vmap_ > 0 ? 1 : 0),
             "matmul: out_sharding has {} names for result {}", n_out,
             info(out).shape.to_string());
   return out;

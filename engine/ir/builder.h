@@ -31,6 +31,18 @@ class Builder {
   // next call; -1 (the default) = outside every region: always saved.
   void set_remat_scope(int32_t scope) { remat_scope_ = scope; }
 
+  // ---- vmap (op.h): ops emitted from now on are vmapped over a leading dim of size n
+  // (0 = none), until the next call; the pipeline's stage body (jax.vmap over stages).
+  void set_vmap(int64_t n) { vmap_ = n; }
+  int64_t vmap() const { return vmap_; }
+
+  // ---- pipeline data movement (op.h) ----
+  ValueId reshape(ValueId x, const Shape& shape);
+  ValueId slice(ValueId x, int dim, int64_t start, int64_t size);
+  ValueId pad(ValueId x, int dim, int64_t start, int64_t size);
+  ValueId concat(std::vector<ValueId> xs, int dim);
+  ValueId shift(ValueId x, int dim, int64_t shift);
+
   // ---- forward ----
   ValueId embed_lookup(ValueId table, ValueId ids);
   ValueId one_hot(ValueId ids, int64_t depth);
@@ -76,6 +88,7 @@ class Builder {
   ValueId new_value(ValueInfo info);
   Program program_;
   int32_t remat_scope_ = -1;
+  int64_t vmap_ = 0;
 };
 
 }  // namespace eng

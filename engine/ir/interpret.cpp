@@ -1,12 +1,14 @@
 // engine/ir/interpret.cpp: the reference interpreter: every op in double via eng::ref kernels.
 #include "engine/ir/interpret.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include <fmt/format.h>
 
 #include "engine/base/check.h"
+#include "engine/ir/builder.h"
 #include "engine/tensor/reference.h"
 
 namespace eng {
@@ -34,7 +36,15 @@ class Evaluator {
 
   Status run(const Instr& in) {
     for (ValueId o : in.outputs) vals_[o] = zeros(p_.value(o));
+    if (in.attrs.vmap > 0) return vmapped(in);
     switch (in.kind) {
+      case OpKind::kReshape:
+        vals_[in.outputs[0]].data = vals_[in.inputs[0]].data;
+        return ok_status();
+      case OpKind::kSlice:
+      case OpKind::kPad:
+      case OpKind::kShift:
+      case OpKind::kConcat: return data_movement(in);
       case OpKind::kEmbedLookup: return embed_lookup(in);
       case OpKind::kOneHot: return one_hot(in);
       case OpKind::kMatmul: return matmul(in);
@@ -69,6 +79,75 @@ class Evaluator {
   }
 
  private:
+  // op.h's vmap: the per-slice op as a one-instruction program, evaluated slice by slice.
+  Status vmapped(const Instr& in) {
+    const int64_t S = in.attrs.vmap;
+    Builder b("vmap_slice");
+    std::vector<ValueId> args;
+    for (size_t k = 0; k < in.inputs.size(); ++k) {
+      const ValueInfo& v = p_.value(in.inputs[k]);
+      args.push_back(b.argument(fmt::format("in{}", k), v.shape.slice(1, v.shape.rank()), v.dtype,
+                                {}, ArgRole::kBatch));
+    }
+    OpAttrs a = in.attrs;
+    a.vmap = 0;
+    a.out_like = -1;
+    a.out_logical.clear();
+    b.emit(in.kind, args, a);
+    const Program sp = std::move(b).finish();
+    const Instr& si = sp.instrs()[0];
+    std::vector<HostTensor> vals(sp.values().size());
+    for (int64_t s = 0; s < S; ++s) {
+      for (size_t k = 0; k < in.inputs.size(); ++k) {
+        const HostTensor& full = vals_[in.inputs[k]];
+        HostTensor& t = vals[args[k]];
+        t.shape = sp.value(args[k]).shape;
+        t.dtype = full.dtype;
+        const int64_t n = t.shape.numel();
+        t.data.assign(full.data.begin() + s * n, full.data.begin() + (s + 1) * n);
+      }
+      Evaluator e(sp, vals);
+      ENG_RETURN_IF_ERROR(e.run(si));
+      for (size_t o = 0; o < in.outputs.size(); ++o) {
+        const std::vector<double>& part = vals[si.outputs[o]].data;
+        std::copy(part.begin(), part.end(),
+                  vals_[in.outputs[o]].data.begin() + s * static_cast<int64_t>(part.size()));
+      }
+    }
+    return ok_status();
+  }
+
+  Status data_movement(const Instr& i) {
+    const OpAttrs& at = i.attrs;
+    const Shape& ys = p_.value(i.outputs[0]).shape;
+    const int64_t outer = ys.prod(0, at.dim), inner = ys.prod(at.dim + 1, ys.rank());
+    const int64_t n_out = ys[at.dim];
+    double* y = outd(i, 0);
+    if (i.kind == OpKind::kConcat) {
+      int64_t row = 0;
+      for (size_t k = 0; k < i.inputs.size(); ++k) {
+        const int64_t n = p_.value(i.inputs[k]).shape[at.dim];
+        for (int64_t o = 0; o < outer; ++o)
+          std::copy_n(ind(i, static_cast<int>(k)) + o * n * inner, n * inner,
+                      y + (o * n_out + row) * inner);
+        row += n;
+      }
+      return ok_status();
+    }
+    const int64_t n_in = p_.value(i.inputs[0]).shape[at.dim];
+    const double* x = ind(i, 0);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < n_out; ++r) {
+        int64_t src = -1;
+        if (i.kind == OpKind::kSlice) src = at.start + r;
+        else if (i.kind == OpKind::kPad) src = r - at.start;
+        else src = r - at.shift;
+        if (src < 0 || src >= n_in) continue;
+        std::copy_n(x + (o * n_in + src) * inner, inner, y + (o * n_out + r) * inner);
+      }
+    return ok_status();
+  }
+
   const HostTensor& in(const Instr& i, int k) const { return vals_[i.inputs[k]]; }
   HostTensor& out(const Instr& i, int k) { return vals_[i.outputs[k]]; }
   const double* ind(const Instr& i, int k) const { return in(i, k).data.data(); }

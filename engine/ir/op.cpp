@@ -43,12 +43,18 @@ std::string_view op_name(OpKind kind) {
     case OpKind::kAllToAll: return "all_to_all";
     case OpKind::kCollectivePermute: return "collective_permute";
     case OpKind::kDynamicSlice: return "dynamic_slice";
+    case OpKind::kReshape: return "reshape";
+    case OpKind::kSlice: return "slice";
+    case OpKind::kPad: return "pad";
+    case OpKind::kConcat: return "concatenate";
+    case OpKind::kShift: return "shift";
     case OpKind::kSafeDivide: return "safe_divide";
   }
   return "?";
 }
 
-std::string format_attrs(OpKind kind, const OpAttrs& a) {
+namespace {
+std::string format_own_attrs(OpKind kind, const OpAttrs& a) {
   switch (kind) {
     case OpKind::kOneHot:
     case OpKind::kEmbedLookupGrad: return fmt::format("[depth={}]", a.depth);
@@ -81,7 +87,13 @@ std::string format_attrs(OpKind kind, const OpAttrs& a) {
       return fmt::format("[split_dim={} concat_dim={} axes=({})]", a.dim, a.dim2,
                          fmt::join(a.mesh_axes, ","));
     case OpKind::kCollectivePermute:
-      return fmt::format("[axes=({}) shift={}]", fmt::join(a.mesh_axes, ","), a.shift);
+      return fmt::format("[axes=({}) shift={}{}]", fmt::join(a.mesh_axes, ","), a.shift,
+                         a.fill_zero ? " fill_zero" : "");
+    case OpKind::kReshape: return fmt::format("[new_shape=({})]", fmt::join(a.new_shape, ","));
+    case OpKind::kSlice:
+    case OpKind::kPad: return fmt::format("[dim={} start={} size={}]", a.dim, a.start, a.size);
+    case OpKind::kConcat: return fmt::format("[dim={}]", a.dim);
+    case OpKind::kShift: return fmt::format("[dim={} shift={}]", a.dim, a.shift);
     case OpKind::kClipFactor: return fmt::format("[threshold={:g}]", a.clip_threshold);
     case OpKind::kLearningRate:
       return fmt::format("[lr={:g} warmup_steps={} cos_steps={} final_fraction={:g}]",
@@ -91,6 +103,15 @@ std::string format_attrs(OpKind kind, const OpAttrs& a) {
                          a.weight_decay);
     default: return "";
   }
+}
+}  // namespace
+
+std::string format_attrs(OpKind kind, const OpAttrs& a) {
+  std::string own = format_own_attrs(kind, a);
+  if (a.vmap == 0) return own;
+  // "[vmap=2 eps=1e-05]": the vmapped dim first, then the per-slice op's attributes.
+  if (own.empty()) return fmt::format("[vmap={}]", a.vmap);
+  return fmt::format("[vmap={} {}", a.vmap, own.substr(1));
 }
 
 bool is_collective(OpKind kind) {

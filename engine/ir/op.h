@@ -24,6 +24,21 @@
 //   kSoftmaxCrossEntropy (logits (B,T,V), targets i32 (B,T)) -> xent (B,T), lse (B,T) saved
 //   kMaskedMeanLoss (xent (B,T), segmentation i32 (B,T)) -> loss (), total_weights ()
 //                    loss = sum(xent * (seg != 0)) / (total_weights + 1e-8)   (MaxText)
+//   -- pipeline (data movement; dtype-agnostic; engine/model/pipeline.cpp) --
+//   kReshape       (x) [new_shape] -> x reinterpreted row-major as new_shape (same numel)
+//   kSlice         (x) [dim, start, size] -> x[start : start + size] along dim
+//   kPad           (x) [dim, start, size] -> zeros with dim of length size, x placed at
+//                    [start, start + x.dim) along dim (the transpose of kSlice)
+//   kConcat        (x0, x1, ...) [dim] -> the inputs concatenated along dim, in input order
+//   kShift         (x) [dim, shift] -> out[i] = x[i - shift] along dim, zeros where
+//                    i - shift is out of range (MaxText's _shift_right for shift = 1); its
+//                    transpose is kShift by -shift. Partitioned over a sharded dim with one
+//                    row per member it is a kCollectivePermute with fill_zero.
+//   vmap (any op, attrs.vmap = S > 0): jax.vmap over a leading dim of size S that every
+//                    input and output carries: out[s] = op(in_0[s], in_1[s], ...), the
+//                    other attributes describing the per-slice op. The partitioner maps
+//                    the leading dim onto the `stage` axis (spmd_axis_name="stage") and
+//                    emits the plain op on each device's slice.
 //   -- backward --
 //   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
@@ -55,7 +70,10 @@
 //   kAllToAll      (x) [split_dim=dim, concat_dim=dim2, mesh_axes] -> dim / G, dim2 * G:
 //                    member m's chunk r along dim goes to member r, which concatenates the
 //                    chunks it receives along dim2 in sender rank order
-//   kCollectivePermute (x) [mesh_axes, shift] -> member r's x goes to member (r + shift) mod G
+//   kCollectivePermute (x) [mesh_axes, shift, fill_zero] -> member r's x goes to member
+//                    (r + shift) mod G; with fill_zero (jax ppermute with a partial
+//                    permutation) only to r + shift inside [0, G), and members nobody sends
+//                    to receive zeros
 //   kDynamicSlice  (x) [dim, mesh_axes] -> x with dim / G: member r keeps block r (no traffic)
 //   kSafeDivide    (a (), b ()) -> a / (b + 1e-8)   (finishes a masked mean from global sums)
 //   kMaskedMeanLoss with attr unnormalized: loss output = sum(xent * (seg != 0)) (no division)
@@ -104,6 +122,11 @@ enum class OpKind : uint8_t {
   kCollectivePermute,
   kDynamicSlice,
   kSafeDivide,
+  kReshape,
+  kSlice,
+  kPad,
+  kConcat,
+  kShift,
 };
 
 // Ops that move or select data across devices: the runtime runs each as ONE instruction
@@ -138,7 +161,11 @@ struct OpAttrs {
   int dim = 0, dim2 = 0;
   std::vector<std::string> mesh_axes; // major to minor
   int64_t group_size = 1;             // product of mesh_axes' sizes
-  int64_t shift = 0;                  // kCollectivePermute
+  int64_t shift = 0;                  // kCollectivePermute, kShift
+  bool fill_zero = false;             // kCollectivePermute
+  int64_t start = 0, size = 0;        // kSlice, kPad (dim as well)
+  std::vector<int64_t> new_shape;     // kReshape
+  int64_t vmap = 0;                   // any op: vmapped over a leading dim of this size
   bool reduce_max = false;            // kAllReduce: max instead of sum
   double clip_threshold = 0.0;        // kClipFactor
   double learning_rate = 0.0;         // kLearningRate

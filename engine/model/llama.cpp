@@ -2,6 +2,7 @@
 #include "engine/model/llama.h"
 
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -104,7 +105,10 @@ LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
     return v;
   };
   p.embedding = param("token_embedder/embedding", Shape{V, E}, {"vocab", "embed_vocab"});
-  for (int64_t l = 0; l < m.num_decoder_layers; ++l) {
+  if (m.pipeline_stages > 1) {
+    p.stacked = declare_pipeline_layer_params(b, m, p.all);
+  }
+  for (int64_t l = 0; m.pipeline_stages <= 1 && l < m.num_decoder_layers; ++l) {
     const std::string pre = fmt::format("decoder/layers_{}/", l);
     LlamaLayerParams lp;
     lp.pre_norm = param(pre + "pre_self_attention_layer_norm/scale", Shape{E}, {"norm"});
@@ -140,12 +144,47 @@ BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len) {
   return a;
 }
 
-LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
-                            const BatchArgs& batch) {
+ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
+                            ValueId positions, int32_t remat_scope) {
   const Logical kActivation = {"activation_batch", "activation_norm_length", "activation_embed"};
   const Logical kHeads = {"activation_batch", "activation_length", "activation_heads",
                           "activation_kv"};
   const Logical kMlp = {"activation_batch", "activation_length", "activation_mlp"};
+  const double eps = m.normalization_layer_epsilon;
+  const double attn_scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
+  // The dot outputs carry MaxText's checkpoint_name names.
+  b.checkpoint_name(x, "decoder_layer_input");
+  b.set_remat_scope(remat_scope);
+  // Attention block: x + out(attention(rope(q), rope(k), v)) over rmsnorm(x).
+  ValueId h = b.rmsnorm(x, lp.pre_norm, eps).first;                   // (B, T, E)
+  ValueId q = b.checkpoint_name(
+      b.constraint(b.matmul(h, lp.query, 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
+  ValueId k = b.checkpoint_name(
+      b.constraint(b.matmul(h, lp.key, 2, 1, false, false, kHeads), kHeads), "key_proj");      // (B, T, H, D)
+  ValueId v = b.checkpoint_name(
+      b.constraint(b.matmul(h, lp.value, 2, 1, false, false, kHeads), kHeads), "value_proj");  // (B, T, H, D)
+  q = b.rope(q, positions, m.rope_min_timescale, m.rope_max_timescale);
+  k = b.rope(k, positions, m.rope_min_timescale, m.rope_max_timescale);
+  ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale).first, "context");  // (B, T, H, D)
+  ValueId attn = b.checkpoint_name(
+      b.matmul(o, lp.out, 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)
+  x = b.constraint(b.add(x, attn), kActivation);
+
+  // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
+  ValueId h2 = b.rmsnorm(x, lp.post_norm, eps).first;                 // (B, T, E)
+  ValueId gate = b.checkpoint_name(b.matmul(h2, lp.wi_0, 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
+  ValueId up = b.checkpoint_name(b.matmul(h2, lp.wi_1, 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
+  ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
+  ValueId mlp = b.checkpoint_name(
+      b.matmul(act, lp.wo, 2, 1, false, false, kActivation), "mlpwo");                     // (B, T, E)
+  ValueId out = b.add(x, mlp);
+  b.set_remat_scope(-1);
+  return b.constraint(out, kActivation);
+}
+
+LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
+                            const BatchArgs& batch) {
+  const Logical kActivation = {"activation_batch", "activation_norm_length", "activation_embed"};
   const Logical kLogits = {"activation_embed_and_logits_batch", "activation_length",
                            "activation_vocab"};
   const double eps = m.normalization_layer_epsilon;
@@ -170,38 +209,12 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
 
   // Remat tags (engine/ir/remat.h): each layer is a remat region (MaxText's nn.remat around
   // the decoder layer); its input is tagged decoder_layer_input and its output, the next
-  // layer's input, is emitted outside the region (always saved, like a scan carry). The
-  // dot outputs carry MaxText's checkpoint_name names.
-  const double attn_scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
-  for (size_t l = 0; l < p.layers.size(); ++l) {
-    const LlamaLayerParams& lp = p.layers[l];
-    b.checkpoint_name(x, "decoder_layer_input");
-    b.set_remat_scope(static_cast<int32_t>(l));
-    // Attention block: x + out(attention(rope(q), rope(k), v)) over rmsnorm(x).
-    ValueId h = b.rmsnorm(x, lp.pre_norm, eps).first;                   // (B, T, E)
-    ValueId q = b.checkpoint_name(
-        b.constraint(b.matmul(h, lp.query, 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
-    ValueId k = b.checkpoint_name(
-        b.constraint(b.matmul(h, lp.key, 2, 1, false, false, kHeads), kHeads), "key_proj");      // (B, T, H, D)
-    ValueId v = b.checkpoint_name(
-        b.constraint(b.matmul(h, lp.value, 2, 1, false, false, kHeads), kHeads), "value_proj");  // (B, T, H, D)
-    q = b.rope(q, batch.inputs_position, m.rope_min_timescale, m.rope_max_timescale);
-    k = b.rope(k, batch.inputs_position, m.rope_min_timescale, m.rope_max_timescale);
-    ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale).first, "context");  // (B, T, H, D)
-    ValueId attn = b.checkpoint_name(
-        b.matmul(o, lp.out, 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)
-    x = b.constraint(b.add(x, attn), kActivation);
-
-    // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
-    ValueId h2 = b.rmsnorm(x, lp.post_norm, eps).first;                 // (B, T, E)
-    ValueId gate = b.checkpoint_name(b.matmul(h2, lp.wi_0, 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
-    ValueId up = b.checkpoint_name(b.matmul(h2, lp.wi_1, 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
-    ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
-    ValueId mlp = b.checkpoint_name(
-        b.matmul(act, lp.wo, 2, 1, false, false, kActivation), "mlpwo");                     // (B, T, E)
-    ValueId out = b.add(x, mlp);
-    b.set_remat_scope(-1);
-    x = b.constraint(out, kActivation);
+  // layer's input, is emitted outside the region (always saved, like a scan carry).
+  if (m.pipeline_stages > 1) {
+    x = trace_pipeline_decoder(b, m, p, x, batch.inputs_position);
+  } else {
+    for (size_t l = 0; l < p.layers.size(); ++l)
+      x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l));
   }
   ValueId y = b.rmsnorm(x, p.decoder_norm, eps).first;                  // (B, T, E)
   ValueId logits = b.constraint(b.matmul(y, p.logits_dense, 2, 1, false, false, kLogits), kLogits);  // (B, T, V)
@@ -233,6 +246,20 @@ inline double normal_at(uint64_t key, uint64_t i) {
 }  // namespace
 
 void init_param(const ValueInfo& param, uint64_t seed, float* out) {
+  // Pipeline weights (S, layers_per_stage, ...): slice [s, j] is layer s * lps + j, with
+  // that layer's own (unstacked) values, so a pipeline run starts where the sequential does.
+  if (std::optional<std::string> sub = pipeline_param_subpath(param.name)) {
+    const int64_t S = param.shape[0], lps = param.shape[1];
+    ValueInfo layer = param;
+    layer.shape = param.shape.slice(2, param.shape.rank());
+    const int64_t n = layer.shape.numel();
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t j = 0; j < lps; ++j) {
+        layer.name = fmt::format("params/decoder/layers_{}/{}", s * lps + j, *sub);
+        init_param(layer, seed, out + (s * lps + j) * n);
+      }
+    return;
+  }
   const int64_t n = param.shape.numel();
   const uint64_t key = hash_mix(hash_bytes(param.name), seed);
   const std::string& name = param.name;

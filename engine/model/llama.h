@@ -28,6 +28,7 @@
 
 #include "engine/base/status.h"
 #include "engine/ir/builder.h"
+#include "engine/model/pipeline.h"
 
 namespace eng {
 
@@ -48,6 +49,10 @@ struct ModelConfig {
   // this many bytes (MaxText PR #3922: 2 GiB).
   int64_t iota_embed_max_bytes = int64_t{2} << 30;
   std::vector<std::string> mlp_activations = {"silu", "linear"};
+  // Pipeline parallelism (engine/model/pipeline.h): stages > 1 traces the decoder as
+  // MaxText's non-circular pipeline over the `stage` mesh axis with this many microbatches.
+  int64_t pipeline_stages = 1;
+  int64_t pipeline_microbatches = 1;
 
   // Every size positive, kv heads == query heads, head_dim even; errors name the value.
   Status validate() const;
@@ -65,7 +70,10 @@ struct LlamaLayerParams {
 
 struct LlamaParams {
   ValueId embedding = kNoValue;
-  std::vector<LlamaLayerParams> layers;
+  std::vector<LlamaLayerParams> layers;  // per layer (no pipeline)
+  // Pipeline: one (stages, layers_per_stage, ...) weight per kind (engine/model/pipeline.h).
+  LlamaLayerParams stacked{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
+                           kNoValue, kNoValue, kNoValue, kNoValue};
   ValueId decoder_norm = kNoValue, logits_dense = kNoValue;
   std::vector<ValueId> all;  // every parameter, in declaration (= argument) order
 };
@@ -86,6 +94,11 @@ struct LossValues {
   ValueId loss;           // () f32: masked mean cross-entropy
   ValueId total_weights;  // () f32: number of non-padding targets
 };
+// One decoder layer (attention + MLP blocks) on x (B, T, E), as remat region remat_scope.
+// Under Builder::set_vmap(S) every operand carries a leading stage dim (the pipeline body).
+ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
+                            ValueId positions, int32_t remat_scope);
+
 LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
                             const BatchArgs& batch);
 

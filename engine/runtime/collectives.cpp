@@ -146,6 +146,19 @@ class LocalCommunicator final : public Communicator {
         }
         case OpKind::kAllToAll: all_to_all(p, in, g, leader, buf); break;
         case OpKind::kCollectivePermute: {
+          if (in.attrs.fill_zero) {  // a partial permutation: unreached members get zeros
+            for (int64_t r = 0; r < G; ++r) {
+              const int64_t from = r - in.attrs.shift, dst = g.member(leader, r);
+              if (from < 0 || from >= G) {
+                std::memset(buf[dst][y], 0, xbytes);
+                continue;
+              }
+              const int64_t src = g.member(leader, from);
+              std::memcpy(buf[dst][y], buf[src][x], xbytes);
+              if (src != dst) count(dst, g.mask, xbytes);
+            }
+            break;
+          }
           const int64_t shift = ((in.attrs.shift % G) + G) % G;
           for (int64_t r = 0; r < G; ++r) {
             const int64_t src = g.member(leader, r), dst = g.member(leader, (r + shift) % G);

@@ -2,6 +2,7 @@
 // (f32), scalar ops computed directly with reference.h's shared scalar formulas.
 #include "engine/runtime/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -128,12 +129,79 @@ void run_adamw(const Args& a) {
                      static_cast<float>(at.weight_decay), count);
 }
 
+// Splits shape s around dim: outer (dims before), mid (dim), inner (dims after).
+void split3(const Shape& s, int dim, int64_t& outer, int64_t& mid, int64_t& inner) {
+  outer = s.prod(0, dim);
+  mid = s[dim];
+  inner = s.prod(dim + 1, s.rank());
+}
+
+// The pipeline's data movement (op.h), on bytes: any dtype.
+void run_data_movement(const Program& p, const Instr& in, void* const* ptrs) {
+  const OpAttrs& at = in.attrs;
+  const ValueInfo& xv = p.value(in.inputs[0]);
+  const ValueInfo& yv = p.value(in.outputs[0]);
+  const int64_t elem = dtype_size(xv.dtype);
+  char* y = static_cast<char*>(ptrs[in.outputs[0]]);
+  const char* x = static_cast<const char*>(ptrs[in.inputs[0]]);
+  switch (in.kind) {
+    case OpKind::kReshape: copy_if_distinct(y, x, xv.bytes()); return;
+    case OpKind::kSlice:
+    case OpKind::kPad:
+    case OpKind::kShift: {
+      int64_t outer, n_in, inner, o2, n_out, i2;
+      split3(xv.shape, at.dim, outer, n_in, inner);
+      split3(yv.shape, at.dim, o2, n_out, i2);
+      const int64_t row = inner * elem;
+      if (in.kind != OpKind::kSlice) std::memset(y, 0, yv.bytes());
+      for (int64_t o = 0; o < outer; ++o) {
+        const char* xs = x + o * n_in * row;
+        char* ys = y + o * n_out * row;
+        if (in.kind == OpKind::kSlice) {
+          std::memcpy(ys, xs + at.start * row, at.size * row);
+        } else if (in.kind == OpKind::kPad) {
+          std::memcpy(ys + at.start * row, xs, n_in * row);
+        } else {  // shift: out[i] = x[i - shift]
+          const int64_t lo = std::max<int64_t>(0, at.shift), hi = std::min(n_in, n_in + at.shift);
+          if (hi > lo) std::memcpy(ys + lo * row, xs + (lo - at.shift) * row, (hi - lo) * row);
+        }
+      }
+      return;
+    }
+    case OpKind::kConcat: {
+      int64_t outer, n_out, inner;
+      split3(yv.shape, at.dim, outer, n_out, inner);
+      const int64_t row = inner * elem;
+      int64_t at_row = 0;
+      for (ValueId v : in.inputs) {
+        const int64_t n = p.value(v).shape[at.dim];
+        const char* xs = static_cast<const char*>(ptrs[v]);
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(y + (o * n_out + at_row) * row, xs + o * n * row, n * row);
+        at_row += n;
+      }
+      return;
+    }
+    default: ENG_CHECK(false, "executor: {} is not data movement", op_name(in.kind));
+  }
+}
+
+bool is_data_movement(OpKind k) {
+  return k == OpKind::kReshape || k == OpKind::kSlice || k == OpKind::kPad ||
+         k == OpKind::kConcat || k == OpKind::kShift;
+}
+
 }  // namespace
 
 Status check_executable_dtypes(const Program& p) {
   for (size_t i = 0; i < p.instrs().size(); ++i) {
     const Instr& in = p.instrs()[i];
     if (in.kind == OpKind::kConvert || in.kind == OpKind::kConstraint) continue;
+    if (is_data_movement(in.kind)) continue;
+    if (in.attrs.vmap > 0)
+      return unimplemented("executor: instruction {} ({}) is vmapped over {}: only partitioned "
+                           "programs (the stage axis) run vmapped ops",
+                           i, op_name(in.kind), in.attrs.vmap);
     // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
     if (is_collective(in.kind) && in.kind != OpKind::kAllReduce &&
         in.kind != OpKind::kReduceScatter)
@@ -249,6 +317,11 @@ void run_instr(const Program& p, const Instr& in, void* const* ptrs) {
     case OpKind::kSafeDivide:
       *a.out(0) = static_cast<float>(static_cast<double>(a.scalar(0)) / (a.scalar(1) + 1e-8));
       return;
+    case OpKind::kReshape:
+    case OpKind::kSlice:
+    case OpKind::kPad:
+    case OpKind::kConcat:
+    case OpKind::kShift: run_data_movement(p, in, ptrs); return;
     default: break;  // collectives run across devices (runtime.cpp, collectives.h)
   }
   ENG_CHECK(false, "executor: unhandled op {}", op_name(in.kind));

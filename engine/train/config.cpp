@@ -1,6 +1,8 @@
 // engine/train/config.cpp: the key table, preset resolution, validation and did-you-mean.
 #include "engine/train/config.h"
 
+#include "engine/base/text.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -62,7 +64,11 @@ const std::vector<ConfigKey> kKeys = {
     {"sharding_tolerance", V{0.02}, "largest fraction of parameter elements allowed unsharded on a non-trivial axis (t:audit)"},
     {"ici_diloco_parallelism", V{int64_t{1}}, "mesh axis 'diloco' size"},
     {"ici_data_parallelism", V{int64_t{1}}, "mesh axis 'data' size"},
-    {"ici_pipeline_parallelism", V{int64_t{1}}, "mesh axis 'stage' size"},
+    {"ici_pipeline_parallelism", V{int64_t{1}}, "mesh axis 'stage' size; > 1 traces the decoder as a pipeline (docs/sharding.md)"},
+    {"num_layers_per_pipeline_stage", V{int64_t{-1}}, "decoder layers per pipeline stage (-1: num_decoder_layers / stages; anything else must equal it: circular repeats are not supported)"},
+    {"num_pipeline_microbatches", V{int64_t{-1}}, "pipeline microbatches M (-1: the number of stages); must divide the global batch and be divisible by the stages"},
+    {"num_pipeline_repeats", V{int64_t{-1}}, "pipeline repeats R (-1: derived); only 1 (non-circular) is supported"},
+    {"pipeline_parallel_layers", V{int64_t{-1}}, "layers run in the pipeline (-1: all); only all are supported"},
     {"ici_fsdp_parallelism", V{int64_t{-1}}, "mesh axis 'fsdp' size (-1: the remaining devices)"},
     {"ici_fsdp_transpose_parallelism", V{int64_t{1}}, "mesh axis 'fsdp_transpose' size"},
     {"ici_context_parallelism", V{int64_t{1}}, "mesh axis 'context' size"},
@@ -132,17 +138,6 @@ const char* type_name(const V& v) {
   }
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 }  // namespace
 
@@ -158,18 +153,9 @@ std::string config_value_string(const ConfigValue& v) {
 const std::vector<ConfigKey>& config_keys() { return kKeys; }
 
 std::string suggest_config_key(std::string_view key) {
-  std::string best;
-  size_t best_d = std::max<size_t>(3, key.size() / 3) + 1;
-  for (const ConfigKey& k : kKeys) {
-    size_t d = edit_distance(key, k.name);
-    // A prefix or substring match ("lr" -> no; "learning" -> learning_rate) also counts.
-    if (k.name.find(key) != std::string_view::npos && key.size() >= 4) d = std::min<size_t>(d, 1);
-    if (d < best_d) {
-      best_d = d;
-      best = std::string(k.name);
-    }
-  }
-  return best;
+  std::vector<std::string_view> names;
+  for (const ConfigKey& k : kKeys) names.push_back(k.name);
+  return closest_match(key, names);
 }
 
 Status Config::set(std::string_view key, ConfigValue value) {
@@ -245,6 +231,55 @@ std::map<std::string, std::string> Config::flatten() const {
   std::map<std::string, std::string> out;
   for (const ConfigKey& k : kKeys) out[std::string(k.name)] = config_value_string(get(k.name).value());
   return out;
+}
+
+// MaxText's pipeline knobs (types.py), for the non-circular schedule this engine traces.
+Status resolve_pipeline(const Config& c, ResolvedConfig& r) {
+  const int64_t stages = c.get_int("ici_pipeline_parallelism");
+  const int64_t L = r.model.num_decoder_layers;
+  if (stages < 1)
+    return invalid_argument("config: ici_pipeline_parallelism must be >= 1, got {}", stages);
+  if (stages == 1) return ok_status();
+  if (L % stages != 0)
+    return invalid_argument("config: num_decoder_layers {} is not divisible by the {} pipeline "
+                            "stages (ici_pipeline_parallelism)",
+                            L, stages);
+  const int64_t ppl = c.get_int("pipeline_parallel_layers");
+  if (ppl != -1 && ppl != L)
+    return unimplemented("config: pipeline_parallel_layers={} is not supported: only all {} "
+                         "decoder layers (-1) run in the pipeline",
+                         ppl, L);
+  const int64_t lps = c.get_int("num_layers_per_pipeline_stage");
+  if (lps != -1) {
+    if (lps < 1 || L % (lps * stages) != 0)
+      return invalid_argument("config: num_layers_per_pipeline_stage {} x {} stages does not "
+                              "divide num_decoder_layers {}",
+                              lps, stages, L);
+    if (lps * stages != L)
+      return unimplemented("config: num_layers_per_pipeline_stage {} x {} stages < {} layers "
+                           "means {} circular repeats; only non-circular pipelines (repeats 1, "
+                           "num_layers_per_pipeline_stage {}) are supported",
+                           lps, stages, L, L / (lps * stages), L / stages);
+  }
+  const int64_t repeats = c.get_int("num_pipeline_repeats");
+  if (repeats != -1 && repeats != 1)
+    return unimplemented("config: num_pipeline_repeats={} is not supported; only 1 "
+                         "(non-circular)",
+                         repeats);
+  int64_t M = c.get_int("num_pipeline_microbatches");
+  if (M == -1) M = stages;
+  if (M < 1) return invalid_argument("config: num_pipeline_microbatches must be >= 1, got {}", M);
+  if (r.global_batch_size % M != 0)
+    return invalid_argument("config: num_pipeline_microbatches {} does not divide the global "
+                            "batch {}",
+                            M, r.global_batch_size);
+  if (M % stages != 0)
+    return invalid_argument("config: num_pipeline_microbatches {} is not divisible by the {} "
+                            "pipeline stages",
+                            M, stages);
+  r.model.pipeline_stages = stages;
+  r.model.pipeline_microbatches = M;
+  return ok_status();
 }
 
 Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
@@ -323,6 +358,7 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
     return unimplemented(
         "config: remove_size_one_mesh_axis_from_type=false is not supported: the partitioner's "
         "shardings never carry size-1 mesh axes (docs/memory.md)");
+  ENG_RETURN_IF_ERROR(resolve_pipeline(c, r));
   r.remat_policy = c.get_string("remat_policy");
   r.remat_save_names = c.get_string("remat_save_names");
   ENG_RETURN_IF_ERROR(remat_policy(r.remat_policy, r.remat_save_names).status());
