@@ -1,6 +1,8 @@
 // shell/lua_binding.cpp: argument checking, option tables, type registration and the docstring registry.
 #include "shell/lua_binding.h"
 
+#include "engine/base/text.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -36,17 +38,6 @@ std::string got(lua_State* L, int idx) {
   return luaL_typename(L, idx);
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 }  // namespace
 
@@ -166,13 +157,8 @@ Result<std::optional<bool>> field_bool(lua_State* L, int t, const char* key, std
 }
 
 std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
-  std::string best;
-  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
-  for (const std::string& c : candidates) {
-    size_t d = edit_distance(word, c);
-    if (d < best_d) best_d = d, best = c;
-  }
-  return best;
+  std::vector<std::string_view> views(candidates.begin(), candidates.end());
+  return eng::closest_match(word, views);
 }
 
 Status check_keys(lua_State* L, int table_idx, std::string_view fn,

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/base/text.h"
 #include "shell/bindings.h"
 #include "shell/lua_binding.h"
 #include "shell/notebook.h"
@@ -185,19 +186,7 @@ Result<int> plot_spark(lua_State* L) {
 
 // ---- plot.line -----------------------------------------------------------------------------
 
-std::string xml_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+using eng::xml_escape;
 
 // "Nice" tick values (1, 2, 5 x 10^k) covering [lo, hi], about `target` of them.
 std::vector<double> linear_ticks(double lo, double hi, int target) {

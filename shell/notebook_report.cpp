@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/base/text.h"
 #include "shell/notebook.h"
 
 namespace shell {
@@ -151,19 +152,7 @@ table{border-collapse:collapse;font-size:.85em;margin:.4em 0}td,th{border:1px so
 
 }  // namespace
 
-std::string html_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string html_escape(std::string_view s) { return eng::xml_escape(s); }
 
 
 std::string markdown_to_html(std::string_view md) {

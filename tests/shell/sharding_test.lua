@@ -153,15 +153,18 @@ local unparsable = sl.trainer(sl.config{model = "llama-tiny", base_num_decoder_l
                                m, {shape_only = true})
 expect_error(function() unparsable:shardings() end, "logical_axis_rules: expected ']' at position 17")
 
--- Snapshots: a recorded run stores its table once per step, with the mesh.
+-- Snapshots: a recorded run stores its table once per step, with the mesh. (The store file
+-- persists across test runs: count only this run's snapshots.)
+local count_snaps = "SELECT count(DISTINCT snapshot_id) AS n, count(*) AS rows FROM tensor_shardings"
+local before = sl.sql(count_snaps)[1]
 local run = sl.trainer(sl.config{model = "llama-tiny", base_num_decoder_layers = 1, max_target_length = 32,
                                  per_device_batch_size = 1, steps = 2}, sl.mesh{data = 2, fsdp = 2, tensor = 2})
 local rt = run:shardings()
 run:shardings()
-local snaps = sl.sql("SELECT count(DISTINCT snapshot_id) AS n, count(*) AS rows FROM tensor_shardings")
-assert(snaps[1].n == 1 and snaps[1].rows == #rt, snaps[1].n)
+local snaps = sl.sql(count_snaps)[1]
+assert(snaps.n - before.n == 1 and snaps.rows - before.rows == #rt, snaps.n - before.n)
 local stored = sl.sql([[SELECT ts.spec, ts.type, ts.bytes_per_device, m.repr FROM tensor_shardings ts
-                        JOIN meshes m USING (mesh_id) WHERE ts.path = ?]], "params/decoder/layers_0/mlp/wi_0/kernel")
+                        JOIN meshes m USING (mesh_id) WHERE ts.path = ? ORDER BY ts.rowid DESC]], "params/decoder/layers_0/mlp/wi_0/kernel")
 assert(stored[1].spec == "P('fsdp', 'tensor')" and stored[1].type == "f32[256@fsdp,704@tensor]")
 assert(stored[1].bytes_per_device == 128 * 352 * 4)
 assert(stored[1].repr:find("'data': 2", 1, true))
