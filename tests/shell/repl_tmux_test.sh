@@ -111,6 +111,17 @@ wait_for '^\.\.> $|^\.\.>$'
 T send-keys -t repl C-c
 type_line '4 + 4000'
 wait_for '^4004$'
+
+# Ctrl-C during t:train{} stops after the current step and returns to the prompt.
+type_line 'tr = sl.trainer(sl.config{base_num_decoder_layers = 1, max_target_length = 64, per_device_batch_size = 2, steps = 100000}, nil, {store = false})'
+type_line 'tr:train{}'
+wait_for '\] [0-9]+/100000 loss'
+T send-keys -t repl C-c
+wait_for 'interrupted!'
+type_line 'print("stopped at", tr.current_step, tr.current_step > 0 and tr.current_step < 100000)'
+wait_for '^stopped at\s+[0-9]+\s+true$'
+type_line '5 + 5000'
+wait_for '^5005$'
 type_line 'marker = 31337'
 stop
 
