@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -461,8 +462,10 @@ Result<int> compiled_text(lua_State* L) {
 Result<int> compiled_temps(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:temps"));
   ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "Compiled:temps", "n"));
+  if (n && *n < 0) return eng::invalid_argument("Compiled:temps: n must be >= 0, got {}", *n);
   const eng::Program& p = c->exe->program();
-  std::vector<eng::TempInfo> temps = c->exe->largest_temps(static_cast<int>(n.value_or(10)));
+  std::vector<eng::TempInfo> temps = c->exe->largest_temps(
+      static_cast<int>(std::min<int64_t>(n.value_or(10), std::numeric_limits<int>::max())));
   lua_createtable(L, static_cast<int>(temps.size()), 0);
   for (size_t i = 0; i < temps.size(); ++i) {
     const eng::TempInfo& t = temps[i];

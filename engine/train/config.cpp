@@ -16,6 +16,10 @@ namespace {
 
 using V = ConfigValue;
 
+// The largest element count of one tensor (2^50: 4 PiB of float32, far beyond any device,
+// small enough that byte counts and their sums stay inside int64).
+constexpr double kMaxElements = 1125899906842624.0;
+
 // MaxText's base.yml defaults, except where noted (CPU engine: float32 compute; a
 // synthetic default dataset because tfds is not available here).
 const std::vector<ConfigKey> kKeys = {
@@ -49,7 +53,7 @@ const std::vector<ConfigKey> kKeys = {
     {"dataset_path", V{std::string()}, "text file (byte-level) or .npy token file"},
     {"init_weights_seed", V{int64_t{0}}, "seed of the parameter initialisation"},
     {"data_shuffle_seed", V{int64_t{0}}, "seed of the data order"},
-    {"log_period", V{int64_t{100}}, "steps between metric flushes to the store"},
+    {"log_period", V{int64_t{1}}, "steps per metrics-store transaction (MaxText default 100; 1 here so every step is durable once synced; queries, checkpoints and the end of train() flush too)"},
     {"remat_policy", V{std::string("full")}, "rematerialisation: none | full | minimal | minimal_with_context | save_dot_with_context_except_mlp | save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | save_out_proj | save_only_these_names | custom (docs/memory.md)"},
     {"remat_save_names", V{std::string()}, "checkpoint names saved by remat_policy save_only_these_names/custom, comma-separated (e.g. \"query_proj,key_proj,value_proj,out_proj\")"},
     {"iota_embed_max_bytes", V{int64_t{2} << 30}, "use_iota_embed falls back to the gather above this one-hot (B,T,V) f32 size (MaxText PR #3922: 2 GiB)"},
@@ -129,12 +133,13 @@ const ConfigKey* find_key(std::string_view name) {
   return nullptr;
 }
 
+// With its article: "config: steps expects an integer, got a string (x)".
 const char* type_name(const V& v) {
   switch (v.index()) {
-    case 0: return "boolean";
-    case 1: return "integer";
-    case 2: return "number";
-    default: return "string";
+    case 0: return "a boolean";
+    case 1: return "an integer";
+    case 2: return "a number";
+    default: return "a string";
   }
 }
 
@@ -190,8 +195,11 @@ Status Config::set(std::string_view key, ConfigValue value) {
       return invalid_argument("config: {} expects an integer, got {:g}", key, d);
     value = static_cast<int64_t>(d);
   }
+  if (value.index() == 2 && !std::isfinite(std::get<double>(value)))
+    return invalid_argument("config: {} expects a finite number, got {:g}", key,
+                            std::get<double>(value));
   if (k->default_value.index() != value.index())
-    return invalid_argument("config: {} expects a {}, got a {} ({})", key,
+    return invalid_argument("config: {} expects {}, got {} ({})", key,
                             type_name(k->default_value), type_name(value),
                             config_value_string(value));
   if (key == "model_name") {
@@ -232,6 +240,35 @@ std::map<std::string, std::string> Config::flatten() const {
   for (const ConfigKey& k : kKeys) out[std::string(k.name)] = config_value_string(get(k.name).value());
   return out;
 }
+
+namespace {
+
+// Shape-only compiles accept any model, but every tensor's element count (and the sums of
+// them the memory analysis takes) must fit in int64: beyond this they would wrap silently.
+Status check_tensor_sizes(const ResolvedConfig& r) {
+  const ModelConfig& m = r.model;
+  const double B = static_cast<double>(r.global_batch_size), T = static_cast<double>(r.max_target_length);
+  const double V = static_cast<double>(m.vocab_size), E = static_cast<double>(m.emb_dim),
+               H = static_cast<double>(m.num_query_heads), D = static_cast<double>(m.head_dim),
+               M = static_cast<double>(m.mlp_dim), L = static_cast<double>(m.num_decoder_layers);
+  const std::pair<const char*, double> tensors[] = {
+      {"all parameters", V * E * 2 + L * (2 * E + 4 * E * H * D + 3 * E * M)},
+      {"the logits (global batch x max_target_length x vocab_size)", B * T * V},
+      {"an MLP activation (global batch x max_target_length x base_mlp_dim)", B * T * M},
+      {"an attention activation (global batch x max_target_length x heads x head_dim)", B * T * H * D},
+  };
+  for (const auto& [what, n] : tensors)
+    if (n > kMaxElements)
+      return invalid_argument("config: {} would have {:.3g} elements, more than the {:.3g} this "
+                              "engine can index (vocab_size {}, base_emb_dim {}, heads {}, head_dim "
+                              "{}, base_mlp_dim {}, layers {}, global batch {}, max_target_length {})",
+                              what, n, kMaxElements, m.vocab_size, m.emb_dim, m.num_query_heads,
+                              m.head_dim, m.mlp_dim, m.num_decoder_layers, r.global_batch_size,
+                              r.max_target_length);
+  return ok_status();
+}
+
+}  // namespace
 
 // MaxText's pipeline knobs (types.py), for the non-circular schedule this engine traces.
 Status resolve_pipeline(const Config& c, ResolvedConfig& r) {
@@ -311,6 +348,9 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
 
   const double pdbs = c.get_float("per_device_batch_size");
   if (!(pdbs > 0)) return invalid_argument("config: per_device_batch_size must be positive, got {:g}", pdbs);
+  if (static_cast<double>(num_devices) * pdbs > kMaxElements)
+    return invalid_argument("config: global batch {} x {:g} is too large (limit {:.3g} sequences)",
+                            num_devices, pdbs, kMaxElements);
   r.per_device_batch_size = static_cast<int64_t>(pdbs);
   // MaxText: micro_batch_size_to_train_on = int(num_devices * per_device_batch_size).
   r.global_batch_size = static_cast<int64_t>(static_cast<double>(num_devices) * pdbs);
@@ -343,6 +383,13 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.gradient_clipping_threshold = c.get_float("gradient_clipping_threshold");
   for (auto [key, v] : {std::pair{"adam_b1", r.adam_b1}, std::pair{"adam_b2", r.adam_b2}})
     if (v < 0 || v >= 1) return invalid_argument("config: {} must be in [0, 1), got {:g}", key, v);
+  // Negative values here have no meaning (a negative eps divides by zero; a negative
+  // threshold would flip the clipped gradient), so they are errors rather than surprises.
+  for (auto [key, v] : {std::pair{"adam_eps", r.adam_eps},
+                        std::pair{"adam_weight_decay", r.adam_weight_decay},
+                        std::pair{"gradient_clipping_threshold", r.gradient_clipping_threshold},
+                        std::pair{"learning_rate_final_fraction", r.learning_rate_final_fraction}})
+    if (v < 0) return invalid_argument("config: {} must be >= 0, got {:g}", key, v);
 
   r.dataset_type = c.get_string("dataset_type");
   r.dataset_path = c.get_string("dataset_path");
@@ -351,6 +398,10 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
                             r.dataset_type);
   if (r.dataset_type != "synthetic" && r.dataset_path.empty())
     return invalid_argument("config: dataset_type={} needs dataset_path", r.dataset_type);
+  if (r.dataset_type == "synthetic" && !r.dataset_path.empty())
+    return invalid_argument("config: dataset_path '{}' is set but dataset_type is synthetic, which "
+                            "reads no file (use dataset=\"text:PATH\" or \"tokens:PATH\")",
+                            r.dataset_path);
   r.init_weights_seed = static_cast<uint64_t>(c.get_int("init_weights_seed"));
   r.data_shuffle_seed = static_cast<uint64_t>(c.get_int("data_shuffle_seed"));
   r.run_name = c.get_string("run_name");
@@ -358,6 +409,7 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
     return unimplemented(
         "config: remove_size_one_mesh_axis_from_type=false is not supported: the partitioner's "
         "shardings never carry size-1 mesh axes (docs/memory.md)");
+  ENG_RETURN_IF_ERROR(check_tensor_sizes(r));
   ENG_RETURN_IF_ERROR(resolve_pipeline(c, r));
   r.remat_policy = c.get_string("remat_policy");
   r.remat_save_names = c.get_string("remat_save_names");

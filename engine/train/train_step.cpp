@@ -107,16 +107,35 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
   return o;
 }
 
+namespace {
+
+// MaxText's config key for a mesh axis: ici_<axis>_parallelism, ici_pipeline_parallelism for stage.
+std::string ici_key(const std::string& axis) {
+  return axis == "stage" ? "ici_pipeline_parallelism" : "ici_" + axis + "_parallelism";
+}
+
+}  // namespace
+
 Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices) {
   std::vector<std::pair<std::string, int64_t>> ici;
-  for (const std::string& axis : maxtext_mesh_axes()) {
-    const std::string key =
-        axis == "stage" ? "ici_pipeline_parallelism" : "ici_" + axis + "_parallelism";
-    ici.push_back({axis, config.get_int(key)});
-  }
+  for (const std::string& axis : maxtext_mesh_axes()) ici.push_back({axis, config.get_int(ici_key(axis))});
   ENG_ASSIGN_OR_RETURN(ShardMode mode, parse_shard_mode(config.get_string("shard_mode")));
   return Mesh::from_maxtext(ici, num_devices,
                             mode == ShardMode::kExplicit ? AxisType::kExplicit : AxisType::kAuto);
+}
+
+Status check_mesh_matches_config(const Config& config, const Mesh& mesh) {
+  for (const std::string& axis : maxtext_mesh_axes()) {
+    const std::string key = ici_key(axis);
+    if (axis != "stage" && !config.has_override(key)) continue;
+    const int64_t want = config.get_int(key);
+    if (want == -1 || want == mesh.axis_size(axis)) continue;
+    return invalid_argument(
+        "config: {}={} but the mesh's '{}' axis has size {}; the trainer runs on the mesh it is "
+        "given, so make them equal (sl.mesh{{{}={}}} or {}={})",
+        key, want, axis, mesh.axis_size(axis), axis, want, key, mesh.axis_size(axis));
+  }
+  return ok_status();
 }
 
 TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double B, int64_t seq,

@@ -36,6 +36,10 @@ Result<CompileOptions> compile_options_from_config(const Config& config);
 // MaxText's mesh from the 12 ici_*_parallelism keys (stage: ici_pipeline_parallelism) over
 // num_devices; shard_mode explicit gives Explicit axes.
 Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices);
+// The trainer takes its mesh explicitly, so an ici_*_parallelism key the user set (and
+// ici_pipeline_parallelism always: it decides whether the decoder is traced as a pipeline)
+// must agree with the mesh's axis, or the key would be silently ignored. -1 matches any size.
+Status check_mesh_matches_config(const Config& config, const Mesh& mesh);
 
 // MaxText's calculate_tflops_training_per_device for a dense llama (reference/maxtext.md 4):
 // returns {total, learnable, attention} TFLOPs per device per step.

@@ -104,6 +104,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
   t->mesh_ = mesh;
   t->options_ = options;
   ENG_ASSIGN_OR_RETURN(t->config_, resolve_config(config, mesh.num_devices()));
+  ENG_RETURN_IF_ERROR(check_mesh_matches_config(config, mesh));
   t->program_ = build_train_step(t->config_, &t->layout_);
   t->tflops_ = calculate_tflops_training_per_device(
       t->config_.model, static_cast<double>(t->config_.global_batch_size) / mesh.num_devices(),
@@ -112,6 +113,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
   if (inflight < 0 || inflight >= kStepSlots)
     return invalid_argument("config: max_inflight_steps must be in [0, {}), got {}", kStepSlots, inflight);
   t->max_inflight_ = static_cast<int>(inflight);
+  t->log_period_ = config.get_int("log_period");
+  if (t->log_period_ < 1)
+    return invalid_argument("config: log_period must be >= 1, got {}", t->log_period_);
   ENG_ASSIGN_OR_RETURN(t->delay_steps_, parse_steps(config, "debug_device_delay_steps"));
   ENG_ASSIGN_OR_RETURN(t->ckpt_delay_steps_, parse_steps(config, "debug_checkpoint_delay_steps"));
   t->delay_s_ = config.get_float("debug_device_delay_seconds");

@@ -252,6 +252,8 @@ class Trainer {
   std::vector<StepSlot> slots_;     // kStepSlots
   int64_t step_ = 0;            // next step to dispatch
   int max_inflight_ = 2;        // config max_inflight_steps
+  int64_t log_period_ = 1;      // config log_period: flushed steps per store transaction
+  int64_t unflushed_steps_ = 0;  // steps logged to the store since its last flush
   double ref_time_ = 0;         // train(): the previous loss sync (or checkpoint end)
   std::vector<int64_t> delay_steps_, ckpt_delay_steps_;  // debug keys, parsed
   double delay_s_ = 0, ckpt_delay_s_ = 0, compile_delay_s_ = 0;

@@ -100,7 +100,11 @@ Status Trainer::flush_step(int64_t ticket, int64_t step,
         {"perf/per_device_tokens_per_sec", m.tokens_per_s_per_device},
     };
     for (const auto& [key, value] : metrics) s.log_metric(run_id_, key, m.step, value);
-    ENG_RETURN_IF_ERROR(s.flush());  // one transaction per flushed step
+    // One transaction per log_period steps; queries, checkpoints and train()'s end flush too.
+    if (++unflushed_steps_ >= log_period_) {
+      unflushed_steps_ = 0;
+      ENG_RETURN_IF_ERROR(s.flush());
+    }
   }
   const bool more = on_step(m);
   if (keep_going != nullptr) *keep_going = more;
@@ -156,6 +160,7 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
     record_event("error", "error", step_, status.message());
   }
   if (options_.store != nullptr) {
+    unflushed_steps_ = 0;
     Status s = options_.store->flush();
     if (status.ok()) status = s;
   }
@@ -171,6 +176,10 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
     return failed_precondition("trainer: saving a checkpoint needs base_output_directory and run_name");
   CheckpointInfo info;
   info.step = step_ - 1;
+  if (options_.store != nullptr) {  // the metrics logged so far are durable before the save
+    unflushed_steps_ = 0;
+    ENG_RETURN_IF_ERROR(options_.store->flush());
+  }
   const double t0 = now_seconds();
   ENG_RETURN_IF_ERROR(wait_all());  // the barrier: the state after step N is final
   std::vector<CheckpointTensorSpec> specs;

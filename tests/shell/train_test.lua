@@ -13,7 +13,7 @@ assert(cfg:get("steps") == 20)
 assert(cfg:get("base_emb_dim") == 256)            -- from the preset
 assert(cfg:get("adam_weight_decay") == 0.1)       -- MaxText default
 expect_error(function() sl.config{learning_rat = 1} end, "did you mean 'learning_rate'?")
-expect_error(function() sl.config{steps = "ten"} end, "steps expects a integer, got a string")
+expect_error(function() sl.config{steps = "ten"} end, "steps expects an integer, got a string")
 expect_error(function() sl.config{model = "llama-huge"} end, "unknown model 'llama-huge'")
 expect_error(function() sl.config{dataset = "text:/nonexistent/corpus.txt"}:get("nope") end, "unknown key 'nope'")
 expect_error(function() sl.trainer(sl.config{dataset = "text:/nonexistent/corpus.txt"}) end,
@@ -31,6 +31,10 @@ assert(c.memory.peak_bytes == c.memory.argument_bytes + c.memory.output_bytes
 assert(c.memory.summary:find("^Total estimated memory size: "))
 assert(c.cost.flops > 0)
 assert(#c:temps(3) == 3 and c:temps(3)[1].bytes >= c:temps(3)[2].bytes)
+expect_error(function() c:temps(-1) end, "Compiled:temps: n must be >= 0, got -1")
+-- The mesh decides the layout: an ici_* key (always ici_pipeline_parallelism) must agree.
+expect_error(function() sl.trainer(cfg, sl.mesh{stage = 2}) end,
+             "ici_pipeline_parallelism=1 but the mesh's 'stage' axis has size 2")
 assert(c:text():find("adamw", 1, true))
 assert(t:program():find("attention_grad", 1, true))
 

@@ -1,4 +1,6 @@
 // tests/train/config_test.cpp: key table, presets, overrides, validation and did-you-mean.
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "engine/train/config.h"
@@ -31,7 +33,7 @@ TEST(ConfigTest, WrongTypeNamesKeyAndBothTypes) {
   Config c;
   Status s = c.set("steps", std::string("ten"));
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.message(), "config: steps expects a integer, got a string (ten)");
+  EXPECT_EQ(s.message(), "config: steps expects an integer, got a string (ten)");
   EXPECT_TRUE(c.set("learning_rate", int64_t{1}).ok());  // ints widen to floats
   EXPECT_FALSE(c.set("steps", 2.5).ok());
   EXPECT_TRUE(c.set("steps", 3.0).ok());
@@ -71,6 +73,44 @@ TEST(ConfigTest, ResolveRejectsModelErrors) {
   Config d;
   ASSERT_TRUE(d.set("dataset_type", std::string("text")).ok());
   EXPECT_NE(resolve_config(d, 1).status().message().find("needs dataset_path"), std::string::npos);
+}
+
+TEST(ConfigTest, RejectsValuesThatWouldBeIgnoredOrMeaningless) {
+  Config c;
+  Status s = c.set("learning_rate", std::nan(""));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "config: learning_rate expects a finite number, got nan");
+  EXPECT_FALSE(c.set("per_device_batch_size", HUGE_VAL).ok());
+  auto err = [](const char* key, ConfigValue v) {
+    Config d;
+    EXPECT_TRUE(d.set(key, std::move(v)).ok()) << key;
+    Result<ResolvedConfig> r = resolve_config(d, 1);
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_EQ(err("adam_eps", -1.0), "config: adam_eps must be >= 0, got -1");
+  EXPECT_EQ(err("gradient_clipping_threshold", -0.5),
+            "config: gradient_clipping_threshold must be >= 0, got -0.5");
+  EXPECT_EQ(err("adam_weight_decay", -3.0), "config: adam_weight_decay must be >= 0, got -3");
+  EXPECT_EQ(err("learning_rate_final_fraction", -3.0),
+            "config: learning_rate_final_fraction must be >= 0, got -3");
+  EXPECT_EQ(err("gradient_clipping_threshold", 0.0), "");  // 0 disables clipping
+  // dataset_path is read only by text/tokens datasets.
+  EXPECT_NE(err("dataset", std::string("synthetic:/tmp/x.txt")).find("dataset_path '/tmp/x.txt' is set but dataset_type is synthetic"),
+            std::string::npos);
+  // Sizes whose element counts would wrap int64 are errors naming the tensor and the dims.
+  Config big;
+  ASSERT_TRUE(big.set("vocab_size", int64_t{1} << 40).ok());
+  ASSERT_TRUE(big.set("base_emb_dim", int64_t{1} << 40).ok());
+  Result<ResolvedConfig> r = resolve_config(big, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("all parameters would have 2.42e+24 elements"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("vocab_size 1099511627776, base_emb_dim 1099511627776"),
+            std::string::npos);
+  Config wide;
+  ASSERT_TRUE(wide.set("per_device_batch_size", 1e300).ok());
+  EXPECT_NE(resolve_config(wide, 2).status().message().find("global batch 2 x 1e+300 is too large"),
+            std::string::npos);
 }
 
 TEST(ConfigTest, FlattenHasEveryKey) {

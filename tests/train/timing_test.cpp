@@ -90,6 +90,36 @@ TEST(TimingTest, DeviceDelayIsChargedToItsStepOnly) {
   EXPECT_EQ(as_double(loss.rows[0][0]), static_cast<double>(static_cast<float>(r.steps[5].loss)));
 }
 
+// log_period: one store transaction per log_period flushed steps. A second connection sees
+// only committed rows; queries on the trainer's own store flush first, and train() flushes
+// at its end.
+TEST(TimingTest, LogPeriodCommitsEveryNSteps) {
+  TempDir dir("logperiod");
+  Config c = tiny_config(7);
+  ASSERT_TRUE(c.set("log_period", int64_t{3}).ok());
+  auto store = MetricsStore::open(dir / "m.db").value();
+  auto reader = MetricsStore::open(dir / "m.db").value();
+  auto t = Trainer::create(c, Mesh(), {.store = store.get()}).value();
+  std::vector<int64_t> committed;
+  Status s = t->train(7, [&](const StepMetrics&) {
+    QueryResult q = reader->query("SELECT count(*) FROM steps WHERE run_id = ?",
+                                  std::vector<SqlValue>{t->run_id()}).value();
+    committed.push_back(as_int(q.rows[0][0]));
+    return true;
+  });
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(committed, (std::vector<int64_t>{0, 0, 3, 3, 3, 6, 6}));
+  QueryResult all = reader->query("SELECT count(*) FROM steps WHERE run_id = ?",
+                                  std::vector<SqlValue>{t->run_id()}).value();
+  EXPECT_EQ(as_int(all.rows[0][0]), 7);
+
+  Config bad = tiny_config(1);
+  ASSERT_TRUE(bad.set("log_period", int64_t{0}).ok());
+  Result<std::unique_ptr<Trainer>> r = Trainer::create(bad, Mesh(), {.shape_only = true});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "config: log_period must be >= 1, got 0");
+}
+
 TEST(TimingTest, CompileIsRecordedApartFromStepZero) {
   TempDir dir("compile");
   Config c = tiny_config(3);

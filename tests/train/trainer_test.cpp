@@ -84,10 +84,42 @@ TEST(TrainerTest, ShapeOnlyLlama7bCompilesWithoutAllocating) {
   auto exe = t->compile();
   ASSERT_TRUE(exe.ok()) << exe.status().message();
   const MemoryAnalysis& mem = (*exe)->memory();
-  // params + mu + nu in f32: 3 x 4 x 6.74e9 bytes.
-  EXPECT_GT(mem.argument_bytes, 3 * 4 * 6.7e9);
+  // params + mu + nu in f32 (3 x 4 x 6.74e9 bytes), plus the step counter and the six
+  // (1, 2048) int32 batch arrays: a few KiB above the state.
+  const int64_t state = 3 * 4 * t->config().model.num_params();
+  EXPECT_GT(state, 3 * 4 * 6.7e9);
+  EXPECT_GE(mem.argument_bytes, state);
+  EXPECT_LT(mem.argument_bytes, state + (int64_t{1} << 20));
   EXPECT_GT(mem.temp_bytes, 0);
   EXPECT_FALSE(t->step().ok());
+}
+
+// The trainer runs on the mesh it is given: an ici_*_parallelism key that disagrees with it
+// would be ignored, so it is an error naming both sizes; ici_pipeline_parallelism must always
+// match the mesh's stage axis (it decides whether the decoder is traced as a pipeline).
+TEST(TrainerTest, IciKeysMustMatchTheMesh) {
+  auto err = [](const Config& c, const Mesh& m) {
+    Result<std::unique_ptr<Trainer>> t = Trainer::create(c, m, {.shape_only = true});
+    return t.ok() ? std::string() : t.status().message();
+  };
+  Config c = small_config(1);
+  ASSERT_TRUE(c.set("ici_data_parallelism", int64_t{2}).ok());
+  EXPECT_EQ(err(c, *Mesh::create({"data"}, {4})),
+            "config: ici_data_parallelism=2 but the mesh's 'data' axis has size 4; the trainer runs "
+            "on the mesh it is given, so make them equal (sl.mesh{data=2} or ici_data_parallelism=4)");
+  EXPECT_EQ(err(c, *Mesh::create({"data", "fsdp"}, {2, 2})), "");
+  EXPECT_NE(err(c, Mesh()).find("ici_data_parallelism=2 but the mesh's 'data' axis has size 1"),
+            std::string::npos);
+  Config fill = small_config(1);
+  ASSERT_TRUE(fill.set("ici_fsdp_parallelism", int64_t{-1}).ok());  // -1: any size
+  EXPECT_EQ(err(fill, *Mesh::create({"fsdp"}, {4})), "");
+  Config stage = small_config(1);  // default ici_pipeline_parallelism 1
+  EXPECT_NE(err(stage, *Mesh::create({"stage"}, {2})).find("ici_pipeline_parallelism=1 but the mesh's 'stage' axis has size 2"),
+            std::string::npos);
+  ASSERT_TRUE(stage.set("ici_pipeline_parallelism", int64_t{2}).ok());
+  EXPECT_NE(err(stage, Mesh()).find("ici_pipeline_parallelism=2 but the mesh's 'stage' axis has size 1"),
+            std::string::npos);
+  EXPECT_EQ(err(stage, *Mesh::create({"stage"}, {2})), "");
 }
 
 }  // namespace
