@@ -27,7 +27,9 @@ Result<int> mesh(lua_State* L) {
     ENG_ASSIGN_OR_RETURN(std::optional<int64_t> v, field_int(L, 1, a.c_str(), fn));
     sizes.push_back(v.value_or(1));
     if (sizes.back() == -1) fill_axis = a;
-    else product *= sizes.back();
+    else if (sizes.back() >= 1 && __builtin_mul_overflow(product, sizes.back(), &product))
+      return eng::invalid_argument("sl.mesh: the product of the axis sizes overflows at {}={}", a,
+                                   sizes.back());
   }
   ENG_ASSIGN_OR_RETURN(std::optional<int64_t> devices, field_int(L, 1, "devices", fn));
   if (!devices && !fill_axis.empty())

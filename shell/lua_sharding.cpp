@@ -266,10 +266,13 @@ Result<eng::Shape> read_shape(lua_State* L, int idx, std::string_view fn, std::s
     lua_rawgeti(L, idx, i);
     int ok = 0;
     lua_Integer d = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &ok) : 0;
+    std::string got = luaL_typename(L, -1);  // before lua_tostring turns a number into a string
+    if (lua_type(L, -1) == LUA_TNUMBER || lua_type(L, -1) == LUA_TSTRING)
+      got += fmt::format(" {}", lua_tostring(L, -1));
     lua_pop(L, 1);
     if (!ok || d < 1)
-      return eng::invalid_argument("{}: argument '{}' expected positive integer dims, dim {} is not", fn,
-                                   name, i - 1);
+      return eng::invalid_argument(
+          "{}: argument '{}' expected positive integer dims, dim {} is {}", fn, name, i - 1, got);
     dims.push_back(d);
   }
   return eng::Shape(std::move(dims));

@@ -42,6 +42,7 @@ Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> s
   if (names.size() != sizes.size())
     return invalid_argument("mesh: {} axis names but {} sizes", names.size(), sizes.size());
   std::set<std::string> seen;
+  int64_t devices = 1;
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i].empty()) return invalid_argument("mesh: axis {} has an empty name", i);
     if (!seen.insert(names[i]).second)
@@ -49,6 +50,9 @@ Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> s
     if (sizes[i] < 1)
       return invalid_argument("mesh: axis '{}' has size {}; sizes must be >= 1", names[i],
                               sizes[i]);
+    if (__builtin_mul_overflow(devices, sizes[i], &devices))
+      return invalid_argument("mesh: the product of the axis sizes overflows at '{}' (size {})",
+                              names[i], sizes[i]);
   }
   Mesh m;
   m.axis_names_ = std::move(names);
@@ -74,8 +78,9 @@ Result<Mesh> Mesh::from_parallelism(std::vector<std::string> names, std::vector<
     } else if (sizes[i] < 1) {
       return invalid_argument("mesh: axis '{}' has size {}; sizes must be >= 1 or -1", names[i],
                               sizes[i]);
-    } else {
-      known *= sizes[i];
+    } else if (__builtin_mul_overflow(known, sizes[i], &known)) {
+      return invalid_argument("mesh: the product of the axis sizes overflows at '{}' (size {})",
+                              names[i], sizes[i]);
     }
   }
   auto listing = [&] {  // "data=2, fsdp=-1": the request, for error messages

@@ -167,7 +167,7 @@ Result<std::unique_ptr<DataSource>> make_data_source(const ResolvedConfig& c) {
     ENG_ASSIGN_OR_RETURN(tokens, parse_npy(c.dataset_path, raw, c.model.vocab_size));
     what = fmt::format("tokens:{} ({} tokens)", c.dataset_path, tokens.size());
   }
-  if (static_cast<int64_t>(tokens.size()) < T + 2)
+  if (static_cast<int64_t>(tokens.size()) < T + 1)  // one window: T inputs and the next target
     return invalid_argument("data: '{}' has {} tokens, fewer than one sequence of {} + 1",
                             c.dataset_path, tokens.size(), T);
   return std::unique_ptr<DataSource>(new StreamSource(std::move(tokens), B, T, c.data_shuffle_seed, what));

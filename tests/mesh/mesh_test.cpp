@@ -88,6 +88,14 @@ TEST(MeshCreate, RejectsBadInput) {
   Result<Mesh> count = Mesh::create({"a", "b"}, {2});
   ASSERT_FALSE(count.ok());
   EXPECT_TRUE(contains(count.status().message(), "2 axis names but 1 sizes"));
+  // A device count that does not fit in int64 is an error, not a wrapped (or zero) product.
+  Result<Mesh> huge = Mesh::create({"data", "fsdp"}, {int64_t{1} << 40, int64_t{1} << 40});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().message(), "mesh: the product of the axis sizes overflows at 'fsdp' (size 1099511627776)");
+  Result<Mesh> fill = Mesh::from_parallelism({"data", "fsdp", "tensor"},
+                                             {int64_t{1} << 40, -1, int64_t{1} << 40}, 8);
+  ASSERT_FALSE(fill.ok());
+  EXPECT_TRUE(contains(fill.status().message(), "overflows at 'tensor'")) << fill.status().message();
 }
 
 TEST(MeshParallelism, FillsMinusOne) {

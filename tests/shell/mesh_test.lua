@@ -24,6 +24,8 @@ expect_error(function() sl.mesh{data = 2, tensor = 4, devices = 7} end,
              "Number of devices per slice 7 does not match the product of the ICI parallelism 8")
 expect_error(function() sl.mesh{data = "two"} end, "sl.mesh: argument 'data' expected integer, got string")
 expect_error(function() sl.mesh{data = 1.5} end, "sl.mesh: argument 'data' expected integer, got number (1.5)")
+expect_error(function() sl.mesh{data = 2^40, fsdp = 2^40} end,
+             "sl.mesh: the product of the axis sizes overflows at fsdp=1099511627776")
 expect_error(function() sl.mesh{dta = 2} end, "sl.mesh: unknown key 'dta' (did you mean 'data'?)")
 expect_error(function() sl.mesh{fsdp = -1} end, "sl.mesh: fsdp=-1 needs devices=N to fill it")
 expect_error(function() sl.mesh{fsdp = -1, devices = 6, data = 4} end, "6 devices are not divisible by 4")

@@ -38,6 +38,7 @@ expect_error(function() sl.logical_to_mesh({"embed"}, "mesh") end,
              "sl.logical_to_mesh: argument 'mesh' expected Mesh, got string")
 expect_error(function() sl.logical_to_mesh({"embed", 3}, m) end, "names[2]")
 expect_error(function() sl.rules{{"embed", 5}} end, "rule #1 ('embed') expected mesh axes")
+expect_error(function() sl.visualize({4, -4}) end, "expected positive integer dims, dim 1 is number -4")
 expect_error(function() sl.logical_to_mesh({"embed", "embed"}, m) end, "more than once")
 
 -- NamedSharding prints JAX's form; sl.typeof the jax.typeof form.

@@ -64,6 +64,15 @@ TEST(DataTest, TextErrorsNameTheFile) {
   auto shortf = make_data_source(tiny("text", temp_file("short.txt", "abc")));
   ASSERT_FALSE(shortf.ok());
   EXPECT_NE(shortf.status().message().find("has 3 tokens, fewer than one sequence of 8"), std::string::npos);
+  // T + 1 tokens are exactly one window (T inputs, T targets shifted by one); T are too few.
+  EXPECT_FALSE(make_data_source(tiny("text", temp_file("eight.txt", "abcdefgh"))).ok());
+  auto nine = make_data_source(tiny("text", temp_file("nine.txt", "abcdefghi")));
+  ASSERT_TRUE(nine.ok()) << nine.status().message();
+  HostBatch b;
+  (*nine)->next(b);
+  EXPECT_EQ(b.inputs[0], 'a');
+  EXPECT_EQ(b.inputs[7], 'h');
+  EXPECT_EQ(b.targets[7], 'i');
 }
 
 std::string npy(const std::string& descr, const std::string& payload, size_t n) {
