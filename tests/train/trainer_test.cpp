@@ -7,30 +7,14 @@
 #include <gtest/gtest.h>
 
 #include "engine/train/trainer.h"
+#include "tests/train/tiny_trainer.h"
 
 namespace eng {
 namespace {
 
-namespace fs = std::filesystem;
-
-// A small English-like corpus written by the test (the fortunes corpus is used by the
-// quickstart; the unit test must not depend on an installed package).
-std::string corpus_path() {
-  fs::path p = fs::temp_directory_path() / "shardlab_trainer_corpus.txt";
-  if (!fs::exists(p)) {
-    std::ofstream f(p);
-    const char* lines[] = {"the quick brown fox jumps over the lazy dog. ",
-                           "a stitch in time saves nine. ",
-                           "all that glitters is not gold. ",
-                           "the early bird catches the worm. "};
-    for (int i = 0; i < 400; ++i) f << lines[(i * 7) % 4];
-  }
-  return p.string();
-}
-
 Config small_config(int64_t steps) {
   Config c;
-  EXPECT_TRUE(c.set("dataset", "text:" + corpus_path()).ok());
+  EXPECT_TRUE(c.set("dataset", "text:" + testing::tiny_corpus_path()).ok());
   EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
   EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
   EXPECT_TRUE(c.set("base_num_query_heads", int64_t{2}).ok());
