@@ -40,7 +40,9 @@ Config small(int64_t stages, int64_t microbatches) {
   EXPECT_TRUE(c.set("warmup_steps_fraction", 0.2).ok());
   EXPECT_TRUE(c.set("adam_eps", 1e-4).ok());
   EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
-  if (microbatches > 0) EXPECT_TRUE(c.set("num_pipeline_microbatches", microbatches).ok());
+  if (microbatches > 0) {
+    EXPECT_TRUE(c.set("num_pipeline_microbatches", microbatches).ok());
+  }
   return c;
 }
 

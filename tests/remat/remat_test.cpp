@@ -296,7 +296,9 @@ TEST(TempOptions, SizeOneMeshAxesAreDroppedFromTypes) {
   }
   const Program& local = (*exe)->program();
   for (const ValueInfo& v : local.values())
-    if (v.spec) EXPECT_EQ(v.type_string(&mesh).find("fsdp"), std::string::npos) << v.type_string(&mesh);
+    if (v.spec) {
+      EXPECT_EQ(v.type_string(&mesh).find("fsdp"), std::string::npos) << v.type_string(&mesh);
+    }
   Config c = small(1, 16);
   ASSERT_TRUE(c.set("remove_size_one_mesh_axis_from_type", false).ok());
   EXPECT_EQ(resolve_config(c, 1).status().code(), Code::kUnimplemented);

@@ -17,7 +17,9 @@ std::unique_ptr<Trainer> tiny(const Mesh& mesh, const std::string& rules = "") {
   EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{1}).ok());
   EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
   EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
-  if (!rules.empty()) EXPECT_TRUE(c.set("logical_axis_rules", rules).ok());
+  if (!rules.empty()) {
+    EXPECT_TRUE(c.set("logical_axis_rules", rules).ok());
+  }
   Result<std::unique_ptr<Trainer>> t = Trainer::create(c, mesh, {.shape_only = true});
   EXPECT_TRUE(t.ok()) << t.status().message();
   return std::move(t).value();

@@ -26,7 +26,9 @@ TrainedRun train(Config c, int64_t steps, const std::string& db, bool aot) {
   TrainedRun r;
   r.store = MetricsStore::open(db).value();
   r.trainer = Trainer::create(c, Mesh(), {.store = r.store.get()}).value();
-  if (aot) EXPECT_TRUE(r.trainer->compile().ok());
+  if (aot) {
+    EXPECT_TRUE(r.trainer->compile().ok());
+  }
   Status s = r.trainer->train(steps, [&](const StepMetrics& m) {
     r.steps.push_back(m);
     return true;
