@@ -70,6 +70,25 @@ Axes all_axes(const Dims& dims, int begin, int end) {
 
 std::string spec_string(const Dims& d) { return PartitionSpec(d).to_string(); }
 
+// Python's str(tuple(spec)) as JAX prints it in broadcasting errors: ('data', None),
+// (('data', 'fsdp'), None), ('tensor',).
+std::string jax_tuple_string(const Dims& d) {
+  std::vector<std::string> parts;
+  for (const Axes& e : d) {
+    if (e.empty()) {
+      parts.push_back("None");
+    } else if (e.size() == 1) {
+      parts.push_back(fmt::format("'{}'", e[0]));
+    } else {
+      std::vector<std::string> q;
+      for (const auto& a : e) q.push_back(fmt::format("'{}'", a));
+      parts.push_back(fmt::format("({})", fmt::join(q, ", ")));
+    }
+  }
+  if (parts.size() == 1) return fmt::format("({},)", parts[0]);
+  return fmt::format("({})", fmt::join(parts, ", "));
+}
+
 class Partitioner {
  public:
   Partitioner(const Program& g, const Mesh& mesh, const SpmdOptions& o)
@@ -268,6 +287,37 @@ class Partitioner {
     return best;
   }
 
+  // Explicit mode (jax.lax broadcasting_sharding_rule): per dim, the operands' entries must
+  // be equal or unsharded (None takes the other's axes: a local slice, no traffic); anything
+  // else is JAX's TypeError naming every operand's spec. Partial axes are internal (unreduced
+  // matmul results) and are reduced to the common dims as in auto mode.
+  Result<PartitionSpec> broadcast_common(const Instr& in) const {
+    const auto& x = in.inputs;
+    const int r = rank(x[0]);
+    Dims out(r);
+    bool bad = false;
+    for (ValueId g : x) {
+      const PartitionSpec s = dims_only(spec_[g]);
+      for (int i = 0; i < r; ++i) {
+        const Axes& e = s.dim_or_none(i);
+        if (e.empty()) continue;
+        if (out[i].empty()) out[i] = e;
+        else if (out[i] != e) bad = true;
+      }
+    }
+    // An axis may appear once: ('data', None) with (None, 'data') is no valid result either.
+    const Axes used = all_axes(out, 0, r);
+    for (size_t i = 0; i < used.size(); ++i)
+      for (size_t j = i + 1; j < used.size(); ++j) bad |= used[i] == used[j];
+    if (bad) {
+      std::vector<std::string> specs;
+      for (ValueId g : x) specs.push_back(jax_tuple_string(dims_only(spec_[g]).dims()));
+      return invalid_argument("{} got incompatible shardings for broadcasting: {}.",
+                              op_name(in.kind), fmt::join(specs, ", "));
+    }
+    return PartitionSpec(out);
+  }
+
   // Dims with the given dims cleared (made whole on every device).
   static Dims whole(Dims d, std::initializer_list<int> which) {
     for (int i : which)
@@ -359,7 +409,12 @@ Status Partitioner::instr(const Instr& in) {
     case OpKind::kSwiglu:
     case OpKind::kMul:
     case OpKind::kSwigluGrad: {
-      const PartitionSpec c = common(x);
+      PartitionSpec c;
+      if (explicit_) {
+        ENG_ASSIGN_OR_RETURN(c, broadcast_common(in));
+      } else {
+        c = common(x);
+      }
       std::vector<PartitionSpec> ins(x.size(), c);
       return simple(in, ins, std::vector<PartitionSpec>(in.outputs.size(), c), in.attrs);
     }

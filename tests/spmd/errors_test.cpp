@@ -1,5 +1,6 @@
 // tests/spmd/errors_test.cpp: explicit-mode semantics (the with_sharding_constraint assert and
-// its size-1 `context` case, reference/maxtext.md section 10; ambiguous matmuls), the trainer
+// its size-1 `context` case, reference/maxtext.md section 10; ambiguous matmuls; elementwise
+// operands with incompatible shardings, reference/ecosystem.md 2b), the trainer
 // on a sharded mesh, and the shape-only llama2-7b compile on 256 devices.
 #include <gtest/gtest.h>
 
@@ -82,6 +83,52 @@ TEST(Explicit, AmbiguousMatmulNeedsOutSharding) {
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ((*a)->program().instrs()[0].kind, OpKind::kAllGather);
   EXPECT_EQ((*a)->program().instrs()[0].inputs[0], (*a)->program().args()[1].value);
+}
+
+// Two operands f32[8,4] with the given shardings; reshard_b: y first goes through the
+// helper constraint to ('batch', None) = ('data', None): the program reshards explicitly.
+Program mismatched_add(PartitionSpec a, PartitionSpec b_spec, bool reshard_b) {
+  Builder b("ew");
+  ValueId x = b.argument("x", Shape{8, 4}, DType::kF32, {}, ArgRole::kBatch);
+  ValueId y = b.argument("y", Shape{8, 4}, DType::kF32, {}, ArgRole::kBatch);
+  b.mutable_info(x).spec = std::move(a);
+  b.mutable_info(y).spec = std::move(b_spec);
+  if (reshard_b) y = b.constraint(y, {"batch", ""});
+  b.output(b.add(x, y), "z");
+  return std::move(b).finish();
+}
+
+TEST(Explicit, ElementwiseIncompatibleShardingsError) {
+  CompileOptions o;
+  o.shard_mode = ShardMode::kExplicit;
+  o.rules = LogicalAxisRules({LogicalAxisRule{"batch", {"data"}}});
+  const Mesh mesh = *Mesh::create({"data", "tensor"}, {2, 2}, AxisType::kExplicit);
+  const PartitionSpec data({{"data"}, {}}), tensor({{"tensor"}, {}});
+  auto bad = compile(mismatched_add(data, tensor, false), mesh, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("add got incompatible shardings for broadcasting: "
+                                        "('data', None), ('tensor', None)."),
+            std::string::npos)
+      << bad.status().message();
+  // An axis on two different dims is no valid common sharding either.
+  auto crossed = compile(mismatched_add(data, PartitionSpec({{}, {"data"}}), false), mesh, o);
+  ASSERT_FALSE(crossed.ok());
+  EXPECT_NE(crossed.status().message().find("add got incompatible shardings for broadcasting: "
+                                            "('data', None), (None, 'data')."),
+            std::string::npos)
+      << crossed.status().message();
+  // JAX's rule: None on a dim takes the other operand's axes (a local slice, no error).
+  auto none = compile(mismatched_add(data, PartitionSpec({{}, {}}), false), mesh, o);
+  EXPECT_TRUE(none.ok()) << none.status().message();
+  // The program reshards explicitly: fine.
+  auto resharded = compile(mismatched_add(data, tensor, true), mesh, o);
+  EXPECT_TRUE(resharded.ok()) << resharded.status().message();
+  // Auto mode reshards silently, to the most-sharded operand's spec.
+  CompileOptions auto_opts = o;
+  auto_opts.shard_mode = ShardMode::kAuto;
+  const Mesh auto_mesh = *Mesh::create({"data", "tensor"}, {2, 2});
+  auto a = compile(mismatched_add(data, tensor, false), auto_mesh, auto_opts);
+  EXPECT_TRUE(a.ok()) << a.status().message();
 }
 
 Config small_trainer_config(double per_device_batch) {
