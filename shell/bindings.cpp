@@ -89,6 +89,7 @@ void open_shardlab(lua_State* L, ShellContext* ctx) {
   lua_pushvalue(L, sl);
   lua_setfield(L, -2, "shardlab");
   lua_pop(L, 2);
+  remember_system_globals(L);  // who() lists only what the user defines after this
 }
 
 }  // namespace shell

@@ -13,7 +13,7 @@ namespace shell {
 struct ShellContext;
 
 // Each opens one module's bindings into the `sl` table at stack index `sl`.
-void open_lua_shell(lua_State* L, int sl);  // sl.pretty, sl.help, sl.version, sl.db_path
+void open_lua_shell(lua_State* L, int sl);  // sl.pretty, sl.help, sl.timing, ..., global who()
 void open_lua_store(lua_State* L, int sl);  // sl.sql
 void open_lua_mesh(lua_State* L, int sl);   // sl.mesh, sl.P and the Mesh/PartitionSpec types
 void open_lua_train(lua_State* L, int sl);  // sl.config, sl.trainer and Config/Trainer/Compiled
@@ -23,5 +23,7 @@ void open_lua_sharding(lua_State* L, int sl);  // sl.rules, sl.logical_to_mesh, 
 // Creates `sl`, opens every module, sets the global and package.loaded["shardlab"].
 // Must run inside a protected call (it uses raising Lua API calls).
 void open_shardlab(lua_State* L, ShellContext* ctx);
+// Records the current global names as the system's (who() hides them); open_shardlab calls it.
+void remember_system_globals(lua_State* L);
 
 }  // namespace shell

@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "shell/context.h"
 #include "shell/interrupt.h"
@@ -25,6 +28,7 @@ namespace {
 constexpr const char* kPrompt = "sl> ";
 constexpr const char* kPrompt2 = "..> ";
 constexpr int kHistoryMax = 1000;
+constexpr double kTimingMin = 0.1;  // seconds: faster commands print no `[0.0123s]`
 
 enum class Read { kLine, kEof, kInterrupted };
 
@@ -34,6 +38,7 @@ bool g_line_done = false;                   // on_line ran
 bool g_line_eof = false;                    // on_line got NULL (Ctrl-D)
 
 void on_prompt_sigint(int) { g_prompt_sigint = 1; }
+void on_child_sigint(int) {}  // Ctrl-C during `$ cmd` stops the command, not the shell
 
 void on_line(char* line) {
   if (line == nullptr) {
@@ -124,6 +129,10 @@ void set_global_raw(lua_State* L, const char* name, int value_idx) {
   lua_pop(L, 1);
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 bool incomplete(lua_State* L, int status) {
   if (status != LUA_ERRSYNTAX) return false;
   size_t len = 0;
@@ -191,7 +200,15 @@ class Repl {
     }
     if (line[0] == '%') {  // IPython-style magics: %run FILE, %timeit expr (shell/notebook.h)
       remember(raw);
-      return run_magic(L_, line);
+      auto start = std::chrono::steady_clock::now();
+      run_magic(L_, line);
+      return show_time(seconds_since(start));
+    }
+    if (line[0] == '$') {  // trepl's shell escape
+      remember(raw);
+      auto start = std::chrono::steady_clock::now();
+      shell_escape(trim(line.substr(1)));
+      return show_time(seconds_since(start));
     }
     if (line[0] == '=') line = trim(line.substr(1));  // `=expr`, a Lua 5.1 habit
     if (line.empty()) return;
@@ -211,12 +228,77 @@ class Repl {
       return;
     }
     int base = lua_gettop(L_) - 1;
+    auto start = std::chrono::steady_clock::now();
     status = docall(L_, 0, LUA_MULTRET);
-    if (status != LUA_OK) {
-      report(L_, status, nullptr);
+    double seconds = seconds_since(start);
+    if (status != LUA_OK) report(L_, status, nullptr);
+    else print_results(base, quiet);
+    show_time(seconds);
+  }
+
+  // trepl's timer: `[0.0123s]` at the right edge after a slow command, on a terminal only.
+  void show_time(double seconds) {
+    if (!tty_ || !context(L_).timing || seconds < kTimingMin) return;
+    int rows = 0, cols = 0;
+    rl_get_screen_size(&rows, &cols);
+    if (cols < 20) cols = 80;
+    std::string t = fmt::format("[{:.4f}s]", seconds);
+    std::printf("%*s\n", cols - 1, t.c_str());  // cols - 1: no autowrap onto an empty line
+    std::fflush(stdout);
+  }
+
+  // `$ cmd`: runs cmd through popen (its stderr goes straight to the terminal), prints its
+  // output and keeps it (without trailing newlines) as the result (`_`, `_LAST`, `_RESULTS`), as trepl does.
+  void shell_escape(const std::string& cmd) {
+    if (cmd.empty()) {
+      std::printf("$ cmd runs a shell command; its output becomes _\n");
       return;
     }
-    print_results(base, quiet);
+    std::fflush(stdout);
+    struct sigaction sa = {}, old = {};
+    sa.sa_handler = on_child_sigint;  // a handler, not SIG_IGN: the child must not inherit it
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, &old);
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) {
+      sigaction(SIGINT, &old, nullptr);
+      std::fprintf(stderr, "$: cannot run '%s': %s\n", cmd.c_str(), std::strerror(errno));
+      return;
+    }
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) {
+      std::fwrite(buf, 1, n, stdout);
+      std::fflush(stdout);
+      out.append(buf, n);
+    }
+    pclose(p);
+    sigaction(SIGINT, &old, nullptr);
+    while (!out.empty() && out.back() == '\n') out.pop_back();  // `$ git rev-parse HEAD` -> the hash
+    lua_pushlstring(L_, out.data(), out.size());
+    keep_result(-1);
+    lua_pop(L_, 1);
+  }
+
+  // `_` and `_LAST` become the value; `_RESULTS` (created if missing) gets it appended.
+  void keep_result(int idx) {
+    idx = lua_absindex(L_, idx);
+    set_global_raw(L_, "_", idx);
+    set_global_raw(L_, "_LAST", idx);
+    if (lua_isnil(L_, idx)) return;
+    lua_rawgeti(L_, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    lua_pushstring(L_, "_RESULTS");
+    if (lua_rawget(L_, -2) != LUA_TTABLE) {
+      lua_pop(L_, 1);
+      lua_newtable(L_);
+      lua_pushstring(L_, "_RESULTS");
+      lua_pushvalue(L_, -2);
+      lua_rawset(L_, -4);
+    }
+    lua_pushvalue(L_, idx);
+    lua_rawseti(L_, -2, static_cast<lua_Integer>(lua_rawlen(L_, -2)) + 1);
+    lua_pop(L_, 2);
   }
 
   // lua.c's multiline: keep reading while the chunk is incomplete (`<eof>` syntax errors).
@@ -240,7 +322,7 @@ class Repl {
   void print_results(int base, bool quiet) {
     int n = lua_gettop(L_) - base;
     if (n <= 0) return;
-    set_global_raw(L_, "_", base + 1);
+    keep_result(base + 1);
     if (quiet) return;
     PrettyOptions o;
     o.color = context(L_).color;
@@ -257,7 +339,9 @@ class Repl {
   void help(const std::string& name) {
     if (name.empty()) {
       std::printf("?name shows the docstring of a binding, e.g. ?sl.mesh; ?sl lists the API.\n"
-                  "Tab completes names; a trailing ';' hides a result; _ is the last result.\n");
+                  "Tab completes names; a trailing ';' hides a result; _ (also _LAST) is the last\n"
+                  "result and _RESULTS all of them; $ cmd runs a shell command; who() lists your\n"
+                  "globals; sl.timing(false) hides the [0.0123s] shown after slow commands.\n");
       return;
     }
     std::string doc;

@@ -2,9 +2,10 @@
 //
 // Prompts come from the globals _PROMPT and _PROMPT2 (default "sl> " and "..> ", as th's
 // "th> "/"..> "). Each line is first tried as `return <line>` (lua.c); incomplete chunks read
-// more lines; a trailing `;` suppresses printing; `_` holds the first result of the last
-// expression; `?name` prints a binding's docstring. Errors and Ctrl-C never end the session;
-// Ctrl-D (end of input) does.
+// more lines; a trailing `;` suppresses printing; `_`/`_LAST` hold the first result of the last
+// expression and `_RESULTS` all of them (trepl); `?name` prints a binding's docstring; `$ cmd`
+// runs a shell command; on a terminal, commands over 0.1 s print `[0.1234s]` (sl.timing).
+// Errors and Ctrl-C never end the session; Ctrl-D (end of input) does.
 #pragma once
 
 #include <lua.hpp>

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/shell/repl_tmux_test.sh: drives the real REPL in a pseudo-terminal (tmux send-keys / capture-pane).
 # Checks completion, multi-line input, auto-print, `_`, ?help, that errors and Ctrl-C keep the
-# prompt alive, and history across two sessions. Usage: repl_tmux_test.sh path/to/shardlab
+# prompt alive, the per-command timer, `$ cmd`, who(), and history across two sessions.
+# Usage: repl_tmux_test.sh path/to/shardlab
 set -euo pipefail
 bin=$(realpath "$1")
 tmp=$(mktemp -d)
@@ -12,9 +13,9 @@ trap cleanup EXIT
 
 screen() { T capture-pane -p -J -S -300 -t repl; }
 fail() { echo "FAIL: $*"; echo "--- screen:"; screen; exit 1; }
-# wait_for REGEX: poll the screen (up to 5 s) until a line matches.
+# wait_for REGEX [TRIES]: poll the screen (every 0.05 s, 100 tries = 5 s) until a line matches.
 wait_for() {
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 "${2:-100}"); do
     if screen | grep -qE -- "$1"; then return 0; fi
     sleep 0.05
   done
@@ -35,7 +36,7 @@ start() {
 }
 stop() {
   T send-keys -t repl C-d
-  wait_for '^SESSION-ENDED'
+  wait_for '^SESSION-ENDED' 600  # exiting frees the trainer's arenas: slow under a parallel ctest
   T kill-session -t repl
 }
 
@@ -47,6 +48,8 @@ wait_for '^sl> sl\.mesh\($'
 type_line '{data=2, tensor=3})'
 wait_for "^Mesh\('diloco': 1, 'data': 2, "
 type_line 'm = _'
+type_line 'type(m)'
+wait_for '^userdata$'  # m is set before Tab asks for its methods (races under load otherwise)
 type_keys 'm:dev'
 T send-keys -t repl Tab
 wait_for '^sl> m:devices\($'
@@ -122,6 +125,34 @@ type_line 'print("stopped at", tr.current_step, tr.current_step > 0 and tr.curre
 wait_for '^stopped at\s+[0-9]+\s+true$'
 type_line '5 + 5000'
 wait_for '^5005$'
+
+# trepl's timer: a command over 0.1 s is followed by `[0.1234s]` at the right edge (the pane is
+# 200 columns: 199 wide, no autowrap); fast ones print none; sl.timing(false) turns it off.
+slow='local t0 = os.clock() while os.clock() - t0 < 0.2 do end'
+timer='^ {180,}\[[0-9]+\.[0-9]{4}s\]$'
+timers() { screen | sed -n '/^timer-mark$/,$p' | grep -cE -- "$timer" || true; }
+type_line 'print("timer-mark")'
+wait_for '^timer-mark$'
+type_line '7 + 7000'
+wait_for '^7007$'
+[[ $(timers) == 0 ]] || fail "a fast command prints no timer"
+type_line "$slow"
+for _ in $(seq 1 100); do [[ $(timers) == 1 ]] && break; sleep 0.05; done
+[[ $(timers) == 1 ]] || fail "one timer line per slow command"
+screen | sed -n '/^timer-mark$/,$p' | grep -qE '^ {180,}\[0\.[2-9][0-9]{3}s\]$' || fail "the timer shows >= 0.2 s"
+type_line 'sl.timing(false)'
+type_line "$slow"
+type_line '6 + 6000'
+wait_for '^6006$'
+[[ $(timers) == 1 ]] || fail "sl.timing(false) must hide the timer"
+
+# `$ cmd` runs a shell command; its output is printed and becomes `_`. who() lists user globals.
+type_line '$ echo from-shell'
+wait_for '^from-shell$'
+type_line '_ .. "!"'
+wait_for '^from-shell!$'
+type_line 'who()'
+wait_for '^  sq +function$'
 type_line 'marker = 31337'
 stop
 
