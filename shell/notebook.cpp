@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/base/clock.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
@@ -364,8 +365,16 @@ int notebook_pmain(lua_State* L) {
   for (const auto& [k, v] : a.params) info.params += fmt::format("{}{}={}", info.params.empty() ? "" : ", ", k, v);
   std::vector<CellRun> runs;
   const double t0 = now_s();
+  const int64_t start_ms = eng::unix_ms();
+  info.date = report_date(start_ms);
+  info.git_rev = git_revision(std::filesystem::path(a.file).parent_path().string());
   run_cells(L, *cells, "@" + base_name(a.file), a.allow_errors, &runs, &info);
   info.seconds = now_s() - t0;
+  // The report's header and footer come from the store; a store problem is a warning only.
+  eng::Status stored = add_store_summary(*m->ctx, start_ms, &info);
+  if (stored.ok()) stored = log_cell_events(*m->ctx, a.file, runs);
+  if (!stored.ok())
+    std::fprintf(stderr, "shardlab: notebook: %s (the report lacks the store's part)\n", stored.message().c_str());
 
   std::string stem = a.out;
   bool html_only = stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".html") == 0;

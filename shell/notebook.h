@@ -14,6 +14,7 @@
 
 #include <lua.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -87,6 +88,12 @@ struct ReportInfo {
   double seconds = 0;
   bool ok = true;
   std::string failed_at;  // "cell 4 (line 37)" when !ok
+  std::string date;       // when the notebook started: "2026-11-21 07:55:12 UTC"
+  std::string git_rev;    // `git rev-parse --short HEAD` in the notebook's directory, or ""
+  std::vector<std::string> meshes;  // distinct meshes of `runs`, in order
+  CellValue runs;                   // run_id, name, status, mesh, steps (header)
+  CellValue compile_summary;        // v_compile_summary rows for those runs (footer)
+  CellValue step_time;              // v_step_time_pct rows for those runs (footer)
 };
 
 // Rendering (notebook_report.cpp). Markdown plots go to files_dir/plot-N.svg (`files_dir_ref`
@@ -99,6 +106,21 @@ std::string render_html(const ReportInfo& info, const std::vector<CellRun>& cell
 // `code`, **bold**, *italic*, [links](url).
 std::string markdown_to_html(std::string_view md);
 std::string html_escape(std::string_view s);
+
+// ---- The store and git (notebook_store.cpp) ---------------------------------------------------
+
+struct ShellContext;
+// "2026-11-21 07:55:12 UTC".
+std::string report_date(int64_t unix_ms);
+// `git -C dir rev-parse --short HEAD`, or "" when that fails (not a repository, no git).
+std::string git_revision(const std::string& dir);
+// Fills info's runs/meshes/compile_summary/step_time with the runs this host began in ctx's store
+// since `since_ms` (the store has no process id). Nothing if the store was never opened.
+eng::Status add_store_summary(ShellContext& ctx, int64_t since_ms, ReportInfo* info);
+// One `events` row (kind 'cell', run_id NULL) per cell that ran: message "FILE: In [n] (line L)
+// title", payload JSON {notebook, cell, line, title, source_hash (16 hex), seconds, ok}.
+eng::Status log_cell_events(ShellContext& ctx, const std::string& notebook,
+                            const std::vector<CellRun>& runs);
 
 // ---- Entry points -----------------------------------------------------------------------------
 

@@ -150,6 +150,68 @@ table{border-collapse:collapse;font-size:.85em;margin:.4em 0}td,th{border:1px so
 .skipped{color:#888;font-style:italic}
 )";
 
+// ---- Header and footer: date, git, the notebook's runs and their store summaries --------------
+
+constexpr const char* kCompileTitle = "Compilation per run and function (v_compile_summary)";
+constexpr const char* kStepTimeTitle = "Step time per run, seconds (v_step_time_pct)";
+
+std::string meta_line(const ReportInfo& info) {
+  std::string s = "Date: " + info.date;
+  if (!info.git_rev.empty()) s += " · git: `" + info.git_rev + "`";
+  return s;
+}
+
+std::string runs_title(const ReportInfo& info) {
+  return info.runs.rows.empty() ? "No training runs were started."
+                                : fmt::format("Runs started ({}):", info.runs.rows.size());
+}
+
+std::string md_header(const ReportInfo& info) {
+  std::string md = meta_line(info) + "\n\n";
+  if (!info.meshes.empty()) {
+    md += "Meshes:\n\n";
+    for (const std::string& m : info.meshes) md += "- `" + m + "`\n";
+    md += "\n";
+  }
+  md += runs_title(info) + "\n\n";
+  if (!info.runs.rows.empty()) md += md_table(info.runs);
+  return md;
+}
+
+std::string md_footer(const ReportInfo& info) {
+  if (info.runs.rows.empty()) return "";
+  std::string md = "---\n\n";
+  for (const auto& [title, table] : {std::pair{kCompileTitle, &info.compile_summary},
+                                     std::pair{kStepTimeTitle, &info.step_time}}) {
+    md += fmt::format("**{}:**\n\n", title);
+    md += table->rows.empty() ? "(none)\n\n" : md_table(*table);
+  }
+  return md;
+}
+
+std::string html_header(const ReportInfo& info) {
+  std::string h = "<div class=\"runs\">\n<p class=\"meta\">" + inline_md(meta_line(info)) + "</p>\n";
+  if (!info.meshes.empty()) {
+    h += "<p class=\"meta\">Meshes:</p>\n<ul>\n";
+    for (const std::string& m : info.meshes) h += "<li><code>" + html_escape(m) + "</code></li>\n";
+    h += "</ul>\n";
+  }
+  h += "<p class=\"meta\">" + html_escape(runs_title(info)) + "</p>\n";
+  if (!info.runs.rows.empty()) h += html_table(info.runs.columns, info.runs.rows);
+  return h + "</div>\n";
+}
+
+std::string html_footer(const ReportInfo& info) {
+  if (info.runs.rows.empty()) return "";
+  std::string h = "<div class=\"runs\">\n";
+  for (const auto& [title, table] : {std::pair{kCompileTitle, &info.compile_summary},
+                                     std::pair{kStepTimeTitle, &info.step_time}}) {
+    h += fmt::format("<div class=\"label\">{}:</div>\n", html_escape(title));
+    h += table->rows.empty() ? "<p>(none)</p>\n" : html_table(table->columns, table->rows);
+  }
+  return h + "</div>\n";
+}
+
 }  // namespace
 
 std::string html_escape(std::string_view s) { return eng::xml_escape(s); }
@@ -212,7 +274,7 @@ std::string markdown_to_html(std::string_view md) {
 std::string render_markdown(const ReportInfo& info, const std::vector<CellRun>& cells,
                             const std::string& files_dir_ref,
                             std::vector<std::pair<std::string, std::string>>* files) {
-  std::string md = "*" + header_line(info) + "*\n\n";
+  std::string md = "*" + header_line(info) + "*\n\n" + md_header(info);
   auto image = [&](const std::string& svg) {
     std::string name = fmt::format("plot-{}.svg", files->size() + 1);
     files->emplace_back(name, svg);
@@ -239,7 +301,7 @@ std::string render_markdown(const ReportInfo& info, const std::vector<CellRun>& 
       else md += fenced("text", r.value.text);
     }
   }
-  return md;
+  return md + md_footer(info);
 }
 
 std::string render_html(const ReportInfo& info, const std::vector<CellRun>& cells) {
@@ -247,6 +309,7 @@ std::string render_html(const ReportInfo& info, const std::vector<CellRun>& cell
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>\n{}</style>\n"
       "</head>\n<body>\n<p class=\"meta\">{}</p>\n",
       html_escape(info.notebook), kCss, inline_md(header_line(info)));
+  h += html_header(info);
   for (const CellRun& r : cells) {
     const Cell& c = *r.cell;
     if (c.kind == CellKind::kMarkdown) {
@@ -271,7 +334,7 @@ std::string render_html(const ReportInfo& info, const std::vector<CellRun>& cell
     }
     h += "</div>\n";
   }
-  return h + "</body>\n</html>\n";
+  return h + html_footer(info) + "</body>\n</html>\n";
 }
 
 }  // namespace shell

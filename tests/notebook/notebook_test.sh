@@ -45,6 +45,44 @@ check svg ex/report_files/plot-1.svg 2
 check html ex/report.html 1
 has ex/report.html "<table>"
 
+# Header: date, git revision (when the notebook's directory is a repository), meshes, the runs
+# this notebook started; footer: their v_compile_summary and v_step_time_pct rows.
+grep -qE '^Date: [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} UTC' $r || fail "report date"
+if rev=$(git -C "$src/examples/notebooks" rev-parse --short HEAD 2>/dev/null); then
+  grep -qF "git: \`$rev\`" $r || fail "git revision $rev missing"
+fi
+has $r "- \`Mesh('diloco': 1, 'data': 2, "
+has $r "- \`Mesh('diloco': 1, 'data': 1, 'stage': 1, 'fsdp': 2, "
+has $r "Runs started (2):"
+has $r "| run_id | name | status | mesh | steps |"
+grep -qE '^\| [0-9a-f]{32} \| .* \| data=2 \| 20 \|$' $r || fail "the data=2 run row"
+grep -qE '^\| [0-9a-f]{32} \| .* \| fsdp=2 \| 20 \|$' $r || fail "the fsdp=2 run row"
+has $r "**Compilation per run and function (v_compile_summary):**"
+has $r "| run_id | fn_name | events | hits | misses | compile_s | reasons |"
+has $r "**Step time per run, seconds (v_step_time_pct):**"
+has $r "| run_id | n_steps | p50_s | p90_s | p99_s | mean_s | min_s | max_s |"
+[[ $(grep -cE '^\| [0-9a-f]{32} \| train_step \| ' $r) == 2 ]] || fail "one compile row per run"
+[[ $(grep -cE '^\| [0-9a-f]{32} \| 20 \| ' $r) == 2 ]] || fail "one step-time row per run (20 steps)"
+# The footer follows the last cell; the header precedes the first.
+[[ $(grep -n 'v_step_time_pct' $r | cut -d: -f1) -gt $(grep -n '^\*\*In \[9\]' $r | cut -d: -f1) ]] || fail "footer after the cells"
+[[ $(grep -n '^Runs started' $r | cut -d: -f1) -lt $(grep -n '^\*\*In \[1\]' $r | cut -d: -f1) ]] || fail "header before the cells"
+has ex/report.html "v_compile_summary"
+has ex/report.html "Runs started (2):"
+# The run ids come from the store: the header's ids are the runs table's, the footer uses them.
+ids=$("$bin" --db ex.db -e 'for _, r in ipairs(sl.sql("SELECT run_id FROM runs ORDER BY start_ms")) do print(r.run_id) end')
+for id in $ids; do [[ $(count $r "| $id |") == 3 ]] || fail "run $id should be in the header and both footer tables"; done
+# Each cell that ran is an `events` row (kind 'cell') with its source hash and duration.
+cells=$("$bin" --db ex.db -e 'for _, r in ipairs(sl.sql("SELECT message, payload FROM events WHERE kind = ? ORDER BY event_id", "cell")) do print(r.message .. " " .. r.payload) end')
+[[ $(grep -c . <<< "$cells") == 9 ]] || fail "9 cell events expected, got: $cells"
+grep -qE 'compare_meshes\.lua: In \[3\] \(line [0-9]+\) Configure.*"source_hash": "[0-9a-f]{16}", "seconds": [0-9.]+, "ok": true' <<< "$cells" ||
+  fail "cell 3's event: $cells"
+# A second run into the same store reports only its own runs; unchanged cells hash the same.
+"$bin" --db ex.db --notebook "$src/examples/notebooks/compare_meshes.lua" -o ex2.md > /dev/null 2>&1 || fail "second run"
+has ex2.md "Runs started (2):"
+for id in $ids; do lacks ex2.md "$id"; done
+hashes=$("$bin" --db ex.db -e 'for _, r in ipairs(sl.sql("SELECT count(DISTINCT json_extract(payload, \"$.source_hash\")) AS n, count(*) AS c FROM events WHERE kind = \"cell\"")) do print(r.n, r.c) end')
+[[ $hashes == $'9\t18' ]] || fail "cell hashes should repeat across runs: $hashes"
+
 # ---- Cells, metadata, values, capture, parameters. ------------------------------------------
 cat > nb.lua <<'LUA'
 -- %% [markdown]
@@ -84,6 +122,10 @@ plot.line{a = {1, 2, 3}, b = {3, 2, 1}, title = "two"}
 LUA
 "$bin" --notebook nb.lua -o out/nb.md -p steps=3 -p label=cli > nb.out 2> nb.err || { cat nb.out nb.err; fail "nb.lua failed"; }
 r=out/nb.md
+# The trainer here has store=false: the header says no runs started, there is no footer, and no git line outside a repository.
+has $r "No training runs were started."
+lacks $r "v_compile_summary"
+git -C "$tmp" rev-parse --short HEAD > /dev/null 2>&1 || lacks $r "git: "
 has $r "# A *small* notebook"
 has $r "**In [2]: injected-parameters**"
 has $r 'label = "cli"'

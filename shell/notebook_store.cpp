@@ -1,0 +1,174 @@
+// shell/notebook_store.cpp: what a notebook report learns from the metrics store and git (runs, meshes, compile and step-time summaries), and the per-cell `events` rows.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/base/clock.h"
+#include "engine/base/hash.h"
+#include "shell/context.h"
+#include "shell/notebook.h"
+
+namespace shell {
+namespace {
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += std::string("\\") + c;
+    else if (c == '\n') out += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", c);
+    else out += c;
+  }
+  return out + "\"";
+}
+
+std::string shell_quote(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string cell_text(const eng::SqlValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return fmt::format("{}", *i);
+  if (const auto* d = std::get_if<double>(&v)) return std::isfinite(*d) ? fmt::format("{:.4g}", *d) : "";
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  return "";
+}
+
+CellValue to_table(const eng::QueryResult& q) {
+  CellValue t;
+  t.columns = q.columns;
+  for (const auto& row : q.rows) {
+    std::vector<std::string>& out = t.rows.emplace_back();
+    for (const eng::SqlValue& v : row) out.push_back(cell_text(v));
+  }
+  return t;
+}
+
+// "?, ?, ?" for n placeholders.
+std::string placeholders(size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += i ? ", ?" : "?";
+  return s;
+}
+
+// "data=2, fsdp=2" from Mesh('diloco': 1, 'data': 2, ...): the axes larger than 1.
+std::string compact_mesh(std::string_view repr) {
+  std::string out;
+  for (size_t q = repr.find('\''); q != std::string_view::npos; q = repr.find('\'', q + 1)) {
+    size_t end = repr.find("': ", q + 1);
+    if (end == std::string_view::npos) break;
+    std::string_view name = repr.substr(q + 1, end - q - 1);
+    size_t digits = end + 3, stop = repr.find_first_not_of("0123456789", digits);
+    std::string_view size = repr.substr(digits, stop - digits);
+    if (!size.empty() && size != "1") out += fmt::format("{}{}={}", out.empty() ? "" : ", ", name, size);
+    q = end + 1;
+  }
+  return out.empty() ? "1 device" : out;
+}
+
+// Orders rows by the position of their run_id (column 0) in `ids` (the runs' start order).
+void order_by_run(CellValue* t, const std::vector<std::string>& ids) {
+  auto pos = [&](const std::vector<std::string>& row) {
+    return std::find(ids.begin(), ids.end(), row[0]) - ids.begin();
+  };
+  std::stable_sort(t->rows.begin(), t->rows.end(),
+                   [&](const auto& a, const auto& b) { return pos(a) < pos(b); });
+}
+
+}  // namespace
+
+std::string report_date(int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm = {};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string git_revision(const std::string& dir) {
+  std::string cmd = fmt::format("git -C {} rev-parse --short HEAD 2>/dev/null", shell_quote(dir.empty() ? "." : dir));
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return "";
+  std::string out;
+  char buf[256];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (pclose(p) != 0) return "";
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out.find_first_of(" \n") == std::string::npos ? out : "";
+}
+
+eng::Status add_store_summary(ShellContext& ctx, int64_t since_ms, ReportInfo* info) {
+  if (!ctx.store) return eng::ok_status();  // nothing in this notebook used the store
+  ENG_RETURN_IF_ERROR(ctx.store->flush());   // steps still buffered by live trainers
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  // Runs this host began in the store since the notebook started: the runs it created (the
+  // store has no process id; another process on this host writing the same file at the same
+  // time would be counted too).
+  eng::SqlValue args[] = {since_ms, std::string(host)};
+  ENG_ASSIGN_OR_RETURN(
+      eng::QueryResult runs,
+      ctx.store->query("SELECT r.run_id, r.name, r.status, "
+                       "(SELECT value FROM params p WHERE p.run_id = r.run_id AND p.key = 'mesh') AS mesh, "
+                       "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
+                       "FROM runs r WHERE r.start_ms >= ? AND r.host = ? ORDER BY r.start_ms, r.rowid",
+                       args));
+  info->runs = to_table(runs);
+  if (runs.rows.empty()) return eng::ok_status();
+  std::vector<eng::SqlValue> ids;
+  std::vector<std::string> id_order;
+  std::set<std::string> seen;
+  for (auto& row : info->runs.rows) {  // run_id, name, status, mesh, steps
+    ids.emplace_back(row[0]);
+    id_order.push_back(row[0]);
+    if (!row[3].empty() && seen.insert(row[3]).second) info->meshes.push_back(row[3]);
+    if (!row[3].empty()) row[3] = compact_mesh(row[3]);  // the full form is in info->meshes
+  }
+  std::string in = placeholders(ids.size());
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult compile,
+                       ctx.store->query(fmt::format("SELECT * FROM v_compile_summary WHERE run_id IN ({}) "
+                                                    "ORDER BY fn_name", in),
+                                        ids));
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult steps,
+                       ctx.store->query(fmt::format("SELECT * FROM v_step_time_pct WHERE run_id IN ({})", in),
+                                        ids));
+  info->compile_summary = to_table(compile);
+  info->step_time = to_table(steps);
+  order_by_run(&info->compile_summary, id_order);
+  order_by_run(&info->step_time, id_order);
+  return eng::ok_status();
+}
+
+eng::Status log_cell_events(ShellContext& ctx, const std::string& notebook,
+                            const std::vector<CellRun>& runs) {
+  ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, ctx.open_store());
+  for (const CellRun& r : runs) {
+    if (!r.ran) continue;
+    const Cell& c = *r.cell;
+    std::string hash = fmt::format("{:016x}", eng::hash_bytes(c.source));
+    eng::EventRow e;
+    e.kind = "cell";
+    e.level = r.error.empty() || c.allow_error ? "info" : "error";
+    e.message = fmt::format("{}: In [{}] (line {}){}", notebook, r.count, c.first_line,
+                            c.title.empty() ? "" : " " + c.title);
+    e.payload_json = fmt::format(
+        "{{\"notebook\": {}, \"cell\": {}, \"line\": {}, \"title\": {}, \"source_hash\": \"{}\", "
+        "\"seconds\": {:.6f}, \"ok\": {}}}",
+        json_string(notebook), r.count, c.first_line, json_string(c.title), hash, r.seconds,
+        r.error.empty() ? "true" : "false");
+    ENG_RETURN_IF_ERROR(store->record_event(e).status());
+  }
+  return eng::ok_status();
+}
+
+}  // namespace shell
