@@ -50,7 +50,11 @@ double instr_flops(const Program& p, const Instr& in) {
     case OpKind::kClipFactor:
     case OpKind::kLearningRate:
     case OpKind::kIncrement:
-    case OpKind::kSafeDivide: return 1;
+    case OpKind::kSafeDivide:
+    case OpKind::kAxisIndex: return 1;
+    case OpKind::kVocabMax: return numel(p, x[0]);
+    case OpKind::kVocabStats: return 3.0 * numel(p, x[0]);  // sub, exp, add
+    case OpKind::kXentFromStats: return 3.0 * numel(p, x[0]);
     case OpKind::kAllReduce:
     case OpKind::kReduceScatter: return numel(p, x[0]);  // one add per element received
     case OpKind::kAllGather:

@@ -348,6 +348,34 @@ class Partitioner {
   Status matmul(const Instr& in);
   Status constraint(const Instr& in);
   Status masked_mean_loss(const Instr& in);
+  Status embed_lookup(const Instr& in);
+  Status vocab_parallel_xent(const Instr& in);
+  static bool disjoint(const Axes& a, const Axes& b) {
+    for (const auto& x : a)
+      if (contains(b, x)) return false;
+    return true;
+  }
+  // The first global index of this device's block of `block` elements along axes.
+  ValueId axis_index(const Axes& axes, int64_t block) {
+    OpAttrs a;
+    a.mesh_axes = axes;
+    a.group_size = axes_size(mesh_, axes);
+    a.size = block;
+    return b_.emit(OpKind::kAxisIndex, {}, a)[0];
+  }
+  ValueId all_reduce(ValueId x, const Axes& axes, bool max) {
+    OpAttrs a;
+    a.mesh_axes = axes;
+    a.group_size = axes_size(mesh_, axes);
+    a.reduce_max = max;
+    return b_.emit(OpKind::kAllReduce, {x}, a)[0];
+  }
+  // A global output computed by several local ops: its value, spec and remat attribution.
+  void set_output(ValueId g, ValueId l, const PartitionSpec& s) {
+    set(g, l, norm(s, rank(g)));
+    b_.mutable_info(local_[g]).recomputed = gv(g).recomputed;
+    b_.mutable_info(local_[g]).checkpoint_name = gv(g).checkpoint_name;
+  }
 
   const Program& g_;
   const Mesh& mesh_;
@@ -367,12 +395,7 @@ Status Partitioner::instr(const Instr& in) {
   const PartitionSpec rep;
   auto s0 = [&] { return dims_only(spec_[x[0]]); };
   switch (in.kind) {
-    case OpKind::kEmbedLookup: {  // table gathered whole; rows follow the ids
-      Dims ids = spec_[x[1]].dims();
-      Dims out = ids;
-      out.push_back({});
-      return simple(in, {rep, PartitionSpec(ids)}, {PartitionSpec(out)}, in.attrs);
-    }
+    case OpKind::kEmbedLookup: return embed_lookup(in);
     case OpKind::kOneHot: {
       Dims out = s0().dims();
       out.push_back({});
@@ -423,7 +446,9 @@ Status Partitioner::instr(const Instr& in) {
       return simple(in, {spec_[x[0]]}, {spec_[x[0]]}, in.attrs);
     case OpKind::kConstraint: return constraint(in);
     case OpKind::kSoftmaxCrossEntropy:
-    case OpKind::kSoftmaxCrossEntropyGrad: {  // vocab whole
+    case OpKind::kSoftmaxCrossEntropyGrad: {  // vocab whole, unless vocab-parallel
+      if (vm_.empty() && !dims_only(spec_[x[0]]).dim_or_none(rank(x[0]) - 1).empty())
+        return vocab_parallel_xent(in);
       const int r = rank(x[0]);
       Dims d = whole(s0().dims(), {r - 1});
       const PartitionSpec l(d), rows(Dims(d.begin(), d.end() - 1));
@@ -436,6 +461,24 @@ Status Partitioner::instr(const Instr& in) {
       Dims d = dims_only(spec_[x[1]]).dims();
       const Dims ids(d.begin(), d.end() - 1);
       const Axes partial = all_axes(d, 0, r - 1);
+      // Vocab-parallel: the gradient's target (its state's sharding) splits the vocab over
+      // axes the rows and dy do not use: each device writes only its block.
+      const Axes av = vm_.empty() && desired_[in.outputs[0]]
+                          ? desired_[in.outputs[0]]->dim_or_none(0) : Axes{};
+      if (!av.empty() && disjoint(av, all_axes(d, 0, r - 1))) {
+        // dy's embed dim gives up the vocab axes (an activation-sized gather, instead of a
+        // whole (V, E) partial table per device).
+        Axes& e = d[r - 1];
+        e.erase(std::remove_if(e.begin(), e.end(), [&](const std::string& a) { return contains(av, a); }),
+                e.end());
+        const int64_t block = shp(in.outputs[0])[0] / axes_size(mesh_, av);
+        ENG_ASSIGN_OR_RETURN(ValueId li, get(x[0], PartitionSpec(ids)));
+        ENG_ASSIGN_OR_RETURN(ValueId ldy, get(x[1], PartitionSpec(d)));
+        OpAttrs a = in.attrs;
+        a.depth = block;
+        emit(in, {li, ldy, axis_index(av, block)}, a, {PartitionSpec(Dims{av, d[r - 1]}, partial)});
+        return ok_status();
+      }
       return simple(in, {PartitionSpec(ids), PartitionSpec(d)},
                     {PartitionSpec(Dims{{}, d[r - 1]}, partial)}, in.attrs);
     }
@@ -620,6 +663,57 @@ Status Partitioner::constraint(const Instr& in) {
                                       fmt::format("sharding constraint {}", logical_axes_string(names))));
   ENG_ASSIGN_OR_RETURN(ValueId lv, get(x, t));
   set(in.outputs[0], lv, t);
+  return ok_status();
+}
+
+// Gather with the table's vocab dim sharded (notes/spmd.md): each device looks up the ids in
+// its own block (offset = the block's first row; zeros elsewhere) -> partial over the vocab
+// axes; the consumer reduces it (all-reduce, or reduce-scatter onto the activation's target).
+// The embed dim is made whole (the rows follow the ids); vocab axes that the ids use, or a
+// vmapped lookup, fall back to gathering the table.
+Status Partitioner::embed_lookup(const Instr& in) {
+  const ValueId table = in.inputs[0], ids = in.inputs[1];
+  const Dims idd = dims_only(spec_[ids]).dims();
+  Dims out = idd;
+  out.push_back({});
+  const Axes av = dims_only(spec_[table]).dim_or_none(0);
+  if (av.empty() || !vm_.empty() || !disjoint(av, all_axes(idd, 0, static_cast<int>(idd.size()))))
+    return simple(in, {PartitionSpec(), PartitionSpec(idd)}, {PartitionSpec(out)}, in.attrs);
+  const int64_t block = shp(table)[0] / axes_size(mesh_, av);
+  ENG_ASSIGN_OR_RETURN(ValueId lt, get(table, PartitionSpec(Dims{av, {}})));
+  ENG_ASSIGN_OR_RETURN(ValueId li, get(ids, PartitionSpec(idd)));
+  Axes partial = av;
+  sort_mesh_order(partial, mesh_);
+  emit(in, {lt, li, axis_index(av, block)}, in.attrs, {PartitionSpec(out, partial)});
+  return ok_status();
+}
+
+// Cross-entropy over a sharded vocab (notes/spmd.md "Reductions"): local row max ->
+// all-reduce max -> local sum of exp(x - max) and the target logit where the target falls in
+// the block (partial) -> all-reduce sum -> lse = max + log(sum), xent = lse - target logit.
+// The backward computes its block locally with the global lse (5-input grad, op.h).
+Status Partitioner::vocab_parallel_xent(const Instr& in) {
+  const auto& x = in.inputs;
+  const int r = rank(x[0]);
+  const Dims d = dims_only(spec_[x[0]]).dims();
+  const Axes av = d[r - 1];
+  const PartitionSpec l(d), rows(Dims(d.begin(), d.end() - 1));
+  const int64_t block = shp(x[0])[r - 1] / axes_size(mesh_, av);
+  ENG_ASSIGN_OR_RETURN(ValueId logits, get(x[0], l));
+  ENG_ASSIGN_OR_RETURN(ValueId targets, get(x[1], rows));
+  const ValueId offset = axis_index(av, block);
+  if (in.kind == OpKind::kSoftmaxCrossEntropyGrad) {
+    ENG_ASSIGN_OR_RETURN(ValueId lse, get(x[2], rows));
+    ENG_ASSIGN_OR_RETURN(ValueId dxent, get(x[3], rows));
+    emit(in, {logits, targets, lse, dxent, offset}, in.attrs, {l});
+    return ok_status();
+  }
+  const ValueId mx = all_reduce(b_.emit(OpKind::kVocabMax, {logits})[0], av, true);
+  const std::vector<ValueId> st = b_.emit(OpKind::kVocabStats, {logits, mx, targets, offset});
+  const ValueId sumexp = all_reduce(st[0], av, false), picked = all_reduce(st[1], av, false);
+  const std::vector<ValueId> o = b_.emit(OpKind::kXentFromStats, {mx, sumexp, picked});
+  set_output(in.outputs[0], o[0], rows);
+  set_output(in.outputs[1], o[1], rows);
   return ok_status();
 }
 

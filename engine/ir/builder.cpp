@@ -72,8 +72,10 @@ std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& i
     ENG_CHECK(in.size() == n, "{}: expected {} inputs, got {}", op_name(kind), n, in.size());
   };
   switch (kind) {
-    case OpKind::kEmbedLookup: {
-      n_in(2);
+    case OpKind::kEmbedLookup: {  // 3 inputs: a vocab block at offset (per-device; op.h)
+      ENG_CHECK(in.size() == 2 || (in.size() == 3 && in[2]->dtype == DType::kI32 &&
+                                   in[2]->shape.rank() == 0),
+                "embed_lookup: expected (table, ids[, offset i32 ()]), got {} inputs", in.size());
       check_rank(kind, *in[0], 2, "table");
       ENG_CHECK(in[1]->dtype == DType::kI32, "embed_lookup: ids must be i32");
       Shape s = in[1]->shape.concat(Shape{in[0]->shape[1]});
@@ -153,7 +155,9 @@ std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& i
                 in[0]->shape.to_string(), in[1]->shape.to_string());
       return {scalar(), scalar()};
     case OpKind::kEmbedLookupGrad: {
-      n_in(2);
+      ENG_CHECK(in.size() == 2 || (in.size() == 3 && in[2]->dtype == DType::kI32 &&
+                                   in[2]->shape.rank() == 0),
+                "embed_lookup_grad: expected (ids, dy[, offset i32 ()]), got {} inputs", in.size());
       const Shape& dy = in[1]->shape;
       Logical l{"", dy.rank() > 0 && !in[1]->logical.empty() ? in[1]->logical.back() : ""};
       return {make(Shape{at.depth, dy.dim(-1)}, DType::kF32, l)};
@@ -168,8 +172,35 @@ std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& i
       n_in(3);
       return {like(*in[0]), like(*in[1])};
     case OpKind::kSoftmaxCrossEntropyGrad:
-      n_in(4);
+      ENG_CHECK(in.size() == 4 || (in.size() == 5 && in[4]->dtype == DType::kI32 &&
+                                   in[4]->shape.rank() == 0),
+                "softmax_cross_entropy_grad: expected 4 inputs (5 with a vocab offset), got {}",
+                in.size());
       return {like(*in[0])};
+    case OpKind::kAxisIndex:
+      n_in(0);
+      return {make(Shape{}, DType::kI32)};
+    case OpKind::kVocabMax: {
+      n_in(1);
+      const Shape& l = in[0]->shape;
+      return {make(l.slice(0, l.rank() - 1))};
+    }
+    case OpKind::kVocabStats: {
+      n_in(4);
+      const Shape& l = in[0]->shape;
+      const Shape rows = l.slice(0, l.rank() - 1);
+      ENG_CHECK(in[1]->shape == rows && in[2]->shape == rows && in[2]->dtype == DType::kI32 &&
+                    in[3]->shape.rank() == 0 && in[3]->dtype == DType::kI32,
+                "vocab_stats: (logits {}, max {}, targets {}, offset {}) do not fit",
+                l.to_string(), in[1]->shape.to_string(), in[2]->shape.to_string(),
+                in[3]->shape.to_string());
+      return {make(rows), make(rows)};
+    }
+    case OpKind::kXentFromStats:
+      n_in(3);
+      ENG_CHECK(in[1]->shape == in[0]->shape && in[2]->shape == in[0]->shape,
+                "xent_from_stats: max, sumexp and picked must have one shape");
+      return {make(in[0]->shape), make(in[0]->shape)};
     case OpKind::kMaskedMeanLossGrad:  // (segmentation, total_weights[, dloss]): see op.h
       ENG_CHECK(in.size() == 2 || in.size() == 3,
                 "masked_mean_loss_grad: expected 2 or 3 inputs, got {}", in.size());

@@ -37,6 +37,12 @@ class Evaluator {
   Status run(const Instr& in) {
     for (ValueId o : in.outputs) vals_[o] = zeros(p_.value(o));
     if (in.attrs.vmap > 0) return vmapped(in);
+    const bool vocab_block = ((in.kind == OpKind::kEmbedLookup || in.kind == OpKind::kEmbedLookupGrad) &&
+                              in.inputs.size() == 3) ||
+                             (in.kind == OpKind::kSoftmaxCrossEntropyGrad && in.inputs.size() == 5);
+    if (vocab_block)  // op.h: the vocab-offset forms exist only in per-device programs
+      return unimplemented("interpret: the vocab-block form of {} appears only in per-device "
+                           "(partitioned) programs; interpret the global program", op_name(in.kind));
     switch (in.kind) {
       case OpKind::kReshape:
         vals_[in.outputs[0]].data = vals_[in.inputs[0]].data;

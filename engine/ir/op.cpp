@@ -49,6 +49,10 @@ std::string_view op_name(OpKind kind) {
     case OpKind::kConcat: return "concatenate";
     case OpKind::kShift: return "shift";
     case OpKind::kSafeDivide: return "safe_divide";
+    case OpKind::kAxisIndex: return "axis_index";
+    case OpKind::kVocabMax: return "vocab_max";
+    case OpKind::kVocabStats: return "vocab_stats";
+    case OpKind::kXentFromStats: return "xent_from_stats";
   }
   return "?";
 }
@@ -94,6 +98,8 @@ std::string format_own_attrs(OpKind kind, const OpAttrs& a) {
     case OpKind::kPad: return fmt::format("[dim={} start={} size={}]", a.dim, a.start, a.size);
     case OpKind::kConcat: return fmt::format("[dim={}]", a.dim);
     case OpKind::kShift: return fmt::format("[dim={} shift={}]", a.dim, a.shift);
+    case OpKind::kAxisIndex:
+      return fmt::format("[axes=({}) size={}]", fmt::join(a.mesh_axes, ","), a.size);
     case OpKind::kClipFactor: return fmt::format("[threshold={:g}]", a.clip_threshold);
     case OpKind::kLearningRate:
       return fmt::format("[lr={:g} warmup_steps={} cos_steps={} final_fraction={:g}]",

@@ -77,6 +77,26 @@
 //   kDynamicSlice  (x) [dim, mesh_axes] -> x with dim / G: member r keeps block r (no traffic)
 //   kSafeDivide    (a (), b ()) -> a / (b + 1e-8)   (finishes a masked mean from global sums)
 //   kMaskedMeanLoss with attr unnormalized: loss output = sum(xent * (seg != 0)) (no division)
+//   -- vocab-parallel (per-device; notes/spmd.md "Gather" and "Reductions" rules) --
+//   kAxisIndex     () [mesh_axes, size] -> i32 () = size * (this device's rank along
+//                    mesh_axes, major to minor, as collectives rank members): jax.lax.axis_index
+//                    times a block size, i.e. the first global index of the device's block.
+//                    The executor computes it from the device's mesh coordinates.
+//   kEmbedLookup   (table (Vb,E), ids, offset i32 ()) -> (B,T,E): the 3-input form looks up a
+//                    vocab block [offset, offset + Vb): out[n] = table[ids[n] - offset] when
+//                    that is in [0, Vb), zeros otherwise (summing over blocks gives the gather)
+//   kEmbedLookupGrad (ids, dy, offset i32 ()) [depth=Vb] -> dtable (Vb,E): only ids inside
+//                    the block contribute, to row ids[n] - offset
+//   kSoftmaxCrossEntropyGrad (logits (N..,Vb), targets, lse, dxent, offset i32 ()) -> dlogits:
+//                    the 5-input form: block columns v are global v + offset; lse is the
+//                    GLOBAL logsumexp, so dlogits is exactly the global result's block
+//   kVocabMax      (logits (...,Vb)) -> (...) max over the last dim (all-reduced with max)
+//   kVocabStats    (logits (...,Vb), max (...), targets i32 (...), offset i32 ())
+//                    -> sumexp (...), picked (...): sumexp = sum_v exp(logits - max) (1 where
+//                    max is +-inf, so that lse = max as in the fused kernel); picked =
+//                    logits[targets - offset] when that is in [0, Vb), else 0 (both partial)
+//   kXentFromStats (max, sumexp, picked) -> xent, lse: lse = max + log(sumexp),
+//                    xent = lse - picked (the global values once max/sumexp/picked are reduced)
 #pragma once
 
 #include <cstdint>
@@ -127,6 +147,10 @@ enum class OpKind : uint8_t {
   kPad,
   kConcat,
   kShift,
+  kAxisIndex,
+  kVocabMax,
+  kVocabStats,
+  kXentFromStats,
 };
 
 // Ops that move or select data across devices: the runtime runs each as ONE instruction
@@ -163,7 +187,7 @@ struct OpAttrs {
   int64_t group_size = 1;             // product of mesh_axes' sizes
   int64_t shift = 0;                  // kCollectivePermute, kShift
   bool fill_zero = false;             // kCollectivePermute
-  int64_t start = 0, size = 0;        // kSlice, kPad (dim as well)
+  int64_t start = 0, size = 0;        // kSlice, kPad (dim as well); kAxisIndex: block size
   std::vector<int64_t> new_shape;     // kReshape
   int64_t vmap = 0;                   // any op: vmapped over a leading dim of this size
   bool reduce_max = false;            // kAllReduce: max instead of sum

@@ -16,13 +16,14 @@ namespace {
 // Inputs that are integer (ids, positions, targets, segmentation, step), per op.
 bool is_int_input(OpKind kind, size_t i) {
   switch (kind) {
-    case OpKind::kEmbedLookup: return i == 1;
+    case OpKind::kEmbedLookup: return i >= 1;  // ids[, offset]
     case OpKind::kOneHot: return i == 0;
     case OpKind::kRope: return i == 1;
     case OpKind::kSoftmaxCrossEntropy: return i == 1;
     case OpKind::kMaskedMeanLoss: return i == 1;
-    case OpKind::kEmbedLookupGrad: return i == 0;
-    case OpKind::kSoftmaxCrossEntropyGrad: return i == 1;
+    case OpKind::kEmbedLookupGrad: return i == 0 || i == 2;  // ids[, offset]
+    case OpKind::kSoftmaxCrossEntropyGrad: return i == 1 || i == 4;  // targets[, offset]
+    case OpKind::kVocabStats: return i >= 2;  // targets, offset
     case OpKind::kMaskedMeanLossGrad: return i == 0;
     case OpKind::kLearningRate: return i == 0;
     case OpKind::kAdamW: return i == 6;
@@ -219,13 +220,61 @@ Status check_executable_dtypes(const Program& p) {
   return ok_status();
 }
 
-void run_instr(const Program& p, const Instr& in, void* const* ptrs) {
+// kAxisIndex: the device's rank along `axes` (major to minor; collectives' member order),
+// arithmetically from the row-major device id (no allocation).
+int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::string>& axes) {
+  if (mesh == nullptr) return 0;
+  int64_t rank = 0;
+  for (const auto& name : axes) {
+    const int ax = mesh->axis_index(name);
+    ENG_CHECK(ax >= 0, "axis_index: axis '{}' not in {}", name, mesh->to_string());
+    int64_t stride = 1;
+    for (int k = ax + 1; k < mesh->num_axes(); ++k) stride *= mesh->axis_sizes()[k];
+    const int64_t size = mesh->axis_sizes()[ax];
+    rank = rank * size + (device / stride) % size;
+  }
+  return rank;
+}
+
+// The optional vocab-block offset input (op.h: 3-input embed_lookup(_grad), 5-input xent grad).
+int64_t offset_input(const Args& a, size_t i) {
+  return a.in.inputs.size() > i ? static_cast<int64_t>(*a.ids(i)) : 0;
+}
+
+void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh* mesh,
+               int64_t device) {
   const Args a{p, in, ptrs};
   const OpAttrs& at = in.attrs;
   switch (in.kind) {
-    case OpKind::kEmbedLookup: {  // table (V, E), ids (B, T) -> (B, T, E)
+    case OpKind::kEmbedLookup: {  // table (V, E), ids (B, T)[, offset] -> (B, T, E)
       const Shape& t = a.shape(0);
-      kern::embed_lookup(a.f(0), a.ids(1), a.out(0), a.numel(1), t[0], t[1]);
+      kern::embed_lookup(a.f(0), a.ids(1), a.out(0), a.numel(1), t[0], t[1], offset_input(a, 2));
+      return;
+    }
+    case OpKind::kAxisIndex:
+      *static_cast<int32_t*>(ptrs[in.outputs[0]]) =
+          static_cast<int32_t>(at.size * axis_rank(mesh, device, at.mesh_axes));
+      return;
+    case OpKind::kVocabMax: {
+      const int64_t V = a.last_dim(0);
+      kern::vocab_max(a.f(0), a.out(0), a.numel(0) / V, V);
+      return;
+    }
+    case OpKind::kVocabStats: {
+      const int64_t V = a.last_dim(0);
+      kern::vocab_stats(a.f(0), a.f(1), a.ids(2), *a.ids(3), a.out(0), a.out(1), a.numel(0) / V, V);
+      return;
+    }
+    case OpKind::kXentFromStats: {  // (max, sumexp, picked) -> xent, lse
+      const float* mx = a.f(0);
+      const float* se = a.f(1);
+      const float* pk = a.f(2);
+      float* xent = a.out(0);
+      float* lse = a.out(1);
+      for (int64_t i = 0, n = a.numel(0); i < n; ++i) {
+        lse[i] = mx[i] + std::log(se[i]);
+        xent[i] = lse[i] - pk[i];
+      }
       return;
     }
     case OpKind::kOneHot: kern::one_hot(a.ids(0), a.out(0), a.numel(0), at.depth); return;
@@ -270,7 +319,8 @@ void run_instr(const Program& p, const Instr& in, void* const* ptrs) {
     case OpKind::kMaskedMeanLoss: run_masked_mean_loss(a); return;
     case OpKind::kEmbedLookupGrad: {  // ids (N), dy (N, E) -> dtable (depth, E)
       const int64_t E = a.last_dim(1);
-      kern::embed_lookup_grad(a.ids(0), a.f(1), a.out(0), a.numel(0), at.depth, E);
+      kern::embed_lookup_grad(a.ids(0), a.f(1), a.out(0), a.numel(0), at.depth, E,
+                              offset_input(a, 2));
       return;
     }
     case OpKind::kRmsNormGrad: {
@@ -290,7 +340,7 @@ void run_instr(const Program& p, const Instr& in, void* const* ptrs) {
     case OpKind::kSoftmaxCrossEntropyGrad: {
       const int64_t V = a.last_dim(0);
       kern::softmax_cross_entropy_backward(a.f(0), a.ids(1), a.f(2), a.f(3), a.out(0),
-                                           a.numel(0) / V, V);
+                                           a.numel(0) / V, V, offset_input(a, 4));
       return;
     }
     case OpKind::kMaskedMeanLossGrad: run_masked_mean_loss_grad(a); return;

@@ -4,6 +4,7 @@
 
 #include "engine/base/status.h"
 #include "engine/ir/program.h"
+#include "engine/mesh/mesh.h"
 
 namespace eng {
 
@@ -14,6 +15,9 @@ Status check_executable_dtypes(const Program& p);
 // Runs `in` on one device. ptrs: the device's buffer address per ValueId. Allocates nothing
 // (kernels keep per-thread scratch). In-place ops whose output was given its own buffer copy
 // the input there first, so any buffer assignment the compiler made is handled.
-void run_instr(const Program& p, const Instr& in, void* const* ptrs);
+// mesh/device: where it runs (kAxisIndex reads the device's coordinates; a one-device run
+// may pass none: every rank is 0).
+void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh* mesh = nullptr,
+               int64_t device = 0);
 
 }  // namespace eng

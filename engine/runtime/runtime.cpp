@@ -387,9 +387,9 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
     if (is_collective(in.kind)) {
       comm_->run(p, in, tables_);  // one instruction across every device's buffers
     } else if (n == 1) {
-      run_instr(p, in, prep.ptrs[0].data());  // kernels parallelise internally
+      run_instr(p, in, prep.ptrs[0].data(), &mesh_, 0);  // kernels parallelise internally
     } else {
-      default_pool().run(n, [&](int64_t d) { run_instr(p, in, prep.ptrs[d].data()); });
+      default_pool().run(n, [&](int64_t d) { run_instr(p, in, prep.ptrs[d].data(), &mesh_, d); });
     }
   }
   // Outputs not produced in place (an argument or a value returned twice) are copied.

@@ -63,10 +63,10 @@ void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float a
 // ---- embedding ------------------------------------------------------------------------------
 
 void embed_lookup(const float* table, const int32_t* ids, float* out, int64_t N, int64_t V,
-                  int64_t E) {
+                  int64_t E, int64_t offset) {
   parallel_for(N, row_grain(E), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
-      const int32_t id = ids[n];
+      const int64_t id = ids[n] - offset;
       if (id >= 0 && id < V)
         std::memcpy(out + n * E, table + id * E, sizeof(float) * E);
       else
@@ -78,14 +78,14 @@ void embed_lookup(const float* table, const int32_t* ids, float* out, int64_t N,
 // Parallel over column slices of the table: every dtable element is summed by one thread in
 // the order n = 0, 1, ..., so the result is bitwise the same for any thread count.
 void embed_lookup_grad(const int32_t* ids, const float* dy, float* dtable, int64_t N, int64_t V,
-                       int64_t E) {
+                       int64_t E, int64_t offset) {
   parallel_for(V, row_grain(E), [&](int64_t lo, int64_t hi) {
     std::memset(dtable + lo * E, 0, sizeof(float) * (hi - lo) * E);
   });
   const int64_t col_grain = std::max<int64_t>(16, kMinParallelElems / std::max<int64_t>(1, N));
   parallel_for(E, col_grain, [&](int64_t e0, int64_t e1) {
     for (int64_t n = 0; n < N; ++n) {
-      const int32_t id = ids[n];
+      const int64_t id = ids[n] - offset;
       if (id < 0 || id >= V) continue;
       float* dst = dtable + id * E;   // (E)
       const float* src = dy + n * E;  // (E)

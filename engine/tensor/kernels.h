@@ -21,12 +21,15 @@ void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float a
             int64_t ldc);
 
 // ---- embedding --------------------------------------------------------------------------
-// out[n, :] = table[ids[n], :]. ids outside [0, V) give a zero row (checked by data loaders).
+// out[n, :] = table[ids[n] - offset, :]. ids outside [offset, offset + V) give a zero row
+// (offset 0: checked by data loaders; offset > 0: the table is one device's vocab block).
 void embed_lookup(const float* table /*(V, E)*/, const int32_t* ids /*(N)*/, float* out /*(N, E)*/,
-                  int64_t N, int64_t V, int64_t E);
-// dtable = zeros; dtable[ids[n], :] += dy[n, :]  (deterministic: same order every run).
+                  int64_t N, int64_t V, int64_t E, int64_t offset = 0);
+// dtable = zeros; dtable[ids[n] - offset, :] += dy[n, :] for ids inside the block
+// (deterministic: same order every run).
 void embed_lookup_grad(const int32_t* ids /*(N)*/, const float* dy /*(N, E)*/,
-                       float* dtable /*(V, E)*/, int64_t N, int64_t V, int64_t E);
+                       float* dtable /*(V, E)*/, int64_t N, int64_t V, int64_t E,
+                       int64_t offset = 0);
 // out[n, v] = (ids[n] == v) ? 1 : 0   (MaxText's use_iota_embed path).
 void one_hot(const int32_t* ids /*(N)*/, float* out /*(N, V)*/, int64_t N, int64_t V);
 
@@ -73,10 +76,18 @@ void convert_bf16_to_f32(const uint16_t* x, float* y, int64_t n);
 // lse[n] = logsumexp_v logits[n, v]; xent[n] = lse[n] - logits[n, targets[n]].
 void softmax_cross_entropy_forward(const float* logits /*(N, V)*/, const int32_t* targets /*(N)*/,
                                    float* xent /*(N)*/, float* lse /*(N)*/, int64_t N, int64_t V);
-// dlogits[n, v] = dxent[n] * (softmax(logits[n])[v] - (v == targets[n])).
+// dlogits[n, v] = dxent[n] * (exp(logits[n, v] - lse[n]) - (v + offset == targets[n])).
+// offset > 0: logits is one device's vocab block starting at global column offset (lse global).
 void softmax_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse,
                                     const float* dxent /*(N)*/, float* dlogits /*(N, V)*/,
-                                    int64_t N, int64_t V);
+                                    int64_t N, int64_t V, int64_t offset = 0);
+// Vocab-parallel cross-entropy pieces (op.h kVocabMax / kVocabStats / kXentFromStats):
+// mx[n] = max_v logits[n, v];
+void vocab_max(const float* logits /*(N, V)*/, float* mx /*(N)*/, int64_t N, int64_t V);
+// sumexp[n] = sum_v exp(logits[n, v] - mx[n]) (1 when mx[n] is +-inf);
+// picked[n] = logits[n, targets[n] - offset] when inside [0, V), else 0.
+void vocab_stats(const float* logits /*(N, V)*/, const float* mx, const int32_t* targets,
+                 int64_t offset, float* sumexp /*(N)*/, float* picked /*(N)*/, int64_t N, int64_t V);
 
 // ---- reductions and the optimizer ---------------------------------------------------------
 double sum(const float* x, int64_t n);          // accumulated in double

@@ -53,7 +53,8 @@ void softmax_cross_entropy_forward(const float* logits, const int32_t* targets, 
 }
 
 void softmax_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse,
-                                    const float* dxent, float* dlogits, int64_t N, int64_t V) {
+                                    const float* dxent, float* dlogits, int64_t N, int64_t V,
+                                    int64_t offset) {
   parallel_for(N, rows_per_chunk(V), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const float* row = logits + n * V;  // (V)
@@ -63,8 +64,45 @@ void softmax_cross_entropy_backward(const float* logits, const int32_t* targets,
         Mask m = simd::mask_for(V - v);
         simd::store(drow + v, d * simd::exp(simd::load(row + v, m) - l), m);
       }
-      const int32_t t = targets[n];
+      const int64_t t = targets[n] - offset;
       if (t >= 0 && t < V) drow[t] = dxent[n] * (std::exp(row[t] - lse[n]) - 1.f);
+    }
+  });
+}
+
+void vocab_max(const float* logits, float* mx, int64_t N, int64_t V) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  parallel_for(N, rows_per_chunk(V), [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      const float* x = logits + n * V;  // (V)
+      Vec m = simd::set1(kNegInf);
+      for (int64_t v = 0; v < V; v += kW) m = simd::max(m, simd::load_or(x + v, simd::mask_for(V - v), kNegInf));
+      mx[n] = simd::reduce_max(m);
+    }
+  });
+}
+
+void vocab_stats(const float* logits, const float* mx, const int32_t* targets, int64_t offset,
+                 float* sumexp, float* picked, int64_t N, int64_t V) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  parallel_for(N, rows_per_chunk(V), [&](int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; ++n) {
+      const float* x = logits + n * V;  // (V)
+      const int64_t t = targets[n] - offset;
+      picked[n] = t >= 0 && t < V ? x[t] : 0.f;
+      if (std::isinf(mx[n])) {  // lse = max (the fused kernel's rule)
+        sumexp[n] = 1.f;
+        continue;
+      }
+      const Vec mv = simd::set1(mx[n]);
+      Vec z0 = simd::set1(0.f), z1 = simd::set1(0.f);
+      int64_t v = 0;
+      for (; v + 2 * kW <= V; v += 2 * kW) {
+        z0 = z0 + simd::exp(simd::load(x + v, simd::mask_for(kW)) - mv);
+        z1 = z1 + simd::exp(simd::load(x + v + kW, simd::mask_for(kW)) - mv);
+      }
+      for (; v < V; v += kW) z0 = z0 + simd::exp(simd::load_or(x + v, simd::mask_for(V - v), kNegInf) - mv);
+      sumexp[n] = simd::reduce_add(z0 + z1);
     }
   });
 }
