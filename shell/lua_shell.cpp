@@ -110,7 +110,8 @@ Result<int> who(lua_State* L) {
       std::string value;
       if (lua_type(L, -1) != LUA_TFUNCTION) {
         value = pretty(L, -1, o);
-        if (value.find('\n') != std::string::npos) value = value.substr(0, value.find('\n')) + " ...";
+        size_t nl = value.find('\n');
+        if (nl != std::string::npos) value = value.substr(0, nl) + " ...";
         if (value.size() > 60) value = value.substr(0, 57) + "...";
       }
       (sys ? system : user).push_back({name, type, value});
@@ -127,7 +128,8 @@ Result<int> who(lua_State* L) {
     }
     std::string out = fmt::format("== {} ==\n", title);
     for (const Entry& e : names) {
-      std::string line = fmt::format("  {:<{}}  {:<{}}  {}", e.name, name_width, e.type, type_width, e.value);
+      std::string line = fmt::format("  {:<{}}  {:<{}}  {}", e.name, name_width, e.type,
+                                     type_width, e.value);
       out += line.substr(0, line.find_last_not_of(' ') + 1) + "\n";
     }
     std::fputs(out.c_str(), stdout);
@@ -158,8 +160,9 @@ void open_lua_shell(lua_State* L, int sl) {
   lua_pushstring(L, "shardlab 0.1 (" LUA_RELEASE ")");
   lua_setfield(L, sl, "version");
   lua_pushcfunction(L, lua_entry<who>);
-  set_doc(L, -1, "who", "who([all]) lists your globals with their types and values, as trepl's who();\n"
-                        "  who(true) adds the system ones (standard library, sl, plot).");
+  set_doc(L, -1, "who",
+          "who([all]) lists your globals with their types and values, as trepl's who();\n"
+          "  who(true) adds the system ones (standard library, sl, plot).");
   lua_setglobal(L, "who");
 }
 

@@ -374,7 +374,8 @@ int notebook_pmain(lua_State* L) {
   eng::Status stored = add_store_summary(*m->ctx, start_ms, &info);
   if (stored.ok()) stored = log_cell_events(*m->ctx, a.file, runs);
   if (!stored.ok())
-    std::fprintf(stderr, "shardlab: notebook: %s (the report lacks the store's part)\n", stored.message().c_str());
+    std::fprintf(stderr, "shardlab: notebook: %s (the report lacks the store's part)\n",
+                 stored.message().c_str());
 
   std::string stem = a.out;
   bool html_only = stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".html") == 0;

@@ -190,7 +190,8 @@ std::string md_footer(const ReportInfo& info) {
 }
 
 std::string html_header(const ReportInfo& info) {
-  std::string h = "<div class=\"runs\">\n<p class=\"meta\">" + inline_md(meta_line(info)) + "</p>\n";
+  std::string h = "<div class=\"runs\">\n";
+  h += "<p class=\"meta\">" + inline_md(meta_line(info)) + "</p>\n";
   if (!info.meshes.empty()) {
     h += "<p class=\"meta\">Meshes:</p>\n<ul>\n";
     for (const std::string& m : info.meshes) h += "<li><code>" + html_escape(m) + "</code></li>\n";

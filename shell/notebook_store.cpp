@@ -1,4 +1,5 @@
-// shell/notebook_store.cpp: what a notebook report learns from the metrics store and git (runs, meshes, compile and step-time summaries), and the per-cell `events` rows.
+// shell/notebook_store.cpp: the report's header and footer from the store and git (runs, meshes,
+// compile and step-time summaries), and one `events` row per cell.
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,10 +23,14 @@ namespace {
 std::string json_string(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') out += std::string("\\") + c;
-    else if (c == '\n') out += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", c);
-    else out += c;
+    if (c == '"' || c == '\\')
+      out += std::string("\\") + c;
+    else if (c == '\n')
+      out += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += fmt::format("\\u{:04x}", c);
+    else
+      out += c;
   }
   return out + "\"";
 }
@@ -38,7 +43,8 @@ std::string shell_quote(std::string_view s) {
 
 std::string cell_text(const eng::SqlValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return fmt::format("{}", *i);
-  if (const auto* d = std::get_if<double>(&v)) return std::isfinite(*d) ? fmt::format("{:.4g}", *d) : "";
+  if (const auto* d = std::get_if<double>(&v))
+    return std::isfinite(*d) ? fmt::format("{:.4g}", *d) : "";
   if (const auto* s = std::get_if<std::string>(&v)) return *s;
   return "";
 }
@@ -69,7 +75,8 @@ std::string compact_mesh(std::string_view repr) {
     std::string_view name = repr.substr(q + 1, end - q - 1);
     size_t digits = end + 3, stop = repr.find_first_not_of("0123456789", digits);
     std::string_view size = repr.substr(digits, stop - digits);
-    if (!size.empty() && size != "1") out += fmt::format("{}{}={}", out.empty() ? "" : ", ", name, size);
+    if (!size.empty() && size != "1")
+      out += fmt::format("{}{}={}", out.empty() ? "" : ", ", name, size);
     q = end + 1;
   }
   return out.empty() ? "1 device" : out;
@@ -96,7 +103,8 @@ std::string report_date(int64_t unix_ms) {
 }
 
 std::string git_revision(const std::string& dir) {
-  std::string cmd = fmt::format("git -C {} rev-parse --short HEAD 2>/dev/null", shell_quote(dir.empty() ? "." : dir));
+  std::string cmd = fmt::format("git -C {} rev-parse --short HEAD 2>/dev/null",
+                                shell_quote(dir.empty() ? "." : dir));
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return "";
   std::string out;
@@ -109,7 +117,7 @@ std::string git_revision(const std::string& dir) {
 
 eng::Status add_store_summary(ShellContext& ctx, int64_t since_ms, ReportInfo* info) {
   if (!ctx.store) return eng::ok_status();  // nothing in this notebook used the store
-  ENG_RETURN_IF_ERROR(ctx.store->flush());   // steps still buffered by live trainers
+  ENG_RETURN_IF_ERROR(ctx.store->flush());  // steps still buffered by live trainers
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   // Runs this host began in the store since the notebook started: the runs it created (the
@@ -118,11 +126,12 @@ eng::Status add_store_summary(ShellContext& ctx, int64_t since_ms, ReportInfo* i
   eng::SqlValue args[] = {since_ms, std::string(host)};
   ENG_ASSIGN_OR_RETURN(
       eng::QueryResult runs,
-      ctx.store->query("SELECT r.run_id, r.name, r.status, "
-                       "(SELECT value FROM params p WHERE p.run_id = r.run_id AND p.key = 'mesh') AS mesh, "
-                       "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
-                       "FROM runs r WHERE r.start_ms >= ? AND r.host = ? ORDER BY r.start_ms, r.rowid",
-                       args));
+      ctx.store->query(
+          "SELECT r.run_id, r.name, r.status, "
+          "(SELECT value FROM params p WHERE p.run_id = r.run_id AND p.key = 'mesh') AS mesh, "
+          "(SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS steps "
+          "FROM runs r WHERE r.start_ms >= ? AND r.host = ? ORDER BY r.start_ms, r.rowid",
+          args));
   info->runs = to_table(runs);
   if (runs.rows.empty()) return eng::ok_status();
   std::vector<eng::SqlValue> ids;
@@ -135,13 +144,15 @@ eng::Status add_store_summary(ShellContext& ctx, int64_t since_ms, ReportInfo* i
     if (!row[3].empty()) row[3] = compact_mesh(row[3]);  // the full form is in info->meshes
   }
   std::string in = placeholders(ids.size());
-  ENG_ASSIGN_OR_RETURN(eng::QueryResult compile,
-                       ctx.store->query(fmt::format("SELECT * FROM v_compile_summary WHERE run_id IN ({}) "
-                                                    "ORDER BY fn_name", in),
-                                        ids));
-  ENG_ASSIGN_OR_RETURN(eng::QueryResult steps,
-                       ctx.store->query(fmt::format("SELECT * FROM v_step_time_pct WHERE run_id IN ({})", in),
-                                        ids));
+  ENG_ASSIGN_OR_RETURN(
+      eng::QueryResult compile,
+      ctx.store->query(fmt::format("SELECT * FROM v_compile_summary WHERE run_id IN ({}) "
+                                   "ORDER BY fn_name",
+                                   in),
+                       ids));
+  ENG_ASSIGN_OR_RETURN(
+      eng::QueryResult steps,
+      ctx.store->query(fmt::format("SELECT * FROM v_step_time_pct WHERE run_id IN ({})", in), ids));
   info->compile_summary = to_table(compile);
   info->step_time = to_table(steps);
   order_by_run(&info->compile_summary, id_order);

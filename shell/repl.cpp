@@ -248,7 +248,8 @@ class Repl {
   }
 
   // `$ cmd`: runs cmd through popen (its stderr goes straight to the terminal), prints its
-  // output and keeps it (without trailing newlines) as the result (`_`, `_LAST`, `_RESULTS`), as trepl does.
+  // output and keeps it (without trailing newlines) as the result (`_`, `_LAST`, `_RESULTS`),
+  // as trepl does.
   void shell_escape(const std::string& cmd) {
     if (cmd.empty()) {
       std::printf("$ cmd runs a shell command; its output becomes _\n");
@@ -275,7 +276,7 @@ class Repl {
     }
     pclose(p);
     sigaction(SIGINT, &old, nullptr);
-    while (!out.empty() && out.back() == '\n') out.pop_back();  // `$ git rev-parse HEAD` -> the hash
+    while (!out.empty() && out.back() == '\n') out.pop_back();  // `$ git rev-parse HEAD`: a hash
     lua_pushlstring(L_, out.data(), out.size());
     keep_result(-1);
     lua_pop(L_, 1);
