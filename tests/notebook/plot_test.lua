@@ -1,9 +1,5 @@
 -- tests/notebook/plot_test.lua: the plot module (spark, line, save, show) through the real binary.
-local function expect_error(fn, pattern)
-  local ok, err = pcall(fn)
-  assert(not ok, "expected an error matching " .. pattern)
-  assert(tostring(err):find(pattern, 1, true), "error '" .. tostring(err) .. "' lacks '" .. pattern .. "'")
-end
+local expect_error = dofile(arg[0]:match("^(.*)/") .. "/../shell/helpers.lua").expect_error
 assert(sl.plot == plot and require("plot") == plot)
 assert(sl.help(plot.line):find("plot.line{name = rows", 1, true))
 

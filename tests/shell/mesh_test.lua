@@ -1,9 +1,5 @@
 -- tests/shell/mesh_test.lua: sl.mesh and sl.P print JAX's forms and reject bad input with clear messages.
-local function expect_error(fn, needle)
-  local ok, err = pcall(fn)
-  assert(not ok, "expected an error containing: " .. needle)
-  assert(tostring(err):find(needle, 1, true), "error was: " .. tostring(err) .. "\nexpected: " .. needle)
-end
+local expect_error = dofile(arg[0]:match("^(.*)/") .. "/helpers.lua").expect_error
 
 local m = sl.mesh{data = 2, fsdp = -1, tensor = 2, devices = 8}
 assert(tostring(m) == "Mesh('diloco': 1, 'data': 2, 'stage': 1, 'fsdp': 2, 'fsdp_transpose': 1, " ..

@@ -1,10 +1,6 @@
 -- tests/shell/sharding_test.lua: t:shardings / t:audit / sl.visualize / sl.logical_to_mesh /
 -- sl.rules through the real binary, against MaxText's worked examples (reference/maxtext.md 2).
-local function expect_error(fn, pattern)
-  local ok, err = pcall(fn)
-  assert(not ok, "expected an error matching " .. pattern)
-  assert(tostring(err):find(pattern, 1, true), "error '" .. tostring(err) .. "' lacks '" .. pattern .. "'")
-end
+local expect_error = dofile(arg[0]:match("^(.*)/") .. "/helpers.lua").expect_error
 local function count(s, pat)
   local n = 0
   for _ in s:gmatch(pat) do n = n + 1 end

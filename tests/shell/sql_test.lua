@@ -1,9 +1,5 @@
 -- tests/shell/sql_test.lua: sl.sql over the metrics store: typed rows, parameters, views, clear errors.
-local function expect_error(fn, needle)
-  local ok, err = pcall(fn)
-  assert(not ok, "expected an error containing: " .. needle)
-  assert(tostring(err):find(needle, 1, true), "error was: " .. tostring(err) .. "\nexpected: " .. needle)
-end
+local expect_error = dofile(arg[0]:match("^(.*)/") .. "/helpers.lua").expect_error
 
 assert(require("shardlab") == sl)
 for _, suffix in ipairs{"", "-wal", "-shm"} do os.remove(sl.db_path() .. suffix) end  -- fresh store

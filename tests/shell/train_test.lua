@@ -1,9 +1,5 @@
 -- tests/shell/train_test.lua: sl.config / sl.trainer / Compiled through the real binary.
-local function expect_error(fn, pattern)
-  local ok, err = pcall(fn)
-  assert(not ok, "expected an error matching " .. pattern)
-  assert(tostring(err):find(pattern, 1, true), "error '" .. tostring(err) .. "' lacks '" .. pattern .. "'")
-end
+local expect_error = dofile(arg[0]:match("^(.*)/") .. "/helpers.lua").expect_error
 
 -- Config: MaxText names, presets, did-you-mean, types.
 local cfg = sl.config{model = "llama-tiny", steps = 20, learning_rate = 3e-3,
