@@ -20,6 +20,7 @@
 #include "engine/train/config.h"
 #include "engine/train/data.h"
 #include "engine/train/train_step.h"
+#include "tests/common/train_state.h"
 
 namespace {
 
@@ -99,34 +100,17 @@ Result<int> run(int argc, char** argv) {
   if (compile_only) return 0;
 
   Runtime rt(mesh);
-  std::vector<Array> state;
-  std::vector<float> host;
-  for (size_t i = 0; i < p.args().size(); ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    const NamedSharding& s = exe->argument_sharding(static_cast<int>(i));
-    if (p.args()[i].role == ArgRole::kParam) {
-      host.resize(v.shape.numel());
-      init_param(v, cfg.init_weights_seed, host.data());
-      ENG_ASSIGN_OR_RETURN(Array arr, rt.put(host.data(), v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(arr));
-    } else {
-      ENG_ASSIGN_OR_RETURN(Array arr, rt.zeros(v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(arr));
-    }
-  }
+  ENG_ASSIGN_OR_RETURN(std::vector<Array> state, testing::init_train_state(p, *exe, cfg, rt));
   ENG_RETURN_IF_ERROR(rt.prepare(*exe));
   ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
   HostBatch batch;
   std::vector<Array> outputs;
-  std::vector<Array*> args;
-  for (Array& arr : state) args.push_back(&arr);
+  const std::vector<Array*> args = testing::arg_pointers(state);
   std::vector<double> times;
   float loss = 0;
   for (int step = 0; step < steps + 1; ++step) {  // step 0 is a warmup
     data->next(batch);
-    const auto arrays = batch.arrays();
-    for (size_t k = 0; k < arrays.size(); ++k)
-      ENG_RETURN_IF_ERROR(rt.write(state[layout.first_batch_arg + k], arrays[k]->data()));
+    ENG_RETURN_IF_ERROR(testing::write_batch(rt, batch, layout, state));
     t0 = now_seconds();
     ENG_RETURN_IF_ERROR(rt.execute(*exe, args, outputs));
     ENG_RETURN_IF_ERROR(rt.fetch(outputs[0], &loss));

@@ -17,6 +17,8 @@
 #include "engine/train/config.h"
 #include "engine/train/data.h"
 #include "engine/train/train_step.h"
+#include "tests/common/tiny_config.h"
+#include "tests/common/train_state.h"
 
 namespace eng {
 namespace {
@@ -24,21 +26,20 @@ namespace {
 constexpr int kSteps = 5;
 
 Config small(int64_t stages, int64_t microbatches) {
-  Config c;
-  EXPECT_TRUE(c.set("model_name", "llama-tiny").ok());
-  EXPECT_TRUE(c.set("base_emb_dim", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("base_num_query_heads", int64_t{4}).ok());
-  EXPECT_TRUE(c.set("base_num_kv_heads", int64_t{4}).ok());
-  EXPECT_TRUE(c.set("head_dim", int64_t{8}).ok());
-  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{4}).ok());
-  EXPECT_TRUE(c.set("vocab_size", int64_t{256}).ok());
-  EXPECT_TRUE(c.set("max_target_length", int64_t{16}).ok());
-  EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
-  EXPECT_TRUE(c.set("learning_rate", 1e-3).ok());
-  EXPECT_TRUE(c.set("steps", int64_t{kSteps}).ok());
-  EXPECT_TRUE(c.set("warmup_steps_fraction", 0.2).ok());
-  EXPECT_TRUE(c.set("adam_eps", 1e-4).ok());
+  Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
+                                         .emb_dim = 32,
+                                         .query_heads = 4,
+                                         .kv_heads = 4,
+                                         .head_dim = 8,
+                                         .mlp_dim = 64,
+                                         .layers = 4,
+                                         .vocab_size = 256,
+                                         .seq = 16,
+                                         .per_device_batch = 1.0,
+                                         .learning_rate = 1e-3,
+                                         .steps = kSteps,
+                                         .warmup_steps_fraction = 0.2,
+                                         .adam_eps = 1e-4});
   EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
   if (microbatches > 0) {
     EXPECT_TRUE(c.set("num_pipeline_microbatches", microbatches).ok());
@@ -60,21 +61,7 @@ Result<TrainRun> train(const ResolvedConfig& cfg, const Mesh& mesh, const Compil
   TrainRun run;
   ENG_ASSIGN_OR_RETURN(run.exe, compile(p, mesh, opts));
   Runtime rt(mesh);
-  std::vector<Array> state;
-  std::vector<float> host;
-  for (size_t i = 0; i < p.args().size(); ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    const NamedSharding& s = run.exe->argument_sharding(static_cast<int>(i));
-    if (p.args()[i].role == ArgRole::kParam) {
-      host.resize(v.shape.numel());
-      init_param(v, cfg.init_weights_seed, host.data());
-      ENG_ASSIGN_OR_RETURN(Array a, rt.put(host.data(), v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(a));
-    } else {
-      ENG_ASSIGN_OR_RETURN(Array a, rt.zeros(v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(a));
-    }
-  }
+  ENG_ASSIGN_OR_RETURN(std::vector<Array> state, testing::init_train_state(p, *run.exe, cfg, rt));
   for (int d = 0; d < rt.num_devices(); ++d) {
     int64_t bytes = 0;
     for (int i = 0; i < layout.num_params; ++i) bytes += state[i].shards[d].bytes();
@@ -83,13 +70,10 @@ Result<TrainRun> train(const ResolvedConfig& cfg, const Mesh& mesh, const Compil
   ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
   HostBatch batch;
   std::vector<Array> outputs;
-  std::vector<Array*> args;
-  for (Array& a : state) args.push_back(&a);
+  const std::vector<Array*> args = testing::arg_pointers(state);
   for (int step = 0; step < kSteps; ++step) {
     data->next(batch);
-    const auto arrays = batch.arrays();
-    for (size_t k = 0; k < arrays.size(); ++k)
-      ENG_RETURN_IF_ERROR(rt.write(state[layout.first_batch_arg + k], arrays[k]->data()));
+    ENG_RETURN_IF_ERROR(testing::write_batch(rt, batch, layout, state));
     rt.communicator().reset_counters();
     ENG_RETURN_IF_ERROR(rt.execute(*run.exe, args, outputs));
     float loss = 0;
@@ -105,10 +89,11 @@ Result<TrainRun> train(const ResolvedConfig& cfg, const Mesh& mesh, const Compil
     for (const auto& [k, b] : run.exe->cost().collective_bytes)
       run.collective_mismatch = std::max(run.collective_mismatch, std::fabs(mean[k] - b) / b);
   }
+  ENG_ASSIGN_OR_RETURN(std::vector<std::vector<float>> fetched,
+                       testing::fetch_params(rt, p, layout, state));
   for (int i = 0; i < layout.num_params; ++i) {
     const ValueInfo& v = p.value(p.args()[i].value);
-    std::vector<float> h(v.shape.numel());
-    ENG_RETURN_IF_ERROR(rt.fetch(state[i], h.data()));
+    std::vector<float>& h = fetched[i];
     if (auto sub = pipeline_param_subpath(v.name)) {  // (S, lps, ...): layer s * lps + j
       const int64_t S = v.shape[0], lps = v.shape[1], n = v.shape.numel() / (S * lps);
       for (int64_t l = 0; l < S * lps; ++l)

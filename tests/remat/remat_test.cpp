@@ -15,6 +15,8 @@
 #include "engine/train/config.h"
 #include "engine/train/data.h"
 #include "engine/train/train_step.h"
+#include "tests/common/tiny_config.h"
+#include "tests/common/train_state.h"
 
 namespace eng {
 namespace {
@@ -23,21 +25,19 @@ constexpr int kSteps = 3;
 const char* const kSaveNames = "decoder_layer_input,query_proj,key_proj,value_proj,out_proj";
 
 Config small(int64_t layers, int64_t seq) {
-  Config c;
-  EXPECT_TRUE(c.set("model_name", "llama-tiny").ok());
-  EXPECT_TRUE(c.set("base_emb_dim", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("base_num_query_heads", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("base_num_kv_heads", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("head_dim", int64_t{16}).ok());
-  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("base_num_decoder_layers", layers).ok());
-  EXPECT_TRUE(c.set("vocab_size", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("max_target_length", seq).ok());
-  EXPECT_TRUE(c.set("per_device_batch_size", 2.0).ok());
-  EXPECT_TRUE(c.set("learning_rate", 1e-3).ok());
-  EXPECT_TRUE(c.set("steps", int64_t{kSteps}).ok());
-  EXPECT_TRUE(c.set("adam_eps", 1e-4).ok());
-  return c;
+  return testing::tiny_llama_config({.model_name = "llama-tiny",
+                                     .emb_dim = 32,
+                                     .query_heads = 2,
+                                     .kv_heads = 2,
+                                     .head_dim = 16,
+                                     .mlp_dim = 64,
+                                     .layers = layers,
+                                     .vocab_size = 64,
+                                     .seq = seq,
+                                     .per_device_batch = 2.0,
+                                     .learning_rate = 1e-3,
+                                     .steps = kSteps,
+                                     .adam_eps = 1e-4});
 }
 
 ResolvedConfig resolved(Config c, const std::string& policy, int64_t devices = 2) {
@@ -62,33 +62,16 @@ Result<TrainRun> train(const ResolvedConfig& cfg, const Mesh& mesh) {
   Program p = build_train_step(cfg, &layout);
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, compile(p, mesh, CompileOptions{}));
   Runtime rt(mesh);
-  std::vector<Array> state;
-  std::vector<float> host;
-  for (size_t i = 0; i < p.args().size(); ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    const NamedSharding& s = exe->argument_sharding(static_cast<int>(i));
-    if (p.args()[i].role == ArgRole::kParam) {
-      host.resize(v.shape.numel());
-      init_param(v, cfg.init_weights_seed, host.data());
-      ENG_ASSIGN_OR_RETURN(Array a, rt.put(host.data(), v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(a));
-    } else {
-      ENG_ASSIGN_OR_RETURN(Array a, rt.zeros(v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(a));
-    }
-  }
+  ENG_ASSIGN_OR_RETURN(std::vector<Array> state, testing::init_train_state(p, *exe, cfg, rt));
   ENG_RETURN_IF_ERROR(rt.prepare(*exe));
   ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
   HostBatch batch;
   TrainRun run;
   std::vector<Array> outputs;
-  std::vector<Array*> args;
-  for (Array& a : state) args.push_back(&a);
+  const std::vector<Array*> args = testing::arg_pointers(state);
   for (int step = 0; step < kSteps; ++step) {
     data->next(batch);
-    const auto arrays = batch.arrays();
-    for (size_t k = 0; k < arrays.size(); ++k)
-      ENG_RETURN_IF_ERROR(rt.write(state[layout.first_batch_arg + k], arrays[k]->data()));
+    ENG_RETURN_IF_ERROR(testing::write_batch(rt, batch, layout, state));
     ENG_RETURN_IF_ERROR(rt.execute(*exe, args, outputs));
     float loss = 0;
     ENG_RETURN_IF_ERROR(rt.fetch(outputs[0], &loss));
@@ -96,12 +79,7 @@ Result<TrainRun> train(const ResolvedConfig& cfg, const Mesh& mesh) {
   }
   run.memory = exe->memory();
   for (int d = 0; d < rt.num_devices(); ++d) run.device_peaks.push_back(rt.device(d).peak_bytes());
-  for (int i = 0; i < layout.num_params; ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    std::vector<float> h(v.shape.numel());
-    ENG_RETURN_IF_ERROR(rt.fetch(state[i], h.data()));
-    run.params.push_back(std::move(h));
-  }
+  ENG_ASSIGN_OR_RETURN(run.params, testing::fetch_params(rt, p, layout, state));
   return run;
 }
 

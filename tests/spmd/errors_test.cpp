@@ -13,6 +13,7 @@
 #include "engine/train/config.h"
 #include "engine/train/train_step.h"
 #include "engine/train/trainer.h"
+#include "tests/common/tiny_config.h"
 
 namespace eng {
 namespace {
@@ -132,16 +133,15 @@ TEST(Explicit, ElementwiseIncompatibleShardingsError) {
 }
 
 Config small_trainer_config(double per_device_batch) {
-  Config c;
-  EXPECT_TRUE(c.set("model_name", "llama-tiny").ok());
-  EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("head_dim", int64_t{16}).ok());
-  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{128}).ok());
-  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("per_device_batch_size", per_device_batch).ok());
+  Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
+                                         .emb_dim = 64,
+                                         .head_dim = 16,
+                                         .mlp_dim = 128,
+                                         .layers = 2,
+                                         .seq = 32,
+                                         .per_device_batch = per_device_batch,
+                                         .steps = 3});
   EXPECT_TRUE(c.set("max_inflight_steps", int64_t{0}).ok());
-  EXPECT_TRUE(c.set("steps", int64_t{3}).ok());
   return c;
 }
 

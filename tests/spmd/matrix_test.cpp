@@ -18,6 +18,8 @@
 #include "engine/train/config.h"
 #include "engine/train/data.h"
 #include "engine/train/train_step.h"
+#include "tests/common/tiny_config.h"
+#include "tests/common/train_state.h"
 
 namespace eng {
 namespace {
@@ -25,21 +27,20 @@ namespace {
 constexpr int kSteps = 5;
 
 ResolvedConfig small_config() {
-  Config c;
-  EXPECT_TRUE(c.set("model_name", "llama-tiny").ok());
-  EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("base_num_query_heads", int64_t{4}).ok());
-  EXPECT_TRUE(c.set("base_num_kv_heads", int64_t{4}).ok());
-  EXPECT_TRUE(c.set("head_dim", int64_t{16}).ok());
-  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{128}).ok());
-  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("vocab_size", int64_t{256}).ok());
-  EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
-  EXPECT_TRUE(c.set("learning_rate", 1e-3).ok());
-  EXPECT_TRUE(c.set("steps", int64_t{kSteps}).ok());
-  EXPECT_TRUE(c.set("warmup_steps_fraction", 0.2).ok());
-  EXPECT_TRUE(c.set("adam_eps", 1e-4).ok());
+  Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
+                                         .emb_dim = 64,
+                                         .query_heads = 4,
+                                         .kv_heads = 4,
+                                         .head_dim = 16,
+                                         .mlp_dim = 128,
+                                         .layers = 2,
+                                         .vocab_size = 256,
+                                         .seq = 32,
+                                         .per_device_batch = 1.0,
+                                         .learning_rate = 1e-3,
+                                         .steps = kSteps,
+                                         .warmup_steps_fraction = 0.2,
+                                         .adam_eps = 1e-4});
   Result<ResolvedConfig> r = resolve_config(c, 8);  // global batch 8 on every mesh
   EXPECT_TRUE(r.ok()) << r.status().message();
   return *r;
@@ -58,32 +59,15 @@ Result<TrainRun> train(const Mesh& mesh, const CompileOptions& opts) {
   Program p = build_train_step(cfg, &layout);
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, compile(p, mesh, opts));
   Runtime rt(mesh);
-  std::vector<Array> state;
-  std::vector<float> host;
-  for (size_t i = 0; i < p.args().size(); ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    const NamedSharding& s = exe->argument_sharding(static_cast<int>(i));
-    if (p.args()[i].role == ArgRole::kParam) {
-      host.resize(v.shape.numel());
-      init_param(v, cfg.init_weights_seed, host.data());
-      ENG_ASSIGN_OR_RETURN(Array a, rt.put(host.data(), v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(a));
-    } else {
-      ENG_ASSIGN_OR_RETURN(Array a, rt.zeros(v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(a));
-    }
-  }
+  ENG_ASSIGN_OR_RETURN(std::vector<Array> state, testing::init_train_state(p, *exe, cfg, rt));
   ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
   HostBatch batch;
   TrainRun run;
   std::vector<Array> outputs;
-  std::vector<Array*> args;
-  for (Array& a : state) args.push_back(&a);
+  const std::vector<Array*> args = testing::arg_pointers(state);
   for (int step = 0; step < kSteps; ++step) {
     data->next(batch);
-    const auto arrays = batch.arrays();
-    for (size_t k = 0; k < arrays.size(); ++k)
-      ENG_RETURN_IF_ERROR(rt.write(state[layout.first_batch_arg + k], arrays[k]->data()));
+    ENG_RETURN_IF_ERROR(testing::write_batch(rt, batch, layout, state));
     rt.communicator().reset_counters();
     ENG_RETURN_IF_ERROR(rt.execute(*exe, args, outputs));
     float loss = 0;
@@ -111,12 +95,7 @@ Result<TrainRun> train(const Mesh& mesh, const CompileOptions& opts) {
     for (const Array& a : state) held += a.shards[d].bytes();
     run.accounting_mismatch = std::max(run.accounting_mismatch, std::abs(held - args_bytes));
   }
-  for (int i = 0; i < layout.num_params; ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    std::vector<float> h(v.shape.numel());
-    ENG_RETURN_IF_ERROR(rt.fetch(state[i], h.data()));
-    run.params.push_back(std::move(h));
-  }
+  ENG_ASSIGN_OR_RETURN(run.params, testing::fetch_params(rt, p, layout, state));
   return run;
 }
 

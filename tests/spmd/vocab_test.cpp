@@ -16,6 +16,7 @@
 #include "engine/runtime/runtime.h"
 #include "engine/train/config.h"
 #include "engine/train/train_step.h"
+#include "tests/common/tiny_config.h"
 
 namespace eng {
 namespace {
@@ -171,17 +172,16 @@ TEST(VocabParallel, OpRulesEqualOneDevice) {
 }
 
 ResolvedConfig llama_config() {
-  Config c;
-  EXPECT_TRUE(c.set("model_name", "llama-tiny").ok());
-  EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("base_num_query_heads", int64_t{4}).ok());
-  EXPECT_TRUE(c.set("base_num_kv_heads", int64_t{4}).ok());
-  EXPECT_TRUE(c.set("head_dim", int64_t{16}).ok());
-  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{128}).ok());
-  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("vocab_size", int64_t{320}).ok());  // no other dim is 320
-  EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
+  Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
+                                         .emb_dim = 64,
+                                         .query_heads = 4,
+                                         .kv_heads = 4,
+                                         .head_dim = 16,
+                                         .mlp_dim = 128,
+                                         .layers = 2,
+                                         .vocab_size = 320,  // no other dim is 320
+                                         .seq = 32,
+                                         .per_device_batch = 1.0});
   Result<ResolvedConfig> r = resolve_config(c, 8);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return *r;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/train/trainer.h"
+#include "tests/common/tiny_config.h"
 
 namespace eng::testing {
 
@@ -36,19 +37,17 @@ inline std::string tiny_corpus_path() {
 
 // 2 layers, emb 64, seq 32, batch 2: a step takes a few ms.
 inline Config tiny_config(int64_t steps) {
-  Config c;
-  EXPECT_TRUE(c.set("dataset", "text:" + tiny_corpus_path()).ok());
-  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("base_num_query_heads", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("base_num_kv_heads", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("head_dim", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{128}).ok());
-  EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("per_device_batch_size", 2.0).ok());
-  EXPECT_TRUE(c.set("learning_rate", 3e-3).ok());
-  EXPECT_TRUE(c.set("steps", steps).ok());
-  return c;
+  return tiny_llama_config({.dataset = "text:" + tiny_corpus_path(),
+                            .emb_dim = 64,
+                            .query_heads = 2,
+                            .kv_heads = 2,
+                            .head_dim = 32,
+                            .mlp_dim = 128,
+                            .layers = 2,
+                            .seq = 32,
+                            .per_device_batch = 2.0,
+                            .learning_rate = 3e-3,
+                            .steps = steps});
 }
 
 // A fresh directory under the system temp dir, removed when the object goes.

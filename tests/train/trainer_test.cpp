@@ -12,19 +12,11 @@
 namespace eng {
 namespace {
 
+// tiny_config with longer sequences and a larger batch.
 Config small_config(int64_t steps) {
-  Config c;
-  EXPECT_TRUE(c.set("dataset", "text:" + testing::tiny_corpus_path()).ok());
-  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("base_num_query_heads", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("base_num_kv_heads", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("head_dim", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{128}).ok());
+  Config c = testing::tiny_config(steps);
   EXPECT_TRUE(c.set("max_target_length", int64_t{64}).ok());
   EXPECT_TRUE(c.set("per_device_batch_size", 4.0).ok());
-  EXPECT_TRUE(c.set("learning_rate", 3e-3).ok());
-  EXPECT_TRUE(c.set("steps", steps).ok());
   return c;
 }
 
