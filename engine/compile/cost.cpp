@@ -37,6 +37,9 @@ double instr_flops(const Program& p, const Instr& in) {
     case OpKind::kRope: return 6.0 * numel(p, x[0]);
     case OpKind::kSwiglu: return 5.0 * numel(p, x[0]);
     case OpKind::kSwigluGrad: return 10.0 * numel(p, x[0]);
+    case OpKind::kRepeatKv: return 0;  // data movement
+    case OpKind::kRepeatKvGrad:        // (R - 1) adds per output element
+      return numel(p, x[0]) - numel(p, in.outputs[0]);
     case OpKind::kAdd:
     case OpKind::kMul:
     case OpKind::kScale:

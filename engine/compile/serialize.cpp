@@ -123,7 +123,7 @@ class Reader {
 };
 
 constexpr int kMaxDType = static_cast<int>(DType::kI32);
-constexpr int kMaxOpKind = static_cast<int>(OpKind::kXentFromStats);
+constexpr int kMaxOpKind = static_cast<int>(OpKind::kRepeatKvGrad);
 constexpr int kMaxArgRole = static_cast<int>(ArgRole::kBatch);
 constexpr int kMaxAxisType = static_cast<int>(AxisType::kManual);
 constexpr int kMaxSlotKind = static_cast<int>(BufferSlot::Kind::kNone);

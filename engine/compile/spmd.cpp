@@ -340,6 +340,7 @@ class Partitioner {
   Status vmapped(const Instr& in);
   Status reshape(const Instr& in);
   Status shift(const Instr& in);
+  Status repeat_kv(const Instr& in);
   ValueId local_reshape(ValueId x, const Shape& local) {
     OpAttrs a;
     a.new_shape.assign(local.dims().begin(), local.dims().end());
@@ -511,6 +512,8 @@ Status Partitioner::instr(const Instr& in) {
       return simple(in, std::vector<PartitionSpec>(x.size(), d), {d}, in.attrs);
     }
     case OpKind::kShift: return shift(in);
+    case OpKind::kRepeatKv:
+    case OpKind::kRepeatKvGrad: return repeat_kv(in);
     default:
       return invalid_argument("partition: {} may not appear in a global program", op_name(in.kind));
   }
@@ -624,6 +627,41 @@ Status Partitioner::shift(const Instr& in) {
   }
   d[dim].clear();
   return simple(in, {PartitionSpec(d)}, {PartitionSpec(d)}, in.attrs);
+}
+
+// Grouped-query attention's kv-head repeat (op.h) and its transpose. Batch, length and
+// head_dim follow the input; partial sums pass through (both are linear). The heads dim:
+// axes sharding the kv heads carry over to the query heads when the KV head count is
+// divisible by their size (device r's query-head block [r*H/n, (r+1)*H/n) reads exactly
+// its kv-head block [r*Hkv/n, (r+1)*Hkv/n): a local repeat, no traffic; likewise the
+// transpose's groups of R query heads never straddle devices). Otherwise (e.g. 8 kv heads
+// over tensor=16) the input's heads are gathered, the op runs on every head, and the
+// forward's output is sliced back onto those axes when H is divisible by them (a dynamic
+// slice, no traffic); the transpose's output stays whole on the heads dim.
+Status Partitioner::repeat_kv(const Instr& in) {
+  const ValueId x = in.inputs[0], y = in.outputs[0];
+  const bool forward = in.kind == OpKind::kRepeatKv;
+  const int64_t kv_heads = forward ? shp(x)[2] : shp(y)[2];
+  const PartitionSpec sx = spec_[x];
+  Dims d = sx.dims();
+  d.resize(std::max<size_t>(d.size(), 4));
+  const Axes heads = d[2];
+  const int64_t n = axes_size(mesh_, heads);
+  if (heads.empty() || kv_heads % n == 0) {
+    const PartitionSpec s(d, sx.partial());
+    return simple(in, {s}, {s}, in.attrs);
+  }
+  d[2].clear();
+  const PartitionSpec whole_heads(d, sx.partial());
+  ENG_RETURN_IF_ERROR(simple(in, {whole_heads}, {whole_heads}, in.attrs));
+  if (forward && shp(y)[2] % n == 0) {
+    Dims od = d;
+    od[2] = heads;
+    const PartitionSpec target = norm(PartitionSpec(od, sx.partial()), rank(y));
+    ENG_ASSIGN_OR_RETURN(ValueId ly, reshard(local_[y], shp(y), spec_[y], target));
+    set_output(y, ly, target);
+  }
+  return ok_status();
 }
 
 Status Partitioner::constraint(const Instr& in) {

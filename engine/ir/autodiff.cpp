@@ -184,6 +184,13 @@ class Differentiator {
         accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
         return;
       }
+      case OpKind::kRepeatKv: {  // the transpose sums each group of R query heads (op.h)
+        OpAttrs a;
+        a.size = in.attrs.size;
+        ValueId dx = b_.emit(OpKind::kRepeatKvGrad, {tensor(in, y)}, a)[0];
+        accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
+        return;
+      }
       case OpKind::kAdd:
         accumulate(in.inputs[0], cot_[y]);
         accumulate(in.inputs[1], cot_[y]);

@@ -117,6 +117,25 @@ std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& i
       const Shape& q = in[0]->shape;
       return {like(*in[0]), make(Shape{q[0], q[2], q[1]})};
     }
+    case OpKind::kRepeatKv:
+    case OpKind::kRepeatKvGrad: {  // (B,T,Hkv,D) <-> (B,T,Hkv*R,D): see op.h
+      n_in(1);
+      check_rank(kind, *in[0], 4, "x");
+      ENG_CHECK(at.size >= 1, "{}: repeats must be positive, got {}", op_name(kind), at.size);
+      ValueInfo out = like(*in[0]);
+      std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
+      if (kind == OpKind::kRepeatKv) {
+        dims[2] *= at.size;
+      } else {
+        ENG_CHECK(dims[2] % at.size == 0, "repeat_kv_grad: {} heads of {} not divisible by {}",
+                  dims[2], out.shape.to_string(), at.size);
+        dims[2] /= at.size;
+      }
+      out.shape = Shape(dims);
+      if (!out.logical.empty())
+        out.logical[2] = kind == OpKind::kRepeatKv ? "activation_heads" : "activation_kv_heads";
+      return {out};
+    }
     case OpKind::kSwiglu:
     case OpKind::kAdd:
     case OpKind::kMul:
@@ -482,6 +501,11 @@ std::pair<ValueId, ValueId> Builder::attention(ValueId q, ValueId k, ValueId v, 
 }
 
 ValueId Builder::swiglu(ValueId g, ValueId u) { return emit(OpKind::kSwiglu, {g, u})[0]; }
+ValueId Builder::repeat_kv(ValueId x, int64_t repeats) {
+  OpAttrs a;
+  a.size = repeats;
+  return emit(OpKind::kRepeatKv, {x}, a)[0];
+}
 ValueId Builder::add(ValueId a, ValueId b) { return emit(OpKind::kAdd, {a, b})[0]; }
 ValueId Builder::mul(ValueId a, ValueId b) { return emit(OpKind::kMul, {a, b})[0]; }
 

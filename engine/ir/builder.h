@@ -56,6 +56,8 @@ class Builder {
                bool inverse = false);
   std::pair<ValueId, ValueId> attention(ValueId q, ValueId k, ValueId v, double scale);  // o, lse
   ValueId swiglu(ValueId g, ValueId u);
+  // Grouped-query attention (op.h): (B,T,Hkv,D) -> (B,T,Hkv*repeats,D), head h = kv h / repeats.
+  ValueId repeat_kv(ValueId x, int64_t repeats);
   ValueId add(ValueId a, ValueId b);
   ValueId mul(ValueId a, ValueId b);
   ValueId scale(ValueId x, double c);

@@ -58,6 +58,8 @@ class Evaluator {
       case OpKind::kRope: return rope(in);
       case OpKind::kAttention: return attention(in);
       case OpKind::kSwiglu: return elementwise(in);
+      case OpKind::kRepeatKv:
+      case OpKind::kRepeatKvGrad: return repeat_kv(in);
       case OpKind::kAdd: return elementwise(in);
       case OpKind::kMul: return elementwise(in);
       case OpKind::kScale: return elementwise(in);
@@ -208,6 +210,17 @@ class Evaluator {
     std::vector<int32_t> pos = as_i32(in(i, 1));
     ref::rope(ind(i, 0), pos.data(), outd(i, 0), x[0], x[1], x[2], x[3], i.attrs.min_timescale,
               i.attrs.max_timescale, i.attrs.inverse);
+    return ok_status();
+  }
+
+  // x (B,T,Hkv,D) <-> (B,T,Hkv*R,D) (op.h).
+  Status repeat_kv(const Instr& i) {
+    const Shape& x = in(i, 0).shape;
+    const int64_t R = i.attrs.size;
+    if (i.kind == OpKind::kRepeatKv)
+      ref::repeat_kv(ind(i, 0), outd(i, 0), x[0] * x[1], x[2], x[3], R);
+    else
+      ref::repeat_kv_grad(ind(i, 0), outd(i, 0), x[0] * x[1], x[2] / R, x[3], R);
     return ok_status();
   }
 

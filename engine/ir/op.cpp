@@ -53,6 +53,8 @@ std::string_view op_name(OpKind kind) {
     case OpKind::kVocabMax: return "vocab_max";
     case OpKind::kVocabStats: return "vocab_stats";
     case OpKind::kXentFromStats: return "xent_from_stats";
+    case OpKind::kRepeatKv: return "repeat_kv";
+    case OpKind::kRepeatKvGrad: return "repeat_kv_grad";
   }
   return "?";
 }
@@ -98,6 +100,8 @@ std::string format_own_attrs(OpKind kind, const OpAttrs& a) {
     case OpKind::kPad: return fmt::format("[dim={} start={} size={}]", a.dim, a.start, a.size);
     case OpKind::kConcat: return fmt::format("[dim={}]", a.dim);
     case OpKind::kShift: return fmt::format("[dim={} shift={}]", a.dim, a.shift);
+    case OpKind::kRepeatKv:
+    case OpKind::kRepeatKvGrad: return fmt::format("[repeats={}]", a.size);
     case OpKind::kAxisIndex:
       return fmt::format("[axes=({}) size={}]", fmt::join(a.mesh_axes, ","), a.size);
     case OpKind::kClipFactor: return fmt::format("[threshold={:g}]", a.clip_threshold);

@@ -16,6 +16,11 @@
 //   kRope          (x (B,T,H,D), positions i32 (B,T)) [min_timescale, max_timescale, inverse]
 //   kAttention     (q, k, v (B,T,H,D)) [scale] -> o (B,T,H,D), lse (B,H,T) saved; causal
 //   kSwiglu        (g, u) -> silu(g) * u
+//   kRepeatKv      (x (B,T,Hkv,D)) [size=R, printed repeats=R] -> (B,T,Hkv*R,D): grouped-query
+//                    attention's key/value heads for the query heads, each kv head repeated R
+//                    times consecutively: out[b,t,h,d] = x[b,t,h / R,d] (PyTorch's repeat_kv,
+//                    MaxText's GQA: query head h uses kv head h / (H / Hkv)). The model emits
+//                    it only when Hkv < H. Any dtype (data movement).
 //   kAdd, kMul     (a, b) same shape -> elementwise
 //   kScale         (x) [scale] -> scale * x
 //   kConvert       (x) [dtype] -> x cast to dtype
@@ -44,6 +49,8 @@
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
 //   kAttentionGrad (q, k, v, o, lse, do) [scale] -> dq, dk, dv
 //   kSwigluGrad    (g, u, dy) -> dg, du
+//   kRepeatKvGrad  (dy (B,T,H,D)) [size=R] -> dx (B,T,H/R,D): the transpose of kRepeatKv,
+//                    dx[b,t,j,d] = sum_{r<R} dy[b,t,j*R + r,d] (summed in r order), f32
 //   kSoftmaxCrossEntropyGrad (logits, targets, lse, dxent) -> dlogits
 //   kMaskedMeanLossGrad (segmentation, total_weights[, dloss]) [scale] -> dxent
 //                    dxent = scale * dloss * (seg != 0) / (total_weights + 1e-8); without the
@@ -151,6 +158,8 @@ enum class OpKind : uint8_t {
   kVocabMax,
   kVocabStats,
   kXentFromStats,
+  kRepeatKv,
+  kRepeatKvGrad,
 };
 
 // Ops that move or select data across devices: the runtime runs each as ONE instruction
@@ -187,7 +196,8 @@ struct OpAttrs {
   int64_t group_size = 1;             // product of mesh_axes' sizes
   int64_t shift = 0;                  // kCollectivePermute, kShift
   bool fill_zero = false;             // kCollectivePermute
-  int64_t start = 0, size = 0;        // kSlice, kPad (dim as well); kAxisIndex: block size
+  int64_t start = 0, size = 0;        // kSlice, kPad (dim as well); kAxisIndex: block size;
+                                      // kRepeatKv, kRepeatKvGrad: repeats R
   std::vector<int64_t> new_shape;     // kReshape
   int64_t vmap = 0;                   // any op: vmapped over a leading dim of this size
   bool reduce_max = false;            // kAllReduce: max instead of sum

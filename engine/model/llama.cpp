@@ -15,6 +15,7 @@ namespace {
 struct Preset {
   const char* name;
   int64_t vocab, emb, heads, head_dim, mlp, layers;
+  int64_t kv_heads = 0;  // 0: = heads (multi-head attention)
 };
 
 // llama-tiny / llama-small: the shapes of shared/bench/torch_llama.py's tiny and small
@@ -24,6 +25,7 @@ constexpr Preset kPresets[] = {
     {"llama-small", 8192, 512, 8, 64, 1408, 8},
     {"llama2-7b", 32000, 4096, 32, 128, 11008, 32},
     {"llama2-13b", 32000, 5120, 40, 128, 13824, 40},
+    {"llama2-70b", 32000, 8192, 64, 128, 28672, 80, 8},  // grouped-query: 8 kv heads
 };
 
 using Logical = std::vector<std::string>;
@@ -42,11 +44,11 @@ Status ModelConfig::validate() const {
   ENG_RETURN_IF_ERROR(positive("head_dim", head_dim));
   ENG_RETURN_IF_ERROR(positive("mlp_dim", mlp_dim));
   ENG_RETURN_IF_ERROR(positive("num_decoder_layers", num_decoder_layers));
-  if (num_kv_heads != num_query_heads)
-    return unimplemented(
-        "model {}: num_kv_heads {} differs from num_query_heads {}: grouped-query attention is "
-        "not supported yet",
-        name, num_kv_heads, num_query_heads);
+  if (num_query_heads % num_kv_heads != 0)  // grouped-query attention: whole groups
+    return invalid_argument(
+        "model {}: num_query_heads {} is not divisible by num_kv_heads {} (grouped-query "
+        "attention shares each kv head among num_query_heads / num_kv_heads query heads)",
+        name, num_query_heads, num_kv_heads);
   if (head_dim % 2 != 0)
     return invalid_argument("model {}: head_dim {} must be even for rotary embeddings", name,
                             head_dim);
@@ -60,8 +62,9 @@ Status ModelConfig::validate() const {
 }
 
 int64_t ModelConfig::num_params() const {
-  const int64_t E = emb_dim, H = num_query_heads, D = head_dim, M = mlp_dim;
-  int64_t per_layer = 2 * E + 4 * E * H * D + 3 * E * M;
+  const int64_t E = emb_dim, H = num_query_heads, Hkv = num_kv_heads, D = head_dim, M = mlp_dim;
+  // norms; query and out (E*H*D each); key and value (E*Hkv*D each); the MLP.
+  int64_t per_layer = 2 * E + 2 * E * H * D + 2 * E * Hkv * D + 3 * E * M;
   return vocab_size * E * 2 + E + num_decoder_layers * per_layer;
 }
 
@@ -78,7 +81,8 @@ Result<ModelConfig> model_preset(const std::string& name) {
     m.name = p.name;
     m.vocab_size = p.vocab;
     m.emb_dim = p.emb;
-    m.num_query_heads = m.num_kv_heads = p.heads;
+    m.num_query_heads = p.heads;
+    m.num_kv_heads = p.kv_heads > 0 ? p.kv_heads : p.heads;
     m.head_dim = p.head_dim;
     m.mlp_dim = p.mlp;
     m.num_decoder_layers = p.layers;
@@ -95,8 +99,8 @@ const std::vector<std::string>& input_data_logical_axes() {
 }
 
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
-  const int64_t V = m.vocab_size, E = m.emb_dim, H = m.num_query_heads, D = m.head_dim,
-                M = m.mlp_dim;
+  const int64_t V = m.vocab_size, E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads,
+                D = m.head_dim, M = m.mlp_dim;
   LlamaParams p;
   auto param = [&](std::string path, Shape shape, Logical logical) {
     ValueId v = b.argument("params/" + path, std::move(shape), DType::kF32, std::move(logical),
@@ -113,9 +117,9 @@ LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
     LlamaLayerParams lp;
     lp.pre_norm = param(pre + "pre_self_attention_layer_norm/scale", Shape{E}, {"norm"});
     lp.query = param(pre + "self_attention/query/kernel", Shape{E, H, D}, {"embed", "q_heads", "kv"});
-    lp.key = param(pre + "self_attention/key/kernel", Shape{E, H, D},
+    lp.key = param(pre + "self_attention/key/kernel", Shape{E, Hkv, D},
                    {"embed", "kv_heads", "kv_head_dim"});
-    lp.value = param(pre + "self_attention/value/kernel", Shape{E, H, D},
+    lp.value = param(pre + "self_attention/value/kernel", Shape{E, Hkv, D},
                      {"embed", "kv_heads", "kv_head_dim"});
     lp.out = param(pre + "self_attention/out/kernel", Shape{H, D, E}, {"heads", "kv", "embed"});
     lp.post_norm = param(pre + "post_self_attention_layer_norm/scale", Shape{E}, {"norm"});
@@ -150,6 +154,13 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   const Logical kHeads = {"activation_batch", "activation_length", "activation_heads",
                           "activation_kv"};
   const Logical kMlp = {"activation_batch", "activation_length", "activation_mlp"};
+  // Grouped-query attention (Hkv < H): key/value carry MaxText's kv-heads logical axes and
+  // are repeated onto the query heads (repeat_kv, op.h) after rope; with Hkv == H nothing
+  // changes (no repeat op: the multi-head program is the same as before GQA).
+  const int64_t repeats = m.num_query_heads / m.num_kv_heads;
+  const Logical kKvHeads = repeats > 1 ? Logical{"activation_batch", "activation_length",
+                                                 "activation_kv_heads", "activation_kv"}
+                                       : kHeads;
   const double eps = m.normalization_layer_epsilon;
   const double attn_scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
   // The dot outputs carry MaxText's checkpoint_name names.
@@ -159,12 +170,16 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   ValueId h = b.rmsnorm(x, lp.pre_norm, eps).first;                   // (B, T, E)
   ValueId q = b.checkpoint_name(
       b.constraint(b.matmul(h, lp.query, 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
-  ValueId k = b.checkpoint_name(
-      b.constraint(b.matmul(h, lp.key, 2, 1, false, false, kHeads), kHeads), "key_proj");      // (B, T, H, D)
-  ValueId v = b.checkpoint_name(
-      b.constraint(b.matmul(h, lp.value, 2, 1, false, false, kHeads), kHeads), "value_proj");  // (B, T, H, D)
+  ValueId k = b.checkpoint_name(  // (B, T, Hkv, D)
+      b.constraint(b.matmul(h, lp.key, 2, 1, false, false, kKvHeads), kKvHeads), "key_proj");
+  ValueId v = b.checkpoint_name(  // (B, T, Hkv, D)
+      b.constraint(b.matmul(h, lp.value, 2, 1, false, false, kKvHeads), kKvHeads), "value_proj");
   q = b.rope(q, positions, m.rope_min_timescale, m.rope_max_timescale);
   k = b.rope(k, positions, m.rope_min_timescale, m.rope_max_timescale);
+  if (repeats > 1) {  // (B, T, Hkv, D) -> (B, T, H, D): query head h reads kv head h / repeats
+    k = b.constraint(b.repeat_kv(k, repeats), kHeads);
+    v = b.constraint(b.repeat_kv(v, repeats), kHeads);
+  }
   ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale).first, "context");  // (B, T, H, D)
   ValueId attn = b.checkpoint_name(
       b.matmul(o, lp.out, 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)

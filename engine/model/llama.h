@@ -11,8 +11,10 @@
 //   params/token_embedder/embedding                          (V, E)    (vocab, embed_vocab)
 //   params/decoder/layers_{l}/pre_self_attention_layer_norm/scale (E)  (norm,)
 //   params/decoder/layers_{l}/self_attention/query/kernel    (E, H, D) (embed, q_heads, kv)
-//   params/decoder/layers_{l}/self_attention/key/kernel      (E, H, D) (embed, kv_heads, kv_head_dim)
-//   params/decoder/layers_{l}/self_attention/value/kernel    (E, H, D) (embed, kv_heads, kv_head_dim)
+//   params/decoder/layers_{l}/self_attention/key/kernel      (E, Hkv, D)
+//                                                            (embed, kv_heads, kv_head_dim)
+//   params/decoder/layers_{l}/self_attention/value/kernel    (E, Hkv, D)
+//                                                            (embed, kv_heads, kv_head_dim)
 //   params/decoder/layers_{l}/self_attention/out/kernel      (H, D, E) (heads, kv, embed)
 //   params/decoder/layers_{l}/post_self_attention_layer_norm/scale (E) (norm,)
 //   params/decoder/layers_{l}/mlp/wi_0/kernel                (E, M)    (embed, mlp)
@@ -37,7 +39,7 @@ struct ModelConfig {
   int64_t vocab_size = 256;
   int64_t emb_dim = 256;             // E
   int64_t num_query_heads = 4;       // H
-  int64_t num_kv_heads = 4;          // == H (grouped-query attention is not supported yet)
+  int64_t num_kv_heads = 4;          // Hkv: divides H; < H is grouped-query attention
   int64_t head_dim = 64;             // D
   int64_t mlp_dim = 704;             // M
   int64_t num_decoder_layers = 4;    // L
@@ -54,13 +56,14 @@ struct ModelConfig {
   int64_t pipeline_stages = 1;
   int64_t pipeline_microbatches = 1;
 
-  // Every size positive, kv heads == query heads, head_dim even; errors name the value.
+  // Every size positive, kv heads divide query heads, head_dim even; errors name the value.
   Status validate() const;
   int64_t num_params() const;        // total parameter count
 };
 
-// Presets: llama-tiny, llama-small (bench/torch_llama.py's shapes), llama2-7b, llama2-13b,
-// llama2-70b-shaped presets are MaxText's (shape-only compiles). Unknown names list the known.
+// Presets: llama-tiny, llama-small (bench/torch_llama.py's shapes); llama2-7b, llama2-13b and
+// llama2-70b (grouped-query, 8 kv heads) are MaxText's configs/models (shape-only compiles).
+// Unknown names list the known.
 Result<ModelConfig> model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 

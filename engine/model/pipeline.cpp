@@ -40,7 +40,8 @@ Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatche
 
 LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                                                std::vector<ValueId>& all) {
-  const int64_t E = m.emb_dim, H = m.num_query_heads, D = m.head_dim, M = m.mlp_dim;
+  const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
+                M = m.mlp_dim;
   const int64_t S = m.pipeline_stages, lps = m.num_decoder_layers / S;
   auto param = [&](const std::string& sub, std::vector<int64_t> dims,
                    std::vector<std::string> logical) {
@@ -54,8 +55,9 @@ LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
   LlamaLayerParams lp;
   lp.pre_norm = param("pre_self_attention_layer_norm/scale", {E}, {"norm"});
   lp.query = param("self_attention/query/kernel", {E, H, D}, {"embed", "q_heads", "kv"});
-  lp.key = param("self_attention/key/kernel", {E, H, D}, {"embed", "kv_heads", "kv_head_dim"});
-  lp.value = param("self_attention/value/kernel", {E, H, D}, {"embed", "kv_heads", "kv_head_dim"});
+  lp.key = param("self_attention/key/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"});
+  lp.value =
+      param("self_attention/value/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"});
   lp.out = param("self_attention/out/kernel", {H, D, E}, {"heads", "kv", "embed"});
   lp.post_norm = param("post_self_attention_layer_norm/scale", {E}, {"norm"});
   lp.wi_0 = param("mlp/wi_0/kernel", {E, M}, {"embed", "mlp"});

@@ -147,6 +147,12 @@ void run_data_movement(const Program& p, const Instr& in, void* const* ptrs) {
   const char* x = static_cast<const char*>(ptrs[in.inputs[0]]);
   switch (in.kind) {
     case OpKind::kReshape: copy_if_distinct(y, x, xv.bytes()); return;
+    case OpKind::kRepeatKv: {
+      const Shape& xs = xv.shape;  // (..., Hkv, D): every leading dim is a row
+      const int r = xs.rank();
+      kern::repeat_kv(x, y, xs.prod(0, r - 2), xs[r - 2], xs[r - 1], at.size, elem);
+      return;
+    }
     case OpKind::kSlice:
     case OpKind::kPad:
     case OpKind::kShift: {
@@ -189,7 +195,7 @@ void run_data_movement(const Program& p, const Instr& in, void* const* ptrs) {
 
 bool is_data_movement(OpKind k) {
   return k == OpKind::kReshape || k == OpKind::kSlice || k == OpKind::kPad ||
-         k == OpKind::kConcat || k == OpKind::kShift;
+         k == OpKind::kConcat || k == OpKind::kShift || k == OpKind::kRepeatKv;
 }
 
 }  // namespace
@@ -334,6 +340,11 @@ void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh*
                                a.out(2), q[0], q[1], q[2], q[3], static_cast<float>(at.scale));
       return;
     }
+    case OpKind::kRepeatKvGrad: {
+      const Shape& dy = a.shape(0);
+      kern::repeat_kv_grad(a.f(0), a.out(0), dy[0] * dy[1], dy[2] / at.size, dy[3], at.size);
+      return;
+    }
     case OpKind::kSwigluGrad:
       kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), a.numel(0));
       return;
@@ -371,7 +382,8 @@ void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh*
     case OpKind::kSlice:
     case OpKind::kPad:
     case OpKind::kConcat:
-    case OpKind::kShift: run_data_movement(p, in, ptrs); return;
+    case OpKind::kShift:
+    case OpKind::kRepeatKv: run_data_movement(p, in, ptrs); return;
     default: break;  // collectives run across devices (runtime.cpp, collectives.h)
   }
   ENG_CHECK(false, "executor: unhandled op {}", op_name(in.kind));

@@ -69,6 +69,13 @@ void scale(const float* x, float c, float* y, int64_t n);                // y = 
 void swiglu_forward(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 void swiglu_backward(const float* g, const float* u, const float* dy, float* dg, float* du,
                      int64_t n);
+// ---- grouped-query attention (op.h kRepeatKv) ---------------------------------------------
+// y[n, h, :] = x[n, h / R, :] for h < Hkv*R (x (N, Hkv, D), y (N, Hkv*R, D)); bytes, any dtype
+// of elem_bytes per element.
+void repeat_kv(const void* x, void* y, int64_t N, int64_t Hkv, int64_t D, int64_t R,
+               int64_t elem_bytes);
+// dx[n, j, :] = sum_{r < R} dy[n, j*R + r, :], summed in r order (f32; overwritten).
+void repeat_kv_grad(const float* dy, float* dx, int64_t N, int64_t Hkv, int64_t D, int64_t R);
 void convert_f32_to_bf16(const float* x, uint16_t* y, int64_t n);
 void convert_bf16_to_f32(const uint16_t* x, float* y, int64_t n);
 

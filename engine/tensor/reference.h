@@ -169,6 +169,28 @@ void swiglu_backward(const T* g, const T* u, const T* dy, T* dg, T* du, int64_t 
   }
 }
 
+// Grouped-query attention: x (N, Hkv, D) -> y (N, Hkv*R, D), y[n, h, d] = x[n, h / R, d].
+template <typename T>
+void repeat_kv(const T* x, T* y, int64_t N, int64_t Hkv, int64_t D, int64_t R) {
+  const int64_t H = Hkv * R;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) y[(n * H + h) * D + d] = x[(n * Hkv + h / R) * D + d];
+}
+
+// Its transpose: dx[n, j, d] = sum_{r < R} dy[n, j*R + r, d], summed in r order.
+template <typename T>
+void repeat_kv_grad(const T* dy, T* dx, int64_t N, int64_t Hkv, int64_t D, int64_t R) {
+  const int64_t H = Hkv * R;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < Hkv; ++j)
+      for (int64_t d = 0; d < D; ++d) {
+        T acc = 0;
+        for (int64_t r = 0; r < R; ++r) acc += dy[(n * H + j * R + r) * D + d];
+        dx[(n * Hkv + j) * D + d] = acc;
+      }
+}
+
 template <typename T>
 void softmax_cross_entropy_forward(const T* logits, const int32_t* targets, T* xent, T* lse,
                                    int64_t N, int64_t V) {

@@ -24,14 +24,15 @@ constexpr double kMaxElements = 1125899906842624.0;
 // synthetic default dataset because tfds is not available here).
 const std::vector<ConfigKey> kKeys = {
     {"run_name", V{std::string()}, "name of the run in the metrics store (default: generated)"},
-    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b"},
+    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b"},
     {"steps", V{int64_t{150001}}, "number of training steps"},
     {"per_device_batch_size", V{12.0}, "sequences per device per step (global batch = devices x this)"},
     {"max_target_length", V{int64_t{2048}}, "sequence length T"},
     {"vocab_size", V{int64_t{32000}}, "vocabulary size V"},
     {"base_emb_dim", V{int64_t{2048}}, "embedding width E"},
     {"base_num_query_heads", V{int64_t{16}}, "attention heads H"},
-    {"base_num_kv_heads", V{int64_t{16}}, "key/value heads (must equal query heads for now)"},
+    {"base_num_kv_heads", V{int64_t{16}},
+     "key/value heads (divides the query heads; fewer = grouped-query attention)"},
     {"head_dim", V{int64_t{128}}, "head dimension D"},
     {"base_mlp_dim", V{int64_t{7168}}, "MLP hidden width M"},
     {"base_num_decoder_layers", V{int64_t{16}}, "decoder layers L"},

@@ -40,8 +40,11 @@ TEST(LlamaTest, ValidateNamesTheBadValue) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("emb_dim must be positive, got -4"), std::string::npos);
   m = model_preset("llama-tiny").value();
-  m.num_kv_heads = 2;
-  EXPECT_EQ(m.validate().code(), Code::kUnimplemented);
+  m.num_kv_heads = 2;  // grouped-query attention: 2 groups of 2 query heads
+  EXPECT_TRUE(m.validate().ok());
+  m.num_kv_heads = 3;
+  EXPECT_EQ(m.validate().code(), Code::kInvalidArgument);
+  EXPECT_NE(m.validate().message().find("num_kv_heads 3"), std::string::npos);
   m = model_preset("llama-tiny").value();
   m.head_dim = 7;
   EXPECT_NE(m.validate().message().find("head_dim 7"), std::string::npos);

@@ -1,0 +1,69 @@
+-- examples/plan_70b.lua: plan llama2-70b training (MaxText's configs/models/llama2-70b.yml:
+-- emb 8192, 64 query heads over 8 kv heads (grouped-query attention), head_dim 128, mlp 28672,
+-- 80 layers, vocab 32000; 68.98B parameters), shape-only (nothing is allocated): per-device
+-- memory and collective traffic per step on 256 devices as fsdp=256 and fsdp=32 x tensor=8
+-- (tensor <= the 8 kv heads), side by side, and whether each fits a device's HBM.
+--
+--   shardlab examples/plan_70b.lua
+local GiB = 2 ^ 30
+local hbm_gib = {16, 95}  -- per-device HBM to check against (e.g. v5e 16 GiB, v5p 95 GiB)
+
+local plans = {
+  {name = "fsdp=256", mesh = sl.mesh{fsdp = 256}},
+  {name = "fsdp=32 x tensor=8", mesh = sl.mesh{fsdp = 32, tensor = 8}},
+}
+local cfg = sl.config{model = "llama2-70b", per_device_batch_size = 1, max_target_length = 2048}
+
+local start = os.clock()
+for _, p in ipairs(plans) do
+  local t = sl.trainer(cfg, p.mesh, {shape_only = true})
+  p.compiled = t:compile()
+  p.trainer = t
+end
+print(string.format("llama2-70b, per_device_batch_size=1, T=2048: %d plans compiled in %.2f s\n",
+                    #plans, os.clock() - start))
+
+-- One line per quantity, one column per mesh.
+local function row(label, f)
+  local cells = {string.format("%-28s", label)}
+  for _, p in ipairs(plans) do cells[#cells + 1] = string.format("%20s", f(p)) end
+  print(table.concat(cells))
+end
+local function gib(bytes) return string.format("%.2f GiB", bytes / GiB) end
+row("", function(p) return p.name end)
+row("devices", function(p) return tostring(p.mesh:devices()) end)
+row("arguments / device", function(p) return gib(p.compiled.memory.argument_bytes) end)
+row("temps / device", function(p) return gib(p.compiled.memory.temp_bytes) end)
+row("peak / device", function(p) return gib(p.compiled.memory.peak_bytes) end)
+row("state (shardings) / device", function(p) return gib(p.trainer:shardings():bytes()) end)
+local axes = {}
+for _, p in ipairs(plans) do
+  for axis in pairs(p.compiled.cost.collective_bytes) do axes[axis] = true end
+end
+local sorted = {}
+for axis in pairs(axes) do sorted[#sorted + 1] = axis end
+table.sort(sorted)
+for _, axis in ipairs(sorted) do
+  row("collective GiB/step @" .. axis, function(p)
+    return string.format("%.2f", (p.compiled.cost.collective_bytes[axis] or 0) / GiB)
+  end)
+end
+row("TFLOP / device / step", function(p) return string.format("%.1f", p.compiled.cost.flops / 1e12) end)
+for _, h in ipairs(hbm_gib) do
+  row(string.format("fits %d GiB HBM?", h), function(p)
+    return p.compiled.memory.peak_bytes <= h * GiB and "yes" or "no"
+  end)
+end
+
+-- How an MLP weight and a (grouped-query) key weight are split on each mesh.
+print()
+for _, p in ipairs(plans) do
+  local r = p.trainer:shardings():find("params/decoder/layers_0/mlp/wi_0/kernel")
+  print(string.format("%-20s wi_0: %-28s %-18s local (%d, %d)", p.name, r.type, tostring(r.spec),
+                      r.local_shape[1], r.local_shape[2]))
+  local k = p.trainer:shardings():find("params/decoder/layers_0/self_attention/key/kernel")
+  print(string.format("%-20s key:  %-28s %-18s local (%d, %d, %d)", p.name, k.type,
+                      tostring(k.spec), k.local_shape[1], k.local_shape[2], k.local_shape[3]))
+end
+print()
+print(plans[1].compiled.memory.summary)
