@@ -1,7 +1,7 @@
 // tests/spmd/gqa_test.cpp: grouped-query attention under SPMD. A small GQA llama (4 query
 // heads over 2 kv heads) trains, and its sharded runs (tensor=2: the kv heads split like the
-// query heads; data=2; fsdp x tensor) equal the one-device run within 1e-5, in auto and
-// explicit mode; more tensor shards than kv heads is JAX's indivisible-argument error. And
+// query heads; data=2; fsdp x tensor; the pipeline over stage=2) equal the one-device run
+// within 1e-5, in auto and explicit mode; more tensor shards than kv heads is JAX's indivisible-argument error. And
 // MaxText's llama2-70b (64 query heads, 8 kv heads) compiles shape-only on 256 devices (fsdp, fsdp x tensor=8)
 // with its per-device memory and collective bytes; its parameter count is MaxText's.
 #include <gtest/gtest.h>
@@ -23,7 +23,8 @@ namespace {
 constexpr int kSteps = 4;
 
 // The spmd matrix's model (matrix_test.cpp) with 2 kv heads for its 4 query heads.
-ResolvedConfig gqa_config() {
+// stages > 1: MaxText's pipeline over `stage` (its body is the same decoder layer).
+ResolvedConfig gqa_config(int64_t stages = 1, int64_t microbatches = 1) {
   Config c;
   EXPECT_TRUE(c.set("model_name", "llama-tiny").ok());
   EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
@@ -39,6 +40,10 @@ ResolvedConfig gqa_config() {
   EXPECT_TRUE(c.set("steps", int64_t{kSteps}).ok());
   EXPECT_TRUE(c.set("warmup_steps_fraction", 0.2).ok());
   EXPECT_TRUE(c.set("adam_eps", 1e-4).ok());
+  if (stages > 1) {
+    EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
+    EXPECT_TRUE(c.set("num_pipeline_microbatches", microbatches).ok());
+  }
   Result<ResolvedConfig> r = resolve_config(c, 8);  // global batch 8 on every mesh
   EXPECT_TRUE(r.ok()) << r.status().message();
   return *r;
@@ -51,8 +56,8 @@ struct GqaRun {
   std::string program_text;
 };
 
-Result<GqaRun> train(const Mesh& mesh, const CompileOptions& opts) {
-  static const ResolvedConfig cfg = gqa_config();
+Result<GqaRun> train(const Mesh& mesh, const CompileOptions& opts,
+                     const ResolvedConfig& cfg = gqa_config()) {
   TrainStepLayout layout;
   Program p = build_train_step(cfg, &layout);
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, compile(p, mesh, opts));
@@ -165,6 +170,23 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Case{{"tensor"}, {2}}, Case{{"data"}, {2}},
                                          Case{{"fsdp", "tensor"}, {2, 2}}),
                        ::testing::Bool()));
+
+// The pipeline body (trace_decoder_layer under vmap) with GQA: stage=2, 2 microbatches; the
+// losses equal the sequential one-device run (the weights are stacked per stage there).
+TEST(Gqa, PipelineStage2EqualsOneDevice) {
+  const GqaRun& ref = reference();
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kSteps));
+  Result<GqaRun> r = train(*Mesh::create({"stage"}, {2}), CompileOptions{}, gqa_config(2, 2));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_NE(r->program_text.find("repeat_kv[vmap=2 repeats=2]"), std::string::npos);
+  double loss_rel = 0;
+  for (int s = 0; s < kSteps; ++s)
+    loss_rel = std::max(loss_rel, static_cast<double>(std::fabs(r->losses[s] - ref.losses[s]) /
+                                                      std::fabs(ref.losses[s])));
+  fmt::print("[gqa] pipeline stage=2 M=2: loss rel {:.2e}\n", loss_rel);
+  EXPECT_LT(loss_rel, 1e-5);
+  EXPECT_EQ(r->max_collective_mismatch, 0);
+}
 
 // kv_heads -> tensor (MaxText rule 22) on 2 kv heads over tensor=4: the key kernel's dim 1
 // is not divisible, as pjit would report for MaxText (kv heads must be divisible by tensor).
