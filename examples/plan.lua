@@ -1,17 +1,29 @@
--- examples/plan_7b.lua: plan llama2-7b training beyond this machine, shape-only (nothing is
--- allocated): per-device memory and collective traffic per step for a 256-device fsdp mesh
--- a 64x4 fsdp x tensor mesh and (for contrast) 8 devices, side by side, and whether each fits a device's HBM.
+-- examples/plan.lua: plan training beyond this machine, shape-only (nothing is allocated):
+-- per-device memory and collective traffic per step for several meshes side by side, and
+-- whether each fits a device's HBM.
 --
---   shardlab examples/plan_7b.lua
+--   shardlab examples/plan.lua              -- llama2-7b: fsdp=256, fsdp=64 x tensor=4, fsdp=8
+--   shardlab examples/plan.lua llama2-70b   -- MaxText's llama2-70b (emb 8192, 64 query heads
+--                                           -- over 8 kv heads, mlp 28672, 80 layers; 68.98B
+--                                           -- params): fsdp=256, fsdp=32 x tensor=8
+local model = (arg and arg[1]) or "llama2-7b"
 local GiB = 2 ^ 30
 local hbm_gib = {16, 95}  -- per-device HBM to check against (e.g. v5e 16 GiB, v5p 95 GiB)
 
-local plans = {
-  {name = "fsdp=256", mesh = sl.mesh{fsdp = 256}},
-  {name = "fsdp=64 x tensor=4", mesh = sl.mesh{fsdp = 64, tensor = 4}},
-  {name = "fsdp=8 (one host)", mesh = sl.mesh{fsdp = 8}},  -- for contrast: state is 1/8 of 80 GB
+-- tensor stays <= the number of kv heads (8 for llama2-70b's grouped-query attention).
+local meshes = {
+  ["llama2-7b"] = {
+    {name = "fsdp=256", mesh = sl.mesh{fsdp = 256}},
+    {name = "fsdp=64 x tensor=4", mesh = sl.mesh{fsdp = 64, tensor = 4}},
+    {name = "fsdp=8 (one host)", mesh = sl.mesh{fsdp = 8}},  -- for contrast: state is 1/8 of 80 GB
+  },
+  ["llama2-70b"] = {
+    {name = "fsdp=256", mesh = sl.mesh{fsdp = 256}},
+    {name = "fsdp=32 x tensor=8", mesh = sl.mesh{fsdp = 32, tensor = 8}},
+  },
 }
-local cfg = sl.config{model = "llama2-7b", per_device_batch_size = 1, max_target_length = 2048}
+local plans = meshes[model] or {{name = "fsdp=256", mesh = sl.mesh{fsdp = 256}}}
+local cfg = sl.config{model = model, per_device_batch_size = 1, max_target_length = 2048}
 
 local start = os.clock()
 for _, p in ipairs(plans) do
@@ -19,8 +31,8 @@ for _, p in ipairs(plans) do
   p.compiled = t:compile()
   p.trainer = t
 end
-print(string.format("llama2-7b, per_device_batch_size=1, T=2048: %d plans compiled in %.2f s\n",
-                    #plans, os.clock() - start))
+print(string.format("%s, per_device_batch_size=1, T=2048: %d plans compiled in %.2f s\n",
+                    model, #plans, os.clock() - start))
 
 -- One line per quantity, one column per mesh.
 local function row(label, f)
@@ -54,12 +66,15 @@ for _, h in ipairs(hbm_gib) do
   end)
 end
 
--- How one weight is split on each mesh.
+-- How an MLP weight and a (grouped-query) key weight are split on each mesh.
 print()
 for _, p in ipairs(plans) do
   local r = p.trainer:shardings():find("params/decoder/layers_0/mlp/wi_0/kernel")
   print(string.format("%-20s wi_0: %-28s %-18s local (%d, %d)", p.name, r.type, tostring(r.spec),
                       r.local_shape[1], r.local_shape[2]))
+  local k = p.trainer:shardings():find("params/decoder/layers_0/self_attention/key/kernel")
+  print(string.format("%-20s key:  %-28s %-18s local (%d, %d, %d)", p.name, k.type,
+                      tostring(k.spec), k.local_shape[1], k.local_shape[2], k.local_shape[3]))
 end
 print()
 print(plans[1].compiled.memory.summary)
