@@ -89,17 +89,13 @@ class LocalCommunicator final : public Communicator {
           int64_t outer, mid, inner;
           split3(xs, in.attrs.dim, outer, mid, inner);
           const int64_t run = mid * inner * elem;
-          for (int64_t r = 0; r < G; ++r) {
-            const int64_t dst = g.member(leader, r);
-            char* out = static_cast<char*>(buf[dst][y]);
-            for (int64_t m = 0; m < G; ++m) {
-              const int64_t src = g.member(leader, m);
-              const char* inp = static_cast<const char*>(buf[src][x]);
-              for (int64_t o = 0; o < outer; ++o)
-                std::memcpy(out + (o * G + m) * run, inp + o * run, run);
-              if (src != dst) count(dst, g.mask, xbytes);
-            }
-          }
+          exchange(g, leader, buf, x, y, xbytes,
+                   [&](int64_t, int64_t m, void* dst, const void* src) {
+                     char* out = static_cast<char*>(dst);
+                     const char* inp = static_cast<const char*>(src);
+                     for (int64_t o = 0; o < outer; ++o)
+                       std::memcpy(out + (o * G + m) * run, inp + o * run, run);
+                   });
           break;
         }
         case OpKind::kReduceScatter: {  // member r: block r of the sum, in rank order
@@ -107,41 +103,35 @@ class LocalCommunicator final : public Communicator {
           int64_t outer, mid, inner;
           split3(xs, in.attrs.dim, outer, mid, inner);
           const int64_t blk = mid / G * inner;
-          for (int64_t r = 0; r < G; ++r) {
-            const int64_t dst = g.member(leader, r);
-            float* out = static_cast<float*>(buf[dst][y]);
-            for (int64_t m = 0; m < G; ++m) {
-              const int64_t src = g.member(leader, m);
-              const float* inp = static_cast<const float*>(buf[src][x]);
-              for (int64_t o = 0; o < outer; ++o) {
-                const float* s = inp + o * mid * inner + r * blk;
-                float* d = out + o * blk;
-                if (m == 0) std::memcpy(d, s, blk * sizeof(float));
-                else
-                  for (int64_t i = 0; i < blk; ++i) d[i] += s[i];
-              }
-              if (src != dst) count(dst, g.mask, ybytes);
-            }
-          }
+          exchange(g, leader, buf, x, y, ybytes,
+                   [&](int64_t r, int64_t m, void* dst, const void* src) {
+                     float* out = static_cast<float*>(dst);
+                     const float* inp = static_cast<const float*>(src);
+                     for (int64_t o = 0; o < outer; ++o) {
+                       const float* s = inp + o * mid * inner + r * blk;
+                       float* d = out + o * blk;
+                       if (m == 0)
+                         std::memcpy(d, s, blk * sizeof(float));
+                       else
+                         for (int64_t i = 0; i < blk; ++i) d[i] += s[i];
+                     }
+                   });
           break;
         }
         case OpKind::kAllReduce: {  // every member sums all members' inputs in rank order
           ENG_CHECK(p.value(x).dtype == DType::kF32, "all_reduce: f32 only");
           const int64_t n = xs.numel();
-          for (int64_t r = 0; r < G; ++r) {
-            const int64_t dst = g.member(leader, r);
-            float* out = static_cast<float*>(buf[dst][y]);
-            for (int64_t m = 0; m < G; ++m) {
-              const int64_t src = g.member(leader, m);
-              const float* s = static_cast<const float*>(buf[src][x]);
-              if (m == 0) std::memcpy(out, s, n * sizeof(float));
-              else if (in.attrs.reduce_max)
-                for (int64_t i = 0; i < n; ++i) out[i] = out[i] < s[i] ? s[i] : out[i];
-              else
-                for (int64_t i = 0; i < n; ++i) out[i] += s[i];
-              if (src != dst) count(dst, g.mask, xbytes);
-            }
-          }
+          exchange(g, leader, buf, x, y, xbytes,
+                   [&](int64_t, int64_t m, void* dst, const void* src) {
+                     float* out = static_cast<float*>(dst);
+                     const float* s = static_cast<const float*>(src);
+                     if (m == 0)
+                       std::memcpy(out, s, n * sizeof(float));
+                     else if (in.attrs.reduce_max)
+                       for (int64_t i = 0; i < n; ++i) out[i] = out[i] < s[i] ? s[i] : out[i];
+                     else
+                       for (int64_t i = 0; i < n; ++i) out[i] += s[i];
+                   });
           break;
         }
         case OpKind::kAllToAll: all_to_all(p, in, g, leader, buf); break;
@@ -227,30 +217,42 @@ class LocalCommunicator final : public Communicator {
       ystr[k] = ystr[k + 1] * ys[k + 1];
     }
     const int64_t chunk_bytes = p.value(x).bytes() / G;
-    for (int64_t r = 0; r < G; ++r) {
+    exchange(g, leader, buf, x, y, chunk_bytes,
+             [&](int64_t r, int64_t m, void* dst, const void* src) {
+               char* out = static_cast<char*>(dst);
+               const char* inp = static_cast<const char*>(src);
+               const int64_t xoff = r * ext[sd] * xstr[sd], yoff = m * xs[cd] * ystr[cd];
+               int64_t idx[kMaxRank] = {};
+               int64_t total = 1;
+               for (int k = 0; k < rank; ++k) total *= ext[k];
+               const int64_t runlen = ext[rank - 1];
+               for (int64_t e = 0; e < total; e += runlen) {
+                 int64_t xo = xoff, yo = yoff;
+                 for (int k = 0; k < rank - 1; ++k) {
+                   xo += idx[k] * xstr[k];
+                   yo += idx[k] * ystr[k];
+                 }
+                 std::memcpy(out + yo * elem, inp + xo * elem, runlen * elem);
+                 for (int k = rank - 2; k >= 0; --k) {
+                   if (++idx[k] < ext[k]) break;
+                   idx[k] = 0;
+                 }
+               }
+             });
+  }
+
+  // The group of `leader` exchanges y from x: for each receiver r (rank order) and each sender
+  // m (rank order: the order reductions sum in), deliver(r, m, receiver's y, sender's x); every
+  // receiver is counted `bytes` for each other member it hears from.
+  template <typename Deliver>
+  void exchange(const Groups& g, int64_t leader, std::span<void* const* const> buf, ValueId x,
+                ValueId y, int64_t bytes, Deliver&& deliver) {
+    for (int64_t r = 0; r < g.group; ++r) {
       const int64_t dst = g.member(leader, r);
-      char* out = static_cast<char*>(buf[dst][y]);
-      for (int64_t m = 0; m < G; ++m) {
+      for (int64_t m = 0; m < g.group; ++m) {
         const int64_t src = g.member(leader, m);
-        const char* inp = static_cast<const char*>(buf[src][x]);
-        const int64_t xoff = r * ext[sd] * xstr[sd], yoff = m * xs[cd] * ystr[cd];
-        int64_t idx[kMaxRank] = {};
-        int64_t total = 1;
-        for (int k = 0; k < rank; ++k) total *= ext[k];
-        const int64_t runlen = ext[rank - 1];
-        for (int64_t e = 0; e < total; e += runlen) {
-          int64_t xo = xoff, yo = yoff;
-          for (int k = 0; k < rank - 1; ++k) {
-            xo += idx[k] * xstr[k];
-            yo += idx[k] * ystr[k];
-          }
-          std::memcpy(out + yo * elem, inp + xo * elem, runlen * elem);
-          for (int k = rank - 2; k >= 0; --k) {
-            if (++idx[k] < ext[k]) break;
-            idx[k] = 0;
-          }
-        }
-        if (src != dst) count(dst, g.mask, chunk_bytes);
+        deliver(r, m, buf[dst][y], static_cast<const void*>(buf[src][x]));
+        if (src != dst) count(dst, g.mask, bytes);
       }
     }
   }
