@@ -1,8 +1,6 @@
 // tests/ir/gqa_grad_test.cpp: grouped-query attention: repeat_kv's exact semantics (op.h),
 // its VJP against central differences, and a tiny GQA llama layer (4 query heads sharing 2
 // kv heads) with every parameter's gradient checked in double precision.
-#include <cmath>
-
 #include <gtest/gtest.h>
 
 #include "grad_check.h"
@@ -44,51 +42,10 @@ TEST(GradCheck, RepeatKv) {
   });
 }
 
-// model_grad_test's tiny llama with grouped-query attention, as the model traces it: key and
+// grad_check's tiny layer with grouped-query attention, as the model traces it: key and
 // value projections (E, Hkv, D), rope on the kv heads, repeat_kv onto the query heads.
 ValueId tiny_gqa_llama(Builder& b, std::vector<ValueId>& wrt) {
-  auto param = [&](const char* name, Shape shape, std::vector<std::string> logical) {
-    ValueId v =
-        b.argument(name, std::move(shape), DType::kF32, std::move(logical), ArgRole::kParam);
-    wrt.push_back(v);
-    return v;
-  };
-  auto batch = [&](const char* name) {
-    return b.argument(name, Shape{kB, kT}, DType::kI32, {"activation_batch", "activation_length"},
-                      ArgRole::kBatch);
-  };
-  ValueId embedding = param("token_embedder/embedding", {kV, kE}, {"vocab", "embed"});
-  ValueId attn_norm = param("pre_self_attention_layer_norm/scale", {kE}, {"norm"});
-  ValueId wq = param("self_attention/query/kernel", {kE, kQHeads, kD}, {"embed", "q_heads", "kv"});
-  ValueId wk = param("self_attention/key/kernel", {kE, kKvHeads, kD},
-                     {"embed", "kv_heads", "kv_head_dim"});
-  ValueId wv = param("self_attention/value/kernel", {kE, kKvHeads, kD},
-                     {"embed", "kv_heads", "kv_head_dim"});
-  ValueId wo = param("self_attention/out/kernel", {kQHeads, kD, kE}, {"heads", "kv", "embed"});
-  ValueId mlp_norm = param("post_self_attention_layer_norm/scale", {kE}, {"norm"});
-  ValueId wi0 = param("mlp/wi_0/kernel", {kE, kF}, {"embed", "mlp"});
-  ValueId wi1 = param("mlp/wi_1/kernel", {kE, kF}, {"embed", "mlp"});
-  ValueId wo_mlp = param("mlp/wo/kernel", {kF, kE}, {"mlp", "embed"});
-  ValueId final_norm = param("decoder_norm/scale", {kE}, {"norm"});
-  ValueId logits_w = param("logits_dense/kernel", {kE, kV}, {"embed", "vocab"});
-  ValueId ids = batch("ids"), positions = batch("positions"), targets = batch("targets");
-  ValueId seg = batch("segmentation");
-
-  ValueId x = b.embed_lookup(embedding, ids);  // (B, T, E)
-  ValueId h = b.rmsnorm(x, attn_norm, 1e-5).first;
-  ValueId q = b.rope(b.matmul(h, wq, 2, 1), positions, 1.0, 10000.0);  // (B, T, H, D)
-  ValueId k = b.rope(b.matmul(h, wk, 2, 1), positions, 1.0, 10000.0);  // (B, T, Hkv, D)
-  ValueId v = b.matmul(h, wv, 2, 1);
-  k = b.repeat_kv(k, kRepeats);  // (B, T, H, D)
-  v = b.repeat_kv(v, kRepeats);
-  ValueId o = b.attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kD))).first;
-  x = b.add(x, b.matmul(o, wo, 2, 2));  // (B, T, E)
-  h = b.rmsnorm(x, mlp_norm, 1e-5).first;
-  ValueId m = b.swiglu(b.matmul(h, wi0, 2, 1), b.matmul(h, wi1, 2, 1));  // (B, T, F)
-  x = b.add(x, b.matmul(m, wo_mlp, 2, 1));
-  h = b.rmsnorm(x, final_norm, 1e-5).first;
-  ValueId logits = b.matmul(h, logits_w, 2, 1);  // (B, T, V)
-  return b.masked_mean_loss(b.softmax_cross_entropy(logits, targets).first, seg).first;
+  return tiny_llama_layer(b, wrt, {.query_heads = kQHeads, .kv_heads = kKvHeads});
 }
 
 TEST(ModelGradCheck, TinyGqaLlamaEveryParameter) {

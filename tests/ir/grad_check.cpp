@@ -49,6 +49,58 @@ ValueId cross_entropy_head(Builder& b, ValueId y) {
   return b.masked_mean_loss(xent, seg).first;
 }
 
+ValueId tiny_llama_layer(Builder& b, std::vector<ValueId>& wrt, const TinyLayer& layer) {
+  const int64_t H = layer.query_heads, Hkv = layer.kv_heads;
+  auto param = [&](const char* name, Shape shape, std::vector<std::string> logical) {
+    ValueId v =
+        b.argument(name, std::move(shape), DType::kF32, std::move(logical), ArgRole::kParam);
+    wrt.push_back(v);
+    return v;
+  };
+  auto batch = [&](const char* name) {
+    return b.argument(name, Shape{kB, kT}, DType::kI32, {"activation_batch", "activation_length"},
+                      ArgRole::kBatch);
+  };
+  ValueId embedding = param("token_embedder/embedding", {kV, kE}, {"vocab", "embed"});
+  ValueId attn_norm = param("pre_self_attention_layer_norm/scale", {kE}, {"norm"});
+  ValueId wq = param("self_attention/query/kernel", {kE, H, kD}, {"embed", "q_heads", "kv"});
+  ValueId wk =
+      param("self_attention/key/kernel", {kE, Hkv, kD}, {"embed", "kv_heads", "kv_head_dim"});
+  ValueId wv =
+      param("self_attention/value/kernel", {kE, Hkv, kD}, {"embed", "kv_heads", "kv_head_dim"});
+  ValueId wo = param("self_attention/out/kernel", {H, kD, kE}, {"heads", "kv", "embed"});
+  ValueId mlp_norm = param("post_self_attention_layer_norm/scale", {kE}, {"norm"});
+  ValueId wi0 = param("mlp/wi_0/kernel", {kE, kF}, {"embed", "mlp"});
+  ValueId wi1 = param("mlp/wi_1/kernel", {kE, kF}, {"embed", "mlp"});
+  ValueId wo_mlp = param("mlp/wo/kernel", {kF, kE}, {"mlp", "embed"});
+  ValueId final_norm = param("decoder_norm/scale", {kE}, {"norm"});
+  ValueId logits_w = param("logits_dense/kernel", {kE, kV}, {"embed", "vocab"});
+  ValueId ids = batch("ids"), positions = batch("positions"), targets = batch("targets");
+  ValueId seg = batch("segmentation");
+  const std::vector<std::string> act{"activation_batch", "activation_length", "activation_embed"};
+  auto residual = [&](ValueId v) {
+    return layer.constrain_activations ? b.constraint(v, act) : v;
+  };
+
+  ValueId x = residual(b.embed_lookup(embedding, ids));  // (B, T, E)
+  ValueId h = b.rmsnorm(x, attn_norm, 1e-5).first;
+  ValueId q = b.rope(b.matmul(h, wq, 2, 1), positions, 1.0, 10000.0);  // (B, T, H, D)
+  ValueId k = b.rope(b.matmul(h, wk, 2, 1), positions, 1.0, 10000.0);  // (B, T, Hkv, D)
+  ValueId v = b.matmul(h, wv, 2, 1);
+  if (Hkv < H) {
+    k = b.repeat_kv(k, H / Hkv);  // (B, T, H, D)
+    v = b.repeat_kv(v, H / Hkv);
+  }
+  ValueId o = b.attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(kD))).first;
+  x = b.add(x, b.matmul(o, wo, 2, 2));  // (B, T, E)
+  h = b.rmsnorm(x, mlp_norm, 1e-5).first;
+  ValueId m = b.swiglu(b.matmul(h, wi0, 2, 1), b.matmul(h, wi1, 2, 1));  // (B, T, F)
+  x = residual(b.add(x, b.matmul(m, wo_mlp, 2, 1)));
+  h = b.rmsnorm(x, final_norm, 1e-5).first;
+  ValueId logits = b.matmul(h, logits_w, 2, 1);  // (B, T, V)
+  return b.masked_mean_loss(b.softmax_cross_entropy(logits, targets).first, seg).first;
+}
+
 Program build_with_gradients(const BuildLoss& build) {
   Builder b("grad_check");
   std::vector<ValueId> wrt;

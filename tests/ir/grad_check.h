@@ -27,6 +27,18 @@ ValueId cross_entropy_head(Builder& b, ValueId y);
 // differentiate (arguments) onto wrt.
 using BuildLoss = std::function<ValueId(Builder& b, std::vector<ValueId>& wrt)>;
 
+// The tiny llama-like decoder layer of the model gradient checks, with MaxText's parameter
+// paths and logical axes: embedding -> rmsnorm -> q (E, H, D), k/v (E, Hkv, D) -> rope ->
+// repeat_kv onto the query heads (only when Hkv < H, as the model traces it) -> causal
+// attention -> out (H, D, E) -> residual -> rmsnorm -> swiglu MLP -> residual -> final norm ->
+// logits -> masked mean loss. Pushes its 12 parameters onto wrt; returns the loss.
+struct TinyLayer {
+  int64_t query_heads = kH;            // H
+  int64_t kv_heads = kH;               // Hkv; H % Hkv == 0
+  bool constrain_activations = false;  // sharding constraints on the residual stream
+};
+ValueId tiny_llama_layer(Builder& b, std::vector<ValueId>& wrt, const TinyLayer& layer);
+
 // The forward program plus append_gradients, with outputs "loss" then "grad/<arg name>".
 Program build_with_gradients(const BuildLoss& build);
 
