@@ -6,16 +6,13 @@
 // with its per-device memory and collective bytes; its parameter count is MaxText's.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cmath>
-
 #include <fmt/format.h>
 
 #include "engine/compile/executable.h"
-#include "engine/runtime/runtime.h"
 #include "engine/train/config.h"
-#include "engine/train/data.h"
 #include "engine/train/train_step.h"
+#include "tests/common/tiny_config.h"
+#include "tests/spmd/spmd_run.h"
 
 namespace eng {
 namespace {
@@ -25,21 +22,20 @@ constexpr int kSteps = 4;
 // The spmd matrix's model (matrix_test.cpp) with 2 kv heads for its 4 query heads.
 // stages > 1: MaxText's pipeline over `stage` (its body is the same decoder layer).
 ResolvedConfig gqa_config(int64_t stages = 1, int64_t microbatches = 1) {
-  Config c;
-  EXPECT_TRUE(c.set("model_name", "llama-tiny").ok());
-  EXPECT_TRUE(c.set("base_emb_dim", int64_t{64}).ok());
-  EXPECT_TRUE(c.set("base_num_query_heads", int64_t{4}).ok());
-  EXPECT_TRUE(c.set("base_num_kv_heads", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("head_dim", int64_t{16}).ok());
-  EXPECT_TRUE(c.set("base_mlp_dim", int64_t{128}).ok());
-  EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{2}).ok());
-  EXPECT_TRUE(c.set("vocab_size", int64_t{256}).ok());
-  EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
-  EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
-  EXPECT_TRUE(c.set("learning_rate", 1e-3).ok());
-  EXPECT_TRUE(c.set("steps", int64_t{kSteps}).ok());
-  EXPECT_TRUE(c.set("warmup_steps_fraction", 0.2).ok());
-  EXPECT_TRUE(c.set("adam_eps", 1e-4).ok());
+  Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
+                                         .emb_dim = 64,
+                                         .query_heads = 4,
+                                         .kv_heads = 2,
+                                         .head_dim = 16,
+                                         .mlp_dim = 128,
+                                         .layers = 2,
+                                         .vocab_size = 256,
+                                         .seq = 32,
+                                         .per_device_batch = 1.0,
+                                         .learning_rate = 1e-3,
+                                         .steps = kSteps,
+                                         .warmup_steps_fraction = 0.2,
+                                         .adam_eps = 1e-4});
   if (stages > 1) {
     EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
     EXPECT_TRUE(c.set("num_pipeline_microbatches", microbatches).ok());
@@ -49,65 +45,17 @@ ResolvedConfig gqa_config(int64_t stages = 1, int64_t microbatches = 1) {
   return *r;
 }
 
-struct GqaRun {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> params;
-  double max_collective_mismatch = 0;
+struct GqaRun : testing::SpmdRun {
   std::string program_text;
 };
 
 Result<GqaRun> train(const Mesh& mesh, const CompileOptions& opts,
                      const ResolvedConfig& cfg = gqa_config()) {
-  TrainStepLayout layout;
-  Program p = build_train_step(cfg, &layout);
-  ENG_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, compile(p, mesh, opts));
-  Runtime rt(mesh);
-  std::vector<Array> state;  // parameters from init_param, everything else zeros
-  std::vector<float> host;
-  for (size_t i = 0; i < p.args().size(); ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    const NamedSharding& s = exe->argument_sharding(static_cast<int>(i));
-    if (p.args()[i].role == ArgRole::kParam) {
-      host.resize(v.shape.numel());
-      init_param(v, cfg.init_weights_seed, host.data());
-      ENG_ASSIGN_OR_RETURN(Array a, rt.put(host.data(), v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(a));
-    } else {
-      ENG_ASSIGN_OR_RETURN(Array a, rt.zeros(v.shape, v.dtype, s, v.name));
-      state.push_back(std::move(a));
-    }
-  }
-  ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
-  HostBatch batch;
   GqaRun run;
-  run.program_text = p.to_text();
-  std::vector<Array> outputs;
-  std::vector<Array*> args;
-  for (Array& a : state) args.push_back(&a);
-  for (int step = 0; step < kSteps; ++step) {
-    data->next(batch);
-    const auto arrays = batch.arrays();
-    for (size_t k = 0; k < arrays.size(); ++k)
-      ENG_RETURN_IF_ERROR(rt.write(state[layout.first_batch_arg + k], arrays[k]->data()));
-    rt.communicator().reset_counters();
-    ENG_RETURN_IF_ERROR(rt.execute(*exe, args, outputs));
-    float loss = 0;
-    ENG_RETURN_IF_ERROR(rt.fetch(outputs[0], &loss));
-    run.losses.push_back(loss);
-    for (int d = 0; d < rt.num_devices(); ++d) {
-      auto moved = rt.communicator().bytes_received(d);
-      const auto& planned = exe->cost().collective_bytes;
-      if (moved.size() != planned.size()) run.max_collective_mismatch = 1e30;
-      for (const auto& [k, b] : planned)
-        run.max_collective_mismatch =
-            std::max(run.max_collective_mismatch, std::fabs(moved[k] - b));
-    }
-  }
-  for (int i = 0; i < layout.num_params; ++i) {
-    std::vector<float> h(p.value(p.args()[i].value).shape.numel());
-    ENG_RETURN_IF_ERROR(rt.fetch(state[i], h.data()));
-    run.params.push_back(std::move(h));
-  }
+  auto keep_text = [&](const Program& p, const Executable&, Runtime&, const std::vector<Array>&,
+                       const std::vector<Array>&) { run.program_text = p.to_text(); };
+  ENG_ASSIGN_OR_RETURN(static_cast<testing::SpmdRun&>(run),
+                       testing::run_train_steps(cfg, mesh, opts, kSteps, keep_text));
   return run;
 }
 
@@ -144,19 +92,9 @@ TEST_P(GqaMatrix, EqualsOneDevice) {
   o.shard_mode = explicit_mode ? ShardMode::kExplicit : ShardMode::kAuto;
   Result<GqaRun> r = train(mesh, o);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  double loss_rel = 0, param_rel = 0;
-  for (int s = 0; s < kSteps; ++s)
-    loss_rel = std::max(loss_rel, static_cast<double>(std::fabs(r->losses[s] - ref.losses[s]) /
-                                                      std::fabs(ref.losses[s])));
+  const double loss_rel = testing::max_loss_rel(r->losses, ref.losses);
   ASSERT_EQ(r->params.size(), ref.params.size());
-  for (size_t i = 0; i < ref.params.size(); ++i) {
-    double diff = 0, norm = 0;
-    for (size_t k = 0; k < ref.params[i].size(); ++k) {
-      diff = std::max(diff, static_cast<double>(std::fabs(r->params[i][k] - ref.params[i][k])));
-      norm = std::max(norm, static_cast<double>(std::fabs(ref.params[i][k])));
-    }
-    param_rel = std::max(param_rel, diff / norm);
-  }
+  const double param_rel = testing::max_param_rel(r->params, ref.params);
   fmt::print("[gqa] {} {}: loss rel {:.2e}, param rel {:.2e}, losses {:.5f}..{:.5f}\n",
              mesh.to_string(), explicit_mode ? "explicit" : "auto", loss_rel, param_rel,
              r->losses.front(), r->losses.back());
@@ -179,10 +117,7 @@ TEST(Gqa, PipelineStage2EqualsOneDevice) {
   Result<GqaRun> r = train(*Mesh::create({"stage"}, {2}), CompileOptions{}, gqa_config(2, 2));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_NE(r->program_text.find("repeat_kv[vmap=2 repeats=2]"), std::string::npos);
-  double loss_rel = 0;
-  for (int s = 0; s < kSteps; ++s)
-    loss_rel = std::max(loss_rel, static_cast<double>(std::fabs(r->losses[s] - ref.losses[s]) /
-                                                      std::fabs(ref.losses[s])));
+  const double loss_rel = testing::max_loss_rel(r->losses, ref.losses);
   fmt::print("[gqa] pipeline stage=2 M=2: loss rel {:.2e}\n", loss_rel);
   EXPECT_LT(loss_rel, 1e-5);
   EXPECT_EQ(r->max_collective_mismatch, 0);
@@ -223,24 +158,16 @@ TEST(ShapeOnly, Llama2_70bOn256Devices) {
   const Program p = build_train_step(*r, &layout);
   for (auto [fsdp, tensor] : {std::pair<int64_t, int64_t>{256, 1}, {32, 8}}) {
     const Mesh mesh = *Mesh::create({"data", "fsdp", "tensor"}, {1, fsdp, tensor});
-    const auto t0 = std::chrono::steady_clock::now();
-    auto exe = compile(p, mesh, CompileOptions{});
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    Result<testing::ShapeOnlyCompile> exe = testing::compile_shape_only(p, mesh, "70b");
     ASSERT_TRUE(exe.ok()) << exe.status().message();
-    const auto& mem = (*exe)->memory();
-    std::string coll;
-    for (const auto& [k, b] : (*exe)->cost().collective_bytes)
-      coll += fmt::format(" {}={:.2f}GiB", k, b / 1073741824.0);
-    fmt::print("[70b] {}: compile {:.2f} s; {}; collectives per device per step:{}\n",
-               mesh.to_string(), secs, mem.to_string(), coll);
-    EXPECT_LT(secs, 30.0);
+    const auto& mem = exe->exe->memory();
+    EXPECT_LT(exe->secs, 30.0);
     // 68.98B params x 3 (param, mu, nu) x 4 bytes / 256 devices ~ 3.0 GiB of state per device.
     EXPECT_GT(mem.argument_bytes, int64_t{3} << 30);
     EXPECT_LT(mem.argument_bytes, int64_t{4} << 30);
-    EXPECT_GT((*exe)->cost().collective_bytes.at("fsdp"), 0);
+    EXPECT_GT(exe->exe->cost().collective_bytes.at("fsdp"), 0);
     if (tensor > 1) {
-      EXPECT_GT((*exe)->cost().collective_bytes.at("tensor"), 0);
+      EXPECT_GT(exe->exe->cost().collective_bytes.at("tensor"), 0);
     }
   }
 }

@@ -19,7 +19,7 @@
 #include "engine/train/data.h"
 #include "engine/train/train_step.h"
 #include "tests/common/tiny_config.h"
-#include "tests/common/train_state.h"
+#include "tests/spmd/spmd_run.h"
 
 namespace eng {
 namespace {
@@ -46,56 +46,33 @@ ResolvedConfig small_config() {
   return *r;
 }
 
-struct TrainRun {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> params;
-  double max_collective_mismatch = 0;
+struct TrainRun : testing::SpmdRun {
   int64_t accounting_mismatch = 0;
 };
 
 Result<TrainRun> train(const Mesh& mesh, const CompileOptions& opts) {
   static const ResolvedConfig cfg = small_config();
-  TrainStepLayout layout;
-  Program p = build_train_step(cfg, &layout);
-  ENG_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, compile(p, mesh, opts));
-  Runtime rt(mesh);
-  ENG_ASSIGN_OR_RETURN(std::vector<Array> state, testing::init_train_state(p, *exe, cfg, rt));
-  ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
-  HostBatch batch;
   TrainRun run;
-  std::vector<Array> outputs;
-  const std::vector<Array*> args = testing::arg_pointers(state);
-  for (int step = 0; step < kSteps; ++step) {
-    data->next(batch);
-    ENG_RETURN_IF_ERROR(testing::write_batch(rt, batch, layout, state));
-    rt.communicator().reset_counters();
-    ENG_RETURN_IF_ERROR(rt.execute(*exe, args, outputs));
-    float loss = 0;
-    ENG_RETURN_IF_ERROR(rt.fetch(outputs[0], &loss));
-    run.losses.push_back(loss);
-    for (int d = 0; d < rt.num_devices(); ++d) {
-      auto moved = rt.communicator().bytes_received(d);
-      const auto& planned = exe->cost().collective_bytes;
-      if (moved.size() != planned.size()) run.max_collective_mismatch = 1e30;
-      for (const auto& [k, b] : planned)
-        run.max_collective_mismatch = std::max(run.max_collective_mismatch, std::fabs(moved[k] - b));
-    }
-  }
   // Device accounting: each device holds its shards of every argument and output, plus
   // the planned arena.
-  for (int d = 0; d < rt.num_devices(); ++d) {
-    int64_t want = exe->arena_bytes();
-    for (const Array& a : state) want += a.shards[d].bytes();
-    for (const Array& a : outputs) want += a.shards[d].bytes();
-    run.accounting_mismatch = std::max(run.accounting_mismatch,
-                                       std::abs(rt.device(d).bytes_in_use() - want));
-    int64_t args_bytes = 0;
-    for (const Argument& a : exe->program().args()) args_bytes += exe->program().value(a.value).bytes();
-    int64_t held = 0;
-    for (const Array& a : state) held += a.shards[d].bytes();
-    run.accounting_mismatch = std::max(run.accounting_mismatch, std::abs(held - args_bytes));
-  }
-  ENG_ASSIGN_OR_RETURN(run.params, testing::fetch_params(rt, p, layout, state));
+  auto accounting = [&](const Program&, const Executable& exe, Runtime& rt,
+                        const std::vector<Array>& state, const std::vector<Array>& outputs) {
+    for (int d = 0; d < rt.num_devices(); ++d) {
+      int64_t want = exe.arena_bytes();
+      for (const Array& a : state) want += a.shards[d].bytes();
+      for (const Array& a : outputs) want += a.shards[d].bytes();
+      run.accounting_mismatch = std::max(run.accounting_mismatch,
+                                         std::abs(rt.device(d).bytes_in_use() - want));
+      int64_t args_bytes = 0;
+      for (const Argument& a : exe.program().args())
+        args_bytes += exe.program().value(a.value).bytes();
+      int64_t held = 0;
+      for (const Array& a : state) held += a.shards[d].bytes();
+      run.accounting_mismatch = std::max(run.accounting_mismatch, std::abs(held - args_bytes));
+    }
+  };
+  ENG_ASSIGN_OR_RETURN(static_cast<testing::SpmdRun&>(run),
+                       testing::run_train_steps(cfg, mesh, opts, kSteps, accounting));
   return run;
 }
 
@@ -126,17 +103,8 @@ TEST_P(Matrix, EqualsOneDevice) {
   o.shard_optimizer_over_data = c.zero1;
   Result<TrainRun> r = train(mesh, o);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  double loss_rel = 0, param_rel = 0;
-  for (int s = 0; s < kSteps; ++s)
-    loss_rel = std::max(loss_rel, static_cast<double>(std::fabs(r->losses[s] - ref.losses[s]) / std::fabs(ref.losses[s])));
-  for (size_t i = 0; i < ref.params.size(); ++i) {
-    double diff = 0, norm = 0;
-    for (size_t k = 0; k < ref.params[i].size(); ++k) {
-      diff = std::max(diff, static_cast<double>(std::fabs(r->params[i][k] - ref.params[i][k])));
-      norm = std::max(norm, static_cast<double>(std::fabs(ref.params[i][k])));
-    }
-    param_rel = std::max(param_rel, diff / norm);
-  }
+  const double loss_rel = testing::max_loss_rel(r->losses, ref.losses);
+  const double param_rel = testing::max_param_rel(r->params, ref.params);
   fmt::print("[matrix] {} {}{}: loss rel {:.2e}, param rel {:.2e}, losses {:.5f}..{:.5f}\n",
              mesh.to_string(), explicit_mode ? "explicit" : "auto", c.zero1 ? " zero1" : "",
              loss_rel, param_rel, r->losses.front(), r->losses.back());

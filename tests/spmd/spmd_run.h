@@ -1,0 +1,120 @@
+// tests/spmd/spmd_run.h: what the spmd tests share (matrix_test, gqa_test, errors_test): a
+// hand-driven training run of a config on a mesh (losses, final parameters, collective bytes
+// moved vs compiled), its relative distance from the one-device run, and the timed, printed
+// shape-only compile of a large preset.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/compile/executable.h"
+#include "engine/runtime/runtime.h"
+#include "engine/train/config.h"
+#include "engine/train/data.h"
+#include "engine/train/train_step.h"
+#include "tests/common/train_state.h"
+
+namespace eng::testing {
+
+struct SpmdRun {
+  std::vector<float> losses;               // one per step
+  std::vector<std::vector<float>> params;  // after the last step, in argument order
+  double max_collective_mismatch = 0;      // |bytes moved - compiled bytes|, any device and key
+};
+
+// Called after the last step, before the parameters are fetched.
+using InspectRun =
+    std::function<void(const Program& p, const Executable& exe, Runtime& rt,
+                       const std::vector<Array>& state, const std::vector<Array>& outputs)>;
+
+// Builds cfg's train_step, compiles it for mesh with opts and runs `steps` steps from the
+// initial state on cfg's data, comparing every device's received bytes with the compiled
+// collective bytes after each step.
+inline Result<SpmdRun> run_train_steps(const ResolvedConfig& cfg, const Mesh& mesh,
+                                       const CompileOptions& opts, int steps,
+                                       const InspectRun& inspect = {}) {
+  TrainStepLayout layout;
+  Program p = build_train_step(cfg, &layout);
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, compile(p, mesh, opts));
+  Runtime rt(mesh);
+  ENG_ASSIGN_OR_RETURN(std::vector<Array> state, init_train_state(p, *exe, cfg, rt));
+  ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
+  HostBatch batch;
+  SpmdRun run;
+  std::vector<Array> outputs;
+  const std::vector<Array*> args = arg_pointers(state);
+  for (int step = 0; step < steps; ++step) {
+    data->next(batch);
+    ENG_RETURN_IF_ERROR(write_batch(rt, batch, layout, state));
+    rt.communicator().reset_counters();
+    ENG_RETURN_IF_ERROR(rt.execute(*exe, args, outputs));
+    float loss = 0;
+    ENG_RETURN_IF_ERROR(rt.fetch(outputs[0], &loss));
+    run.losses.push_back(loss);
+    for (int d = 0; d < rt.num_devices(); ++d) {
+      auto moved = rt.communicator().bytes_received(d);
+      const auto& planned = exe->cost().collective_bytes;
+      if (moved.size() != planned.size()) run.max_collective_mismatch = 1e30;
+      for (const auto& [k, b] : planned)
+        run.max_collective_mismatch =
+            std::max(run.max_collective_mismatch, std::fabs(moved[k] - b));
+    }
+  }
+  if (inspect) inspect(p, *exe, rt, state, outputs);
+  ENG_ASSIGN_OR_RETURN(run.params, fetch_params(rt, p, layout, state));
+  return run;
+}
+
+// max over steps of |got - want| / |want| (each step's ratio in float, as the losses are).
+inline double max_loss_rel(const std::vector<float>& got, const std::vector<float>& want) {
+  double rel = 0;
+  for (size_t s = 0; s < want.size(); ++s)
+    rel = std::max(rel, static_cast<double>(std::fabs(got[s] - want[s]) / std::fabs(want[s])));
+  return rel;
+}
+
+// max over parameters of max|got - want| / max|want|.
+inline double max_param_rel(const std::vector<std::vector<float>>& got,
+                            const std::vector<std::vector<float>>& want) {
+  double rel = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double diff = 0, norm = 0;
+    for (size_t k = 0; k < want[i].size(); ++k) {
+      diff = std::max(diff, static_cast<double>(std::fabs(got[i][k] - want[i][k])));
+      norm = std::max(norm, static_cast<double>(std::fabs(want[i][k])));
+    }
+    rel = std::max(rel, diff / norm);
+  }
+  return rel;
+}
+
+struct ShapeOnlyCompile {
+  std::shared_ptr<const Executable> exe;
+  double secs = 0;  // wall time of compile()
+};
+
+// Compiles p for mesh (no data touched), timed, and prints
+// "[tag] <mesh>: compile <s> s; <memory>; collectives per device per step: <key>=<GiB> ...".
+inline Result<ShapeOnlyCompile> compile_shape_only(const Program& p, const Mesh& mesh,
+                                                   std::string_view tag) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto exe = compile(p, mesh, CompileOptions{});
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!exe.ok()) return exe.status();
+  std::string coll;
+  for (const auto& [k, b] : (*exe)->cost().collective_bytes)
+    coll += fmt::format(" {}={:.2f}GiB", k, b / 1073741824.0);
+  fmt::print("[{}] {}: compile {:.2f} s; {}; collectives per device per step:{}\n", tag,
+             mesh.to_string(), secs, (*exe)->memory().to_string(), coll);
+  return ShapeOnlyCompile{*exe, secs};
+}
+
+}  // namespace eng::testing
