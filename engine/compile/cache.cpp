@@ -3,8 +3,10 @@
 #include "engine/compile/cache.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -307,6 +309,45 @@ std::string check_entry(std::string_view file, const CacheKey& key, std::string_
   return "";
 }
 
+// Removes the least recently used entries of `dir` (oldest modification time first; the name
+// breaks ties) until they and `incoming` bytes fit in `max_bytes`. `keep` (the entry about to
+// be written, possibly an old copy being replaced) is neither counted nor evicted; temp files
+// of in-flight writes and non-entry files are left alone.
+std::vector<std::string> evict_lru(const std::string& dir, const std::string& keep, int64_t max_bytes,
+                                   int64_t incoming) {
+  struct Entry {
+    fs::file_time_type mtime;
+    std::string name;
+    int64_t bytes;
+  };
+  std::vector<Entry> entries;
+  int64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == keep || name.rfind("jit_", 0) != 0 || name.find(".tmp.") != std::string::npos) continue;
+    std::error_code fe;
+    if (!it->is_regular_file(fe) || fe) continue;
+    const uintmax_t bytes = it->file_size(fe);
+    if (fe) continue;
+    const fs::file_time_type mtime = it->last_write_time(fe);
+    if (fe) continue;
+    entries.push_back({mtime, name, static_cast<int64_t>(bytes)});
+    total += static_cast<int64_t>(bytes);
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.mtime != b.mtime ? a.mtime < b.mtime : a.name < b.name;
+  });
+  std::vector<std::string> evicted;
+  for (const Entry& e : entries) {
+    if (total + incoming <= max_bytes) break;
+    std::error_code re;
+    if (fs::remove(fs::path(dir) / e.name, re)) evicted.push_back(e.name);
+    total -= e.bytes;  // gone (or removed by another process meanwhile)
+  }
+  return evicted;
+}
+
 }  // namespace
 
 PersistentLoad persistent_load(const std::string& dir, const CacheKey& key) {
@@ -329,6 +370,8 @@ PersistentLoad persistent_load(const std::string& dir, const CacheKey& key) {
     return out;
   }
   out.exe = *std::move(exe);
+  std::error_code ec;  // LRU: a hit is a use (best effort: the entry may be evicted meanwhile)
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);
   out.load_s = now_seconds() - t0;
   return out;
 }
@@ -358,9 +401,29 @@ PersistentStore persistent_store(const PersistentCacheOptions& o, const CacheKey
         "threshold ({} bytes)", key.name(), out.entry_bytes, o.min_entry_size_bytes);
     return out;
   }
+  const bool bounded = o.max_size_bytes >= 0;
+  if (bounded && out.entry_bytes > o.max_size_bytes) {
+    out.skip_reason = fmt::format(
+        "Not writing persistent cache entry with key '{}' since its size ({} bytes) exceeds the "
+        "maximum cache size ({} bytes)", key.name(), out.entry_bytes, o.max_size_bytes);
+    return out;
+  }
   std::error_code ec;
   fs::create_directories(o.dir, ec);
   const std::string path = persistent_entry_path(o.dir, key);
+  int lock_fd = -1;
+  if (bounded) {
+    const std::string lock_path = (fs::path(o.dir) / ".lockfile").string();
+    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+    if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);  // best effort: without it, still correct alone
+    out.evicted = evict_lru(o.dir, key.name(), o.max_size_bytes, out.entry_bytes);
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) ::close(fd);  // releases the flock
+    }
+  } unlock{lock_fd};
   const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), g_tmp_counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {

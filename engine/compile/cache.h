@@ -114,6 +114,9 @@ struct PersistentCacheOptions {
   std::string dir;                   // compilation_cache_dir; "" = off
   double min_compile_time_s = 1.0;   // persistent_cache_min_compile_time_secs
   int64_t min_entry_size_bytes = 0;  // persistent_cache_min_entry_size_bytes (0, -1: no limit)
+  // compilation_cache_max_size (JAX's jax_compilation_cache_max_size): the most bytes the
+  // entries in `dir` may hold. -1 (any negative): no limit; 0: nothing is ever written.
+  int64_t max_size_bytes = -1;
 };
 
 std::string persistent_entry_path(const std::string& dir, const CacheKey& key);
@@ -124,16 +127,22 @@ struct PersistentLoad {
   int64_t entry_bytes = 0;                // file size when one was found
   double load_s = 0;
 };
+// A hit sets the entry's modification time to now (JAX's LRUCache touches it), so the
+// size-bounded eviction in persistent_store drops the least recently USED entries first.
 PersistentLoad persistent_load(const std::string& dir, const CacheKey& key);
 
 struct PersistentStore {
   bool written = false;
   std::string skip_reason;  // JAX's "Not writing persistent cache entry ..." text when skipped
   int64_t entry_bytes = 0;
+  std::vector<std::string> evicted;  // entry names removed to make room, oldest first
   Status status;            // an I/O error while writing (the run goes on without the entry)
 };
 // Writes atomically (temp file + fsync + rename) unless compile_s or the entry size is under
-// the thresholds.
+// the thresholds, or the entry alone is bigger than max_size_bytes. With a limit, the other
+// entries ("jit_*" files in dir, least recently used first by modification time) are evicted
+// until they and the new entry fit; the entry being written is never evicted. Eviction and
+// write hold an flock on "<dir>/.lockfile" so concurrent writers do not over-fill the dir.
 PersistentStore persistent_store(const PersistentCacheOptions& o, const CacheKey& key,
                                  const Executable& exe, double compile_s);
 

@@ -102,6 +102,7 @@ const std::vector<ConfigKey> kKeys = {
     {"compilation_cache_dir", V{std::string()}, "persistent compilation cache directory (MaxText jax_cache_dir; \"\": off)"},
     {"persistent_cache_min_compile_time_secs", V{1.0}, "only compiles at least this long are written to the persistent cache (JAX default 1.0)"},
     {"persistent_cache_min_entry_size_bytes", V{int64_t{0}}, "only entries at least this big are written (0 or -1: no limit)"},
+    {"compilation_cache_max_size", V{int64_t{-1}}, "most bytes the persistent cache's entries may hold; least recently used entries are evicted to fit a new one (-1: no limit; 0: nothing is written) (jax_compilation_cache_max_size)"},
     {"log_compiles", V{false}, "log every train_step compile, persistent-cache hit and the memory analysis (jax_log_compiles)"},
     {"explain_cache_misses", V{false}, "explain every compile-cache miss: which argument, old and new type (jax_explain_cache_misses)"},
     {"aot_shaped_batch_sharding", V{true}, "debug/compat: false reproduces MaxText's pre-PR-4174 AOT compile from an unsharded shaped batch (a second compile at step 0)"},

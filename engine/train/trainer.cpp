@@ -124,6 +124,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
   t->persistent_.dir = config.get_string("compilation_cache_dir");
   t->persistent_.min_compile_time_s = config.get_float("persistent_cache_min_compile_time_secs");
   t->persistent_.min_entry_size_bytes = config.get_int("persistent_cache_min_entry_size_bytes");
+  t->persistent_.max_size_bytes = config.get_int("compilation_cache_max_size");
   t->log_compiles_ = config.get_bool("log_compiles");
   t->explain_misses_ = config.get_bool("explain_cache_misses");
   t->aot_batch_sharding_ = config.get_bool("aot_shaped_batch_sharding");

@@ -1,7 +1,7 @@
 // tests/train/compile_cache_test.cpp: the compile cache end to end (MaxText's compile_cache_test
 // and PR 4174): one compile per run after an AOT compile, the double compile with an unsharded
 // shaped batch and its explanation, a second PROCESS loading the persistent entry, damaged
-// entries recompiled, and which changes change the key.
+// entries recompiled, which changes change the key, and LRU eviction under a size limit.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -380,6 +380,96 @@ TEST(CompileCacheTest, ExecutableRoundTripsBitwise) {
   EXPECT_EQ(back->cost().collective_bytes, exe->cost().collective_bytes);
   for (size_t cut : {size_t{0}, size_t{1}, bytes.size() / 3, bytes.size() - 1})
     EXPECT_FALSE(deserialize_executable(std::string_view(bytes).substr(0, cut)).ok()) << cut;
+}
+
+
+// ---- size-bounded eviction (jax_compilation_cache_max_size) ---------------------------------
+
+TEST(CompileCacheTest, MaxSizeEvictsLeastRecentlyUsedEntries) {
+  TempDir dir("cc_lru");
+  const std::string cache = dir / "cache";
+  Config c = cache_config(2);
+  auto t = Trainer::create(c, mesh4(c), {.shape_only = true}).value();
+  auto exe = t->compile().value();
+  // Three keys whose entries have the same size: only the program digest differs.
+  const CacheKey base = aot_key(c, mesh4(c));
+  CacheKey keys[3] = {base, base, base};
+  for (int i = 0; i < 3; ++i) keys[i].program[0] = static_cast<char>('a' + i);
+  const auto path = [&](int i) { return persistent_entry_path(cache, keys[i]); };
+
+  PersistentCacheOptions o{.dir = cache, .min_compile_time_s = 0};
+  PersistentStore a = persistent_store(o, keys[0], *exe, 0);
+  ASSERT_TRUE(a.written) << a.skip_reason << a.status.message();
+  const int64_t entry = a.entry_bytes;
+  ASSERT_EQ(static_cast<int64_t>(fs::file_size(path(0))), entry);
+  o.max_size_bytes = 2 * entry + entry / 2;  // holds two entries
+  PersistentStore b = persistent_store(o, keys[1], *exe, 0);
+  ASSERT_TRUE(b.written);
+  EXPECT_EQ(b.entry_bytes, entry);
+  EXPECT_TRUE(b.evicted.empty());
+  // Entry 0 was written first, then 1; a persistent hit on 0 makes 1 the least recently used.
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(path(0), now - std::chrono::seconds(30));
+  fs::last_write_time(path(1), now - std::chrono::seconds(20));
+  PersistentLoad hit = persistent_load(cache, keys[0]);
+  ASSERT_NE(hit.exe, nullptr) << hit.miss_reason;
+  EXPECT_GT(fs::last_write_time(path(0)), now - std::chrono::seconds(5));  // refreshed
+  PersistentStore w = persistent_store(o, keys[2], *exe, 0);
+  ASSERT_TRUE(w.written) << w.skip_reason << w.status.message();
+  EXPECT_EQ(w.evicted, std::vector<std::string>{keys[1].name()});
+  EXPECT_TRUE(fs::exists(path(0)));
+  EXPECT_FALSE(fs::exists(path(1)));
+  EXPECT_TRUE(fs::exists(path(2)));
+  EXPECT_NE(persistent_load(cache, keys[0]).exe, nullptr);  // the survivors still load
+  EXPECT_NE(persistent_load(cache, keys[2]).exe, nullptr);
+
+  // Rewriting an entry that is present (a damaged entry recompiled) neither counts its old
+  // copy nor evicts it: at exactly two entries' room nothing goes.
+  o.max_size_bytes = 2 * entry;
+  PersistentStore again = persistent_store(o, keys[2], *exe, 0);
+  EXPECT_TRUE(again.written);
+  EXPECT_TRUE(again.evicted.empty());
+  EXPECT_TRUE(fs::exists(path(0)) && fs::exists(path(2)));
+
+  // An entry bigger than the whole cache is not written, and nothing is evicted for it.
+  o.max_size_bytes = entry - 1;
+  PersistentStore big = persistent_store(o, keys[1], *exe, 0);
+  EXPECT_FALSE(big.written);
+  EXPECT_TRUE(big.evicted.empty());
+  EXPECT_EQ(big.skip_reason, fmt::format("Not writing persistent cache entry with key '{}' since its size "
+                                         "({} bytes) exceeds the maximum cache size ({} bytes)",
+                                         keys[1].name(), entry, entry - 1));
+  EXPECT_FALSE(fs::exists(path(1)));
+  EXPECT_TRUE(fs::exists(path(0)) && fs::exists(path(2)));
+
+  // -1: no limit, nothing evicted.
+  o.max_size_bytes = -1;
+  PersistentStore unbounded = persistent_store(o, keys[1], *exe, 0);
+  EXPECT_TRUE(unbounded.written);
+  EXPECT_TRUE(unbounded.evicted.empty());
+  EXPECT_TRUE(fs::exists(path(0)) && fs::exists(path(1)) && fs::exists(path(2)));
+}
+
+TEST(CompileCacheTest, MaxSizeZeroWritesNothing) {
+  ExecutableCache::global().clear();
+  TempDir dir("cc_lru0");
+  Config c = cache_config(2, dir / "cache");
+  ASSERT_TRUE(c.set("compilation_cache_max_size", int64_t{0}).ok());
+  ASSERT_TRUE(c.set("log_compiles", true).ok());
+  auto store = MetricsStore::open(dir / "m.db").value();
+  LogCapture log;
+  auto t = Trainer::create(c, mesh4(c), {.store = store.get()}).value();
+  ASSERT_TRUE(t->compile().ok());
+  auto r = rows(*store, "SELECT reason_text, entry_bytes FROM compilations WHERE run_id = ? AND "
+                        "cache_level = 'persistent' AND outcome = 'skip'", t->run_id());
+  ASSERT_EQ(r.size(), 1u);
+  const std::string expect = "Not writing persistent cache entry with key '" + t->last_compile().key_name +
+                             "' since its size (";
+  EXPECT_NE(text(r[0][0]).find(expect), std::string::npos) << text(r[0][0]);
+  EXPECT_NE(text(r[0][0]).find("exceeds the maximum cache size (0 bytes)"), std::string::npos) << text(r[0][0]);
+  EXPECT_NE(log.text().find(expect), std::string::npos) << log.text();
+  EXPECT_TRUE(rows(*store, "SELECT 1 FROM compilations WHERE run_id = ? AND outcome = 'write'", t->run_id()).empty());
+  EXPECT_TRUE(!fs::exists(dir / "cache") || fs::is_empty(dir / "cache"));
 }
 
 }  // namespace
