@@ -41,6 +41,15 @@ std::string got(lua_State* L, int idx) {
 
 }  // namespace
 
+void set_global_raw(lua_State* L, const char* name, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  lua_pushstring(L, name);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
 void push_status(lua_State* L, const Status& s) {
   lua_pushlstring(L, s.message().data(), s.message().size());
 }

@@ -70,6 +70,10 @@ Status arg_table(lua_State* L, int idx, std::string_view fn, std::string_view na
 Result<std::vector<std::string>> arg_string_list(lua_State* L, int idx, std::string_view fn,
                                                  std::string_view name = {});
 
+// _G[name] = the value at idx, with raw access (no __newindex; never raises but on out-of-memory).
+// Used for `_`, `_LAST` and the like by the REPL and notebooks.
+void set_global_raw(lua_State* L, const char* name, int idx);
+
 // ---- Option tables: f{data=2, mode="auto"}. Fields are read raw (no metamethods).
 // Pushes t[key] (raw) and returns its Lua type; the caller pops it.
 int push_field(lua_State* L, int table_idx, const char* key);

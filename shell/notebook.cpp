@@ -105,15 +105,6 @@ void append_text(std::vector<Output>* outs, std::string text) {
   else outs->push_back({Output::kText, std::move(text)});
 }
 
-void set_global_raw(lua_State* L, const char* name, int idx) {
-  idx = lua_absindex(L, idx);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-  lua_pushstring(L, name);
-  lua_pushvalue(L, idx);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
-}
-
 // Out[n] = value in the global table Out (created on first use), raw access only.
 void set_out(lua_State* L, int n, int idx) {
   idx = lua_absindex(L, idx);
@@ -234,8 +225,9 @@ eng::Status write_file(const std::string& path, const std::string& text) {
 
 // Runs the cells with capture; stops at the first error unless allowed. Returns true if no
 // disallowed error happened.
+// `reuse` (--resume) holds, by cell number, results to show instead of running the cell.
 bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& chunkname, bool allow_errors,
-               std::vector<CellRun>* runs, ReportInfo* info) {
+               const std::vector<std::pair<int, CellRun>>& reuse, std::vector<CellRun>* runs, ReportInfo* info) {
   Capture cap;
   if (!cap.ok()) {
     info->ok = false;
@@ -260,6 +252,13 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
       continue;
     }
     r.count = ++count;
+    if (auto it = std::find_if(reuse.begin(), reuse.end(), [&](const auto& p) { return p.first == count; });
+        it != reuse.end()) {
+      r = it->second;
+      r.cell = &cell;
+      runs->push_back(std::move(r));
+      continue;
+    }
     r.ran = true;
     cap.outputs = &r.outputs;
     const double t0 = now_s();
@@ -299,7 +298,7 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
 
 struct NotebookArgs {
   std::string file, out, db;
-  bool html = false, allow_errors = false;
+  bool html = false, allow_errors = false, resume = false;
   std::vector<std::pair<std::string, std::string>> params;
   std::string error;
 };
@@ -322,6 +321,7 @@ NotebookArgs parse_args(int argc, char** argv) {
     else if (s.rfind("--db=", 0) == 0) a.db = s.substr(5);
     else if (s == "--html") a.html = true;
     else if (s == "--allow-errors") a.allow_errors = true;
+    else if (s == "--resume") a.resume = true;
     else if (s == "-p") {
       std::string p = value("-p");
       size_t eq = p.find('=');
@@ -368,11 +368,17 @@ int notebook_pmain(lua_State* L) {
   const int64_t start_ms = eng::unix_ms();
   info.date = report_date(start_ms);
   info.git_rev = git_revision(std::filesystem::path(a.file).parent_path().string());
-  run_cells(L, *cells, "@" + base_name(a.file), a.allow_errors, &runs, &info);
+  std::vector<std::pair<int, CellRun>> reuse;
+  if (a.resume) {  // a store problem only means nothing is reused
+    eng::Result<std::vector<std::pair<int, CellRun>>> r = load_resume(*m->ctx, a.file, *cells);
+    if (r.ok()) reuse = std::move(*r);
+    else std::fprintf(stderr, "shardlab: notebook: --resume: %s (running every cell)\n", r.status().message().c_str());
+  }
+  run_cells(L, *cells, "@" + base_name(a.file), a.allow_errors, reuse, &runs, &info);
   info.seconds = now_s() - t0;
   // The report's header and footer come from the store; a store problem is a warning only.
   eng::Status stored = add_store_summary(*m->ctx, start_ms, &info);
-  if (stored.ok()) stored = log_cell_events(*m->ctx, a.file, runs);
+  if (stored.ok()) stored = log_cell_events(*m->ctx, a.file, start_ms, runs);
   if (!stored.ok())
     std::fprintf(stderr, "shardlab: notebook: %s (the report lacks the store's part)\n",
                  stored.message().c_str());
@@ -401,10 +407,11 @@ int notebook_pmain(lua_State* L) {
     std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
     return 0;
   }
-  int n = 0;
-  for (const CellRun& r : runs) n += r.ran;
-  std::printf("shardlab: notebook %s: %d code cells %s in %.2fs; wrote %s\n", a.file.c_str(), n,
-              info.ok ? "ran" : ("ran, failed at " + info.failed_at).c_str(), info.seconds,
+  int n = 0, reused = 0;
+  for (const CellRun& r : runs) n += r.ran, reused += r.reused();
+  std::printf("shardlab: notebook %s: %d code cells %s%s in %.2fs; wrote %s\n", a.file.c_str(), n,
+              info.ok ? "ran" : ("ran, failed at " + info.failed_at).c_str(),
+              reused ? fmt::format(" ({} cached cells reused)", reused).c_str() : "", info.seconds,
               fmt::format("{}", fmt::join(written, ", ")).c_str());
   std::fflush(stdout);
   m->exit_code = info.ok ? 0 : 1;
@@ -428,7 +435,7 @@ int run_notebook_cli(int argc, char** argv) {
   if (!a.error.empty()) {
     std::fprintf(stderr,
                  "shardlab: %s\nusage: shardlab --notebook FILE.lua [-o REPORT.md] [--html] [-p name=value ...] "
-                 "[--allow-errors] [--db PATH]\n",
+                 "[--allow-errors] [--resume] [--db PATH]\n",
                  a.error.c_str());
     return EXIT_FAILURE;
   }

@@ -80,6 +80,10 @@ struct CellRun {
   bool has_value = false;
   CellValue value;
   std::string error;            // message with traceback; empty if the cell succeeded
+  // --resume: the cell was not run; outputs/value/seconds are those of the run that started at
+  // reused_from_ms (shown as "cached from <date>").
+  int64_t reused_from_ms = 0;
+  bool reused() const { return reused_from_ms != 0; }
 };
 
 struct ReportInfo {
@@ -117,10 +121,19 @@ std::string git_revision(const std::string& dir);
 // Fills info's runs/meshes/compile_summary/step_time with the runs this host began in ctx's store
 // since `since_ms` (the store has no process id). Nothing if the store was never opened.
 eng::Status add_store_summary(ShellContext& ctx, int64_t since_ms, ReportInfo* info);
-// One `events` row (kind 'cell', run_id NULL) per cell that ran: message "FILE: In [n] (line L)
-// title", payload JSON {notebook, cell, line, title, source_hash (16 hex), seconds, ok}.
-eng::Status log_cell_events(ShellContext& ctx, const std::string& notebook,
+// One `events` row (kind 'cell', run_id NULL) per cell that ran or was reused: message "FILE:
+// In [n] (line L) title", payload JSON {notebook, started_ms, cell, line, title, source_hash (16
+// hex), seconds, ok}; cells tagged `cache` also keep their output: {outputs: [[kind, data]...],
+// value: {text, svg, columns, rows} (if any), from_ms (the run that computed it)}.
+eng::Status log_cell_events(ShellContext& ctx, const std::string& notebook, int64_t started_ms,
                             const std::vector<CellRun>& runs);
+// --resume: the previous run of `notebook` (same path as given) in the store, matched to
+// `cells`: code cells are numbered as run_cells numbers them; while cell n has the same source
+// hash as that run's cell n and succeeded there, it is in the unchanged prefix. Returns, by cell
+// number, the reusable results of the prefix's cells tagged `cache` whose output was stored
+// (cell pointer unset). Empty when there is no previous run.
+eng::Result<std::vector<std::pair<int, CellRun>>> load_resume(ShellContext& ctx, const std::string& notebook,
+                                                              const std::vector<Cell>& cells);
 
 // ---- Entry points -----------------------------------------------------------------------------
 

@@ -64,6 +64,9 @@ std::string cell_heading(const CellRun& r) {
   std::string title = c.title.empty() ? "" : " " + c.title;
   if (c.skip) return fmt::format("In [ ]:{} (skipped: skip=true)", title);
   if (r.not_run_after_error) return fmt::format("In [ ]:{} (not run: an earlier cell failed)", title);
+  if (r.reused())
+    return fmt::format("In [{}]:{} (cached: not run; output from the run of {})", r.count, title,
+                       report_date(r.reused_from_ms));
   return fmt::format("In [{}]:{}", r.count, title);
 }
 

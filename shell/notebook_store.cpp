@@ -160,26 +160,138 @@ eng::Status add_store_summary(ShellContext& ctx, int64_t since_ms, ReportInfo* i
   return eng::ok_status();
 }
 
-eng::Status log_cell_events(ShellContext& ctx, const std::string& notebook,
+namespace {
+
+std::string json_list(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + json_string(items[i]);
+  return out + "]";
+}
+
+// The kept output of a `cache` cell: ", \"outputs\": [...], \"value\": {...}, \"from_ms\": N".
+std::string cached_output_json(const CellRun& r, int64_t from_ms) {
+  std::string out = ", \"outputs\": [";
+  for (size_t i = 0; i < r.outputs.size(); ++i)
+    out += fmt::format("{}[\"{}\", {}]", i ? ", " : "", r.outputs[i].kind == Output::kSvg ? "svg" : "text",
+                       json_string(r.outputs[i].data));
+  out += "]";
+  if (r.has_value) {
+    std::vector<std::string> rows;
+    for (const auto& row : r.value.rows) rows.push_back(json_list(row));
+    std::string rows_json = "[";
+    for (size_t i = 0; i < rows.size(); ++i) rows_json += (i ? ", " : "") + rows[i];
+    out += fmt::format(", \"value\": {{\"text\": {}, \"svg\": {}, \"columns\": {}, \"rows\": {}]}}",
+                       json_string(r.value.text), json_string(r.value.svg), json_list(r.value.columns), rows_json);
+  }
+  return out + fmt::format(", \"from_ms\": {}", from_ms);
+}
+
+std::string source_hash(const Cell& c) { return fmt::format("{:016x}", eng::hash_bytes(c.source)); }
+
+// The strings of one query's first column.
+eng::Result<std::vector<std::string>> strings(eng::MetricsStore* store, std::string_view sql,
+                                              const std::string& json) {
+  eng::SqlValue args[] = {json};
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult q, store->query(sql, args));
+  std::vector<std::string> out;
+  for (const auto& row : q.rows) out.push_back(cell_text(row[0]));
+  return out;
+}
+
+// A cached cell's results from its event payload (SQLite's JSON functions do the parsing).
+eng::Result<CellRun> cached_run(eng::MetricsStore* store, const std::string& payload) {
+  CellRun r;
+  eng::SqlValue args[] = {payload};
+  ENG_ASSIGN_OR_RETURN(
+      eng::QueryResult outs,
+      store->query("SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') "
+                   "FROM json_each(?, '$.outputs') ORDER BY CAST(key AS INTEGER)",
+                   args));
+  for (const auto& row : outs.rows)
+    r.outputs.push_back({cell_text(row[0]) == "svg" ? Output::kSvg : Output::kText, cell_text(row[1])});
+  ENG_ASSIGN_OR_RETURN(
+      eng::QueryResult head,
+      store->query("SELECT json_type(?1, '$.value'), json_extract(?1, '$.value.text'), "
+                   "json_extract(?1, '$.value.svg'), json_extract(?1, '$.seconds'), json_extract(?1, '$.from_ms')",
+                   args));
+  if (head.rows.size() != 1) return eng::invalid_argument("notebook: bad cached cell payload");
+  const auto& h = head.rows[0];
+  r.has_value = cell_text(h[0]) == "object";
+  r.value.text = cell_text(h[1]);
+  r.value.svg = cell_text(h[2]);
+  if (const auto* d = std::get_if<double>(&h[3])) r.seconds = *d;
+  if (const auto* i = std::get_if<int64_t>(&h[4])) r.reused_from_ms = *i;
+  if (r.reused_from_ms == 0) return eng::invalid_argument("notebook: cached cell payload lacks from_ms");
+  if (r.has_value) {
+    ENG_ASSIGN_OR_RETURN(r.value.columns,
+                         strings(store, "SELECT value FROM json_each(?, '$.value.columns') ORDER BY CAST(key AS INTEGER)", payload));
+    ENG_ASSIGN_OR_RETURN(std::vector<std::string> rows,
+                         strings(store, "SELECT value FROM json_each(?, '$.value.rows') ORDER BY CAST(key AS INTEGER)", payload));
+    for (const std::string& row : rows) {
+      ENG_ASSIGN_OR_RETURN(std::vector<std::string> cells,
+                           strings(store, "SELECT value FROM json_each(?) ORDER BY CAST(key AS INTEGER)", row));
+      r.value.rows.push_back(std::move(cells));
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+eng::Status log_cell_events(ShellContext& ctx, const std::string& notebook, int64_t started_ms,
                             const std::vector<CellRun>& runs) {
   ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, ctx.open_store());
   for (const CellRun& r : runs) {
-    if (!r.ran) continue;
+    if (!r.ran && !r.reused()) continue;
     const Cell& c = *r.cell;
-    std::string hash = fmt::format("{:016x}", eng::hash_bytes(c.source));
     eng::EventRow e;
     e.kind = "cell";
     e.level = r.error.empty() || c.allow_error ? "info" : "error";
-    e.message = fmt::format("{}: In [{}] (line {}){}", notebook, r.count, c.first_line,
-                            c.title.empty() ? "" : " " + c.title);
+    e.message = fmt::format("{}: In [{}] (line {}){}{}", notebook, r.count, c.first_line,
+                            c.title.empty() ? "" : " " + c.title, r.reused() ? " (cached)" : "");
+    const bool keep = c.has_tag("cache") && r.error.empty();
     e.payload_json = fmt::format(
-        "{{\"notebook\": {}, \"cell\": {}, \"line\": {}, \"title\": {}, \"source_hash\": \"{}\", "
-        "\"seconds\": {:.6f}, \"ok\": {}}}",
-        json_string(notebook), r.count, c.first_line, json_string(c.title), hash, r.seconds,
-        r.error.empty() ? "true" : "false");
+        "{{\"notebook\": {}, \"started_ms\": {}, \"cell\": {}, \"line\": {}, \"title\": {}, "
+        "\"source_hash\": \"{}\", \"seconds\": {:.6f}, \"ok\": {}{}{}}}",
+        json_string(notebook), started_ms, r.count, c.first_line, json_string(c.title), source_hash(c),
+        r.seconds, r.error.empty() ? "true" : "false", r.reused() ? ", \"reused\": true" : "",
+        keep ? cached_output_json(r, r.reused() ? r.reused_from_ms : started_ms) : "");
     ENG_RETURN_IF_ERROR(store->record_event(e).status());
   }
   return eng::ok_status();
+}
+
+eng::Result<std::vector<std::pair<int, CellRun>>> load_resume(ShellContext& ctx, const std::string& notebook,
+                                                              const std::vector<Cell>& cells) {
+  ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, ctx.open_store());
+  eng::SqlValue args[] = {notebook};
+  // The previous run: the latest started_ms among this notebook's cell events.
+  ENG_ASSIGN_OR_RETURN(
+      eng::QueryResult prev,
+      store->query("WITH c AS (SELECT json_extract(payload, '$.cell') AS cell, "
+                   "json_extract(payload, '$.source_hash') AS hash, json_extract(payload, '$.ok') AS ok, "
+                   "json_extract(payload, '$.started_ms') AS started, payload FROM events "
+                   "WHERE kind = 'cell' AND json_valid(payload) AND json_extract(payload, '$.notebook') = ?1) "
+                   "SELECT cell, hash, ok, payload FROM c WHERE started = (SELECT max(started) FROM c) "
+                   "ORDER BY cell",
+                   args));
+  std::vector<std::pair<int, CellRun>> out;
+  int n = 0;
+  for (const Cell& c : cells) {
+    if (c.kind != CellKind::kCode || c.skip) continue;
+    ++n;
+    const std::vector<eng::SqlValue>* row = nullptr;
+    for (const auto& r : prev.rows)
+      if (const auto* i = std::get_if<int64_t>(&r[0]); i && *i == n) row = &r;
+    const auto* ok = row ? std::get_if<int64_t>(&(*row)[2]) : nullptr;
+    if (row == nullptr || cell_text((*row)[1]) != source_hash(c) || ok == nullptr || *ok != 1) break;
+    const std::string payload = cell_text((*row)[3]);
+    if (!c.has_tag("cache") || payload.find("\"from_ms\"") == std::string::npos) continue;
+    ENG_ASSIGN_OR_RETURN(CellRun r, cached_run(store, payload));
+    r.count = n;
+    out.emplace_back(n, std::move(r));
+  }
+  return out;
 }
 
 }  // namespace shell

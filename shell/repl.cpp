@@ -120,15 +120,6 @@ std::string prompt(lua_State* L, bool first) {
   return p;
 }
 
-void set_global_raw(lua_State* L, const char* name, int value_idx) {
-  value_idx = lua_absindex(L, value_idx);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-  lua_pushstring(L, name);
-  lua_pushvalue(L, value_idx);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
-}
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
