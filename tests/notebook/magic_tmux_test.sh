@@ -3,24 +3,8 @@
 # Usage: magic_tmux_test.sh path/to/shardlab
 set -euo pipefail
 bin=$(realpath "$1")
-tmp=$(mktemp -d)
-sock="shardlab-magic-test-$$"
-T() { tmux -L "$sock" "$@"; }
-cleanup() { T kill-server 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-
-screen() { T capture-pane -p -J -S -500 -t repl; }
-fail() { echo "FAIL: $*"; echo "--- screen:"; screen; exit 1; }
-# wait_for REGEX [SECONDS]: poll the screen until a line matches.
-wait_for() {
-  local tries=$(( ${2:-5} * 20 ))
-  for _ in $(seq 1 $tries); do
-    if screen | grep -qE -- "$1"; then return 0; fi
-    sleep 0.05
-  done
-  fail "timed out waiting for /$1/"
-}
-type_line() { T send-keys -t repl -l -- "$1"; T send-keys -t repl Enter; }
+name=magic
+source "$(dirname "$0")/../common/tmux_repl.sh"
 
 cat > "$tmp/nb.lua" <<'LUA'
 -- %% [markdown]
@@ -45,9 +29,7 @@ error("stops here")
 never = true
 LUA
 
-T new-session -d -s repl -x 200 -y 60 \
-  "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm NO_COLOR=1 '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; sleep 60"
-wait_for '^sl>'
+start NO_COLOR=1
 
 # %run: cells in this session, values auto-printed, errors reported, globals kept.
 type_line '%run nb.lua -p n=3'

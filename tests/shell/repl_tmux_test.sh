@@ -5,40 +5,8 @@
 # Usage: repl_tmux_test.sh path/to/shardlab
 set -euo pipefail
 bin=$(realpath "$1")
-tmp=$(mktemp -d)
-sock="shardlab-repl-test-$$"
-T() { tmux -L "$sock" "$@"; }
-cleanup() { T kill-server 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-
-screen() { T capture-pane -p -J -S -300 -t repl; }
-fail() { echo "FAIL: $*"; echo "--- screen:"; screen; exit 1; }
-# wait_for REGEX [TRIES]: poll the screen (every 0.05 s, 100 tries = 5 s) until a line matches.
-wait_for() {
-  for _ in $(seq 1 "${2:-100}"); do
-    if screen | grep -qE -- "$1"; then return 0; fi
-    sleep 0.05
-  done
-  fail "timed out waiting for /$1/"
-}
-count() { screen | grep -cE -- "$1" || true; }
-# tmux reads a trailing ';' as a command separator unless escaped.
-type_keys() {
-  local s=$1
-  [[ $s == *";" ]] && s="${s%;}\\;"
-  T send-keys -t repl -l -- "$s"
-}
-type_line() { type_keys "$1"; T send-keys -t repl Enter; }
-start() {
-  T new-session -d -s repl -x 200 -y 60 \
-    "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; sleep 60"
-  wait_for '^sl>'
-}
-stop() {
-  T send-keys -t repl C-d
-  wait_for '^SESSION-ENDED' 600  # exiting frees the trainer's arenas: slow under a parallel ctest
-  T kill-session -t repl
-}
+name=repl
+source "$(dirname "$0")/../common/tmux_repl.sh"
 
 start
 # Completion: globals/fields with typed suffixes, methods of userdata via the metatable.

@@ -1,0 +1,40 @@
+# tests/common/tmux_repl.sh: drive the real REPL in a pseudo-terminal (tmux send-keys /
+# capture-pane). Sourced by the tmux tests: set `bin` (the shardlab binary) and `name` (a word
+# for the tmux socket) first. Gives a temp dir $tmp and functions start/stop, type_keys,
+# type_line, wait_for REGEX [SECONDS], count REGEX, screen and fail.
+tmp=$(mktemp -d)
+sock="shardlab-$name-test-$$"
+T() { tmux -L "$sock" "$@"; }
+cleanup() { T kill-server 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+screen() { T capture-pane -p -J -S -500 -t repl; }
+fail() { echo "FAIL: $*"; echo "--- screen:"; screen; exit 1; }
+# wait_for REGEX [SECONDS]: poll the screen every 0.05 s (5 s by default) until a line matches.
+wait_for() {
+  local tries=$(( ${2:-5} * 20 ))
+  for _ in $(seq 1 "$tries"); do
+    if screen | grep -qE -- "$1"; then return 0; fi
+    sleep 0.05
+  done
+  fail "timed out waiting for /$1/"
+}
+count() { screen | grep -cE -- "$1" || true; }
+# tmux reads a trailing ';' as a command separator unless escaped.
+type_keys() {
+  local s=$1
+  [[ $s == *";" ]] && s="${s%;}\\;"
+  T send-keys -t repl -l -- "$s"
+}
+type_line() { type_keys "$1"; T send-keys -t repl Enter; }
+# start [ENV...]: a REPL in $tmp with its own HOME, history file and store.
+start() {
+  T new-session -d -s repl -x 200 -y 60 \
+    "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm $* '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; sleep 60"
+  wait_for '^sl>'
+}
+stop() {
+  T send-keys -t repl C-d
+  wait_for '^SESSION-ENDED' 30  # exiting frees the trainer's arenas: slow under a parallel ctest
+  T kill-session -t repl
+}
