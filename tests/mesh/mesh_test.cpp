@@ -4,19 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/mesh_helpers.h"
+
 namespace eng {
 namespace {
 
-Mesh make(std::vector<std::string> names, std::vector<int64_t> sizes,
-          AxisType t = AxisType::kAuto) {
-  Result<Mesh> m = Mesh::create(std::move(names), std::move(sizes), t);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return std::move(m).value();
-}
+using eng::testing::make_mesh;
+using eng::testing::contains;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+
 
 TEST(MeshAxes, MaxTextOrder) {
   const std::vector<std::string> want = {"diloco",
@@ -35,19 +31,19 @@ TEST(MeshAxes, MaxTextOrder) {
 }
 
 TEST(MeshPrint, StrMatchesJax) {
-  EXPECT_EQ(make({"data", "fsdp"}, {2, 4}).to_string(),
+  EXPECT_EQ(make_mesh({"data", "fsdp"}, {2, 4}).to_string(),
             "Mesh('data': 2, 'fsdp': 4, axis_types=(Auto, Auto))");
-  EXPECT_EQ(make({"X", "Y"}, {4, 2}, AxisType::kExplicit).to_string(),
+  EXPECT_EQ(make_mesh({"X", "Y"}, {4, 2}, AxisType::kExplicit).to_string(),
             "Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))");
   // One axis: Python prints a 1-tuple with a trailing comma.
-  EXPECT_EQ(make({"fsdp"}, {4}).to_string(), "Mesh('fsdp': 4, axis_types=(Auto,))");
+  EXPECT_EQ(make_mesh({"fsdp"}, {4}).to_string(), "Mesh('fsdp': 4, axis_types=(Auto,))");
   EXPECT_EQ(Mesh().to_string(), "Mesh()");
 }
 
 TEST(MeshPrint, ReprMatchesJax) {
-  EXPECT_EQ(make({"X", "Y"}, {4, 2}, AxisType::kExplicit).repr(),
+  EXPECT_EQ(make_mesh({"X", "Y"}, {4, 2}, AxisType::kExplicit).repr(),
             "Mesh(axis_sizes=(4, 2), axis_names=('X', 'Y'), axis_types=(Explicit, Explicit))");
-  EXPECT_EQ(make({"fsdp"}, {4}).repr(),
+  EXPECT_EQ(make_mesh({"fsdp"}, {4}).repr(),
             "Mesh(axis_sizes=(4,), axis_names=('fsdp',), axis_types=(Auto,))");
   EXPECT_EQ(Mesh().repr(), "Mesh(axis_sizes=(), axis_names=())");
 }
@@ -59,7 +55,7 @@ TEST(MeshPrint, NontrivialAxes) {
 }
 
 TEST(MeshCoords, RowMajorFirstAxisMostMajor) {
-  Mesh m = make({"a", "b", "c"}, {2, 3, 2});
+  Mesh m = make_mesh({"a", "b", "c"}, {2, 3, 2});
   EXPECT_EQ(m.num_devices(), 12);
   EXPECT_EQ(m.device_coords(0), (std::vector<int64_t>{0, 0, 0}));
   EXPECT_EQ(m.device_coords(1), (std::vector<int64_t>{0, 0, 1}));
@@ -70,7 +66,7 @@ TEST(MeshCoords, RowMajorFirstAxisMostMajor) {
 }
 
 TEST(MeshCoords, AxisLookup) {
-  Mesh m = make({"data", "fsdp"}, {2, 4});
+  Mesh m = make_mesh({"data", "fsdp"}, {2, 4});
   EXPECT_EQ(m.axis_index("fsdp"), 1);
   EXPECT_EQ(m.axis_index("tensor"), -1);
   EXPECT_EQ(m.axis_size("fsdp"), 4);
@@ -155,10 +151,10 @@ TEST(MeshMaxText, ExplicitSizesAndErrors) {
 }
 
 TEST(MeshValue, EqualityAndHash) {
-  Mesh a = make({"data", "fsdp"}, {2, 4});
-  Mesh b = make({"data", "fsdp"}, {2, 4});
-  Mesh c = make({"data", "fsdp"}, {4, 2});
-  Mesh d = make({"data", "fsdp"}, {2, 4}, AxisType::kExplicit);
+  Mesh a = make_mesh({"data", "fsdp"}, {2, 4});
+  Mesh b = make_mesh({"data", "fsdp"}, {2, 4});
+  Mesh c = make_mesh({"data", "fsdp"}, {4, 2});
+  Mesh d = make_mesh({"data", "fsdp"}, {2, 4}, AxisType::kExplicit);
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.hash(), b.hash());
   EXPECT_NE(a, c);

@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/mesh_helpers.h"
+
 namespace eng {
 namespace {
+
+using eng::testing::contains;
 
 // Shorthand as JAX writes it: P({{"x"}, {}}), P({{"x"}}, {"partial_axis"}).
 PartitionSpec P(std::initializer_list<PartitionSpec::DimAxes> dims,
@@ -19,9 +23,6 @@ LogicalAxisRules Rules(std::initializer_list<LogicalAxisRule> rules) {
 
 using Axes = PartitionSpec::DimAxes;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // The 12-axis MaxText mesh with the given non-trivial sizes (others 1).
 Mesh maxtext_mesh(std::vector<std::pair<std::string, int64_t>> ici, int64_t devices) {

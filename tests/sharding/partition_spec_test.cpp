@@ -3,8 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/mesh_helpers.h"
+
 namespace eng {
 namespace {
+
+using eng::testing::make_mesh;
+using eng::testing::contains;
 
 // Shorthand as JAX writes it: P({{"x"}, {}}), P({{"x"}}, {"partial_axis"}).
 PartitionSpec P(std::initializer_list<PartitionSpec::DimAxes> dims,
@@ -12,16 +17,7 @@ PartitionSpec P(std::initializer_list<PartitionSpec::DimAxes> dims,
   return PartitionSpec(std::vector<PartitionSpec::DimAxes>(dims), std::move(partial));
 }
 
-Mesh make(std::vector<std::string> names, std::vector<int64_t> sizes,
-          AxisType t = AxisType::kAuto) {
-  Result<Mesh> m = Mesh::create(std::move(names), std::move(sizes), t);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return std::move(m).value();
-}
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 TEST(PartitionSpecPrint, JaxForms) {
   EXPECT_EQ(PartitionSpec().to_string(), "P()");
@@ -59,13 +55,13 @@ TEST(PartitionSpecValue, EqualityHashReplicated) {
 }
 
 TEST(NamedShardingPrint, JaxForm) {
-  NamedSharding s{make({"fsdp"}, {4}), P({{"fsdp"}, {}})};
+  NamedSharding s{make_mesh({"fsdp"}, {4}), P({{"fsdp"}, {}})};
   EXPECT_EQ(s.to_string(),
             "NamedSharding(mesh=Mesh('fsdp': 4, axis_types=(Auto,)), spec=P('fsdp', None))");
 }
 
 TEST(TypeofPrint, JaxTypeofForm) {
-  Mesh m = make({"data", "fsdp", "tensor", "context"}, {2, 4, 2, 1});
+  Mesh m = make_mesh({"data", "fsdp", "tensor", "context"}, {2, 4, 2, 1});
   PartitionSpec w = P({{"fsdp"}, {"tensor"}});
   EXPECT_EQ(typeof_string("f32", Shape{256, 768}, &w, &m), "f32[256@fsdp,768@tensor]");
   PartitionSpec batch = P({{"data", "fsdp"}, {}});
@@ -77,14 +73,14 @@ TEST(TypeofPrint, JaxTypeofForm) {
 }
 
 TEST(NamedShardingValidate, AcceptsGoodSpecs) {
-  Mesh m = make({"data", "fsdp"}, {2, 4});
+  Mesh m = make_mesh({"data", "fsdp"}, {2, 4});
   EXPECT_TRUE((NamedSharding{m, P({{"data", "fsdp"}, {}})}.validate(Shape{16, 3}).ok()));
   EXPECT_TRUE((NamedSharding{m, P({{"fsdp"}})}.validate(Shape{8, 3, 5}).ok()));
   EXPECT_TRUE((NamedSharding{m, PartitionSpec()}.validate(Shape{})).ok());
 }
 
 TEST(NamedShardingValidate, UnknownAxis) {
-  Mesh m = make({"data", "fsdp"}, {2, 4});
+  Mesh m = make_mesh({"data", "fsdp"}, {2, 4});
   Status st = NamedSharding{m, P({{"tensor"}, {}})}.validate(Shape{8, 8});
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(contains(st.message(), "axis 'tensor' (dimension 0)")) << st.message();
@@ -92,7 +88,7 @@ TEST(NamedShardingValidate, UnknownAxis) {
 }
 
 TEST(NamedShardingValidate, AxisUsedTwice) {
-  Mesh m = make({"data", "fsdp"}, {2, 4});
+  Mesh m = make_mesh({"data", "fsdp"}, {2, 4});
   Status st = NamedSharding{m, P({{"fsdp"}, {"data", "fsdp"}})}.validate(Shape{8, 8});
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(contains(st.message(), "'fsdp' twice: in dimension 0 and in dimension 1"))
@@ -103,7 +99,7 @@ TEST(NamedShardingValidate, AxisUsedTwice) {
 }
 
 TEST(NamedShardingValidate, IndivisibleDimension) {
-  Mesh m = make({"data", "fsdp"}, {2, 4});
+  Mesh m = make_mesh({"data", "fsdp"}, {2, 4});
   Status st = NamedSharding{m, P({{}, {"data", "fsdp"}})}.validate(Shape{8, 12});
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(contains(st.message(), "dimension 1 of size 12 is not divisible by 8"))
@@ -112,7 +108,7 @@ TEST(NamedShardingValidate, IndivisibleDimension) {
 }
 
 TEST(NamedShardingValidate, SpecLongerThanRank) {
-  Mesh m = make({"data", "fsdp"}, {2, 4});
+  Mesh m = make_mesh({"data", "fsdp"}, {2, 4});
   Status st = NamedSharding{m, P({{"fsdp"}, {}, {}})}.validate(Shape{8, 8});
   ASSERT_FALSE(st.ok());
   EXPECT_TRUE(contains(st.message(), "has 3 entries but the array has rank 2 (shape (8, 8))"))
@@ -120,7 +116,7 @@ TEST(NamedShardingValidate, SpecLongerThanRank) {
 }
 
 TEST(NamedShardingLocal, EveryDeviceOfTwoByTwo) {
-  Mesh m = make({"x", "y"}, {2, 2});
+  Mesh m = make_mesh({"x", "y"}, {2, 2});
   Shape global{4, 6};
   NamedSharding s{m, P({{"x"}, {"y"}})};
   ASSERT_TRUE(s.validate(global).ok());

@@ -5,19 +5,17 @@
 
 #include <sstream>
 
+#include "tests/common/mesh_helpers.h"
+
 namespace eng {
 namespace {
+
+using eng::testing::make_mesh;
 
 // Shorthand as JAX writes it: P({{"x"}, {}}), P({{"x"}}, {"partial_axis"}).
 PartitionSpec P(std::initializer_list<PartitionSpec::DimAxes> dims,
                 std::vector<std::string> partial = {}) {
   return PartitionSpec(std::vector<PartitionSpec::DimAxes>(dims), std::move(partial));
-}
-
-Mesh make(std::vector<std::string> names, std::vector<int64_t> sizes) {
-  Result<Mesh> m = Mesh::create(std::move(names), std::move(sizes));
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return std::move(m).value();
 }
 
 std::string draw(const Shape& shape, const NamedSharding& s, int dim0 = -1, int dim1 = -1) {
@@ -41,7 +39,7 @@ int widest_line(const std::string& text) {
 }
 
 TEST(Visualize, TwoByTwoGrid) {
-  NamedSharding s{make({"x", "y"}, {2, 2}), P({{"x"}, {"y"}})};
+  NamedSharding s{make_mesh({"x", "y"}, {2, 2}), P({{"x"}, {"y"}})};
   EXPECT_EQ(draw(Shape{8, 8}, s),
             "┌─────────┬─────────┐\n"
             "│         │         │\n"
@@ -55,7 +53,7 @@ TEST(Visualize, TwoByTwoGrid) {
 }
 
 TEST(Visualize, Replicated) {
-  NamedSharding s{make({"x", "y"}, {2, 2}), PartitionSpec()};
+  NamedSharding s{make_mesh({"x", "y"}, {2, 2}), PartitionSpec()};
   EXPECT_EQ(draw(Shape{8, 8}, s),
             "┌─────────────┐\n"
             "│             │\n"
@@ -66,7 +64,7 @@ TEST(Visualize, Replicated) {
 
 TEST(Visualize, RowsShardedReplicasShareCells) {
   // Rows over x; y holds replicas: each cell lists both devices of its row block.
-  NamedSharding s{make({"x", "y"}, {2, 2}), P({{"x"}, {}})};
+  NamedSharding s{make_mesh({"x", "y"}, {2, 2}), P({{"x"}, {}})};
   EXPECT_EQ(draw(Shape{8, 8}, s),
             "┌─────────┐\n"
             "│         │\n"
@@ -80,7 +78,7 @@ TEST(Visualize, RowsShardedReplicasShareCells) {
 }
 
 TEST(Visualize, OneDimensional) {
-  NamedSharding s{make({"fsdp"}, {4}), P({{"fsdp"}})};
+  NamedSharding s{make_mesh({"fsdp"}, {4}), P({{"fsdp"}})};
   EXPECT_EQ(draw(Shape{16}, s),
             "┌─────────┬─────────┬─────────┬─────────┐\n"
             "│  CPU 0  │  CPU 1  │  CPU 2  │  CPU 3  │\n"
@@ -88,25 +86,25 @@ TEST(Visualize, OneDimensional) {
 }
 
 TEST(Visualize, RankThreeSaysWhichDims) {
-  NamedSharding s{make({"data", "tensor"}, {2, 2}), P({{"data"}, {}, {"tensor"}})};
+  NamedSharding s{make_mesh({"data", "tensor"}, {2, 2}), P({{"data"}, {}, {"tensor"}})};
   std::string g = draw(Shape{4, 6, 8}, s);
   EXPECT_EQ(g.substr(0, g.find('\n')), "showing dims 0 (down) and 2 (across) of shape (4, 6, 8)");
   EXPECT_NE(g.find("│  CPU 3  │"), std::string::npos) << g;
 
   // Only dim 1 sharded: it is shown with the last dim.
-  NamedSharding t{make({"fsdp"}, {2}), P({{}, {"fsdp"}, {}})};
+  NamedSharding t{make_mesh({"fsdp"}, {2}), P({{}, {"fsdp"}, {}})};
   std::string h = draw(Shape{4, 6, 8}, t);
   EXPECT_EQ(h.substr(0, h.find('\n')), "showing dims 1 (down) and 2 (across) of shape (4, 6, 8)");
 
   // Three sharded dims: the third is named and its blocks merge into the cells.
-  NamedSharding u{make({"a", "b", "c"}, {2, 2, 2}), P({{"a"}, {"b"}, {"c"}})};
+  NamedSharding u{make_mesh({"a", "b", "c"}, {2, 2, 2}), P({{"a"}, {"b"}, {"c"}})};
   std::string k = draw(Shape{2, 2, 2}, u);
   EXPECT_NE(k.find("dim 2 is sharded too (2 ways)"), std::string::npos) << k;
   EXPECT_NE(k.find("CPU 0,1"), std::string::npos) << k;
 }
 
 TEST(Visualize, ExplicitDims) {
-  NamedSharding s{make({"x", "y"}, {2, 2}), P({{"x"}, {"y"}})};
+  NamedSharding s{make_mesh({"x", "y"}, {2, 2}), P({{"x"}, {"y"}})};
   std::string g = draw(Shape{8, 8}, s, 1, 0);  // transposed view
   EXPECT_EQ(g.substr(0, g.find('\n')), "showing dims 1 (down) and 0 (across) of shape (8, 8)");
   EXPECT_NE(g.find("│  CPU 0  │  CPU 2  │"), std::string::npos) << g;
@@ -116,25 +114,25 @@ TEST(Visualize, ExplicitDims) {
 }
 
 TEST(Visualize, FitsEightyColumns) {
-  NamedSharding eight{make({"fsdp"}, {8}), P({{"fsdp"}})};
+  NamedSharding eight{make_mesh({"fsdp"}, {8}), P({{"fsdp"}})};
   std::string g = draw(Shape{64}, eight);
   EXPECT_LE(widest_line(g), 80) << g;
   EXPECT_NE(g.find("CPU 7"), std::string::npos) << g;
 
-  NamedSharding many{make({"fsdp"}, {64}), P({{"fsdp"}})};
+  NamedSharding many{make_mesh({"fsdp"}, {64}), P({{"fsdp"}})};
   std::string h = draw(Shape{128}, many);
   EXPECT_LE(widest_line(h), 80) << h;
   EXPECT_NE(h.find("showing the first 13 of 64 blocks along dim 0"), std::string::npos) << h;
 
   // Long replica lists wrap inside the cell instead of widening it.
-  NamedSharding wide{make({"x", "y"}, {8, 16}), P({{}, {"x"}})};
+  NamedSharding wide{make_mesh({"x", "y"}, {8, 16}), P({{}, {"x"}})};
   std::string w = draw(Shape{4, 8}, wide);
   EXPECT_LE(widest_line(w), 80) << w;
   EXPECT_NE(w.find("CPU"), std::string::npos) << w;
 }
 
 TEST(Visualize, ColorKeepsLayout) {
-  NamedSharding s{make({"x", "y"}, {2, 2}), P({{"x"}, {"y"}})};
+  NamedSharding s{make_mesh({"x", "y"}, {2, 2}), P({{"x"}, {"y"}})};
   Result<std::string> g = visualize_sharding(Shape{8, 8}, s, -1, -1, /*color=*/true);
   ASSERT_TRUE(g.ok());
   EXPECT_NE(g->find("\x1b[48;2;57;59;121m"), std::string::npos);  // tab20b's first colour
@@ -142,7 +140,7 @@ TEST(Visualize, ColorKeepsLayout) {
 }
 
 TEST(Visualize, Errors) {
-  NamedSharding s{make({"x", "y"}, {2, 2}), P({{"x"}, {"y"}})};
+  NamedSharding s{make_mesh({"x", "y"}, {2, 2}), P({{"x"}, {"y"}})};
   Result<std::string> bad = visualize_sharding(Shape{7, 8}, s);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("dimension 0 of size 7"), std::string::npos);
