@@ -22,20 +22,9 @@ constexpr int kSteps = 4;
 // The spmd matrix's model (matrix_test.cpp) with 2 kv heads for its 4 query heads.
 // stages > 1: MaxText's pipeline over `stage` (its body is the same decoder layer).
 ResolvedConfig gqa_config(int64_t stages = 1, int64_t microbatches = 1) {
-  Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
-                                         .emb_dim = 64,
-                                         .query_heads = 4,
-                                         .kv_heads = 2,
-                                         .head_dim = 16,
-                                         .mlp_dim = 128,
-                                         .layers = 2,
-                                         .vocab_size = 256,
-                                         .seq = 32,
-                                         .per_device_batch = 1.0,
-                                         .learning_rate = 1e-3,
-                                         .steps = kSteps,
-                                         .warmup_steps_fraction = 0.2,
-                                         .adam_eps = 1e-4});
+  testing::TinyLlama model = testing::spmd_model(kSteps);
+  model.kv_heads = 2;
+  Config c = testing::tiny_llama_config(model);
   if (stages > 1) {
     EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
     EXPECT_TRUE(c.set("num_pipeline_microbatches", microbatches).ok());

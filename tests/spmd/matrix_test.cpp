@@ -27,20 +27,7 @@ namespace {
 constexpr int kSteps = 5;
 
 ResolvedConfig small_config() {
-  Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
-                                         .emb_dim = 64,
-                                         .query_heads = 4,
-                                         .kv_heads = 4,
-                                         .head_dim = 16,
-                                         .mlp_dim = 128,
-                                         .layers = 2,
-                                         .vocab_size = 256,
-                                         .seq = 32,
-                                         .per_device_batch = 1.0,
-                                         .learning_rate = 1e-3,
-                                         .steps = kSteps,
-                                         .warmup_steps_fraction = 0.2,
-                                         .adam_eps = 1e-4});
+  Config c = testing::tiny_llama_config(testing::spmd_model(kSteps));
   Result<ResolvedConfig> r = resolve_config(c, 8);  // global batch 8 on every mesh
   EXPECT_TRUE(r.ok()) << r.status().message();
   return *r;

@@ -20,9 +20,30 @@
 #include "engine/train/config.h"
 #include "engine/train/data.h"
 #include "engine/train/train_step.h"
+#include "tests/common/tiny_config.h"
 #include "tests/common/train_state.h"
 
 namespace eng::testing {
+
+// The model of the spmd acceptance tests (matrix_test, gqa_test): 2 layers, emb 64, 4 heads of
+// 16, mlp 128, vocab 256, seq 32, one sequence per device, adam_eps 1e-4 (docs/sharding.md
+// says why sharded runs are compared with it).
+inline TinyLlama spmd_model(int64_t steps) {
+  return {.model_name = "llama-tiny",
+          .emb_dim = 64,
+          .query_heads = 4,
+          .kv_heads = 4,
+          .head_dim = 16,
+          .mlp_dim = 128,
+          .layers = 2,
+          .vocab_size = 256,
+          .seq = 32,
+          .per_device_batch = 1.0,
+          .learning_rate = 1e-3,
+          .steps = steps,
+          .warmup_steps_fraction = 0.2,
+          .adam_eps = 1e-4};
+}
 
 struct SpmdRun {
   std::vector<float> losses;               // one per step
