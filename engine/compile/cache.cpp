@@ -120,9 +120,9 @@ std::string compile_options_string(const CompileOptions& o) {
   std::string rules;
   for (const LogicalAxisRule& r : o.rules.rules()) rules += (rules.empty() ? "" : ", ") + r.to_string();
   return fmt::format(
-      "logical_axis_rules=[{}]\nremat_policy={}\nshard_mode={}\nshard_optimizer_over_data={}\n"
+      "logical_axis_rules=[{}]\nshard_mode={}\nshard_optimizer_over_data={}\n"
       "skip_trivial_specs={}\nverify_plan={}\n",
-      rules, o.remat_policy, shard_mode_name(o.shard_mode), o.shard_optimizer_over_data,
+      rules, shard_mode_name(o.shard_mode), o.shard_optimizer_over_data,
       o.skip_trivial_specs, o.verify_plan);
 }
 

@@ -30,7 +30,6 @@ namespace eng {
 // The SPMD fields (SpmdOptions: rules, shard_mode, shard_optimizer_over_data,
 // skip_trivial_specs) are inherited; see spmd.h.
 struct CompileOptions : SpmdOptions {
-  std::string remat_policy = "full";  // MaxText remat_policy (none | minimal | full | ...): reserved
   bool verify_plan = true;            // check the memory plan's no-overlap invariant
 };
 
