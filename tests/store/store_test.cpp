@@ -337,13 +337,37 @@ TEST_F(StoreTest, ClearErrorsForBadPaths) {
 }
 
 TEST_F(StoreTest, ReadOnlyFileIsRejected) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root ignores file permissions";
   std::string ro = db_path("ro.db");
   { open_ok(ro); }
-  fs::permissions(ro, fs::perms::owner_read);
-  auto r = MetricsStore::open(ro);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), fmt::format("store: cannot open '{}': file is read-only", ro));
+  const std::string want = fmt::format("store: cannot open '{}': file is read-only", ro);
+  if (::geteuid() != 0) {
+    fs::permissions(ro, fs::perms::owner_read);
+    auto r = MetricsStore::open(ro);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(), want);
+    return;
+  }
+  // Root ignores file permissions: open it from a child that drops to the unprivileged
+  // `nobody` (65534), for whom the root-owned 0444 file is read-only.
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(fs::path(ro).parent_path(), fs::perms::owner_all | fs::perms::group_read |
+                  fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    auto r = MetricsStore::open(ro);
+    if (r.ok()) ::_exit(1);
+    if (r.status().message() != want) {
+      std::fprintf(stderr, "got: %s\n", r.status().message().c_str());
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: opened a read-only file; 2: wrong message; 3: setuid failed";
 }
 
 TEST_F(StoreTest, SigkillAfterFlushKeepsFlushedRows) {
