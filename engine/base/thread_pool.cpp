@@ -1,6 +1,9 @@
 // engine/base/thread_pool.cpp: a spin-then-sleep pool tuned for many short loops per step.
 #include "engine/base/thread_pool.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -46,7 +49,16 @@ void ThreadPool::drain() {
   }
 }
 
+void block_interrupt_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 void ThreadPool::worker_loop() {
+  block_interrupt_signals();
   t_in_region = true;
   uint64_t seen = 0;
   for (;;) {

@@ -60,6 +60,11 @@ class ThreadPool {
   std::mutex run_mu_;                // one job at a time
 };
 
+// Blocks SIGINT (and SIGTERM) on the calling thread. Every engine-owned thread calls it first,
+// so Ctrl-C is always delivered to the thread running Lua (the shell's handler touches the
+// Lua state; it must not run on a worker in the middle of a kernel).
+void block_interrupt_signals();
+
 // The process-wide pool: SHARDLAB_NUM_THREADS threads, else the number of cores.
 ThreadPool& default_pool();
 

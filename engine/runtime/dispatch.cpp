@@ -1,12 +1,17 @@
 // engine/runtime/dispatch.cpp: the device-side executor thread (see dispatch.h).
 #include "engine/runtime/dispatch.h"
 
+#include "engine/base/thread_pool.h"
+
 namespace eng {
 
 Dispatcher::Dispatcher(Work work, int capacity)
     : work_(std::move(work)), capacity_(capacity), args_(static_cast<size_t>(capacity)) {
   ENG_CHECK(capacity >= 1, "dispatcher: capacity must be >= 1, got {}", capacity);
-  thread_ = std::thread([this] { worker_loop(); });
+  thread_ = std::thread([this] {
+    block_interrupt_signals();  // Ctrl-C belongs to the host (Lua) thread
+    worker_loop();
+  });
 }
 
 Dispatcher::~Dispatcher() {
