@@ -28,13 +28,6 @@ std::string describe_instr(const Program& p, int i) {
   return fmt::format("instruction {} ({})", i, op_name(p.instrs()[i].kind));
 }
 
-// The input an in-place op updates for its output o, or -1 (op.h: kAdamW, kIncrement).
-int in_place_input(OpKind kind, int o) {
-  if (kind == OpKind::kAdamW) return o == 0 ? 0 : o == 1 ? 2 : 3;
-  if (kind == OpKind::kIncrement) return 0;
-  return -1;
-}
-
 // One storage location shared by the values that live in it: an argument buffer, an output
 // buffer or an arena temp. A kConstraint output and an in-place update join the storage of
 // their input; every other value starts its own.

@@ -123,7 +123,7 @@ class Reader {
 };
 
 constexpr int kMaxDType = static_cast<int>(DType::kI32);
-constexpr int kMaxOpKind = static_cast<int>(OpKind::kRepeatKvGrad);
+constexpr int kMaxOpKind = kNumOps - 1;
 constexpr int kMaxArgRole = static_cast<int>(ArgRole::kBatch);
 constexpr int kMaxAxisType = static_cast<int>(AxisType::kManual);
 constexpr int kMaxSlotKind = static_cast<int>(BufferSlot::Kind::kNone);
@@ -187,83 +187,35 @@ ValueInfo read_value(Reader& r) {
   return v;
 }
 
+// Attributes: every stored field through op.h's walker (for_each_stored_attr), in its order.
+void write_field(Writer& w, int v) { w.i64(v); }
+void write_field(Writer& w, int64_t v) { w.i64(v); }
+void write_field(Writer& w, double v) { w.f64(v); }
+void write_field(Writer& w, bool v) { w.boolean(v); }
+void write_field(Writer& w, DType v) { w.u8(static_cast<uint8_t>(v)); }
+void write_field(Writer& w, const std::vector<std::string>& v) { w.strs(v); }
+void write_field(Writer& w, const std::vector<int64_t>& v) { w.ints(v); }
+
+void read_field(Reader& r, const char* what, int& v) { v = static_cast<int>(r.i64(what)); }
+void read_field(Reader& r, const char* what, int64_t& v) { v = r.i64(what); }
+void read_field(Reader& r, const char* what, double& v) { v = r.f64(what); }
+void read_field(Reader& r, const char* what, bool& v) { v = r.boolean(what); }
+void read_field(Reader& r, const char* what, DType& v) {
+  v = r.enumeration<DType>(what, kMaxDType);
+}
+void read_field(Reader& r, const char* what, std::vector<std::string>& v) { v = r.strs(what); }
+void read_field(Reader& r, const char* what, std::vector<int64_t>& v) { v = r.ints(what); }
+
 void write_attrs(Writer& w, const OpAttrs& a) {
-  w.i64(a.a_split);
-  w.i64(a.b_split);
-  w.boolean(a.trans_a);
-  w.boolean(a.trans_b);
-  w.i64(a.depth);
-  w.f64(a.eps);
-  w.f64(a.scale);
-  w.f64(a.min_timescale);
-  w.f64(a.max_timescale);
-  w.boolean(a.inverse);
-  w.u8(static_cast<uint8_t>(a.dtype));
-  w.strs(a.logical);
-  w.boolean(a.raw);
-  w.strs(a.out_logical);
-  w.i64(a.out_like);
-  w.boolean(a.unnormalized);
-  w.i64(a.dim);
-  w.i64(a.dim2);
-  w.strs(a.mesh_axes);
-  w.i64(a.group_size);
-  w.i64(a.shift);
-  w.boolean(a.reduce_max);
-  w.f64(a.clip_threshold);
-  w.f64(a.learning_rate);
-  w.i64(a.warmup_steps);
-  w.i64(a.cos_steps);
-  w.f64(a.final_fraction);
-  w.f64(a.b1);
-  w.f64(a.b2);
-  w.f64(a.weight_decay);
-  w.boolean(a.fill_zero);
-  w.i64(a.start);
-  w.i64(a.size);
-  w.i64(static_cast<int64_t>(a.new_shape.size()));
-  for (int64_t d : a.new_shape) w.i64(d);
-  w.i64(a.vmap);
+  for_each_stored_attr(a, [&](const AttrField&, const auto& v) { write_field(w, v); });
 }
 
 OpAttrs read_attrs(Reader& r) {
   OpAttrs a;
-  a.a_split = static_cast<int>(r.i64("attr a_split"));
-  a.b_split = static_cast<int>(r.i64("attr b_split"));
-  a.trans_a = r.boolean("attr trans_a");
-  a.trans_b = r.boolean("attr trans_b");
-  a.depth = r.i64("attr depth");
-  a.eps = r.f64("attr eps");
-  a.scale = r.f64("attr scale");
-  a.min_timescale = r.f64("attr min_timescale");
-  a.max_timescale = r.f64("attr max_timescale");
-  a.inverse = r.boolean("attr inverse");
-  a.dtype = r.enumeration<DType>("attr dtype", kMaxDType);
-  a.logical = r.strs("attr logical");
-  a.raw = r.boolean("attr raw");
-  a.out_logical = r.strs("attr out_logical");
-  a.out_like = static_cast<int32_t>(r.i64("attr out_like"));
-  a.unnormalized = r.boolean("attr unnormalized");
-  a.dim = static_cast<int>(r.i64("attr dim"));
-  a.dim2 = static_cast<int>(r.i64("attr dim2"));
-  a.mesh_axes = r.strs("attr mesh_axes");
-  a.group_size = r.i64("attr group_size");
-  a.shift = r.i64("attr shift");
-  a.reduce_max = r.boolean("attr reduce_max");
-  a.clip_threshold = r.f64("attr clip_threshold");
-  a.learning_rate = r.f64("attr learning_rate");
-  a.warmup_steps = r.i64("attr warmup_steps");
-  a.cos_steps = r.i64("attr cos_steps");
-  a.final_fraction = r.f64("attr final_fraction");
-  a.b1 = r.f64("attr b1");
-  a.b2 = r.f64("attr b2");
-  a.weight_decay = r.f64("attr weight_decay");
-  a.fill_zero = r.boolean("attr fill_zero");
-  a.start = r.i64("attr start");
-  a.size = r.i64("attr size");
-  const int64_t rank = r.i64("attr new_shape rank");
-  for (int64_t i = 0; i < rank && i < 64; ++i) a.new_shape.push_back(r.i64("attr new_shape"));
-  a.vmap = r.i64("attr vmap");
+  for_each_stored_attr(a, [&](const AttrField& f, auto& v) {
+    const std::string what = fmt::format("attr {}", f.name);
+    read_field(r, what.c_str(), v);
+  });
   return a;
 }
 

@@ -1,144 +1,245 @@
-// engine/ir/op.cpp: op names and attribute printing/hashing.
+// engine/ir/op.cpp: the ir/ op table (attribute schema, integer inputs, in-place outputs,
+// collectives), the unary op table, and attribute printing/hashing through the field walker.
 #include "engine/ir/op.h"
 
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "engine/base/check.h"
 #include "engine/base/hash.h"
+#include "engine/ir/op_table.h"
 
 namespace eng {
 
 std::string_view op_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::kEmbedLookup: return "embed_lookup";
-    case OpKind::kOneHot: return "one_hot";
-    case OpKind::kMatmul: return "matmul";
-    case OpKind::kRmsNorm: return "rmsnorm";
-    case OpKind::kRope: return "rope";
-    case OpKind::kAttention: return "attention";
-    case OpKind::kSwiglu: return "swiglu";
-    case OpKind::kAdd: return "add";
-    case OpKind::kMul: return "mul";
-    case OpKind::kScale: return "scale";
-    case OpKind::kConvert: return "convert";
-    case OpKind::kConstraint: return "sharding_constraint";
-    case OpKind::kSoftmaxCrossEntropy: return "softmax_cross_entropy";
-    case OpKind::kMaskedMeanLoss: return "masked_mean_loss";
-    case OpKind::kEmbedLookupGrad: return "embed_lookup_grad";
-    case OpKind::kRmsNormGrad: return "rmsnorm_grad";
-    case OpKind::kAttentionGrad: return "attention_grad";
-    case OpKind::kSwigluGrad: return "swiglu_grad";
-    case OpKind::kSoftmaxCrossEntropyGrad: return "softmax_cross_entropy_grad";
-    case OpKind::kMaskedMeanLossGrad: return "masked_mean_loss_grad";
-    case OpKind::kSumSquares: return "sum_squares";
-    case OpKind::kGlobalNorm: return "global_norm";
-    case OpKind::kClipFactor: return "clip_factor";
-    case OpKind::kLearningRate: return "learning_rate";
-    case OpKind::kAdamW: return "adamw";
-    case OpKind::kIncrement: return "increment";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kAllToAll: return "all_to_all";
-    case OpKind::kCollectivePermute: return "collective_permute";
-    case OpKind::kDynamicSlice: return "dynamic_slice";
-    case OpKind::kReshape: return "reshape";
-    case OpKind::kSlice: return "slice";
-    case OpKind::kPad: return "pad";
-    case OpKind::kConcat: return "concatenate";
-    case OpKind::kShift: return "shift";
-    case OpKind::kSafeDivide: return "safe_divide";
-    case OpKind::kAxisIndex: return "axis_index";
-    case OpKind::kVocabMax: return "vocab_max";
-    case OpKind::kVocabStats: return "vocab_stats";
-    case OpKind::kXentFromStats: return "xent_from_stats";
-    case OpKind::kRepeatKv: return "repeat_kv";
-    case OpKind::kRepeatKvGrad: return "repeat_kv_grad";
-  }
-  return "?";
+  static constexpr std::string_view kNames[] = {
+#define ENG_OP_NAME(Name, printed, cls) printed,
+      ENG_OPS(ENG_OP_NAME)
+#undef ENG_OP_NAME
+  };
+  return kNames[op_index(kind)];
 }
 
 namespace {
-std::string format_own_attrs(OpKind kind, const OpAttrs& a) {
-  switch (kind) {
-    case OpKind::kOneHot:
-    case OpKind::kEmbedLookupGrad: return fmt::format("[depth={}]", a.depth);
-    case OpKind::kMatmul:
-      return fmt::format("[a_split={} b_split={}{}{}]", a.a_split, a.b_split,
-                         a.trans_a ? " trans_a" : "", a.trans_b ? " trans_b" : "");
-    case OpKind::kRmsNorm: return fmt::format("[eps={:g}]", a.eps);
-    case OpKind::kRope:
-      return fmt::format("[min_timescale={:g} max_timescale={:g}{}]", a.min_timescale,
-                         a.max_timescale, a.inverse ? " inverse" : "");
-    case OpKind::kAttention:
-    case OpKind::kAttentionGrad: return fmt::format("[scale={:g} causal]", a.scale);
-    case OpKind::kScale: return fmt::format("[scale={:g}]", a.scale);
-    case OpKind::kMaskedMeanLossGrad:
-      return a.scale == 1.0 ? "" : fmt::format("[scale={:g}]", a.scale);
-    case OpKind::kConvert: return fmt::format("[dtype={}]", dtype_name(a.dtype));
-    case OpKind::kConstraint: {
-      std::vector<std::string> names;
-      for (const auto& l : a.logical) names.push_back(l.empty() ? "None" : l);
-      return fmt::format("[logical=({}){}]", fmt::join(names, ", "), a.raw ? " raw" : "");
+
+using P = AttrPrint;
+using A = OpAttrs;
+
+// Printed attributes per op (op.h's semantics table), in print order.
+constexpr AttrField kDepth[] = {{"depth", &A::depth}};
+constexpr AttrField kMatmul[] = {{"a_split", &A::a_split},
+                                 {"b_split", &A::b_split},
+                                 {"trans_a", &A::trans_a, P::kFlag},
+                                 {"trans_b", &A::trans_b, P::kFlag}};
+constexpr AttrField kEps[] = {{"eps", &A::eps}};
+constexpr AttrField kRope[] = {{"min_timescale", &A::min_timescale},
+                               {"max_timescale", &A::max_timescale},
+                               {"inverse", &A::inverse, P::kFlag}};
+constexpr AttrField kAttention[] = {{"scale", &A::scale}, {"causal", {}, P::kLiteral}};
+constexpr AttrField kScale[] = {{"scale", &A::scale}};
+constexpr AttrField kScaleUnlessOne[] = {{"scale", &A::scale, P::kUnlessDefault}};
+constexpr AttrField kConvert[] = {{"dtype", &A::dtype}};
+constexpr AttrField kConstraint[] = {{"logical", &A::logical, P::kLogical},
+                                     {"raw", &A::raw, P::kFlag}};
+constexpr AttrField kUnnormalized[] = {{"unnormalized", &A::unnormalized, P::kFlag}};
+constexpr AttrField kDimAxes[] = {{"dim", &A::dim}, {"axes", &A::mesh_axes}};
+constexpr AttrField kAllReduce[] = {{"axes", &A::mesh_axes}, {"max", &A::reduce_max, P::kFlag}};
+constexpr AttrField kAllToAll[] = {
+    {"split_dim", &A::dim}, {"concat_dim", &A::dim2}, {"axes", &A::mesh_axes}};
+constexpr AttrField kPermute[] = {
+    {"axes", &A::mesh_axes}, {"shift", &A::shift}, {"fill_zero", &A::fill_zero, P::kFlag}};
+constexpr AttrField kReshape[] = {{"new_shape", &A::new_shape}};
+constexpr AttrField kDimStartSize[] = {{"dim", &A::dim}, {"start", &A::start}, {"size", &A::size}};
+constexpr AttrField kDim[] = {{"dim", &A::dim}};
+constexpr AttrField kShift[] = {{"dim", &A::dim}, {"shift", &A::shift}};
+constexpr AttrField kRepeats[] = {{"repeats", &A::size}};
+constexpr AttrField kAxisIndex[] = {{"axes", &A::mesh_axes}, {"size", &A::size}};
+constexpr AttrField kClip[] = {{"threshold", &A::clip_threshold}};
+constexpr AttrField kLearningRate[] = {{"lr", &A::learning_rate},
+                                       {"warmup_steps", &A::warmup_steps},
+                                       {"cos_steps", &A::cos_steps},
+                                       {"final_fraction", &A::final_fraction}};
+constexpr AttrField kAdamW[] = {
+    {"b1", &A::b1}, {"b2", &A::b2}, {"eps", &A::eps}, {"weight_decay", &A::weight_decay}};
+
+using K = OpKind;
+constexpr OpDef kNone{};
+constexpr OpDef kCollective(std::span<const AttrField> attrs) { return {attrs, true}; }
+constexpr OpDef ints(uint32_t mask, std::span<const AttrField> attrs = {}) {
+  return {attrs, false, mask};
+}
+
+constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
+    {
+        {K::kEmbedLookup, ints(0b110)},  // ids[, offset]
+        {K::kOneHot, ints(0b1, kDepth)},
+        {K::kMatmul, {kMatmul}},
+        {K::kRmsNorm, {kEps}},
+        {K::kRope, ints(0b10, kRope)},
+        {K::kAttention, {kAttention}},
+        {K::kSwiglu, kNone},
+        {K::kAdd, kNone},
+        {K::kMul, kNone},
+        {K::kScale, {kScale}},
+        {K::kConvert, {kConvert}},
+        {K::kConstraint, {kConstraint}},
+        {K::kSoftmaxCrossEntropy, ints(0b10)},
+        {K::kMaskedMeanLoss, ints(0b10, kUnnormalized)},
+        {K::kEmbedLookupGrad, ints(0b101, kDepth)},  // ids[, offset]
+        {K::kRmsNormGrad, kNone},
+        {K::kAttentionGrad, {kAttention}},
+        {K::kSwigluGrad, kNone},
+        {K::kSoftmaxCrossEntropyGrad, ints(0b10010)},  // targets[, offset]
+        {K::kMaskedMeanLossGrad, ints(0b1, kScaleUnlessOne)},
+        {K::kSumSquares, kNone},
+        {K::kGlobalNorm, kNone},
+        {K::kClipFactor, {kClip}},
+        {K::kLearningRate, ints(0b1, kLearningRate)},
+        {K::kAdamW, {kAdamW, false, 1u << 6, {0, 2, 3}}},
+        {K::kIncrement, {{}, false, 0b1, {0, -1, -1}}},
+        {K::kAllGather, kCollective(kDimAxes)},
+        {K::kReduceScatter, kCollective(kDimAxes)},
+        {K::kAllReduce, kCollective(kAllReduce)},
+        {K::kAllToAll, kCollective(kAllToAll)},
+        {K::kCollectivePermute, kCollective(kPermute)},
+        {K::kDynamicSlice, kCollective(kDimAxes)},
+        {K::kSafeDivide, kNone},
+        {K::kReshape, {kReshape}},
+        {K::kSlice, {kDimStartSize}},
+        {K::kPad, {kDimStartSize}},
+        {K::kConcat, {kDim}},
+        {K::kShift, {kShift}},
+        {K::kAxisIndex, {kAxisIndex}},
+        {K::kVocabMax, kNone},
+        {K::kVocabStats, ints(0b1100)},  // targets, offset
+        {K::kXentFromStats, kNone},
+        {K::kRepeatKv, {kRepeats}},
+        {K::kRepeatKvGrad, {kRepeats}},
+    },
+    kNone, kNone);
+
+// Every stored field, in the serialized order (engine/compile/serialize.cpp).
+constexpr AttrField kStored[] = {
+    {"a_split", &A::a_split},
+    {"b_split", &A::b_split},
+    {"trans_a", &A::trans_a},
+    {"trans_b", &A::trans_b},
+    {"depth", &A::depth},
+    {"eps", &A::eps},
+    {"scale", &A::scale},
+    {"min_timescale", &A::min_timescale},
+    {"max_timescale", &A::max_timescale},
+    {"inverse", &A::inverse},
+    {"dtype", &A::dtype},
+    {"logical", &A::logical},
+    {"raw", &A::raw},
+    {"out_logical", &A::out_logical},
+    {"out_like", &A::out_like},
+    {"unnormalized", &A::unnormalized},
+    {"dim", &A::dim},
+    {"dim2", &A::dim2},
+    {"mesh_axes", &A::mesh_axes},
+    {"group_size", &A::group_size},
+    {"shift", &A::shift},
+    {"reduce_max", &A::reduce_max},
+    {"clip_threshold", &A::clip_threshold},
+    {"learning_rate", &A::learning_rate},
+    {"warmup_steps", &A::warmup_steps},
+    {"cos_steps", &A::cos_steps},
+    {"final_fraction", &A::final_fraction},
+    {"b1", &A::b1},
+    {"b2", &A::b2},
+    {"weight_decay", &A::weight_decay},
+    {"fill_zero", &A::fill_zero},
+    {"start", &A::start},
+    {"size", &A::size},
+    {"new_shape", &A::new_shape},
+    {"vmap", &A::vmap},
+};
+
+// ---- printing ----
+std::string value_text(int64_t v) { return fmt::format("{}", v); }
+std::string value_text(double v) { return fmt::format("{:g}", v); }
+std::string value_text(DType v) { return std::string(dtype_name(v)); }
+std::string value_text(const std::vector<int64_t>& v) { return fmt::format("({})", fmt::join(v, ",")); }
+std::string value_text(const std::vector<std::string>& v) {
+  return fmt::format("({})", fmt::join(v, ","));
+}
+std::string logical_text(const std::vector<std::string>& v) {
+  std::vector<std::string> names;
+  for (const auto& l : v) names.push_back(l.empty() ? "None" : l);
+  return fmt::format("({})", fmt::join(names, ", "));
+}
+
+template <class T>
+void print_field(std::vector<std::string>& parts, const AttrField& f, const T& v, const T& dflt) {
+  if constexpr (std::is_same_v<T, std::monostate>) {
+    parts.emplace_back(f.name);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (f.print == P::kFlag && v) parts.emplace_back(f.name);
+  } else {
+    if (f.print == P::kUnlessDefault && v == dflt) return;
+    if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      if (f.print == P::kLogical) return parts.push_back(fmt::format("{}={}", f.name, logical_text(v)));
+      parts.push_back(fmt::format("{}={}", f.name, value_text(v)));
+    } else if constexpr (std::is_integral_v<T>) {
+      parts.push_back(fmt::format("{}={}", f.name, value_text(static_cast<int64_t>(v))));
+    } else {
+      parts.push_back(fmt::format("{}={}", f.name, value_text(v)));
     }
-    case OpKind::kMaskedMeanLoss: return a.unnormalized ? "[unnormalized]" : "";
-    case OpKind::kAllGather:
-    case OpKind::kReduceScatter:
-    case OpKind::kDynamicSlice:
-      return fmt::format("[dim={} axes=({})]", a.dim, fmt::join(a.mesh_axes, ","));
-    case OpKind::kAllReduce:
-      return fmt::format("[axes=({}){}]", fmt::join(a.mesh_axes, ","), a.reduce_max ? " max" : "");
-    case OpKind::kAllToAll:
-      return fmt::format("[split_dim={} concat_dim={} axes=({})]", a.dim, a.dim2,
-                         fmt::join(a.mesh_axes, ","));
-    case OpKind::kCollectivePermute:
-      return fmt::format("[axes=({}) shift={}{}]", fmt::join(a.mesh_axes, ","), a.shift,
-                         a.fill_zero ? " fill_zero" : "");
-    case OpKind::kReshape: return fmt::format("[new_shape=({})]", fmt::join(a.new_shape, ","));
-    case OpKind::kSlice:
-    case OpKind::kPad: return fmt::format("[dim={} start={} size={}]", a.dim, a.start, a.size);
-    case OpKind::kConcat: return fmt::format("[dim={}]", a.dim);
-    case OpKind::kShift: return fmt::format("[dim={} shift={}]", a.dim, a.shift);
-    case OpKind::kRepeatKv:
-    case OpKind::kRepeatKvGrad: return fmt::format("[repeats={}]", a.size);
-    case OpKind::kAxisIndex:
-      return fmt::format("[axes=({}) size={}]", fmt::join(a.mesh_axes, ","), a.size);
-    case OpKind::kClipFactor: return fmt::format("[threshold={:g}]", a.clip_threshold);
-    case OpKind::kLearningRate:
-      return fmt::format("[lr={:g} warmup_steps={} cos_steps={} final_fraction={:g}]",
-                         a.learning_rate, a.warmup_steps, a.cos_steps, a.final_fraction);
-    case OpKind::kAdamW:
-      return fmt::format("[b1={:g} b2={:g} eps={:g} weight_decay={:g}]", a.b1, a.b2, a.eps,
-                         a.weight_decay);
-    default: return "";
   }
 }
+
+// ---- hashing ----
+uint64_t hash_field(uint64_t h, int v) { return hash_mix(h, static_cast<uint64_t>(v)); }
+uint64_t hash_field(uint64_t h, int64_t v) { return hash_mix(h, static_cast<uint64_t>(v)); }
+uint64_t hash_field(uint64_t h, bool v) { return hash_mix(h, v ? 1 : 2); }
+uint64_t hash_field(uint64_t h, DType v) { return hash_mix(h, static_cast<uint64_t>(v) + 3); }
+uint64_t hash_field(uint64_t h, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return hash_mix(h, bits);
+}
+uint64_t hash_field(uint64_t h, const std::vector<std::string>& v) {
+  h = hash_mix(h, v.size());
+  for (const auto& s : v) h = hash_mix(h, hash_bytes(s));
+  return h;
+}
+uint64_t hash_field(uint64_t h, const std::vector<int64_t>& v) {
+  h = hash_mix(h, v.size());
+  for (int64_t d : v) h = hash_mix(h, static_cast<uint64_t>(d));
+  return h;
+}
+
 }  // namespace
 
-std::string format_attrs(OpKind kind, const OpAttrs& a) {
-  std::string own = format_own_attrs(kind, a);
-  if (a.vmap == 0) return own;
-  // "[vmap=2 eps=1e-05]": the vmapped dim first, then the per-slice op's attributes.
-  if (own.empty()) return fmt::format("[vmap={}]", a.vmap);
-  return fmt::format("[vmap={} {}", a.vmap, own.substr(1));
-}
+namespace attr_detail {
+const AttrField kVmapField{"vmap", &A::vmap, P::kUnlessDefault};
+const OpAttrs kDefaultAttrs{};
+std::span<const AttrField> stored_attrs() { return kStored; }
+}  // namespace attr_detail
 
-bool is_collective(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllGather:
-    case OpKind::kReduceScatter:
-    case OpKind::kAllReduce:
-    case OpKind::kAllToAll:
-    case OpKind::kCollectivePermute:
-    case OpKind::kDynamicSlice: return true;
-    default: return false;
-  }
+namespace op_table_detail {
+void an_OpKind_has_no_row_in_this_table() { ENG_CHECK(false, "op table: an op has no row"); }
+void an_OpKind_has_two_rows_in_this_table() { ENG_CHECK(false, "op table: an op has two rows"); }
+}  // namespace op_table_detail
+
+const OpDef& op_def(OpKind kind) { return kOpDefs[op_index(kind)]; }
+
+std::string format_attrs(OpKind kind, const OpAttrs& a) {
+  std::vector<std::string> parts;
+  for_each_attr(kind, a, [&](const AttrField& f, const auto& v, const auto& dflt) {
+    print_field(parts, f, v, dflt);
+  });
+  if (parts.empty()) return "";
+  return fmt::format("[{}]", fmt::join(parts, " "));
 }
 
 uint64_t hash_attrs(OpKind kind, const OpAttrs& a) {
-  // The printed form names every attribute the op reads, exactly: hash that.
-  return hash_bytes(format_attrs(kind, a), static_cast<uint64_t>(kind));
+  uint64_t h = hash_mix(0x6f70617474727321ULL, static_cast<uint64_t>(kind));
+  for_each_stored_attr(a, [&](const AttrField&, const auto& v) { h = hash_field(h, v); });
+  return h;
 }
 
 }  // namespace eng

@@ -106,65 +106,93 @@
 //                    xent = lse - picked (the global values once max/sumexp/picked are reduced)
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "engine/tensor/dtype.h"
 
 namespace eng {
 
+// The op list (XLA's hlo_opcode.h style): X(Name, "printed name", class). OpKind::kName
+// follows list order, which the serialized form stores: append new ops at the end.
+#define ENG_OPS(X) \
+  X(EmbedLookup, "embed_lookup", kCustom) \
+  X(OneHot, "one_hot", kCustom) \
+  X(Matmul, "matmul", kCustom) \
+  X(RmsNorm, "rmsnorm", kCustom) \
+  X(Rope, "rope", kCustom) \
+  X(Attention, "attention", kCustom) \
+  X(Swiglu, "swiglu", kCustom) \
+  X(Add, "add", kCustom) \
+  X(Mul, "mul", kCustom) \
+  X(Scale, "scale", kCustom) \
+  X(Convert, "convert", kCustom) \
+  X(Constraint, "sharding_constraint", kCustom) \
+  X(SoftmaxCrossEntropy, "softmax_cross_entropy", kCustom) \
+  X(MaskedMeanLoss, "masked_mean_loss", kCustom) \
+  X(EmbedLookupGrad, "embed_lookup_grad", kCustom) \
+  X(RmsNormGrad, "rmsnorm_grad", kCustom) \
+  X(AttentionGrad, "attention_grad", kCustom) \
+  X(SwigluGrad, "swiglu_grad", kCustom) \
+  X(SoftmaxCrossEntropyGrad, "softmax_cross_entropy_grad", kCustom) \
+  X(MaskedMeanLossGrad, "masked_mean_loss_grad", kCustom) \
+  X(SumSquares, "sum_squares", kCustom) \
+  X(GlobalNorm, "global_norm", kCustom) \
+  X(ClipFactor, "clip_factor", kCustom) \
+  X(LearningRate, "learning_rate", kCustom) \
+  X(AdamW, "adamw", kCustom) \
+  X(Increment, "increment", kCustom) \
+  X(AllGather, "all_gather", kCustom) \
+  X(ReduceScatter, "reduce_scatter", kCustom) \
+  X(AllReduce, "all_reduce", kCustom) \
+  X(AllToAll, "all_to_all", kCustom) \
+  X(CollectivePermute, "collective_permute", kCustom) \
+  X(DynamicSlice, "dynamic_slice", kCustom) \
+  X(SafeDivide, "safe_divide", kCustom) \
+  X(Reshape, "reshape", kCustom) \
+  X(Slice, "slice", kCustom) \
+  X(Pad, "pad", kCustom) \
+  X(Concat, "concatenate", kCustom) \
+  X(Shift, "shift", kCustom) \
+  X(AxisIndex, "axis_index", kCustom) \
+  X(VocabMax, "vocab_max", kCustom) \
+  X(VocabStats, "vocab_stats", kCustom) \
+  X(XentFromStats, "xent_from_stats", kCustom) \
+  X(RepeatKv, "repeat_kv", kCustom) \
+  X(RepeatKvGrad, "repeat_kv_grad", kCustom)
+
+// kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
+// elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of
+// engine/ir/op.cpp's unary table, and every other layer derives their entries from it.
+enum class OpClass : uint8_t { kCustom, kUnary, kUnaryGrad };
+
 enum class OpKind : uint8_t {
-  kEmbedLookup,
-  kOneHot,
-  kMatmul,
-  kRmsNorm,
-  kRope,
-  kAttention,
-  kSwiglu,
-  kAdd,
-  kMul,
-  kScale,
-  kConvert,
-  kConstraint,
-  kSoftmaxCrossEntropy,
-  kMaskedMeanLoss,
-  kEmbedLookupGrad,
-  kRmsNormGrad,
-  kAttentionGrad,
-  kSwigluGrad,
-  kSoftmaxCrossEntropyGrad,
-  kMaskedMeanLossGrad,
-  kSumSquares,
-  kGlobalNorm,
-  kClipFactor,
-  kLearningRate,
-  kAdamW,
-  kIncrement,
-  kAllGather,
-  kReduceScatter,
-  kAllReduce,
-  kAllToAll,
-  kCollectivePermute,
-  kDynamicSlice,
-  kSafeDivide,
-  kReshape,
-  kSlice,
-  kPad,
-  kConcat,
-  kShift,
-  kAxisIndex,
-  kVocabMax,
-  kVocabStats,
-  kXentFromStats,
-  kRepeatKv,
-  kRepeatKvGrad,
+#define ENG_OP_ENUM(Name, printed, cls) k##Name,
+  ENG_OPS(ENG_OP_ENUM)
+#undef ENG_OP_ENUM
 };
 
-// Ops that move or select data across devices: the runtime runs each as ONE instruction
-// over every device's buffers (engine/runtime/collectives.h), not per device.
-bool is_collective(OpKind kind);
+#define ENG_OP_COUNT(Name, printed, cls) +1
+inline constexpr int kNumOps = 0 ENG_OPS(ENG_OP_COUNT);
+#undef ENG_OP_COUNT
+
+constexpr int op_index(OpKind kind) { return static_cast<int>(kind); }
+
+constexpr OpClass op_class(OpKind kind) {
+  constexpr OpClass kClasses[] = {
+#define ENG_OP_CLASS(Name, printed, cls) OpClass::cls,
+      ENG_OPS(ENG_OP_CLASS)
+#undef ENG_OP_CLASS
+  };
+  return kClasses[op_index(kind)];
+}
+
 
 std::string_view op_name(OpKind kind);  // "embed_lookup", "matmul", ... (jaxpr-style)
 
@@ -210,8 +238,102 @@ struct OpAttrs {
   bool operator==(const OpAttrs&) const = default;
 };
 
+// ---- attribute schema: which OpAttrs fields an op reads, and how they print ----------
+// One walker per op over its schema drives printing; hashing and serialization walk every
+// stored field (kStoredAttrs in op.cpp), so the compile-cache key can never miss one.
+using AttrMember =
+    std::variant<std::monostate, int OpAttrs::*, int64_t OpAttrs::*, double OpAttrs::*,
+                 bool OpAttrs::*, DType OpAttrs::*, std::vector<std::string> OpAttrs::*,
+                 std::vector<int64_t> OpAttrs::*>;
+enum class AttrPrint : uint8_t {
+  kValue,          // name=value; lists print as (a,b)
+  kFlag,           // a bool: its name when true, nothing when false
+  kUnlessDefault,  // name=value unless the value is OpAttrs{}'s
+  kLogical,        // logical names: (a, None)
+  kLiteral,        // the name alone, always (no member): attention's "causal"
+};
+struct AttrField {
+  std::string_view name;  // printed name (serialization: the member's name)
+  AttrMember member;
+  AttrPrint print = AttrPrint::kValue;
+};
+
+// ---- the ir/ table row of one op (op.cpp's kOpDefs) ----------------------------------------
+struct OpDef {
+  std::span<const AttrField> attrs;  // printed attributes, in print order
+  // Ops that move or select data across devices: the runtime runs each as ONE instruction
+  // over every device's buffers (engine/runtime/collectives.h), not per device.
+  bool collective = false;
+  uint32_t int_inputs = 0;  // bit i: input i is i32 (ids, positions, targets, step, offset)
+  // Output o updates input in_place[o] in place (-1: a new buffer); kAdamW, kIncrement.
+  std::array<int8_t, 3> in_place = {-1, -1, -1};
+};
+const OpDef& op_def(OpKind kind);
+
+inline bool is_collective(OpKind kind) { return op_def(kind).collective; }
+inline bool is_int_input(OpKind kind, size_t i) {
+  return i < 32 && ((op_def(kind).int_inputs >> i) & 1u) != 0;
+}
+// The input that output o of `kind` updates in place, or -1.
+inline int in_place_input(OpKind kind, size_t o) {
+  return o < 3 ? op_def(kind).in_place[o] : -1;
+}
+
+// Calls f(field, value, default_value) for each printed attribute of `kind` (vmap first):
+// const references to the member in `a` and in OpAttrs{} (std::monostate for a literal).
+template <class F>
+void for_each_attr(OpKind kind, const OpAttrs& a, F&& f);
+
+// Calls f(field, member&) for every stored OpAttrs field, in serialization order.
+template <class A, class F>
+void for_each_stored_attr(A& a, F&& f);
+
 // "[eps=1e-05]", "[a_split=2 b_split=1]": the attributes kind uses, for the text dump.
 std::string format_attrs(OpKind kind, const OpAttrs& attrs);
+// Hashes every stored field (not just the printed ones: out_logical, out_like, group_size).
 uint64_t hash_attrs(OpKind kind, const OpAttrs& attrs);
+
+// ---- unary elementwise ops (OpClass::kUnary): the one row that defines each ------------------
+struct UnaryMath {
+  OpKind op, grad;           // y = f(x); its VJP op: dx = dy * df(x)
+  double (*f)(double);       // forward, evaluated in double (kernel and reference alike)
+  double (*df)(double);      // derivative
+  double flops, grad_flops;  // per element, for compile/cost
+};
+// The row of a kUnary op or of its kUnaryGrad partner.
+const UnaryMath& unary_math(OpKind kind);
+
+namespace attr_detail {
+extern const AttrField kVmapField;
+extern const OpAttrs kDefaultAttrs;
+std::span<const AttrField> stored_attrs();
+}  // namespace attr_detail
+
+template <class F>
+void for_each_attr(OpKind kind, const OpAttrs& a, F&& f) {
+  auto visit = [&](const AttrField& field) {
+    std::visit(
+        [&](auto m) {
+          if constexpr (std::is_same_v<decltype(m), std::monostate>) {
+            f(field, m, m);
+          } else {
+            f(field, a.*m, attr_detail::kDefaultAttrs.*m);
+          }
+        },
+        field.member);
+  };
+  visit(attr_detail::kVmapField);
+  for (const AttrField& field : op_def(kind).attrs) visit(field);
+}
+
+template <class A, class F>
+void for_each_stored_attr(A& a, F&& f) {
+  for (const AttrField& field : attr_detail::stored_attrs())
+    std::visit(
+        [&](auto m) {
+          if constexpr (!std::is_same_v<decltype(m), std::monostate>) f(field, a.*m);
+        },
+        field.member);
+}
 
 }  // namespace eng

@@ -13,25 +13,6 @@ namespace eng {
 
 namespace {
 
-// Inputs that are integer (ids, positions, targets, segmentation, step), per op.
-bool is_int_input(OpKind kind, size_t i) {
-  switch (kind) {
-    case OpKind::kEmbedLookup: return i >= 1;  // ids[, offset]
-    case OpKind::kOneHot: return i == 0;
-    case OpKind::kRope: return i == 1;
-    case OpKind::kSoftmaxCrossEntropy: return i == 1;
-    case OpKind::kMaskedMeanLoss: return i == 1;
-    case OpKind::kEmbedLookupGrad: return i == 0 || i == 2;  // ids[, offset]
-    case OpKind::kSoftmaxCrossEntropyGrad: return i == 1 || i == 4;  // targets[, offset]
-    case OpKind::kVocabStats: return i >= 2;  // targets, offset
-    case OpKind::kMaskedMeanLossGrad: return i == 0;
-    case OpKind::kLearningRate: return i == 0;
-    case OpKind::kAdamW: return i == 6;
-    case OpKind::kIncrement: return i == 0;
-    default: return false;
-  }
-}
-
 // A float or i32 element as float, for kConvert.
 float load(const void* p, DType d, int64_t i) {
   switch (d) {

@@ -62,5 +62,24 @@ TEST(ProgramText, SmallTrainStepGolden) {
   expect_golden("small_train_step.txt", small_train_step().to_text());
 }
 
+// Regression: out_logical and out_like are not printed, but they change how the program is
+// partitioned, so the fingerprint (the compile-cache key) must cover them.
+TEST(TextTest, FingerprintCoversUnprintedMatmulAttributes) {
+  auto trace = [](std::vector<std::string> out_sharding, bool like) {
+    Builder b("mm");
+    ValueId x = b.argument("x", Shape{2, 4}, DType::kF32, {}, ArgRole::kBatch);
+    ValueId w = b.argument("w", Shape{4, 3}, DType::kF32, {}, ArgRole::kParam);
+    b.output(b.matmul(x, w, 1, 1, false, false, std::move(out_sharding), like ? x : kNoValue), "y");
+    return std::move(b).finish();
+  };
+  const Program plain = trace({}, false), named = trace({"batch", "mlp"}, false),
+                liked = trace({}, true);
+  EXPECT_EQ(plain.to_text(), named.to_text());
+  EXPECT_EQ(plain.to_text(), liked.to_text());
+  EXPECT_NE(plain.fingerprint(), named.fingerprint());
+  EXPECT_NE(plain.fingerprint(), liked.fingerprint());
+  EXPECT_EQ(plain.fingerprint(), trace({}, false).fingerprint());
+}
+
 }  // namespace
 }  // namespace eng
