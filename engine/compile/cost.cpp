@@ -1,5 +1,6 @@
 // engine/compile/cost.cpp: the cost model: flops and bytes accessed per instruction.
 #include "engine/compile/executable.h"
+#include "engine/ir/op_table.h"
 
 namespace eng {
 
@@ -14,65 +15,90 @@ double attention_flops(const Shape& q) {
   return 2.0 * B * H * D * T * (T + 1);
 }
 
+using CostFn = double (*)(const Program&, const Instr&);
+
+double unary_flops(const Program& p, const Instr& in) {
+  return unary_math(in.kind).flops * numel(p, in.inputs[0]);
+}
+double unary_grad_flops(const Program& p, const Instr& in) {
+  return unary_math(in.kind).grad_flops * numel(p, in.inputs[0]);
+}
+double zero_flops(const Program&, const Instr&) { return 0; }  // data movement, lookups
+double one_flop(const Program&, const Instr&) { return 1; }    // scalar ops
+double per_input_element(const Program& p, const Instr& in) { return numel(p, in.inputs[0]); }
+
+// Flops per instruction, one row per op (engine/ir/op_table.h).
+constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
+    {
+        {OpKind::kMatmul,
+         [](const Program& p, const Instr& in) {
+           const Shape& a = p.value(in.inputs[0]).shape;
+           const double rows = static_cast<double>(a.prod(0, in.attrs.a_split));
+           const double cols = static_cast<double>(a.prod(in.attrs.a_split, a.rank()));
+           const double K = in.attrs.trans_a ? rows : cols;
+           return 2.0 * K * numel(p, in.outputs[0]);  // 2·M·N·K
+         }},
+        {OpKind::kAttention,
+         [](const Program& p, const Instr& in) {
+           return attention_flops(p.value(in.inputs[0]).shape);
+         }},
+        {OpKind::kAttentionGrad,
+         [](const Program& p, const Instr& in) {
+           return 2.0 * attention_flops(p.value(in.inputs[0]).shape);
+         }},
+        {OpKind::kEmbedLookup, zero_flops},
+        {OpKind::kOneHot, zero_flops},
+        {OpKind::kConstraint, zero_flops},
+        {OpKind::kEmbedLookupGrad,  // one add per dy element
+         [](const Program& p, const Instr& in) { return numel(p, in.inputs[1]); }},
+        {OpKind::kRmsNorm, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRmsNormGrad, [](const Program& p, const Instr& in) { return 8.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRope, [](const Program& p, const Instr& in) { return 6.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSwiglu, [](const Program& p, const Instr& in) { return 5.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSwigluGrad, [](const Program& p, const Instr& in) { return 10.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRepeatKv, zero_flops},
+        {OpKind::kRepeatKvGrad,  // (R - 1) adds per output element
+         [](const Program& p, const Instr& in) {
+           return numel(p, in.inputs[0]) - numel(p, in.outputs[0]);
+         }},
+        {OpKind::kAdd, per_input_element},
+        {OpKind::kMul, per_input_element},
+        {OpKind::kScale, per_input_element},
+        {OpKind::kConvert, per_input_element},
+        {OpKind::kSoftmaxCrossEntropy, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSoftmaxCrossEntropyGrad, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMaskedMeanLoss, [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMaskedMeanLossGrad, [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSumSquares, [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kGlobalNorm,
+         [](const Program&, const Instr& in) { return static_cast<double>(in.inputs.size()) + 1; }},
+        {OpKind::kClipFactor, one_flop},
+        {OpKind::kLearningRate, one_flop},
+        {OpKind::kIncrement, one_flop},
+        {OpKind::kSafeDivide, one_flop},
+        {OpKind::kAxisIndex, one_flop},
+        {OpKind::kVocabMax, per_input_element},
+        {OpKind::kVocabStats,  // sub, exp, add
+         [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kXentFromStats, [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kAllReduce, per_input_element},  // one add per element received
+        {OpKind::kReduceScatter, per_input_element},
+        {OpKind::kAllGather, zero_flops},
+        {OpKind::kAllToAll, zero_flops},
+        {OpKind::kCollectivePermute, zero_flops},
+        {OpKind::kDynamicSlice, zero_flops},
+        {OpKind::kReshape, zero_flops},
+        {OpKind::kSlice, zero_flops},
+        {OpKind::kPad, zero_flops},
+        {OpKind::kConcat, zero_flops},
+        {OpKind::kShift, zero_flops},
+        {OpKind::kAdamW, [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
+    },
+    unary_flops, unary_grad_flops);
+
 }  // namespace
 
-double instr_flops(const Program& p, const Instr& in) {
-  const auto& x = in.inputs;
-  switch (in.kind) {
-    case OpKind::kMatmul: {
-      const Shape& a = p.value(x[0]).shape;
-      const double rows = static_cast<double>(a.prod(0, in.attrs.a_split));
-      const double cols = static_cast<double>(a.prod(in.attrs.a_split, a.rank()));
-      const double K = in.attrs.trans_a ? rows : cols;
-      return 2.0 * K * numel(p, in.outputs[0]);  // 2·M·N·K
-    }
-    case OpKind::kAttention: return attention_flops(p.value(x[0]).shape);
-    case OpKind::kAttentionGrad: return 2.0 * attention_flops(p.value(x[0]).shape);
-    case OpKind::kEmbedLookup:
-    case OpKind::kOneHot:
-    case OpKind::kConstraint: return 0;
-    case OpKind::kEmbedLookupGrad: return numel(p, x[1]);  // one add per dy element
-    case OpKind::kRmsNorm: return 4.0 * numel(p, x[0]);
-    case OpKind::kRmsNormGrad: return 8.0 * numel(p, x[0]);
-    case OpKind::kRope: return 6.0 * numel(p, x[0]);
-    case OpKind::kSwiglu: return 5.0 * numel(p, x[0]);
-    case OpKind::kSwigluGrad: return 10.0 * numel(p, x[0]);
-    case OpKind::kRepeatKv: return 0;  // data movement
-    case OpKind::kRepeatKvGrad:        // (R - 1) adds per output element
-      return numel(p, x[0]) - numel(p, in.outputs[0]);
-    case OpKind::kAdd:
-    case OpKind::kMul:
-    case OpKind::kScale:
-    case OpKind::kConvert: return numel(p, x[0]);
-    case OpKind::kSoftmaxCrossEntropy:
-    case OpKind::kSoftmaxCrossEntropyGrad: return 4.0 * numel(p, x[0]);
-    case OpKind::kMaskedMeanLoss: return 3.0 * numel(p, x[0]);
-    case OpKind::kMaskedMeanLossGrad: return 2.0 * numel(p, x[0]);
-    case OpKind::kSumSquares: return 2.0 * numel(p, x[0]);
-    case OpKind::kGlobalNorm: return static_cast<double>(x.size()) + 1;
-    case OpKind::kClipFactor:
-    case OpKind::kLearningRate:
-    case OpKind::kIncrement:
-    case OpKind::kSafeDivide:
-    case OpKind::kAxisIndex: return 1;
-    case OpKind::kVocabMax: return numel(p, x[0]);
-    case OpKind::kVocabStats: return 3.0 * numel(p, x[0]);  // sub, exp, add
-    case OpKind::kXentFromStats: return 3.0 * numel(p, x[0]);
-    case OpKind::kAllReduce:
-    case OpKind::kReduceScatter: return numel(p, x[0]);  // one add per element received
-    case OpKind::kAllGather:
-    case OpKind::kAllToAll:
-    case OpKind::kCollectivePermute:
-    case OpKind::kDynamicSlice:
-    case OpKind::kReshape:
-    case OpKind::kSlice:
-    case OpKind::kPad:
-    case OpKind::kConcat:
-    case OpKind::kShift: return 0;
-    case OpKind::kAdamW: return 12.0 * numel(p, x[0]);
-  }
-  return 0;
-}
+double instr_flops(const Program& p, const Instr& in) { return kCost[op_index(in.kind)](p, in); }
 
 double instr_bytes_accessed(const Program& p, const Instr& in) {
   double bytes = 0;

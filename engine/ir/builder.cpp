@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/check.h"
+#include "engine/ir/op_table.h"
 
 namespace eng {
 
@@ -66,277 +67,329 @@ ValueInfo infer_matmul(const ValueInfo& a, const ValueInfo& b, const OpAttrs& at
   return make(sa.concat(sb), DType::kF32, concat(la, lb));
 }
 
-std::vector<ValueInfo> infer(OpKind kind, const std::vector<const ValueInfo*>& in,
-                             const OpAttrs& at) {
-  auto n_in = [&](size_t n) {
-    ENG_CHECK(in.size() == n, "{}: expected {} inputs, got {}", op_name(kind), n, in.size());
-  };
-  switch (kind) {
-    case OpKind::kEmbedLookup: {  // 3 inputs: a vocab block at offset (per-device; op.h)
-      ENG_CHECK(in.size() == 2 || (in.size() == 3 && in[2]->dtype == DType::kI32 &&
-                                   in[2]->shape.rank() == 0),
-                "embed_lookup: expected (table, ids[, offset i32 ()]), got {} inputs", in.size());
-      check_rank(kind, *in[0], 2, "table");
-      ENG_CHECK(in[1]->dtype == DType::kI32, "embed_lookup: ids must be i32");
-      Shape s = in[1]->shape.concat(Shape{in[0]->shape[1]});
-      return {make(s, in[0]->dtype, concat(in[1]->logical.empty() ? Logical(in[1]->shape.rank())
-                                                                     : in[1]->logical,
-                                            logical_slice(*in[0], 1, 2)))};
-    }
-    case OpKind::kOneHot: {
-      n_in(1);
-      ENG_CHECK(in[0]->dtype == DType::kI32 && at.depth > 0, "one_hot: needs i32 ids and depth > 0");
-      Logical l = in[0]->logical.empty() ? Logical(in[0]->shape.rank()) : in[0]->logical;
-      l.push_back("vocab");
-      return {make(in[0]->shape.concat(Shape{at.depth}), DType::kF32, l)};
-    }
-    case OpKind::kMatmul:
-      n_in(2);
-      return {infer_matmul(*in[0], *in[1], at)};
-    case OpKind::kRmsNorm: {
-      n_in(2);
-      const Shape& x = in[0]->shape;
-      ENG_CHECK(in[1]->shape == Shape{x.dim(-1)}, "rmsnorm: scale {} does not match x {}",
-                in[1]->shape.to_string(), x.to_string());
-      return {like(*in[0]), make(Shape{x.prod(0, x.rank() - 1)})};
-    }
-    case OpKind::kRope: {
-      n_in(2);
-      check_rank(kind, *in[0], 4, "x");
-      ENG_CHECK(in[1]->shape == in[0]->shape.slice(0, 2) && in[1]->dtype == DType::kI32,
-                "rope: positions {} must be i32 (B, T) of x {}", in[1]->shape.to_string(),
-                in[0]->shape.to_string());
-      ENG_CHECK(in[0]->shape[3] % 2 == 0, "rope: head dim {} must be even", in[0]->shape[3]);
-      return {like(*in[0])};
-    }
-    case OpKind::kAttention: {
-      n_in(3);
-      check_rank(kind, *in[0], 4, "q");
-      check_same_shape(kind, *in[0], *in[1]);
-      check_same_shape(kind, *in[0], *in[2]);
-      const Shape& q = in[0]->shape;
-      return {like(*in[0]), make(Shape{q[0], q[2], q[1]})};
-    }
-    case OpKind::kRepeatKv:
-    case OpKind::kRepeatKvGrad: {  // (B,T,Hkv,D) <-> (B,T,Hkv*R,D): see op.h
-      n_in(1);
-      check_rank(kind, *in[0], 4, "x");
-      ENG_CHECK(at.size >= 1, "{}: repeats must be positive, got {}", op_name(kind), at.size);
-      ValueInfo out = like(*in[0]);
-      std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
-      if (kind == OpKind::kRepeatKv) {
-        dims[2] *= at.size;
-      } else {
-        ENG_CHECK(dims[2] % at.size == 0, "repeat_kv_grad: {} heads of {} not divisible by {}",
-                  dims[2], out.shape.to_string(), at.size);
-        dims[2] /= at.size;
-      }
-      out.shape = Shape(dims);
-      if (!out.logical.empty())
-        out.logical[2] = kind == OpKind::kRepeatKv ? "activation_heads" : "activation_kv_heads";
-      return {out};
-    }
-    case OpKind::kSwiglu:
-    case OpKind::kAdd:
-    case OpKind::kMul:
-      n_in(2);
-      check_same_shape(kind, *in[0], *in[1]);
-      return {like(*in[0])};
-    case OpKind::kScale:
-      n_in(1);
-      return {like(*in[0])};
-    case OpKind::kConvert: {
-      n_in(1);
-      ValueInfo out = like(*in[0]);
-      out.dtype = at.dtype;
-      return {out};
-    }
-    case OpKind::kConstraint: {
-      n_in(1);
-      ENG_CHECK(static_cast<int>(at.logical.size()) == in[0]->shape.rank(),
-                "constraint: {} logical names for rank {}", at.logical.size(), in[0]->shape.rank());
-      ValueInfo out = like(*in[0]);
-      out.logical = at.logical;
-      return {out};
-    }
-    case OpKind::kSoftmaxCrossEntropy: {
-      n_in(2);
-      const Shape& l = in[0]->shape;
-      ENG_CHECK(in[1]->shape == l.slice(0, l.rank() - 1) && in[1]->dtype == DType::kI32,
-                "softmax_cross_entropy: targets {} do not match logits {}", in[1]->shape.to_string(),
-                l.to_string());
-      Logical lg = logical_slice(*in[0], 0, l.rank() - 1);
-      return {make(in[1]->shape, DType::kF32, lg), make(in[1]->shape, DType::kF32, lg)};
-    }
-    case OpKind::kMaskedMeanLoss:
-      n_in(2);
-      ENG_CHECK(in[0]->shape == in[1]->shape, "masked_mean_loss: xent {} vs segmentation {}",
-                in[0]->shape.to_string(), in[1]->shape.to_string());
-      return {scalar(), scalar()};
-    case OpKind::kEmbedLookupGrad: {
-      ENG_CHECK(in.size() == 2 || (in.size() == 3 && in[2]->dtype == DType::kI32 &&
-                                   in[2]->shape.rank() == 0),
-                "embed_lookup_grad: expected (ids, dy[, offset i32 ()]), got {} inputs", in.size());
-      const Shape& dy = in[1]->shape;
-      Logical l{"", dy.rank() > 0 && !in[1]->logical.empty() ? in[1]->logical.back() : ""};
-      return {make(Shape{at.depth, dy.dim(-1)}, DType::kF32, l)};
-    }
-    case OpKind::kRmsNormGrad:
-      n_in(4);
-      return {like(*in[0]), like(*in[1])};
-    case OpKind::kAttentionGrad:
-      n_in(6);
-      return {like(*in[0]), like(*in[1]), like(*in[2])};
-    case OpKind::kSwigluGrad:
-      n_in(3);
-      return {like(*in[0]), like(*in[1])};
-    case OpKind::kSoftmaxCrossEntropyGrad:
-      ENG_CHECK(in.size() == 4 || (in.size() == 5 && in[4]->dtype == DType::kI32 &&
-                                   in[4]->shape.rank() == 0),
-                "softmax_cross_entropy_grad: expected 4 inputs (5 with a vocab offset), got {}",
-                in.size());
-      return {like(*in[0])};
-    case OpKind::kAxisIndex:
-      n_in(0);
-      return {make(Shape{}, DType::kI32)};
-    case OpKind::kVocabMax: {
-      n_in(1);
-      const Shape& l = in[0]->shape;
-      return {make(l.slice(0, l.rank() - 1))};
-    }
-    case OpKind::kVocabStats: {
-      n_in(4);
-      const Shape& l = in[0]->shape;
-      const Shape rows = l.slice(0, l.rank() - 1);
-      ENG_CHECK(in[1]->shape == rows && in[2]->shape == rows && in[2]->dtype == DType::kI32 &&
-                    in[3]->shape.rank() == 0 && in[3]->dtype == DType::kI32,
-                "vocab_stats: (logits {}, max {}, targets {}, offset {}) do not fit",
-                l.to_string(), in[1]->shape.to_string(), in[2]->shape.to_string(),
-                in[3]->shape.to_string());
-      return {make(rows), make(rows)};
-    }
-    case OpKind::kXentFromStats:
-      n_in(3);
-      ENG_CHECK(in[1]->shape == in[0]->shape && in[2]->shape == in[0]->shape,
-                "xent_from_stats: max, sumexp and picked must have one shape");
-      return {make(in[0]->shape), make(in[0]->shape)};
-    case OpKind::kMaskedMeanLossGrad:  // (segmentation, total_weights[, dloss]): see op.h
-      ENG_CHECK(in.size() == 2 || in.size() == 3,
-                "masked_mean_loss_grad: expected 2 or 3 inputs, got {}", in.size());
-      ENG_CHECK(in[1]->shape.rank() == 0 && (in.size() == 2 || in[2]->shape.rank() == 0),
-                "masked_mean_loss_grad: total_weights and dloss must be scalars");
-      return {make(in[0]->shape, DType::kF32, in[0]->logical)};
-    case OpKind::kSumSquares:
-      n_in(1);
-      return {scalar()};
-    case OpKind::kGlobalNorm:
-      ENG_CHECK(!in.empty(), "global_norm: needs at least one input");
-      return {scalar()};
-    case OpKind::kClipFactor:
-      n_in(1);
-      return {scalar()};
-    case OpKind::kLearningRate:
-      n_in(1);
-      return {scalar()};
-    case OpKind::kAdamW:
-      n_in(7);
-      check_same_shape(kind, *in[0], *in[1]);
-      check_same_shape(kind, *in[0], *in[2]);
-      check_same_shape(kind, *in[0], *in[3]);
-      return {like(*in[0]), like(*in[2]), like(*in[3])};
-    case OpKind::kIncrement:
-      n_in(1);
-      return {like(*in[0])};
-    case OpKind::kAllGather:
-    case OpKind::kReduceScatter:
-    case OpKind::kDynamicSlice:
-    case OpKind::kAllToAll: {
-      n_in(1);
-      ValueInfo out = like(*in[0]);
-      const int r = out.shape.rank();
-      const bool grows = kind == OpKind::kAllGather;
-      const int d = kind == OpKind::kAllToAll ? at.dim2 : at.dim;
-      ENG_CHECK(at.dim >= 0 && at.dim < r && d >= 0 && d < r && at.group_size >= 1,
-                "{}: dim {} / {} out of range for {}", op_name(kind), at.dim, d, out.shape.to_string());
-      std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
-      if (kind == OpKind::kAllToAll) {
-        ENG_CHECK(dims[at.dim] % at.group_size == 0, "all_to_all: dim {} of {} not divisible by {}",
-                  at.dim, out.shape.to_string(), at.group_size);
-        dims[at.dim] /= at.group_size;
-        dims[at.dim2] *= at.group_size;
-      } else if (grows) {
-        dims[at.dim] *= at.group_size;
-      } else {
-        ENG_CHECK(dims[at.dim] % at.group_size == 0, "{}: dim {} of {} not divisible by {}",
-                  op_name(kind), at.dim, out.shape.to_string(), at.group_size);
-        dims[at.dim] /= at.group_size;
-      }
-      out.shape = Shape(dims);
-      return {out};
-    }
-    case OpKind::kAllReduce:
-    case OpKind::kCollectivePermute:
-      n_in(1);
-      return {like(*in[0])};
-    case OpKind::kSafeDivide:
-      n_in(2);
-      return {scalar()};
-    case OpKind::kReshape: {
-      n_in(1);
-      Shape ns{std::vector<int64_t>(at.new_shape.begin(), at.new_shape.end())};
-      ENG_CHECK(ns.numel() == in[0]->shape.numel(), "reshape: {} to {} changes the element count",
-                in[0]->shape.to_string(), ns.to_string());
-      return {make(ns, in[0]->dtype)};
-    }
-    case OpKind::kSlice:
-    case OpKind::kPad:
-    case OpKind::kShift: {
-      n_in(1);
-      ValueInfo out = like(*in[0]);
-      const int r = out.shape.rank();
-      ENG_CHECK(at.dim >= 0 && at.dim < r, "{}: dim {} out of range for {}", op_name(kind), at.dim,
-                out.shape.to_string());
-      if (kind == OpKind::kShift) return {out};
-      const int64_t n = in[0]->shape[at.dim];
-      std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
-      if (kind == OpKind::kSlice) {
-        ENG_CHECK(at.start >= 0 && at.size >= 1 && at.start + at.size <= n,
-                  "slice: [{}, {}) out of range for dim {} of {}", at.start, at.start + at.size,
-                  at.dim, out.shape.to_string());
-        dims[at.dim] = at.size;
-      } else {
-        ENG_CHECK(at.start >= 0 && at.start + n <= at.size,
-                  "pad: {} rows at {} do not fit in {} (dim {} of {})", n, at.start, at.size,
-                  at.dim, out.shape.to_string());
-        dims[at.dim] = at.size;
-      }
-      out.shape = Shape(dims);
-      return {out};
-    }
-    case OpKind::kConcat: {
-      ENG_CHECK(!in.empty(), "concatenate: needs at least one input");
-      ValueInfo out = like(*in[0]);
-      const int r = out.shape.rank();
-      ENG_CHECK(at.dim >= 0 && at.dim < r, "concatenate: dim {} out of range for {}", at.dim,
-                out.shape.to_string());
-      std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
-      dims[at.dim] = 0;
-      for (const ValueInfo* v : in) {
-        ENG_CHECK(v->shape.rank() == r && v->dtype == in[0]->dtype,
-                  "concatenate: {} vs {}", v->type_string(), in[0]->type_string());
-        for (int i = 0; i < r; ++i)
-          ENG_CHECK(i == at.dim || v->shape[i] == in[0]->shape[i],
-                    "concatenate: {} vs {} differ off dim {}", v->shape.to_string(),
-                    in[0]->shape.to_string(), at.dim);
-        dims[at.dim] += v->shape[at.dim];
-      }
-      out.shape = Shape(dims);
-      return {out};
-    }
-  }
-  ENG_CHECK(false, "unhandled op {}", static_cast<int>(kind));
-  return {};
+using In = std::vector<const ValueInfo*>;
+using Outs = std::vector<ValueInfo>;
+using InferFn = Outs (*)(OpKind, const In&, const OpAttrs&);
+
+void n_in(OpKind kind, const In& in, size_t n) {
+  ENG_CHECK(in.size() == n, "{}: expected {} inputs, got {}", op_name(kind), n, in.size());
 }
+
+// An optional trailing i32 () input (the vocab-block offset of per-device programs; op.h).
+bool has_offset(const In& in, size_t n, size_t i) {
+  return in.size() == n || (in.size() == n + 1 && in[i]->dtype == DType::kI32 &&
+                            in[i]->shape.rank() == 0);
+}
+
+Outs infer_embed_lookup(OpKind kind, const In& in, const OpAttrs&) {
+  ENG_CHECK(has_offset(in, 2, 2), "embed_lookup: expected (table, ids[, offset i32 ()]), got {} inputs",
+            in.size());
+  check_rank(kind, *in[0], 2, "table");
+  ENG_CHECK(in[1]->dtype == DType::kI32, "embed_lookup: ids must be i32");
+  Shape s = in[1]->shape.concat(Shape{in[0]->shape[1]});
+  return {make(s, in[0]->dtype,
+               concat(in[1]->logical.empty() ? Logical(in[1]->shape.rank()) : in[1]->logical,
+                      logical_slice(*in[0], 1, 2)))};
+}
+
+Outs infer_one_hot(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 1);
+  ENG_CHECK(in[0]->dtype == DType::kI32 && at.depth > 0, "one_hot: needs i32 ids and depth > 0");
+  Logical l = in[0]->logical.empty() ? Logical(in[0]->shape.rank()) : in[0]->logical;
+  l.push_back("vocab");
+  return {make(in[0]->shape.concat(Shape{at.depth}), DType::kF32, l)};
+}
+
+Outs infer_rmsnorm(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  const Shape& x = in[0]->shape;
+  ENG_CHECK(in[1]->shape == Shape{x.dim(-1)}, "rmsnorm: scale {} does not match x {}",
+            in[1]->shape.to_string(), x.to_string());
+  return {like(*in[0]), make(Shape{x.prod(0, x.rank() - 1)})};
+}
+
+Outs infer_rope(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  check_rank(kind, *in[0], 4, "x");
+  ENG_CHECK(in[1]->shape == in[0]->shape.slice(0, 2) && in[1]->dtype == DType::kI32,
+            "rope: positions {} must be i32 (B, T) of x {}", in[1]->shape.to_string(),
+            in[0]->shape.to_string());
+  ENG_CHECK(in[0]->shape[3] % 2 == 0, "rope: head dim {} must be even", in[0]->shape[3]);
+  return {like(*in[0])};
+}
+
+Outs infer_attention(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 3);
+  check_rank(kind, *in[0], 4, "q");
+  check_same_shape(kind, *in[0], *in[1]);
+  check_same_shape(kind, *in[0], *in[2]);
+  const Shape& q = in[0]->shape;
+  return {like(*in[0]), make(Shape{q[0], q[2], q[1]})};
+}
+
+Outs infer_repeat_kv(OpKind kind, const In& in, const OpAttrs& at) {  // (B,T,Hkv,D) <-> (B,T,Hkv*R,D)
+  n_in(kind, in, 1);
+  check_rank(kind, *in[0], 4, "x");
+  ENG_CHECK(at.size >= 1, "{}: repeats must be positive, got {}", op_name(kind), at.size);
+  ValueInfo out = like(*in[0]);
+  std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
+  if (kind == OpKind::kRepeatKv) {
+    dims[2] *= at.size;
+  } else {
+    ENG_CHECK(dims[2] % at.size == 0, "repeat_kv_grad: {} heads of {} not divisible by {}",
+              dims[2], out.shape.to_string(), at.size);
+    dims[2] /= at.size;
+  }
+  out.shape = Shape(dims);
+  if (!out.logical.empty())
+    out.logical[2] = kind == OpKind::kRepeatKv ? "activation_heads" : "activation_kv_heads";
+  return {out};
+}
+
+// n same-shape inputs -> one output like the first (swiglu, add, mul, unary grads).
+template <size_t N>
+Outs infer_same_shape(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, N);
+  for (size_t i = 1; i < N; ++i) check_same_shape(kind, *in[0], *in[i]);
+  return {like(*in[0])};
+}
+
+Outs infer_convert(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 1);
+  ValueInfo out = like(*in[0]);
+  out.dtype = at.dtype;
+  return {out};
+}
+
+Outs infer_constraint(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 1);
+  ENG_CHECK(static_cast<int>(at.logical.size()) == in[0]->shape.rank(),
+            "constraint: {} logical names for rank {}", at.logical.size(), in[0]->shape.rank());
+  ValueInfo out = like(*in[0]);
+  out.logical = at.logical;
+  return {out};
+}
+
+Outs infer_xent(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  const Shape& l = in[0]->shape;
+  ENG_CHECK(in[1]->shape == l.slice(0, l.rank() - 1) && in[1]->dtype == DType::kI32,
+            "softmax_cross_entropy: targets {} do not match logits {}", in[1]->shape.to_string(),
+            l.to_string());
+  Logical lg = logical_slice(*in[0], 0, l.rank() - 1);
+  return {make(in[1]->shape, DType::kF32, lg), make(in[1]->shape, DType::kF32, lg)};
+}
+
+Outs infer_masked_mean_loss(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  ENG_CHECK(in[0]->shape == in[1]->shape, "masked_mean_loss: xent {} vs segmentation {}",
+            in[0]->shape.to_string(), in[1]->shape.to_string());
+  return {scalar(), scalar()};
+}
+
+Outs infer_embed_lookup_grad(OpKind, const In& in, const OpAttrs& at) {
+  ENG_CHECK(has_offset(in, 2, 2), "embed_lookup_grad: expected (ids, dy[, offset i32 ()]), got {} inputs",
+            in.size());
+  const Shape& dy = in[1]->shape;
+  Logical l{"", dy.rank() > 0 && !in[1]->logical.empty() ? in[1]->logical.back() : ""};
+  return {make(Shape{at.depth, dy.dim(-1)}, DType::kF32, l)};
+}
+
+// The outputs like inputs `Like...` (rmsnorm_grad, attention_grad, swiglu_grad, ...).
+template <size_t N, size_t... Like>
+Outs infer_like(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, N);
+  return {like(*in[Like])...};
+}
+
+Outs infer_xent_grad(OpKind, const In& in, const OpAttrs&) {
+  ENG_CHECK(has_offset(in, 4, 4),
+            "softmax_cross_entropy_grad: expected 4 inputs (5 with a vocab offset), got {}",
+            in.size());
+  return {like(*in[0])};
+}
+
+Outs infer_vocab_max(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 1);
+  const Shape& l = in[0]->shape;
+  return {make(l.slice(0, l.rank() - 1))};
+}
+
+Outs infer_vocab_stats(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 4);
+  const Shape& l = in[0]->shape;
+  const Shape rows = l.slice(0, l.rank() - 1);
+  ENG_CHECK(in[1]->shape == rows && in[2]->shape == rows && in[2]->dtype == DType::kI32 &&
+                in[3]->shape.rank() == 0 && in[3]->dtype == DType::kI32,
+            "vocab_stats: (logits {}, max {}, targets {}, offset {}) do not fit", l.to_string(),
+            in[1]->shape.to_string(), in[2]->shape.to_string(), in[3]->shape.to_string());
+  return {make(rows), make(rows)};
+}
+
+Outs infer_xent_from_stats(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 3);
+  ENG_CHECK(in[1]->shape == in[0]->shape && in[2]->shape == in[0]->shape,
+            "xent_from_stats: max, sumexp and picked must have one shape");
+  return {make(in[0]->shape), make(in[0]->shape)};
+}
+
+Outs infer_masked_mean_loss_grad(OpKind, const In& in, const OpAttrs&) {  // (seg, weights[, dloss])
+  ENG_CHECK(in.size() == 2 || in.size() == 3,
+            "masked_mean_loss_grad: expected 2 or 3 inputs, got {}", in.size());
+  ENG_CHECK(in[1]->shape.rank() == 0 && (in.size() == 2 || in[2]->shape.rank() == 0),
+            "masked_mean_loss_grad: total_weights and dloss must be scalars");
+  return {make(in[0]->shape, DType::kF32, in[0]->logical)};
+}
+
+// N inputs (0: at least one) -> one f32 scalar.
+template <size_t N>
+Outs infer_scalar(OpKind kind, const In& in, const OpAttrs&) {
+  if (N == 0) {
+    ENG_CHECK(!in.empty(), "{}: needs at least one input", op_name(kind));
+  } else {
+    n_in(kind, in, N);
+  }
+  return {scalar()};
+}
+
+Outs infer_adamw(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 7);
+  for (int i = 1; i < 4; ++i) check_same_shape(kind, *in[0], *in[i]);
+  return {like(*in[0]), like(*in[2]), like(*in[3])};
+}
+
+// all_gather, reduce_scatter, dynamic_slice, all_to_all: dim (and dim2) scaled by the group.
+Outs infer_regroup(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 1);
+  ValueInfo out = like(*in[0]);
+  const int r = out.shape.rank();
+  const int d = kind == OpKind::kAllToAll ? at.dim2 : at.dim;
+  ENG_CHECK(at.dim >= 0 && at.dim < r && d >= 0 && d < r && at.group_size >= 1,
+            "{}: dim {} / {} out of range for {}", op_name(kind), at.dim, d, out.shape.to_string());
+  std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
+  if (kind == OpKind::kAllGather) {
+    dims[at.dim] *= at.group_size;
+  } else {
+    ENG_CHECK(dims[at.dim] % at.group_size == 0, "{}: dim {} of {} not divisible by {}",
+              op_name(kind), at.dim, out.shape.to_string(), at.group_size);
+    dims[at.dim] /= at.group_size;
+    if (kind == OpKind::kAllToAll) dims[at.dim2] *= at.group_size;
+  }
+  out.shape = Shape(dims);
+  return {out};
+}
+
+Outs infer_reshape(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 1);
+  Shape ns{std::vector<int64_t>(at.new_shape.begin(), at.new_shape.end())};
+  ENG_CHECK(ns.numel() == in[0]->shape.numel(), "reshape: {} to {} changes the element count",
+            in[0]->shape.to_string(), ns.to_string());
+  return {make(ns, in[0]->dtype)};
+}
+
+// slice, pad, shift: along at.dim.
+Outs infer_rows(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 1);
+  ValueInfo out = like(*in[0]);
+  const int r = out.shape.rank();
+  ENG_CHECK(at.dim >= 0 && at.dim < r, "{}: dim {} out of range for {}", op_name(kind), at.dim,
+            out.shape.to_string());
+  if (kind == OpKind::kShift) return {out};
+  const int64_t n = in[0]->shape[at.dim];
+  std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
+  if (kind == OpKind::kSlice) {
+    ENG_CHECK(at.start >= 0 && at.size >= 1 && at.start + at.size <= n,
+              "slice: [{}, {}) out of range for dim {} of {}", at.start, at.start + at.size, at.dim,
+              out.shape.to_string());
+  } else {
+    ENG_CHECK(at.start >= 0 && at.start + n <= at.size,
+              "pad: {} rows at {} do not fit in {} (dim {} of {})", n, at.start, at.size, at.dim,
+              out.shape.to_string());
+  }
+  dims[at.dim] = at.size;
+  out.shape = Shape(dims);
+  return {out};
+}
+
+Outs infer_concat(OpKind, const In& in, const OpAttrs& at) {
+  ENG_CHECK(!in.empty(), "concatenate: needs at least one input");
+  ValueInfo out = like(*in[0]);
+  const int r = out.shape.rank();
+  ENG_CHECK(at.dim >= 0 && at.dim < r, "concatenate: dim {} out of range for {}", at.dim,
+            out.shape.to_string());
+  std::vector<int64_t> dims(out.shape.dims().begin(), out.shape.dims().end());
+  dims[at.dim] = 0;
+  for (const ValueInfo* v : in) {
+    ENG_CHECK(v->shape.rank() == r && v->dtype == in[0]->dtype, "concatenate: {} vs {}",
+              v->type_string(), in[0]->type_string());
+    for (int i = 0; i < r; ++i)
+      ENG_CHECK(i == at.dim || v->shape[i] == in[0]->shape[i], "concatenate: {} vs {} differ off dim {}",
+                v->shape.to_string(), in[0]->shape.to_string(), at.dim);
+    dims[at.dim] += v->shape[at.dim];
+  }
+  out.shape = Shape(dims);
+  return {out};
+}
+
+// Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
+constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
+    {
+        {OpKind::kEmbedLookup, infer_embed_lookup},
+        {OpKind::kOneHot, infer_one_hot},
+        {OpKind::kMatmul,
+         [](OpKind kind, const In& in, const OpAttrs& at) -> Outs {
+           n_in(kind, in, 2);
+           return {infer_matmul(*in[0], *in[1], at)};
+         }},
+        {OpKind::kRmsNorm, infer_rmsnorm},
+        {OpKind::kRope, infer_rope},
+        {OpKind::kAttention, infer_attention},
+        {OpKind::kRepeatKv, infer_repeat_kv},
+        {OpKind::kRepeatKvGrad, infer_repeat_kv},
+        {OpKind::kSwiglu, infer_same_shape<2>},
+        {OpKind::kAdd, infer_same_shape<2>},
+        {OpKind::kMul, infer_same_shape<2>},
+        {OpKind::kScale, infer_same_shape<1>},
+        {OpKind::kConvert, infer_convert},
+        {OpKind::kConstraint, infer_constraint},
+        {OpKind::kSoftmaxCrossEntropy, infer_xent},
+        {OpKind::kMaskedMeanLoss, infer_masked_mean_loss},
+        {OpKind::kEmbedLookupGrad, infer_embed_lookup_grad},
+        {OpKind::kRmsNormGrad, infer_like<4, 0, 1>},
+        {OpKind::kAttentionGrad, infer_like<6, 0, 1, 2>},
+        {OpKind::kSwigluGrad, infer_like<3, 0, 1>},
+        {OpKind::kSoftmaxCrossEntropyGrad, infer_xent_grad},
+        {OpKind::kAxisIndex,
+         [](OpKind kind, const In& in, const OpAttrs&) -> Outs {
+           n_in(kind, in, 0);
+           return {make(Shape{}, DType::kI32)};
+         }},
+        {OpKind::kVocabMax, infer_vocab_max},
+        {OpKind::kVocabStats, infer_vocab_stats},
+        {OpKind::kXentFromStats, infer_xent_from_stats},
+        {OpKind::kMaskedMeanLossGrad, infer_masked_mean_loss_grad},
+        {OpKind::kSumSquares, infer_scalar<1>},
+        {OpKind::kGlobalNorm, infer_scalar<0>},
+        {OpKind::kClipFactor, infer_scalar<1>},
+        {OpKind::kLearningRate, infer_scalar<1>},
+        {OpKind::kSafeDivide, infer_scalar<2>},
+        {OpKind::kAdamW, infer_adamw},
+        {OpKind::kIncrement, infer_same_shape<1>},
+        {OpKind::kAllGather, infer_regroup},
+        {OpKind::kReduceScatter, infer_regroup},
+        {OpKind::kDynamicSlice, infer_regroup},
+        {OpKind::kAllToAll, infer_regroup},
+        {OpKind::kAllReduce, infer_same_shape<1>},
+        {OpKind::kCollectivePermute, infer_same_shape<1>},
+        {OpKind::kReshape, infer_reshape},
+        {OpKind::kSlice, infer_rows},
+        {OpKind::kPad, infer_rows},
+        {OpKind::kShift, infer_rows},
+        {OpKind::kConcat, infer_concat},
+    },
+    infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
+
+Outs infer(OpKind kind, const In& in, const OpAttrs& at) { return kInfer[op_index(kind)](kind, in, at); }
 
 }  // namespace
 

@@ -119,6 +119,26 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
     },
     kNone, kNone);
 
+// ---- unary elementwise ops: one row each (op.h's UnaryMath) ----
+constexpr std::array<UnaryMath, 0> kUnaryOps{};
+
+// Every kUnary op has exactly one row, every kUnaryGrad op is exactly one row's grad.
+consteval bool unary_rows_complete() {
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpKind k = static_cast<OpKind>(i);
+    int as_op = 0, as_grad = 0;
+    for (const UnaryMath& u : kUnaryOps) {
+      as_op += u.op == k;
+      as_grad += u.grad == k;
+    }
+    const bool want_op = op_class(k) == OpClass::kUnary, want_grad = op_class(k) == OpClass::kUnaryGrad;
+    if (as_op != (want_op ? 1 : 0) || as_grad != (want_grad ? 1 : 0))
+      op_table_detail::an_OpKind_has_no_row_in_this_table();
+  }
+  return true;
+}
+static_assert(unary_rows_complete());
+
 // Every stored field, in the serialized order (engine/compile/serialize.cpp).
 constexpr AttrField kStored[] = {
     {"a_split", &A::a_split},
@@ -226,6 +246,14 @@ void an_OpKind_has_two_rows_in_this_table() { ENG_CHECK(false, "op table: an op 
 }  // namespace op_table_detail
 
 const OpDef& op_def(OpKind kind) { return kOpDefs[op_index(kind)]; }
+
+const UnaryMath& unary_math(OpKind kind) {
+  for (const UnaryMath& u : kUnaryOps)
+    if (u.op == kind || u.grad == kind) return u;
+  ENG_CHECK(false, "unary_math: {} is not a unary op", op_name(kind));
+  static const UnaryMath kNoRow{};
+  return kNoRow;
+}
 
 std::string format_attrs(OpKind kind, const OpAttrs& a) {
   std::vector<std::string> parts;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/ir/op_table.h"
 #include "engine/tensor/kernels.h"
 #include "engine/tensor/reference.h"
 
@@ -52,6 +53,8 @@ struct Args {
   const Program& p;
   const Instr& in;
   void* const* ptrs;
+  const Mesh* mesh;  // where it runs (kAxisIndex); null: one device
+  int64_t device;
 
   const float* f(size_t i) const { return static_cast<const float*>(ptrs[in.inputs[i]]); }
   const int32_t* ids(size_t i) const { return static_cast<const int32_t*>(ptrs[in.inputs[i]]); }
@@ -119,92 +122,64 @@ void split3(const Shape& s, int dim, int64_t& outer, int64_t& mid, int64_t& inne
 }
 
 // The pipeline's data movement (op.h), on bytes: any dtype.
-void run_data_movement(const Program& p, const Instr& in, void* const* ptrs) {
-  const OpAttrs& at = in.attrs;
-  const ValueInfo& xv = p.value(in.inputs[0]);
-  const ValueInfo& yv = p.value(in.outputs[0]);
-  const int64_t elem = dtype_size(xv.dtype);
-  char* y = static_cast<char*>(ptrs[in.outputs[0]]);
-  const char* x = static_cast<const char*>(ptrs[in.inputs[0]]);
-  switch (in.kind) {
-    case OpKind::kReshape: copy_if_distinct(y, x, xv.bytes()); return;
-    case OpKind::kRepeatKv: {
-      const Shape& xs = xv.shape;  // (..., Hkv, D): every leading dim is a row
-      const int r = xs.rank();
-      kern::repeat_kv(x, y, xs.prod(0, r - 2), xs[r - 2], xs[r - 1], at.size, elem);
-      return;
+struct Bytes {
+  const ValueInfo& xv;
+  const ValueInfo& yv;
+  const char* x;
+  char* y;
+  int64_t elem;
+  explicit Bytes(const Args& a)
+      : xv(a.p.value(a.in.inputs[0])),
+        yv(a.p.value(a.in.outputs[0])),
+        x(static_cast<const char*>(a.ptrs[a.in.inputs[0]])),
+        y(static_cast<char*>(a.ptrs[a.in.outputs[0]])),
+        elem(dtype_size(xv.dtype)) {}
+};
+
+void run_repeat_kv(const Args& a) {
+  const Bytes b(a);
+  const Shape& xs = b.xv.shape;  // (..., Hkv, D): every leading dim is a row
+  const int r = xs.rank();
+  kern::repeat_kv(b.x, b.y, xs.prod(0, r - 2), xs[r - 2], xs[r - 1], a.in.attrs.size, b.elem);
+}
+
+// slice, pad, shift: rows along attrs.dim.
+void run_rows(const Args& a) {
+  const OpAttrs& at = a.in.attrs;
+  const Bytes b(a);
+  int64_t outer, n_in, inner, o2, n_out, i2;
+  split3(b.xv.shape, at.dim, outer, n_in, inner);
+  split3(b.yv.shape, at.dim, o2, n_out, i2);
+  const int64_t row = inner * b.elem;
+  if (a.in.kind != OpKind::kSlice) std::memset(b.y, 0, b.yv.bytes());
+  for (int64_t o = 0; o < outer; ++o) {
+    const char* xs = b.x + o * n_in * row;
+    char* ys = b.y + o * n_out * row;
+    if (a.in.kind == OpKind::kSlice) {
+      std::memcpy(ys, xs + at.start * row, at.size * row);
+    } else if (a.in.kind == OpKind::kPad) {
+      std::memcpy(ys + at.start * row, xs, n_in * row);
+    } else {  // shift: out[i] = x[i - shift]
+      const int64_t lo = std::max<int64_t>(0, at.shift), hi = std::min(n_in, n_in + at.shift);
+      if (hi > lo) std::memcpy(ys + lo * row, xs + (lo - at.shift) * row, (hi - lo) * row);
     }
-    case OpKind::kSlice:
-    case OpKind::kPad:
-    case OpKind::kShift: {
-      int64_t outer, n_in, inner, o2, n_out, i2;
-      split3(xv.shape, at.dim, outer, n_in, inner);
-      split3(yv.shape, at.dim, o2, n_out, i2);
-      const int64_t row = inner * elem;
-      if (in.kind != OpKind::kSlice) std::memset(y, 0, yv.bytes());
-      for (int64_t o = 0; o < outer; ++o) {
-        const char* xs = x + o * n_in * row;
-        char* ys = y + o * n_out * row;
-        if (in.kind == OpKind::kSlice) {
-          std::memcpy(ys, xs + at.start * row, at.size * row);
-        } else if (in.kind == OpKind::kPad) {
-          std::memcpy(ys + at.start * row, xs, n_in * row);
-        } else {  // shift: out[i] = x[i - shift]
-          const int64_t lo = std::max<int64_t>(0, at.shift), hi = std::min(n_in, n_in + at.shift);
-          if (hi > lo) std::memcpy(ys + lo * row, xs + (lo - at.shift) * row, (hi - lo) * row);
-        }
-      }
-      return;
-    }
-    case OpKind::kConcat: {
-      int64_t outer, n_out, inner;
-      split3(yv.shape, at.dim, outer, n_out, inner);
-      const int64_t row = inner * elem;
-      int64_t at_row = 0;
-      for (ValueId v : in.inputs) {
-        const int64_t n = p.value(v).shape[at.dim];
-        const char* xs = static_cast<const char*>(ptrs[v]);
-        for (int64_t o = 0; o < outer; ++o)
-          std::memcpy(y + (o * n_out + at_row) * row, xs + o * n * row, n * row);
-        at_row += n;
-      }
-      return;
-    }
-    default: ENG_CHECK(false, "executor: {} is not data movement", op_name(in.kind));
   }
 }
 
-bool is_data_movement(OpKind k) {
-  return k == OpKind::kReshape || k == OpKind::kSlice || k == OpKind::kPad ||
-         k == OpKind::kConcat || k == OpKind::kShift || k == OpKind::kRepeatKv;
-}
-
-}  // namespace
-
-Status check_executable_dtypes(const Program& p) {
-  for (size_t i = 0; i < p.instrs().size(); ++i) {
-    const Instr& in = p.instrs()[i];
-    if (in.kind == OpKind::kConvert || in.kind == OpKind::kConstraint) continue;
-    if (is_data_movement(in.kind)) continue;
-    if (in.attrs.vmap > 0)
-      return unimplemented("executor: instruction {} ({}) is vmapped over {}: only partitioned "
-                           "programs (the stage axis) run vmapped ops",
-                           i, op_name(in.kind), in.attrs.vmap);
-    // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
-    if (is_collective(in.kind) && in.kind != OpKind::kAllReduce &&
-        in.kind != OpKind::kReduceScatter)
-      continue;
-    for (size_t k = 0; k < in.inputs.size(); ++k) {
-      const DType have = p.value(in.inputs[k]).dtype;
-      const DType want = is_int_input(in.kind, k) ? DType::kI32 : DType::kF32;
-      if (have != want)
-        return unimplemented(
-            "executor: instruction {} ({}) input {} is {} but the CPU kernels take {}{}", i,
-            op_name(in.kind), k, dtype_name(have), dtype_name(want),
-            want == DType::kF32 ? " (convert to f32 first)" : "");
-    }
+void run_concat(const Args& a) {
+  const Bytes b(a);
+  const int dim = a.in.attrs.dim;
+  int64_t outer, n_out, inner;
+  split3(b.yv.shape, dim, outer, n_out, inner);
+  const int64_t row = inner * b.elem;
+  int64_t at_row = 0;
+  for (ValueId v : a.in.inputs) {
+    const int64_t n = a.p.value(v).shape[dim];
+    const char* xs = static_cast<const char*>(a.ptrs[v]);
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(b.y + (o * n_out + at_row) * row, xs + o * n * row, n * row);
+    at_row += n;
   }
-  return ok_status();
 }
 
 // kAxisIndex: the device's rank along `axes` (major to minor; collectives' member order),
@@ -228,146 +203,228 @@ int64_t offset_input(const Args& a, size_t i) {
   return a.in.inputs.size() > i ? static_cast<int64_t>(*a.ids(i)) : 0;
 }
 
+// Unary ops (op.h's UnaryMath), evaluated per element in double like the reference.
+void run_unary(const Args& a) {
+  const UnaryMath& u = unary_math(a.in.kind);
+  const float* x = a.f(0);
+  float* y = a.out(0);
+  for (int64_t i = 0, n = a.numel(0); i < n; ++i) y[i] = static_cast<float>(u.f(x[i]));
+}
+void run_unary_grad(const Args& a) {  // (x, dy) -> dx = dy * df(x)
+  const UnaryMath& u = unary_math(a.in.kind);
+  const float* x = a.f(0);
+  const float* dy = a.f(1);
+  float* dx = a.out(0);
+  for (int64_t i = 0, n = a.numel(0); i < n; ++i)
+    dx[i] = static_cast<float>(static_cast<double>(dy[i]) * u.df(x[i]));
+}
+
+void run_collective(const Args& a) {  // runtime.cpp runs these across devices
+  ENG_CHECK(false, "executor: {} runs across devices (collectives.h), not per device",
+            op_name(a.in.kind));
+}
+
+// One kernel per op. any_dtype: data movement and casts, exempt from the f32/i32 check.
+struct Kernel {
+  void (*run)(const Args&) = nullptr;
+  bool any_dtype = false;
+};
+using A = const Args&;
+
+constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
+    {
+        {OpKind::kEmbedLookup,
+         {[](A a) {  // table (V, E), ids (B, T)[, offset] -> (B, T, E)
+           const Shape& t = a.shape(0);
+           kern::embed_lookup(a.f(0), a.ids(1), a.out(0), a.numel(1), t[0], t[1],
+                              offset_input(a, 2));
+         }}},
+        {OpKind::kAxisIndex,
+         {[](A a) {
+           *static_cast<int32_t*>(a.ptrs[a.in.outputs[0]]) = static_cast<int32_t>(
+               a.in.attrs.size * axis_rank(a.mesh, a.device, a.in.attrs.mesh_axes));
+         }}},
+        {OpKind::kVocabMax,
+         {[](A a) {
+           const int64_t V = a.last_dim(0);
+           kern::vocab_max(a.f(0), a.out(0), a.numel(0) / V, V);
+         }}},
+        {OpKind::kVocabStats,
+         {[](A a) {
+           const int64_t V = a.last_dim(0);
+           kern::vocab_stats(a.f(0), a.f(1), a.ids(2), *a.ids(3), a.out(0), a.out(1),
+                             a.numel(0) / V, V);
+         }}},
+        {OpKind::kXentFromStats,
+         {[](A a) {  // (max, sumexp, picked) -> xent, lse
+           const float* mx = a.f(0);
+           const float* se = a.f(1);
+           const float* pk = a.f(2);
+           float* xent = a.out(0);
+           float* lse = a.out(1);
+           for (int64_t i = 0, n = a.numel(0); i < n; ++i) {
+             lse[i] = mx[i] + std::log(se[i]);
+             xent[i] = lse[i] - pk[i];
+           }
+         }}},
+        {OpKind::kOneHot, {[](A a) { kern::one_hot(a.ids(0), a.out(0), a.numel(0), a.in.attrs.depth); }}},
+        {OpKind::kMatmul, {run_matmul}},
+        {OpKind::kRmsNorm,
+         {[](A a) {  // x (N, E) viewed
+           const int64_t E = a.last_dim(0);
+           kern::rmsnorm_forward(a.f(0), a.f(1), a.out(0), a.out(1), a.numel(0) / E, E,
+                                 static_cast<float>(a.in.attrs.eps));
+         }}},
+        {OpKind::kRope,
+         {[](A a) {
+           const Shape& x = a.shape(0);
+           const OpAttrs& at = a.in.attrs;
+           kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
+                      static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
+                      at.inverse);
+         }}},
+        {OpKind::kAttention,
+         {[](A a) {
+           const Shape& q = a.shape(0);
+           kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), q[0], q[1], q[2],
+                                   q[3], static_cast<float>(a.in.attrs.scale));
+         }}},
+        {OpKind::kSwiglu, {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
+        {OpKind::kAdd, {[](A a) { kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
+        {OpKind::kMul, {[](A a) { kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
+        {OpKind::kScale,
+         {[](A a) {
+           kern::scale(a.f(0), static_cast<float>(a.in.attrs.scale), a.out(0), a.numel(0));
+         }}},
+        {OpKind::kConvert,
+         {[](A a) {
+           convert(a.ptrs[a.in.inputs[0]], a.p.value(a.in.inputs[0]).dtype,
+                   a.ptrs[a.in.outputs[0]], a.in.attrs.dtype, a.numel(0));
+         },
+          true}},
+        {OpKind::kConstraint,
+         {[](A a) {  // an identity on one device; usually the same buffer
+           copy_if_distinct(a.ptrs[a.in.outputs[0]], a.ptrs[a.in.inputs[0]],
+                            a.p.value(a.in.inputs[0]).bytes());
+         },
+          true}},
+        {OpKind::kSoftmaxCrossEntropy,
+         {[](A a) {
+           const int64_t V = a.last_dim(0);
+           kern::softmax_cross_entropy_forward(a.f(0), a.ids(1), a.out(0), a.out(1),
+                                               a.numel(0) / V, V);
+         }}},
+        {OpKind::kMaskedMeanLoss, {run_masked_mean_loss}},
+        {OpKind::kEmbedLookupGrad,
+         {[](A a) {  // ids (N), dy (N, E) -> dtable (depth, E)
+           const int64_t E = a.last_dim(1);
+           kern::embed_lookup_grad(a.ids(0), a.f(1), a.out(0), a.numel(0), a.in.attrs.depth, E,
+                                   offset_input(a, 2));
+         }}},
+        {OpKind::kRmsNormGrad,
+         {[](A a) {
+           const int64_t E = a.last_dim(0);
+           kern::rmsnorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.out(0), a.out(1),
+                                  a.numel(0) / E, E);
+         }}},
+        {OpKind::kAttentionGrad,
+         {[](A a) {
+           const Shape& q = a.shape(0);
+           kern::attention_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0),
+                                    a.out(1), a.out(2), q[0], q[1], q[2], q[3],
+                                    static_cast<float>(a.in.attrs.scale));
+         }}},
+        {OpKind::kRepeatKvGrad,
+         {[](A a) {
+           const Shape& dy = a.shape(0);
+           const int64_t R = a.in.attrs.size;
+           kern::repeat_kv_grad(a.f(0), a.out(0), dy[0] * dy[1], dy[2] / R, dy[3], R);
+         }}},
+        {OpKind::kSwigluGrad,
+         {[](A a) {
+           kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), a.numel(0));
+         }}},
+        {OpKind::kSoftmaxCrossEntropyGrad,
+         {[](A a) {
+           const int64_t V = a.last_dim(0);
+           kern::softmax_cross_entropy_backward(a.f(0), a.ids(1), a.f(2), a.f(3), a.out(0),
+                                                a.numel(0) / V, V, offset_input(a, 4));
+         }}},
+        {OpKind::kMaskedMeanLossGrad, {run_masked_mean_loss_grad}},
+        {OpKind::kSumSquares,
+         {[](A a) { *a.out(0) = static_cast<float>(kern::sum_squares(a.f(0), a.numel(0))); }}},
+        {OpKind::kGlobalNorm,
+         {[](A a) {
+           double s = 0;
+           for (size_t i = 0; i < a.in.inputs.size(); ++i) s += a.scalar(i);
+           *a.out(0) = static_cast<float>(std::sqrt(s));
+         }}},
+        {OpKind::kClipFactor,
+         {[](A a) {
+           *a.out(0) =
+               static_cast<float>(ref::clip_factor(a.scalar(0), a.in.attrs.clip_threshold));
+         }}},
+        {OpKind::kLearningRate,
+         {[](A a) {
+           const OpAttrs& at = a.in.attrs;
+           *a.out(0) = static_cast<float>(ref::learning_rate_at(
+               *a.ids(0), at.learning_rate, at.warmup_steps, at.cos_steps, at.final_fraction));
+         }}},
+        {OpKind::kAdamW, {run_adamw}},
+        {OpKind::kIncrement,
+         {[](A a) { *static_cast<int32_t*>(a.ptrs[a.in.outputs[0]]) = *a.ids(0) + 1; }}},
+        {OpKind::kSafeDivide,
+         {[](A a) {
+           *a.out(0) =
+               static_cast<float>(static_cast<double>(a.scalar(0)) / (a.scalar(1) + 1e-8));
+         }}},
+        {OpKind::kReshape,
+         {[](A a) {
+           const Bytes b(a);
+           copy_if_distinct(b.y, b.x, b.xv.bytes());
+         },
+          true}},
+        {OpKind::kSlice, {run_rows, true}},
+        {OpKind::kPad, {run_rows, true}},
+        {OpKind::kShift, {run_rows, true}},
+        {OpKind::kConcat, {run_concat, true}},
+        {OpKind::kRepeatKv, {run_repeat_kv, true}},
+        // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
+        {OpKind::kAllGather, {run_collective, true}},
+        {OpKind::kAllToAll, {run_collective, true}},
+        {OpKind::kCollectivePermute, {run_collective, true}},
+        {OpKind::kDynamicSlice, {run_collective, true}},
+        {OpKind::kAllReduce, {run_collective}},
+        {OpKind::kReduceScatter, {run_collective}},
+    },
+    {run_unary}, {run_unary_grad});
+
+}  // namespace
+
+Status check_executable_dtypes(const Program& p) {
+  for (size_t i = 0; i < p.instrs().size(); ++i) {
+    const Instr& in = p.instrs()[i];
+    if (kKernels[op_index(in.kind)].any_dtype) continue;
+    if (in.attrs.vmap > 0)
+      return unimplemented("executor: instruction {} ({}) is vmapped over {}: only partitioned "
+                           "programs (the stage axis) run vmapped ops",
+                           i, op_name(in.kind), in.attrs.vmap);
+    for (size_t k = 0; k < in.inputs.size(); ++k) {
+      const DType have = p.value(in.inputs[k]).dtype;
+      const DType want = is_int_input(in.kind, k) ? DType::kI32 : DType::kF32;
+      if (have != want)
+        return unimplemented(
+            "executor: instruction {} ({}) input {} is {} but the CPU kernels take {}{}", i,
+            op_name(in.kind), k, dtype_name(have), dtype_name(want),
+            want == DType::kF32 ? " (convert to f32 first)" : "");
+    }
+  }
+  return ok_status();
+}
+
 void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh* mesh,
                int64_t device) {
-  const Args a{p, in, ptrs};
-  const OpAttrs& at = in.attrs;
-  switch (in.kind) {
-    case OpKind::kEmbedLookup: {  // table (V, E), ids (B, T)[, offset] -> (B, T, E)
-      const Shape& t = a.shape(0);
-      kern::embed_lookup(a.f(0), a.ids(1), a.out(0), a.numel(1), t[0], t[1], offset_input(a, 2));
-      return;
-    }
-    case OpKind::kAxisIndex:
-      *static_cast<int32_t*>(ptrs[in.outputs[0]]) =
-          static_cast<int32_t>(at.size * axis_rank(mesh, device, at.mesh_axes));
-      return;
-    case OpKind::kVocabMax: {
-      const int64_t V = a.last_dim(0);
-      kern::vocab_max(a.f(0), a.out(0), a.numel(0) / V, V);
-      return;
-    }
-    case OpKind::kVocabStats: {
-      const int64_t V = a.last_dim(0);
-      kern::vocab_stats(a.f(0), a.f(1), a.ids(2), *a.ids(3), a.out(0), a.out(1), a.numel(0) / V, V);
-      return;
-    }
-    case OpKind::kXentFromStats: {  // (max, sumexp, picked) -> xent, lse
-      const float* mx = a.f(0);
-      const float* se = a.f(1);
-      const float* pk = a.f(2);
-      float* xent = a.out(0);
-      float* lse = a.out(1);
-      for (int64_t i = 0, n = a.numel(0); i < n; ++i) {
-        lse[i] = mx[i] + std::log(se[i]);
-        xent[i] = lse[i] - pk[i];
-      }
-      return;
-    }
-    case OpKind::kOneHot: kern::one_hot(a.ids(0), a.out(0), a.numel(0), at.depth); return;
-    case OpKind::kMatmul: run_matmul(a); return;
-    case OpKind::kRmsNorm: {  // x (N, E) viewed
-      const int64_t E = a.last_dim(0);
-      kern::rmsnorm_forward(a.f(0), a.f(1), a.out(0), a.out(1), a.numel(0) / E, E,
-                            static_cast<float>(at.eps));
-      return;
-    }
-    case OpKind::kRope: {
-      const Shape& x = a.shape(0);
-      kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
-                 static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
-                 at.inverse);
-      return;
-    }
-    case OpKind::kAttention: {
-      const Shape& q = a.shape(0);
-      kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), q[0], q[1], q[2], q[3],
-                              static_cast<float>(at.scale));
-      return;
-    }
-    case OpKind::kSwiglu: kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); return;
-    case OpKind::kAdd: kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); return;
-    case OpKind::kMul: kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); return;
-    case OpKind::kScale:
-      kern::scale(a.f(0), static_cast<float>(at.scale), a.out(0), a.numel(0));
-      return;
-    case OpKind::kConvert:
-      convert(ptrs[in.inputs[0]], p.value(in.inputs[0]).dtype, ptrs[in.outputs[0]], at.dtype,
-              a.numel(0));
-      return;
-    case OpKind::kConstraint:  // an identity on one device; usually the same buffer
-      copy_if_distinct(ptrs[in.outputs[0]], ptrs[in.inputs[0]], p.value(in.inputs[0]).bytes());
-      return;
-    case OpKind::kSoftmaxCrossEntropy: {
-      const int64_t V = a.last_dim(0);
-      kern::softmax_cross_entropy_forward(a.f(0), a.ids(1), a.out(0), a.out(1), a.numel(0) / V, V);
-      return;
-    }
-    case OpKind::kMaskedMeanLoss: run_masked_mean_loss(a); return;
-    case OpKind::kEmbedLookupGrad: {  // ids (N), dy (N, E) -> dtable (depth, E)
-      const int64_t E = a.last_dim(1);
-      kern::embed_lookup_grad(a.ids(0), a.f(1), a.out(0), a.numel(0), at.depth, E,
-                              offset_input(a, 2));
-      return;
-    }
-    case OpKind::kRmsNormGrad: {
-      const int64_t E = a.last_dim(0);
-      kern::rmsnorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.out(0), a.out(1), a.numel(0) / E, E);
-      return;
-    }
-    case OpKind::kAttentionGrad: {
-      const Shape& q = a.shape(0);
-      kern::attention_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0), a.out(1),
-                               a.out(2), q[0], q[1], q[2], q[3], static_cast<float>(at.scale));
-      return;
-    }
-    case OpKind::kRepeatKvGrad: {
-      const Shape& dy = a.shape(0);
-      kern::repeat_kv_grad(a.f(0), a.out(0), dy[0] * dy[1], dy[2] / at.size, dy[3], at.size);
-      return;
-    }
-    case OpKind::kSwigluGrad:
-      kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), a.numel(0));
-      return;
-    case OpKind::kSoftmaxCrossEntropyGrad: {
-      const int64_t V = a.last_dim(0);
-      kern::softmax_cross_entropy_backward(a.f(0), a.ids(1), a.f(2), a.f(3), a.out(0),
-                                           a.numel(0) / V, V, offset_input(a, 4));
-      return;
-    }
-    case OpKind::kMaskedMeanLossGrad: run_masked_mean_loss_grad(a); return;
-    case OpKind::kSumSquares:
-      *a.out(0) = static_cast<float>(kern::sum_squares(a.f(0), a.numel(0)));
-      return;
-    case OpKind::kGlobalNorm: {
-      double s = 0;
-      for (size_t i = 0; i < in.inputs.size(); ++i) s += a.scalar(i);
-      *a.out(0) = static_cast<float>(std::sqrt(s));
-      return;
-    }
-    case OpKind::kClipFactor:
-      *a.out(0) = static_cast<float>(ref::clip_factor(a.scalar(0), at.clip_threshold));
-      return;
-    case OpKind::kLearningRate:
-      *a.out(0) = static_cast<float>(ref::learning_rate_at(
-          *a.ids(0), at.learning_rate, at.warmup_steps, at.cos_steps, at.final_fraction));
-      return;
-    case OpKind::kAdamW: run_adamw(a); return;
-    case OpKind::kIncrement:
-      *static_cast<int32_t*>(ptrs[in.outputs[0]]) = *a.ids(0) + 1;
-      return;
-    case OpKind::kSafeDivide:
-      *a.out(0) = static_cast<float>(static_cast<double>(a.scalar(0)) / (a.scalar(1) + 1e-8));
-      return;
-    case OpKind::kReshape:
-    case OpKind::kSlice:
-    case OpKind::kPad:
-    case OpKind::kConcat:
-    case OpKind::kShift:
-    case OpKind::kRepeatKv: run_data_movement(p, in, ptrs); return;
-    default: break;  // collectives run across devices (runtime.cpp, collectives.h)
-  }
-  ENG_CHECK(false, "executor: unhandled op {}", op_name(in.kind));
+  kKernels[op_index(in.kind)].run(Args{p, in, ptrs, mesh, device});
 }
 
 }  // namespace eng

@@ -8,6 +8,7 @@
 
 #include "engine/base/thread_pool.h"
 #include "engine/compile/memory_plan.h"
+#include "engine/ir/op_table.h"
 #include "engine/runtime/executor.h"
 #include "engine/tensor/kernels.h"
 
@@ -203,6 +204,55 @@ struct Runtime::Prepared {
 };
 
 namespace {
+// Kernel scratch per op (local shapes; x = the first input, or the output of an op without
+// inputs); false: the op's kernel needs none.
+using ScratchFn = bool (*)(const Instr&, const Shape& x, kern::ScratchNeeds&);
+
+bool no_scratch(const Instr&, const Shape&, kern::ScratchNeeds&) { return false; }
+bool attention_scratch(const Instr&, const Shape& x, kern::ScratchNeeds& k) {
+  k.attention_seq = x[1];
+  return true;
+}
+
+constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
+    {
+        {OpKind::kAttention, attention_scratch},
+        {OpKind::kAttentionGrad, attention_scratch},
+        {OpKind::kRmsNormGrad,
+         [](const Instr&, const Shape& x, kern::ScratchNeeds& k) {
+           k.rmsnorm_rows = x.prod(0, x.rank() - 1);
+           k.rmsnorm_width = x.dim(-1);
+           return true;
+         }},
+        {OpKind::kRope,
+         [](const Instr& in, const Shape& x, kern::ScratchNeeds& k) {
+           k.rope_positions = x[1];
+           k.rope_dim = x[3];
+           k.rope_min_timescale = static_cast<float>(in.attrs.min_timescale);
+           k.rope_max_timescale = static_cast<float>(in.attrs.max_timescale);
+           return true;
+         }},
+#define ENG_NO_SCRATCH(kind) {OpKind::kind, no_scratch},
+        // sum / sum_squares scratch comes from the largest value (scratch_needs below).
+        ENG_NO_SCRATCH(kEmbedLookup) ENG_NO_SCRATCH(kOneHot) ENG_NO_SCRATCH(kMatmul)
+        ENG_NO_SCRATCH(kRmsNorm) ENG_NO_SCRATCH(kSwiglu) ENG_NO_SCRATCH(kAdd)
+        ENG_NO_SCRATCH(kMul) ENG_NO_SCRATCH(kScale) ENG_NO_SCRATCH(kConvert)
+        ENG_NO_SCRATCH(kConstraint) ENG_NO_SCRATCH(kSoftmaxCrossEntropy)
+        ENG_NO_SCRATCH(kMaskedMeanLoss) ENG_NO_SCRATCH(kEmbedLookupGrad)
+        ENG_NO_SCRATCH(kSwigluGrad) ENG_NO_SCRATCH(kSoftmaxCrossEntropyGrad)
+        ENG_NO_SCRATCH(kMaskedMeanLossGrad) ENG_NO_SCRATCH(kSumSquares)
+        ENG_NO_SCRATCH(kGlobalNorm) ENG_NO_SCRATCH(kClipFactor) ENG_NO_SCRATCH(kLearningRate)
+        ENG_NO_SCRATCH(kAdamW) ENG_NO_SCRATCH(kIncrement) ENG_NO_SCRATCH(kAllGather)
+        ENG_NO_SCRATCH(kReduceScatter) ENG_NO_SCRATCH(kAllReduce) ENG_NO_SCRATCH(kAllToAll)
+        ENG_NO_SCRATCH(kCollectivePermute) ENG_NO_SCRATCH(kDynamicSlice)
+        ENG_NO_SCRATCH(kSafeDivide) ENG_NO_SCRATCH(kReshape) ENG_NO_SCRATCH(kSlice)
+        ENG_NO_SCRATCH(kPad) ENG_NO_SCRATCH(kConcat) ENG_NO_SCRATCH(kShift)
+        ENG_NO_SCRATCH(kAxisIndex) ENG_NO_SCRATCH(kVocabMax) ENG_NO_SCRATCH(kVocabStats)
+        ENG_NO_SCRATCH(kXentFromStats) ENG_NO_SCRATCH(kRepeatKv) ENG_NO_SCRATCH(kRepeatKvGrad)
+#undef ENG_NO_SCRATCH
+    },
+    no_scratch, no_scratch);
+
 // The largest kernel scratch the executable's instructions ask for (local shapes).
 kern::ScratchNeeds scratch_needs(const Program& p) {
   kern::ScratchNeeds n;
@@ -210,22 +260,7 @@ kern::ScratchNeeds scratch_needs(const Program& p) {
   for (const Instr& in : p.instrs()) {
     const Shape& x = p.value(in.inputs.empty() ? in.outputs[0] : in.inputs[0]).shape;
     kern::ScratchNeeds k;
-    switch (in.kind) {
-      case OpKind::kAttention:
-      case OpKind::kAttentionGrad: k.attention_seq = x[1]; break;
-      case OpKind::kRmsNormGrad:
-        k.rmsnorm_rows = x.prod(0, x.rank() - 1);
-        k.rmsnorm_width = x.dim(-1);
-        break;
-      case OpKind::kRope:
-        k.rope_positions = x[1];
-        k.rope_dim = x[3];
-        k.rope_min_timescale = static_cast<float>(in.attrs.min_timescale);
-        k.rope_max_timescale = static_cast<float>(in.attrs.max_timescale);
-        break;
-      default: continue;
-    }
-    n.merge(k);
+    if (kScratch[op_index(in.kind)](in, x, k)) n.merge(k);
   }
   return n;
 }
