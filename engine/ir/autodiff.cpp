@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/check.h"
+#include "engine/ir/op_table.h"
 
 namespace eng {
 
@@ -135,134 +136,160 @@ class Differentiator {
               op_name(in.kind), what);
   }
 
-  // ---- VJP rules ---------------------------------------------------------------------------
+  // ---- VJP rules: one per op (the kVjps table below) -----------------------------------------
 
-  void vjp(const Instr& in) {
+  void vjp(const Instr& in) { (this->*kVjps[op_index(in.kind)])(in); }
+
+  // ids get none
+  void vjp_embed_lookup(const Instr& in) {
     const ValueId y = in.outputs[0];
-    switch (in.kind) {
-      case OpKind::kEmbedLookup: {  // ids get none
-        OpAttrs a;
-        a.depth = b_.info(in.inputs[0]).shape[0];
-        ValueId dy = tensor(in, y);
-        accumulate(in.inputs[0], fresh(b_.emit(OpKind::kEmbedLookupGrad, {in.inputs[1], dy}, a)[0],
-                                       in.inputs[0]));
-        return;
-      }
-      case OpKind::kOneHot: return;  // a function of integer ids only
-      case OpKind::kMatmul: return matmul(in);
-      case OpKind::kRmsNorm: {
-        check_no_cotangent(in, 1, "rstd");
-        if (!cot_[y].present()) return;
-        auto g = b_.emit(OpKind::kRmsNormGrad,
-                         {in.inputs[0], in.inputs[1], in.outputs[1], tensor(in, y)});
-        accumulate(in.inputs[0], fresh(g[0], in.inputs[0]));
-        accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
-        return;
-      }
-      case OpKind::kRope: {  // a rotation: its transpose is the inverse rotation
-        const OpAttrs& a = in.attrs;
-        ValueId dx =
-            b_.rope(tensor(in, y), in.inputs[1], a.min_timescale, a.max_timescale, !a.inverse);
-        accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
-        return;
-      }
-      case OpKind::kAttention: {
-        check_no_cotangent(in, 1, "lse");
-        if (!cot_[y].present()) return;
-        OpAttrs a;
-        a.scale = in.attrs.scale;
-        auto g = b_.emit(
-            OpKind::kAttentionGrad,
-            {in.inputs[0], in.inputs[1], in.inputs[2], in.outputs[0], in.outputs[1], tensor(in, y)},
-            a);
-        for (int k = 0; k < 3; ++k) accumulate(in.inputs[k], fresh(g[k], in.inputs[k]));
-        return;
-      }
-      case OpKind::kSwiglu: {
-        auto g = b_.emit(OpKind::kSwigluGrad, {in.inputs[0], in.inputs[1], tensor(in, y)});
-        accumulate(in.inputs[0], fresh(g[0], in.inputs[0]));
-        accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
-        return;
-      }
-      case OpKind::kRepeatKv: {  // the transpose sums each group of R query heads (op.h)
-        OpAttrs a;
-        a.size = in.attrs.size;
-        ValueId dx = b_.emit(OpKind::kRepeatKvGrad, {tensor(in, y)}, a)[0];
-        accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
-        return;
-      }
-      case OpKind::kAdd:
-        accumulate(in.inputs[0], cot_[y]);
-        accumulate(in.inputs[1], cot_[y]);
-        return;
-      case OpKind::kMul: return mul(in);
-      case OpKind::kScale: {
-        Cot c = cot_[y];
-        c.constant *= in.attrs.scale;
-        if (c.value != kNoValue) c.value = fresh(b_.scale(c.value, in.attrs.scale), in.inputs[0]);
-        accumulate(in.inputs[0], c);
-        return;
-      }
-      case OpKind::kConvert: {
-        Cot c = cot_[y];
-        const DType x_dtype = b_.info(in.inputs[0]).dtype;
-        if (c.value != kNoValue && b_.info(c.value).dtype != x_dtype)
-          c.value = fresh(b_.convert(c.value, x_dtype), in.inputs[0]);
-        accumulate(in.inputs[0], c);
-        return;
-      }
-      case OpKind::kConstraint: {  // the backward follows the forward's constraint (MaxText)
-        Cot c = cot_[y];
-        if (c.value != kNoValue)
-          c.value = in.attrs.raw ? b_.raw_constraint(c.value, in.attrs.logical)
-                                 : b_.constraint(c.value, in.attrs.logical);
-        accumulate(in.inputs[0], c);
-        return;
-      }
-      case OpKind::kSoftmaxCrossEntropy: {
-        check_no_cotangent(in, 1, "lse");
-        if (!cot_[y].present()) return;
-        ValueId dlogits = b_.emit(OpKind::kSoftmaxCrossEntropyGrad,
-                                  {in.inputs[0], in.inputs[1], in.outputs[1], tensor(in, y)})[0];
-        accumulate(in.inputs[0], fresh(dlogits, in.inputs[0]));
-        return;
-      }
-      case OpKind::kMaskedMeanLoss: return masked_mean_loss(in);
-      // Pipeline data movement: each transpose is another data movement (op.h).
-      case OpKind::kReshape:
-        accumulate(in.inputs[0], fresh(b_.reshape(tensor(in, y), b_.info(in.inputs[0]).shape),
-                                       in.inputs[0]));
-        return;
-      case OpKind::kSlice:
-        accumulate(in.inputs[0],
-                   fresh(b_.pad(tensor(in, y), in.attrs.dim, in.attrs.start,
-                                b_.info(in.inputs[0]).shape[in.attrs.dim]),
-                         in.inputs[0]));
-        return;
-      case OpKind::kPad:
-        accumulate(in.inputs[0],
-                   fresh(b_.slice(tensor(in, y), in.attrs.dim, in.attrs.start,
-                                  b_.info(in.inputs[0]).shape[in.attrs.dim]),
-                         in.inputs[0]));
-        return;
-      case OpKind::kConcat: {
-        const ValueId dy = tensor(in, y);
-        int64_t at = 0;
-        for (ValueId x : in.inputs) {
-          const int64_t n = b_.info(x).shape[in.attrs.dim];
-          if (needs(x)) accumulate(x, fresh(b_.slice(dy, in.attrs.dim, at, n), x));
-          at += n;
-        }
-        return;
-      }
-      case OpKind::kShift:
-        accumulate(in.inputs[0],
-                   fresh(b_.shift(tensor(in, y), in.attrs.dim, -in.attrs.shift), in.inputs[0]));
-        return;
-      default:
-        ENG_CHECK(false, "autodiff: {} is not differentiable (backward, optimizer or metric op)",
-                  op_name(in.kind));
+    OpAttrs a;
+    a.depth = b_.info(in.inputs[0]).shape[0];
+    ValueId dy = tensor(in, y);
+    accumulate(in.inputs[0], fresh(b_.emit(OpKind::kEmbedLookupGrad, {in.inputs[1], dy}, a)[0],
+                                   in.inputs[0]));
+  }
+
+  void vjp_one_hot(const Instr&) {}  // a function of integer ids only
+
+  void vjp_rms_norm(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    check_no_cotangent(in, 1, "rstd");
+    if (!cot_[y].present()) return;
+    auto g = b_.emit(OpKind::kRmsNormGrad,
+                     {in.inputs[0], in.inputs[1], in.outputs[1], tensor(in, y)});
+    accumulate(in.inputs[0], fresh(g[0], in.inputs[0]));
+    accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
+  }
+
+  // a rotation: its transpose is the inverse rotation
+  void vjp_rope(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    const OpAttrs& a = in.attrs;
+    ValueId dx =
+        b_.rope(tensor(in, y), in.inputs[1], a.min_timescale, a.max_timescale, !a.inverse);
+    accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
+  }
+
+  void vjp_attention(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    check_no_cotangent(in, 1, "lse");
+    if (!cot_[y].present()) return;
+    OpAttrs a;
+    a.scale = in.attrs.scale;
+    auto g = b_.emit(
+        OpKind::kAttentionGrad,
+        {in.inputs[0], in.inputs[1], in.inputs[2], in.outputs[0], in.outputs[1], tensor(in, y)},
+        a);
+    for (int k = 0; k < 3; ++k) accumulate(in.inputs[k], fresh(g[k], in.inputs[k]));
+  }
+
+  void vjp_swiglu(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    auto g = b_.emit(OpKind::kSwigluGrad, {in.inputs[0], in.inputs[1], tensor(in, y)});
+    accumulate(in.inputs[0], fresh(g[0], in.inputs[0]));
+    accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
+  }
+
+  // the transpose sums each group of R query heads (op.h)
+  void vjp_repeat_kv(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    OpAttrs a;
+    a.size = in.attrs.size;
+    ValueId dx = b_.emit(OpKind::kRepeatKvGrad, {tensor(in, y)}, a)[0];
+    accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
+  }
+
+  void vjp_add(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    accumulate(in.inputs[0], cot_[y]);
+    accumulate(in.inputs[1], cot_[y]);
+  }
+
+  void vjp_scale(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    Cot c = cot_[y];
+    c.constant *= in.attrs.scale;
+    if (c.value != kNoValue) c.value = fresh(b_.scale(c.value, in.attrs.scale), in.inputs[0]);
+    accumulate(in.inputs[0], c);
+  }
+
+  void vjp_convert(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    Cot c = cot_[y];
+    const DType x_dtype = b_.info(in.inputs[0]).dtype;
+    if (c.value != kNoValue && b_.info(c.value).dtype != x_dtype)
+      c.value = fresh(b_.convert(c.value, x_dtype), in.inputs[0]);
+    accumulate(in.inputs[0], c);
+  }
+
+  // the backward follows the forward's constraint (MaxText)
+  void vjp_constraint(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    Cot c = cot_[y];
+    if (c.value != kNoValue)
+      c.value = in.attrs.raw ? b_.raw_constraint(c.value, in.attrs.logical)
+                             : b_.constraint(c.value, in.attrs.logical);
+    accumulate(in.inputs[0], c);
+  }
+
+  void vjp_softmax_cross_entropy(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    check_no_cotangent(in, 1, "lse");
+    if (!cot_[y].present()) return;
+    ValueId dlogits = b_.emit(OpKind::kSoftmaxCrossEntropyGrad,
+                              {in.inputs[0], in.inputs[1], in.outputs[1], tensor(in, y)})[0];
+    accumulate(in.inputs[0], fresh(dlogits, in.inputs[0]));
+  }
+
+  // Pipeline data movement: each transpose is another data movement (op.h).
+  void vjp_reshape(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    accumulate(in.inputs[0], fresh(b_.reshape(tensor(in, y), b_.info(in.inputs[0]).shape),
+                                   in.inputs[0]));
+  }
+
+  void vjp_slice(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    accumulate(in.inputs[0],
+               fresh(b_.pad(tensor(in, y), in.attrs.dim, in.attrs.start,
+                            b_.info(in.inputs[0]).shape[in.attrs.dim]),
+                     in.inputs[0]));
+  }
+
+  void vjp_pad(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    accumulate(in.inputs[0],
+               fresh(b_.slice(tensor(in, y), in.attrs.dim, in.attrs.start,
+                              b_.info(in.inputs[0]).shape[in.attrs.dim]),
+                     in.inputs[0]));
+  }
+
+  void vjp_concat(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    const ValueId dy = tensor(in, y);
+    int64_t at = 0;
+    for (ValueId x : in.inputs) {
+      const int64_t n = b_.info(x).shape[in.attrs.dim];
+      if (needs(x)) accumulate(x, fresh(b_.slice(dy, in.attrs.dim, at, n), x));
+      at += n;
     }
+  }
+
+  void vjp_shift(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    accumulate(in.inputs[0],
+               fresh(b_.shift(tensor(in, y), in.attrs.dim, -in.attrs.shift), in.inputs[0]));
+  }
+
+  void vjp_unary(const Instr& in) {  // dx = dy * f'(x): the op's kUnaryGrad partner (op.h)
+    const ValueId dx = b_.emit(unary_math(in.kind).grad, {in.inputs[0], tensor(in, in.outputs[0])})[0];
+    accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
+  }
+
+  void not_differentiable(const Instr& in) {
+    ENG_CHECK(false, "autodiff: {} is not differentiable (backward, optimizer or metric op)",
+              op_name(in.kind));
   }
 
   // out = A.B on the 2D views of op.h; dA = dOut.B^T, dB = A^T.dOut, each emitted as one
@@ -327,7 +354,61 @@ class Differentiator {
   Builder& b_;
   std::vector<bool> depends_;  // indexed by ValueId: depends on a wrt value and is float
   std::vector<Cot> cot_;       // indexed by ValueId (forward values only)
+  using VjpFn = void (Differentiator::*)(const Instr&);
+  static const OpTable<VjpFn> kVjps;
 };
+
+using D = Differentiator;
+// The VJP rule of each op (engine/ir/op_table.h); backward, optimizer, metric and
+// per-device ops have none.
+constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
+    {
+        {OpKind::kEmbedLookup, &D::vjp_embed_lookup},
+        {OpKind::kOneHot, &D::vjp_one_hot},
+        {OpKind::kMatmul, &D::matmul},
+        {OpKind::kRmsNorm, &D::vjp_rms_norm},
+        {OpKind::kRope, &D::vjp_rope},
+        {OpKind::kAttention, &D::vjp_attention},
+        {OpKind::kSwiglu, &D::vjp_swiglu},
+        {OpKind::kRepeatKv, &D::vjp_repeat_kv},
+        {OpKind::kAdd, &D::vjp_add},
+        {OpKind::kMul, &D::mul},
+        {OpKind::kScale, &D::vjp_scale},
+        {OpKind::kConvert, &D::vjp_convert},
+        {OpKind::kConstraint, &D::vjp_constraint},
+        {OpKind::kSoftmaxCrossEntropy, &D::vjp_softmax_cross_entropy},
+        {OpKind::kMaskedMeanLoss, &D::masked_mean_loss},
+        {OpKind::kReshape, &D::vjp_reshape},
+        {OpKind::kSlice, &D::vjp_slice},
+        {OpKind::kPad, &D::vjp_pad},
+        {OpKind::kConcat, &D::vjp_concat},
+        {OpKind::kShift, &D::vjp_shift},
+        {OpKind::kEmbedLookupGrad, &D::not_differentiable},
+        {OpKind::kRmsNormGrad, &D::not_differentiable},
+        {OpKind::kAttentionGrad, &D::not_differentiable},
+        {OpKind::kSwigluGrad, &D::not_differentiable},
+        {OpKind::kSoftmaxCrossEntropyGrad, &D::not_differentiable},
+        {OpKind::kMaskedMeanLossGrad, &D::not_differentiable},
+        {OpKind::kSumSquares, &D::not_differentiable},
+        {OpKind::kGlobalNorm, &D::not_differentiable},
+        {OpKind::kClipFactor, &D::not_differentiable},
+        {OpKind::kLearningRate, &D::not_differentiable},
+        {OpKind::kAdamW, &D::not_differentiable},
+        {OpKind::kIncrement, &D::not_differentiable},
+        {OpKind::kAllGather, &D::not_differentiable},
+        {OpKind::kReduceScatter, &D::not_differentiable},
+        {OpKind::kAllReduce, &D::not_differentiable},
+        {OpKind::kAllToAll, &D::not_differentiable},
+        {OpKind::kCollectivePermute, &D::not_differentiable},
+        {OpKind::kDynamicSlice, &D::not_differentiable},
+        {OpKind::kSafeDivide, &D::not_differentiable},
+        {OpKind::kAxisIndex, &D::not_differentiable},
+        {OpKind::kVocabMax, &D::not_differentiable},
+        {OpKind::kVocabStats, &D::not_differentiable},
+        {OpKind::kXentFromStats, &D::not_differentiable},
+        {OpKind::kRepeatKvGrad, &D::not_differentiable},
+    },
+    &D::vjp_unary, &D::not_differentiable);
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 
 #include "engine/base/check.h"
 #include "engine/ir/builder.h"
+#include "engine/ir/op_table.h"
 #include "engine/tensor/reference.h"
 
 namespace eng {
@@ -43,50 +44,34 @@ class Evaluator {
     if (vocab_block)  // op.h: the vocab-offset forms exist only in per-device programs
       return unimplemented("interpret: the vocab-block form of {} appears only in per-device "
                            "(partitioned) programs; interpret the global program", op_name(in.kind));
-    switch (in.kind) {
-      case OpKind::kReshape:
-        vals_[in.outputs[0]].data = vals_[in.inputs[0]].data;
-        return ok_status();
-      case OpKind::kSlice:
-      case OpKind::kPad:
-      case OpKind::kShift:
-      case OpKind::kConcat: return data_movement(in);
-      case OpKind::kEmbedLookup: return embed_lookup(in);
-      case OpKind::kOneHot: return one_hot(in);
-      case OpKind::kMatmul: return matmul(in);
-      case OpKind::kRmsNorm: return rmsnorm(in);
-      case OpKind::kRope: return rope(in);
-      case OpKind::kAttention: return attention(in);
-      case OpKind::kSwiglu: return elementwise(in);
-      case OpKind::kRepeatKv:
-      case OpKind::kRepeatKvGrad: return repeat_kv(in);
-      case OpKind::kAdd: return elementwise(in);
-      case OpKind::kMul: return elementwise(in);
-      case OpKind::kScale: return elementwise(in);
-      case OpKind::kConvert: return convert(in);
-      case OpKind::kConstraint: return elementwise(in);
-      case OpKind::kSoftmaxCrossEntropy: return softmax_cross_entropy(in);
-      case OpKind::kMaskedMeanLoss: return masked_mean_loss(in);
-      case OpKind::kEmbedLookupGrad: return embed_lookup_grad(in);
-      case OpKind::kRmsNormGrad: return rmsnorm_grad(in);
-      case OpKind::kAttentionGrad: return attention_grad(in);
-      case OpKind::kSwigluGrad: return swiglu_grad(in);
-      case OpKind::kSoftmaxCrossEntropyGrad: return softmax_cross_entropy_grad(in);
-      case OpKind::kMaskedMeanLossGrad: return masked_mean_loss_grad(in);
-      case OpKind::kSumSquares:
-      case OpKind::kGlobalNorm:
-      case OpKind::kClipFactor:
-      case OpKind::kLearningRate:
-      case OpKind::kIncrement: return scalar_op(in);
-      case OpKind::kAdamW: return adamw(in);
-      default:
-        return unimplemented("interpret: {} appears only in per-device (partitioned) programs; "
-                             "interpret the global program", op_name(in.kind));
-    }
+    return (this->*kEvals[op_index(in.kind)])(in);
+  }
+
+  // ---- one reference evaluation per op (the kEvals table below) ----
+  Status reshape(const Instr& i) {
+    out(i, 0).data = in(i, 0).data;
     return ok_status();
   }
 
- private:
+  Status per_device_only(const Instr& i) {
+    return unimplemented("interpret: {} appears only in per-device (partitioned) programs; "
+                         "interpret the global program", op_name(i.kind));
+  }
+
+  // Unary ops (op.h's UnaryMath): y = f(x); the grad op (x, dy) -> dy * df(x).
+  Status unary(const Instr& i) {
+    const UnaryMath& u = unary_math(i.kind);
+    const std::vector<double>& x = in(i, 0).data;
+    for (size_t k = 0; k < x.size(); ++k) outd(i, 0)[k] = u.f(x[k]);
+    return ok_status();
+  }
+  Status unary_grad(const Instr& i) {
+    const UnaryMath& u = unary_math(i.kind);
+    const std::vector<double>& x = in(i, 0).data;
+    for (size_t k = 0; k < x.size(); ++k) outd(i, 0)[k] = ind(i, 1)[k] * u.df(x[k]);
+    return ok_status();
+  }
+
   // op.h's vmap: the per-slice op as a one-instruction program, evaluated slice by slice.
   Status vmapped(const Instr& in) {
     const int64_t S = in.attrs.vmap;
@@ -232,28 +217,21 @@ class Evaluator {
   }
 
   // swiglu, add, mul, scale, constraint: one output element per input element.
-  Status elementwise(const Instr& i) {
+  template <class F>
+  Status map(const Instr& i, F f) {
     double* y = outd(i, 0);
     const int64_t n = static_cast<int64_t>(out(i, 0).data.size());
-    const double* a = ind(i, 0);
-    switch (i.kind) {
-      case OpKind::kSwiglu: ref::swiglu_forward(a, ind(i, 1), y, n); break;
-      case OpKind::kAdd:
-        for (int64_t k = 0; k < n; ++k) y[k] = a[k] + ind(i, 1)[k];
-        break;
-      case OpKind::kMul:
-        for (int64_t k = 0; k < n; ++k) y[k] = a[k] * ind(i, 1)[k];
-        break;
-      case OpKind::kScale:
-        for (int64_t k = 0; k < n; ++k) y[k] = i.attrs.scale * a[k];
-        break;
-      case OpKind::kConstraint:  // an identity on one device
-        for (int64_t k = 0; k < n; ++k) y[k] = a[k];
-        break;
-      default: ENG_CHECK(false, "elementwise: {} is not elementwise", op_name(i.kind));
-    }
+    for (int64_t k = 0; k < n; ++k) y[k] = f(k);
     return ok_status();
   }
+  Status swiglu(const Instr& i) {
+    ref::swiglu_forward(ind(i, 0), ind(i, 1), outd(i, 0), static_cast<int64_t>(out(i, 0).data.size()));
+    return ok_status();
+  }
+  Status add(const Instr& i) { return map(i, [&](int64_t k) { return ind(i, 0)[k] + ind(i, 1)[k]; }); }
+  Status mul(const Instr& i) { return map(i, [&](int64_t k) { return ind(i, 0)[k] * ind(i, 1)[k]; }); }
+  Status scale(const Instr& i) { return map(i, [&](int64_t k) { return i.attrs.scale * ind(i, 0)[k]; }); }
+  Status identity(const Instr& i) { return map(i, [&](int64_t k) { return ind(i, 0)[k]; }); }
 
   // f32 is an identity (the interpreter's f32 is double); bf16 rounds through the real format.
   Status convert(const Instr& i) {
@@ -343,27 +321,29 @@ class Evaluator {
     return ok_status();
   }
 
-  Status scalar_op(const Instr& i) {
-    const OpAttrs& at = i.attrs;
+  Status sum_squares(const Instr& i) {
     double& y = outd(i, 0)[0];
-    switch (i.kind) {
-      case OpKind::kSumSquares:
-        y = 0;
-        for (double x : in(i, 0).data) y += x * x;
-        break;
-      case OpKind::kGlobalNorm:
-        y = 0;
-        for (size_t k = 0; k < i.inputs.size(); ++k) y += ind(i, static_cast<int>(k))[0];
-        y = std::sqrt(y);
-        break;
-      case OpKind::kClipFactor: y = ref::clip_factor(ind(i, 0)[0], at.clip_threshold); break;
-      case OpKind::kLearningRate:
-        y = ref::learning_rate_at(static_cast<int64_t>(ind(i, 0)[0]), at.learning_rate,
-                                  at.warmup_steps, at.cos_steps, at.final_fraction);
-        break;
-      case OpKind::kIncrement: y = ind(i, 0)[0] + 1; break;
-      default: ENG_CHECK(false, "scalar_op: {} is not a scalar op", op_name(i.kind));
-    }
+    for (double x : in(i, 0).data) y += x * x;
+    return ok_status();
+  }
+  Status global_norm(const Instr& i) {
+    double y = 0;
+    for (size_t k = 0; k < i.inputs.size(); ++k) y += ind(i, static_cast<int>(k))[0];
+    outd(i, 0)[0] = std::sqrt(y);
+    return ok_status();
+  }
+  Status clip_factor(const Instr& i) {
+    outd(i, 0)[0] = ref::clip_factor(ind(i, 0)[0], i.attrs.clip_threshold);
+    return ok_status();
+  }
+  Status learning_rate(const Instr& i) {
+    const OpAttrs& at = i.attrs;
+    outd(i, 0)[0] = ref::learning_rate_at(static_cast<int64_t>(ind(i, 0)[0]), at.learning_rate,
+                                          at.warmup_steps, at.cos_steps, at.final_fraction);
+    return ok_status();
+  }
+  Status increment(const Instr& i) {
+    outd(i, 0)[0] = ind(i, 0)[0] + 1;
     return ok_status();
   }
 
@@ -382,7 +362,61 @@ class Evaluator {
 
   const Program& p_;
   std::vector<HostTensor>& vals_;
+  using EvalFn = Status (Evaluator::*)(const Instr&);
+  static const OpTable<EvalFn> kEvals;
 };
+
+using E = Evaluator;
+// The reference evaluation of each op, in double (engine/ir/op_table.h).
+constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
+    {
+        {OpKind::kReshape, &E::reshape},
+        {OpKind::kSlice, &E::data_movement},
+        {OpKind::kPad, &E::data_movement},
+        {OpKind::kShift, &E::data_movement},
+        {OpKind::kConcat, &E::data_movement},
+        {OpKind::kEmbedLookup, &E::embed_lookup},
+        {OpKind::kOneHot, &E::one_hot},
+        {OpKind::kMatmul, &E::matmul},
+        {OpKind::kRmsNorm, &E::rmsnorm},
+        {OpKind::kRope, &E::rope},
+        {OpKind::kAttention, &E::attention},
+        {OpKind::kSwiglu, &E::swiglu},
+        {OpKind::kRepeatKv, &E::repeat_kv},
+        {OpKind::kRepeatKvGrad, &E::repeat_kv},
+        {OpKind::kAdd, &E::add},
+        {OpKind::kMul, &E::mul},
+        {OpKind::kScale, &E::scale},
+        {OpKind::kConvert, &E::convert},
+        {OpKind::kConstraint, &E::identity},  // an identity on one device
+        {OpKind::kSoftmaxCrossEntropy, &E::softmax_cross_entropy},
+        {OpKind::kMaskedMeanLoss, &E::masked_mean_loss},
+        {OpKind::kEmbedLookupGrad, &E::embed_lookup_grad},
+        {OpKind::kRmsNormGrad, &E::rmsnorm_grad},
+        {OpKind::kAttentionGrad, &E::attention_grad},
+        {OpKind::kSwigluGrad, &E::swiglu_grad},
+        {OpKind::kSoftmaxCrossEntropyGrad, &E::softmax_cross_entropy_grad},
+        {OpKind::kMaskedMeanLossGrad, &E::masked_mean_loss_grad},
+        {OpKind::kSumSquares, &E::sum_squares},
+        {OpKind::kGlobalNorm, &E::global_norm},
+        {OpKind::kClipFactor, &E::clip_factor},
+        {OpKind::kLearningRate, &E::learning_rate},
+        {OpKind::kIncrement, &E::increment},
+        {OpKind::kAdamW, &E::adamw},
+        // Per-device programs only (op.h): collectives, axis_index, the vocab-parallel ops.
+        {OpKind::kAllGather, &E::per_device_only},
+        {OpKind::kReduceScatter, &E::per_device_only},
+        {OpKind::kAllReduce, &E::per_device_only},
+        {OpKind::kAllToAll, &E::per_device_only},
+        {OpKind::kCollectivePermute, &E::per_device_only},
+        {OpKind::kDynamicSlice, &E::per_device_only},
+        {OpKind::kSafeDivide, &E::per_device_only},
+        {OpKind::kAxisIndex, &E::per_device_only},
+        {OpKind::kVocabMax, &E::per_device_only},
+        {OpKind::kVocabStats, &E::per_device_only},
+        {OpKind::kXentFromStats, &E::per_device_only},
+    },
+    &E::unary, &E::unary_grad);
 
 Status check_args(const Program& p, const std::vector<HostTensor>& args) {
   if (args.size() != p.args().size())
