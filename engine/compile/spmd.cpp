@@ -9,6 +9,7 @@
 
 #include "engine/base/check.h"
 #include "engine/ir/builder.h"
+#include "engine/ir/op_table.h"
 
 namespace eng {
 
@@ -336,8 +337,24 @@ class Partitioner {
     return ok_status();
   }
 
+  // The op rules are public for kRules (below); the class is internal to this file.
+ public:
   Status instr(const Instr& in);
   Status vmapped(const Instr& in);
+  // ---- op rules (the kRules table below): a factor map, or one of these by hand ----
+  Status by_factors(const Instr& in, const struct FactorMap& map);
+  Status rmsnorm(const Instr& in);
+  Status add(const Instr& in);
+  Status linear(const Instr& in);
+  Status xent(const Instr& in);
+  Status embed_lookup_grad(const Instr& in);
+  Status masked_mean_loss_grad(const Instr& in);
+  Status sum_squares(const Instr& in);
+  Status replicated(const Instr& in);
+  Status adamw(const Instr& in);
+  Status rows(const Instr& in);
+  Status concat(const Instr& in);
+  Status not_global(const Instr& in);
   Status reshape(const Instr& in);
   Status shift(const Instr& in);
   Status repeat_kv(const Instr& in);
@@ -390,133 +407,264 @@ class Partitioner {
   std::vector<bool> swapped_;  // its inputs, seen per slice
 };
 
-Status Partitioner::instr(const Instr& in) {
-  if (in.attrs.vmap > 0) return vmapped(in);
+// A sharding rule as data, in the spirit of Shardy's op sharding rules: each operand
+// (inputs, then outputs) lists one factor per dim, "..." standing for the leading dims of any
+// rank, e.g. "(...),(...)->(...)" (elementwise) or "(b,t!,h,d!),(b,t!)->(b,t!,h,d!)" (rope).
+// Operands naming a factor are sharded alike along it; a factor marked "!" stays whole. The
+// factors' shardings come from the inputs: kAgree, every input carries the same factors and
+// they take the sharding the inputs agree on (auto: the most-sharded input's; explicit: JAX's
+// broadcasting rule, whose error names every operand); kFirstInput, from the first input.
+struct FactorMap {
+  enum Source : uint8_t { kAgree, kFirstInput };
+  const char* text;
+  Source source;
+};
+
+namespace {
+// One operand of a factor map: its factors, "..." first if present; whole factors end in '!'.
+struct FactorOperand {
+  bool ellipsis = false;
+  bool ellipsis_whole = false;
+  std::vector<std::string> factors;
+};
+
+std::vector<FactorOperand> parse_operands(std::string_view t) {
+  std::vector<FactorOperand> ops;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != '(') continue;
+    const size_t close = t.find(')', i);
+    FactorOperand op;
+    std::string_view body = t.substr(i + 1, close - i - 1);
+    while (!body.empty()) {
+      const size_t comma = body.find(',');
+      std::string f(body.substr(0, comma));
+      if (f.rfind("...", 0) == 0) {
+        op.ellipsis = true;
+        op.ellipsis_whole = f == "...!";
+      } else {
+        op.factors.push_back(f);
+      }
+      body = comma == std::string_view::npos ? std::string_view() : body.substr(comma + 1);
+    }
+    ops.push_back(op);
+    i = close;
+  }
+  return ops;
+}
+}  // namespace
+
+// Applies a factor map (see FactorMap): factor shardings from the source spec, then every
+// operand's spec from its factors.
+Status Partitioner::by_factors(const Instr& in, const FactorMap& map) {
+  const auto& x = in.inputs;
+  const std::vector<FactorOperand> ops = parse_operands(map.text);
+  ENG_CHECK(ops.size() == x.size() + in.outputs.size(), "partition: {}'s factor map {} has {} operands",
+            op_name(in.kind), map.text, ops.size());
+  PartitionSpec src = dims_only(spec_[x[0]]);
+  if (map.source == FactorMap::kAgree) {
+    if (explicit_) {
+      ENG_ASSIGN_OR_RETURN(src, broadcast_common(in));
+    } else {
+      src = common(x);
+    }
+  }
+  // The source operand (input 0) names the factors: leading dims for "...", then its own.
+  const FactorOperand& first = ops[0];
+  const int r0 = rank(x[0]), lead0 = r0 - static_cast<int>(first.factors.size());
+  auto axes_of = [&](const std::string& f) -> Axes {
+    if (f.back() == '!') return {};
+    for (size_t k = 0; k < first.factors.size(); ++k)
+      if (first.factors[k] == f) return src.dim_or_none(lead0 + static_cast<int>(k));
+    return {};  // a factor no input carries (one_hot's depth): whole
+  };
+  auto spec_of = [&](size_t o, int r) {
+    const FactorOperand& op = ops[o];
+    const int lead = r - static_cast<int>(op.factors.size());
+    Dims d(r);
+    for (int i = 0; i < lead; ++i)
+      if (!op.ellipsis_whole && i < lead0) d[i] = src.dim_or_none(i);
+    for (size_t k = 0; k < op.factors.size(); ++k) d[lead + k] = axes_of(op.factors[k]);
+    return PartitionSpec(d);
+  };
+  std::vector<PartitionSpec> ins, outs;
+  for (size_t i = 0; i < x.size(); ++i) ins.push_back(spec_of(i, rank(x[i])));
+  for (size_t o = 0; o < in.outputs.size(); ++o)
+    outs.push_back(spec_of(x.size() + o, rank(in.outputs[o])));
+  return simple(in, ins, outs, in.attrs);
+}
+
+Status Partitioner::rmsnorm(const Instr& in) {  // rows on dim 0 only; the normalised dim whole
   const auto& x = in.inputs;
   const PartitionSpec rep;
-  auto s0 = [&] { return dims_only(spec_[x[0]]); };
-  switch (in.kind) {
-    case OpKind::kEmbedLookup: return embed_lookup(in);
-    case OpKind::kOneHot: {
-      Dims out = s0().dims();
-      out.push_back({});
-      return simple(in, {s0()}, {PartitionSpec(out)}, in.attrs);
-    }
-    case OpKind::kMatmul: return matmul(in);
-    case OpKind::kRmsNorm:
-    case OpKind::kRmsNormGrad: {  // rows on dim 0 only; the normalised dim whole
-      const int r = rank(x[0]);
-      Dims d = s0().dims();
-      for (int i = 1; i < r; ++i) d[i].clear();
-      const PartitionSpec tx(d), rows(Dims{d[0]});
-      if (in.kind == OpKind::kRmsNorm) return simple(in, {tx, rep}, {tx, rows}, in.attrs);
-      Dims ds{{}};
-      const Axes partial = all_axes(d, 0, r - 1);
-      return simple(in, {tx, rep, rows, tx}, {tx, PartitionSpec(ds, partial)}, in.attrs);
-    }
-    case OpKind::kRope: {  // B, H free; T, D whole
-      Dims d = whole(s0().dims(), {1, 3});
-      return simple(in, {PartitionSpec(d), PartitionSpec(Dims{d[0], {}})}, {PartitionSpec(d)},
-                    in.attrs);
-    }
-    case OpKind::kAttention:
-    case OpKind::kAttentionGrad: {
-      Dims d = whole(s0().dims(), {1, 3});
-      const PartitionSpec q(d), lse(Dims{d[0], d[2], {}});
-      if (in.kind == OpKind::kAttention) return simple(in, {q, q, q}, {q, lse}, in.attrs);
-      return simple(in, {q, q, q, q, lse, q}, {q, q, q}, in.attrs);
-    }
-    case OpKind::kAdd:
-      if (!spec_[x[0]].partial().empty() && spec_[x[0]] == spec_[x[1]])  // linear: stays partial
-        return simple(in, {spec_[x[0]], spec_[x[1]]}, {spec_[x[0]]}, in.attrs);
-      [[fallthrough]];
-    case OpKind::kSwiglu:
-    case OpKind::kMul:
-    case OpKind::kSwigluGrad: {
-      PartitionSpec c;
-      if (explicit_) {
-        ENG_ASSIGN_OR_RETURN(c, broadcast_common(in));
-      } else {
-        c = common(x);
-      }
-      std::vector<PartitionSpec> ins(x.size(), c);
-      return simple(in, ins, std::vector<PartitionSpec>(in.outputs.size(), c), in.attrs);
-    }
-    case OpKind::kScale:
-    case OpKind::kConvert:  // linear: partial passes through
-      return simple(in, {spec_[x[0]]}, {spec_[x[0]]}, in.attrs);
-    case OpKind::kConstraint: return constraint(in);
-    case OpKind::kSoftmaxCrossEntropy:
-    case OpKind::kSoftmaxCrossEntropyGrad: {  // vocab whole, unless vocab-parallel
-      if (vm_.empty() && !dims_only(spec_[x[0]]).dim_or_none(rank(x[0]) - 1).empty())
-        return vocab_parallel_xent(in);
-      const int r = rank(x[0]);
-      Dims d = whole(s0().dims(), {r - 1});
-      const PartitionSpec l(d), rows(Dims(d.begin(), d.end() - 1));
-      if (in.kind == OpKind::kSoftmaxCrossEntropy) return simple(in, {l, rows}, {rows, rows}, in.attrs);
-      return simple(in, {l, rows, rows, rows}, {l}, in.attrs);
-    }
-    case OpKind::kMaskedMeanLoss: return masked_mean_loss(in);
-    case OpKind::kEmbedLookupGrad: {  // (ids, dy) -> dtable (V, E): partial over the rows' axes
-      const int r = rank(x[1]);
-      Dims d = dims_only(spec_[x[1]]).dims();
-      const Dims ids(d.begin(), d.end() - 1);
-      const Axes partial = all_axes(d, 0, r - 1);
-      // Vocab-parallel: the gradient's target (its state's sharding) splits the vocab over
-      // axes the rows and dy do not use: each device writes only its block.
-      const Axes av = vm_.empty() && desired_[in.outputs[0]]
-                          ? desired_[in.outputs[0]]->dim_or_none(0) : Axes{};
-      if (!av.empty() && disjoint(av, all_axes(d, 0, r - 1))) {
-        // dy's embed dim gives up the vocab axes (an activation-sized gather, instead of a
-        // whole (V, E) partial table per device).
-        Axes& e = d[r - 1];
-        e.erase(std::remove_if(e.begin(), e.end(), [&](const std::string& a) { return contains(av, a); }),
-                e.end());
-        const int64_t block = shp(in.outputs[0])[0] / axes_size(mesh_, av);
-        ENG_ASSIGN_OR_RETURN(ValueId li, get(x[0], PartitionSpec(ids)));
-        ENG_ASSIGN_OR_RETURN(ValueId ldy, get(x[1], PartitionSpec(d)));
-        OpAttrs a = in.attrs;
-        a.depth = block;
-        emit(in, {li, ldy, axis_index(av, block)}, a, {PartitionSpec(Dims{av, d[r - 1]}, partial)});
-        return ok_status();
-      }
-      return simple(in, {PartitionSpec(ids), PartitionSpec(d)},
-                    {PartitionSpec(Dims{{}, d[r - 1]}, partial)}, in.attrs);
-    }
-    case OpKind::kMaskedMeanLossGrad: {
-      std::vector<PartitionSpec> ins{s0(), rep};
-      if (x.size() > 2) ins.push_back(rep);
-      return simple(in, ins, {s0()}, in.attrs);
-    }
-    case OpKind::kSumSquares: {  // local sum, partial over every sharded axis
-      const PartitionSpec sx = s0();
-      return simple(in, {sx}, {PartitionSpec(Dims{}, all_axes(sx.dims(), 0, sx.rank()))}, in.attrs);
-    }
-    case OpKind::kGlobalNorm:
-    case OpKind::kClipFactor:
-    case OpKind::kLearningRate:
-    case OpKind::kIncrement:
-      return simple(in, std::vector<PartitionSpec>(x.size(), rep), {rep}, in.attrs);
-    case OpKind::kAdamW: {  // param, grad, mu, nu in the state sharding (mu's)
-      const PartitionSpec st = dims_only(spec_[x[2]]);
-      return simple(in, {st, st, st, st, rep, rep, rep}, {st, st, st}, in.attrs);
-    }
-    case OpKind::kReshape: return reshape(in);
-    case OpKind::kSlice:
-    case OpKind::kPad: {  // the sliced (padded) dim whole; the others follow the input
-      const PartitionSpec d(whole(s0().dims(), {in.attrs.dim}));
-      return simple(in, {d}, {d}, in.attrs);
-    }
-    case OpKind::kConcat: {
-      const PartitionSpec d(whole(s0().dims(), {in.attrs.dim}));
-      return simple(in, std::vector<PartitionSpec>(x.size(), d), {d}, in.attrs);
-    }
-    case OpKind::kShift: return shift(in);
-    case OpKind::kRepeatKv:
-    case OpKind::kRepeatKvGrad: return repeat_kv(in);
-    default:
-      return invalid_argument("partition: {} may not appear in a global program", op_name(in.kind));
+  const int r = rank(x[0]);
+  Dims d = dims_only(spec_[x[0]]).dims();
+  for (int i = 1; i < r; ++i) d[i].clear();
+  const PartitionSpec tx(d), rows(Dims{d[0]});
+  if (in.kind == OpKind::kRmsNorm) return simple(in, {tx, rep}, {tx, rows}, in.attrs);
+  Dims ds{{}};
+  const Axes partial = all_axes(d, 0, r - 1);
+  return simple(in, {tx, rep, rows, tx}, {tx, PartitionSpec(ds, partial)}, in.attrs);
+}
+
+Status Partitioner::add(const Instr& in) {
+  const auto& x = in.inputs;
+  if (!spec_[x[0]].partial().empty() && spec_[x[0]] == spec_[x[1]])  // linear: stays partial
+    return simple(in, {spec_[x[0]], spec_[x[1]]}, {spec_[x[0]]}, in.attrs);
+  return by_factors(in, {"(...),(...)->(...)", FactorMap::kAgree});
+}
+
+Status Partitioner::linear(const Instr& in) {  // scale, convert: partial passes through
+  return simple(in, {spec_[in.inputs[0]]}, {spec_[in.inputs[0]]}, in.attrs);
+}
+
+Status Partitioner::xent(const Instr& in) {  // vocab whole, unless vocab-parallel
+  const auto& x = in.inputs;
+  if (vm_.empty() && !dims_only(spec_[x[0]]).dim_or_none(rank(x[0]) - 1).empty())
+    return vocab_parallel_xent(in);
+  const int r = rank(x[0]);
+  Dims d = whole(dims_only(spec_[x[0]]).dims(), {r - 1});
+  const PartitionSpec l(d), rows(Dims(d.begin(), d.end() - 1));
+  if (in.kind == OpKind::kSoftmaxCrossEntropy) return simple(in, {l, rows}, {rows, rows}, in.attrs);
+  return simple(in, {l, rows, rows, rows}, {l}, in.attrs);
+}
+
+// (ids, dy) -> dtable (V, E): partial over the rows' axes.
+Status Partitioner::embed_lookup_grad(const Instr& in) {
+  const auto& x = in.inputs;
+  const int r = rank(x[1]);
+  Dims d = dims_only(spec_[x[1]]).dims();
+  const Dims ids(d.begin(), d.end() - 1);
+  const Axes partial = all_axes(d, 0, r - 1);
+  // Vocab-parallel: the gradient's target (its state's sharding) splits the vocab over
+  // axes the rows and dy do not use: each device writes only its block.
+  const Axes av = vm_.empty() && desired_[in.outputs[0]]
+                      ? desired_[in.outputs[0]]->dim_or_none(0) : Axes{};
+  if (!av.empty() && disjoint(av, all_axes(d, 0, r - 1))) {
+    // dy's embed dim gives up the vocab axes (an activation-sized gather, instead of a
+    // whole (V, E) partial table per device).
+    Axes& e = d[r - 1];
+    e.erase(std::remove_if(e.begin(), e.end(), [&](const std::string& a) { return contains(av, a); }),
+            e.end());
+    const int64_t block = shp(in.outputs[0])[0] / axes_size(mesh_, av);
+    ENG_ASSIGN_OR_RETURN(ValueId li, get(x[0], PartitionSpec(ids)));
+    ENG_ASSIGN_OR_RETURN(ValueId ldy, get(x[1], PartitionSpec(d)));
+    OpAttrs a = in.attrs;
+    a.depth = block;
+    emit(in, {li, ldy, axis_index(av, block)}, a, {PartitionSpec(Dims{av, d[r - 1]}, partial)});
+    return ok_status();
   }
+  return simple(in, {PartitionSpec(ids), PartitionSpec(d)},
+                {PartitionSpec(Dims{{}, d[r - 1]}, partial)}, in.attrs);
+}
+
+Status Partitioner::masked_mean_loss_grad(const Instr& in) {
+  const PartitionSpec rep, s0 = dims_only(spec_[in.inputs[0]]);
+  std::vector<PartitionSpec> ins{s0, rep};
+  if (in.inputs.size() > 2) ins.push_back(rep);
+  return simple(in, ins, {s0}, in.attrs);
+}
+
+Status Partitioner::sum_squares(const Instr& in) {  // local sum, partial over every sharded axis
+  const PartitionSpec sx = dims_only(spec_[in.inputs[0]]);
+  return simple(in, {sx}, {PartitionSpec(Dims{}, all_axes(sx.dims(), 0, sx.rank()))}, in.attrs);
+}
+
+Status Partitioner::replicated(const Instr& in) {  // scalar optimizer and metric ops
+  return simple(in, std::vector<PartitionSpec>(in.inputs.size(), PartitionSpec()), {PartitionSpec()},
+                in.attrs);
+}
+
+Status Partitioner::adamw(const Instr& in) {  // param, grad, mu, nu in the state sharding (mu's)
+  const PartitionSpec rep, st = dims_only(spec_[in.inputs[2]]);
+  return simple(in, {st, st, st, st, rep, rep, rep}, {st, st, st}, in.attrs);
+}
+
+Status Partitioner::rows(const Instr& in) {  // slice, pad: the sliced (padded) dim whole
+  const PartitionSpec d(whole(dims_only(spec_[in.inputs[0]]).dims(), {in.attrs.dim}));
+  return simple(in, {d}, {d}, in.attrs);
+}
+
+Status Partitioner::concat(const Instr& in) {
+  const PartitionSpec d(whole(dims_only(spec_[in.inputs[0]]).dims(), {in.attrs.dim}));
+  return simple(in, std::vector<PartitionSpec>(in.inputs.size(), d), {d}, in.attrs);
+}
+
+Status Partitioner::not_global(const Instr& in) {
+  return invalid_argument("partition: {} may not appear in a global program", op_name(in.kind));
+}
+
+namespace {
+// An op's rule: a factor map (data), or a hand-written method where the rule is not one.
+struct SpmdRule {
+  Status (Partitioner::*hand)(const Instr&) = nullptr;
+  FactorMap factors = {nullptr, FactorMap::kAgree};
+};
+using Pt = Partitioner;
+constexpr SpmdRule factors(const char* text, FactorMap::Source source = FactorMap::kAgree) {
+  return {nullptr, {text, source}};
+}
+constexpr SpmdRule kAttentionRule = factors(
+    "(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)->(b,t!,h,d!),(b,h,t!)", FactorMap::kFirstInput);
+constexpr SpmdRule kAttentionGradRule = factors(
+    "(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,h,t!),(b,t!,h,d!)"
+    "->(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)", FactorMap::kFirstInput);
+
+// The SPMD rule of each op (engine/ir/op_table.h).
+constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
+    {
+        {OpKind::kEmbedLookup, {&Pt::embed_lookup}},
+        {OpKind::kOneHot, factors("(...)->(...,v!)")},
+        {OpKind::kMatmul, {&Pt::matmul}},
+        {OpKind::kRmsNorm, {&Pt::rmsnorm}},
+        {OpKind::kRmsNormGrad, {&Pt::rmsnorm}},
+        {OpKind::kRope, factors("(b,t!,h,d!),(b,t!)->(b,t!,h,d!)", FactorMap::kFirstInput)},
+        {OpKind::kAttention, kAttentionRule},
+        {OpKind::kAttentionGrad, kAttentionGradRule},
+        {OpKind::kAdd, {&Pt::add}},
+        {OpKind::kSwiglu, factors("(...),(...)->(...)")},
+        {OpKind::kMul, factors("(...),(...)->(...)")},
+        {OpKind::kSwigluGrad, factors("(...),(...),(...)->(...),(...)")},
+        {OpKind::kScale, {&Pt::linear}},
+        {OpKind::kConvert, {&Pt::linear}},
+        {OpKind::kConstraint, {&Pt::constraint}},
+        {OpKind::kSoftmaxCrossEntropy, {&Pt::xent}},
+        {OpKind::kSoftmaxCrossEntropyGrad, {&Pt::xent}},
+        {OpKind::kMaskedMeanLoss, {&Pt::masked_mean_loss}},
+        {OpKind::kEmbedLookupGrad, {&Pt::embed_lookup_grad}},
+        {OpKind::kMaskedMeanLossGrad, {&Pt::masked_mean_loss_grad}},
+        {OpKind::kSumSquares, {&Pt::sum_squares}},
+        {OpKind::kGlobalNorm, {&Pt::replicated}},
+        {OpKind::kClipFactor, {&Pt::replicated}},
+        {OpKind::kLearningRate, {&Pt::replicated}},
+        {OpKind::kIncrement, {&Pt::replicated}},
+        {OpKind::kAdamW, {&Pt::adamw}},
+        {OpKind::kReshape, {&Pt::reshape}},
+        {OpKind::kSlice, {&Pt::rows}},
+        {OpKind::kPad, {&Pt::rows}},
+        {OpKind::kConcat, {&Pt::concat}},
+        {OpKind::kShift, {&Pt::shift}},
+        {OpKind::kRepeatKv, {&Pt::repeat_kv}},
+        {OpKind::kRepeatKvGrad, {&Pt::repeat_kv}},
+        // Per-device ops: the partitioner emits them; a global program has none.
+        {OpKind::kAllGather, {&Pt::not_global}},
+        {OpKind::kReduceScatter, {&Pt::not_global}},
+        {OpKind::kAllReduce, {&Pt::not_global}},
+        {OpKind::kAllToAll, {&Pt::not_global}},
+        {OpKind::kCollectivePermute, {&Pt::not_global}},
+        {OpKind::kDynamicSlice, {&Pt::not_global}},
+        {OpKind::kSafeDivide, {&Pt::not_global}},
+        {OpKind::kAxisIndex, {&Pt::not_global}},
+        {OpKind::kVocabMax, {&Pt::not_global}},
+        {OpKind::kVocabStats, {&Pt::not_global}},
+        {OpKind::kXentFromStats, {&Pt::not_global}},
+    },
+    factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
+}  // namespace
+
+Status Partitioner::instr(const Instr& in) {
+  if (in.attrs.vmap > 0) return vmapped(in);
+  const SpmdRule& rule = kRules[op_index(in.kind)];
+  return rule.hand ? (this->*rule.hand)(in) : by_factors(in, rule.factors);
 }
 
 // jax.vmap with spmd_axis_name="stage": the leading dim goes on `stage` (one slice per
