@@ -2,6 +2,7 @@
 // collectives), the unary op table, and attribute printing/hashing through the field walker.
 #include "engine/ir/op.h"
 
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -120,7 +121,17 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
     kNone, kNone);
 
 // ---- unary elementwise ops: one row each (op.h's UnaryMath) ----
-constexpr std::array<UnaryMath, 0> kUnaryOps{};
+// jax.nn.gelu(approximate=True): x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+constexpr double kGeluC = 0.7978845608028654, kGeluA = 0.044715;
+double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(kGeluC * (x + kGeluA * x * x * x))); }
+double gelu_grad(double x) {
+  const double t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluA * x * x);
+}
+
+constexpr auto kUnaryOps = std::to_array<UnaryMath>({
+    {OpKind::kGelu, OpKind::kGeluGrad, gelu, gelu_grad, 8, 14},
+});
 
 // Every kUnary op has exactly one row, every kUnaryGrad op is exactly one row's grad.
 consteval bool unary_rows_complete() {

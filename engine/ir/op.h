@@ -21,6 +21,8 @@
 //                    times consecutively: out[b,t,h,d] = x[b,t,h / R,d] (PyTorch's repeat_kv,
 //                    MaxText's GQA: query head h uses kv head h / (H / Hkv)). The model emits
 //                    it only when Hkv < H. Any dtype (data movement).
+//   kGelu          (x) -> x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   jax.nn.gelu's default
+//                    (approximate=True); kGeluGrad (x, dy) -> dy * gelu'(x). A kUnary op.
 //   kAdd, kMul     (a, b) same shape -> elementwise
 //   kScale         (x) [scale] -> scale * x
 //   kConvert       (x) [dtype] -> x cast to dtype
@@ -165,7 +167,9 @@ namespace eng {
   X(VocabStats, "vocab_stats", kCustom) \
   X(XentFromStats, "xent_from_stats", kCustom) \
   X(RepeatKv, "repeat_kv", kCustom) \
-  X(RepeatKvGrad, "repeat_kv_grad", kCustom)
+  X(RepeatKvGrad, "repeat_kv_grad", kCustom) \
+  X(Gelu, "gelu", kUnary) \
+  X(GeluGrad, "gelu_grad", kUnaryGrad)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of
