@@ -32,21 +32,15 @@ Status validate_arg(const ValueInfo& info, const PartitionSpec& spec, const Mesh
                             info.type_string(), spec.to_string(), spec.rank(),
                             info.shape.rank());
   for (int i = 0; i < spec.rank(); ++i) {
-    int64_t n = 1;
     for (const auto& a : spec.dim(i)) {
       if (!mesh.has_axis(a))
         return invalid_argument("sharding of '{}' {}: spec {} names axis '{}', which is not in {}",
                                 info.name, info.type_string(), spec.to_string(), a,
                                 mesh.to_string());
-      n *= mesh.axis_size(a);
     }
-    if (info.shape[i] % n != 0)
-      return invalid_argument(
-          "sharding of '{}' {}: dim {} of size {} is not divisible by {} (the product of axes "
-          "({}) in spec {})",
-          info.name, info.type_string(), i, info.shape[i], n, fmt::join(spec.dim(i), ", "),
-          spec.to_string());
   }
+  ENG_RETURN_IF_ERROR(check_divisible(
+      mesh, spec, info.shape, fmt::format("sharding of '{}' {}", info.name, info.type_string())));
   NamedSharding ns{mesh, spec};
   Status s = ns.validate(info.shape);
   if (!s.ok()) return invalid_argument("sharding of '{}': {}", info.name, s.message());

@@ -24,6 +24,7 @@
 #include "engine/base/status.h"
 #include "engine/mesh/mesh.h"
 #include "engine/sharding/partition_spec.h"
+#include "engine/sharding/shard_geometry.h"  // remove_size_one_mesh_axis
 #include "engine/tensor/shape.h"
 
 namespace eng {
@@ -92,12 +93,9 @@ Result<LogicalAxisRules> parse_logical_axis_rules(std::string_view text);
 Result<PartitionSpec> logical_to_mesh_axes(
     const LogicalAxes& names, const LogicalAxisRules& rules = LogicalAxisRules::maxtext_default());
 
-// MaxText's remove_size_one_mesh_axis: per dim keep only axes of size != 1 (an axis absent
-// from the mesh counts as size 1); an emptied dim becomes None. Partial axes are kept as is.
-PartitionSpec remove_size_one_mesh_axis(const PartitionSpec& spec, const Mesh& mesh);
-
 // MaxText's sharding.logical_to_mesh_axes(names, mesh, rules): resolution, then
-// remove_size_one_mesh_axis. This is the one activations, batches and the loss use.
+// remove_size_one_mesh_axis (shard_geometry.h). This is the one activations, batches and the
+// loss use.
 Result<PartitionSpec> logical_to_mesh(
     const LogicalAxes& names, const Mesh& mesh,
     const LogicalAxisRules& rules = LogicalAxisRules::maxtext_default());
