@@ -506,11 +506,12 @@ Status Partitioner::instr(const Instr& in) {
 // taken, and the outputs get the dim back.
 Status Partitioner::vmapped(const Instr& in) {
   const int64_t S = in.attrs.vmap;
-  if (!mesh_.has_axis("stage") || mesh_.axis_size("stage") != S)
-    return invalid_argument("partition: {} is vmapped over {} stages but the mesh's stage axis has "
-                            "size {}", op_name(in.kind), S,
-                            mesh_.has_axis("stage") ? mesh_.axis_size("stage") : 1);
-  const Axes vm = {"stage"};
+  const std::string& stage = o_.axes.vmap;
+  if (!mesh_.has_axis(stage) || mesh_.axis_size(stage) != S)
+    return invalid_argument("partition: {} is vmapped over {} stages but the mesh's {} axis has "
+                            "size {}", op_name(in.kind), S, stage,
+                            mesh_.has_axis(stage) ? mesh_.axis_size(stage) : 1);
+  const Axes vm = {stage};
   struct Saved {
     ValueId g, local;
     PartitionSpec spec;

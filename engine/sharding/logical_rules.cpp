@@ -336,6 +336,10 @@ PartitionSpec adjust_pspec_for_indivisible_shapes(const PartitionSpec& spec, con
   return PartitionSpec(std::move(dims), spec.partial());
 }
 
+std::string PartitionAxes::to_string() const {
+  return fmt::format("zero1={} zero1_skip={} vmap={}", zero1, zero1_skip, vmap);
+}
+
 const LogicalAxes& default_input_data_sharding_logical_axes() {
   static const LogicalAxes axes = {"activation_embed_and_logits_batch", "activation_norm_length"};
   return axes;

@@ -117,6 +117,18 @@ Result<NamedSharding> logical_to_sharding_keep_size_one(
 PartitionSpec adjust_pspec_for_indivisible_shapes(const PartitionSpec& spec, const Shape& shape,
                                                   const Mesh& mesh);
 
+// Mesh axes that MaxText's code names outside its logical rules. The partitioner takes them
+// as options (SpmdOptions::axes) so compile/ names no mesh axis; the defaults are MaxText's.
+struct PartitionAxes {
+  std::string zero1 = "data";         // shard_optimizer_over_data: mu/nu also sharded over it
+  std::string zero1_skip = "tensor";  // ... on the first dim that does not carry this axis
+  std::string vmap = "stage";         // jax.vmap's spmd_axis_name for vmapped ops (pipeline)
+
+  // "zero1=data zero1_skip=tensor vmap=stage" (part of the compile cache key).
+  std::string to_string() const;
+  bool operator==(const PartitionAxes&) const = default;
+};
+
 // MaxText's input_data_sharding_logical_axes default.
 const LogicalAxes& default_input_data_sharding_logical_axes();
 // MaxText's get_input_data_sharding: logical_to_sharding of the input logical axes
