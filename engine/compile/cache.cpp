@@ -121,9 +121,9 @@ std::string compile_options_string(const CompileOptions& o) {
   for (const LogicalAxisRule& r : o.rules.rules()) rules += (rules.empty() ? "" : ", ") + r.to_string();
   return fmt::format(
       "logical_axis_rules=[{}]\nshard_mode={}\nshard_optimizer_over_data={}\n"
-      "skip_trivial_specs={}\nverify_plan={}\n",
+      "skip_trivial_specs={}\nverify_plan={}\npartition_axes={}\n",
       rules, shard_mode_name(o.shard_mode), o.shard_optimizer_over_data,
-      o.skip_trivial_specs, o.verify_plan);
+      o.skip_trivial_specs, o.verify_plan, o.axes.to_string());
 }
 
 std::string CacheKey::text() const {

@@ -10,6 +10,7 @@
 #include "engine/base/check.h"
 #include "engine/ir/builder.h"
 #include "engine/ir/op_table.h"
+#include "engine/sharding/shard_geometry.h"
 
 namespace eng {
 
@@ -30,12 +31,6 @@ size_t common_prefix(const Axes& a, const Axes& b) {
   return c;
 }
 
-int64_t axes_size(const Mesh& m, const Axes& axes) {
-  int64_t n = 1;
-  for (const auto& a : axes) n *= m.axis_size(a);
-  return n;
-}
-
 void sort_mesh_order(Axes& axes, const Mesh& m) {
   std::sort(axes.begin(), axes.end(),
             [&](const std::string& x, const std::string& y) { return m.axis_index(x) < m.axis_index(y); });
@@ -45,12 +40,8 @@ void sort_mesh_order(Axes& axes, const Mesh& m) {
 // Rank entries, size-1 (and absent) axes dropped, partial sorted in mesh order.
 PartitionSpec normalize(const PartitionSpec& s, int rank, const Mesh& m) {
   Dims dims(rank);
-  for (int i = 0; i < rank && i < s.rank(); ++i)
-    for (const auto& a : s.dim(i))
-      if (m.axis_size(a) > 1) dims[i].push_back(a);
-  Axes partial;
-  for (const auto& a : s.partial())
-    if (m.axis_size(a) > 1) partial.push_back(a);
+  for (int i = 0; i < rank && i < s.rank(); ++i) dims[i] = remove_size_one_axes(s.dim(i), m);
+  Axes partial = remove_size_one_axes(s.partial(), m);
   sort_mesh_order(partial, m);
   return PartitionSpec(std::move(dims), std::move(partial));
 }
@@ -165,20 +156,11 @@ class Partitioner {
   }
 
   Shape local_shape(const Shape& g, const PartitionSpec& s) const {
-    std::vector<int64_t> d(g.dims().begin(), g.dims().end());
-    for (int i = 0; i < g.rank(); ++i) d[i] /= axes_size(mesh_, s.dim_or_none(i));
-    return Shape(std::move(d));
+    return eng::local_shape(mesh_, s, g);
   }
 
   Status check_divisible(const Shape& g, const PartitionSpec& s, const std::string& what) const {
-    for (int i = 0; i < g.rank(); ++i) {
-      const int64_t n = axes_size(mesh_, s.dim_or_none(i));
-      if (g[i] % n != 0)
-        return invalid_argument("{}: dim {} of {} (size {}) is not divisible by {} = axes ({}) of {}",
-                                what, i, g.to_string(), g[i], n, fmt::join(s.dim_or_none(i), ", "),
-                                s.to_string());
-    }
-    return ok_status();
+    return eng::check_divisible(mesh_, s, g, what);
   }
 
   void set(ValueId g, ValueId l, PartitionSpec s) {
@@ -672,11 +654,12 @@ Status Partitioner::instr(const Instr& in) {
 // taken, and the outputs get the dim back.
 Status Partitioner::vmapped(const Instr& in) {
   const int64_t S = in.attrs.vmap;
-  if (!mesh_.has_axis("stage") || mesh_.axis_size("stage") != S)
-    return invalid_argument("partition: {} is vmapped over {} stages but the mesh's stage axis has "
-                            "size {}", op_name(in.kind), S,
-                            mesh_.has_axis("stage") ? mesh_.axis_size("stage") : 1);
-  const Axes vm = {"stage"};
+  const std::string& stage = o_.axes.vmap;
+  if (!mesh_.has_axis(stage) || mesh_.axis_size(stage) != S)
+    return invalid_argument("partition: {} is vmapped over {} stages but the mesh's {} axis has "
+                            "size {}", op_name(in.kind), S, stage,
+                            mesh_.has_axis(stage) ? mesh_.axis_size(stage) : 1);
+  const Axes vm = {stage};
   struct Saved {
     ValueId g, local;
     PartitionSpec spec;

@@ -30,13 +30,14 @@ struct SpmdOptions {
   LogicalAxisRules rules = LogicalAxisRules::maxtext_default();
   // MaxText shard_mode. Explicit also when the mesh's axis type is Explicit.
   ShardMode shard_mode = ShardMode::kAuto;
-  bool shard_optimizer_over_data = false;  // ZeRO-1: mu/nu also sharded over `data`
+  bool shard_optimizer_over_data = false;  // ZeRO-1: mu/nu also sharded over axes.zero1
   bool skip_trivial_specs = false;         // an all-replicated constraint emits nothing
+  PartitionAxes axes;  // mesh axes of ZeRO-1 and vmap, named by the caller (MaxText's default)
 };
 
 // Sets ValueInfo::spec of every argument that has none: params from their logical axes
-// (logical_to_mesh: size-1 axes dropped), mu/nu = their param's spec (ZeRO-1: `data`
-// prepended on the first dim divisible by the data size whose spec has no `tensor`), step
+// (logical_to_mesh: size-1 axes dropped), mu/nu = their param's spec (ZeRO-1: axes.zero1
+// prepended on the first dim divisible by its size whose spec has no axes.zero1_skip), step
 // replicated, batch by get_input_data_sharding. Every spec is validated against its shape;
 // errors name the argument, the dim and the axes.
 Status assign_argument_shardings(Program& program, const Mesh& mesh, const SpmdOptions& options);

@@ -32,21 +32,15 @@ Status validate_arg(const ValueInfo& info, const PartitionSpec& spec, const Mesh
                             info.type_string(), spec.to_string(), spec.rank(),
                             info.shape.rank());
   for (int i = 0; i < spec.rank(); ++i) {
-    int64_t n = 1;
     for (const auto& a : spec.dim(i)) {
       if (!mesh.has_axis(a))
         return invalid_argument("sharding of '{}' {}: spec {} names axis '{}', which is not in {}",
                                 info.name, info.type_string(), spec.to_string(), a,
                                 mesh.to_string());
-      n *= mesh.axis_size(a);
     }
-    if (info.shape[i] % n != 0)
-      return invalid_argument(
-          "sharding of '{}' {}: dim {} of size {} is not divisible by {} (the product of axes "
-          "({}) in spec {})",
-          info.name, info.type_string(), i, info.shape[i], n, fmt::join(spec.dim(i), ", "),
-          spec.to_string());
   }
+  ENG_RETURN_IF_ERROR(check_divisible(
+      mesh, spec, info.shape, fmt::format("sharding of '{}' {}", info.name, info.type_string())));
   NamedSharding ns{mesh, spec};
   Status s = ns.validate(info.shape);
   if (!s.ok()) return invalid_argument("sharding of '{}': {}", info.name, s.message());
@@ -80,7 +74,7 @@ Status assign_argument_shardings(Program& p, const Mesh& mesh, const SpmdOptions
     const std::string path = info.name.rfind("params/", 0) == 0 ? info.name.substr(7) : info.name;
     param_spec[path] = *info.spec;
   }
-  const int64_t data = mesh.axis_size("data");
+  const int64_t data = mesh.axis_size(o.axes.zero1);
   for (const Argument& a : p.args()) {
     ValueInfo& info = p.mutable_value(a.value);
     if (a.role == ArgRole::kParam || info.spec) {
@@ -102,20 +96,20 @@ Status assign_argument_shardings(Program& p, const Mesh& mesh, const SpmdOptions
           if (!r.ok()) return invalid_argument("sharding of '{}': {}", info.name, r.status().message());
           s = *r;
         }
-        if (o.shard_optimizer_over_data && data > 1 && !has_axis(s, "data")) {
+        if (o.shard_optimizer_over_data && data > 1 && !has_axis(s, o.axes.zero1)) {
           // MaxText (reference section 8): `data` prepended on the first dim divisible by
-          // the data size whose spec has no `tensor`.
+          // the data size whose spec has no `tensor` (axes.zero1 and axes.zero1_skip).
           std::vector<PartitionSpec::DimAxes> dims(info.shape.rank());
           for (int i = 0; i < s.rank() && i < info.shape.rank(); ++i) dims[i] = s.dim(i);
           for (int i = 0; i < info.shape.rank(); ++i) {
             bool tensor = false;
             int64_t n = 1;
             for (const auto& ax : dims[i]) {
-              tensor |= ax == "tensor";
+              tensor |= ax == o.axes.zero1_skip;
               n *= mesh.axis_size(ax);
             }
             if (tensor || info.shape[i] % (n * data) != 0) continue;
-            dims[i].insert(dims[i].begin(), "data");
+            dims[i].insert(dims[i].begin(), o.axes.zero1);
             break;
           }
           s = PartitionSpec(dims);

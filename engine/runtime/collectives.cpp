@@ -9,54 +9,13 @@
 
 #include "engine/base/check.h"
 #include "engine/compile/spmd.h"
+#include "engine/sharding/shard_geometry.h"
 
 namespace eng {
 
 namespace {
 
 constexpr int kMaxRank = 8;
-constexpr int kMaxAxes = 16;
-
-// A collective's group structure over the mesh: members of the group of `leader` are
-// leader + sum_k coord_k(rank) * stride_k (axes major to minor).
-struct Groups {
-  int n = 0;                       // number of collective axes
-  int64_t size[kMaxAxes] = {};     // axis sizes
-  int64_t stride[kMaxAxes] = {};   // device-id strides
-  int64_t group = 1;               // members per group
-  uint32_t mask = 0;               // bit per mesh axis index: the counter slot
-
-  int64_t member(int64_t leader, int64_t rank) const {
-    int64_t d = leader;
-    for (int k = n - 1; k >= 0; --k) {
-      d += (rank % size[k]) * stride[k];
-      rank /= size[k];
-    }
-    return d;
-  }
-  bool is_leader(int64_t d) const {
-    for (int k = 0; k < n; ++k)
-      if ((d / stride[k]) % size[k] != 0) return false;
-    return true;
-  }
-};
-
-Groups make_groups(const Mesh& mesh, const std::vector<std::string>& axes) {
-  Groups g;
-  ENG_CHECK(static_cast<int>(axes.size()) <= kMaxAxes, "collective over {} axes", axes.size());
-  for (const auto& a : axes) {
-    const int ax = mesh.axis_index(a);
-    ENG_CHECK(ax >= 0, "collective axis '{}' not in {}", a, mesh.to_string());
-    int64_t stride = 1;
-    for (int k = ax + 1; k < mesh.num_axes(); ++k) stride *= mesh.axis_sizes()[k];
-    g.size[g.n] = mesh.axis_sizes()[ax];
-    g.stride[g.n] = stride;
-    g.group *= g.size[g.n];
-    g.mask |= 1u << ax;
-    ++g.n;
-  }
-  return g;
-}
 
 // (outer, mid, inner) view of a local shape around `dim`.
 void split3(const Shape& s, int dim, int64_t& outer, int64_t& mid, int64_t& inner) {
@@ -76,12 +35,12 @@ class LocalCommunicator final : public Communicator {
   void run(const Program& p, const Instr& in, std::span<void* const* const> buf) override {
     ENG_CHECK(static_cast<int64_t>(buf.size()) == n_, "communicator: {} buffer tables for {} devices",
               buf.size(), n_);
-    const Groups g = make_groups(mesh_, in.attrs.mesh_axes);
+    const AxesGroup g(mesh_, in.attrs.mesh_axes);
     const ValueId x = in.inputs[0], y = in.outputs[0];
     const Shape& xs = p.value(x).shape;
     const int64_t elem = dtype_size(p.value(x).dtype);
     const int64_t xbytes = p.value(x).bytes(), ybytes = p.value(y).bytes();
-    const int64_t G = g.group;
+    const int64_t G = g.size();
     for (int64_t leader = 0; leader < n_; ++leader) {
       if (!g.is_leader(leader)) continue;
       switch (in.kind) {
@@ -145,7 +104,7 @@ class LocalCommunicator final : public Communicator {
               }
               const int64_t src = g.member(leader, from);
               std::memcpy(buf[dst][y], buf[src][x], xbytes);
-              if (src != dst) count(dst, g.mask, xbytes);
+              if (src != dst) count(dst, g.axis_mask(), xbytes);
             }
             break;
           }
@@ -153,7 +112,7 @@ class LocalCommunicator final : public Communicator {
           for (int64_t r = 0; r < G; ++r) {
             const int64_t src = g.member(leader, r), dst = g.member(leader, (r + shift) % G);
             std::memcpy(buf[dst][y], buf[src][x], xbytes);
-            if (src != dst) count(dst, g.mask, xbytes);
+            if (src != dst) count(dst, g.axis_mask(), xbytes);
           }
           break;
         }
@@ -199,14 +158,14 @@ class LocalCommunicator final : public Communicator {
   }
 
   // Member m's chunk r along split_dim goes to member r at position m along concat_dim.
-  void all_to_all(const Program& p, const Instr& in, const Groups& g, int64_t leader,
+  void all_to_all(const Program& p, const Instr& in, const AxesGroup& g, int64_t leader,
                   std::span<void* const* const> buf) {
     const ValueId x = in.inputs[0], y = in.outputs[0];
     const Shape& xs = p.value(x).shape;
     const Shape& ys = p.value(y).shape;
     const int rank = xs.rank();
     ENG_CHECK(rank <= kMaxRank, "all_to_all: rank {}", rank);
-    const int64_t elem = dtype_size(p.value(x).dtype), G = g.group;
+    const int64_t elem = dtype_size(p.value(x).dtype), G = g.size();
     const int sd = in.attrs.dim, cd = in.attrs.dim2;
     int64_t ext[kMaxRank] = {}, xstr[kMaxRank], ystr[kMaxRank];
     for (int k = 0; k < rank; ++k) ext[k] = xs[k];
@@ -245,14 +204,14 @@ class LocalCommunicator final : public Communicator {
   // m (rank order: the order reductions sum in), deliver(r, m, receiver's y, sender's x); every
   // receiver is counted `bytes` for each other member it hears from.
   template <typename Deliver>
-  void exchange(const Groups& g, int64_t leader, std::span<void* const* const> buf, ValueId x,
+  void exchange(const AxesGroup& g, int64_t leader, std::span<void* const* const> buf, ValueId x,
                 ValueId y, int64_t bytes, Deliver&& deliver) {
-    for (int64_t r = 0; r < g.group; ++r) {
+    for (int64_t r = 0; r < g.size(); ++r) {
       const int64_t dst = g.member(leader, r);
-      for (int64_t m = 0; m < g.group; ++m) {
+      for (int64_t m = 0; m < g.size(); ++m) {
         const int64_t src = g.member(leader, m);
         deliver(r, m, buf[dst][y], static_cast<const void*>(buf[src][x]));
-        if (src != dst) count(dst, g.mask, bytes);
+        if (src != dst) count(dst, g.axis_mask(), bytes);
       }
     }
   }

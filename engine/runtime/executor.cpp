@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/ir/op_table.h"
+#include "engine/sharding/shard_geometry.h"
 #include "engine/tensor/kernels.h"
 #include "engine/tensor/reference.h"
 
@@ -186,16 +187,7 @@ void run_concat(const Args& a) {
 // arithmetically from the row-major device id (no allocation).
 int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::string>& axes) {
   if (mesh == nullptr) return 0;
-  int64_t rank = 0;
-  for (const auto& name : axes) {
-    const int ax = mesh->axis_index(name);
-    ENG_CHECK(ax >= 0, "axis_index: axis '{}' not in {}", name, mesh->to_string());
-    int64_t stride = 1;
-    for (int k = ax + 1; k < mesh->num_axes(); ++k) stride *= mesh->axis_sizes()[k];
-    const int64_t size = mesh->axis_sizes()[ax];
-    rank = rank * size + (device / stride) % size;
-  }
-  return rank;
+  return AxesGroup(*mesh, axes).rank(device);
 }
 
 // The optional vocab-block offset input (op.h: 3-input embed_lookup(_grad), 5-input xent grad).

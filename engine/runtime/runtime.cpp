@@ -10,6 +10,7 @@
 #include "engine/compile/memory_plan.h"
 #include "engine/ir/op_table.h"
 #include "engine/runtime/executor.h"
+#include "engine/sharding/shard_geometry.h"
 #include "engine/tensor/kernels.h"
 
 namespace eng {
@@ -38,21 +39,12 @@ Block block_of(const NamedSharding& s, const Shape& global, int64_t device) {
   Block b;
   b.rank = global.rank();
   ENG_CHECK(b.rank <= kMaxRank, "runtime: rank {} above {}", b.rank, kMaxRank);
-  const Mesh& mesh = s.mesh;
-  const auto& dims = s.spec.dims();
   for (int i = 0; i < b.rank; ++i) {
-    int64_t shards = 1, block = 0;
-    if (i < static_cast<int>(dims.size()))
-      for (const auto& axis : dims[i]) {  // major to minor
-        const int ax = mesh.axis_index(axis);
-        int64_t stride = 1;  // devices are row-major over the mesh axes
-        for (int k = ax + 1; k < mesh.num_axes(); ++k) stride *= mesh.axis_sizes()[k];
-        const int64_t size = mesh.axis_sizes()[ax];
-        block = block * size + (device / stride) % size;
-        shards *= size;
-      }
-    b.local[i] = global[i] / shards;
-    b.offset[i] = block * b.local[i];
+    std::span<const std::string> axes;  // major to minor; none past the spec's rank
+    if (i < s.spec.rank()) axes = s.spec.dim(i);
+    const ShardBlock blk = shard_block(s.mesh, axes, global[i], device);
+    b.local[i] = blk.size;
+    b.offset[i] = blk.offset;
   }
   return b;
 }
@@ -107,15 +99,7 @@ Status check_array(const Mesh& mesh, int num_devices, const Array& a, const char
 
 // Local (per-device) numel of `a` under its sharding, computed without allocating.
 int64_t local_numel(const Array& a) {
-  int64_t n = 1;
-  const auto& dims = a.sharding.spec.dims();
-  for (int i = 0; i < a.shape.rank(); ++i) {
-    int64_t shards = 1;
-    if (i < static_cast<int>(dims.size()))
-      for (const auto& axis : dims[i]) shards *= a.sharding.mesh.axis_size(axis);
-    n *= a.shape[i] / shards;
-  }
-  return n;
+  return eng::local_numel(a.sharding.mesh, a.sharding.spec, a.shape);
 }
 
 }  // namespace

@@ -301,17 +301,6 @@ Result<PartitionSpec> logical_to_mesh_axes(const LogicalAxes& names,
   return PartitionSpec(std::move(dims));
 }
 
-PartitionSpec remove_size_one_mesh_axis(const PartitionSpec& spec, const Mesh& mesh) {
-  std::vector<PartitionSpec::DimAxes> dims;
-  for (const auto& d : spec.dims()) {
-    PartitionSpec::DimAxes kept;
-    for (const auto& a : d)
-      if (mesh.axis_size(a) != 1) kept.push_back(a);
-    dims.push_back(std::move(kept));
-  }
-  return PartitionSpec(std::move(dims), spec.partial());
-}
-
 Result<PartitionSpec> logical_to_mesh(const LogicalAxes& names, const Mesh& mesh,
                                       const LogicalAxisRules& rules) {
   ENG_ASSIGN_OR_RETURN(PartitionSpec raw, logical_to_mesh_axes(names, rules));
@@ -345,6 +334,10 @@ PartitionSpec adjust_pspec_for_indivisible_shapes(const PartitionSpec& spec, con
     dims.push_back(std::move(kept));
   }
   return PartitionSpec(std::move(dims), spec.partial());
+}
+
+std::string PartitionAxes::to_string() const {
+  return fmt::format("zero1={} zero1_skip={} vmap={}", zero1, zero1_skip, vmap);
 }
 
 const LogicalAxes& default_input_data_sharding_logical_axes() {

@@ -24,6 +24,7 @@
 #include "engine/base/status.h"
 #include "engine/mesh/mesh.h"
 #include "engine/sharding/partition_spec.h"
+#include "engine/sharding/shard_geometry.h"  // remove_size_one_mesh_axis
 #include "engine/tensor/shape.h"
 
 namespace eng {
@@ -92,12 +93,9 @@ Result<LogicalAxisRules> parse_logical_axis_rules(std::string_view text);
 Result<PartitionSpec> logical_to_mesh_axes(
     const LogicalAxes& names, const LogicalAxisRules& rules = LogicalAxisRules::maxtext_default());
 
-// MaxText's remove_size_one_mesh_axis: per dim keep only axes of size != 1 (an axis absent
-// from the mesh counts as size 1); an emptied dim becomes None. Partial axes are kept as is.
-PartitionSpec remove_size_one_mesh_axis(const PartitionSpec& spec, const Mesh& mesh);
-
 // MaxText's sharding.logical_to_mesh_axes(names, mesh, rules): resolution, then
-// remove_size_one_mesh_axis. This is the one activations, batches and the loss use.
+// remove_size_one_mesh_axis (shard_geometry.h). This is the one activations, batches and the
+// loss use.
 Result<PartitionSpec> logical_to_mesh(
     const LogicalAxes& names, const Mesh& mesh,
     const LogicalAxisRules& rules = LogicalAxisRules::maxtext_default());
@@ -118,6 +116,18 @@ Result<NamedSharding> logical_to_sharding_keep_size_one(
 // are dropped (maybe_shard_with_name truncates the spec to x.ndim first). Partial kept.
 PartitionSpec adjust_pspec_for_indivisible_shapes(const PartitionSpec& spec, const Shape& shape,
                                                   const Mesh& mesh);
+
+// Mesh axes that MaxText's code names outside its logical rules. The partitioner takes them
+// as options (SpmdOptions::axes) so compile/ names no mesh axis; the defaults are MaxText's.
+struct PartitionAxes {
+  std::string zero1 = "data";         // shard_optimizer_over_data: mu/nu also sharded over it
+  std::string zero1_skip = "tensor";  // ... on the first dim that does not carry this axis
+  std::string vmap = "stage";         // jax.vmap's spmd_axis_name for vmapped ops (pipeline)
+
+  // "zero1=data zero1_skip=tensor vmap=stage" (part of the compile cache key).
+  std::string to_string() const;
+  bool operator==(const PartitionAxes&) const = default;
+};
 
 // MaxText's input_data_sharding_logical_axes default.
 const LogicalAxes& default_input_data_sharding_logical_axes();

@@ -6,18 +6,9 @@
 #include <map>
 
 #include "engine/base/hash.h"
+#include "engine/sharding/shard_geometry.h"
 
 namespace eng {
-
-namespace {
-std::string entry_string(const PartitionSpec::DimAxes& axes) {
-  if (axes.empty()) return "None";
-  if (axes.size() == 1) return fmt::format("'{}'", axes[0]);
-  std::vector<std::string> q;
-  for (const auto& a : axes) q.push_back(fmt::format("'{}'", a));
-  return fmt::format("({})", fmt::join(q, ", "));
-}
-}  // namespace
 
 bool PartitionSpec::is_replicated() const {
   for (const auto& d : dims_)
@@ -27,7 +18,7 @@ bool PartitionSpec::is_replicated() const {
 
 std::string PartitionSpec::to_string() const {
   std::vector<std::string> parts;
-  for (const auto& d : dims_) parts.push_back(entry_string(d));
+  for (const auto& d : dims_) parts.push_back(dim_axes_string(d));
   if (!partial_.empty()) {
     std::vector<std::string> q;
     for (const auto& a : partial_) q.push_back(fmt::format("'{}'", a));
@@ -61,46 +52,22 @@ Status NamedSharding::validate(const Shape& global) const {
                               spec.to_string(), a, it->second, where);
     return ok_status();
   };
-  for (int i = 0; i < spec.rank(); ++i) {
-    int64_t n = 1;
-    for (const auto& a : spec.dim(i)) {
-      ENG_RETURN_IF_ERROR(use(a, fmt::format("dimension {}", i)));
-      n *= mesh.axis_size(a);
-    }
-    if (global[i] % n != 0)
-      return invalid_argument(
-          "sharding: dimension {} of size {} is not divisible by {} (the product of axes {} in "
-          "spec {}, shape {})",
-          i, global[i], n, entry_string(spec.dim(i)), spec.to_string(), global.to_string());
-  }
+  for (int i = 0; i < spec.rank(); ++i)
+    for (const auto& a : spec.dim(i)) ENG_RETURN_IF_ERROR(use(a, fmt::format("dimension {}", i)));
   for (const auto& a : spec.partial()) ENG_RETURN_IF_ERROR(use(a, "partial"));
-  return ok_status();
+  return check_divisible(mesh, spec, global, "sharding");
 }
 
 int64_t NamedSharding::shards_along(int dim) const {
-  int64_t n = 1;
-  for (const auto& a : spec.dim_or_none(dim)) n *= mesh.axis_size(a);
-  return n;
+  return axes_size(mesh, spec.dim_or_none(dim));
 }
 
 Shape NamedSharding::local_shape(const Shape& global) const {
-  Shape s = global;
-  for (int i = 0; i < global.rank(); ++i) s[i] = global[i] / shards_along(i);
-  return s;
+  return eng::local_shape(mesh, spec, global);
 }
 
 std::vector<int64_t> NamedSharding::local_offset(const Shape& global, int64_t device) const {
-  std::vector<int64_t> coords = mesh.device_coords(device);
-  std::vector<int64_t> off(global.rank(), 0);
-  for (int i = 0; i < global.rank(); ++i) {
-    int64_t block = 0;  // block index along dim i, major axis first
-    for (const auto& a : spec.dim_or_none(i)) {
-      int ax = mesh.axis_index(a);
-      block = block * mesh.axis_sizes()[ax] + coords[ax];
-    }
-    off[i] = block * (global[i] / shards_along(i));
-  }
-  return off;
+  return eng::local_offset(mesh, spec, global, device);
 }
 
 std::string NamedSharding::to_string() const {
@@ -114,9 +81,7 @@ std::string typeof_string(std::string_view dtype, const Shape& shape, const Part
   std::vector<std::string> dims;
   for (int i = 0; i < shape.rank(); ++i) {
     std::vector<std::string> axes;
-    if (spec && mesh)
-      for (const auto& a : spec->dim_or_none(i))
-        if (mesh->axis_size(a) != 1) axes.push_back(a);
+    if (spec && mesh) axes = remove_size_one_axes(spec->dim_or_none(i), *mesh);
     if (axes.empty())
       dims.push_back(fmt::format("{}", shape[i]));
     else if (axes.size() == 1)

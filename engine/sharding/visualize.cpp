@@ -7,6 +7,8 @@
 #include <numeric>
 #include <set>
 
+#include "engine/sharding/shard_geometry.h"
+
 namespace eng {
 
 namespace {
@@ -65,14 +67,9 @@ Result<std::vector<int>> shown_dims(const Shape& shape, const NamedSharding& s, 
   return dims;
 }
 
-// Index of a device's block along `dim` (major axis first), from its mesh coordinates.
-int64_t block_index(const NamedSharding& s, int dim, const std::vector<int64_t>& coords) {
-  int64_t block = 0;
-  for (const auto& a : s.spec.dim_or_none(dim)) {
-    int ax = s.mesh.axis_index(a);
-    block = block * s.mesh.axis_sizes()[ax] + coords[ax];
-  }
-  return block;
+// Index of a device's block along `dim`: its rank along the dim's axes (major axis first).
+int64_t block_index(const NamedSharding& s, int dim, int64_t device) {
+  return AxesGroup(s.mesh, s.spec.dim_or_none(dim)).rank(device);
 }
 
 // "CPU 0,1,2" broken into lines of at most `width` characters, after the space or a comma.
@@ -116,9 +113,8 @@ Result<std::string> visualize_sharding(const Shape& shape, const NamedSharding& 
   // cells[r * cols + c]: the devices holding block (r, c), ascending.
   std::vector<std::vector<int64_t>> cells(rows * cols);
   for (int64_t d = 0; d < s.mesh.num_devices(); ++d) {
-    std::vector<int64_t> coords = s.mesh.device_coords(d);
-    int64_t r = grid ? block_index(s, dims[0], coords) : 0;
-    int64_t c = dims.empty() ? 0 : block_index(s, dims.back(), coords);
+    int64_t r = grid ? block_index(s, dims[0], d) : 0;
+    int64_t c = dims.empty() ? 0 : block_index(s, dims.back(), d);
     cells[r * cols + c].push_back(d);
   }
 
