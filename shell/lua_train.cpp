@@ -65,16 +65,19 @@ Result<eng::ConfigValue> to_config_value(lua_State* L, int idx, const std::strin
       if (lua_isinteger(L, idx)) return eng::ConfigValue{static_cast<int64_t>(lua_tointeger(L, idx))};
       return eng::ConfigValue{lua_tonumber(L, idx)};
     case LUA_TSTRING: return eng::ConfigValue{std::string(lua_tostring(L, idx))};
-    case LUA_TTABLE:
-      if (key == "logical_axis_rules") {  // {{"embed", {"fsdp"}}, ...} -> base.yml's form
-        ENG_ASSIGN_OR_RETURN(std::string rules, rules_table_to_config_string(L, idx, "sl.config"));
-        return eng::ConfigValue{std::move(rules)};
-      }
-      [[fallthrough]];
     default:
       return eng::invalid_argument("sl.config: key '{}' expected a number, boolean or string, got {}",
                                    key, luaL_typename(L, idx));
   }
+}
+
+// logical_axis_rules given as a table ({{"embed", {"fsdp"}}, ...}) goes into the Config as
+// typed rules; returns false (nothing done) for any other key or value.
+Result<bool> set_rules_table(lua_State* L, eng::Config& c, const std::string& key, int idx) {
+  if (key != "logical_axis_rules" || lua_type(L, idx) != LUA_TTABLE) return false;
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules rules, rules_from_table(L, lua_absindex(L, idx), "sl.config"));
+  c.set_logical_axis_rules(std::move(rules));
+  return true;
 }
 
 Result<int> config_new(lua_State* L) {
@@ -99,6 +102,10 @@ Result<int> config_new(lua_State* L) {
     });
     for (const std::string& k : keys) {
       push_field(L, 1, k.c_str());
+      Result<bool> table = set_rules_table(L, c, k, -1);
+      if (!table.ok() || *table) lua_pop(L, 1);
+      if (!table.ok()) return table.status();
+      if (*table) continue;
       Result<eng::ConfigValue> v = to_config_value(L, -1, k);
       lua_pop(L, 1);
       if (!v.ok()) return v.status();
@@ -145,6 +152,11 @@ Result<int> config_get(lua_State* L) {
 Result<int> config_set(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:set"));
   ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:set", "key"));
+  ENG_ASSIGN_OR_RETURN(bool table, set_rules_table(L, *c, key, 3));
+  if (table) {
+    lua_settop(L, 1);
+    return 1;
+  }
   ENG_ASSIGN_OR_RETURN(eng::ConfigValue v, to_config_value(L, 3, key));
   eng::Status s = c->set(key, std::move(v));
   if (!s.ok()) return eng::Status(s.code(), "Config:set: " + s.message().substr(s.message().find(':') + 2));

@@ -1,0 +1,167 @@
+// engine/train/run_recorder.cpp: turns what a run did into metrics-store rows.
+#include "engine/train/run_recorder.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace eng {
+
+namespace {
+
+CompilationRow compilation_row(const std::string& run_id, std::optional<int64_t> step,
+                               const CacheKey& key, std::string outcome, std::string level) {
+  CompilationRow r;
+  r.run_id = run_id;
+  r.step = step;
+  r.fn_name = key.fn_name;
+  r.module_name = key.module_name();
+  r.outcome = std::move(outcome);
+  r.cache_level = std::move(level);
+  r.cache_key = key.name();
+  return r;
+}
+
+MemoryAnalysisRow memory_row(const MemoryAnalysis& m, int64_t device_limit_bytes) {
+  MemoryAnalysisRow r;
+  r.argument_size_in_bytes = m.argument_bytes;
+  r.output_size_in_bytes = m.output_bytes;
+  r.alias_size_in_bytes = m.alias_bytes;
+  r.temp_size_in_bytes = m.temp_bytes;
+  r.peak_memory_in_bytes = m.peak_bytes();
+  if (device_limit_bytes > 0) r.device_limit_bytes = device_limit_bytes;
+  return r;
+}
+
+}  // namespace
+
+std::string step_line(const StepMetrics& m) {
+  return fmt::format(
+      "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.3f}, "
+      "total_weights: {}, loss: {:.3f}",
+      m.step, m.step_time_s, m.tflops_per_s_per_device, m.tokens_per_s_per_device,
+      static_cast<int64_t>(m.total_weights), m.loss);
+}
+
+Status RunRecorder::begin(const RunInfo& info) {
+  if (store_ == nullptr) return ok_status();
+  ENG_ASSIGN_OR_RETURN(run_id_, store_->begin_run(info));
+  return ok_status();
+}
+
+void RunRecorder::end(RunStatus status) {
+  if (store_ == nullptr || run_id_.empty() || ended_) return;
+  ended_ = true;
+  (void)store_->flush();
+  (void)store_->end_run(run_id_, status);
+}
+
+void RunRecorder::record_compile(const CompileEvent& ev, std::optional<int64_t> step,
+                                 int64_t device_limit_bytes) {
+  if (store_ == nullptr) return;
+  for (size_t i = 0; i < ev.records.size(); ++i) {
+    const CacheRecord& c = ev.records[i];
+    CompilationRow r = compilation_row(run_id_, step, ev.key, c.outcome, c.level);
+    r.reason_kind = c.reason_kind;
+    r.reason_text = c.reason_text;
+    r.compile_s = c.compile_s;
+    r.entry_bytes = c.entry_bytes;
+    if (c.with_signature) {
+      r.in_signature = ev.key.signature.to_string();
+      r.in_shardings = ev.key.signature.shardings_string();
+    }
+    Result<int64_t> id = store_->record_compilation(r);
+    if (!id.ok() || static_cast<int>(i) != ev.analysis_record || !ev.exe) continue;
+    (void)store_->record_memory_analysis(*id, memory_row(ev.exe->memory(), device_limit_bytes));
+    const CostAnalysis& cost = ev.exe->cost();
+    std::vector<std::pair<std::string, double>> costs = {{"flops", cost.flops},
+                                                         {"bytes accessed", cost.bytes_accessed}};
+    for (const auto& [axes, bytes] : cost.collective_bytes)
+      costs.emplace_back("collective bytes " + axes, bytes);
+    (void)store_->record_cost_analysis(*id, costs);
+  }
+  for (const CompileNote& n : ev.notes) record_event(n.kind, n.level, step.value_or(0), n.message);
+}
+
+void RunRecorder::record_tracing_hit(const CacheKey& key, int64_t step) {
+  if (store_ == nullptr) return;
+  (void)store_->record_compilation(compilation_row(run_id_, step, key, "hit", "tracing"));
+}
+
+Status RunRecorder::record_step(const StepMetrics& m, double tokens, int64_t num_devices) {
+  if (store_ == nullptr) return ok_status();
+  StepRow row;
+  row.run_id = run_id_;
+  row.step = m.step;
+  row.loss = m.loss;
+  row.step_time_s = m.step_time_s;
+  if (m.compiled) row.compile_s = m.compile_s;
+  row.data_s = m.data_time_s;
+  row.tokens = static_cast<int64_t>(tokens);
+  row.tokens_per_s = tokens / m.step_time_s;
+  row.tokens_per_s_device = m.tokens_per_s_per_device;
+  row.tflops_per_device = m.tflops_per_s_per_device;
+  row.grad_norm = m.grad_norm;
+  row.lr = m.learning_rate;
+  row.synced = m.synced;
+  row.compiled = m.compiled;
+  store_->log_step(std::move(row));
+  const std::pair<const char*, double> metrics[] = {
+      {"learning/loss", m.loss},
+      {"learning/grad_norm", m.grad_norm},
+      {"learning/raw_grad_norm", m.raw_grad_norm},
+      {"learning/param_norm", m.param_norm},
+      {"learning/current_learning_rate", m.learning_rate},
+      {"learning/total_weights", m.total_weights},
+      {"perf/step_time_seconds", m.step_time_s},
+      {"perf/per_device_tflops", m.tflops_per_device},
+      {"perf/per_device_tflops_per_sec", m.tflops_per_s_per_device},
+      {"perf/per_device_tokens", tokens / static_cast<double>(num_devices)},
+      {"perf/per_device_tokens_per_sec", m.tokens_per_s_per_device},
+  };
+  for (const auto& [key, value] : metrics) store_->log_metric(run_id_, key, m.step, value);
+  // One transaction per log_period steps; queries, checkpoints and train()'s end flush too.
+  if (++unflushed_steps_ < log_period_) return ok_status();
+  return flush();
+}
+
+Status RunRecorder::flush() {
+  if (store_ == nullptr) return ok_status();
+  unflushed_steps_ = 0;
+  return store_->flush();
+}
+
+void RunRecorder::record_checkpoint(int64_t step, const std::string& path,
+                                    std::optional<int64_t> bytes, double save_s, bool committed) {
+  if (store_ == nullptr || run_id_.empty()) return;
+  CheckpointRow row;
+  row.run_id = run_id_;
+  row.step = step;
+  row.path = path;
+  row.bytes = bytes;
+  row.save_s = save_s;
+  row.status = committed ? "committed" : "failed";
+  (void)store_->record_checkpoint(row);
+}
+
+void RunRecorder::record_event(const std::string& kind, const std::string& level, int64_t step,
+                               const std::string& message) {
+  if (store_ == nullptr || run_id_.empty()) return;
+  EventRow e;
+  e.run_id = run_id_;
+  e.step = step;
+  e.level = level;
+  e.kind = kind;
+  e.message = message;
+  (void)store_->record_event(e);  // best effort: a store error never stops training
+}
+
+Result<int64_t> RunRecorder::record_shardings(int64_t step, const ShardingTable& table) {
+  if (store_ == nullptr || run_id_.empty()) return int64_t{0};
+  if (step == snapshot_step_) return snapshot_id_;  // repeated t:shardings() add no rows
+  ENG_ASSIGN_OR_RETURN(snapshot_id_, record_sharding_snapshot(*store_, run_id_, step, table));
+  snapshot_step_ = step;
+  return snapshot_id_;
+}
+
+}  // namespace eng
