@@ -1,9 +1,14 @@
 // engine/train/run_recorder.cpp: turns what a run did into metrics-store rows.
 #include "engine/train/run_recorder.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "engine/base/hash.h"
 
 namespace eng {
 
@@ -33,6 +38,56 @@ MemoryAnalysisRow memory_row(const MemoryAnalysis& m, int64_t device_limit_bytes
   return r;
 }
 
+// 32 hex digits over the file's bytes ("" when it cannot be read).
+std::string file_digest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return fmt::format("{:016x}{:016x}", hash_bytes(bytes), hash_bytes(bytes, 0x9e3779b97f4a7c15ULL));
+}
+
+std::string first_line(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The commit checked out in the repository containing `dir`, read from .git without running
+// git: HEAD, then the ref it names (loose, else packed-refs). Worktrees (.git is a file naming
+// the git dir; refs live in its commondir) included. "" outside a repository.
+std::string git_revision(std::filesystem::path dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  dir = fs::absolute(dir, ec);
+  for (; !dir.empty(); dir = dir.parent_path()) {
+    fs::path git = dir / ".git";
+    if (fs::is_regular_file(git, ec)) {  // "gitdir: <path>"
+      const std::string l = first_line(git);
+      if (!l.starts_with("gitdir: ")) return "";
+      git = fs::path(l.substr(8));
+      if (git.is_relative()) git = dir / git;
+    } else if (!fs::is_directory(git, ec)) {
+      if (dir == dir.parent_path()) break;
+      continue;
+    }
+    std::string head = first_line(git / "HEAD");
+    if (!head.starts_with("ref: ")) return head;  // detached
+    const std::string ref = head.substr(5);
+    fs::path common = git;
+    if (fs::exists(git / "commondir", ec)) common = fs::weakly_canonical(git / first_line(git / "commondir"), ec);
+    for (const fs::path& base : {git, common}) {
+      std::string rev = first_line(base / ref);
+      if (!rev.empty()) return rev;
+    }
+    std::ifstream packed(common / "packed-refs");
+    for (std::string line; std::getline(packed, line);)
+      if (line.size() > 41 && line.substr(41) == ref) return line.substr(0, 40);
+    return "";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string step_line(const StepMetrics& m) {
@@ -43,17 +98,57 @@ std::string step_line(const StepMetrics& m) {
       static_cast<int64_t>(m.total_weights), m.loss);
 }
 
-Status RunRecorder::begin(const RunInfo& info) {
+Status RunRecorder::begin(RunInfo info) {
   if (store_ == nullptr) return ok_status();
+  if (!info.script.empty() && info.script_hash.empty()) info.script_hash = file_digest(info.script);
+  if (info.git_rev.empty()) {
+    std::error_code ec;
+    const std::filesystem::path script(info.script);
+    info.git_rev = git_revision(info.script.empty() || !script.has_parent_path()
+                                    ? std::filesystem::current_path(ec)
+                                    : script.parent_path());
+  }
   ENG_ASSIGN_OR_RETURN(run_id_, store_->begin_run(info));
   return ok_status();
 }
 
-void RunRecorder::end(RunStatus status) {
+void RunRecorder::end(RunStatus status, bool stepped) {
   if (store_ == nullptr || run_id_.empty() || ended_) return;
   ended_ = true;
-  (void)store_->flush();
+  if (!stepped) {
+    Result<bool> gone = store_->discard_run_if_empty(run_id_);
+    if (gone.ok() && *gone) return;
+  }
+  if (!store_->flush().ok()) status = RunStatus::kFailed;  // rows that could not be written
+  if (status == RunStatus::kFinished && interrupted_) status = RunStatus::kKilled;
   (void)store_->end_run(run_id_, status);
+}
+
+Status RunRecorder::set_tag(const std::string& key, const std::string& value) {
+  if (store_ == nullptr || run_id_.empty())
+    return failed_precondition("run: this trainer records no run (store=false or shape_only)");
+  if (key.starts_with("shardlab."))
+    return invalid_argument("run: tag '{}': names starting 'shardlab.' are the store's own", key);
+  return store_->set_tag(run_id_, key, value);
+}
+
+Status RunRecorder::log_value(const std::string& name, int64_t step, double value) {
+  if (store_ == nullptr || run_id_.empty())
+    return failed_precondition("run: this trainer records no run (store=false or shape_only)");
+  if (name.empty()) return invalid_argument("run: a logged value needs a name");
+  store_->log_metric(run_id_, name, step, value);
+  return flush();
+}
+
+std::pair<std::string, std::string> RunRecorder::checkpoint_run(const std::string& path) {
+  if (store_ == nullptr) return {};
+  SqlValue a[] = {path};
+  Result<QueryResult> r = store_->query(
+      "SELECT c.run_id, r.name FROM checkpoints c JOIN runs r USING (run_id) WHERE c.path = ? "
+      "AND c.status = 'committed' ORDER BY c.wall_ms DESC LIMIT 1",
+      a);
+  if (!r.ok() || r->rows.empty()) return {};
+  return {std::get<std::string>(r->rows[0][0]), std::get<std::string>(r->rows[0][1])};
 }
 
 void RunRecorder::record_compile(const CompileEvent& ev, std::optional<int64_t> step,
@@ -98,7 +193,7 @@ Status RunRecorder::record_step(const StepMetrics& m, double tokens, int64_t num
   if (m.compiled) row.compile_s = m.compile_s;
   row.data_s = m.data_time_s;
   row.tokens = static_cast<int64_t>(tokens);
-  row.tokens_per_s = tokens / m.step_time_s;
+  row.tokens_per_s = m.tokens_per_s;
   row.tokens_per_s_device = m.tokens_per_s_per_device;
   row.tflops_per_device = m.tflops_per_s_per_device;
   row.grad_norm = m.grad_norm;

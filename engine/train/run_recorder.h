@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "engine/compile/jit.h"
 #include "engine/store/metrics_store.h"
@@ -31,6 +32,7 @@ struct StepMetrics {
   double step_time_s = 0;              // train(): between consecutive loss syncs;
                                        // bare handle: device_time_s
   double device_time_s = 0;            // dispatcher: batch upload + execute + metric fetch
+  double tokens_per_s = 0;             // global: tokens of the whole batch per second
   double tokens_per_s_per_device = 0;  // perf/per_device_tokens_per_sec
   double tflops_per_device = 0;        // perf/per_device_tflops (per step)
   double tflops_per_s_per_device = 0;  // perf/per_device_tflops_per_sec
@@ -55,10 +57,24 @@ class RunRecorder {
   const std::string& run_id() const { return run_id_; }  // "" before begin() or without a store
   MetricsStore* store() const { return store_; }
 
-  // Inserts the run (status RUNNING) with its params.
-  Status begin(const RunInfo& info);
-  // Marks the run's end (flushing first). Idempotent; errors are dropped (destructor paths).
-  void end(RunStatus status);
+  // Inserts the run (status RUNNING) with its params. Fills what the caller leaves empty:
+  // the script's hash (from the file), the git revision (of the script's directory, else the
+  // working directory); the host and pid are the store's.
+  Status begin(RunInfo info);
+  // Ends the run: FINISHED, or FAILED when `status` says so or the last flush fails, or KILLED
+  // when marked interrupted. A run that never stepped and recorded nothing of its own (no tags,
+  // no logged values) is deleted instead (its compilations and events stay, run_id NULL).
+  // Idempotent; store errors are dropped (destructor paths).
+  void end(RunStatus status, bool stepped);
+  // Ctrl-C stopped the loop: the run ends KILLED unless a later train() completes.
+  void set_interrupted(bool interrupted) { interrupted_ = interrupted; }
+  bool interrupted() const { return interrupted_; }
+
+  // t:tag{k=v} and t:log{name=value}: a tag, and a free-form metric at `step` (context train).
+  Status set_tag(const std::string& key, const std::string& value);
+  Status log_value(const std::string& name, int64_t step, double value);
+  // The run in this store that saved the checkpoint at `path` ({run_id, name}; empty if none).
+  std::pair<std::string, std::string> checkpoint_run(const std::string& path);
 
   // A cache lookup: one `compilations` row per consulted level, the analysis rows on the one
   // that produced the executable, and an event per note. Best effort.
@@ -83,6 +99,7 @@ class RunRecorder {
   int64_t unflushed_steps_ = 0;  // steps buffered since the last flush
   std::string run_id_;
   bool ended_ = false;
+  bool interrupted_ = false;
   int64_t snapshot_step_ = -1, snapshot_id_ = 0;  // the last sharding snapshot
 };
 

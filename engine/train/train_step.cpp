@@ -121,14 +121,9 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
   return o;
 }
 
-namespace {
-
-// MaxText's config key for a mesh axis: ici_<axis>_parallelism, ici_pipeline_parallelism for stage.
 std::string ici_key(const std::string& axis) {
   return axis == "stage" ? "ici_pipeline_parallelism" : "ici_" + axis + "_parallelism";
 }
-
-}  // namespace
 
 Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices) {
   std::vector<std::pair<std::string, int64_t>> ici;

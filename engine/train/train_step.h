@@ -49,6 +49,8 @@ Program build_train_step(const ResolvedConfig& config, TrainStepLayout* layout);
 // skip_trivial_specs, and logical_axis_rules merged into MaxText's defaults (replacing them
 // with override_logical_axis_rules).
 Result<CompileOptions> compile_options_from_config(const Config& config);
+// MaxText's config key for a mesh axis: ici_<axis>_parallelism, ici_pipeline_parallelism for stage.
+std::string ici_key(const std::string& axis);
 // MaxText's mesh from the 12 ici_*_parallelism keys (stage: ici_pipeline_parallelism) over
 // num_devices; shard_mode explicit gives Explicit axes.
 Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices);

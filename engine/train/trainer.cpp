@@ -68,7 +68,7 @@ Trainer::~Trainer() {
     if (!dispatcher_->wait_all().ok()) failed_ = true;
     dispatcher_.reset();
   }
-  if (recorder_) recorder_->end(failed_ ? RunStatus::kFailed : RunStatus::kFinished);
+  if (recorder_) recorder_->end(failed_ ? RunStatus::kFailed : RunStatus::kFinished, step_ > first_step_);
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mesh& mesh,
@@ -87,8 +87,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
   if (!options.shape_only) {
     ENG_ASSIGN_OR_RETURN(t->data_, make_data_source(t->config_));
     ENG_RETURN_IF_ERROR(t->init_state());
+    ENG_RETURN_IF_ERROR(t->restore());  // before the run: a resumed run names its parent
     ENG_RETURN_IF_ERROR(t->begin_run());
-    ENG_RETURN_IF_ERROR(t->restore());
     ENG_RETURN_IF_ERROR(t->setup_dispatch());
   }
   return t;
@@ -299,6 +299,7 @@ Result<StepMetrics> Trainer::metrics_of(int64_t ticket, int64_t step) {
   m.synced = slot.synced_at > 0;
   m.step_time_s = m.synced ? slot.step_time_s : m.device_time_s;
   const double tokens = static_cast<double>(config_.global_batch_size * config_.max_target_length);
+  m.tokens_per_s = tokens / m.step_time_s;
   m.tokens_per_s_per_device = tokens / mesh_.num_devices() / m.step_time_s;
   m.tflops_per_device = tflops_.total;
   m.tflops_per_s_per_device = tflops_.total / m.step_time_s;

@@ -66,6 +66,8 @@ struct TrainerOptions {
   int64_t device_capacity_bytes = 0;   // per simulated device; 0 = unlimited
   MetricsStore* store = nullptr;       // not owned; when set: runs, params, steps, metrics,
                                        // checkpoints and events are recorded
+  std::vector<std::string> argv{};     // the command line, for the runs table
+  std::string script{};                // the script path ("" in a REPL)
 };
 
 // A dispatched step. Reading its metrics synchronises with the devices. Valid while its
@@ -114,6 +116,8 @@ class Trainer {
   const std::string& run_id() const { return recorder_->run_id(); }  // "" without a store
   RunRecorder& recorder() const { return *recorder_; }  // the one writer of this run's rows
   const std::string& restored_from() const { return restored_from_; }  // "" = fresh init
+  // "resumed from step N of run NAME" after a full-state restore ("" otherwise).
+  const std::string& resume_note() const { return resume_note_; }
   std::string checkpoint_dir() const;  // <base_output_directory>/<run_name>/checkpoints
 
   // Compiles train_step ahead of time for the state as placed and MaxText's shaped batch
@@ -227,6 +231,10 @@ class Trainer {
   DebugDelays delays_;
   int64_t last_checkpoint_step_ = -1;
   std::string restored_from_;   // checkpoint path this trainer started from
+  std::string resume_note_;     // resume_note()
+  std::string restore_message_;  // the restore event, recorded once the run has begun
+  std::string parent_run_id_;   // the run that saved the restored checkpoint ("" if unknown)
+  int64_t first_step_ = 0;      // step_ after restore: the run stepped when step_ moves past it
   bool failed_ = false;         // an async step failed (the run is FAILED)
   std::unique_ptr<Dispatcher> dispatcher_;  // last: stopped before the arrays it uses go
 };

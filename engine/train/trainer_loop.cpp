@@ -2,6 +2,7 @@
 // timing, metrics-store records, and checkpoint save/restore.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -17,6 +18,28 @@ namespace {
 
 bool is_state_arg(ArgRole r) { return r != ArgRole::kBatch; }
 
+// The params row set of a run: the flattened config with the values that took effect where
+// the config only hinted (ici_* sizes, -1 fills), plus mesh.<axis> sizes and derived sizes.
+std::vector<std::pair<std::string, std::string>> run_params(const Config& raw, const ResolvedConfig& c,
+                                                            const Mesh& mesh) {
+  std::map<std::string, std::string> p = raw.flatten();
+  for (const std::string& axis : maxtext_mesh_axes()) p[ici_key(axis)] = fmt::format("{}", mesh.axis_size(axis));
+  for (size_t i = 0; i < mesh.axis_names().size(); ++i)
+    p["mesh." + mesh.axis_names()[i]] = fmt::format("{}", mesh.axis_sizes()[i]);
+  p["mesh"] = mesh.to_string();
+  p["num_devices"] = fmt::format("{}", mesh.num_devices());
+  p["model_name"] = c.model.name;
+  p["model.num_params"] = fmt::format("{}", c.model.num_params());
+  p["per_device_batch_size_effective"] =
+      fmt::format("{:g}", static_cast<double>(c.global_batch_size) / static_cast<double>(mesh.num_devices()));
+  p["global_batch_size_to_load"] = fmt::format("{}", c.global_batch_size);
+  p["global_batch_size_to_train_on"] = fmt::format("{}", c.global_batch_size);
+  p["tokens_per_step"] = fmt::format("{}", c.global_batch_size * c.max_target_length);
+  p["learning_rate_schedule_steps_effective"] = fmt::format("{}", c.warmup_steps + c.cos_steps);
+  p["warmup_steps"] = fmt::format("{}", c.warmup_steps);
+  return {p.begin(), p.end()};
+}
+
 }  // namespace
 
 std::string Trainer::checkpoint_dir() const {
@@ -30,10 +53,14 @@ Status Trainer::begin_run() {
   if (!recorder_->recording()) return ok_status();
   RunInfo info;
   info.name = config_.run_name;
-  for (const auto& [k, v] : raw_config_.flatten()) info.params.emplace_back(k, v);
-  info.params.emplace_back("mesh", mesh_.to_string());
-  info.params.emplace_back("num_devices", fmt::format("{}", mesh_.num_devices()));
-  return recorder_->begin(info);
+  info.argv = options_.argv;
+  info.script = options_.script;
+  info.parent_run_id = parent_run_id_;
+  info.params = run_params(raw_config_, config_, mesh_);
+  ENG_RETURN_IF_ERROR(recorder_->begin(std::move(info)));
+  if (!restored_from_.empty())
+    recorder_->record_event("restore", "info", step_, restore_message_);
+  return ok_status();
 }
 
 // ---- timing and the loop -------------------------------------------------------------------
@@ -72,6 +99,7 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
   if (options_.shape_only)
     return failed_precondition("trainer: created with shape_only=true; it can compile but not train");
   ENG_RETURN_IF_ERROR(wait_all());  // steps dispatched by bare step() calls are not timed here
+  recorder_->set_interrupted(false);  // the caller marks a new Ctrl-C after this returns
   ref_time_ = now_seconds();
   int64_t prev_ticket = -1, prev_step = -1;
   bool keep_going = true;
@@ -88,10 +116,10 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
     StepSlot& slot = slots_[static_cast<size_t>(h->ticket_ % kStepSlots)];
     ref_time_ += slot.compile_s;
     // 3. flush step N-1: reading its loss is the sync point.
-    if (prev_ticket >= 0) {
-      status = flush_step(prev_ticket, prev_step, on_step, &keep_going);
-      if (!status.ok()) break;
-    }
+    if (prev_ticket >= 0) status = flush_step(prev_ticket, prev_step, on_step, &keep_going);
+    prev_ticket = h->ticket_;  // step N is dispatched: from here on it is the one to record
+    prev_step = h->step_;
+    if (!status.ok()) break;
     // 4. maybe checkpoint step N: a barrier, charged to no step.
     if (checkpoint_due(h->step_)) {
       status = sync_for_timing(slot);
@@ -99,10 +127,13 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
       if (!status.ok()) break;
       ref_time_ = now_seconds();
     }
-    prev_ticket = h->ticket_;
-    prev_step = h->step_;
   }
-  if (status.ok() && prev_ticket >= 0) status = flush_step(prev_ticket, prev_step, on_step, nullptr);
+  // The last dispatched step is recorded even after an error (a failed save or flush loses no
+  // step that ran; its rows stay buffered when the store is what failed).
+  if (prev_ticket >= 0) {
+    Status last = flush_step(prev_ticket, prev_step, on_step, nullptr);
+    if (status.ok()) status = last;
+  }
   if (status.ok() && done == steps && steps > 0 && raw_config_.get_bool("enable_checkpointing") &&
       raw_config_.get_bool("save_checkpoint_on_completion") && last_checkpoint_step_ != step_ - 1)
     status = save_checkpoint().status();
@@ -112,6 +143,7 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
   }
   Status s = recorder_->flush();
   if (status.ok()) status = s;
+  if (!status.ok()) failed_ = true;  // the run ends FAILED (issue 16 item 8)
   return status;
 }
 
@@ -211,9 +243,14 @@ Status Trainer::restore_from(const std::string& path, bool params_only) {
     data_->set_position(position);
   }
   restored_from_ = f.path;
-  recorder_->record_event("restore", "info", step_,
-               fmt::format("restored {} from {}; continuing at step {}",
-                           params_only ? "params" : "full state", f.path, step_));
+  first_step_ = step_;
+  restore_message_ = fmt::format("restored {} from {}; continuing at step {}",
+                                 params_only ? "params" : "full state", f.path, step_);
+  if (params_only) return ok_status();
+  const auto [run_id, name] = recorder_->checkpoint_run(f.path);
+  parent_run_id_ = run_id;
+  resume_note_ = name.empty() ? fmt::format("resumed from step {} of {}", step_ - 1, f.path)
+                              : fmt::format("resumed from step {} of run {}", step_ - 1, name);
   return ok_status();
 }
 
