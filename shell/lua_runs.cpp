@@ -16,11 +16,20 @@ namespace {
 
 void push_value(lua_State* L, const eng::SqlValue& v) {
   switch (v.index()) {
-    case 0: lua_pushnil(L); break;
-    case 1: lua_pushinteger(L, std::get<int64_t>(v)); break;
-    case 2: lua_pushnumber(L, std::get<double>(v)); break;
-    case 3: lua_pushstring(L, std::get<std::string>(v).c_str()); break;
-    default: lua_pushstring(L, eng::sql_value_to_string(v).c_str());
+    case 0:
+      lua_pushnil(L);
+      break;
+    case 1:
+      lua_pushinteger(L, std::get<int64_t>(v));
+      break;
+    case 2:
+      lua_pushnumber(L, std::get<double>(v));
+      break;
+    case 3:
+      lua_pushstring(L, std::get<std::string>(v).c_str());
+      break;
+    default:
+      lua_pushstring(L, eng::sql_value_to_string(v).c_str());
   }
 }
 
@@ -54,20 +63,25 @@ Result<eng::QueryResult> query(eng::MetricsStore& store, std::string_view fn, st
                                const std::string& run_id) {
   eng::SqlValue a[] = {run_id};
   Result<eng::QueryResult> r = store.query(sql, a);
-  if (!r.ok()) return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
+  if (!r.ok())
+    return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
   return r;
 }
 
 // The run_id of `id`: a run_id itself, else the one run with that name.
-Result<std::string> resolve_run(eng::MetricsStore& store, const std::string& id, std::string_view fn) {
+Result<std::string> resolve_run(eng::MetricsStore& store, const std::string& id,
+                                std::string_view fn) {
   ENG_ASSIGN_OR_RETURN(eng::QueryResult r,
-                       query(store, fn, "SELECT run_id FROM runs WHERE run_id = ?1 OR name = ?1 "
-                                        "ORDER BY run_id = ?1 DESC, start_ms DESC", id));
+                       query(store, fn,
+                             "SELECT run_id FROM runs WHERE run_id = ?1 OR name = ?1 "
+                             "ORDER BY run_id = ?1 DESC, start_ms DESC",
+                             id));
   if (r.rows.empty()) return eng::not_found("{}: no run with id or name '{}' in the store", fn, id);
   const std::string run_id = std::get<std::string>(r.rows[0][0]);
   if (run_id != id && r.rows.size() > 1)
-    return eng::invalid_argument("{}: {} runs are named '{}'; pass a run_id (sl.runs{{name = '{}'}})",
-                                 fn, r.rows.size(), id, id);
+    return eng::invalid_argument(
+        "{}: {} runs are named '{}'; pass a run_id (sl.runs{{name = '{}'}})", fn, r.rows.size(), id,
+        id);
   return run_id;
 }
 
@@ -76,8 +90,8 @@ Result<eng::RunFilter> read_filter(lua_State* L, std::string_view fn) {
   eng::RunFilter f;
   if (lua_isnoneornil(L, 1)) return f;
   ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "options"));
-  static const std::vector<std::string> kKeys = {"name", "status", "since", "until", "params",
-                                                 "where", "limit"};
+  static const std::vector<std::string> kKeys = {"name",   "status", "since", "until",
+                                                 "params", "where",  "limit"};
   ENG_RETURN_IF_ERROR(check_keys(L, 1, fn, kKeys));
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 1, "name", fn));
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> status, field_string(L, 1, "status", fn));
@@ -90,7 +104,8 @@ Result<eng::RunFilter> read_filter(lua_State* L, std::string_view fn) {
   f.where = where.value_or("");
   if (since) f.since_ms = static_cast<int64_t>(*since * 1000);  // os.time() seconds
   if (until) f.until_ms = static_cast<int64_t>(*until * 1000);
-  if (limit && *limit < 0) return eng::invalid_argument("{}: limit must be >= 0, got {}", fn, *limit);
+  if (limit && *limit < 0)
+    return eng::invalid_argument("{}: limit must be >= 0, got {}", fn, *limit);
   f.limit = limit.value_or(-1);
   const int type = push_field(L, 1, "params");
   if (type != LUA_TNIL && type != LUA_TTABLE) {
@@ -102,15 +117,21 @@ Result<eng::RunFilter> read_filter(lua_State* L, std::string_view fn) {
     lua_pushnil(L);
     while (lua_next(L, -2) != 0) {  // stack: params, key, value
       const int vt = lua_type(L, -1);
-      if (lua_type(L, -2) != LUA_TSTRING || (vt != LUA_TSTRING && vt != LUA_TNUMBER && vt != LUA_TBOOLEAN)) {
+      if (lua_type(L, -2) != LUA_TSTRING ||
+          (vt != LUA_TSTRING && vt != LUA_TNUMBER && vt != LUA_TBOOLEAN)) {
         lua_pop(L, 3);
-        return eng::invalid_argument("{}: params must map config keys to strings, numbers or booleans", fn);
+        return eng::invalid_argument(
+            "{}: params must map config keys to strings, numbers or booleans", fn);
       }
       std::string v;  // as the params table stores it (config_value_string)
-      if (vt == LUA_TBOOLEAN) v = lua_toboolean(L, -1) ? "true" : "false";
-      else if (lua_isinteger(L, -1)) v = fmt::format("{}", lua_tointeger(L, -1));
-      else if (vt == LUA_TNUMBER) v = fmt::format("{:g}", lua_tonumber(L, -1));
-      else v = lua_tostring(L, -1);
+      if (vt == LUA_TBOOLEAN)
+        v = lua_toboolean(L, -1) ? "true" : "false";
+      else if (lua_isinteger(L, -1))
+        v = fmt::format("{}", lua_tointeger(L, -1));
+      else if (vt == LUA_TNUMBER)
+        v = fmt::format("{:g}", lua_tonumber(L, -1));
+      else
+        v = lua_tostring(L, -1);
       f.params.emplace_back(lua_tostring(L, -2), std::move(v));
       lua_pop(L, 1);
     }
@@ -124,7 +145,8 @@ Result<int> runs(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::RunFilter f, read_filter(L, fn));
   ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, context(L).open_store());
   Result<eng::QueryResult> r = store->find_runs(f);
-  if (!r.ok()) return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
+  if (!r.ok())
+    return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
   push_rows(L, *r);
   return 1;
 }
@@ -155,7 +177,8 @@ constexpr Function kRunFunctions[] = {
 Result<int> push_run(lua_State* L, eng::MetricsStore& store, const std::string& id,
                      std::string_view fn) {
   ENG_ASSIGN_OR_RETURN(std::string run_id, resolve_run(store, id, fn));
-  ENG_ASSIGN_OR_RETURN(eng::QueryResult head, query(store, fn, "SELECT * FROM runs WHERE run_id = ?", run_id));
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult head,
+                       query(store, fn, "SELECT * FROM runs WHERE run_id = ?", run_id));
   const std::pair<const char*, const char*> maps[] = {
       {"params", "SELECT key, value FROM params WHERE run_id = ? ORDER BY key"},
       {"tags", "SELECT key, value FROM tags WHERE run_id = ? ORDER BY key"},

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <lua.hpp>
-
 #include <string>
 
 #include "engine/base/status.h"

@@ -59,9 +59,13 @@ void Jit::persistent_level(CompileEvent& ev, CompileInfo& info) {
     if (jit_options_.log_compiles)
       compile_log(fmt::format("Persistent compilation cache hit for '{}' with key '{}'",
                               key.module_name(), key.name()));
-    ev.records.push_back({"hit", "persistent", "",
-                          fmt::format("loaded {} in {:.3f} s", key.name(), l.load_s), {},
-                          l.entry_bytes, false});
+    ev.records.push_back({"hit",
+                          "persistent",
+                          "",
+                          fmt::format("loaded {} in {:.3f} s", key.name(), l.load_s),
+                          {},
+                          l.entry_bytes,
+                          false});
     ev.analysis_record = static_cast<int>(ev.records.size()) - 1;
     info.level = "persistent";
     return;
@@ -70,19 +74,24 @@ void Jit::persistent_level(CompileEvent& ev, CompileInfo& info) {
     compile_log(fmt::format("PERSISTENT COMPILATION CACHE MISS for '{}' with key '{}': {}",
                             key.module_name(), key.name(), l.miss_reason));
   const bool none = l.miss_reason == "no entry";
-  ev.records.push_back({"miss", "persistent", none ? "never_seen" : "unavailable", l.miss_reason,
-                        {}, l.entry_bytes > 0 ? std::optional<int64_t>(l.entry_bytes) : std::nullopt,
+  ev.records.push_back({"miss",
+                        "persistent",
+                        none ? "never_seen" : "unavailable",
+                        l.miss_reason,
+                        {},
+                        l.entry_bytes > 0 ? std::optional<int64_t>(l.entry_bytes) : std::nullopt,
                         false});
   if (!none)
-    ev.notes.push_back({"compile_cache", "warning",
-                        fmt::format("persistent cache entry {} rejected: {}", key.name(), l.miss_reason)});
+    ev.notes.push_back(
+        {"compile_cache", "warning",
+         fmt::format("persistent cache entry {} rejected: {}", key.name(), l.miss_reason)});
 }
 
 void Jit::persistent_write(CompileEvent& ev, double dt) {
   const CacheKey& key = ev.key;
   PersistentStore w = persistent_store(jit_options_.persistent, key, *ev.exe, dt);
   if (w.written || !w.skip_reason.empty() || !w.status.ok()) {
-    std::string text = w.written ? persistent_entry_path(jit_options_.persistent.dir, key)
+    std::string text = w.written       ? persistent_entry_path(jit_options_.persistent.dir, key)
                        : w.status.ok() ? w.skip_reason
                                        : w.status.message();
     ev.records.push_back({w.written ? "write" : "skip", "persistent", "", std::move(text), dt,
@@ -100,9 +109,9 @@ Status Jit::compile_level(CompileEvent& ev, CompileInfo& info, const std::string
   const CacheKey& key = ev.key;
   constexpr int exe_record = 1;  // records: tracing miss, executable miss[, persistent miss]
   if (jit_options_.log_compiles)
-    compile_log(fmt::format("Compiling {} with global shapes and types [{}]. Argument mapping: ({}).",
-                            key.module_name(), key.signature.to_string(),
-                            key.signature.shardings_string()));
+    compile_log(fmt::format(
+        "Compiling {} with global shapes and types [{}]. Argument mapping: ({}).",
+        key.module_name(), key.signature.to_string(), key.signature.shardings_string()));
   const double t0 = now_seconds();
   ENG_ASSIGN_OR_RETURN(ev.exe, compile_for(key.signature));
   if (jit_options_.debug_compile_delay_s > 0)
@@ -143,8 +152,13 @@ Result<CompileEvent> Jit::lookup(Signature sig, std::string_view site) {
     ev.records.push_back({"hit", "executable", "", "", {}, {}, false});
     ev.analysis_record = 1;
   } else {
-    ev.records.push_back({"miss", "executable", "never_seen",
-                          "not in this process's executable cache", {}, {}, false});
+    ev.records.push_back({"miss",
+                          "executable",
+                          "never_seen",
+                          "not in this process's executable cache",
+                          {},
+                          {},
+                          false});
     // 3. persistent: compilation_cache_dir; then a real compile.
     if (!jit_options_.persistent.dir.empty()) persistent_level(ev, info);
     if (!ev.exe) ENG_RETURN_IF_ERROR(compile_level(ev, info, why.kind));

@@ -32,14 +32,14 @@ struct CompileInfo {
   std::string level;        // the level that answered: tracing | executable | persistent
   std::string reason_kind;  // of the tracing miss ("" on a tracing hit)
   std::string reason_text;
-  double compile_s = 0;     // compile time (0 unless compiled)
+  double compile_s = 0;  // compile time (0 unless compiled)
 };
 
 // One consulted cache level: a `compilations` row without its run and step.
 struct CacheRecord {
-  std::string outcome;       // hit | miss | write | skip
-  std::string level;         // tracing | executable | persistent
-  std::string reason_kind;   // "" = none
+  std::string outcome;      // hit | miss | write | skip
+  std::string level;        // tracing | executable | persistent
+  std::string reason_kind;  // "" = none
   std::string reason_text;
   std::optional<double> compile_s;
   std::optional<int64_t> entry_bytes;
@@ -48,8 +48,8 @@ struct CacheRecord {
 
 // Something worth an `events` row: a compile, a recompile, a rejected persistent entry.
 struct CompileNote {
-  std::string kind;     // compile | recompile | compile_cache
-  std::string level;    // info | warning
+  std::string kind;   // compile | recompile | compile_cache
+  std::string level;  // info | warning
   std::string message;
 };
 
@@ -59,7 +59,7 @@ struct CompileEvent {
   int analysis_record = -1;          // the record the memory/cost analysis belongs to
   std::vector<CompileNote> notes;
   bool tracing_hit = false;
-  bool compiled = false;             // a real compile ran
+  bool compiled = false;  // a real compile ran
   std::shared_ptr<const Executable> exe;
 };
 
@@ -100,13 +100,13 @@ class Jit {
   Result<std::shared_ptr<const Executable>> compile_for(const Signature& sig) const;
 
   std::string fn_name_;
-  const Program* traced_;            // not owned
+  const Program* traced_;  // not owned
   Mesh mesh_;
   CompileOptions options_;
   JitOptions jit_options_;
-  std::string digest_;               // program_digest(*traced_)
-  std::vector<Entry> entries_;       // the tracing cache, in insertion order
-  int current_ = -1;                 // index into entries_
+  std::string digest_;          // program_digest(*traced_)
+  std::vector<Entry> entries_;  // the tracing cache, in insertion order
+  int current_ = -1;            // index into entries_
   std::shared_ptr<const Executable> current_exe_;
   CompileInfo last_;
   int64_t num_compiles_ = 0;

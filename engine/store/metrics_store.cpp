@@ -16,7 +16,7 @@ namespace eng {
 
 int register_sql_functions(sqlite3* db);  // sql_functions.cpp
 
-std::string new_run_id();                    // below; runs.cpp uses it
+std::string new_run_id();  // below; runs.cpp uses it
 std::string json_string_array(const std::vector<std::string>& xs);
 
 namespace {
@@ -131,32 +131,46 @@ Status check_path(const std::string& path) {
 // written; the schema, the file's PRAGMAs, other databases and transactions may not.
 const char* denied_action(int action, const char* a1, const char* a2) {
   switch (action) {
-    case SQLITE_ATTACH: case SQLITE_DETACH: return "ATTACH or DETACH another database";
-    case SQLITE_TRANSACTION: case SQLITE_SAVEPOINT:
-      return "control transactions (BEGIN, COMMIT, ROLLBACK, SAVEPOINT): each statement commits on its own";
-    case SQLITE_ALTER_TABLE: case SQLITE_CREATE_TABLE: case SQLITE_CREATE_INDEX:
-    case SQLITE_CREATE_TRIGGER: case SQLITE_CREATE_VIEW: case SQLITE_DROP_TABLE:
-    case SQLITE_DROP_INDEX: case SQLITE_DROP_TRIGGER: case SQLITE_DROP_VIEW:
+    case SQLITE_ATTACH:
+    case SQLITE_DETACH:
+      return "ATTACH or DETACH another database";
+    case SQLITE_TRANSACTION:
+    case SQLITE_SAVEPOINT:
+      return "control transactions (BEGIN, COMMIT, ROLLBACK, SAVEPOINT): each statement commits on "
+             "its own";
+    case SQLITE_ALTER_TABLE:
+    case SQLITE_CREATE_TABLE:
+    case SQLITE_CREATE_INDEX:
+    case SQLITE_CREATE_TRIGGER:
+    case SQLITE_CREATE_VIEW:
+    case SQLITE_DROP_TABLE:
+    case SQLITE_DROP_INDEX:
+    case SQLITE_DROP_TRIGGER:
+    case SQLITE_DROP_VIEW:
       // (not SQLITE_CREATE_VTABLE: json_each() reports it; CREATE VIRTUAL TABLE writes
       // sqlite_schema and is refused below)
       return "change the store's schema (CREATE TEMP objects are allowed)";
     // (UPDATE of sqlite_schema is reported when json_each() is first used; a user's UPDATE of
     // it needs PRAGMA writable_schema, which is refused.)
-    case SQLITE_INSERT: case SQLITE_DELETE:
+    case SQLITE_INSERT:
+    case SQLITE_DELETE:
       if (a1 != nullptr && std::string_view(a1).starts_with("sqlite_") &&
           !std::string_view(a1).starts_with("sqlite_temp_"))
-        return "change the store's schema (CREATE TEMP objects are allowed)";  // DDL writes sqlite_schema
+        return "change the store's schema (CREATE TEMP objects are allowed)";  // DDL writes
+                                                                               // sqlite_schema
       return nullptr;
     case SQLITE_PRAGMA: {
       if (a2 == nullptr) return nullptr;  // reading a pragma
       static constexpr std::string_view kWithArgument[] = {
-          "wal_checkpoint", "table_info", "table_xinfo", "index_info", "index_xinfo", "index_list",
-          "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check"};
+          "wal_checkpoint",  "table_info", "table_xinfo",      "index_info",
+          "index_xinfo",     "index_list", "foreign_key_list", "foreign_key_check",
+          "integrity_check", "quick_check"};
       for (std::string_view p : kWithArgument)
         if (p == a1) return nullptr;
       return "set a PRAGMA";
     }
-    default: return nullptr;
+    default:
+      return nullptr;
   }
 }
 
@@ -165,8 +179,8 @@ const char* denied_action(int action, const char* a1, const char* a2) {
 std::string new_run_id() {
   static std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(unix_ms())};
   uint64_t hi = rng(), lo = rng();
-  hi = (hi & ~0xf000ULL) | 0x4000ULL;                 // uuid version 4
-  lo = (lo & ~(3ULL << 62)) | (2ULL << 62);           // RFC 4122 variant
+  hi = (hi & ~0xf000ULL) | 0x4000ULL;        // uuid version 4
+  lo = (lo & ~(3ULL << 62)) | (2ULL << 62);  // RFC 4122 variant
   return fmt::format("{:016x}{:016x}", hi, lo);
 }
 
@@ -392,7 +406,8 @@ Status MetricsStore::flush_locked() {
   if (s.code() == Code::kFailedPrecondition || s.code() == Code::kInvalidArgument) {
     pending_steps_.clear();
     pending_metrics_.clear();
-    return Status(s.code(), fmt::format("{} ({} rows dropped: they can never be written)", s.message(), n));
+    return Status(s.code(),
+                  fmt::format("{} ({} rows dropped: they can never be written)", s.message(), n));
   }
   ::usleep(50 * 1000);
   s = flush_once_locked();
@@ -590,8 +605,8 @@ int progress(void* p) {
 
 }  // namespace
 
-Result<QueryResult> MetricsStore::select_locked(std::string_view sql, std::span<const SqlValue> args,
-                                                bool user) {
+Result<QueryResult> MetricsStore::select_locked(std::string_view sql,
+                                                std::span<const SqlValue> args, bool user) {
   UserGuard guard{nullptr, &interrupt_check_, false};
   if (user) {
     sqlite3_set_authorizer(db_, authorize, &guard);
@@ -611,7 +626,8 @@ Result<QueryResult> MetricsStore::select_locked(std::string_view sql, std::span<
     return failed_precondition("store: sl.sql may not {} (in \"{}\"); see docs/metrics-store.md",
                                guard.denied, sql_excerpt(sql));
   if (!r.ok() && guard.interrupted)
-    return Status(Code::kCancelled, fmt::format("store: query interrupted (in \"{}\")", sql_excerpt(sql)));
+    return Status(Code::kCancelled,
+                  fmt::format("store: query interrupted (in \"{}\")", sql_excerpt(sql)));
   return r;
 }
 
@@ -648,8 +664,10 @@ Result<QueryResult> MetricsStore::step_rows(std::string_view sql, std::span<cons
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
     if (max_rows > 0 && out.rows.size() >= max_rows)
-      return finish(resource_exhausted("store: query returned more than {} rows; add a LIMIT "
-                                       "(in \"{}\")", max_rows, sql_excerpt(sql)));
+      return finish(
+          resource_exhausted("store: query returned more than {} rows; add a LIMIT "
+                             "(in \"{}\")",
+                             max_rows, sql_excerpt(sql)));
     std::vector<SqlValue> row;
     row.reserve(ncols);
     for (int j = 0; j < ncols; ++j) row.push_back(column(stmt, j));

@@ -15,17 +15,17 @@
 
 namespace eng {
 
-std::string new_run_id();                                        // metrics_store.cpp
+std::string new_run_id();                                           // metrics_store.cpp
 std::string json_string_array(const std::vector<std::string>& xs);  // metrics_store.cpp
 
 namespace {
 
 constexpr const char* kAdjectives[] = {
-    "brave", "calm", "clever", "eager", "fancy", "gentle", "happy", "jolly", "keen", "lively",
-    "mellow", "nimble", "proud", "quiet", "rapid", "shiny", "steady", "swift", "tidy", "witty"};
+    "brave",  "calm",   "clever", "eager", "fancy", "gentle", "happy",  "jolly", "keen", "lively",
+    "mellow", "nimble", "proud",  "quiet", "rapid", "shiny",  "steady", "swift", "tidy", "witty"};
 constexpr const char* kNouns[] = {
-    "otter", "falcon", "badger", "heron", "lynx", "marten", "osprey", "panda", "quokka", "raven",
-    "salmon", "tapir", "walrus", "yak", "zebra", "bison", "crane", "dingo", "gecko", "ibis"};
+    "otter",  "falcon", "badger", "heron", "lynx",  "marten", "osprey", "panda", "quokka", "raven",
+    "salmon", "tapir",  "walrus", "yak",   "zebra", "bison",  "crane",  "dingo", "gecko",  "ibis"};
 
 std::string host_name() {
   char host[256] = {0};
@@ -50,7 +50,8 @@ Result<std::string> MetricsStore::unique_run_name() {
     std::string name = fmt::format("{}-{}-{}", kAdjectives[rng() % std::size(kAdjectives)],
                                    kNouns[rng() % std::size(kNouns)], rng() % limit);
     SqlValue a[] = {name};
-    ENG_ASSIGN_OR_RETURN(QueryResult r, select_locked("SELECT 1 FROM runs WHERE name = ?", a, false));
+    ENG_ASSIGN_OR_RETURN(QueryResult r,
+                         select_locked("SELECT 1 FROM runs WHERE name = ?", a, false));
     if (r.rows.empty()) return name;
   }
 }
@@ -71,9 +72,10 @@ Result<std::string> MetricsStore::begin_run(const RunInfo& info) {
                      text_or_null(info.script),
                      text_or_null(info.git_rev),
                      text_or_null(info.parent_run_id)};
-  Status s = run("INSERT INTO runs (run_id, name, status, start_ms, host, argv, script, git_rev, "
-                 "parent_run_id) VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?)",
-                 args);
+  Status s =
+      run("INSERT INTO runs (run_id, name, status, start_ms, host, argv, script, git_rev, "
+          "parent_run_id) VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?)",
+          args);
   std::vector<std::pair<std::string, std::string>> tags = {
       {"shardlab.pid", fmt::format("{}", info.pid != 0 ? info.pid : int64_t{::getpid()})}};
   if (!info.script_hash.empty()) tags.emplace_back("shardlab.script_hash", info.script_hash);
@@ -131,15 +133,18 @@ Result<int> MetricsStore::mark_vanished_runs() {
   for (const std::vector<SqlValue>& row : r.rows) {
     if (process_alive(std::get<int64_t>(row[1]))) continue;
     SqlValue a[] = {unix_ms(), std::get<std::string>(row[0])};
-    ENG_RETURN_IF_ERROR(run("UPDATE runs SET status = 'KILLED', end_ms = coalesce((SELECT "
-                            "max(wall_ms) FROM steps WHERE run_id = ?2), ?1) "
-                            "WHERE run_id = ?2 AND status = 'RUNNING'",
-                            a));
-    SqlValue e[] = {std::get<std::string>(row[0]), unix_ms(),
-                    fmt::format("process {} ended without closing the run", std::get<int64_t>(row[1]))};
-    ENG_RETURN_IF_ERROR(run("INSERT INTO events (run_id, wall_ms, level, kind, message) "
-                            "VALUES (?, ?, 'warning', 'run_killed', ?)",
-                            e));
+    ENG_RETURN_IF_ERROR(
+        run("UPDATE runs SET status = 'KILLED', end_ms = coalesce((SELECT "
+            "max(wall_ms) FROM steps WHERE run_id = ?2), ?1) "
+            "WHERE run_id = ?2 AND status = 'RUNNING'",
+            a));
+    SqlValue e[] = {
+        std::get<std::string>(row[0]), unix_ms(),
+        fmt::format("process {} ended without closing the run", std::get<int64_t>(row[1]))};
+    ENG_RETURN_IF_ERROR(
+        run("INSERT INTO events (run_id, wall_ms, level, kind, message) "
+            "VALUES (?, ?, 'warning', 'run_killed', ?)",
+            e));
     ++marked;
   }
   return marked;
@@ -165,7 +170,9 @@ Result<QueryResult> MetricsStore::find_runs(const RunFilter& f) {
   if (f.since_ms) sql += " AND start_ms >= ?", args.emplace_back(*f.since_ms);
   if (f.until_ms) sql += " AND start_ms <= ?", args.emplace_back(*f.until_ms);
   for (const auto& [k, v] : f.params) {
-    sql += " AND EXISTS (SELECT 1 FROM params p WHERE p.run_id = x.run_id AND p.key = ? AND p.value = ?)";
+    sql +=
+        " AND EXISTS (SELECT 1 FROM params p WHERE p.run_id = x.run_id AND p.key = ? AND p.value = "
+        "?)";
     args.emplace_back(k);
     args.emplace_back(v);
   }

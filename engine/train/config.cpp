@@ -339,7 +339,8 @@ Status resolve_optimizer(const Config& c, ResolvedConfig& r) {
   r.learning_rate = c.get_float("learning_rate");
   r.warmup_steps_fraction = c.get_float("warmup_steps_fraction");
   r.learning_rate_final_fraction = c.get_float("learning_rate_final_fraction");
-  if (r.learning_rate < 0) return invalid_argument("config: learning_rate must be >= 0, got {:g}", r.learning_rate);
+  if (r.learning_rate < 0)
+    return invalid_argument("config: learning_rate must be >= 0, got {:g}", r.learning_rate);
   if (r.warmup_steps_fraction < 0 || r.warmup_steps_fraction > 1)
     return invalid_argument("config: warmup_steps_fraction must be in [0, 1], got {:g}",
                             r.warmup_steps_fraction);
@@ -348,7 +349,8 @@ Status resolve_optimizer(const Config& c, ResolvedConfig& r) {
   if (schedule_steps < 0)
     return invalid_argument("config: learning_rate_schedule_steps must be >= 0 or -1, got {}",
                             schedule_steps);
-  r.warmup_steps = static_cast<int64_t>(static_cast<double>(schedule_steps) * r.warmup_steps_fraction);
+  r.warmup_steps =
+      static_cast<int64_t>(static_cast<double>(schedule_steps) * r.warmup_steps_fraction);
   r.cos_steps = schedule_steps - r.warmup_steps;
   r.adam_b1 = c.get_float("adam_b1");
   r.adam_b2 = c.get_float("adam_b2");
@@ -359,10 +361,10 @@ Status resolve_optimizer(const Config& c, ResolvedConfig& r) {
     if (v < 0 || v >= 1) return invalid_argument("config: {} must be in [0, 1), got {:g}", key, v);
   // Negative values here have no meaning (a negative eps divides by zero; a negative
   // threshold would flip the clipped gradient), so they are errors rather than surprises.
-  for (auto [key, v] : {std::pair{"adam_eps", r.adam_eps},
-                        std::pair{"adam_weight_decay", r.adam_weight_decay},
-                        std::pair{"gradient_clipping_threshold", r.gradient_clipping_threshold},
-                        std::pair{"learning_rate_final_fraction", r.learning_rate_final_fraction}})
+  for (auto [key, v] :
+       {std::pair{"adam_eps", r.adam_eps}, std::pair{"adam_weight_decay", r.adam_weight_decay},
+        std::pair{"gradient_clipping_threshold", r.gradient_clipping_threshold},
+        std::pair{"learning_rate_final_fraction", r.learning_rate_final_fraction}})
     if (v < 0) return invalid_argument("config: {} must be >= 0, got {:g}", key, v);
 
   return ok_status();
@@ -378,9 +380,10 @@ Status resolve_data(const Config& c, ResolvedConfig& r) {
   if (r.dataset_type != "synthetic" && r.dataset_path.empty())
     return invalid_argument("config: dataset_type={} needs dataset_path", r.dataset_type);
   if (r.dataset_type == "synthetic" && !r.dataset_path.empty())
-    return invalid_argument("config: dataset_path '{}' is set but dataset_type is synthetic, which "
-                            "reads no file (use dataset=\"text:PATH\" or \"tokens:PATH\")",
-                            r.dataset_path);
+    return invalid_argument(
+        "config: dataset_path '{}' is set but dataset_type is synthetic, which "
+        "reads no file (use dataset=\"text:PATH\" or \"tokens:PATH\")",
+        r.dataset_path);
   return ok_status();
 }
 

@@ -75,7 +75,8 @@ std::string git_revision(std::filesystem::path dir) {
     if (!head.starts_with("ref: ")) return head;  // detached
     const std::string ref = head.substr(5);
     fs::path common = git;
-    if (fs::exists(git / "commondir", ec)) common = fs::weakly_canonical(git / first_line(git / "commondir"), ec);
+    if (fs::exists(git / "commondir", ec))
+      common = fs::weakly_canonical(git / first_line(git / "commondir"), ec);
     for (const fs::path& base : {git, common}) {
       std::string rev = first_line(base / ref);
       if (!rev.empty()) return rev;

@@ -26,7 +26,7 @@
 namespace eng {
 
 struct StepMetrics {
-  int64_t step = 0;                    // the step that ran (0-based)
+  int64_t step = 0;  // the step that ran (0-based)
   double loss = 0, total_weights = 0, raw_grad_norm = 0, grad_norm = 0, param_norm = 0;
   double learning_rate = 0;
   double step_time_s = 0;              // train(): between consecutive loss syncs;
@@ -37,9 +37,9 @@ struct StepMetrics {
   double tflops_per_device = 0;        // perf/per_device_tflops (per step)
   double tflops_per_s_per_device = 0;  // perf/per_device_tflops_per_sec
   double data_time_s = 0;              // host time spent loading the batch
-  double compile_s = 0;                // compile time before this step's dispatch (not in step_time_s)
-  bool compiled = false;               // this step triggered a compilation
-  bool synced = false;                 // step_time_s was measured at a loss sync (train())
+  double compile_s = 0;   // compile time before this step's dispatch (not in step_time_s)
+  bool compiled = false;  // this step triggered a compilation
+  bool synced = false;    // step_time_s was measured at a loss sync (train())
 };
 
 // "completed step: 3, seconds: 0.412, TFLOP/s/device: 0.113, Tokens/s/device: 4970.874,

@@ -91,7 +91,8 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     l.metric_names.push_back(name);
   }
   Program traced = std::move(b).finish();
-  for (const std::string& name : l.metric_names) l.metrics.slots.push_back({name, traced.find_output(name)});
+  for (const std::string& name : l.metric_names)
+    l.metrics.slots.push_back({name, traced.find_output(name)});
   for (int i = l.first_batch_arg; i < static_cast<int>(traced.args().size()); ++i)
     l.batch.slots.push_back({traced.value(traced.args()[i].value).name, i});
   if (layout) *layout = l;

@@ -27,7 +27,7 @@ struct NamedSlot {
   int index = -1;    // program argument or output index
 };
 struct NamedLayout {
-  std::vector<NamedSlot> slots;  // in program order
+  std::vector<NamedSlot> slots;           // in program order
   int find(std::string_view name) const;  // index, or -1 when absent
   int at(std::string_view name) const;    // REQUIRES: present (a bug otherwise)
   size_t size() const { return slots.size(); }
@@ -39,8 +39,8 @@ struct TrainStepLayout {
   int first_batch_arg = -1;     // six batch args from here
   std::vector<std::string> metric_names;  // program outputs after the aliased state
   int first_metric_output = -1;
-  NamedLayout batch;            // "inputs" ... "targets_segmentation" -> argument index
-  NamedLayout metrics;          // "learning/loss" ... -> output index
+  NamedLayout batch;    // "inputs" ... "targets_segmentation" -> argument index
+  NamedLayout metrics;  // "learning/loss" ... -> output index
 };
 
 Program build_train_step(const ResolvedConfig& config, TrainStepLayout* layout);

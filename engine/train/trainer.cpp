@@ -68,7 +68,8 @@ Trainer::~Trainer() {
     if (!dispatcher_->wait_all().ok()) failed_ = true;
     dispatcher_.reset();
   }
-  if (recorder_) recorder_->end(failed_ ? RunStatus::kFailed : RunStatus::kFinished, step_ > first_step_);
+  if (recorder_)
+    recorder_->end(failed_ ? RunStatus::kFailed : RunStatus::kFinished, step_ > first_step_);
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mesh& mesh,
@@ -98,19 +99,24 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
 Status Trainer::read_options(const Config& config) {
   const int64_t inflight = config.get_int("max_inflight_steps");
   if (inflight < 0 || inflight >= kStepSlots)
-    return invalid_argument("config: max_inflight_steps must be in [0, {}), got {}", kStepSlots, inflight);
+    return invalid_argument("config: max_inflight_steps must be in [0, {}), got {}", kStepSlots,
+                            inflight);
   max_inflight_ = static_cast<int>(inflight);
   const int64_t log_period = config.get_int("log_period");
-  if (log_period < 1) return invalid_argument("config: log_period must be >= 1, got {}", log_period);
+  if (log_period < 1)
+    return invalid_argument("config: log_period must be >= 1, got {}", log_period);
   recorder_ = std::make_unique<RunRecorder>(options_.store, log_period);
   ENG_ASSIGN_OR_RETURN(delays_.device_steps, parse_steps(config, "debug_device_delay_steps"));
-  ENG_ASSIGN_OR_RETURN(delays_.checkpoint_steps, parse_steps(config, "debug_checkpoint_delay_steps"));
+  ENG_ASSIGN_OR_RETURN(delays_.checkpoint_steps,
+                       parse_steps(config, "debug_checkpoint_delay_steps"));
   delays_.device_s = config.get_float("debug_device_delay_seconds");
   delays_.checkpoint_s = config.get_float("debug_checkpoint_delay_seconds");
   jit_options_.debug_compile_delay_s = config.get_float("debug_compile_delay_seconds");
   jit_options_.persistent.dir = config.get_string("compilation_cache_dir");
-  jit_options_.persistent.min_compile_time_s = config.get_float("persistent_cache_min_compile_time_secs");
-  jit_options_.persistent.min_entry_size_bytes = config.get_int("persistent_cache_min_entry_size_bytes");
+  jit_options_.persistent.min_compile_time_s =
+      config.get_float("persistent_cache_min_compile_time_secs");
+  jit_options_.persistent.min_entry_size_bytes =
+      config.get_int("persistent_cache_min_entry_size_bytes");
   jit_options_.persistent.max_size_bytes = config.get_int("compilation_cache_max_size");
   jit_options_.log_compiles = config.get_bool("log_compiles");
   jit_options_.explain_misses = config.get_bool("explain_cache_misses");
@@ -170,10 +176,12 @@ Status Trainer::setup_dispatch() {
   ENG_CHECK(layout_.metrics.size() <= std::size(StepSlot{}.metrics), "trainer: {} metrics",
             layout_.metrics.size());
   // The metrics are the non-aliased outputs, so a metric's slot is its place among them.
-  auto slot_of = [&](const char* name) { return layout_.metrics.at(name) - layout_.first_metric_output; };
-  metric_index_ = {slot_of("learning/loss"),      slot_of("learning/total_weights"),
+  auto slot_of = [&](const char* name) {
+    return layout_.metrics.at(name) - layout_.first_metric_output;
+  };
+  metric_index_ = {slot_of("learning/loss"),          slot_of("learning/total_weights"),
                    slot_of("learning/raw_grad_norm"), slot_of("learning/grad_norm"),
-                   slot_of("learning/param_norm"), slot_of("learning/current_learning_rate")};
+                   slot_of("learning/param_norm"),    slot_of("learning/current_learning_rate")};
   const std::pair<const char*, std::vector<int32_t> HostBatch::*> feeds[] = {
       {"inputs", &HostBatch::inputs},
       {"inputs_position", &HostBatch::inputs_position},
@@ -182,7 +190,8 @@ Status Trainer::setup_dispatch() {
       {"targets_position", &HostBatch::targets_position},
       {"targets_segmentation", &HostBatch::targets_segmentation},
   };
-  ENG_CHECK(layout_.batch.size() == std::size(feeds), "trainer: {} batch arrays", layout_.batch.size());
+  ENG_CHECK(layout_.batch.size() == std::size(feeds), "trainer: {} batch arrays",
+            layout_.batch.size());
   for (const auto& [name, array] : feeds) batch_feeds_.push_back({layout_.batch.at(name), array});
   const int capacity = std::max(1, max_inflight_);
   staging_.resize(static_cast<size_t>(capacity));

@@ -20,18 +20,20 @@ bool is_state_arg(ArgRole r) { return r != ArgRole::kBatch; }
 
 // The params row set of a run: the flattened config with the values that took effect where
 // the config only hinted (ici_* sizes, -1 fills), plus mesh.<axis> sizes and derived sizes.
-std::vector<std::pair<std::string, std::string>> run_params(const Config& raw, const ResolvedConfig& c,
+std::vector<std::pair<std::string, std::string>> run_params(const Config& raw,
+                                                            const ResolvedConfig& c,
                                                             const Mesh& mesh) {
   std::map<std::string, std::string> p = raw.flatten();
-  for (const std::string& axis : maxtext_mesh_axes()) p[ici_key(axis)] = fmt::format("{}", mesh.axis_size(axis));
+  for (const std::string& axis : maxtext_mesh_axes())
+    p[ici_key(axis)] = fmt::format("{}", mesh.axis_size(axis));
   for (size_t i = 0; i < mesh.axis_names().size(); ++i)
     p["mesh." + mesh.axis_names()[i]] = fmt::format("{}", mesh.axis_sizes()[i]);
   p["mesh"] = mesh.to_string();
   p["num_devices"] = fmt::format("{}", mesh.num_devices());
   p["model_name"] = c.model.name;
   p["model.num_params"] = fmt::format("{}", c.model.num_params());
-  p["per_device_batch_size_effective"] =
-      fmt::format("{:g}", static_cast<double>(c.global_batch_size) / static_cast<double>(mesh.num_devices()));
+  p["per_device_batch_size_effective"] = fmt::format(
+      "{:g}", static_cast<double>(c.global_batch_size) / static_cast<double>(mesh.num_devices()));
   p["global_batch_size_to_load"] = fmt::format("{}", c.global_batch_size);
   p["global_batch_size_to_train_on"] = fmt::format("{}", c.global_batch_size);
   p["tokens_per_step"] = fmt::format("{}", c.global_batch_size * c.max_target_length);
@@ -58,8 +60,7 @@ Status Trainer::begin_run() {
   info.parent_run_id = parent_run_id_;
   info.params = run_params(raw_config_, config_, mesh_);
   ENG_RETURN_IF_ERROR(recorder_->begin(std::move(info)));
-  if (!restored_from_.empty())
-    recorder_->record_event("restore", "info", step_, restore_message_);
+  if (!restored_from_.empty()) recorder_->record_event("restore", "info", step_, restore_message_);
   return ok_status();
 }
 
@@ -200,8 +201,8 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
   info.bytes = *bytes;
   last_checkpoint_step_ = info.step;
   recorder_->record_event("checkpoint", "info", info.step,
-               fmt::format("saved checkpoint {} ({} bytes) to {} in {:.3f} s", info.step,
-                           info.bytes, info.path, info.save_s));
+                          fmt::format("saved checkpoint {} ({} bytes) to {} in {:.3f} s", info.step,
+                                      info.bytes, info.path, info.save_s));
   ENG_RETURN_IF_ERROR(prune_checkpoints(checkpoint_dir(), raw_config_.get_int("max_num_checkpoints_to_keep")));
   return info;
 }

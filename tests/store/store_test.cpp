@@ -459,12 +459,15 @@ TEST_F(StoreTest, UserQueriesCannotChangeSchemaPragmasTransactionsOrAttach) {
 TEST_F(StoreTest, InterruptCheckStopsARecursiveQuery) {
   auto s = open_ok(db_path());
   const auto t0 = std::chrono::steady_clock::now();
-  s->set_interrupt_check([&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200); });
-  auto r = s->query("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c");
+  s->set_interrupt_check(
+      [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200); });
+  auto r = s->query(
+      "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kCancelled);
-  EXPECT_NE(r.status().message().find("query interrupted"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("query interrupted"), std::string::npos)
+      << r.status().message();
   EXPECT_LT(secs, 5.0);
   s->set_interrupt_check(nullptr);
   EXPECT_EQ(int_of(one(*s, "SELECT 7")), 7);  // the connection is usable afterwards
@@ -472,7 +475,8 @@ TEST_F(StoreTest, InterruptCheckStopsARecursiveQuery) {
 
 TEST_F(StoreTest, EndlessRowsStopAtTheRowLimit) {
   auto s = open_ok(db_path());
-  auto r = s->query("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c");
+  auto r =
+      s->query("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("more than 1000000 rows; add a LIMIT"), std::string::npos)
       << r.status().message();
@@ -481,7 +485,8 @@ TEST_F(StoreTest, EndlessRowsStopAtTheRowLimit) {
 // ---- issue 16 item 8: pending rows are kept until their transaction commits ---------------
 
 TEST_F(StoreTest, RowsSurviveAFlushBlockedByAnotherWriter) {
-  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs the sqlite3 CLI";
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs the sqlite3 CLI";
   const std::string path = db_path();
   auto s = open_ok(path, {.busy_timeout_ms = 100});
   auto run = s->begin_run({.name = "blocked"});
@@ -490,12 +495,15 @@ TEST_F(StoreTest, RowsSurviveAFlushBlockedByAnotherWriter) {
   // Another process takes the write lock and holds it.
   FILE* other = ::popen(fmt::format("sqlite3 '{}' >/dev/null", path).c_str(), "w");
   ASSERT_NE(other, nullptr);
-  std::fputs("PRAGMA busy_timeout = 5000;\nBEGIN IMMEDIATE;\nINSERT INTO tags VALUES ('x', 'k', 'v');\n", other);
+  std::fputs(
+      "PRAGMA busy_timeout = 5000;\nBEGIN IMMEDIATE;\nINSERT INTO tags VALUES ('x', 'k', 'v');\n",
+      other);
   std::fflush(other);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   Status blocked = s->flush();
   ASSERT_FALSE(blocked.ok());
-  EXPECT_NE(blocked.message().find("rows kept for the next flush"), std::string::npos) << blocked.message();
+  EXPECT_NE(blocked.message().find("rows kept for the next flush"), std::string::npos)
+      << blocked.message();
   EXPECT_EQ(s->pending_rows(), 3u);
   std::fputs("ROLLBACK;\n", other);
   ASSERT_EQ(::pclose(other), 0);
@@ -520,7 +528,9 @@ TEST_F(StoreTest, GeneratedNamesAreUniqueAdjectiveNounNumber) {
   }
   EXPECT_EQ(names.size(), 30u);
   SqlValue pid[] = {std::to_string(::getpid())};
-  EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM tags WHERE key = 'shardlab.pid' AND value = ?", pid)), 30);
+  EXPECT_EQ(
+      int_of(one(*s, "SELECT count(*) FROM tags WHERE key = 'shardlab.pid' AND value = ?", pid)),
+      30);
 }
 
 TEST_F(StoreTest, EmptyRunsAreDiscardedKeepingTheirCompilations) {
@@ -528,8 +538,9 @@ TEST_F(StoreTest, EmptyRunsAreDiscardedKeepingTheirCompilations) {
   auto empty = s->begin_run({.name = "never-stepped"});
   auto used = s->begin_run({.name = "stepped"});
   ASSERT_TRUE(empty.ok() && used.ok());
-  ASSERT_TRUE(s->record_compilation({.run_id = *empty, .fn_name = "f", .outcome = "miss",
-                                     .cache_level = "tracing"}).ok());
+  ASSERT_TRUE(s->record_compilation(
+                   {.run_id = *empty, .fn_name = "f", .outcome = "miss", .cache_level = "tracing"})
+                  .ok());
   s->log_step({.run_id = *used, .step = 0, .loss = 1.0});
   EXPECT_TRUE(*s->discard_run_if_empty(*empty));
   EXPECT_FALSE(*s->discard_run_if_empty(*used));
@@ -562,12 +573,14 @@ TEST_F(StoreTest, FindRunsFiltersByNameStatusTimeParamsAndSql) {
   EXPECT_EQ(names({.limit = 1}).size(), 1u);
   auto bad = s->find_runs({.where = "nope = 1"});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("no such column: nope"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("no such column: nope"), std::string::npos)
+      << bad.status().message();
   auto damage = s->find_runs({.where = "1); DROP TABLE steps; --"});
   EXPECT_FALSE(damage.ok());
   auto status = s->find_runs({.status = "DONE"});
   ASSERT_FALSE(status.ok());
-  EXPECT_NE(status.status().message().find("status must be RUNNING, FINISHED, FAILED or KILLED, got 'DONE'"),
+  EXPECT_NE(status.status().message().find(
+                "status must be RUNNING, FINISHED, FAILED or KILLED, got 'DONE'"),
             std::string::npos);
 }
 

@@ -32,7 +32,8 @@ QueryResult q(MetricsStore& s, const std::string& sql, const std::string& arg = 
 
 std::string text(const SqlValue& v) { return sql_value_to_string(v); }
 
-std::map<std::string, std::string> pairs(MetricsStore& s, const std::string& table, const std::string& run) {
+std::map<std::string, std::string> pairs(MetricsStore& s, const std::string& table,
+                                         const std::string& run) {
   std::map<std::string, std::string> out;
   for (const auto& row : q(s, "SELECT key, value FROM " + table + " WHERE run_id = ?", run).rows)
     out[text(row[0])] = text(row[1]);
@@ -76,7 +77,8 @@ TEST(RunRecordTest, ParamsHoldEffectiveValuesAndThroughputIsNamedApart) {
   auto tags = pairs(*store, "tags", run);
   EXPECT_EQ(tags["shardlab.pid"], fmt::format("{}", ::getpid()));
   EXPECT_EQ(tags["shardlab.script_hash"].size(), 32u);
-  auto steps = q(*store, "SELECT tokens_per_s, tokens_per_s_device, tokens FROM steps WHERE run_id = ?", run);
+  auto steps = q(
+      *store, "SELECT tokens_per_s, tokens_per_s_device, tokens FROM steps WHERE run_id = ?", run);
   ASSERT_EQ(steps.rows.size(), 2u);
   for (const auto& row : steps.rows) {
     const double global = std::get<double>(row[0]), device = std::get<double>(row[1]);
@@ -112,7 +114,8 @@ TEST(RunRecordTest, NeverSteppedLeavesNoRunAndResumeNamesItsParent) {
   auto parent = q(*store, "SELECT parent_run_id FROM runs WHERE run_id = ?", second->run_id());
   ASSERT_EQ(parent.rows.size(), 1u);
   EXPECT_EQ(text(parent.rows[0][0]), parent_id);
-  EXPECT_EQ(text(q(*store, "SELECT status FROM runs WHERE run_id = ?", parent_id).rows.at(0)[0]), "FINISHED");
+  EXPECT_EQ(text(q(*store, "SELECT status FROM runs WHERE run_id = ?", parent_id).rows.at(0)[0]),
+            "FINISHED");
 }
 
 // Issue 16 item 8: a checkpoint save that fails loses no step and ends the run FAILED.
@@ -136,13 +139,15 @@ TEST(RunRecordTest, FailedCheckpointSaveKeepsItsStepAndFailsTheRun) {
   auto steps = q(*store, "SELECT step FROM steps WHERE run_id = ? ORDER BY step", run);
   ASSERT_EQ(steps.rows.size(), 3u);  // 0, 1 and 2, the step whose save failed
   EXPECT_EQ(text(steps.rows[2][0]), "2");
-  EXPECT_EQ(text(q(*store, "SELECT status FROM runs WHERE run_id = ?", run).rows.at(0)[0]), "FAILED");
+  EXPECT_EQ(text(q(*store, "SELECT status FROM runs WHERE run_id = ?", run).rows.at(0)[0]),
+            "FAILED");
 }
 
 // Issue 16 item 8: another writer holding the lock past busy_timeout fails train(); the rows
 // are kept, written when the lock is free, and the run ends FAILED.
 TEST(RunRecordTest, BlockedFlushKeepsRowsAndFailsTheRun) {
-  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs the sqlite3 CLI";
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs the sqlite3 CLI";
   TempDir dir("rr_blocked");
   const std::string db = (dir / "m.db");
   auto store = MetricsStore::open(db, {.busy_timeout_ms = 100}).value();
@@ -165,8 +170,11 @@ TEST(RunRecordTest, BlockedFlushKeepsRowsAndFailsTheRun) {
     ran = t->current_step();  // train() stopped at the error: 2 + the steps it dispatched
     EXPECT_GE(ran, 3);
   }  // the trainer's end flushes the kept rows, then ends the run FAILED
-  EXPECT_EQ(static_cast<int64_t>(q(*store, "SELECT step FROM steps WHERE run_id = ?", run).rows.size()), ran);
-  EXPECT_EQ(text(q(*store, "SELECT status FROM runs WHERE run_id = ?", run).rows.at(0)[0]), "FAILED");
+  EXPECT_EQ(
+      static_cast<int64_t>(q(*store, "SELECT step FROM steps WHERE run_id = ?", run).rows.size()),
+      ran);
+  EXPECT_EQ(text(q(*store, "SELECT status FROM runs WHERE run_id = ?", run).rows.at(0)[0]),
+            "FAILED");
 }
 
 // docs/metrics-store.md's "Every column, at a glance" block: table/view -> columns, and the
@@ -177,9 +185,12 @@ std::map<std::string, std::vector<std::string>> documented() {
   std::map<std::string, std::vector<std::string>> out;
   bool in_block = false, after_heading = false;
   for (std::string line; std::getline(f, line);) {
-    if (line.starts_with("### Every column, at a glance")) after_heading = true;
-    else if (after_heading && line == "```text") in_block = true;
-    else if (in_block && line == "```") break;
+    if (line.starts_with("### Every column, at a glance"))
+      after_heading = true;
+    else if (after_heading && line == "```text")
+      in_block = true;
+    else if (in_block && line == "```")
+      break;
     else if (in_block) {
       const size_t colon = line.find(':');
       std::istringstream words(line.substr(colon + 1));
@@ -202,18 +213,21 @@ TEST(RunRecordTest, DocsListEveryColumnAndEveryKeyARunWrites) {
     EXPECT_EQ(std::set<std::string>(cols.begin(), cols.end()), actual) << table;
   }
   auto tables = q(*store, "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')");
-  for (const auto& row : tables.rows) EXPECT_TRUE(docs.count(text(row[0]))) << text(row[0]) << " undocumented";
+  for (const auto& row : tables.rows)
+    EXPECT_TRUE(docs.count(text(row[0]))) << text(row[0]) << " undocumented";
 
   const std::string script = (dir / "s.lua");
   std::ofstream(script) << "print(1)\n";
-  auto t = Trainer::create(tiny_config(4), data2_fsdp2(), {.store = store.get(), .script = script}).value();
+  auto t = Trainer::create(tiny_config(4), data2_fsdp2(), {.store = store.get(), .script = script})
+               .value();
   ASSERT_TRUE(train_ok(*t, 1));
   const std::pair<const char*, const char*> kinds[] = {
       {"params keys", "params"}, {"metrics keys", "latest_metrics"}, {"tags keys", "tags"}};
   for (const auto& [line, table] : kinds) {
     auto have = pairs(*store, table, t->run_id());
     ASSERT_FALSE(docs[line].empty()) << line;
-    for (const std::string& key : docs[line]) EXPECT_TRUE(have.count(key)) << table << " lacks " << key;
+    for (const std::string& key : docs[line])
+      EXPECT_TRUE(have.count(key)) << table << " lacks " << key;
   }
 }
 
