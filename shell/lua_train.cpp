@@ -419,6 +419,15 @@ Result<int> trainer_train(lua_State* L) {
   return 1;
 }
 
+// A trainer collected while Ctrl-C is pending (a script stopped by "interrupted!", say in a
+// t:step() loop) ends its run KILLED, as one stopped inside t:train{} does.
+int trainer_gc(lua_State* L) {
+  TrainerBox* box = to_udata<TrainerBox>(L, 1);
+  if (box != nullptr && box->trainer && shell_interrupt_requested())
+    box->trainer->recorder().set_interrupted(true);
+  return udata_gc<TrainerBox>(L);
+}
+
 Result<int> trainer_program(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:program"));
   lua_pushstring(L, t->program().to_text().c_str());
@@ -714,7 +723,7 @@ void open_lua_train(lua_State* L, int sl) {
                   "A training run: config, mesh, the traced train_step, its arrays and data.\n"
                   "  Fields: t.current_step (the next step to run), t.mesh, t.num_params, t.run_id and\n"
                   "  t.run (the run in the metrics store, as sl.run gives it; nil when not recorded).",
-                  lua_entry<trainer_tostring>, nullptr, udata_gc<TrainerBox>, kTrainerMethods,
+                  lua_entry<trainer_tostring>, nullptr, trainer_gc, kTrainerMethods,
                   lua_entry<trainer_property>, kTrainerProperties});
   define_type(L, {"StepHandle",
                   "A dispatched training step. h.step is known at once; h.loss (and the other metric\n"

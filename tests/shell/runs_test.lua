@@ -95,27 +95,34 @@ local f = assert(io.open(child, "w"))
 f:write([[
 local t = sl.trainer(sl.config{model = "llama-tiny", base_num_decoder_layers = 1, max_target_length = 32,
                                per_device_batch_size = 1, steps = 100000, run_name = arg[1]})
+if arg[2] == "loop" then
+  io.open(arg[1] .. ".started", "w"):close()
+  while true do t:step():wait() end  -- bare steps: Ctrl-C lands outside t:train{}
+end
 t:train{quiet = true}
 ]])
 f:close()
 local db = scratch .. "/runs_child.db"
 for _, suffix in ipairs{"", "-wal", "-shm"} do os.remove(db .. suffix) end
-local function run_child(name, signal)
+local function run_child(name, signal, mode)
   assert(os.execute(string.format(
-      "%q --db %q %q %s >/dev/null 2>&1 & pid=$!; " ..
-      "for i in $(seq 100); do sleep 0.1; [ \"$(sqlite3 %q \"SELECT count(*) FROM steps s JOIN runs r USING (run_id) " ..
+      "%q --db %q %q %s %s >/dev/null 2>&1 & pid=$!; " ..
+      "for i in $(seq 100); do sleep 0.1; [ -e %s.started ] && sleep 0.5 && break; " ..
+      "[ \"$(sqlite3 %q \"SELECT count(*) FROM steps s JOIN runs r USING (run_id) " ..
       "WHERE r.name = '%s'\" 2>/dev/null)\" -ge 2 ] 2>/dev/null && break; done; kill -%s $pid; wait $pid; true",
-      bin, db, child, name, db, name, signal)))
+      bin, db, child, name, mode or "train", name, db, name, signal)))
 end
 if os.execute("command -v sqlite3 >/dev/null 2>&1") then
   run_child("ctrl-c", "INT")
   run_child("sigkill", "KILL")
+  run_child("step-loop", "INT", "loop")
   local out = assert(io.popen(string.format(
       "%q --db %q -e 'for _, r in ipairs(sl.runs{}) do print(r.name, r.status, r.n_steps > 0) end'", bin, db)))
   local text = out:read("a")
   out:close()
   assert(text:find("ctrl%-c\tKILLED\ttrue"), text)
   assert(text:find("sigkill\tKILLED\ttrue"), text)
+  assert(text:find("step%-loop\tKILLED"), text)
 end
 
 -- Issue 16 item 6: Ctrl-C interrupts a long sl.sql (a recursive CTE) and the script goes on.
