@@ -33,6 +33,10 @@ assert(run.tags["shardlab.script_hash"]:match("^%x+$") and #run.tags["shardlab.s
 assert(run.host and #run.host > 0)
 assert(tonumber(run.tags["shardlab.pid"]) > 0)
 assert(run.git_rev == nil or run.git_rev:match("^%x+$"), tostring(run.git_rev))
+local git = io.popen(string.format("git -C %q rev-parse HEAD 2>/dev/null", arg[0]:match("^(.*)/")))
+local head = git:read("l")
+git:close()
+if head and head:match("^%x+$") then assert(run.git_rev == head, tostring(run.git_rev) .. " vs " .. head) end
 -- 4. params hold the effective values: mesh sizes per axis, derived batch sizes, the preset.
 local p = run.params
 assert(p["mesh.data"] == "2" and p["mesh.fsdp"] == "2", tostring(p["mesh.fsdp"]))
