@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "shell/context.h"
+#include "shell/interrupt.h"
 #include "shell/lua_binding.h"
 
 namespace shell {
@@ -27,6 +28,7 @@ constexpr Module kModules[] = {
     {"train", open_lua_train},
     {"sharding", open_lua_sharding},
     {"plot", open_lua_plot},
+    {"runs", open_lua_runs},
 };
 
 }  // namespace
@@ -34,6 +36,7 @@ constexpr Module kModules[] = {
 eng::Result<eng::MetricsStore*> ShellContext::open_store() {
   if (!store) {
     ENG_ASSIGN_OR_RETURN(store, eng::MetricsStore::open(db_path));
+    store->set_interrupt_check(shell_interrupt_requested);  // Ctrl-C stops a long sl.sql
   }
   return store.get();
 }

@@ -19,6 +19,7 @@ void open_lua_mesh(lua_State* L, int sl);   // sl.mesh, sl.P and the Mesh/Partit
 void open_lua_train(lua_State* L, int sl);  // sl.config, sl.trainer and Config/Trainer/Compiled
 void open_lua_plot(lua_State* L, int sl);   // the `plot` module (also sl.plot): spark, line, save, show
 void open_lua_sharding(lua_State* L, int sl);  // sl.rules, sl.logical_to_mesh, sl.visualize, ...
+void open_lua_runs(lua_State* L, int sl);   // sl.runs, sl.run
 
 // Creates `sl`, opens every module, sets the global and package.loaded["shardlab"].
 // Must run inside a protected call (it uses raising Lua API calls).

@@ -33,7 +33,6 @@ constexpr const char* kRowType = "ShardingRow";
 constexpr const char* kRulesType = "LogicalAxisRules";
 constexpr const char* kRuleType = "LogicalAxisRule";
 constexpr const char* kAuditType = "AuditReport";
-constexpr const char* kSnapshotsKey = "shardlab.sharding_snapshots";  // run_id -> last step
 
 bool has_metatable(lua_State* L, int idx, const char* name) {
   if (!lua_getmetatable(L, idx)) return false;
@@ -479,27 +478,11 @@ Result<int> table_bytes(lua_State* L) {
 
 // ---- Store snapshots ---------------------------------------------------------------------
 
-// Records the trainer's table once per (run, step): repeated t:shardings() in a REPL add no
-// rows. Only trainers recording a run have a store to write to.
-Status maybe_snapshot(lua_State* L, const eng::Trainer& t, const eng::ShardingTable& table) {
-  if (t.run_id().empty()) return eng::ok_status();
-  ShellContext& ctx = context(L);
-  if (!ctx.store) return eng::ok_status();
-  luaL_getsubtable(L, LUA_REGISTRYINDEX, kSnapshotsKey);
-  lua_pushstring(L, t.run_id().c_str());
-  const bool seen = lua_rawget(L, -2) == LUA_TNUMBER && lua_tointeger(L, -1) == t.current_step();
-  lua_pop(L, 1);
-  if (!seen) {
-    Result<int64_t> id = eng::record_sharding_snapshot(*ctx.store, t.run_id(), t.current_step(), table);
-    if (!id.ok()) {
-      lua_pop(L, 1);
-      return eng::Status(id.status().code(), "Trainer:shardings: store: " + id.status().message());
-    }
-    lua_pushstring(L, t.run_id().c_str());
-    lua_pushinteger(L, t.current_step());
-    lua_rawset(L, -3);
-  }
-  lua_pop(L, 1);
+// The trainer's run recorder keeps one snapshot per (run, step): repeated t:shardings() in a
+// REPL add no rows; a trainer not recording a run writes nothing.
+Status maybe_snapshot(const eng::Trainer& t, const eng::ShardingTable& table) {
+  Result<int64_t> id = t.recorder().record_shardings(t.current_step(), table);
+  if (!id.ok()) return eng::Status(id.status().code(), "Trainer:shardings: store: " + id.status().message());
   return eng::ok_status();
 }
 
@@ -594,7 +577,7 @@ Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t) {
   constexpr std::string_view fn = "Trainer:shardings";
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> pattern, opt_string(L, 2, fn, "pattern"));
   ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
-  ENG_RETURN_IF_ERROR(maybe_snapshot(L, t, table));
+  ENG_RETURN_IF_ERROR(maybe_snapshot(t, table));
   if (pattern) {
     std::erase_if(table.rows, [&](const eng::ShardingRow& r) {
       return r.path.find(*pattern) == std::string::npos;
@@ -638,9 +621,8 @@ Result<int> push_trainer_visualize(lua_State* L, const eng::Trainer& t) {
   return 1;
 }
 
-Result<std::string> rules_table_to_config_string(lua_State* L, int idx, std::string_view fn) {
-  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules r, read_rules(L, idx, fn, "logical_axis_rules"));
-  return r.to_list_string();
+Result<eng::LogicalAxisRules> rules_from_table(lua_State* L, int idx, std::string_view fn) {
+  return read_rules(L, idx, fn, "logical_axis_rules");
 }
 
 void open_lua_sharding(lua_State* L, int sl) {

@@ -17,8 +17,8 @@ Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t);  // t:s
 Result<int> push_trainer_audit(lua_State* L, const eng::Trainer& t);      // t:audit([tol])
 Result<int> push_trainer_visualize(lua_State* L, const eng::Trainer& t);  // t:visualize(p [, o])
 
-// The config value of logical_axis_rules from {{"embed", {"fsdp"}}, {"layers", "stage"}}
-// (or a sl.rules() list): base.yml's list form.
-Result<std::string> rules_table_to_config_string(lua_State* L, int idx, std::string_view fn);
+// logical_axis_rules from {{"embed", {"fsdp"}}, {"layers", "stage"}} (or a sl.rules() list),
+// as the typed value the Config holds (Config::set_logical_axis_rules).
+Result<eng::LogicalAxisRules> rules_from_table(lua_State* L, int idx, std::string_view fn);
 
 }  // namespace shell

@@ -18,6 +18,7 @@
 #include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/lua_binding.h"
+#include "shell/lua_runs.h"
 #include "shell/lua_sharding.h"
 #include "shell/lua_types.h"
 
@@ -65,16 +66,19 @@ Result<eng::ConfigValue> to_config_value(lua_State* L, int idx, const std::strin
       if (lua_isinteger(L, idx)) return eng::ConfigValue{static_cast<int64_t>(lua_tointeger(L, idx))};
       return eng::ConfigValue{lua_tonumber(L, idx)};
     case LUA_TSTRING: return eng::ConfigValue{std::string(lua_tostring(L, idx))};
-    case LUA_TTABLE:
-      if (key == "logical_axis_rules") {  // {{"embed", {"fsdp"}}, ...} -> base.yml's form
-        ENG_ASSIGN_OR_RETURN(std::string rules, rules_table_to_config_string(L, idx, "sl.config"));
-        return eng::ConfigValue{std::move(rules)};
-      }
-      [[fallthrough]];
     default:
       return eng::invalid_argument("sl.config: key '{}' expected a number, boolean or string, got {}",
                                    key, luaL_typename(L, idx));
   }
+}
+
+// logical_axis_rules given as a table ({{"embed", {"fsdp"}}, ...}) goes into the Config as
+// typed rules; returns false (nothing done) for any other key or value.
+Result<bool> set_rules_table(lua_State* L, eng::Config& c, const std::string& key, int idx) {
+  if (key != "logical_axis_rules" || lua_type(L, idx) != LUA_TTABLE) return false;
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules rules, rules_from_table(L, lua_absindex(L, idx), "sl.config"));
+  c.set_logical_axis_rules(std::move(rules));
+  return true;
 }
 
 Result<int> config_new(lua_State* L) {
@@ -99,6 +103,10 @@ Result<int> config_new(lua_State* L) {
     });
     for (const std::string& k : keys) {
       push_field(L, 1, k.c_str());
+      Result<bool> table = set_rules_table(L, c, k, -1);
+      if (!table.ok() || *table) lua_pop(L, 1);
+      if (!table.ok()) return table.status();
+      if (*table) continue;
       Result<eng::ConfigValue> v = to_config_value(L, -1, k);
       lua_pop(L, 1);
       if (!v.ok()) return v.status();
@@ -145,6 +153,11 @@ Result<int> config_get(lua_State* L) {
 Result<int> config_set(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:set"));
   ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:set", "key"));
+  ENG_ASSIGN_OR_RETURN(bool table, set_rules_table(L, *c, key, 3));
+  if (table) {
+    lua_settop(L, 1);
+    return 1;
+  }
   ENG_ASSIGN_OR_RETURN(eng::ConfigValue v, to_config_value(L, 3, key));
   eng::Status s = c->set(key, std::move(v));
   if (!s.ok()) return eng::Status(s.code(), "Config:set: " + s.message().substr(s.message().find(':') + 2));
@@ -173,6 +186,24 @@ Result<int> config_keys_doc(lua_State* L) {
 
 // ---- sl.trainer -------------------------------------------------------------------------
 
+// The command line for the runs table, from lua.c's global `arg`: arg[0] is the script,
+// negative indices the interpreter and its options, positive ones the script's arguments.
+void command_line(lua_State* L, eng::TrainerOptions& options) {
+  if (lua_getglobal(L, "arg") == LUA_TTABLE) {
+    lua_Integer first = 0;
+    while (lua_rawgeti(L, -1, first - 1) == LUA_TSTRING) lua_pop(L, 1), --first;
+    lua_pop(L, 1);
+    for (lua_Integer i = first;; ++i) {
+      const bool str = lua_rawgeti(L, -1, i) == LUA_TSTRING;
+      if (str) options.argv.emplace_back(lua_tostring(L, -1));
+      if (str && i == 0) options.script = lua_tostring(L, -1);
+      lua_pop(L, 1);
+      if (!str && i >= 0) break;
+    }
+  }
+  lua_pop(L, 1);
+}
+
 Result<int> trainer_new(lua_State* L) {
   constexpr std::string_view fn = "sl.trainer";
   ENG_ASSIGN_OR_RETURN(eng::Config * cfg, arg_udata<eng::Config>(L, 1, fn, "config"));
@@ -199,9 +230,16 @@ Result<int> trainer_new(lua_State* L) {
     if (!store.ok()) return eng::Status(store.status().code(), "sl.trainer: " + store.status().message());
     options.store = *store;
   }
+  command_line(L, options);
   Result<std::unique_ptr<eng::Trainer>> t = eng::Trainer::create(*cfg, mesh, options);
   if (!t.ok()) return eng::Status(t.status().code(), "sl.trainer: " + t.status().message());
+  const std::string note = (*t)->resume_note();
   push_udata(L, TrainerBox{std::move(t).value()});
+  if (!note.empty()) {  // "resumed from step N of run NAME", through print (protected)
+    lua_getglobal(L, "print");
+    lua_pushstring(L, note.c_str());
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);
+  }
   return 1;
 }
 
@@ -252,7 +290,8 @@ void push_metrics(lua_State* L, const eng::StepMetrics& m) {
   num("param_norm", m.param_norm);
   num("lr", m.learning_rate);
   num("step_time_s", m.step_time_s);
-  num("tokens_per_s", m.tokens_per_s_per_device);
+  num("tokens_per_s", m.tokens_per_s);                    // global (the store's tokens_per_s)
+  num("tokens_per_s_device", m.tokens_per_s_per_device);  // per device
   num("tflops_per_s", m.tflops_per_s_per_device);
   lua_pushboolean(L, m.compiled);
   lua_setfield(L, -2, "compiled");
@@ -365,6 +404,7 @@ Result<int> trainer_train(lua_State* L) {
     return true;
   });
   if (tty && !quiet && done > 0) std::puts("");
+  if (interrupted) t->recorder().set_interrupted(true);  // the run ends KILLED unless trained on
   if (!s.ok()) return eng::Status(s.code(), fmt::format("{}: {}", fn, s.message()));
   lua_createtable(L, 0, 4);
   lua_pushinteger(L, done);
@@ -377,6 +417,15 @@ Result<int> trainer_train(lua_State* L) {
   }
   if (interrupted) shell_clear_interrupt();
   return 1;
+}
+
+// A trainer collected while Ctrl-C is pending (a script stopped by "interrupted!", say in a
+// t:step() loop) ends its run KILLED, as one stopped inside t:train{} does.
+int trainer_gc(lua_State* L) {
+  TrainerBox* box = to_udata<TrainerBox>(L, 1);
+  if (box != nullptr && box->trainer && shell_interrupt_requested())
+    box->trainer->recorder().set_interrupted(true);
+  return udata_gc<TrainerBox>(L);
 }
 
 Result<int> trainer_program(lua_State* L) {
@@ -424,9 +473,51 @@ Result<int> trainer_property(lua_State* L) {
   if (key == "current_step") lua_pushinteger(L, t->current_step());
   else if (key == "mesh") push_udata(L, t->mesh());
   else if (key == "num_params") lua_pushinteger(L, t->config().model.num_params());
+  else if (key == "run_id" && !t->run_id().empty()) lua_pushstring(L, t->run_id().c_str());
+  else if (key == "run" && !t->run_id().empty() && t->recorder().store() != nullptr)
+    return push_run(L, *t->recorder().store(), t->run_id(), "Trainer.run");
   else lua_pushnil(L);
   return 1;
 }
+
+// t:tag{k=v, ...} and t:log{name=value, ...}: string keys; tag values as strings, logged values
+// numbers (recorded at the last step run).
+Result<int> trainer_tag_or_log(lua_State* L, bool log) {
+  const std::string_view fn = log ? "Trainer:log" : "Trainer:tag";
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, fn));
+  ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, log ? "values" : "tags"));
+  std::vector<std::pair<std::string, std::string>> tags;
+  std::vector<std::pair<std::string, double>> values;
+  lua_pushnil(L);
+  while (lua_next(L, 2) != 0) {
+    const int kt = lua_type(L, -2), vt = lua_type(L, -1);
+    const bool ok = kt == LUA_TSTRING && (log ? vt == LUA_TNUMBER : vt == LUA_TSTRING || vt == LUA_TNUMBER || vt == LUA_TBOOLEAN);
+    if (!ok) {
+      const std::string msg = fmt::format("{}: expected {{name = {}}}, got a {} key with a {} value", fn,
+                                          log ? "number" : "string", lua_typename(L, kt), lua_typename(L, vt));
+      lua_pop(L, 2);
+      return eng::invalid_argument("{}", msg);
+    }
+    std::string key = lua_tostring(L, -2);
+    if (log) values.emplace_back(std::move(key), lua_tonumber(L, -1));
+    else if (vt == LUA_TBOOLEAN) tags.emplace_back(std::move(key), lua_toboolean(L, -1) ? "true" : "false");
+    else tags.emplace_back(std::move(key), std::string(luaL_tolstring(L, -1, nullptr)));
+    lua_settop(L, lua_gettop(L) - (log || vt == LUA_TBOOLEAN ? 1 : 2));  // keep the key
+  }
+  const int64_t step = std::max<int64_t>(0, t->current_step() - 1);
+  for (const auto& [k, v] : tags) {
+    eng::Status s = t->recorder().set_tag(k, v);
+    if (!s.ok()) return eng::Status(s.code(), fmt::format("{}: {}", fn, s.message()));
+  }
+  for (const auto& [k, v] : values) {
+    eng::Status s = t->recorder().log_value(k, step, v);
+    if (!s.ok()) return eng::Status(s.code(), fmt::format("{}: {}", fn, s.message()));
+  }
+  lua_settop(L, 1);
+  return 1;
+}
+Result<int> trainer_tag(lua_State* L) { return trainer_tag_or_log(L, false); }
+Result<int> trainer_log(lua_State* L) { return trainer_tag_or_log(L, true); }
 
 // ---- Compiled -----------------------------------------------------------------------------
 
@@ -597,11 +688,15 @@ constexpr Method kTrainerMethods[] = {
      "  non-trivial axis (fsdp, tensor, context, stage, expert, ...), largest first, with the axes\n"
      "  each misses; exceeds = their share of elements > tolerance (default: the config's\n"
      "  sharding_tolerance, 0.02)."},
+    {"tag", lua_entry<trainer_tag>, "t:tag{key = value, ...} -> t",
+     "Tags the run in the store (MLflow's set_tag): string keys, values as strings."},
+    {"log", lua_entry<trainer_log>, "t:log{name = number, ...} -> t",
+     "Logs free-form metrics into the store's metrics table at the last step run (context train)."},
     {"visualize", lua_entry<trainer_visualize>, "t:visualize(path [, {dims={i, j}, color=bool}]) -> string",
      "The device grid of one array of the state (see sl.visualize), e.g.\n"
      "  t:visualize(\"params/decoder/layers_0/mlp/wi_0/kernel\")."},
 };
-constexpr const char* kTrainerProperties[] = {"current_step", "mesh", "num_params"};
+constexpr const char* kTrainerProperties[] = {"current_step", "mesh", "num_params", "run_id", "run"};
 
 constexpr Method kHandleMethods[] = {
     {"wait", lua_entry<handle_metrics>, "h:wait() -> {step, loss, ...}",
@@ -626,8 +721,9 @@ void open_lua_train(lua_State* L, int sl) {
                   nullptr, udata_gc<eng::Config>, kConfigMethods});
   define_type(L, {"Trainer",
                   "A training run: config, mesh, the traced train_step, its arrays and data.\n"
-                  "  Fields: t.current_step (the next step to run), t.mesh, t.num_params.",
-                  lua_entry<trainer_tostring>, nullptr, udata_gc<TrainerBox>, kTrainerMethods,
+                  "  Fields: t.current_step (the next step to run), t.mesh, t.num_params, t.run_id and\n"
+                  "  t.run (the run in the metrics store, as sl.run gives it; nil when not recorded).",
+                  lua_entry<trainer_tostring>, nullptr, trainer_gc, kTrainerMethods,
                   lua_entry<trainer_property>, kTrainerProperties});
   define_type(L, {"StepHandle",
                   "A dispatched training step. h.step is known at once; h.loss (and the other metric\n"

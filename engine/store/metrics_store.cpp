@@ -16,6 +16,9 @@ namespace eng {
 
 int register_sql_functions(sqlite3* db);  // sql_functions.cpp
 
+std::string new_run_id();  // below; runs.cpp uses it
+std::string json_string_array(const std::vector<std::string>& xs);
+
 namespace {
 
 SqlValue opt(const std::optional<double>& v) { return v ? SqlValue(*v) : SqlValue(); }
@@ -51,13 +54,6 @@ std::string json_array(const std::vector<T>& xs) {
   return fmt::format("[{}]", fmt::join(parts, ","));
 }
 
-std::string new_run_id() {
-  static std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(unix_ms())};
-  uint64_t hi = rng(), lo = rng();
-  hi = (hi & ~0xf000ULL) | 0x4000ULL;                 // uuid version 4
-  lo = (lo & ~(3ULL << 62)) | (2ULL << 62);           // RFC 4122 variant
-  return fmt::format("{:016x}{:016x}", hi, lo);
-}
 
 // One line of SQL for error messages: whitespace collapsed, long text cut.
 std::string sql_excerpt(std::string_view sql) {
@@ -131,7 +127,64 @@ Status check_path(const std::string& path) {
   return ok_status();
 }
 
+// sl.sql's guard (MetricsStore::query): what a user statement may not do. Data rows may be
+// written; the schema, the file's PRAGMAs, other databases and transactions may not.
+const char* denied_action(int action, const char* a1, const char* a2) {
+  switch (action) {
+    case SQLITE_ATTACH:
+    case SQLITE_DETACH:
+      return "ATTACH or DETACH another database";
+    case SQLITE_TRANSACTION:
+    case SQLITE_SAVEPOINT:
+      return "control transactions (BEGIN, COMMIT, ROLLBACK, SAVEPOINT): each statement commits on "
+             "its own";
+    case SQLITE_ALTER_TABLE:
+    case SQLITE_CREATE_TABLE:
+    case SQLITE_CREATE_INDEX:
+    case SQLITE_CREATE_TRIGGER:
+    case SQLITE_CREATE_VIEW:
+    case SQLITE_DROP_TABLE:
+    case SQLITE_DROP_INDEX:
+    case SQLITE_DROP_TRIGGER:
+    case SQLITE_DROP_VIEW:
+      // (not SQLITE_CREATE_VTABLE: json_each() reports it; CREATE VIRTUAL TABLE writes
+      // sqlite_schema and is refused below)
+      return "change the store's schema (CREATE TEMP objects are allowed)";
+    // (UPDATE of sqlite_schema is reported when json_each() is first used; a user's UPDATE of
+    // it needs PRAGMA writable_schema, which is refused.)
+    case SQLITE_INSERT:
+    case SQLITE_DELETE:
+      if (a1 != nullptr && std::string_view(a1).starts_with("sqlite_") &&
+          !std::string_view(a1).starts_with("sqlite_temp_"))
+        return "change the store's schema (CREATE TEMP objects are allowed)";  // DDL writes
+                                                                               // sqlite_schema
+      return nullptr;
+    case SQLITE_PRAGMA: {
+      if (a2 == nullptr) return nullptr;  // reading a pragma
+      static constexpr std::string_view kWithArgument[] = {
+          "wal_checkpoint",  "table_info", "table_xinfo",      "index_info",
+          "index_xinfo",     "index_list", "foreign_key_list", "foreign_key_check",
+          "integrity_check", "quick_check"};
+      for (std::string_view p : kWithArgument)
+        if (p == a1) return nullptr;
+      return "set a PRAGMA";
+    }
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
+
+std::string new_run_id() {
+  static std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(unix_ms())};
+  uint64_t hi = rng(), lo = rng();
+  hi = (hi & ~0xf000ULL) | 0x4000ULL;        // uuid version 4
+  lo = (lo & ~(3ULL << 62)) | (2ULL << 62);  // RFC 4122 variant
+  return fmt::format("{:016x}{:016x}", hi, lo);
+}
+
+std::string json_string_array(const std::vector<std::string>& xs) { return json_array(xs); }
 
 std::string_view run_status_name(RunStatus s) {
   switch (s) {
@@ -181,7 +234,7 @@ Result<std::unique_ptr<MetricsStore>> MetricsStore::open(const std::string& path
     return io_error("store: cannot open '{}': file is read-only", path);
   sqlite3_busy_timeout(db, options.busy_timeout_ms);
   // journal_mode reads the header first, so a corrupt file fails here.
-  Result<QueryResult> mode = store->query("PRAGMA journal_mode=WAL");
+  Result<QueryResult> mode = store->select_locked("PRAGMA journal_mode=WAL", {}, false);
   if (!mode.ok()) return fail(mode.status());
   if (mode->rows.empty() || sql_value_to_string(mode->rows[0][0]) != "wal")
     return io_error("store: cannot open '{}': could not switch to WAL mode", path);
@@ -217,6 +270,8 @@ Result<std::unique_ptr<MetricsStore>> MetricsStore::open(const std::string& path
   }
   s = store->exec("COMMIT");
   if (!s.ok()) return fail(s);
+  Result<int> vanished = store->mark_vanished_runs();
+  if (!vanished.ok()) return fail(vanished.status());
   return store;
 }
 
@@ -287,35 +342,6 @@ Result<int> MetricsStore::user_version() {
   return v;
 }
 
-Result<std::string> MetricsStore::begin_run(const RunInfo& info) {
-  std::lock_guard lock(mu_);
-  std::string run_id = new_run_id();
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  ENG_RETURN_IF_ERROR(exec("BEGIN"));
-  SqlValue args[] = {run_id,
-                     info.name,
-                     unix_ms(),
-                     std::string(host),
-                     json_array(info.argv),
-                     text_or_null(info.script),
-                     text_or_null(info.git_rev),
-                     text_or_null(info.parent_run_id)};
-  Status s = run("INSERT INTO runs (run_id, name, status, start_ms, host, argv, script, git_rev, "
-                 "parent_run_id) VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?)",
-                 args);
-  for (size_t i = 0; s.ok() && i < info.params.size(); ++i) {
-    SqlValue p[] = {run_id, info.params[i].first, info.params[i].second};
-    s = run("INSERT OR REPLACE INTO params (run_id, key, value) VALUES (?, ?, ?)", p);
-  }
-  if (s.ok()) s = exec("COMMIT");
-  if (!s.ok()) {
-    (void)exec("ROLLBACK");
-    return s;
-  }
-  return run_id;
-}
-
 Status MetricsStore::log_params(const std::string& run_id,
                                 std::span<const std::pair<std::string, std::string>> params) {
   std::lock_guard lock(mu_);
@@ -368,18 +394,32 @@ Status MetricsStore::flush() {
   return flush_locked();
 }
 
-// One transaction for everything buffered. On failure the batch is dropped (it would fail
-// again) and the error names the statement.
+// Everything buffered, in one transaction; the rows leave the buffer only when it commits.
+// A transient failure (another writer holding the lock past busy_timeout, a full disk, an I/O
+// error) is retried once here, and the rows stay buffered for the next flush either way.
 Status MetricsStore::flush_locked() {
   if (pending_steps_.empty() && pending_metrics_.empty()) return ok_status();
-  std::vector<StepRow> steps = std::move(pending_steps_);
-  std::vector<PendingMetric> metrics = std::move(pending_metrics_);
-  pending_steps_.clear();
-  pending_metrics_.clear();
+  Status s = flush_once_locked();
+  if (s.ok()) return s;
+  const size_t n = pending_steps_.size() + pending_metrics_.size();
+  // A constraint or type error fails the same way every time: that batch can never be written.
+  if (s.code() == Code::kFailedPrecondition || s.code() == Code::kInvalidArgument) {
+    pending_steps_.clear();
+    pending_metrics_.clear();
+    return Status(s.code(),
+                  fmt::format("{} ({} rows dropped: they can never be written)", s.message(), n));
+  }
+  ::usleep(50 * 1000);
+  s = flush_once_locked();
+  if (s.ok()) return s;
+  return Status(s.code(), fmt::format("{} ({} rows kept for the next flush)", s.message(), n));
+}
+
+Status MetricsStore::flush_once_locked() {
   ENG_RETURN_IF_ERROR(exec("BEGIN"));
   Status s;
-  for (size_t i = 0; s.ok() && i < steps.size(); ++i) {
-    const StepRow& r = steps[i];
+  for (size_t i = 0; s.ok() && i < pending_steps_.size(); ++i) {
+    const StepRow& r = pending_steps_[i];
     SqlValue a[] = {r.run_id,         r.step,          r.wall_ms,        opt(r.loss),
                     opt(r.step_time_s), opt(r.compile_s), opt(r.data_s),   opt(r.tokens),
                     opt(r.tokens_per_s), opt(r.tokens_per_s_device), opt(r.tflops_per_device),
@@ -389,8 +429,8 @@ Status MetricsStore::flush_locked() {
             "synced, compiled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             a);
   }
-  for (size_t i = 0; s.ok() && i < metrics.size(); ++i) {
-    const PendingMetric& m = metrics[i];
+  for (size_t i = 0; s.ok() && i < pending_metrics_.size(); ++i) {
+    const PendingMetric& m = pending_metrics_[i];
     bool nan = std::isnan(m.value);
     SqlValue a[] = {m.run_id, m.key, m.context, m.step, nan ? SqlValue() : SqlValue(m.value),
                     boolean(nan), m.wall_ms};
@@ -399,8 +439,13 @@ Status MetricsStore::flush_locked() {
             a);
   }
   if (s.ok()) s = exec("COMMIT");
-  if (!s.ok()) (void)exec("ROLLBACK");
-  return s;
+  if (!s.ok()) {
+    (void)exec("ROLLBACK");
+    return s;
+  }
+  pending_steps_.clear();
+  pending_metrics_.clear();
+  return ok_status();
 }
 
 Result<int64_t> MetricsStore::record_mesh(const MeshRow& m) {
@@ -526,6 +571,69 @@ Result<int64_t> MetricsStore::record_tensor_shardings(const std::string& run_id,
 Result<QueryResult> MetricsStore::query(std::string_view sql, std::span<const SqlValue> args) {
   std::lock_guard lock(mu_);
   ENG_RETURN_IF_ERROR(flush_locked());  // a query sees every row logged so far
+  return select_locked(sql, args, true);
+}
+
+void MetricsStore::set_interrupt_check(std::function<bool()> check) {
+  std::lock_guard lock(mu_);
+  interrupt_check_ = std::move(check);
+}
+
+namespace {
+
+struct UserGuard {  // the authorizer's and progress handler's state during one user statement
+  const char* denied = nullptr;
+  const std::function<bool()>* interrupt = nullptr;
+  bool interrupted = false;
+};
+
+int authorize(void* p, int action, const char* a1, const char* a2, const char*, const char*) {
+  auto* g = static_cast<UserGuard*>(p);
+  const char* why = denied_action(action, a1, a2);
+  if (why == nullptr) return SQLITE_OK;
+  // DDL also writes sqlite_schema; name the statement's own action rather than that write.
+  const bool schema_row = action == SQLITE_INSERT || action == SQLITE_DELETE;
+  if (g->denied == nullptr || !schema_row) g->denied = why;
+  return SQLITE_DENY;
+}
+
+int progress(void* p) {
+  auto* g = static_cast<UserGuard*>(p);
+  if (g->interrupt != nullptr && *g->interrupt && (*g->interrupt)()) g->interrupted = true;
+  return g->interrupted ? 1 : 0;
+}
+
+}  // namespace
+
+Result<QueryResult> MetricsStore::select_locked(std::string_view sql,
+                                                std::span<const SqlValue> args, bool user) {
+  UserGuard guard{nullptr, &interrupt_check_, false};
+  if (user) {
+    sqlite3_set_authorizer(db_, authorize, &guard);
+    sqlite3_progress_handler(db_, 1000, progress, &guard);
+  }
+  struct Reset {  // the guard lives on this frame: unhook before it goes
+    sqlite3* db;
+    bool on;
+    ~Reset() {
+      if (!on) return;
+      sqlite3_set_authorizer(db, nullptr, nullptr);
+      sqlite3_progress_handler(db, 0, nullptr, nullptr);
+    }
+  } reset{db_, user};
+  Result<QueryResult> r = step_rows(sql, args, user ? kMaxQueryRows : 0);
+  if (guard.denied != nullptr)
+    return failed_precondition("store: sl.sql may not {} (in \"{}\"); see docs/metrics-store.md",
+                               guard.denied, sql_excerpt(sql));
+  if (!r.ok() && guard.interrupted)
+    return Status(Code::kCancelled,
+                  fmt::format("store: query interrupted (in \"{}\")", sql_excerpt(sql)));
+  return r;
+}
+
+// Prepares one statement, binds args and collects its rows (at most max_rows; 0: no limit).
+Result<QueryResult> MetricsStore::step_rows(std::string_view sql, std::span<const SqlValue> args,
+                                            size_t max_rows) {
   sqlite3_stmt* stmt = nullptr;
   const char* tail = nullptr;
   if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, &tail) != SQLITE_OK)
@@ -555,6 +663,11 @@ Result<QueryResult> MetricsStore::query(std::string_view sql, std::span<const Sq
   for (int j = 0; j < ncols; ++j) out.columns.push_back(sqlite3_column_name(stmt, j));
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    if (max_rows > 0 && out.rows.size() >= max_rows)
+      return finish(
+          resource_exhausted("store: query returned more than {} rows; add a LIMIT "
+                             "(in \"{}\")",
+                             max_rows, sql_excerpt(sql)));
     std::vector<SqlValue> row;
     row.reserve(ncols);
     for (int j = 0; j < ncols; ++j) row.push_back(column(stmt, j));

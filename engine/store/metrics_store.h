@@ -12,7 +12,8 @@
 // - The file is in WAL mode (synchronous=NORMAL, foreign_keys=ON, busy_timeout), so the
 //   sqlite3 CLI can read it while a run writes, and a crash loses at most unflushed rows.
 // - Step and metric rows are buffered in memory and written by flush() in ONE transaction;
-//   every other record_* call is its own small transaction.
+//   they stay buffered until that transaction commits (a failed flush keeps them and is
+//   retried; the next flush tries again). Every other record_* call is its own transaction.
 // - The schema version lives in PRAGMA user_version; open() applies pending migrations.
 //   The schema is documented in docs/metrics-store.md.
 // - Errors are Status values naming the store, SQLite's message and the SQL.
@@ -21,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -61,12 +63,25 @@ enum class RunStatus { kRunning, kFinished, kFailed, kKilled };
 std::string_view run_status_name(RunStatus s);  // "RUNNING", "FINISHED", ...
 
 struct RunInfo {
-  std::string name{};                                        // human label (not unique)
+  std::string name{};                                        // "" = generated (adjective-noun-N)
   std::vector<std::string> argv{};                           // stored as a JSON array
   std::string script{};                                      // script path, "" if none
+  std::string script_hash{};                                 // tag shardlab.script_hash, "" if none
   std::string git_rev{};                                     // "" if unknown
   std::string parent_run_id{};                               // "" if none
+  int64_t pid = 0;                                           // tag shardlab.pid; 0 = this process
   std::vector<std::pair<std::string, std::string>> params{}; // flattened config: "mesh.fsdp" -> "4"
+};
+
+// sl.runs{...}: every set field narrows the result (AND). Rows come from v_run_summary plus
+// host and parent_run_id, newest first.
+struct RunFilter {
+  std::string name{};           // exact name, or a GLOB pattern when it has * ? or [
+  std::string status{};         // RUNNING | FINISHED | FAILED | KILLED
+  std::optional<int64_t> since_ms{}, until_ms{};  // start_ms in [since, until]
+  std::vector<std::pair<std::string, std::string>> params{};  // params.key = value, each
+  std::string where{};          // an extra SQL condition over the row's columns (read-only)
+  int64_t limit = -1;           // -1: all
 };
 
 // One row of `steps`. Optional fields are NULL when unset (NULL means unknown, not zero).
@@ -172,8 +187,19 @@ class MetricsStore {
   const std::string& path() const { return path_; }
   Result<int> user_version();
 
-  // Runs: begin_run returns a new run_id (32 hex digits) with status RUNNING.
+  // Runs: begin_run returns a new run_id (32 hex digits) with status RUNNING. The host is this
+  // machine's; the pid (tag shardlab.pid) lets a later open() tell a vanished process.
   Result<std::string> begin_run(const RunInfo& info);
+  // An adjective-noun-number name that no run in the store has ("brave-otter-17").
+  Result<std::string> unique_run_name();
+  // A run that recorded nothing of its own (no steps, metrics, checkpoints or user tags) is
+  // deleted; its compilations, events, meshes and sharding snapshots stay with run_id NULL.
+  // Returns whether it was deleted.
+  Result<bool> discard_run_if_empty(const std::string& run_id);
+  // RUNNING runs of this host whose process no longer exists become KILLED (end_ms: their last
+  // step's time, else now). open() calls it; returns how many were marked.
+  Result<int> mark_vanished_runs();
+  Result<QueryResult> find_runs(const RunFilter& filter);
   Status log_params(const std::string& run_id,
                     std::span<const std::pair<std::string, std::string>> params);
   Status set_tag(const std::string& run_id, const std::string& key, const std::string& value);
@@ -200,7 +226,15 @@ class MetricsStore {
                                           std::span<const TensorShardingRow> rows);
 
   // Any SQL with `?` parameters bound from args; one statement. Rows keep SQLite's types.
+  // This is the users' entry (sl.sql): an authorizer refuses what would damage the store or
+  // another writer's transaction (ATTACH/DETACH, BEGIN/COMMIT/SAVEPOINT, schema changes to
+  // non-temporary objects, PRAGMAs that set a value); rows may be inserted, updated and
+  // deleted (autocommit). A query stops with an error when the interrupt check (if set)
+  // returns true, or past kMaxQueryRows rows.
   Result<QueryResult> query(std::string_view sql, std::span<const SqlValue> args = {});
+  static constexpr size_t kMaxQueryRows = 1000000;
+  // Polled during queries (SQLite's progress handler); true stops the query ("interrupted").
+  void set_interrupt_check(std::function<bool()> check);
 
  private:
   struct PendingMetric {
@@ -215,6 +249,11 @@ class MetricsStore {
   Result<sqlite3_stmt*> prepare(std::string_view sql);      // cached by SQL text
   Status error(std::string_view sql) const;                 // Status from db_'s last error
   Status flush_locked();
+  Status flush_once_locked();
+  Result<QueryResult> step_rows(std::string_view sql, std::span<const SqlValue> args,
+                                size_t max_rows);
+  Result<QueryResult> select_locked(std::string_view sql, std::span<const SqlValue> args,
+                                    bool user);  // user: authorizer + interrupt + row cap
 
   sqlite3* db_ = nullptr;                                   // owned; closed in the destructor
   std::string path_;                                        // as given to open()
@@ -222,6 +261,7 @@ class MetricsStore {
   std::vector<std::pair<std::string, sqlite3_stmt*>> stmts_;  // prepared-statement cache
   std::vector<StepRow> pending_steps_;                      // buffered until flush()
   std::vector<PendingMetric> pending_metrics_;              // buffered until flush()
+  std::function<bool()> interrupt_check_;                   // polled during user queries
 };
 
 // Formats a value the way the sqlite3 CLI would ("NULL", 3, 0.5, text, x'00ff').

@@ -208,8 +208,19 @@ Status Config::set(std::string_view key, ConfigValue value) {
     Result<ModelConfig> m = model_preset(std::get<std::string>(value));
     if (!m.ok()) return invalid_argument("config: model_name: {}", m.status().message());
   }
+  if (key == "logical_axis_rules") rules_.reset();  // the text is parsed when asked for
   overrides_[std::string(key)] = std::move(value);
   return ok_status();
+}
+
+void Config::set_logical_axis_rules(LogicalAxisRules rules) {
+  overrides_["logical_axis_rules"] = rules.to_list_string();  // shown by get() and flatten()
+  rules_ = std::move(rules);
+}
+
+Result<LogicalAxisRules> Config::logical_axis_rules() const {
+  if (rules_) return *rules_;
+  return parse_logical_axis_rules(get_string("logical_axis_rules"));
 }
 
 bool Config::has_override(std::string_view key) const {
@@ -321,6 +332,63 @@ Status resolve_pipeline(const Config& c, ResolvedConfig& r) {
   return ok_status();
 }
 
+namespace {
+
+// optax.adamw and MaxText's warmup + cosine schedule.
+Status resolve_optimizer(const Config& c, ResolvedConfig& r) {
+  r.learning_rate = c.get_float("learning_rate");
+  r.warmup_steps_fraction = c.get_float("warmup_steps_fraction");
+  r.learning_rate_final_fraction = c.get_float("learning_rate_final_fraction");
+  if (r.learning_rate < 0)
+    return invalid_argument("config: learning_rate must be >= 0, got {:g}", r.learning_rate);
+  if (r.warmup_steps_fraction < 0 || r.warmup_steps_fraction > 1)
+    return invalid_argument("config: warmup_steps_fraction must be in [0, 1], got {:g}",
+                            r.warmup_steps_fraction);
+  int64_t schedule_steps = c.get_int("learning_rate_schedule_steps");
+  if (schedule_steps == -1) schedule_steps = r.steps;
+  if (schedule_steps < 0)
+    return invalid_argument("config: learning_rate_schedule_steps must be >= 0 or -1, got {}",
+                            schedule_steps);
+  r.warmup_steps =
+      static_cast<int64_t>(static_cast<double>(schedule_steps) * r.warmup_steps_fraction);
+  r.cos_steps = schedule_steps - r.warmup_steps;
+  r.adam_b1 = c.get_float("adam_b1");
+  r.adam_b2 = c.get_float("adam_b2");
+  r.adam_eps = c.get_float("adam_eps");
+  r.adam_weight_decay = c.get_float("adam_weight_decay");
+  r.gradient_clipping_threshold = c.get_float("gradient_clipping_threshold");
+  for (auto [key, v] : {std::pair{"adam_b1", r.adam_b1}, std::pair{"adam_b2", r.adam_b2}})
+    if (v < 0 || v >= 1) return invalid_argument("config: {} must be in [0, 1), got {:g}", key, v);
+  // Negative values here have no meaning (a negative eps divides by zero; a negative
+  // threshold would flip the clipped gradient), so they are errors rather than surprises.
+  for (auto [key, v] :
+       {std::pair{"adam_eps", r.adam_eps}, std::pair{"adam_weight_decay", r.adam_weight_decay},
+        std::pair{"gradient_clipping_threshold", r.gradient_clipping_threshold},
+        std::pair{"learning_rate_final_fraction", r.learning_rate_final_fraction}})
+    if (v < 0) return invalid_argument("config: {} must be >= 0, got {:g}", key, v);
+
+  return ok_status();
+}
+
+// The dataset keys (dataset="text:PATH" sets both).
+Status resolve_data(const Config& c, ResolvedConfig& r) {
+  r.dataset_type = c.get_string("dataset_type");
+  r.dataset_path = c.get_string("dataset_path");
+  if (r.dataset_type != "synthetic" && r.dataset_type != "text" && r.dataset_type != "tokens")
+    return invalid_argument("config: dataset_type must be synthetic, text or tokens, got '{}'",
+                            r.dataset_type);
+  if (r.dataset_type != "synthetic" && r.dataset_path.empty())
+    return invalid_argument("config: dataset_type={} needs dataset_path", r.dataset_type);
+  if (r.dataset_type == "synthetic" && !r.dataset_path.empty())
+    return invalid_argument(
+        "config: dataset_path '{}' is set but dataset_type is synthetic, which "
+        "reads no file (use dataset=\"text:PATH\" or \"tokens:PATH\")",
+        r.dataset_path);
+  return ok_status();
+}
+
+}  // namespace
+
 Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   ResolvedConfig r;
   r.num_devices = num_devices;
@@ -364,46 +432,8 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.steps = c.get_int("steps");
   if (r.steps < 0) return invalid_argument("config: steps must be >= 0, got {}", r.steps);
 
-  r.learning_rate = c.get_float("learning_rate");
-  r.warmup_steps_fraction = c.get_float("warmup_steps_fraction");
-  r.learning_rate_final_fraction = c.get_float("learning_rate_final_fraction");
-  if (r.learning_rate < 0) return invalid_argument("config: learning_rate must be >= 0, got {:g}", r.learning_rate);
-  if (r.warmup_steps_fraction < 0 || r.warmup_steps_fraction > 1)
-    return invalid_argument("config: warmup_steps_fraction must be in [0, 1], got {:g}",
-                            r.warmup_steps_fraction);
-  int64_t schedule_steps = c.get_int("learning_rate_schedule_steps");
-  if (schedule_steps == -1) schedule_steps = r.steps;
-  if (schedule_steps < 0)
-    return invalid_argument("config: learning_rate_schedule_steps must be >= 0 or -1, got {}",
-                            schedule_steps);
-  r.warmup_steps = static_cast<int64_t>(static_cast<double>(schedule_steps) * r.warmup_steps_fraction);
-  r.cos_steps = schedule_steps - r.warmup_steps;
-  r.adam_b1 = c.get_float("adam_b1");
-  r.adam_b2 = c.get_float("adam_b2");
-  r.adam_eps = c.get_float("adam_eps");
-  r.adam_weight_decay = c.get_float("adam_weight_decay");
-  r.gradient_clipping_threshold = c.get_float("gradient_clipping_threshold");
-  for (auto [key, v] : {std::pair{"adam_b1", r.adam_b1}, std::pair{"adam_b2", r.adam_b2}})
-    if (v < 0 || v >= 1) return invalid_argument("config: {} must be in [0, 1), got {:g}", key, v);
-  // Negative values here have no meaning (a negative eps divides by zero; a negative
-  // threshold would flip the clipped gradient), so they are errors rather than surprises.
-  for (auto [key, v] : {std::pair{"adam_eps", r.adam_eps},
-                        std::pair{"adam_weight_decay", r.adam_weight_decay},
-                        std::pair{"gradient_clipping_threshold", r.gradient_clipping_threshold},
-                        std::pair{"learning_rate_final_fraction", r.learning_rate_final_fraction}})
-    if (v < 0) return invalid_argument("config: {} must be >= 0, got {:g}", key, v);
-
-  r.dataset_type = c.get_string("dataset_type");
-  r.dataset_path = c.get_string("dataset_path");
-  if (r.dataset_type != "synthetic" && r.dataset_type != "text" && r.dataset_type != "tokens")
-    return invalid_argument("config: dataset_type must be synthetic, text or tokens, got '{}'",
-                            r.dataset_type);
-  if (r.dataset_type != "synthetic" && r.dataset_path.empty())
-    return invalid_argument("config: dataset_type={} needs dataset_path", r.dataset_type);
-  if (r.dataset_type == "synthetic" && !r.dataset_path.empty())
-    return invalid_argument("config: dataset_path '{}' is set but dataset_type is synthetic, which "
-                            "reads no file (use dataset=\"text:PATH\" or \"tokens:PATH\")",
-                            r.dataset_path);
+  ENG_RETURN_IF_ERROR(resolve_optimizer(c, r));
+  ENG_RETURN_IF_ERROR(resolve_data(c, r));
   r.init_weights_seed = static_cast<uint64_t>(c.get_int("init_weights_seed"));
   r.data_shuffle_seed = static_cast<uint64_t>(c.get_int("data_shuffle_seed"));
   r.run_name = c.get_string("run_name");

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -20,6 +21,7 @@
 
 #include "engine/base/status.h"
 #include "engine/model/llama.h"
+#include "engine/sharding/logical_rules.h"
 
 namespace eng {
 
@@ -52,9 +54,17 @@ class Config {
   std::map<std::string, std::string> flatten() const;
   const std::map<std::string, ConfigValue>& overrides() const { return overrides_; }
 
+  // logical_axis_rules as a typed value (the shell hands the rules it read from a Lua table;
+  // nothing prints and re-parses them). get("logical_axis_rules") shows them in base.yml's list
+  // form. A string set with set() (MaxText's override syntax) is parsed by logical_axis_rules(),
+  // whose error names the position.
+  void set_logical_axis_rules(LogicalAxisRules rules);
+  Result<LogicalAxisRules> logical_axis_rules() const;
+
  private:
   const ConfigValue* preset_value(std::string_view key) const;
   std::map<std::string, ConfigValue> overrides_;  // user-set keys
+  std::optional<LogicalAxisRules> rules_;         // set_logical_axis_rules; nullopt: parse the key
 };
 
 // The derived values a run needs, validated together.

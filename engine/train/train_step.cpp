@@ -10,6 +10,18 @@
 
 namespace eng {
 
+int NamedLayout::find(std::string_view name) const {
+  for (const NamedSlot& s : slots)
+    if (s.name == name) return s.index;
+  return -1;
+}
+
+int NamedLayout::at(std::string_view name) const {
+  const int i = find(name);
+  ENG_CHECK(i >= 0, "train_step layout: no array named '{}'", name);
+  return i;
+}
+
 Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
   Builder b("train_step");
   LlamaParams params = declare_llama_params(b, c.model);
@@ -78,8 +90,12 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     b.output(v, name);
     l.metric_names.push_back(name);
   }
-  if (layout) *layout = l;
   Program traced = std::move(b).finish();
+  for (const std::string& name : l.metric_names)
+    l.metrics.slots.push_back({name, traced.find_output(name)});
+  for (int i = l.first_batch_arg; i < static_cast<int>(traced.args().size()); ++i)
+    l.batch.slots.push_back({traced.value(traced.args()[i].value).name, i});
+  if (layout) *layout = l;
   Result<RematPolicy> policy = remat_policy(c.remat_policy, c.remat_save_names);
   ENG_CHECK(policy.ok(), "build_train_step: {}", policy.status().message());  // resolve_config validated it
   if (policy->save_all) return traced;  // none: nothing to recompute
@@ -92,8 +108,7 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
   o.shard_optimizer_over_data = config.get_bool("shard_optimizer_over_data");
   o.skip_trivial_specs = config.get_bool("skip_trivial_specs");
   // MaxText merges logical_axis_rules into the base rules (_merge_logical_axis_rules).
-  ENG_ASSIGN_OR_RETURN(LogicalAxisRules overrides,
-                       parse_logical_axis_rules(config.get_string("logical_axis_rules")));
+  ENG_ASSIGN_OR_RETURN(LogicalAxisRules overrides, config.logical_axis_rules());
   // A misspelt axis would otherwise vanish silently (an absent axis counts as size 1).
   const std::vector<std::string>& known = maxtext_mesh_axes();
   for (const LogicalAxisRule& r : overrides.rules())
@@ -107,14 +122,9 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
   return o;
 }
 
-namespace {
-
-// MaxText's config key for a mesh axis: ici_<axis>_parallelism, ici_pipeline_parallelism for stage.
 std::string ici_key(const std::string& axis) {
   return axis == "stage" ? "ici_pipeline_parallelism" : "ici_" + axis + "_parallelism";
 }
-
-}  // namespace
 
 Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices) {
   std::vector<std::pair<std::string, int64_t>> ici;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/compile/executable.h"
@@ -19,12 +20,27 @@
 
 namespace eng {
 
+// A named position in the program: an argument index (batch arrays) or an output index
+// (metrics). Callers find arrays by name, never by offset arithmetic.
+struct NamedSlot {
+  std::string name;  // "inputs", "learning/loss"
+  int index = -1;    // program argument or output index
+};
+struct NamedLayout {
+  std::vector<NamedSlot> slots;           // in program order
+  int find(std::string_view name) const;  // index, or -1 when absent
+  int at(std::string_view name) const;    // REQUIRES: present (a bug otherwise)
+  size_t size() const { return slots.size(); }
+};
+
 struct TrainStepLayout {
   int num_params = 0;           // args [0, n) params, [n, 2n) mu, [2n, 3n) nu
   int step_arg = -1;            // index of the step argument
   int first_batch_arg = -1;     // six batch args from here
   std::vector<std::string> metric_names;  // program outputs after the aliased state
   int first_metric_output = -1;
+  NamedLayout batch;    // "inputs" ... "targets_segmentation" -> argument index
+  NamedLayout metrics;  // "learning/loss" ... -> output index
 };
 
 Program build_train_step(const ResolvedConfig& config, TrainStepLayout* layout);
@@ -33,6 +49,8 @@ Program build_train_step(const ResolvedConfig& config, TrainStepLayout* layout);
 // skip_trivial_specs, and logical_axis_rules merged into MaxText's defaults (replacing them
 // with override_logical_axis_rules).
 Result<CompileOptions> compile_options_from_config(const Config& config);
+// MaxText's config key for a mesh axis: ici_<axis>_parallelism, ici_pipeline_parallelism for stage.
+std::string ici_key(const std::string& axis);
 // MaxText's mesh from the 12 ici_*_parallelism keys (stage: ici_pipeline_parallelism) over
 // num_devices; shard_mode explicit gives Explicit axes.
 Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices);

@@ -47,11 +47,13 @@
 #include "engine/base/function_ref.h"
 #include "engine/compile/cache.h"
 #include "engine/compile/executable.h"
+#include "engine/compile/jit.h"
 #include "engine/mesh/mesh.h"
 #include "engine/runtime/runtime.h"
 #include "engine/store/metrics_store.h"
 #include "engine/train/config.h"
 #include "engine/train/data.h"
+#include "engine/train/run_recorder.h"
 #include "engine/train/train_step.h"
 
 namespace eng {
@@ -59,43 +61,14 @@ namespace eng {
 class Dispatcher;
 class Trainer;
 
-// The outcome of the last train_step cache lookup (Compiled.key / Compiled.cache in the shell).
-struct CompileInfo {
-  std::string key;          // CacheKey::hex(): 32 hex digits
-  std::string key_name;     // "jit_train_step-<hex>"
-  std::string outcome;      // hit (tracing, executable or persistent) | miss (compiled)
-  std::string level;        // the level that answered: tracing | executable | persistent
-  std::string reason_kind;  // of the tracing miss ("" on a tracing hit)
-  std::string reason_text;
-  double compile_s = 0;     // compile time (0 unless compiled)
-};
-
 struct TrainerOptions {
   bool shape_only = false;             // compile and analyse; allocate no arrays
   int64_t device_capacity_bytes = 0;   // per simulated device; 0 = unlimited
   MetricsStore* store = nullptr;       // not owned; when set: runs, params, steps, metrics,
                                        // checkpoints and events are recorded
+  std::vector<std::string> argv{};     // the command line, for the runs table
+  std::string script{};                // the script path ("" in a REPL)
 };
-
-struct StepMetrics {
-  int64_t step = 0;                    // the step that ran (0-based)
-  double loss = 0, total_weights = 0, raw_grad_norm = 0, grad_norm = 0, param_norm = 0;
-  double learning_rate = 0;
-  double step_time_s = 0;              // train(): between consecutive loss syncs;
-                                       // bare handle: device_time_s
-  double device_time_s = 0;            // dispatcher: batch upload + execute + metric fetch
-  double tokens_per_s_per_device = 0;  // perf/per_device_tokens_per_sec
-  double tflops_per_device = 0;        // perf/per_device_tflops (per step)
-  double tflops_per_s_per_device = 0;  // perf/per_device_tflops_per_sec
-  double data_time_s = 0;              // host time spent loading the batch
-  double compile_s = 0;                // compile time before this step's dispatch (not in step_time_s)
-  bool compiled = false;               // this step triggered a compilation
-  bool synced = false;                 // step_time_s was measured at a loss sync (train())
-};
-
-// "completed step: 3, seconds: 0.412, TFLOP/s/device: 0.113, Tokens/s/device: 4970.874,
-// total_weights: 2048, loss: 5.102" (MaxText's metric_logger line).
-std::string step_line(const StepMetrics& m);
 
 // A dispatched step. Reading its metrics synchronises with the devices. Valid while its
 // Trainer lives and for the next kStepSlots steps (older handles report a clear error).
@@ -140,8 +113,11 @@ class Trainer {
   const TrainingTflops& tflops() const { return tflops_; }
   const DataSource* data() const { return data_.get(); }
   int max_inflight_steps() const { return max_inflight_; }
-  const std::string& run_id() const { return run_id_; }          // "" without a store
+  const std::string& run_id() const { return recorder_->run_id(); }  // "" without a store
+  RunRecorder& recorder() const { return *recorder_; }  // the one writer of this run's rows
   const std::string& restored_from() const { return restored_from_; }  // "" = fresh init
+  // "resumed from step N of run NAME" after a full-state restore ("" otherwise).
+  const std::string& resume_note() const { return resume_note_; }
   std::string checkpoint_dir() const;  // <base_output_directory>/<run_name>/checkpoints
 
   // Compiles train_step ahead of time for the state as placed and MaxText's shaped batch
@@ -151,8 +127,8 @@ class Trainer {
   // The AOT signature compile() uses, and the signature of the arrays as placed now.
   Result<Signature> aot_signature();
   Signature placed_signature() const;  // REQUIRES: !shape_only()
-  const CompileInfo& last_compile() const { return last_compile_; }
-  int64_t num_compiles() const { return num_compiles_; }  // real compiles by this trainer
+  const CompileInfo& last_compile() const { return jit_ ? jit_->last() : no_compile_; }
+  int64_t num_compiles() const { return jit_ ? jit_->num_compiles() : 0; }  // real compiles
   // Loads the next batch on the host and dispatches one step; returns before the devices
   // finish (max_inflight_steps > 0). Errors of earlier async steps surface here or on wait.
   Result<StepHandle> step();
@@ -181,44 +157,51 @@ class Trainer {
   struct StepSlot {
     int64_t ticket = -1, step = -1;
     bool compiled = false;
-    const Executable* exe = nullptr;  // what this step runs (kept alive by jitted_)
+    const Executable* exe = nullptr;  // what this step runs (kept alive by the Jit)
     double compile_s = 0, data_s = 0;
-    float metrics[8] = {};
+    float metrics[8] = {};             // by MetricIndex, in layout_.metrics order
     double device_start = 0, device_end = 0;
     double synced_at = 0;        // host time of the loss sync (0: not synced in train())
     double step_time_s = 0;      // interval between loss syncs (train())
   };
+  // Where each MaxText metric sits in StepSlot::metrics, found by name once.
+  struct MetricIndex {
+    int loss = -1, total_weights = -1, raw_grad_norm = -1, grad_norm = -1, param_norm = -1,
+        learning_rate = -1;
+  };
+  // One batch argument and the HostBatch array that feeds it, found by name once.
+  struct BatchFeed {
+    int arg = -1;
+    std::vector<int32_t> HostBatch::*array = nullptr;
+  };
+  // debug_* config keys: artificial delays for timing tests.
+  struct DebugDelays {
+    std::vector<int64_t> device_steps, checkpoint_steps;
+    double device_s = 0, checkpoint_s = 0;
+  };
 
   Trainer() = default;
+  Status read_options(const Config& config);
   Status init_state();
   Status setup_dispatch();
   // The one place that decides where state argument i lives (SPMD: the Executable's argument
   // shardings). init_state places with it; restore writes into arrays placed by it.
   NamedSharding state_sharding(int arg);
-  // The compile cache (trainer.cpp): the tracing-level lookup, then executable/persistent;
-  // returns the index into jitted_ and whether this was a tracing miss.
-  Result<int> lookup(Signature sig, const std::string& site, std::optional<int64_t> step,
-                     bool* missed);
-  Result<std::shared_ptr<const Executable>> compile_for(const Signature& sig,
-                                                        const CompileOptions& opts);
+  // The compile cache: the Jit's lookup, recorded. Sets *missed on a tracing miss.
+  Status lookup(Signature sig, const std::string& site, int64_t step, bool* missed);
   bool placed_matches(const Signature& sig) const;  // allocation-free: the steady-state check
-  void record_hit(int jitted, int64_t step);
-  void record_compilation_rows(std::vector<CompilationRow>& rows, int analysis_row,
-                               const Executable& exe);
   Status device_step(int64_t ticket);          // runs on the dispatcher thread
   Result<StepMetrics> metrics_of(int64_t ticket, int64_t step);  // REQUIRES: ticket finished
   Status wait_ticket(int64_t ticket) const;
 
-  // trainer_loop.cpp: the loop, store records, checkpoints and restore.
+  // trainer_loop.cpp: the loop, checkpoints and restore.
   Status sync_for_timing(StepSlot& slot);
   Status flush_step(int64_t ticket, int64_t step, FunctionRef<bool(const StepMetrics&)> on_step,
                     bool* keep_going);
   bool checkpoint_due(int64_t step) const;
   Status restore();
   Status restore_from(const std::string& path, bool params_only);
-  Status begin_store_run();
-  void record_event(const std::string& kind, const std::string& level, int64_t step,
-                    const std::string& message);
+  Status begin_run();
 
   Config raw_config_;
   ResolvedConfig config_;
@@ -226,23 +209,15 @@ class Trainer {
   TrainerOptions options_;
   Program program_;
   TrainStepLayout layout_;
+  MetricIndex metric_index_;
+  std::vector<BatchFeed> batch_feeds_;
   TrainingTflops tflops_;
-  std::shared_ptr<const Executable> executable_;  // the one the last lookup chose
-  // This train_step's tracing cache: every signature it was compiled (or loaded) for.
-  struct Jitted {
-    CacheKey key;
-    std::shared_ptr<const Executable> exe;
-    std::string key_hex;
-  };
-  std::vector<Jitted> jitted_;
-  int current_ = -1;                        // index into jitted_ of executable_
+  JitOptions jit_options_;                  // from the config's compile-cache keys
+  std::unique_ptr<Jit> jit_;                // made on the first lookup (options validated then)
+  static inline const CompileInfo no_compile_{};
+  std::unique_ptr<RunRecorder> recorder_;
   std::vector<NamedSharding> placement_;    // where state lives (argument_shardings)
-  std::string program_digest_;              // of program_, computed on the first lookup
-  std::optional<CompileOptions> compile_options_;
-  PersistentCacheOptions persistent_;
-  bool log_compiles_ = false, explain_misses_ = false, aot_batch_sharding_ = true;
-  CompileInfo last_compile_;
-  int64_t num_compiles_ = 0;
+  bool aot_batch_sharding_ = true;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<DataSource> data_;
   std::vector<Array> state_;    // one per program argument (params, mu, nu, step, batch)
@@ -252,14 +227,14 @@ class Trainer {
   std::vector<StepSlot> slots_;     // kStepSlots
   int64_t step_ = 0;            // next step to dispatch
   int max_inflight_ = 2;        // config max_inflight_steps
-  int64_t log_period_ = 1;      // config log_period: flushed steps per store transaction
-  int64_t unflushed_steps_ = 0;  // steps logged to the store since its last flush
   double ref_time_ = 0;         // train(): the previous loss sync (or checkpoint end)
-  std::vector<int64_t> delay_steps_, ckpt_delay_steps_;  // debug keys, parsed
-  double delay_s_ = 0, ckpt_delay_s_ = 0, compile_delay_s_ = 0;
+  DebugDelays delays_;
   int64_t last_checkpoint_step_ = -1;
-  std::string run_id_;          // metrics store run ("" without a store)
   std::string restored_from_;   // checkpoint path this trainer started from
+  std::string resume_note_;     // resume_note()
+  std::string restore_message_;  // the restore event, recorded once the run has begun
+  std::string parent_run_id_;   // the run that saved the restored checkpoint ("" if unknown)
+  int64_t first_step_ = 0;      // step_ after restore: the run stepped when step_ moves past it
   bool failed_ = false;         // an async step failed (the run is FAILED)
   std::unique_ptr<Dispatcher> dispatcher_;  // last: stopped before the arrays it uses go
 };

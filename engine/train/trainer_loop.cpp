@@ -1,6 +1,8 @@
 // engine/train/trainer_loop.cpp: the training loop in MaxText's (PR 2) order, honest step
 // timing, metrics-store records, and checkpoint save/restore.
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -16,6 +18,30 @@ namespace {
 
 bool is_state_arg(ArgRole r) { return r != ArgRole::kBatch; }
 
+// The params row set of a run: the flattened config with the values that took effect where
+// the config only hinted (ici_* sizes, -1 fills), plus mesh.<axis> sizes and derived sizes.
+std::vector<std::pair<std::string, std::string>> run_params(const Config& raw,
+                                                            const ResolvedConfig& c,
+                                                            const Mesh& mesh) {
+  std::map<std::string, std::string> p = raw.flatten();
+  for (const std::string& axis : maxtext_mesh_axes())
+    p[ici_key(axis)] = fmt::format("{}", mesh.axis_size(axis));
+  for (size_t i = 0; i < mesh.axis_names().size(); ++i)
+    p["mesh." + mesh.axis_names()[i]] = fmt::format("{}", mesh.axis_sizes()[i]);
+  p["mesh"] = mesh.to_string();
+  p["num_devices"] = fmt::format("{}", mesh.num_devices());
+  p["model_name"] = c.model.name;
+  p["model.num_params"] = fmt::format("{}", c.model.num_params());
+  p["per_device_batch_size_effective"] = fmt::format(
+      "{:g}", static_cast<double>(c.global_batch_size) / static_cast<double>(mesh.num_devices()));
+  p["global_batch_size_to_load"] = fmt::format("{}", c.global_batch_size);
+  p["global_batch_size_to_train_on"] = fmt::format("{}", c.global_batch_size);
+  p["tokens_per_step"] = fmt::format("{}", c.global_batch_size * c.max_target_length);
+  p["learning_rate_schedule_steps_effective"] = fmt::format("{}", c.warmup_steps + c.cos_steps);
+  p["warmup_steps"] = fmt::format("{}", c.warmup_steps);
+  return {p.begin(), p.end()};
+}
+
 }  // namespace
 
 std::string Trainer::checkpoint_dir() const {
@@ -23,29 +49,19 @@ std::string Trainer::checkpoint_dir() const {
                          raw_config_.get_string("run_name"));
 }
 
-// ---- metrics store -------------------------------------------------------------------------
+// ---- the run ------------------------------------------------------------------------------
 
-Status Trainer::begin_store_run() {
-  if (options_.store == nullptr) return ok_status();
+Status Trainer::begin_run() {
+  if (!recorder_->recording()) return ok_status();
   RunInfo info;
   info.name = config_.run_name;
-  for (const auto& [k, v] : raw_config_.flatten()) info.params.emplace_back(k, v);
-  info.params.emplace_back("mesh", mesh_.to_string());
-  info.params.emplace_back("num_devices", fmt::format("{}", mesh_.num_devices()));
-  ENG_ASSIGN_OR_RETURN(run_id_, options_.store->begin_run(info));
+  info.argv = options_.argv;
+  info.script = options_.script;
+  info.parent_run_id = parent_run_id_;
+  info.params = run_params(raw_config_, config_, mesh_);
+  ENG_RETURN_IF_ERROR(recorder_->begin(std::move(info)));
+  if (!restored_from_.empty()) recorder_->record_event("restore", "info", step_, restore_message_);
   return ok_status();
-}
-
-void Trainer::record_event(const std::string& kind, const std::string& level, int64_t step,
-                           const std::string& message) {
-  if (options_.store == nullptr || run_id_.empty()) return;
-  EventRow e;
-  e.run_id = run_id_;
-  e.step = step;
-  e.level = level;
-  e.kind = kind;
-  e.message = message;
-  (void)options_.store->record_event(e);  // best effort: a store error never stops training
 }
 
 // ---- timing and the loop -------------------------------------------------------------------
@@ -67,45 +83,8 @@ Status Trainer::flush_step(int64_t ticket, int64_t step,
   StepSlot& slot = slots_[static_cast<size_t>(ticket % kStepSlots)];
   ENG_RETURN_IF_ERROR(sync_for_timing(slot));
   ENG_ASSIGN_OR_RETURN(StepMetrics m, metrics_of(ticket, step));
-  if (options_.store != nullptr) {
-    const double tokens = static_cast<double>(config_.global_batch_size * config_.max_target_length);
-    StepRow row;
-    row.run_id = run_id_;
-    row.step = m.step;
-    row.loss = m.loss;
-    row.step_time_s = m.step_time_s;
-    if (m.compiled) row.compile_s = m.compile_s;
-    row.data_s = m.data_time_s;
-    row.tokens = static_cast<int64_t>(tokens);
-    row.tokens_per_s = tokens / m.step_time_s;
-    row.tokens_per_s_device = m.tokens_per_s_per_device;
-    row.tflops_per_device = m.tflops_per_s_per_device;
-    row.grad_norm = m.grad_norm;
-    row.lr = m.learning_rate;
-    row.synced = m.synced;
-    row.compiled = m.compiled;
-    MetricsStore& s = *options_.store;
-    s.log_step(std::move(row));
-    const std::pair<const char*, double> metrics[] = {
-        {"learning/loss", m.loss},
-        {"learning/grad_norm", m.grad_norm},
-        {"learning/raw_grad_norm", m.raw_grad_norm},
-        {"learning/param_norm", m.param_norm},
-        {"learning/current_learning_rate", m.learning_rate},
-        {"learning/total_weights", m.total_weights},
-        {"perf/step_time_seconds", m.step_time_s},
-        {"perf/per_device_tflops", m.tflops_per_device},
-        {"perf/per_device_tflops_per_sec", m.tflops_per_s_per_device},
-        {"perf/per_device_tokens", tokens / mesh_.num_devices()},
-        {"perf/per_device_tokens_per_sec", m.tokens_per_s_per_device},
-    };
-    for (const auto& [key, value] : metrics) s.log_metric(run_id_, key, m.step, value);
-    // One transaction per log_period steps; queries, checkpoints and train()'s end flush too.
-    if (++unflushed_steps_ >= log_period_) {
-      unflushed_steps_ = 0;
-      ENG_RETURN_IF_ERROR(s.flush());
-    }
-  }
+  const double tokens = static_cast<double>(config_.global_batch_size * config_.max_target_length);
+  ENG_RETURN_IF_ERROR(recorder_->record_step(m, tokens, mesh_.num_devices()));
   const bool more = on_step(m);
   if (keep_going != nullptr) *keep_going = more;
   return ok_status();
@@ -121,6 +100,7 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
   if (options_.shape_only)
     return failed_precondition("trainer: created with shape_only=true; it can compile but not train");
   ENG_RETURN_IF_ERROR(wait_all());  // steps dispatched by bare step() calls are not timed here
+  recorder_->set_interrupted(false);  // the caller marks a new Ctrl-C after this returns
   ref_time_ = now_seconds();
   int64_t prev_ticket = -1, prev_step = -1;
   bool keep_going = true;
@@ -137,10 +117,10 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
     StepSlot& slot = slots_[static_cast<size_t>(h->ticket_ % kStepSlots)];
     ref_time_ += slot.compile_s;
     // 3. flush step N-1: reading its loss is the sync point.
-    if (prev_ticket >= 0) {
-      status = flush_step(prev_ticket, prev_step, on_step, &keep_going);
-      if (!status.ok()) break;
-    }
+    if (prev_ticket >= 0) status = flush_step(prev_ticket, prev_step, on_step, &keep_going);
+    prev_ticket = h->ticket_;  // step N is dispatched: from here on it is the one to record
+    prev_step = h->step_;
+    if (!status.ok()) break;
     // 4. maybe checkpoint step N: a barrier, charged to no step.
     if (checkpoint_due(h->step_)) {
       status = sync_for_timing(slot);
@@ -148,22 +128,23 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
       if (!status.ok()) break;
       ref_time_ = now_seconds();
     }
-    prev_ticket = h->ticket_;
-    prev_step = h->step_;
   }
-  if (status.ok() && prev_ticket >= 0) status = flush_step(prev_ticket, prev_step, on_step, nullptr);
+  // The last dispatched step is recorded even after an error (a failed save or flush loses no
+  // step that ran; its rows stay buffered when the store is what failed).
+  if (prev_ticket >= 0) {
+    Status last = flush_step(prev_ticket, prev_step, on_step, nullptr);
+    if (status.ok()) status = last;
+  }
   if (status.ok() && done == steps && steps > 0 && raw_config_.get_bool("enable_checkpointing") &&
       raw_config_.get_bool("save_checkpoint_on_completion") && last_checkpoint_step_ != step_ - 1)
     status = save_checkpoint().status();
   if (!status.ok()) {
     (void)wait_all();
-    record_event("error", "error", step_, status.message());
+    recorder_->record_event("error", "error", step_, status.message());
   }
-  if (options_.store != nullptr) {
-    unflushed_steps_ = 0;
-    Status s = options_.store->flush();
-    if (status.ok()) status = s;
-  }
+  Status s = recorder_->flush();
+  if (status.ok()) status = s;
+  if (!status.ok()) failed_ = true;  // the run ends FAILED (issue 16 item 8)
   return status;
 }
 
@@ -176,10 +157,7 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
     return failed_precondition("trainer: saving a checkpoint needs base_output_directory and run_name");
   CheckpointInfo info;
   info.step = step_ - 1;
-  if (options_.store != nullptr) {  // the metrics logged so far are durable before the save
-    unflushed_steps_ = 0;
-    ENG_RETURN_IF_ERROR(options_.store->flush());
-  }
+  ENG_RETURN_IF_ERROR(recorder_->flush());  // the metrics logged so far are durable before the save
   const double t0 = now_seconds();
   ENG_RETURN_IF_ERROR(wait_all());  // the barrier: the state after step N is final
   std::vector<CheckpointTensorSpec> specs;
@@ -202,10 +180,10 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
       {"dataset", data_->describe()},
   };
   CheckpointWriteOptions wopts;
-  if (ckpt_delay_s_ > 0 && (ckpt_delay_steps_.empty() ||
-                            std::find(ckpt_delay_steps_.begin(), ckpt_delay_steps_.end(),
-                                      info.step) != ckpt_delay_steps_.end()))
-    wopts.debug_delay_s = ckpt_delay_s_;
+  const std::vector<int64_t>& delayed = delays_.checkpoint_steps;
+  if (delays_.checkpoint_s > 0 &&
+      (delayed.empty() || std::find(delayed.begin(), delayed.end(), info.step) != delayed.end()))
+    wopts.debug_delay_s = delays_.checkpoint_s;
   info.path = checkpoint_path(checkpoint_dir(), info.step);
   // Global host arrays: a checkpoint saved on one mesh restores onto any other.
   Result<int64_t> bytes = write_checkpoint(
@@ -213,25 +191,18 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
       [&](int k, void* dst) { return runtime_->fetch(state_[static_cast<size_t>(arg_of[k])], dst); },
       meta, wopts);
   info.save_s = now_seconds() - t0;
-  if (options_.store != nullptr && !run_id_.empty()) {
-    CheckpointRow row;
-    row.run_id = run_id_;
-    row.step = info.step;
-    row.path = info.path;
-    if (bytes.ok()) row.bytes = *bytes;
-    row.save_s = info.save_s;
-    row.status = bytes.ok() ? "committed" : "failed";
-    (void)options_.store->record_checkpoint(row);
-  }
+  recorder_->record_checkpoint(info.step, info.path,
+                               bytes.ok() ? std::optional<int64_t>(*bytes) : std::nullopt,
+                               info.save_s, bytes.ok());
   if (!bytes.ok()) {
-    record_event("checkpoint", "error", info.step, bytes.status().message());
+    recorder_->record_event("checkpoint", "error", info.step, bytes.status().message());
     return bytes.status();
   }
   info.bytes = *bytes;
   last_checkpoint_step_ = info.step;
-  record_event("checkpoint", "info", info.step,
-               fmt::format("saved checkpoint {} ({} bytes) to {} in {:.3f} s", info.step,
-                           info.bytes, info.path, info.save_s));
+  recorder_->record_event("checkpoint", "info", info.step,
+                          fmt::format("saved checkpoint {} ({} bytes) to {} in {:.3f} s", info.step,
+                                      info.bytes, info.path, info.save_s));
   ENG_RETURN_IF_ERROR(prune_checkpoints(checkpoint_dir(), raw_config_.get_int("max_num_checkpoints_to_keep")));
   return info;
 }
@@ -273,9 +244,14 @@ Status Trainer::restore_from(const std::string& path, bool params_only) {
     data_->set_position(position);
   }
   restored_from_ = f.path;
-  record_event("restore", "info", step_,
-               fmt::format("restored {} from {}; continuing at step {}",
-                           params_only ? "params" : "full state", f.path, step_));
+  first_step_ = step_;
+  restore_message_ = fmt::format("restored {} from {}; continuing at step {}",
+                                 params_only ? "params" : "full state", f.path, step_);
+  if (params_only) return ok_status();
+  const auto [run_id, name] = recorder_->checkpoint_run(f.path);
+  parent_run_id_ = run_id;
+  resume_note_ = name.empty() ? fmt::format("resumed from step {} of {}", step_ - 1, f.path)
+                              : fmt::format("resumed from step {} of run {}", step_ - 1, name);
   return ok_status();
 }
 

@@ -3,14 +3,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "engine/base/clock.h"
 #include "engine/store/metrics_store.h"
 
 namespace eng {
@@ -401,8 +406,182 @@ TEST_F(StoreTest, SigkillAfterFlushKeepsFlushedRows) {
   ASSERT_TRUE(s);
   EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM steps")), 50);
   EXPECT_EQ(int_of(one(*s, "SELECT max(step) FROM steps")), 49);
-  EXPECT_EQ(text_of(one(*s, "SELECT status FROM runs")), "RUNNING");
+  // Issue 15: the next open marks the run of the vanished (SIGKILLed) process KILLED, ending
+  // it at its last flushed step.
+  EXPECT_EQ(text_of(one(*s, "SELECT status FROM runs")), "KILLED");
+  EXPECT_EQ(int_of(one(*s, "SELECT end_ms = (SELECT max(wall_ms) FROM steps) FROM runs")), 1);
   EXPECT_EQ(text_of(one(*s, "PRAGMA integrity_check")), "ok");
+}
+
+// ---- issue 16 item 7: sl.sql cannot damage the store ------------------------------------
+
+TEST_F(StoreTest, UserQueriesCannotChangeSchemaPragmasTransactionsOrAttach) {
+  auto s = open_ok(db_path());
+  const std::string attached = (dir_ / "elsewhere.db").string();
+  const std::pair<std::string, const char*> refused[] = {
+      {"PRAGMA user_version = 99", "set a PRAGMA"},
+      {"PRAGMA journal_mode = DELETE", "set a PRAGMA"},
+      {"DROP TABLE steps", "change the store's schema"},
+      {"CREATE TABLE extra (x)", "change the store's schema"},
+      {"ALTER TABLE runs ADD COLUMN note TEXT", "change the store's schema"},
+      {"BEGIN", "control transactions"},
+      {"SAVEPOINT a", "control transactions"},
+      {"ATTACH '" + attached + "' AS other", "ATTACH or DETACH"},
+      {"SELECT 1; DROP TABLE steps", "change the store's schema"},
+  };
+  for (const auto& [sql, why] : refused) {
+    auto r = s->query(sql);
+    ASSERT_FALSE(r.ok()) << sql;
+    EXPECT_NE(r.status().message().find(std::string("sl.sql may not ") + why), std::string::npos)
+        << sql << ": " << r.status().message();
+  }
+  EXPECT_FALSE(fs::exists(attached));
+  EXPECT_EQ(*s->user_version(), store_schema_version());
+  EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM sqlite_schema WHERE name = 'steps'")), 1);
+  // Reading pragmas, temp objects and row writes stay allowed (the documented way to write).
+  EXPECT_EQ(int_of(one(*s, "PRAGMA user_version")), store_schema_version());
+  EXPECT_TRUE(s->query("PRAGMA table_info(steps)").ok());
+  EXPECT_TRUE(s->query("PRAGMA wal_checkpoint(PASSIVE)").ok());
+  EXPECT_TRUE(s->query("CREATE TEMP TABLE scratch (x)").ok());
+  EXPECT_TRUE(s->query("INSERT INTO scratch VALUES (1)").ok());
+  EXPECT_TRUE(s->query("INSERT INTO runs (run_id, name, start_ms) VALUES ('r', 'n', 0)").ok());
+  // A refused BEGIN leaves no transaction open: the trainer's flush still commits.
+  auto run = s->begin_run({.name = "after"});
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  s->log_step({.run_id = *run, .step = 0, .loss = 1.0});
+  ASSERT_TRUE(s->flush().ok());
+  SqlValue id[] = {*run};
+  EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM steps WHERE run_id = ?", id)), 1);
+}
+
+// ---- issue 16 item 6: a long query can be interrupted, and cannot grow without bound -------
+
+TEST_F(StoreTest, InterruptCheckStopsARecursiveQuery) {
+  auto s = open_ok(db_path());
+  const auto t0 = std::chrono::steady_clock::now();
+  s->set_interrupt_check(
+      [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200); });
+  auto r = s->query(
+      "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCancelled);
+  EXPECT_NE(r.status().message().find("query interrupted"), std::string::npos)
+      << r.status().message();
+  EXPECT_LT(secs, 5.0);
+  s->set_interrupt_check(nullptr);
+  EXPECT_EQ(int_of(one(*s, "SELECT 7")), 7);  // the connection is usable afterwards
+}
+
+TEST_F(StoreTest, EndlessRowsStopAtTheRowLimit) {
+  auto s = open_ok(db_path());
+  auto r =
+      s->query("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 1000000 rows; add a LIMIT"), std::string::npos)
+      << r.status().message();
+}
+
+// ---- issue 16 item 8: pending rows are kept until their transaction commits ---------------
+
+TEST_F(StoreTest, RowsSurviveAFlushBlockedByAnotherWriter) {
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs the sqlite3 CLI";
+  const std::string path = db_path();
+  auto s = open_ok(path, {.busy_timeout_ms = 100});
+  auto run = s->begin_run({.name = "blocked"});
+  ASSERT_TRUE(run.ok());
+  for (int i = 0; i < 3; ++i) s->log_step({.run_id = *run, .step = i, .loss = 1.0});
+  // Another process takes the write lock and holds it.
+  FILE* other = ::popen(fmt::format("sqlite3 '{}' >/dev/null", path).c_str(), "w");
+  ASSERT_NE(other, nullptr);
+  std::fputs(
+      "PRAGMA busy_timeout = 5000;\nBEGIN IMMEDIATE;\nINSERT INTO tags VALUES ('x', 'k', 'v');\n",
+      other);
+  std::fflush(other);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Status blocked = s->flush();
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_NE(blocked.message().find("rows kept for the next flush"), std::string::npos)
+      << blocked.message();
+  EXPECT_EQ(s->pending_rows(), 3u);
+  std::fputs("ROLLBACK;\n", other);
+  ASSERT_EQ(::pclose(other), 0);
+  ASSERT_TRUE(s->flush().ok());  // the retry commits every kept row
+  EXPECT_EQ(s->pending_rows(), 0u);
+  SqlValue id[] = {*run};
+  EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM steps WHERE run_id = ?", id)), 3);
+}
+
+// ---- issue 15: runs with generated names, found by filters, discarded when empty ----------
+
+TEST_F(StoreTest, GeneratedNamesAreUniqueAdjectiveNounNumber) {
+  auto s = open_ok(db_path());
+  std::set<std::string> names;
+  for (int i = 0; i < 30; ++i) {
+    auto run = s->begin_run({});
+    ASSERT_TRUE(run.ok());
+    SqlValue id[] = {*run};
+    std::string name = text_of(one(*s, "SELECT name FROM runs WHERE run_id = ?", id));
+    EXPECT_TRUE(std::regex_match(name, std::regex("[a-z]+-[a-z]+-[0-9]+"))) << name;
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), 30u);
+  SqlValue pid[] = {std::to_string(::getpid())};
+  EXPECT_EQ(
+      int_of(one(*s, "SELECT count(*) FROM tags WHERE key = 'shardlab.pid' AND value = ?", pid)),
+      30);
+}
+
+TEST_F(StoreTest, EmptyRunsAreDiscardedKeepingTheirCompilations) {
+  auto s = open_ok(db_path());
+  auto empty = s->begin_run({.name = "never-stepped"});
+  auto used = s->begin_run({.name = "stepped"});
+  ASSERT_TRUE(empty.ok() && used.ok());
+  ASSERT_TRUE(s->record_compilation(
+                   {.run_id = *empty, .fn_name = "f", .outcome = "miss", .cache_level = "tracing"})
+                  .ok());
+  s->log_step({.run_id = *used, .step = 0, .loss = 1.0});
+  EXPECT_TRUE(*s->discard_run_if_empty(*empty));
+  EXPECT_FALSE(*s->discard_run_if_empty(*used));
+  EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM runs")), 1);
+  EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM compilations WHERE run_id IS NULL")), 1);
+}
+
+TEST_F(StoreTest, FindRunsFiltersByNameStatusTimeParamsAndSql) {
+  auto s = open_ok(db_path());
+  auto a = s->begin_run({.name = "alpha-1", .params = {{"mesh.fsdp", "4"}}});
+  auto b = s->begin_run({.name = "beta-2", .params = {{"mesh.fsdp", "2"}}});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(s->end_run(*b, RunStatus::kFinished).ok());
+  auto names = [&](const RunFilter& f) {
+    std::vector<std::string> out;
+    auto r = s->find_runs(f);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (r.ok())
+      for (auto& row : r->rows) out.push_back(std::get<std::string>(row[1]));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(names({.name = "alpha-1"}), V{"alpha-1"});
+  EXPECT_EQ(names({.name = "*-2"}), V{"beta-2"});
+  EXPECT_EQ(names({.status = "RUNNING"}), V{"alpha-1"});
+  EXPECT_EQ(names({.params = {{"mesh.fsdp", "2"}}}), V{"beta-2"});
+  EXPECT_EQ(names({.since_ms = unix_ms() + 60000}), V{});
+  EXPECT_EQ(names({.where = "name LIKE 'a%' OR status = 'FINISHED'"}), (V{"alpha-1", "beta-2"}));
+  EXPECT_EQ(names({.limit = 1}).size(), 1u);
+  auto bad = s->find_runs({.where = "nope = 1"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("no such column: nope"), std::string::npos)
+      << bad.status().message();
+  auto damage = s->find_runs({.where = "1); DROP TABLE steps; --"});
+  EXPECT_FALSE(damage.ok());
+  auto status = s->find_runs({.status = "DONE"});
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.status().message().find(
+                "status must be RUNNING, FINISHED, FAILED or KILLED, got 'DONE'"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "engine/base/hash.h"
 #include "engine/compile/cache.h"
+#include "engine/compile/jit.h"
 #include "engine/compile/serialize.h"
 #include "tests/train/tiny_trainer.h"
 
@@ -314,6 +315,49 @@ CacheKey aot_key(const Config& c, const Mesh& m) {
   Signature sig = t->aot_signature().value();
   return make_cache_key("train_step", program_digest(t->program()), m,
                         compile_options_from_config(c).value(), sig);
+}
+
+// The Jit alone (no trainer, no store): it returns what happened for the caller to record.
+TEST(JitTest, LookupReturnsTheEventAndWritesNothing) {
+  ExecutableCache::global().clear();
+  Config c = cache_config(2);
+  const Mesh m = mesh4(c);
+  auto t = Trainer::create(c, m, {.shape_only = true}).value();
+  Jit jit("train_step", &t->program(), m, compile_options_from_config(c).value(), {});
+  EXPECT_EQ(jit.current(), nullptr);
+  const Signature sig = t->aot_signature().value();
+  Result<CompileEvent> first = jit.lookup(sig, "JitTest");
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_TRUE(first->compiled);
+  EXPECT_FALSE(first->tracing_hit);
+  ASSERT_EQ(first->records.size(), 2u);  // tracing miss, executable miss (compiled)
+  EXPECT_EQ(first->records[0].outcome + "/" + first->records[0].level, "miss/tracing");
+  EXPECT_EQ(first->records[0].reason_kind, "never_seen");
+  EXPECT_TRUE(first->records[0].with_signature);
+  EXPECT_EQ(first->records[1].outcome + "/" + first->records[1].level, "miss/executable");
+  EXPECT_TRUE(first->records[1].compile_s.has_value());
+  EXPECT_EQ(first->analysis_record, 1);
+  ASSERT_EQ(first->notes.size(), 1u);
+  EXPECT_EQ(first->notes[0].kind, "compile");
+  EXPECT_EQ(jit.num_compiles(), 1);
+  EXPECT_EQ(jit.current(), first->exe);
+  EXPECT_EQ(jit.last().outcome, "miss");
+
+  Result<CompileEvent> again = jit.lookup(sig, "JitTest");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->tracing_hit);
+  EXPECT_FALSE(again->compiled);
+  ASSERT_EQ(again->records.size(), 1u);
+  EXPECT_EQ(again->records[0].outcome + "/" + again->records[0].level, "hit/tracing");
+  EXPECT_EQ(jit.num_compiles(), 1);
+
+  // A second Jit of the same function finds the executable in the process-wide cache.
+  Jit other("train_step", &t->program(), m, compile_options_from_config(c).value(), {});
+  Result<CompileEvent> shared = other.lookup(sig, "JitTest");
+  ASSERT_TRUE(shared.ok());
+  EXPECT_FALSE(shared->compiled);
+  EXPECT_EQ(shared->records[1].outcome + "/" + shared->records[1].level, "hit/executable");
+  EXPECT_EQ(shared->exe, first->exe);
 }
 
 TEST(CompileCacheTest, KeyChangesWithShardingShapeDtypeAndOptionsOnly) {

@@ -20,6 +20,24 @@ TEST(ConfigTest, PresetThenOverrides) {
   EXPECT_DOUBLE_EQ(c.get_float("learning_rate"), 3e-5);
 }
 
+// logical_axis_rules is a typed value: set as rules, read back as the same rules (no text
+// round trip); a string (MaxText's override form) is parsed on demand, with its error.
+TEST(ConfigTest, LogicalAxisRulesAreATypedValue) {
+  Config c;
+  LogicalAxisRules rules({LogicalAxisRule{"embed", {"fsdp"}}, LogicalAxisRule{"mlp", {}}});
+  c.set_logical_axis_rules(rules);
+  Result<LogicalAxisRules> got = c.logical_axis_rules();
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, rules);
+  EXPECT_TRUE(c.has_override("logical_axis_rules"));
+  EXPECT_EQ(c.get_string("logical_axis_rules"), rules.to_list_string());  // shown, not re-read
+  ASSERT_TRUE(c.set("logical_axis_rules", std::string("[['embed', 'fsdp'")).ok());
+  Result<LogicalAxisRules> bad = c.logical_axis_rules();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("expected ']'"), std::string::npos) << bad.status().message();
+  EXPECT_TRUE(Config().logical_axis_rules()->rules().empty());  // default: no overrides
+}
+
 TEST(ConfigTest, UnknownKeySuggestsTheClosest) {
   Config c;
   Status s = c.set("learning_rat", 1e-3);

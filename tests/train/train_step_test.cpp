@@ -49,6 +49,26 @@ TEST(TrainStepTest, OneProgramWithAliasedStateAndMaxTextMetrics) {
   EXPECT_EQ(grads, 1);
 }
 
+// The trainer finds batch arrays and metrics by name in the layout build_train_step returns.
+TEST(TrainStepTest, LayoutNamesEveryBatchArrayAndMetric) {
+  Config c;
+  ASSERT_TRUE(c.set("base_num_decoder_layers", int64_t{1}).ok());
+  ResolvedConfig r = resolve_config(c, 1).value();
+  TrainStepLayout layout;
+  Program p = build_train_step(r, &layout);
+  ASSERT_EQ(layout.batch.size(), 6u);
+  for (const char* name : {"inputs", "inputs_position", "inputs_segmentation", "targets",
+                           "targets_position", "targets_segmentation"})
+    EXPECT_EQ(layout.batch.find(name), p.find_arg(name)) << name;
+  ASSERT_EQ(layout.metrics.size(), 6u);
+  for (const char* name : {"learning/loss", "learning/total_weights", "learning/raw_grad_norm",
+                           "learning/grad_norm", "learning/param_norm",
+                           "learning/current_learning_rate"})
+    EXPECT_EQ(layout.metrics.find(name), p.find_output(name)) << name;
+  EXPECT_EQ(layout.metrics.find("learning/nope"), -1);
+  EXPECT_EQ(layout.batch.find("params/decoder/decoder_norm/scale"), -1);  // a param, not batch
+}
+
 TEST(TrainStepTest, Llama7bTracesInWellUnderASecond) {
   Config c;
   ASSERT_TRUE(c.set("model_name", std::string("llama2-7b")).ok());

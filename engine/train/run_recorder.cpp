@@ -1,0 +1,263 @@
+// engine/train/run_recorder.cpp: turns what a run did into metrics-store rows.
+#include "engine/train/run_recorder.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "engine/base/hash.h"
+
+namespace eng {
+
+namespace {
+
+CompilationRow compilation_row(const std::string& run_id, std::optional<int64_t> step,
+                               const CacheKey& key, std::string outcome, std::string level) {
+  CompilationRow r;
+  r.run_id = run_id;
+  r.step = step;
+  r.fn_name = key.fn_name;
+  r.module_name = key.module_name();
+  r.outcome = std::move(outcome);
+  r.cache_level = std::move(level);
+  r.cache_key = key.name();
+  return r;
+}
+
+MemoryAnalysisRow memory_row(const MemoryAnalysis& m, int64_t device_limit_bytes) {
+  MemoryAnalysisRow r;
+  r.argument_size_in_bytes = m.argument_bytes;
+  r.output_size_in_bytes = m.output_bytes;
+  r.alias_size_in_bytes = m.alias_bytes;
+  r.temp_size_in_bytes = m.temp_bytes;
+  r.peak_memory_in_bytes = m.peak_bytes();
+  if (device_limit_bytes > 0) r.device_limit_bytes = device_limit_bytes;
+  return r;
+}
+
+// 32 hex digits over the file's bytes ("" when it cannot be read).
+std::string file_digest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return fmt::format("{:016x}{:016x}", hash_bytes(bytes), hash_bytes(bytes, 0x9e3779b97f4a7c15ULL));
+}
+
+std::string first_line(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The commit checked out in the repository containing `dir`, read from .git without running
+// git: HEAD, then the ref it names (loose, else packed-refs). Worktrees (.git is a file naming
+// the git dir; refs live in its commondir) included. "" outside a repository.
+std::string git_revision(std::filesystem::path dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  dir = fs::absolute(dir, ec);
+  for (; !dir.empty(); dir = dir.parent_path()) {
+    fs::path git = dir / ".git";
+    if (fs::is_regular_file(git, ec)) {  // "gitdir: <path>"
+      const std::string l = first_line(git);
+      if (!l.starts_with("gitdir: ")) return "";
+      git = fs::path(l.substr(8));
+      if (git.is_relative()) git = dir / git;
+    } else if (!fs::is_directory(git, ec)) {
+      if (dir == dir.parent_path()) break;
+      continue;
+    }
+    std::string head = first_line(git / "HEAD");
+    if (!head.starts_with("ref: ")) return head;  // detached
+    const std::string ref = head.substr(5);
+    fs::path common = git;
+    if (fs::exists(git / "commondir", ec))
+      common = fs::weakly_canonical(git / first_line(git / "commondir"), ec);
+    for (const fs::path& base : {git, common}) {
+      std::string rev = first_line(base / ref);
+      if (!rev.empty()) return rev;
+    }
+    std::ifstream packed(common / "packed-refs");
+    for (std::string line; std::getline(packed, line);)
+      if (line.size() > 41 && line.substr(41) == ref) return line.substr(0, 40);
+    return "";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string step_line(const StepMetrics& m) {
+  return fmt::format(
+      "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.3f}, "
+      "total_weights: {}, loss: {:.3f}",
+      m.step, m.step_time_s, m.tflops_per_s_per_device, m.tokens_per_s_per_device,
+      static_cast<int64_t>(m.total_weights), m.loss);
+}
+
+Status RunRecorder::begin(RunInfo info) {
+  if (store_ == nullptr) return ok_status();
+  if (!info.script.empty() && info.script_hash.empty()) info.script_hash = file_digest(info.script);
+  if (info.git_rev.empty()) {
+    std::error_code ec;
+    const std::filesystem::path script(info.script);
+    info.git_rev = git_revision(info.script.empty() || !script.has_parent_path()
+                                    ? std::filesystem::current_path(ec)
+                                    : script.parent_path());
+  }
+  ENG_ASSIGN_OR_RETURN(run_id_, store_->begin_run(info));
+  return ok_status();
+}
+
+void RunRecorder::end(RunStatus status, bool stepped) {
+  if (store_ == nullptr || run_id_.empty() || ended_) return;
+  ended_ = true;
+  if (!stepped) {
+    Result<bool> gone = store_->discard_run_if_empty(run_id_);
+    if (gone.ok() && *gone) return;
+  }
+  if (!store_->flush().ok()) status = RunStatus::kFailed;  // rows that could not be written
+  if (status == RunStatus::kFinished && interrupted_) status = RunStatus::kKilled;
+  (void)store_->end_run(run_id_, status);
+}
+
+Status RunRecorder::set_tag(const std::string& key, const std::string& value) {
+  if (store_ == nullptr || run_id_.empty())
+    return failed_precondition("run: this trainer records no run (store=false or shape_only)");
+  if (key.starts_with("shardlab."))
+    return invalid_argument("run: tag '{}': names starting 'shardlab.' are the store's own", key);
+  return store_->set_tag(run_id_, key, value);
+}
+
+Status RunRecorder::log_value(const std::string& name, int64_t step, double value) {
+  if (store_ == nullptr || run_id_.empty())
+    return failed_precondition("run: this trainer records no run (store=false or shape_only)");
+  if (name.empty()) return invalid_argument("run: a logged value needs a name");
+  store_->log_metric(run_id_, name, step, value);
+  return flush();
+}
+
+std::pair<std::string, std::string> RunRecorder::checkpoint_run(const std::string& path) {
+  if (store_ == nullptr) return {};
+  SqlValue a[] = {path};
+  Result<QueryResult> r = store_->query(
+      "SELECT c.run_id, r.name FROM checkpoints c JOIN runs r USING (run_id) WHERE c.path = ? "
+      "AND c.status = 'committed' ORDER BY c.wall_ms DESC LIMIT 1",
+      a);
+  if (!r.ok() || r->rows.empty()) return {};
+  return {std::get<std::string>(r->rows[0][0]), std::get<std::string>(r->rows[0][1])};
+}
+
+void RunRecorder::record_compile(const CompileEvent& ev, std::optional<int64_t> step,
+                                 int64_t device_limit_bytes) {
+  if (store_ == nullptr) return;
+  for (size_t i = 0; i < ev.records.size(); ++i) {
+    const CacheRecord& c = ev.records[i];
+    CompilationRow r = compilation_row(run_id_, step, ev.key, c.outcome, c.level);
+    r.reason_kind = c.reason_kind;
+    r.reason_text = c.reason_text;
+    r.compile_s = c.compile_s;
+    r.entry_bytes = c.entry_bytes;
+    if (c.with_signature) {
+      r.in_signature = ev.key.signature.to_string();
+      r.in_shardings = ev.key.signature.shardings_string();
+    }
+    Result<int64_t> id = store_->record_compilation(r);
+    if (!id.ok() || static_cast<int>(i) != ev.analysis_record || !ev.exe) continue;
+    (void)store_->record_memory_analysis(*id, memory_row(ev.exe->memory(), device_limit_bytes));
+    const CostAnalysis& cost = ev.exe->cost();
+    std::vector<std::pair<std::string, double>> costs = {{"flops", cost.flops},
+                                                         {"bytes accessed", cost.bytes_accessed}};
+    for (const auto& [axes, bytes] : cost.collective_bytes)
+      costs.emplace_back("collective bytes " + axes, bytes);
+    (void)store_->record_cost_analysis(*id, costs);
+  }
+  for (const CompileNote& n : ev.notes) record_event(n.kind, n.level, step.value_or(0), n.message);
+}
+
+void RunRecorder::record_tracing_hit(const CacheKey& key, int64_t step) {
+  if (store_ == nullptr) return;
+  (void)store_->record_compilation(compilation_row(run_id_, step, key, "hit", "tracing"));
+}
+
+Status RunRecorder::record_step(const StepMetrics& m, double tokens, int64_t num_devices) {
+  if (store_ == nullptr) return ok_status();
+  StepRow row;
+  row.run_id = run_id_;
+  row.step = m.step;
+  row.loss = m.loss;
+  row.step_time_s = m.step_time_s;
+  if (m.compiled) row.compile_s = m.compile_s;
+  row.data_s = m.data_time_s;
+  row.tokens = static_cast<int64_t>(tokens);
+  row.tokens_per_s = m.tokens_per_s;
+  row.tokens_per_s_device = m.tokens_per_s_per_device;
+  row.tflops_per_device = m.tflops_per_s_per_device;
+  row.grad_norm = m.grad_norm;
+  row.lr = m.learning_rate;
+  row.synced = m.synced;
+  row.compiled = m.compiled;
+  store_->log_step(std::move(row));
+  const std::pair<const char*, double> metrics[] = {
+      {"learning/loss", m.loss},
+      {"learning/grad_norm", m.grad_norm},
+      {"learning/raw_grad_norm", m.raw_grad_norm},
+      {"learning/param_norm", m.param_norm},
+      {"learning/current_learning_rate", m.learning_rate},
+      {"learning/total_weights", m.total_weights},
+      {"perf/step_time_seconds", m.step_time_s},
+      {"perf/per_device_tflops", m.tflops_per_device},
+      {"perf/per_device_tflops_per_sec", m.tflops_per_s_per_device},
+      {"perf/per_device_tokens", tokens / static_cast<double>(num_devices)},
+      {"perf/per_device_tokens_per_sec", m.tokens_per_s_per_device},
+  };
+  for (const auto& [key, value] : metrics) store_->log_metric(run_id_, key, m.step, value);
+  // One transaction per log_period steps; queries, checkpoints and train()'s end flush too.
+  if (++unflushed_steps_ < log_period_) return ok_status();
+  return flush();
+}
+
+Status RunRecorder::flush() {
+  if (store_ == nullptr) return ok_status();
+  unflushed_steps_ = 0;
+  return store_->flush();
+}
+
+void RunRecorder::record_checkpoint(int64_t step, const std::string& path,
+                                    std::optional<int64_t> bytes, double save_s, bool committed) {
+  if (store_ == nullptr || run_id_.empty()) return;
+  CheckpointRow row;
+  row.run_id = run_id_;
+  row.step = step;
+  row.path = path;
+  row.bytes = bytes;
+  row.save_s = save_s;
+  row.status = committed ? "committed" : "failed";
+  (void)store_->record_checkpoint(row);
+}
+
+void RunRecorder::record_event(const std::string& kind, const std::string& level, int64_t step,
+                               const std::string& message) {
+  if (store_ == nullptr || run_id_.empty()) return;
+  EventRow e;
+  e.run_id = run_id_;
+  e.step = step;
+  e.level = level;
+  e.kind = kind;
+  e.message = message;
+  (void)store_->record_event(e);  // best effort: a store error never stops training
+}
+
+Result<int64_t> RunRecorder::record_shardings(int64_t step, const ShardingTable& table) {
+  if (store_ == nullptr || run_id_.empty()) return int64_t{0};
+  if (step == snapshot_step_) return snapshot_id_;  // repeated t:shardings() add no rows
+  ENG_ASSIGN_OR_RETURN(snapshot_id_, record_sharding_snapshot(*store_, run_id_, step, table));
+  snapshot_step_ = step;
+  return snapshot_id_;
+}
+
+}  // namespace eng
