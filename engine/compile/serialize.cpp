@@ -199,9 +199,9 @@ void write_attrs(Writer& w, const OpAttrs& a) {
   w.f64(a.max_timescale);
   w.boolean(a.inverse);
   w.u8(static_cast<uint8_t>(a.dtype));
-  w.strs(a.logical);
+  w.strs(logical_axis_names(a.logical));
   w.boolean(a.raw);
-  w.strs(a.out_logical);
+  w.strs(logical_axis_names(a.out_logical));
   w.i64(a.out_like);
   w.boolean(a.unnormalized);
   w.i64(a.dim);
@@ -239,9 +239,9 @@ OpAttrs read_attrs(Reader& r) {
   a.max_timescale = r.f64("attr max_timescale");
   a.inverse = r.boolean("attr inverse");
   a.dtype = r.enumeration<DType>("attr dtype", kMaxDType);
-  a.logical = r.strs("attr logical");
+  a.logical = to_logical_axes(r.strs("attr logical"));
   a.raw = r.boolean("attr raw");
-  a.out_logical = r.strs("attr out_logical");
+  a.out_logical = to_logical_axes(r.strs("attr out_logical"));
   a.out_like = static_cast<int32_t>(r.i64("attr out_like"));
   a.unnormalized = r.boolean("attr unnormalized");
   a.dim = static_cast<int>(r.i64("attr dim"));

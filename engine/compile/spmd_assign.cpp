@@ -11,10 +11,10 @@ namespace eng {
 
 namespace {
 
+// ValueInfo::logical ("" = None, or empty: none known) as LogicalAxes of `rank` entries.
 LogicalAxes to_logical(const std::vector<std::string>& names, int rank) {
-  LogicalAxes out(rank);
-  for (int i = 0; i < rank && i < static_cast<int>(names.size()); ++i)
-    if (!names[i].empty()) out[i] = names[i];
+  LogicalAxes out = to_logical_axes(names);
+  out.resize(rank);
   return out;
 }
 

@@ -214,8 +214,8 @@ class Differentiator {
       case OpKind::kConstraint: {  // the backward follows the forward's constraint (MaxText)
         Cot c = cot_[y];
         if (c.value != kNoValue)
-          c.value = in.attrs.raw ? b_.raw_constraint(c.value, in.attrs.logical)
-                                 : b_.constraint(c.value, in.attrs.logical);
+          c.value = in.attrs.raw ? b_.raw_constraint(c.value, logical_axis_names(in.attrs.logical))
+                                 : b_.constraint(c.value, logical_axis_names(in.attrs.logical));
         accumulate(in.inputs[0], c);
         return;
       }

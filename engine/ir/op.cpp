@@ -79,7 +79,7 @@ std::string format_own_attrs(OpKind kind, const OpAttrs& a) {
     case OpKind::kConvert: return fmt::format("[dtype={}]", dtype_name(a.dtype));
     case OpKind::kConstraint: {
       std::vector<std::string> names;
-      for (const auto& l : a.logical) names.push_back(l.empty() ? "None" : l);
+      for (const auto& l : a.logical) names.push_back(l.value_or("None"));
       return fmt::format("[logical=({}){}]", fmt::join(names, ", "), a.raw ? " raw" : "");
     }
     case OpKind::kMaskedMeanLoss: return a.unnormalized ? "[unnormalized]" : "";
