@@ -102,13 +102,9 @@ Status assign_argument_shardings(Program& p, const Mesh& mesh, const SpmdOptions
           std::vector<PartitionSpec::DimAxes> dims(info.shape.rank());
           for (int i = 0; i < s.rank() && i < info.shape.rank(); ++i) dims[i] = s.dim(i);
           for (int i = 0; i < info.shape.rank(); ++i) {
-            bool tensor = false;
-            int64_t n = 1;
-            for (const auto& ax : dims[i]) {
-              tensor |= ax == o.axes.zero1_skip;
-              n *= mesh.axis_size(ax);
-            }
-            if (tensor || info.shape[i] % (n * data) != 0) continue;
+            const bool tensor =
+                std::find(dims[i].begin(), dims[i].end(), o.axes.zero1_skip) != dims[i].end();
+            if (tensor || info.shape[i] % (axes_size(mesh, dims[i]) * data) != 0) continue;
             dims[i].insert(dims[i].begin(), o.axes.zero1);
             break;
           }
