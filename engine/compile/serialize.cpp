@@ -195,6 +195,8 @@ void write_field(Writer& w, bool v) { w.boolean(v); }
 void write_field(Writer& w, DType v) { w.u8(static_cast<uint8_t>(v)); }
 void write_field(Writer& w, const std::vector<std::string>& v) { w.strs(v); }
 void write_field(Writer& w, const std::vector<int64_t>& v) { w.ints(v); }
+// None as "" (the format before LogicalAxes; a name is never empty).
+void write_field(Writer& w, const LogicalAxes& v) { w.strs(logical_axis_names(v)); }
 
 void read_field(Reader& r, const char* what, int& v) { v = static_cast<int>(r.i64(what)); }
 void read_field(Reader& r, const char* what, int64_t& v) { v = r.i64(what); }
@@ -205,6 +207,7 @@ void read_field(Reader& r, const char* what, DType& v) {
 }
 void read_field(Reader& r, const char* what, std::vector<std::string>& v) { v = r.strs(what); }
 void read_field(Reader& r, const char* what, std::vector<int64_t>& v) { v = r.ints(what); }
+void read_field(Reader& r, const char* what, LogicalAxes& v) { v = to_logical_axes(r.strs(what)); }
 
 void write_attrs(Writer& w, const OpAttrs& a) {
   for_each_stored_attr(a, [&](const AttrField&, const auto& v) { write_field(w, v); });

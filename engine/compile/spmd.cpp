@@ -798,9 +798,8 @@ Status Partitioner::repeat_kv(const Instr& in) {
 Status Partitioner::constraint(const Instr& in) {
   const ValueId x = in.inputs[0];
   const int r = rank(x);
-  LogicalAxes names(r);
-  for (int i = 0; i < r && i < static_cast<int>(in.attrs.logical.size()); ++i)
-    if (!in.attrs.logical[i].empty()) names[i] = in.attrs.logical[i];
+  LogicalAxes names = in.attrs.logical;
+  names.resize(r);
   if (in.attrs.raw && explicit_) {
     // flax's nn.with_logical_constraint under Explicit axes: an assert, size-1 axes kept.
     ENG_ASSIGN_OR_RETURN(PartitionSpec raw, logical_to_mesh_axes(names, o_.rules));
@@ -921,9 +920,8 @@ Status Partitioner::matmul(const Instr& in) {
   std::optional<PartitionSpec> want;
   const int out_rank = static_cast<int>(a_free.size() + b_free.size());
   if (!at.out_logical.empty()) {
-    LogicalAxes names(out_rank);
-    for (int i = 0; i < out_rank; ++i)
-      if (!at.out_logical[i].empty()) names[i] = at.out_logical[i];
+    LogicalAxes names = at.out_logical;
+    names.resize(out_rank);
     Result<PartitionSpec> w = logical_to_mesh(names, mesh_, o_.rules);
     if (!w.ok()) return invalid_argument("matmul out_sharding: {}", w.status().message());
     want = norm(*w, out_rank);

@@ -11,10 +11,10 @@ namespace eng {
 
 namespace {
 
+// ValueInfo::logical ("" = None, or empty: none known) as LogicalAxes of `rank` entries.
 LogicalAxes to_logical(const std::vector<std::string>& names, int rank) {
-  LogicalAxes out(rank);
-  for (int i = 0; i < rank && i < static_cast<int>(names.size()); ++i)
-    if (!names[i].empty()) out[i] = names[i];
+  LogicalAxes out = to_logical_axes(names);
+  out.resize(rank);
   return out;
 }
 
@@ -102,13 +102,9 @@ Status assign_argument_shardings(Program& p, const Mesh& mesh, const SpmdOptions
           std::vector<PartitionSpec::DimAxes> dims(info.shape.rank());
           for (int i = 0; i < s.rank() && i < info.shape.rank(); ++i) dims[i] = s.dim(i);
           for (int i = 0; i < info.shape.rank(); ++i) {
-            bool tensor = false;
-            int64_t n = 1;
-            for (const auto& ax : dims[i]) {
-              tensor |= ax == o.axes.zero1_skip;
-              n *= mesh.axis_size(ax);
-            }
-            if (tensor || info.shape[i] % (n * data) != 0) continue;
+            const bool tensor =
+                std::find(dims[i].begin(), dims[i].end(), o.axes.zero1_skip) != dims[i].end();
+            if (tensor || info.shape[i] % (axes_size(mesh, dims[i]) * data) != 0) continue;
             dims[i].insert(dims[i].begin(), o.axes.zero1);
             break;
           }

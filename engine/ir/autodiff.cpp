@@ -228,8 +228,8 @@ class Differentiator {
     const ValueId y = in.outputs[0];
     Cot c = cot_[y];
     if (c.value != kNoValue)
-      c.value = in.attrs.raw ? b_.raw_constraint(c.value, in.attrs.logical)
-                             : b_.constraint(c.value, in.attrs.logical);
+      c.value = in.attrs.raw ? b_.raw_constraint(c.value, logical_axis_names(in.attrs.logical))
+                             : b_.constraint(c.value, logical_axis_names(in.attrs.logical));
     accumulate(in.inputs[0], c);
   }
 

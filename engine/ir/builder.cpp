@@ -166,7 +166,7 @@ Outs infer_constraint(OpKind kind, const In& in, const OpAttrs& at) {
   ENG_CHECK(static_cast<int>(at.logical.size()) == in[0]->shape.rank(),
             "constraint: {} logical names for rank {}", at.logical.size(), in[0]->shape.rank());
   ValueInfo out = like(*in[0]);
-  out.logical = at.logical;
+  out.logical = logical_axis_names(at.logical);
   return {out};
 }
 
@@ -517,7 +517,7 @@ ValueId Builder::one_hot(ValueId ids, int64_t depth) {
 ValueId Builder::matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a,
                         bool trans_b, std::vector<std::string> out_sharding, ValueId out_like) {
   OpAttrs at;
-  at.out_logical = std::move(out_sharding);
+  at.out_logical = to_logical_axes(out_sharding);
   at.out_like = out_like;
   at.a_split = a_split;
   at.b_split = b_split;
@@ -576,13 +576,13 @@ ValueId Builder::convert(ValueId x, DType dtype) {
 
 ValueId Builder::constraint(ValueId x, std::vector<std::string> logical) {
   OpAttrs a;
-  a.logical = std::move(logical);
+  a.logical = to_logical_axes(logical);
   return emit(OpKind::kConstraint, {x}, a)[0];
 }
 
 ValueId Builder::raw_constraint(ValueId x, std::vector<std::string> logical) {
   OpAttrs a;
-  a.logical = std::move(logical);
+  a.logical = to_logical_axes(logical);
   a.raw = true;
   return emit(OpKind::kConstraint, {x}, a)[0];
 }

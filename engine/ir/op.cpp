@@ -197,9 +197,9 @@ std::string value_text(const std::vector<int64_t>& v) { return fmt::format("({})
 std::string value_text(const std::vector<std::string>& v) {
   return fmt::format("({})", fmt::join(v, ","));
 }
-std::string logical_text(const std::vector<std::string>& v) {
+std::string logical_text(const LogicalAxes& v) {
   std::vector<std::string> names;
-  for (const auto& l : v) names.push_back(l.empty() ? "None" : l);
+  for (const auto& l : v) names.push_back(l.value_or("None"));
   return fmt::format("({})", fmt::join(names, ", "));
 }
 
@@ -211,8 +211,9 @@ void print_field(std::vector<std::string>& parts, const AttrField& f, const T& v
     if (f.print == P::kFlag && v) parts.emplace_back(f.name);
   } else {
     if (f.print == P::kUnlessDefault && v == dflt) return;
-    if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-      if (f.print == P::kLogical) return parts.push_back(fmt::format("{}={}", f.name, logical_text(v)));
+    if constexpr (std::is_same_v<T, LogicalAxes>) {
+      parts.push_back(fmt::format("{}={}", f.name, logical_text(v)));
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
       parts.push_back(fmt::format("{}={}", f.name, value_text(v)));
     } else if constexpr (std::is_integral_v<T>) {
       parts.push_back(fmt::format("{}={}", f.name, value_text(static_cast<int64_t>(v))));
@@ -235,6 +236,11 @@ uint64_t hash_field(uint64_t h, double v) {
 uint64_t hash_field(uint64_t h, const std::vector<std::string>& v) {
   h = hash_mix(h, v.size());
   for (const auto& s : v) h = hash_mix(h, hash_bytes(s));
+  return h;
+}
+uint64_t hash_field(uint64_t h, const LogicalAxes& v) {  // None hashes apart from ""
+  h = hash_mix(h, v.size());
+  for (const auto& s : v) h = s ? hash_mix(h, hash_bytes(*s)) : hash_mix(h, 0x4e6f6e65);
   return h;
 }
 uint64_t hash_field(uint64_t h, const std::vector<int64_t>& v) {

@@ -117,6 +117,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/sharding/logical_axes.h"
 #include "engine/tensor/dtype.h"
 
 namespace eng {
@@ -210,7 +211,7 @@ struct OpAttrs {
   double min_timescale = 1.0, max_timescale = 10000.0;  // kRope
   bool inverse = false;               // kRope: transpose rotation
   DType dtype = DType::kF32;          // kConvert
-  std::vector<std::string> logical;   // kConstraint: logical axis per dim ("" = none)
+  LogicalAxes logical;                // kConstraint: logical axis per dim (nullopt = None)
   // kConstraint: true = flax nn.with_logical_constraint (size-1 axes kept; an equality
   // assert in explicit mode); false = MaxText maybe_shard_with_logical (size-1 axes
   // dropped; a reshard in both modes).
@@ -219,7 +220,7 @@ struct OpAttrs {
   // out_like: the value whose sharding the result should have (autodiff sets it to the
   // primal operand for the transposed matmuls). Both only settle otherwise ambiguous
   // shardings; neither is printed (the global program's semantics do not depend on them).
-  std::vector<std::string> out_logical;
+  LogicalAxes out_logical;
   int32_t out_like = -1;
   bool unnormalized = false;          // kMaskedMeanLoss (per-device): output the masked sum
   // Collectives (per-device programs).
@@ -248,7 +249,7 @@ struct OpAttrs {
 using AttrMember =
     std::variant<std::monostate, int OpAttrs::*, int64_t OpAttrs::*, double OpAttrs::*,
                  bool OpAttrs::*, DType OpAttrs::*, std::vector<std::string> OpAttrs::*,
-                 std::vector<int64_t> OpAttrs::*>;
+                 std::vector<int64_t> OpAttrs::*, LogicalAxes OpAttrs::*>;
 enum class AttrPrint : uint8_t {
   kValue,          // name=value; lists print as (a,b)
   kFlag,           // a bool: its name when true, nothing when false

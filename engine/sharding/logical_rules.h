@@ -23,16 +23,13 @@
 
 #include "engine/base/status.h"
 #include "engine/mesh/mesh.h"
+#include "engine/sharding/logical_axes.h"
 #include "engine/sharding/partition_spec.h"
 #include "engine/sharding/shard_geometry.h"  // remove_size_one_mesh_axis
 #include "engine/tensor/shape.h"
 
 namespace eng {
 
-// Per tensor dim: a logical axis name, or nullopt for None (passes through as None).
-using LogicalAxes = std::vector<std::optional<std::string>>;
-// "('embed', None, 'mlp')": Python's tuple form, as MaxText logs it.
-std::string logical_axes_string(const LogicalAxes& names);
 
 struct LogicalAxisRule {
   std::string logical;  // logical axis name, e.g. "embed"

@@ -76,8 +76,8 @@ int64_t local_numel(const Mesh& mesh, const PartitionSpec& spec, const Shape& gl
   return n;
 }
 
-std::vector<int64_t> local_offset(const Mesh& mesh, const PartitionSpec& spec,
-                                  const Shape& global, int64_t device) {
+std::vector<int64_t> local_offset(const Mesh& mesh, const PartitionSpec& spec, const Shape& global,
+                                  int64_t device) {
   std::vector<int64_t> off(global.rank(), 0);
   for (int i = 0; i < global.rank(); ++i)
     off[i] = shard_block(mesh, dim_axes(spec, i), global[i], device).offset;
@@ -98,8 +98,7 @@ Status check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Shape&
   return ok_status();
 }
 
-PartitionSpec::DimAxes remove_size_one_axes(const PartitionSpec::DimAxes& axes,
-                                            const Mesh& mesh) {
+PartitionSpec::DimAxes remove_size_one_axes(const PartitionSpec::DimAxes& axes, const Mesh& mesh) {
   PartitionSpec::DimAxes kept;
   for (const auto& a : axes)
     if (mesh.axis_size(a) != 1) kept.push_back(a);

@@ -53,9 +53,9 @@ class AxesGroup {
   uint32_t axis_mask() const { return mask_; }
 
  private:
-  int n_ = 0;                     // number of axes
-  int64_t size_[kMaxAxes] = {};   // axis sizes, major to minor
-  int64_t stride_[kMaxAxes] = {}; // device-id strides
+  int n_ = 0;                      // number of axes
+  int64_t size_[kMaxAxes] = {};    // axis sizes, major to minor
+  int64_t stride_[kMaxAxes] = {};  // device-id strides
   int64_t group_ = 1;
   uint32_t mask_ = 0;
 };
@@ -81,8 +81,8 @@ Shape local_shape(const Mesh& mesh, const PartitionSpec& spec, const Shape& glob
 // Its number of elements, without allocating.
 int64_t local_numel(const Mesh& mesh, const PartitionSpec& spec, const Shape& global);
 // Per dim, the global index of device's first element.
-std::vector<int64_t> local_offset(const Mesh& mesh, const PartitionSpec& spec,
-                                  const Shape& global, int64_t device);
+std::vector<int64_t> local_offset(const Mesh& mesh, const PartitionSpec& spec, const Shape& global,
+                                  int64_t device);
 
 // Ok when every dim of `global` divides by the product of the axes `spec` puts on it, else
 // "<what>: dimension 1 of size 12 is not divisible by 8 (the product of axes ('fsdp',
@@ -91,8 +91,7 @@ Status check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Shape&
                        std::string_view what);
 
 // `axes` without the ones of size 1 on `mesh` (an absent axis counts as size 1).
-PartitionSpec::DimAxes remove_size_one_axes(const PartitionSpec::DimAxes& axes,
-                                            const Mesh& mesh);
+PartitionSpec::DimAxes remove_size_one_axes(const PartitionSpec::DimAxes& axes, const Mesh& mesh);
 // MaxText's remove_size_one_mesh_axis: per dim keep only axes of size != 1 (an axis absent
 // from the mesh counts as size 1); an emptied dim becomes None. Partial axes are kept as is.
 PartitionSpec remove_size_one_mesh_axis(const PartitionSpec& spec, const Mesh& mesh);

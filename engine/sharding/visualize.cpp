@@ -221,8 +221,7 @@ ReplicationReport audit_replicated(const std::vector<ParamShardingInfo>& params,
                                    double tolerance, int weight_bytes) {
   ReplicationReport rep;
   rep.tolerance = tolerance;
-  for (const auto& a : audit_axes())
-    if (mesh.has_axis(a) && mesh.axis_size(a) > 1) rep.target_axes.push_back(a);
+  rep.target_axes = remove_size_one_axes(audit_axes(), mesh);  // absent axes count as size 1
   std::sort(rep.target_axes.begin(), rep.target_axes.end());
   for (const auto& p : params) rep.total_elements += p.shape.numel();
   if (rep.target_axes.empty()) return rep;  // MaxText returns early: nothing to check

@@ -48,10 +48,7 @@ std::string human_bytes(int64_t bytes) {
 }  // namespace
 
 std::string ShardingRow::logical_string() const {
-  if (logical.empty()) return "None";
-  std::vector<std::string> parts;
-  for (const std::string& n : logical) parts.push_back(n.empty() ? "None" : quoted(n));
-  return tuple_string(parts);
+  return logical.empty() ? "None" : logical_axes_string(logical);
 }
 
 std::string ShardingRow::physical_string() const {
@@ -135,7 +132,7 @@ Result<ShardingTable> sharding_table(const Program& program, const Mesh& mesh,
     r.role = std::string(arg_role_name(args[i].role));
     r.dtype = v.dtype;
     r.shape = v.shape;
-    r.logical = v.logical;
+    r.logical = to_logical_axes(v.logical);
     r.spec = display_spec(shardings[i].spec, mesh, v.shape.rank());
     const NamedSharding placed{mesh, r.spec};
     r.local_shape = placed.local_shape(v.shape);

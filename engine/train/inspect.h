@@ -25,6 +25,7 @@
 #include "engine/base/status.h"
 #include "engine/ir/program.h"
 #include "engine/mesh/mesh.h"
+#include "engine/sharding/logical_axes.h"
 #include "engine/sharding/partition_spec.h"
 #include "engine/sharding/visualize.h"
 #include "engine/store/metrics_store.h"
@@ -39,7 +40,7 @@ struct ShardingRow {
   std::string role;         // param | opt_mu | opt_nu | step | batch
   DType dtype = DType::kF32;
   Shape shape;              // global
-  std::vector<std::string> logical;  // per dim ("" = None); empty when the array has none
+  LogicalAxes logical;      // per dim; empty when the array has none
   PartitionSpec spec;       // as placed, size-1 mesh axes dropped, one entry per dim
   Shape local_shape;        // per device
   int64_t bytes_per_device = 0;

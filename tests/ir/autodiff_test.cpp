@@ -217,7 +217,7 @@ TEST(Autodiff, ConstraintCotangentGetsTheSameConstraint) {
   const Instr& c = p.instrs()[p.value(g[0]).producer];
   EXPECT_GE(static_cast<size_t>(p.value(g[0]).producer), n);
   ASSERT_EQ(c.kind, OpKind::kConstraint);
-  EXPECT_EQ(c.attrs.logical, axes);
+  EXPECT_EQ(c.attrs.logical, to_logical_axes(axes));
   EXPECT_EQ(p.value(g[0]).logical, axes);
 }
 

@@ -190,7 +190,11 @@ TEST(CheckDivisible, ValidateAndArgumentsUseTheSameMessage) {
 TEST(RemoveSizeOne, PerDimHelperMatchesMaxTextExamples) {
   Result<Mesh> mesh = Mesh::from_maxtext({{"fsdp", 4}, {"tensor", 2}}, 8);
   ASSERT_TRUE(mesh.ok()) << mesh.status().message();
-  PartitionSpec in = P({{"data", "fsdp"}, {"tensor"}, {"context"}, {"data", "context"}, {},
+  PartitionSpec in = P({{"data", "fsdp"},
+                        {"tensor"},
+                        {"context"},
+                        {"data", "context"},
+                        {},
                         {"fsdp", "expert", "tensor"}},
                        {"tensor"});
   PartitionSpec out = remove_size_one_mesh_axis(in, *mesh);
