@@ -1,5 +1,6 @@
 // shell/lua_sharding.cpp: Lua bindings for sharding inspection: sl.rules, sl.logical_to_mesh,
-// sl.NamedSharding, sl.visualize, sl.typeof and the bodies of t:shardings/t:audit/t:visualize.
+// sl.NamedSharding, sl.visualize, sl.typeof, and the values t:shardings/t:audit/t:visualize
+// return (their Trainer methods are in lua_train.cpp).
 #include "shell/lua_sharding.h"
 
 #include <algorithm>
@@ -33,7 +34,6 @@ constexpr const char* kRowType = "ShardingRow";
 constexpr const char* kRulesType = "LogicalAxisRules";
 constexpr const char* kRuleType = "LogicalAxisRule";
 constexpr const char* kAuditType = "AuditReport";
-constexpr const char* kSnapshotsKey = "shardlab.sharding_snapshots";  // run_id -> last step
 
 bool has_metatable(lua_State* L, int idx, const char* name) {
   if (!lua_getmetatable(L, idx)) return false;
@@ -278,16 +278,6 @@ Result<eng::Shape> read_shape(lua_State* L, int idx, std::string_view fn, std::s
   return eng::Shape(std::move(dims));
 }
 
-// What sl.visualize / sl.typeof were given: a row of t:shardings(), (shape, NamedSharding) or
-// (shape, PartitionSpec, Mesh). `next` is the index of the first argument after them.
-struct ShapedSharding {
-  eng::Shape shape;
-  eng::NamedSharding sharding;
-  std::string dtype = "f32";
-  std::string label;  // the row's path, or ""
-  int next = 0;
-};
-
 Result<ShapedSharding> read_shaped_sharding(lua_State* L, std::string_view fn) {
   ShapedSharding out;
   const bool row = lua_type(L, 1) == LUA_TTABLE && has_metatable(L, 1, kRowType);
@@ -477,38 +467,6 @@ Result<int> table_bytes(lua_State* L) {
   return 1;
 }
 
-// ---- Store snapshots ---------------------------------------------------------------------
-
-// Records the trainer's table once per (run, step): repeated t:shardings() in a REPL add no
-// rows. Only trainers recording a run have a store to write to.
-Status maybe_snapshot(lua_State* L, const eng::Trainer& t, const eng::ShardingTable& table) {
-  if (t.run_id().empty()) return eng::ok_status();
-  ShellContext& ctx = context(L);
-  if (!ctx.store) return eng::ok_status();
-  luaL_getsubtable(L, LUA_REGISTRYINDEX, kSnapshotsKey);
-  lua_pushstring(L, t.run_id().c_str());
-  const bool seen = lua_rawget(L, -2) == LUA_TNUMBER && lua_tointeger(L, -1) == t.current_step();
-  lua_pop(L, 1);
-  if (!seen) {
-    Result<int64_t> id = eng::record_sharding_snapshot(*ctx.store, t.run_id(), t.current_step(), table);
-    if (!id.ok()) {
-      lua_pop(L, 1);
-      return eng::Status(id.status().code(), "Trainer:shardings: store: " + id.status().message());
-    }
-    lua_pushstring(L, t.run_id().c_str());
-    lua_pushinteger(L, t.current_step());
-    lua_rawset(L, -3);
-  }
-  lua_pop(L, 1);
-  return eng::ok_status();
-}
-
-Result<eng::ShardingTable> table_of(const eng::Trainer& t, std::string_view fn) {
-  Result<eng::ShardingTable> tab = eng::trainer_shardings(t);
-  if (!tab.ok()) return eng::Status(tab.status().code(), fmt::format("{}: {}", fn, tab.status().message()));
-  return tab;
-}
-
 // ---- Audit -------------------------------------------------------------------------------
 
 void push_report(lua_State* L, const eng::ReplicationReport& r) {
@@ -588,55 +546,14 @@ constexpr Method kTableMethods[] = {
 
 }  // namespace
 
-// ---- Trainer method bodies (called from lua_train.cpp) ------------------------------------
-
-Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t) {
-  constexpr std::string_view fn = "Trainer:shardings";
-  ENG_ASSIGN_OR_RETURN(std::optional<std::string> pattern, opt_string(L, 2, fn, "pattern"));
-  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
-  ENG_RETURN_IF_ERROR(maybe_snapshot(L, t, table));
-  if (pattern) {
-    std::erase_if(table.rows, [&](const eng::ShardingRow& r) {
-      return r.path.find(*pattern) == std::string::npos;
-    });
-  }
-  push_udata(L, std::move(table));
-  return 1;
+Result<std::string> render_sharding(lua_State* L, const ShapedSharding& x, int opts,
+                                    std::string_view fn) {
+  return render(L, x, opts, fn);
 }
 
-Result<int> push_trainer_audit(lua_State* L, const eng::Trainer& t) {
-  constexpr std::string_view fn = "Trainer:audit";
-  ENG_ASSIGN_OR_RETURN(std::optional<double> tol, opt_number(L, 2, fn, "tolerance"));
-  Result<eng::ReplicationReport> r =
-      eng::audit_trainer(t, tol.value_or(t.raw_config().get_float("sharding_tolerance")));
-  if (!r.ok()) return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
-  push_report(L, *r);
-  return 1;
-}
+void push_audit_report(lua_State* L, const eng::ReplicationReport& r) { push_report(L, r); }
 
-Result<int> push_trainer_visualize(lua_State* L, const eng::Trainer& t) {
-  constexpr std::string_view fn = "Trainer:visualize";
-  ENG_ASSIGN_OR_RETURN(std::string path, arg_string(L, 2, fn, "path"));
-  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
-  const eng::ShardingRow* row = table.find(path);
-  if (!row) {
-    std::vector<std::string> paths, near;
-    for (const auto& r : table.rows) {
-      paths.push_back(r.path);
-      if (r.path.find(path) != std::string::npos && near.size() < 3) near.push_back(r.path);
-    }
-    std::string hint = did_you_mean(path, paths);
-    if (!hint.empty()) near = {hint};
-    return eng::invalid_argument("{}: no array '{}' in the trainer's state{}", fn, path,
-                                 near.empty() ? "; see t:shardings() for the paths"
-                                              : fmt::format(" (did you mean '{}'?)", fmt::join(near, "', '")));
-  }
-  ShapedSharding x{row->shape, eng::NamedSharding{table.mesh, row->spec},
-                   std::string(eng::dtype_name(row->dtype)), row->path, 3};
-  ENG_ASSIGN_OR_RETURN(std::string s, render(L, x, 3, fn));
-  lua_pushlstring(L, s.data(), s.size());
-  return 1;
-}
+void push_sharding_table(lua_State* L, eng::ShardingTable table) { push_udata(L, std::move(table)); }
 
 Result<std::string> rules_table_to_config_string(lua_State* L, int idx, std::string_view fn) {
   ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules r, read_rules(L, idx, fn, "logical_axis_rules"));
