@@ -24,7 +24,9 @@ constexpr Module kModules[] = {
     {"shell", open_lua_shell},
     {"store", open_lua_store},
     {"mesh", open_lua_mesh},
+    {"config", open_lua_config},
     {"train", open_lua_train},
+    {"compiled", open_lua_compiled},
     {"sharding", open_lua_sharding},
     {"plot", open_lua_plot},
 };

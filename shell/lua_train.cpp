@@ -1,4 +1,4 @@
-// shell/lua_train.cpp: Lua bindings for training: sl.config, sl.trainer, Trainer, Compiled.
+// shell/lua_train.cpp: Lua bindings for training: sl.trainer, Trainer and the StepHandle t:step() returns.
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,16 +31,7 @@ struct TrainerBox {
 struct HandleBox {
   eng::StepHandle handle;  // its Trainer is kept alive by the userdata's user value
 };
-struct CompiledBox {
-  std::shared_ptr<const eng::Executable> exe;
-  std::string fn_name;  // "train_step"
-  eng::CompileInfo cache;  // the cache lookup that produced exe (key, outcome, level, reason)
-};
 
-template <>
-struct LuaType<eng::Config> {
-  static constexpr const char* kName = "Config";
-};
 template <>
 struct LuaType<TrainerBox> {
   static constexpr const char* kName = "Trainer";
@@ -49,130 +40,10 @@ template <>
 struct LuaType<HandleBox> {
   static constexpr const char* kName = "StepHandle";
 };
-template <>
-struct LuaType<CompiledBox> {
-  static constexpr const char* kName = "Compiled";
-};
 
 namespace {
 
 constexpr const char* kSnapshotsKey = "shardlab.sharding_snapshots";  // run_id -> last step
-
-// ---- sl.config -------------------------------------------------------------------------
-
-// A Lua value as a config value: integer, number, boolean or string.
-Result<eng::ConfigValue> to_config_value(lua_State* L, int idx, const std::string& key) {
-  switch (lua_type(L, idx)) {
-    case LUA_TBOOLEAN: return eng::ConfigValue{lua_toboolean(L, idx) != 0};
-    case LUA_TNUMBER:
-      if (lua_isinteger(L, idx)) return eng::ConfigValue{static_cast<int64_t>(lua_tointeger(L, idx))};
-      return eng::ConfigValue{lua_tonumber(L, idx)};
-    case LUA_TSTRING: return eng::ConfigValue{std::string(lua_tostring(L, idx))};
-    case LUA_TTABLE:
-      if (key == "logical_axis_rules") {  // {{"embed", {"fsdp"}}, ...} -> base.yml's form
-        ENG_ASSIGN_OR_RETURN(std::string rules, rules_table_to_config_string(L, idx, "sl.config"));
-        return eng::ConfigValue{std::move(rules)};
-      }
-      [[fallthrough]];
-    default:
-      return eng::invalid_argument("sl.config: key '{}' expected a number, boolean or string, got {}",
-                                   key, luaL_typename(L, idx));
-  }
-}
-
-Result<int> config_new(lua_State* L) {
-  constexpr std::string_view fn = "sl.config";
-  eng::Config c;
-  if (!lua_isnoneornil(L, 1)) {
-    ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "options"));
-    // Apply model_name first so preset-dependent validation sees it, then the rest sorted.
-    std::vector<std::string> keys;
-    lua_pushnil(L);
-    while (lua_next(L, 1) != 0) {
-      if (lua_type(L, -2) != LUA_TSTRING) {
-        lua_pop(L, 2);
-        return eng::invalid_argument("sl.config: keys must be strings (MaxText config names)");
-      }
-      keys.emplace_back(lua_tostring(L, -2));
-      lua_pop(L, 1);
-    }
-    std::sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {
-      bool ma = a == "model" || a == "model_name", mb = b == "model" || b == "model_name";
-      return ma != mb ? ma : a < b;
-    });
-    for (const std::string& k : keys) {
-      push_field(L, 1, k.c_str());
-      Result<eng::ConfigValue> v = to_config_value(L, -1, k);
-      lua_pop(L, 1);
-      if (!v.ok()) return v.status();
-      eng::Status s = c.set(k, std::move(v).value());
-      if (!s.ok()) return eng::Status(s.code(), "sl." + s.message());
-    }
-  }
-  push_udata(L, std::move(c));
-  return 1;
-}
-
-Result<int> config_tostring(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:__tostring"));
-  std::vector<std::string> parts;
-  parts.push_back("model_name=" + c->get_string("model_name"));
-  for (const auto& [k, v] : c->overrides())
-    if (k != "model_name") parts.push_back(fmt::format("{}={}", k, eng::config_value_string(v)));
-  lua_pushstring(L, fmt::format("Config({})", fmt::join(parts, ", ")).c_str());
-  return 1;
-}
-
-void push_config_value(lua_State* L, const eng::ConfigValue& v) {
-  switch (v.index()) {
-    case 0: lua_pushboolean(L, std::get<bool>(v)); break;
-    case 1: lua_pushinteger(L, std::get<int64_t>(v)); break;
-    case 2: lua_pushnumber(L, std::get<double>(v)); break;
-    default: lua_pushstring(L, std::get<std::string>(v).c_str());
-  }
-}
-
-Result<int> config_get(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:get"));
-  ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:get", "key"));
-  Result<eng::ConfigValue> v = c->get(key == "model" ? "model_name" : key);
-  if (!v.ok()) {
-    std::string hint = eng::suggest_config_key(key);
-    return eng::invalid_argument("Config:get: unknown key '{}'{}", key,
-                                 hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint));
-  }
-  push_config_value(L, *v);
-  return 1;
-}
-
-Result<int> config_set(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:set"));
-  ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:set", "key"));
-  ENG_ASSIGN_OR_RETURN(eng::ConfigValue v, to_config_value(L, 3, key));
-  eng::Status s = c->set(key, std::move(v));
-  if (!s.ok()) return eng::Status(s.code(), "Config:set: " + s.message().substr(s.message().find(':') + 2));
-  lua_settop(L, 1);
-  return 1;
-}
-
-Result<int> config_params(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:params"));
-  lua_createtable(L, 0, static_cast<int>(eng::config_keys().size()));
-  for (const eng::ConfigKey& k : eng::config_keys()) {
-    push_config_value(L, c->get(k.name).value());
-    lua_setfield(L, -2, std::string(k.name).c_str());
-  }
-  return 1;
-}
-
-Result<int> config_keys_doc(lua_State* L) {
-  lua_createtable(L, 0, static_cast<int>(eng::config_keys().size()));
-  for (const eng::ConfigKey& k : eng::config_keys()) {
-    lua_pushstring(L, fmt::format("{} (default {})", k.doc, eng::config_value_string(k.default_value)).c_str());
-    lua_setfield(L, -2, std::string(k.name).c_str());
-  }
-  return 1;
-}
 
 // ---- sl.trainer -------------------------------------------------------------------------
 
@@ -407,7 +278,7 @@ Result<int> trainer_param(lua_State* L) {
   return 1;
 }
 
-// ---- Sharding inspection and store snapshots --------------------------------------------- ---------------------------------------------------------------------
+// ---- Sharding inspection and store snapshots ---------------------------------------------
 
 // Records the trainer's table once per (run, step): repeated t:shardings() in a REPL add no
 // rows. Only trainers recording a run have a store to write to.
@@ -510,134 +381,7 @@ Result<int> trainer_property(lua_State* L) {
   return 1;
 }
 
-// ---- Compiled -----------------------------------------------------------------------------
-
-Result<CompiledBox*> arg_compiled(lua_State* L, std::string_view fn) {
-  return arg_udata<CompiledBox>(L, 1, fn);
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return fmt::format("{:.{}f} {}", b, u == 0 ? 0 : 2, units[u]);
-}
-
-Result<int> compiled_tostring(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:__tostring"));
-  const eng::MemoryAnalysis& m = c->exe->memory();
-  lua_pushstring(L, fmt::format("Compiled({}: {} instructions, {} devices, peak {} per device, {:.3g} GFLOP per device)",
-                                c->fn_name, c->exe->program().instrs().size(),
-                                c->exe->mesh().num_devices(),
-                                human_bytes(static_cast<double>(m.peak_bytes())),
-                                c->exe->cost().flops / 1e9)
-                        .c_str());
-  return 1;
-}
-
-Result<int> compiled_text(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:text"));
-  lua_pushstring(L, c->exe->program().to_text().c_str());
-  return 1;
-}
-
-Result<int> compiled_temps(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:temps"));
-  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "Compiled:temps", "n"));
-  if (n && *n < 0) return eng::invalid_argument("Compiled:temps: n must be >= 0, got {}", *n);
-  const eng::Program& p = c->exe->program();
-  std::vector<eng::TempInfo> temps = c->exe->largest_temps(
-      static_cast<int>(std::min<int64_t>(n.value_or(10), std::numeric_limits<int>::max())));
-  lua_createtable(L, static_cast<int>(temps.size()), 0);
-  for (size_t i = 0; i < temps.size(); ++i) {
-    const eng::TempInfo& t = temps[i];
-    const eng::ValueInfo& v = p.value(t.value);
-    lua_createtable(L, 0, 6);
-    lua_pushstring(L, v.type_string().c_str());
-    lua_setfield(L, -2, "type");
-    lua_pushinteger(L, t.bytes);
-    lua_setfield(L, -2, "bytes");
-    lua_pushstring(L, eng::producer_description(p, t.value).c_str());  // "rmsnorm (remat)"
-    lua_setfield(L, -2, "op");
-    lua_pushinteger(L, t.first_instr);
-    lua_setfield(L, -2, "first");
-    lua_pushinteger(L, t.last_instr);
-    lua_setfield(L, -2, "last");
-    lua_pushinteger(L, t.offset);
-    lua_setfield(L, -2, "offset");
-    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
-  }
-  return 1;
-}
-
-void push_memory(lua_State* L, const eng::MemoryAnalysis& m) {
-  lua_createtable(L, 0, 6);
-  auto put = [&](const char* k, int64_t v) {
-    lua_pushinteger(L, v);
-    lua_setfield(L, -2, k);
-  };
-  put("argument_bytes", m.argument_bytes);
-  put("output_bytes", m.output_bytes);
-  put("temp_bytes", m.temp_bytes);
-  put("alias_bytes", m.alias_bytes);
-  put("peak_bytes", m.peak_bytes());
-  lua_pushstring(L, m.to_string().c_str());
-  lua_setfield(L, -2, "summary");
-}
-
-void push_cost(lua_State* L, const eng::CostAnalysis& c) {
-  lua_createtable(L, 0, 3);
-  lua_pushnumber(L, c.flops);
-  lua_setfield(L, -2, "flops");
-  lua_pushnumber(L, c.bytes_accessed);
-  lua_setfield(L, -2, "bytes_accessed");
-  lua_createtable(L, 0, static_cast<int>(c.collective_bytes.size()));
-  for (const auto& [axis, bytes] : c.collective_bytes) {
-    lua_pushnumber(L, bytes);
-    lua_setfield(L, -2, axis.c_str());
-  }
-  lua_setfield(L, -2, "collective_bytes");
-}
-
-// {outcome = "hit"|"miss", level = "tracing"|"executable"|"persistent", reason = <kind>,
-//  explanation = <JAX's text>, key = "jit_train_step-<hex>", compile_s = <s>}
-void push_cache_info(lua_State* L, const eng::CompileInfo& c) {
-  lua_createtable(L, 0, 6);
-  lua_pushstring(L, c.outcome.c_str());
-  lua_setfield(L, -2, "outcome");
-  lua_pushstring(L, c.level.c_str());
-  lua_setfield(L, -2, "level");
-  lua_pushstring(L, c.reason_kind.c_str());
-  lua_setfield(L, -2, "reason");
-  lua_pushstring(L, c.reason_text.c_str());
-  lua_setfield(L, -2, "explanation");
-  lua_pushstring(L, c.key_name.c_str());
-  lua_setfield(L, -2, "key");
-  lua_pushnumber(L, c.compile_s);
-  lua_setfield(L, -2, "compile_s");
-}
-
-Result<int> compiled_property(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled"));
-  std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
-  if (key == "memory") push_memory(L, c->exe->memory());
-  else if (key == "cost") push_cost(L, c->exe->cost());
-  else if (key == "key") lua_pushstring(L, c->cache.key.c_str());  // the compile-cache key (hex)
-  else if (key == "cache") push_cache_info(L, c->cache);
-  else if (key == "name") lua_pushstring(L, c->fn_name.c_str());
-  else lua_pushnil(L);
-  return 1;
-}
-
 constexpr Function kTrainFunctions[] = {
-    {"config", lua_entry<config_new>,
-     "sl.config{model=\"llama-tiny\", steps=..., per_device_batch_size=..., ...} -> Config",
-     "A training configuration keyed by MaxText's names (see sl.config_keys()). Values resolve as\n"
-     "  in MaxText: base defaults, then the model preset, then these overrides. `model` is short\n"
-     "  for model_name; dataset=\"synthetic\" | \"text:PATH\" | \"tokens:PATH.npy\" sets dataset_type\n"
-     "  and dataset_path. Unknown keys are errors with a did-you-mean suggestion."},
-    {"config_keys", lua_entry<config_keys_doc>, "sl.config_keys() -> {key = doc}",
-     "Every configuration key with its meaning and default."},
     {"trainer", lua_entry<trainer_new>,
      "sl.trainer(config [, mesh] [, {shape_only=true, device_capacity_bytes=N, store=false}]) -> Trainer",
      "Traces train_step (forward + backward + AdamW as one program) for the config on the mesh\n"
@@ -645,13 +389,6 @@ constexpr Function kTrainFunctions[] = {
      "  shape_only=true it only traces and compiles (no arrays): memory analysis for meshes and\n"
      "  models far larger than this machine. The run is recorded in the metrics store (--db)\n"
      "  unless store=false."},
-};
-
-constexpr Method kConfigMethods[] = {
-    {"get", lua_entry<config_get>, "c:get(key) -> value", "The resolved value of a key."},
-    {"set", lua_entry<config_set>, "c:set(key, value) -> c", "Overrides a key (validated)."},
-    {"params", lua_entry<config_params>, "c:params() -> {key = value}",
-     "Every key with its resolved value (what the store's params table records)."},
 };
 
 constexpr Method kTrainerMethods[] = {
@@ -693,19 +430,10 @@ constexpr Method kHandleMethods[] = {
 constexpr const char* kHandleProperties[] = {"step", "loss", "total_weights", "grad_norm", "lr",
                                              "step_time_s"};
 
-constexpr Method kCompiledMethods[] = {
-    {"text", lua_entry<compiled_text>, "c:text() -> string",
-     "The compiled (per-device) program as jaxpr-like text."},
-    {"temps", lua_entry<compiled_temps>, "c:temps([n]) -> {{type, bytes, op, first, last, offset}}",
-     "The n largest temporaries (default 10) with their producing op and live range."},
-};
-constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "name"};
 
 }  // namespace
 
 void open_lua_train(lua_State* L, int sl) {
-  define_type(L, {"Config", "A training configuration (MaxText key names).", lua_entry<config_tostring>,
-                  nullptr, udata_gc<eng::Config>, kConfigMethods});
   define_type(L, {"Trainer",
                   "A training run: config, mesh, the traced train_step, its arrays and data.\n"
                   "  Fields: t.current_step (the next step to run), t.mesh, t.num_params.",
@@ -716,12 +444,6 @@ void open_lua_train(lua_State* L, int sl) {
                   "  fields) wait for the devices, like reading a JAX array.",
                   lua_entry<handle_tostring>, nullptr, udata_gc<HandleBox>, kHandleMethods,
                   lua_entry<handle_property>, kHandleProperties});
-  define_type(L, {"Compiled",
-                  "A compiled train_step. Fields: c.memory (argument/output/temp/alias/peak bytes per\n"
-                  "  device, and MaxText's summary line), c.cost (flops, bytes_accessed,\n"
-                  "  collective_bytes per mesh axis), c.key (program fingerprint), c.name.",
-                  lua_entry<compiled_tostring>, nullptr, udata_gc<CompiledBox>, kCompiledMethods,
-                  lua_entry<compiled_property>, kCompiledProperties});
   add_functions(L, sl, "sl", kTrainFunctions);
 }
 
