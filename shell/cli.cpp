@@ -14,6 +14,7 @@
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
+#include "shell/lua_binding.h"
 #include "shell/notebook.h"
 #include "shell/repl.h"
 
@@ -206,7 +207,7 @@ struct MainArgs {
 };
 
 // lua.c's pmain: runs inside lua_pcall; pushes true when everything succeeded.
-int pmain(lua_State* L) {
+int pmain_body(lua_State* L) {
   auto* m = static_cast<MainArgs*>(lua_touserdata(L, 1));
   const Options& o = *m->options;
   luaL_checkversion(L);
@@ -236,6 +237,8 @@ int pmain(lua_State* L) {
   lua_pushboolean(L, 1);
   return 1;
 }
+
+int pmain(lua_State* L) { return call_guarded_main(L, pmain_body); }
 
 }  // namespace
 

@@ -16,6 +16,7 @@ struct ShellContext {
   std::unique_ptr<eng::MetricsStore> store;    // opened on first use by open_store()
   bool color = false;                          // stdout is a tty (and colours are wanted)
   bool timing = true;                          // sl.timing: the REPL shows slow commands' times
+  bool interactive = false;                    // the REPL is reading commands (not a script)
 
   // The store, opened from db_path the first time (so `shardlab -e 'print(1)'` creates no file).
   eng::Result<eng::MetricsStore*> open_store();

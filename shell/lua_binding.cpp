@@ -4,6 +4,9 @@
 #include "engine/base/text.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -52,6 +55,73 @@ void set_global_raw(lua_State* L, const char* name, int idx) {
 
 void push_status(lua_State* L, const Status& s) {
   lua_pushlstring(L, s.message().data(), s.message().size());
+}
+
+namespace {
+// "sl.trainer" for the running C function when it has a docstring, else the name Lua called it by.
+std::string running_function(lua_State* L) {
+  lua_Debug ar;
+  if (!lua_getstack(L, 0, &ar)) return "shardlab";
+  std::string out;
+  if (lua_getinfo(L, "fn", &ar)) {
+    push_registry_table(L, kDocNameTable);
+    lua_pushvalue(L, -2);
+    if (lua_rawget(L, -2) == LUA_TSTRING) out = lua_tostring(L, -1);
+    lua_pop(L, 3);
+  }
+  if (out.empty() && ar.name != nullptr) out = ar.name;
+  return out.empty() ? "shardlab" : out;
+}
+}  // namespace
+
+Result<int> call_guarded(lua_State* L, Result<int> (*fn)(lua_State*)) noexcept {
+  try {
+    return fn(L);
+  } catch (const std::bad_alloc&) {
+    return eng::Status(eng::Code::kResourceExhausted,
+                       running_function(L) + ": out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return eng::Status(eng::Code::kInternal,
+                       fmt::format("{}: internal error: C++ exception: {}", running_function(L), e.what()));
+  } catch (...) {
+    return eng::Status(eng::Code::kInternal, running_function(L) + ": internal error: unknown C++ exception");
+  }
+}
+
+int call_guarded_main(lua_State* L, int (*body)(lua_State*)) noexcept {
+  try {
+    return body(L);
+  } catch (const std::bad_alloc&) {
+    std::fputs("shardlab: out of memory (std::bad_alloc)\n", stderr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardlab: internal error: C++ exception: %s\n", e.what());
+  } catch (...) {
+    std::fputs("shardlab: internal error: unknown C++ exception\n", stderr);
+  }
+  return 0;
+}
+
+std::string fmt_forged(const char* type) {
+  return fmt::format("a real {0} (this userdata was given a {0}'s metatable)", type);
+}
+
+Status dead_udata_error(std::string_view fn, std::string_view name, int idx, const char* type) {
+  return eng::failed_precondition("{}: argument {} is a {} that was already finalised (its __gc ran)", fn,
+                                  label(idx, name), type);
+}
+
+int udata_gc_again(lua_State* L, const char* type) {
+  return luaL_error(L, "%s.__gc: this %s was already finalised", type, type);
+}
+
+Status with_context(std::string_view fn, const Status& s) {
+  if (s.ok()) return s;
+  std::string_view msg = s.message();
+  if (msg.starts_with(fn) && msg.substr(fn.size()).starts_with(": ")) return s;
+  const size_t cut = fn.find_last_of(".:");
+  std::string_view last = cut == std::string_view::npos ? fn : fn.substr(cut + 1);
+  if (msg.starts_with(last) && msg.substr(last.size()).starts_with(": ")) msg.remove_prefix(last.size() + 2);
+  return Status(s.code(), fmt::format("{}: {}", fn, msg));
 }
 
 Status arg_error(lua_State* L, int idx, std::string_view fn, std::string_view name,
@@ -261,6 +331,8 @@ void define_type(lua_State* L, const TypeSpec& spec) {
   if (spec.tostring) lua_pushcfunction(L, spec.tostring), lua_setfield(L, mt, "__tostring");
   if (spec.eq) lua_pushcfunction(L, spec.eq), lua_setfield(L, mt, "__eq");
   if (spec.gc) lua_pushcfunction(L, spec.gc), lua_setfield(L, mt, "__gc");
+  lua_pushstring(L, spec.name);  // getmetatable(v) is the name: the table (and __gc) stay hidden
+  lua_setfield(L, mt, "__metatable");
   set_doc(L, mt, spec.name, doc);
   lua_pop(L, 1);
 }

@@ -27,9 +27,8 @@ std::string human_bytes(double b) {
 Result<int> compiled_tostring(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:__tostring"));
   const eng::MemoryAnalysis& m = c->exe->memory();
-  lua_pushstring(L, fmt::format("Compiled({}: {} instructions, {} devices, peak {} per device, {:.3g} GFLOP per device)",
-                                c->fn_name, c->exe->program().instrs().size(),
-                                c->exe->mesh().num_devices(),
+  lua_pushstring(L, fmt::format("Compiled({}: {} instructions, {}, peak {} per device, {:.3g} GFLOP per device)",
+                                c->fn_name, c->exe->program().instrs().size(), mesh_label(c->exe->mesh()),
                                 human_bytes(static_cast<double>(m.peak_bytes())),
                                 c->exe->cost().flops / 1e9)
                         .c_str());
@@ -126,6 +125,7 @@ Result<int> compiled_property(lua_State* L) {
   else if (key == "key") lua_pushstring(L, c->cache.key.c_str());  // the compile-cache key (hex)
   else if (key == "cache") push_cache_info(L, c->cache);
   else if (key == "name") lua_pushstring(L, c->fn_name.c_str());
+  else if (key == "mesh") push_udata(L, c->exe->mesh());
   else lua_pushnil(L);
   return 1;
 }
@@ -136,7 +136,7 @@ constexpr Method kCompiledMethods[] = {
     {"temps", lua_entry<compiled_temps>, "c:temps([n]) -> {{type, bytes, op, first, last, offset}}",
      "The n largest temporaries (default 10) with their producing op and live range."},
 };
-constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "name"};
+constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "cache", "name", "mesh"};
 
 }  // namespace
 
@@ -144,7 +144,8 @@ void open_lua_compiled(lua_State* L, int) {
   define_type(L, {"Compiled",
                   "A compiled train_step. Fields: c.memory (argument/output/temp/alias/peak bytes per\n"
                   "  device, and MaxText's summary line), c.cost (flops, bytes_accessed,\n"
-                  "  collective_bytes per mesh axis), c.key (program fingerprint), c.name.",
+                  "  collective_bytes per mesh axis), c.key (program fingerprint), c.cache (the cache lookup:\n"
+                  "  outcome, level, reason, explanation, key, compile_s), c.name, c.mesh.",
                   lua_entry<compiled_tostring>, nullptr, udata_gc<CompiledBox>, kCompiledMethods,
                   lua_entry<compiled_property>, kCompiledProperties});
 }

@@ -62,7 +62,7 @@ Result<int> config_new(lua_State* L) {
       lua_pop(L, 1);
       if (!v.ok()) return v.status();
       eng::Status s = c.set(k, std::move(v).value());
-      if (!s.ok()) return eng::Status(s.code(), "sl." + s.message());
+      if (!s.ok()) return with_context(fn, s);
     }
   }
   push_udata(L, std::move(c));
@@ -106,7 +106,7 @@ Result<int> config_set(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:set", "key"));
   ENG_ASSIGN_OR_RETURN(eng::ConfigValue v, to_config_value(L, 3, key));
   eng::Status s = c->set(key, std::move(v));
-  if (!s.ok()) return eng::Status(s.code(), "Config:set: " + s.message().substr(s.message().find(':') + 2));
+  ENG_RETURN_IF_ERROR(with_context("Config:set", s));
   lua_settop(L, 1);
   return 1;
 }

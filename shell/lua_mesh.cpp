@@ -2,6 +2,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "engine/mesh/mesh.h"
 #include "engine/sharding/partition_spec.h"
 #include "shell/bindings.h"
@@ -9,6 +11,14 @@
 #include "shell/lua_types.h"
 
 namespace shell {
+
+std::string mesh_label(const eng::Mesh& m) {
+  std::vector<std::string> parts;
+  for (int i = 0; i < m.num_axes(); ++i)
+    if (m.axis_sizes()[i] > 1) parts.push_back(fmt::format("'{}': {}", m.axis_names()[i], m.axis_sizes()[i]));
+  if (parts.empty()) return fmt::format("Mesh({} device{})", m.num_devices(), m.num_devices() == 1 ? "" : "s");
+  return fmt::format("Mesh({}) ({} devices)", fmt::join(parts, ", "), m.num_devices());
+}
 
 namespace {
 
@@ -40,8 +50,8 @@ Result<int> mesh(lua_State* L) {
   else if (mode && *mode != "auto")
     return eng::invalid_argument("sl.mesh: argument 'mode' expected \"auto\" or \"explicit\", got \"{}\"",
                                  *mode);
-  ENG_ASSIGN_OR_RETURN(eng::Mesh m,
-                       eng::Mesh::from_parallelism(axes, sizes, devices.value_or(product), type));
+  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::from_parallelism(
+                                            axes, sizes, devices.value_or(product), type)));
   push_udata(L, std::move(m));
   return 1;
 }

@@ -216,7 +216,7 @@ Result<int> logical_to_mesh(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Mesh * mesh, arg_udata<eng::Mesh>(L, 2, fn, "mesh"));
   ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules r, resolve_rules(L, 3, fn));
   Result<eng::PartitionSpec> p = eng::logical_to_mesh(names, *mesh, r);
-  if (!p.ok()) return eng::Status(p.status().code(), fmt::format("{}: {}", fn, p.status().message()));
+  if (!p.ok()) return with_context(fn, p.status());
   push_udata(L, std::move(p).value());
   return 1;
 }
@@ -313,7 +313,7 @@ Result<ShapedSharding> read_shaped_sharding(lua_State* L, std::string_view fn) {
     return arg_error(L, 2, fn, "sharding", "NamedSharding or PartitionSpec (then a Mesh)");
   }
   Status v = out.sharding.validate(out.shape);
-  if (!v.ok()) return eng::Status(v.code(), fmt::format("{}: {}", fn, v.message()));
+  ENG_RETURN_IF_ERROR(with_context(fn, v));
   return out;
 }
 
@@ -352,8 +352,7 @@ Result<std::string> render(lua_State* L, const ShapedSharding& x, int opts, std:
     }
   }
   Result<std::string> grid = eng::visualize_sharding(x.shape, x.sharding, dim0, dim1, color);
-  if (!grid.ok())
-    return eng::Status(grid.status().code(), fmt::format("{}: {}", fn, grid.status().message()));
+  if (!grid.ok()) return with_context(fn, grid.status());
   std::string title = x.label.empty() ? "" : x.label + "  ";
   title += eng::typeof_string(x.dtype, x.shape, &x.sharding.spec, &x.sharding.mesh);
   return title + "\n" + *grid;

@@ -51,8 +51,8 @@ Result<int> sql(lua_State* L) {
     ENG_ASSIGN_OR_RETURN(eng::SqlValue v, to_sql_value(L, i));
     args.push_back(std::move(v));
   }
-  ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, context(L).open_store());
-  ENG_ASSIGN_OR_RETURN(eng::QueryResult r, store->query(query, args));
+  ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, with_context("sl.sql", context(L).open_store()));
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult r, with_context("sl.sql", store->query(query, args)));
   lua_createtable(L, static_cast<int>(r.rows.size()), 0);
   for (size_t i = 0; i < r.rows.size(); ++i) {
     lua_createtable(L, 0, static_cast<int>(r.columns.size()));

@@ -70,11 +70,11 @@ Result<int> trainer_new(lua_State* L) {
   }
   if (record) {
     Result<eng::MetricsStore*> store = context(L).open_store();
-    if (!store.ok()) return eng::Status(store.status().code(), "sl.trainer: " + store.status().message());
+    if (!store.ok()) return with_context(fn, store.status());
     options.store = *store;
   }
   Result<std::unique_ptr<eng::Trainer>> t = eng::Trainer::create(*cfg, mesh, options);
-  if (!t.ok()) return eng::Status(t.status().code(), "sl.trainer: " + t.status().message());
+  if (!t.ok()) return with_context(fn, t.status());
   push_udata(L, TrainerBox{std::move(t).value()});
   return 1;
 }
@@ -96,18 +96,43 @@ Result<int> trainer_tostring(lua_State* L) {
   return 1;
 }
 
-Result<int> trainer_compile(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:compile"));
-  Result<std::shared_ptr<const eng::Executable>> exe = t->compile();
-  if (!exe.ok()) return eng::Status(exe.status().code(), "Trainer:compile: " + exe.status().message());
-  // MaxText prints the memory analysis at compile (with log_compiles the trainer already did).
-  if (!t->raw_config().get_bool("log_compiles")) {
-    lua_getglobal(L, "print");
-    lua_pushstring(L, fmt::format("{}\nNote that compiler could over-estimate the HBM usage.",
-                                  (*exe)->memory().to_string()).c_str());
-    lua_call(L, 1, 0);
+// Pushes the Compiled and MaxText's memory lines (a string, or nil when quiet).
+Result<int> trainer_compile_body(lua_State* L) {
+  constexpr std::string_view fn = "Trainer:compile";
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, fn));
+  bool verbose = context(L).interactive;  // the REPL shows them; scripts ask with verbose=true
+  if (!lua_isnoneornil(L, 2)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+    static const std::vector<std::string> kAllowed = {"verbose"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kAllowed));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> v, field_bool(L, 2, "verbose", fn));
+    verbose = v.value_or(verbose);
   }
-  push_udata(L, CompiledBox{*exe, t->program().name(), t->last_compile()});
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<const eng::Executable> exe, with_context(fn, t->compile()));
+  push_udata(L, CompiledBox{exe, t->program().name(), t->last_compile()});
+  // MaxText prints the memory analysis at compile (with log_compiles the trainer already did).
+  if (verbose && !t->raw_config().get_bool("log_compiles")) {
+    const std::string where = fmt::format("[{} on {}]", t->program().name(), mesh_label(exe->mesh()));
+    lua_pushstring(L, fmt::format("{} {}\n{} Note that compiler could over-estimate the HBM usage.",
+                                  where, exe->memory().to_string(), where).c_str());
+  } else {
+    lua_pushnil(L);
+  }
+  return 2;
+}
+
+// t:compile([{verbose=bool}]) -> Compiled. The lines go through the user's `print` here, after
+// the body's C++ frames are gone: a `print` that raises unwinds no C++ object (lua_binding.h).
+int trainer_compile(lua_State* L) {
+  lua_settop(L, 2);
+  lua_entry<trainer_compile_body>(L);  // raises on error; else pushes Compiled, lines | nil
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 1;
+  }
+  lua_getglobal(L, "print");
+  lua_insert(L, -2);
+  lua_call(L, 1, 0);
   return 1;
 }
 
@@ -136,19 +161,29 @@ void push_metrics(lua_State* L, const eng::StepMetrics& m) {
 Result<int> trainer_step(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:step"));
   Result<eng::StepHandle> h = t->step();
-  if (!h.ok()) return eng::Status(h.status().code(), "Trainer:step: " + h.status().message());
-  void* mem = lua_newuserdatauv(L, sizeof(HandleBox), 1);
-  new (mem) HandleBox{*h};
-  luaL_setmetatable(L, LuaType<HandleBox>::kName);
+  if (!h.ok()) return with_context("Trainer:step", h.status());
+  push_udata(L, HandleBox{*h}, 1);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);  // the handle keeps its trainer alive
   return 1;
 }
 
-Result<eng::StepMetrics> handle_wait(lua_State* L, std::string_view fn) {
+// A StepHandle points into its trainer: usable only while that trainer's userdata is alive
+// (Lua code can run the trainer's __gc by hand while a handle still references it).
+Result<HandleBox*> arg_handle(lua_State* L, std::string_view fn) {
   ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, fn));
+  lua_getiuservalue(L, 1, 1);
+  TrainerBox* box = to_udata<TrainerBox>(L, -1);
+  const bool alive = box != nullptr && box->trainer != nullptr;
+  lua_pop(L, 1);
+  if (!alive) return eng::failed_precondition("{}: the trainer of step {} was already finalised", fn, h->handle.step());
+  return h;
+}
+
+Result<eng::StepMetrics> handle_wait(lua_State* L, std::string_view fn) {
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_handle(L, fn));
   Result<eng::StepMetrics> m = h->handle.wait();
-  if (!m.ok()) return eng::Status(m.status().code(), fmt::format("{}: {}", fn, m.status().message()));
+  if (!m.ok()) return with_context(fn, m.status());
   return m;
 }
 
@@ -159,13 +194,13 @@ Result<int> handle_metrics(lua_State* L) {
 }
 
 Result<int> handle_ready(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle:ready"));
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_handle(L, "StepHandle:ready"));
   lua_pushboolean(L, h->handle.ready());
   return 1;
 }
 
 Result<int> handle_property(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle"));
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_handle(L, "StepHandle"));
   std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
   if (key == "step") {
     lua_pushinteger(L, h->handle.step());
@@ -184,7 +219,7 @@ Result<int> handle_property(lua_State* L) {
 }
 
 Result<int> handle_tostring(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle:__tostring"));
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_handle(L, "StepHandle:__tostring"));
   if (!h->handle.ready()) {
     lua_pushstring(L, fmt::format("StepHandle(step={}, running)", h->handle.step()).c_str());
     return 1;
@@ -239,7 +274,7 @@ Result<int> trainer_train(lua_State* L) {
     return true;
   });
   if (tty && !quiet && done > 0) std::puts("");
-  if (!s.ok()) return eng::Status(s.code(), fmt::format("{}: {}", fn, s.message()));
+  ENG_RETURN_IF_ERROR(with_context(fn, s));
   lua_createtable(L, 0, 4);
   lua_pushinteger(L, done);
   lua_setfield(L, -2, "steps");
@@ -269,7 +304,7 @@ Result<int> trainer_param(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:param"));
   ENG_ASSIGN_OR_RETURN(std::string name, arg_string(L, 2, "Trainer:param", "name"));
   Result<std::vector<float>> host = t->fetch_argument(name);
-  if (!host.ok()) return eng::Status(host.status().code(), "Trainer:param: " + host.status().message());
+  if (!host.ok()) return with_context("Trainer:param", host.status());
   lua_createtable(L, static_cast<int>(host->size()), 0);
   for (size_t i = 0; i < host->size(); ++i) {
     lua_pushnumber(L, (*host)[i]);
@@ -306,7 +341,7 @@ Status maybe_snapshot(lua_State* L, const eng::Trainer& t, const eng::ShardingTa
 
 Result<eng::ShardingTable> table_of(const eng::Trainer& t, std::string_view fn) {
   Result<eng::ShardingTable> tab = eng::trainer_shardings(t);
-  if (!tab.ok()) return eng::Status(tab.status().code(), fmt::format("{}: {}", fn, tab.status().message()));
+  if (!tab.ok()) return with_context(fn, tab.status());
   return tab;
 }
 
@@ -329,7 +364,7 @@ Result<int> push_trainer_audit(lua_State* L, const eng::Trainer& t) {
   ENG_ASSIGN_OR_RETURN(std::optional<double> tol, opt_number(L, 2, fn, "tolerance"));
   Result<eng::ReplicationReport> r =
       eng::audit_trainer(t, tol.value_or(t.raw_config().get_float("sharding_tolerance")));
-  if (!r.ok()) return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
+  if (!r.ok()) return with_context(fn, r.status());
   push_audit_report(L, *r);
   return 1;
 }
@@ -392,8 +427,9 @@ constexpr Function kTrainFunctions[] = {
 };
 
 constexpr Method kTrainerMethods[] = {
-    {"compile", lua_entry<trainer_compile>, "t:compile() -> Compiled",
-     "Compiles train_step ahead of time (cached: later steps reuse it)."},
+    {"compile", trainer_compile, "t:compile([{verbose=bool}]) -> Compiled",
+     "Compiles train_step ahead of time (cached: later steps reuse it). verbose (default: on in\n"
+     "  the REPL, off in scripts and notebooks) prints MaxText's memory lines, each naming the mesh."},
     {"step", lua_entry<trainer_step>, "t:step() -> StepHandle",
      "Dispatches one training step on the next batch and returns at once (asynchronous, as in\n"
      "  JAX); the handle's loss synchronises when read: h = t:step(); print(h.loss)."},

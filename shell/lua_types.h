@@ -21,6 +21,9 @@ struct LuaType<eng::PartitionSpec> {
   static constexpr const char* kName = "PartitionSpec";
 };
 
+// "Mesh('data': 2, 'fsdp': 2) (4 devices)": the axes of size > 1 only ("Mesh(1 device)" for none).
+std::string mesh_label(const eng::Mesh& m);
+
 template <>
 struct LuaType<eng::Config> {
   static constexpr const char* kName = "Config";

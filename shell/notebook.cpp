@@ -343,7 +343,7 @@ struct NotebookMain {
 };
 
 // Inside lua_pcall (open_shardlab uses raising API).
-int notebook_pmain(lua_State* L) {
+int notebook_pmain_body(lua_State* L) {
   auto* m = static_cast<NotebookMain*>(lua_touserdata(L, 1));
   NotebookArgs& a = *m->args;
   luaL_openlibs(L);
@@ -417,6 +417,8 @@ int notebook_pmain(lua_State* L) {
   m->exit_code = info.ok ? 0 : 1;
   return 0;
 }
+
+int notebook_pmain(lua_State* L) { return call_guarded_main(L, notebook_pmain_body); }
 
 }  // namespace
 

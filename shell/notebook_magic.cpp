@@ -117,7 +117,11 @@ void magic_timeit(lua_State* L, std::string_view args) {
   }
   lua_pushvalue(L, f);
   lua_pushcfunction(L, lua_clock);
-  lua_call(L, 2, 1);  // only builds a closure; cannot fail short of out-of-memory
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK) {  // only builds a closure: fails only on out-of-memory
+    report(L, LUA_ERRMEM, nullptr);
+    lua_settop(L, top);
+    return;
+  }
   const int timer = lua_gettop(L);
 
   const double first = call_timer(L, timer, 1);  // includes compilation (and warm-up)

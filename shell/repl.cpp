@@ -361,6 +361,9 @@ class Repl {
 
 }  // namespace
 
-void run_repl(lua_State* L) { Repl(L).run(); }
+void run_repl(lua_State* L) {
+  context(L).interactive = true;
+  Repl(L).run();
+}
 
 }  // namespace shell
