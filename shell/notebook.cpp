@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -223,6 +224,29 @@ eng::Status write_file(const std::string& path, const std::string& text) {
   return eng::Status();
 }
 
+// os.exit inside a notebook records its code and raises: the cell stops, run_cells stops the
+// notebook after it and the report is still written (the process then exits with the code).
+// Recorded in the registry, so a pcall around os.exit cannot hide it.
+constexpr const char* kExitKey = "shardlab.notebook_exit";
+
+int notebook_os_exit(lua_State* L) {
+  int code = EXIT_SUCCESS;
+  if (lua_isboolean(L, 1)) code = lua_toboolean(L, 1) ? EXIT_SUCCESS : EXIT_FAILURE;
+  else if (!lua_isnoneornil(L, 1)) code = static_cast<int>(luaL_checkinteger(L, 1));
+  lua_pushinteger(L, code);
+  lua_setfield(L, LUA_REGISTRYINDEX, kExitKey);
+  return luaL_error(L, "os.exit(%d): the notebook stops here", code);
+}
+
+std::optional<int> take_exit_request(lua_State* L) {
+  std::optional<int> code;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, kExitKey) == LUA_TNUMBER) code = static_cast<int>(lua_tointeger(L, -1));
+  lua_pop(L, 1);
+  lua_pushnil(L);
+  lua_setfield(L, LUA_REGISTRYINDEX, kExitKey);
+  return code;
+}
+
 // Runs the cells with capture; stops at the first error unless allowed. Returns true if no
 // disallowed error happened.
 // `reuse` (--resume) holds, by cell number, results to show instead of running the cell.
@@ -247,7 +271,7 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
       continue;
     }
     if (stopped) {
-      r.not_run_after_error = true;
+      (info->exit_code >= 0 ? r.not_run_after_exit : r.not_run_after_error) = true;
       runs->push_back(std::move(r));
       continue;
     }
@@ -279,7 +303,14 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
     cap.end();
     cap.outputs = nullptr;
     lua_settop(L, top);
-    if (!r.error.empty()) {
+    if (std::optional<int> code = take_exit_request(L)) {  // os.exit: stop here, still report
+      r.error = fmt::format("os.exit({}) called: the notebook stops here", *code);
+      stopped = true;
+      info->exit_code = *code;
+      info->ok = *code == 0;
+      info->failed_at = fmt::format("In [{}] ({}: os.exit({}))", r.count, cell_label(cell), *code);
+      std::fprintf(stderr, "shardlab: notebook: %s called os.exit(%d)\n", cell_label(cell).c_str(), *code);
+    } else if (!r.error.empty()) {
       bool allowed = allow_errors || cell.allow_error;
       std::fprintf(stderr, "shardlab: notebook: %s failed%s: %s\n", cell_label(cell).c_str(),
                    allowed ? " (allowed)" : "", r.error.substr(0, r.error.find('\n')).c_str());
@@ -347,6 +378,10 @@ int notebook_pmain_body(lua_State* L) {
   auto* m = static_cast<NotebookMain*>(lua_touserdata(L, 1));
   NotebookArgs& a = *m->args;
   luaL_openlibs(L);
+  lua_getglobal(L, "os");
+  lua_pushcfunction(L, notebook_os_exit);
+  lua_setfield(L, -2, "exit");
+  lua_pop(L, 1);
   open_shardlab(L, m->ctx);
   lua_createtable(L, 0, 1);  // arg[0] = the notebook, as for a script
   lua_pushstring(L, a.file.c_str());
@@ -414,7 +449,7 @@ int notebook_pmain_body(lua_State* L) {
               reused ? fmt::format(" ({} cached cells reused)", reused).c_str() : "", info.seconds,
               fmt::format("{}", fmt::join(written, ", ")).c_str());
   std::fflush(stdout);
-  m->exit_code = info.ok ? 0 : 1;
+  m->exit_code = info.exit_code >= 0 ? info.exit_code : info.ok ? 0 : 1;
   return 0;
 }
 
