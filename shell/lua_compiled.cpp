@@ -9,6 +9,7 @@
 #include "shell/bindings.h"
 #include "shell/lua_binding.h"
 #include "shell/lua_types.h"
+#include "shell/pretty.h"
 
 namespace shell {
 namespace {
@@ -41,6 +42,17 @@ Result<int> compiled_text(lua_State* L) {
   return 1;
 }
 
+// The name c:text() gives a value: a, b, ..., z, ba, bb, ... (as engine/ir/program.cpp prints).
+std::string value_name(eng::ValueId id) {
+  std::string s;
+  int64_t n = id;
+  do {
+    s.insert(s.begin(), static_cast<char>('a' + n % 26));
+    n = n / 26;
+  } while (n > 0 && s.size() < 8);
+  return s;
+}
+
 Result<int> compiled_temps(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:temps"));
   ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "Compiled:temps", "n"));
@@ -52,21 +64,32 @@ Result<int> compiled_temps(lua_State* L) {
   for (size_t i = 0; i < temps.size(); ++i) {
     const eng::TempInfo& t = temps[i];
     const eng::ValueInfo& v = p.value(t.value);
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 9);
+    std::string name = value_name(t.value);
+    if (!v.checkpoint_name.empty()) name += " (" + v.checkpoint_name + ")";
+    lua_pushstring(L, name.c_str());
+    lua_setfield(L, -2, "name");
     lua_pushstring(L, v.type_string().c_str());
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, t.bytes);
     lua_setfield(L, -2, "bytes");
+    lua_pushstring(L, human_bytes(static_cast<double>(t.bytes)).c_str());
+    lua_setfield(L, -2, "size");
     lua_pushstring(L, eng::producer_description(p, t.value).c_str());  // "rmsnorm (remat)"
     lua_setfield(L, -2, "op");
     lua_pushinteger(L, t.first_instr);
     lua_setfield(L, -2, "first");
     lua_pushinteger(L, t.last_instr);
     lua_setfield(L, -2, "last");
+    lua_pushstring(L, v.remat_scope >= 0 ? fmt::format("layers_{}", v.remat_scope).c_str() : "");
+    lua_setfield(L, -2, "layer");
     lua_pushinteger(L, t.offset);
     lua_setfield(L, -2, "offset");
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
+  static const std::vector<std::string> kColumns = {"name", "type", "size", "bytes", "first",
+                                                    "last", "op", "layer", "offset"};
+  set_rows_metatable(L, -1, kColumns);
   return 1;
 }
 
@@ -133,8 +156,11 @@ Result<int> compiled_property(lua_State* L) {
 constexpr Method kCompiledMethods[] = {
     {"text", lua_entry<compiled_text>, "c:text() -> string",
      "The compiled (per-device) program as jaxpr-like text."},
-    {"temps", lua_entry<compiled_temps>, "c:temps([n]) -> {{type, bytes, op, first, last, offset}}",
-     "The n largest temporaries (default 10) with their producing op and live range."},
+    {"temps", lua_entry<compiled_temps>,
+     "c:temps([n]) -> rows {name, type, size, bytes, first, last, op, layer, offset}",
+     "The n largest temporaries (default 10), printed as a table: the value's name in c:text()\n"
+     "  (with its checkpoint_name), type, size, live range (first..last instruction), producing op,\n"
+     "  decoder layer (layers_N, for values of a layer's remat region) and arena offset."},
 };
 constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "cache", "name", "mesh"};
 

@@ -300,6 +300,40 @@ Result<int> trainer_config(lua_State* L) {
   return 1;
 }
 
+// A host array's header line and a few values: "params/x: f32[256,256] (65536 values)
+// min -0.061 max 0.062 mean 1.2e-05\n{0.0123, -0.0345, ..., 0.0211}" (the rows stay a Lua array).
+Result<int> host_array_tostring(lua_State* L) {
+  if (lua_type(L, 1) != LUA_TTABLE) return arg_error(L, 1, "HostArray:__tostring", "", "table");
+  std::string path, type;
+  if (lua_getmetatable(L, 1)) {
+    lua_pushstring(L, "__index");
+    if (lua_rawget(L, -2) == LUA_TTABLE) {
+      if (push_field(L, -1, "path") == LUA_TSTRING) path = lua_tostring(L, -1);
+      lua_pop(L, 1);
+      if (push_field(L, -1, "type") == LUA_TSTRING) type = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+  }
+  const lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L, 1));
+  double lo = 0, hi = 0, sum = 0;
+  std::vector<std::string> shown;
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, 1, i);
+    const double x = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    lo = i == 1 ? x : std::min(lo, x);
+    hi = i == 1 ? x : std::max(hi, x);
+    sum += x;
+    if (i <= 6 || i > n - 2) shown.push_back(fmt::format("{:.4g}", x));
+    if (i == 6 && n > 8) shown.push_back("...");
+  }
+  std::string out = fmt::format("{}: {} ({} values) min {:.4g} max {:.4g} mean {:.4g}\n{{{}}}", path, type, n, lo,
+                                hi, n > 0 ? sum / static_cast<double>(n) : 0.0, fmt::join(shown, ", "));
+  lua_pushlstring(L, out.data(), out.size());
+  return 1;
+}
+
 Result<int> trainer_param(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:param"));
   ENG_ASSIGN_OR_RETURN(std::string name, arg_string(L, 2, "Trainer:param", "name"));
@@ -310,6 +344,29 @@ Result<int> trainer_param(lua_State* L) {
     lua_pushnumber(L, (*host)[i]);
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
+  // Printed as a summary: a.path, a.type ("f32[256,256]") and a.shape through the metatable.
+  const int arg = t->program().find_arg(name);
+  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, name.c_str());
+  lua_setfield(L, -2, "path");
+  if (arg >= 0) {
+    const eng::ValueInfo& v = t->program().value(t->program().args()[static_cast<size_t>(arg)].value);
+    lua_pushstring(L, v.type_string().c_str());
+    lua_setfield(L, -2, "type");
+    lua_createtable(L, v.shape.rank(), 0);
+    for (int d = 0; d < v.shape.rank(); ++d) {
+      lua_pushinteger(L, v.shape.dims()[static_cast<size_t>(d)]);
+      lua_rawseti(L, -2, d + 1);
+    }
+    lua_setfield(L, -2, "shape");
+  }
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, lua_entry<host_array_tostring>);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushstring(L, "HostArray");
+  lua_setfield(L, -2, "__name");
+  lua_setmetatable(L, -2);
   return 1;
 }
 
@@ -440,7 +497,8 @@ constexpr Method kTrainerMethods[] = {
      "The traced train_step as jaxpr-like text."},
     {"config", lua_entry<trainer_config>, "t:config() -> Config", "The trainer's configuration."},
     {"param", lua_entry<trainer_param>, "t:param(name) -> {number}",
-     "Host copy of a parameter or optimizer-state array by its path (e.g. \"params/decoder/decoder_norm/scale\")."},
+     "Host copy of a parameter or optimizer-state array by its path (e.g. \"params/decoder/decoder_norm/scale\"):\n"
+     "  a Lua array of its values (row-major); a.path, a.type, a.shape; prints as a summary."},
     {"shardings", lua_entry<trainer_shardings>, "t:shardings([pattern]) -> ShardingTable",
      "How every array of the state is split (params, optimizer state, step, batch), as compile()\n"
      "  places it: rows of path, type (jax.typeof form \"f32[256@fsdp,704@tensor]\"), logical,\n"

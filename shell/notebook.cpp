@@ -533,6 +533,7 @@ void magic_run(lua_State* L, const std::vector<std::string>& words) {
   }
   PrettyOptions o;
   o.color = context(L).color;
+  o.rows = true;
   const std::string chunk = "@" + base_name(file);
   const int top = lua_gettop(L);
   for (const Cell& cell : *cells) {

@@ -318,6 +318,7 @@ class Repl {
     if (quiet) return;
     PrettyOptions o;
     o.color = context(L_).color;
+    o.rows = true;
     std::string out;
     for (int i = 1; i <= n; ++i) {
       if (i > 1) out += "\t";
