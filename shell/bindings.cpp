@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/train/trainer.h"
 #include "shell/context.h"
 #include "shell/lua_binding.h"
 
@@ -38,6 +39,12 @@ eng::Result<eng::MetricsStore*> ShellContext::open_store() {
     ENG_ASSIGN_OR_RETURN(store, eng::MetricsStore::open(db_path));
   }
   return store.get();
+}
+
+int64_t ShellContext::compiles() const {
+  int64_t n = 0;
+  for (const eng::Trainer* t : trainers) n += t->num_compiles();
+  return n;
 }
 
 void set_context(lua_State* L, ShellContext* ctx) {

@@ -26,7 +26,16 @@ namespace shell {
 
 // The userdata types. A Trainer has identity, so the userdata owns it through a pointer.
 struct TrainerBox {
+  TrainerBox(std::unique_ptr<eng::Trainer> t, ShellContext* c) : trainer(std::move(t)), ctx(c) {
+    ctx->trainers.push_back(trainer.get());
+  }
+  TrainerBox(TrainerBox&& o) noexcept = default;
+  TrainerBox& operator=(TrainerBox&&) = delete;
+  ~TrainerBox() {
+    if (trainer) std::erase(ctx->trainers, trainer.get());
+  }
   std::unique_ptr<eng::Trainer> trainer;
+  ShellContext* ctx;  // lists the live trainers (ShellContext::compiles)
 };
 struct HandleBox {
   eng::StepHandle handle;  // its Trainer is kept alive by the userdata's user value
@@ -75,7 +84,7 @@ Result<int> trainer_new(lua_State* L) {
   }
   Result<std::unique_ptr<eng::Trainer>> t = eng::Trainer::create(*cfg, mesh, options);
   if (!t.ok()) return with_context(fn, t.status());
-  push_udata(L, TrainerBox{std::move(t).value()});
+  push_udata(L, TrainerBox(std::move(t).value(), &context(L)));
   return 1;
 }
 

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/notebook.h"
 
@@ -124,7 +125,9 @@ void magic_timeit(lua_State* L, std::string_view args) {
   }
   const int timer = lua_gettop(L);
 
-  const double first = call_timer(L, timer, 1);  // includes compilation (and warm-up)
+  const int64_t compiles_before = context(L).compiles();
+  const double first = call_timer(L, timer, 1);  // warm-up, and compilation if it compiles
+  const bool compiled = context(L).compiles() > compiles_before;
   if (first < 0) return lua_settop(L, top);
   if (loops == 0) {  // IPython's autorange: 1, 2, 5, 10, ... until one run takes >= 0.2 s
     bool done = false;
@@ -150,13 +153,15 @@ void magic_timeit(lua_State* L, std::string_view args) {
   std::printf("%s ± %s per loop (mean ± std. dev. of %lld run%s, %s loop%s each)\n", format_time(mean).c_str(),
               format_time(std::sqrt(var)).c_str(), static_cast<long long>(runs), runs == 1 ? "" : "s",
               with_commas(loops).c_str(), loops == 1 ? "" : "s");
-  std::printf("first call: %s (includes compilation; not in the mean)\n", format_time(first).c_str());
+  std::printf("first call: %s (%snot in the mean)\n", format_time(first).c_str(),
+              compiled ? "includes compilation; " : "");
   std::fflush(stdout);
 
   lua_createtable(L, 0, 6);  // _ = the numbers, for scripts and tests
   lua_pushnumber(L, mean), lua_setfield(L, -2, "mean");
   lua_pushnumber(L, std::sqrt(var)), lua_setfield(L, -2, "std");
   lua_pushnumber(L, first), lua_setfield(L, -2, "first");
+  lua_pushboolean(L, compiled), lua_setfield(L, -2, "compiled");
   lua_pushinteger(L, runs), lua_setfield(L, -2, "runs");
   lua_pushinteger(L, loops), lua_setfield(L, -2, "loops");
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
