@@ -39,6 +39,14 @@ int msghandler(lua_State* L) {
 bool shell_interrupt_requested() { return g_interrupted.load(std::memory_order_relaxed); }
 void shell_clear_interrupt() { g_interrupted.store(false); }
 
+void shell_take_interrupt(lua_State* L) {
+  g_interrupted.store(false);
+  if (g_running == nullptr) return;
+  lua_sethook(L, nullptr, 0, 0);
+  if (L != g_running) lua_sethook(g_running, nullptr, 0, 0);
+  std::signal(SIGINT, on_sigint);  // re-armed: on_sigint made the next Ctrl-C fatal
+}
+
 int docall(lua_State* L, int narg, int nres) {
   int base = lua_gettop(L) - narg;
   lua_pushcfunction(L, msghandler);

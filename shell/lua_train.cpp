@@ -293,7 +293,7 @@ Result<int> trainer_train(lua_State* L) {
     push_metrics(L, last);
     lua_setfield(L, -2, "last");
   }
-  if (interrupted) shell_clear_interrupt();
+  if (interrupted) shell_take_interrupt(L);  // reported in the result, not raised
   return 1;
 }
 
@@ -501,7 +501,8 @@ constexpr Method kTrainerMethods[] = {
      "  JAX); the handle's loss synchronises when read: h = t:step(); print(h.loss)."},
     {"train", lua_entry<trainer_train>, "t:train{steps=N, quiet=false} -> {steps, last, interrupted}",
      "Runs N steps (default: up to config steps); a progress bar on a terminal, MaxText step\n"
-     "  lines otherwise. Ctrl-C stops cleanly after the current step."},
+     "  lines otherwise. Ctrl-C stops cleanly after the current step: the result has\n"
+     "  interrupted = true and no error is raised (a second Ctrl-C ends the process)."},
     {"program", lua_entry<trainer_program>, "t:program() -> string",
      "The traced train_step as jaxpr-like text."},
     {"config", lua_entry<trainer_config>, "t:config() -> Config", "The trainer's configuration."},
