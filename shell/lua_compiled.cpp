@@ -1,6 +1,7 @@
 // shell/lua_compiled.cpp: Lua bindings for a compiled train_step (what t:compile() returns): Compiled.
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,25 @@ std::string value_name(eng::ValueId id) {
   return s;
 }
 
+// The decoder layer a value belongs to: its remat region, else the layer of the nearest
+// parameter it is computed from (breadth-first over producers, a bounded search); "" if none.
+std::string layer_of(const eng::Program& p, eng::ValueId v) {
+  if (p.value(v).remat_scope >= 0) return fmt::format("layers_{}", p.value(v).remat_scope);
+  std::vector<eng::ValueId> queue = {v};
+  std::set<eng::ValueId> seen = {v};
+  for (size_t i = 0; i < queue.size() && i < 256; ++i) {
+    const eng::ValueInfo& info = p.value(queue[i]);
+    if (info.producer < 0) {
+      const size_t at = info.name.find("/layers_");
+      if (at != std::string::npos) return info.name.substr(at + 1, info.name.find('/', at + 1) - at - 1);
+      continue;
+    }
+    for (eng::ValueId in : p.instrs()[static_cast<size_t>(info.producer)].inputs)
+      if (seen.insert(in).second) queue.push_back(in);
+  }
+  return "";
+}
+
 Result<int> compiled_temps(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:temps"));
   ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "Compiled:temps", "n"));
@@ -81,7 +101,7 @@ Result<int> compiled_temps(lua_State* L) {
     lua_setfield(L, -2, "first");
     lua_pushinteger(L, t.last_instr);
     lua_setfield(L, -2, "last");
-    lua_pushstring(L, v.remat_scope >= 0 ? fmt::format("layers_{}", v.remat_scope).c_str() : "");
+    lua_pushstring(L, layer_of(p, t.value).c_str());
     lua_setfield(L, -2, "layer");
     lua_pushinteger(L, t.offset);
     lua_setfield(L, -2, "offset");

@@ -240,12 +240,19 @@ Result<int> handle_tostring(lua_State* L) {
   return 1;
 }
 
-// A one-line progress bar for a terminal: "[#####.....] 120/200 loss 2.31 5.1k tok/s".
-std::string progress_bar(int64_t done, int64_t total, const eng::StepMetrics& m) {
+// A one-line progress bar for a terminal, counting global steps (a resumed run starts where it
+// left off): "[#####.....] step 120/200 loss 2.310 0.21 s/step ETA 0:17 5124 tok/s/device".
+// `done` steps of this call took `elapsed_s`; the ETA is their mean times the steps left.
+std::string progress_bar(int64_t done, int64_t total, int64_t first_step, double elapsed_s,
+                         const eng::StepMetrics& m) {
   constexpr int kWidth = 30;
   int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
-  return fmt::format("\r[{}{}] {}/{} loss {:.3f} {:.0f} tok/s/device ", std::string(filled, '#'),
-                     std::string(kWidth - filled, '.'), done, total, m.loss, m.tokens_per_s_per_device);
+  const double per_step = done > 0 ? elapsed_s / static_cast<double>(done) : 0;
+  const auto eta = static_cast<int64_t>(per_step * static_cast<double>(total - done) + 0.5);
+  return fmt::format("\r[{}{}] step {}/{} loss {:.3f} {:.2f} s/step ETA {}:{:02d} {:.0f} tok/s/device ",
+                     std::string(filled, '#'), std::string(kWidth - filled, '.'), m.step + 1,
+                     first_step + total, m.loss, per_step, eta / 60, eta % 60,
+                     m.tokens_per_s_per_device);
 }
 
 Result<int> trainer_train(lua_State* L) {
@@ -265,6 +272,8 @@ Result<int> trainer_train(lua_State* L) {
   if (steps < 0) return eng::invalid_argument("{}: steps must be >= 0, got {}", fn, steps);
   const bool tty = isatty(STDOUT_FILENO) != 0;
   shell_clear_interrupt();
+  const int64_t first_step = t->current_step();
+  const double start_s = eng::now_seconds();
   eng::StepMetrics last;
   int64_t done = 0;
   bool interrupted = false;
@@ -272,7 +281,7 @@ Result<int> trainer_train(lua_State* L) {
     last = m;
     ++done;
     if (!quiet) {
-      if (tty) std::fputs(progress_bar(done, steps, m).c_str(), stdout);
+      if (tty) std::fputs(progress_bar(done, steps, first_step, eng::now_seconds() - start_s, m).c_str(), stdout);
       else std::puts(eng::step_line(m).c_str());
       std::fflush(stdout);
     }

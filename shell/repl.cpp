@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -319,11 +320,14 @@ class Repl {
     PrettyOptions o;
     o.color = context(L_).color;
     o.rows = true;
-    std::string out;
+    std::vector<std::string> parts;
+    bool multiline = false;
     for (int i = 1; i <= n; ++i) {
-      if (i > 1) out += "\t";
-      out += pretty(L_, base + i, o);
+      parts.push_back(pretty(L_, base + i, o));
+      multiline |= parts.back().find('\n') != std::string::npos;
     }
+    // Several values share a line (tab-separated, as lua.c prints) unless one is multi-line.
+    std::string out = fmt::format("{}", fmt::join(parts, multiline ? "\n" : "\t"));
     std::printf("%s\n", out.c_str());
     std::fflush(stdout);
   }
