@@ -38,6 +38,11 @@ constexpr OptionHelp kOptions[] = {
     {"-W", "turn warnings on"},
     {"--db PATH", "metrics store (default $SHARDLAB_DB or ./shardlab.db)"},
     {"--notebook F", "run notebook F (cells: -- %%) and write a report; see docs/notebook.md"},
+    {"  -o REPORT", "  with --notebook: the report (default <F's stem>.report.md; *.html: HTML only)"},
+    {"  --html", "  with --notebook: also write the report as one HTML page"},
+    {"  -p name=value", "  with --notebook: set a parameter (also -p name value; repeatable)"},
+    {"  --allow-errors", "  with --notebook: run every cell even after one fails"},
+    {"  --resume", "  with --notebook: reuse the stored outputs of unchanged `cache` cells"},
     {"-h, --help", "show this help"},
     {"--", "stop handling options"},
     {"-", "stop handling options and execute stdin"},
@@ -45,7 +50,7 @@ constexpr OptionHelp kOptions[] = {
 
 void print_usage(FILE* out) {
   std::fprintf(out, "usage: %s [options] [script [args]]\nAvailable options are:\n", kProgname);
-  for (const OptionHelp& o : kOptions) std::fprintf(out, "  %-13s %s\n", o.flag, o.help);
+  for (const OptionHelp& o : kOptions) std::fprintf(out, "  %-16s %s\n", o.flag, o.help);
   std::fflush(out);
 }
 

@@ -1,7 +1,6 @@
 // shell/lua_binding.cpp: argument checking, option tables, type registration and the docstring registry.
 #include "shell/lua_binding.h"
 
-#include "engine/base/text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -235,9 +234,36 @@ Result<std::optional<bool>> field_bool(lua_State* L, int t, const char* key, std
   return field<bool>(L, t, key, fn, arg_bool);
 }
 
+namespace {
+// Edits (insert, delete, replace, swap two neighbours) between a and b: "stpes" -> "steps" is 1.
+size_t typo_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+}  // namespace
+
 std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
-  std::vector<std::string_view> views(candidates.begin(), candidates.end());
-  return eng::closest_match(word, views);
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 4) + 1;  // the cut-off: "nope" is not "dtype"
+  for (const std::string& c : candidates) {
+    size_t d = typo_distance(word, c);
+    if (word.size() >= 4 && c.find(word) != std::string::npos) d = std::min<size_t>(d, 1);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+std::string did_you_mean_hint(std::string_view word, std::span<const std::string> candidates) {
+  std::string near = did_you_mean(word, candidates);
+  return near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near);
 }
 
 Status check_keys(lua_State* L, int table_idx, std::string_view fn,
@@ -254,9 +280,7 @@ Status check_keys(lua_State* L, int table_idx, std::string_view fn,
     std::string key = lua_tostring(L, -1);
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       lua_pop(L, 1);
-      std::string near = did_you_mean(key, allowed);
-      if (near.empty()) return eng::invalid_argument("{}: unknown key '{}'", fn, key);
-      return eng::invalid_argument("{}: unknown key '{}' (did you mean '{}'?)", fn, key, near);
+      return eng::invalid_argument("{}: unknown key '{}'{}", fn, key, did_you_mean_hint(key, allowed));
     }
   }
   return eng::ok_status();

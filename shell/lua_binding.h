@@ -110,8 +110,11 @@ Result<std::optional<bool>> field_bool(lua_State* L, int table_idx, const char* 
 // "sl.mesh: unknown key 'dta' (did you mean 'data'?)".
 Status check_keys(lua_State* L, int table_idx, std::string_view fn,
                   std::span<const std::string> allowed);
-// The closest candidate within a small edit distance, or "" if none is close.
+// The closest candidate within a small edit distance (at most a quarter of the word's length,
+// and at least 1; a candidate containing a word of 4+ letters counts as distance 1), or "".
 std::string did_you_mean(std::string_view word, std::span<const std::string> candidates);
+// The one wording of a suggestion: " (did you mean 'data'?)", or "" when nothing is close.
+std::string did_you_mean_hint(std::string_view word, std::span<const std::string> candidates);
 
 // ---- Userdata: a C++ value type T lives inside a Lua full userdata with metatable
 // LuaType<T>::kName. Specialise LuaType for each bound type:

@@ -14,6 +14,23 @@
 namespace shell {
 namespace {
 
+// Every key sl.config takes: MaxText's names and the short forms model and dataset.
+const std::vector<std::string>& config_key_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out = {"model", "dataset"};
+    for (const eng::ConfigKey& k : eng::config_keys()) out.emplace_back(k.name);
+    return out;
+  }();
+  return names;
+}
+
+// An unknown key in the shell's one wording (the engine's own message says it differently).
+Status check_config_key(std::string_view fn, const std::string& key) {
+  const std::vector<std::string>& names = config_key_names();
+  if (std::find(names.begin(), names.end(), key) != names.end()) return eng::ok_status();
+  return eng::invalid_argument("{}: unknown key '{}'{}", fn, key, did_you_mean_hint(key, names));
+}
+
 // ---- sl.config -------------------------------------------------------------------------
 
 // A Lua value as a config value: integer, number, boolean or string.
@@ -57,6 +74,7 @@ Result<int> config_new(lua_State* L) {
       return ma != mb ? ma : a < b;
     });
     for (const std::string& k : keys) {
+      ENG_RETURN_IF_ERROR(check_config_key(fn, k));
       push_field(L, 1, k.c_str());
       Result<eng::ConfigValue> v = to_config_value(L, -1, k);
       lua_pop(L, 1);
@@ -93,9 +111,7 @@ Result<int> config_get(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:get", "key"));
   Result<eng::ConfigValue> v = c->get(key == "model" ? "model_name" : key);
   if (!v.ok()) {
-    std::string hint = eng::suggest_config_key(key);
-    return eng::invalid_argument("Config:get: unknown key '{}'{}", key,
-                                 hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint));
+    return eng::invalid_argument("Config:get: unknown key '{}'{}", key, did_you_mean_hint(key, config_key_names()));
   }
   push_config_value(L, *v);
   return 1;
@@ -104,6 +120,7 @@ Result<int> config_get(lua_State* L) {
 Result<int> config_set(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:set"));
   ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:set", "key"));
+  ENG_RETURN_IF_ERROR(check_config_key("Config:set", key));
   ENG_ASSIGN_OR_RETURN(eng::ConfigValue v, to_config_value(L, 3, key));
   eng::Status s = c->set(key, std::move(v));
   ENG_RETURN_IF_ERROR(with_context("Config:set", s));

@@ -104,6 +104,25 @@ Result<int> mesh_axis_names(lua_State* L) {
   push_strings(L, m->axis_names());
   return 1;
 }
+// __tostring of m:shape(): the axes in mesh order (a Lua table has none; `order` in the
+// metatable keeps it), as JAX's mesh.shape is ordered.
+Result<int> shape_tostring(lua_State* L) {
+  if (lua_type(L, 1) != LUA_TTABLE) return arg_error(L, 1, "MeshShape:__tostring", "", "table");
+  std::vector<std::string> parts;
+  lua_getmetatable(L, 1);
+  if (push_field(L, -1, "order") == LUA_TTABLE)
+    for (lua_Integer i = 1; lua_rawgeti(L, -1, i) == LUA_TSTRING; ++i) {
+      std::string axis = lua_tostring(L, -1);
+      lua_pop(L, 1);
+      push_field(L, 1, axis.c_str());
+      parts.push_back(fmt::format("{} = {}", axis, lua_tointeger(L, -1)));
+      lua_pop(L, 1);
+    }
+  lua_settop(L, 1);
+  lua_pushstring(L, fmt::format("{{{}}}", fmt::join(parts, ", ")).c_str());
+  return 1;
+}
+
 Result<int> mesh_shape(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:shape"));
   lua_createtable(L, 0, m->num_axes());
@@ -111,6 +130,18 @@ Result<int> mesh_shape(lua_State* L) {
     lua_pushinteger(L, m->axis_sizes()[i]);
     lua_setfield(L, -2, m->axis_names()[i].c_str());
   }
+  lua_createtable(L, 0, 3);  // metatable: the order, and printing in it
+  lua_createtable(L, m->num_axes(), 0);
+  for (int i = 0; i < m->num_axes(); ++i) {
+    lua_pushstring(L, m->axis_names()[i].c_str());
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "order");
+  lua_pushcfunction(L, lua_entry<shape_tostring>);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushstring(L, "MeshShape");
+  lua_setfield(L, -2, "__name");
+  lua_setmetatable(L, -2);
   return 1;
 }
 Result<int> mesh_size(lua_State* L) {

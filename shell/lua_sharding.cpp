@@ -109,10 +109,8 @@ Result<eng::LogicalAxisRule> read_rule(lua_State* L, int idx, std::string_view f
   const std::vector<std::string>& known = eng::maxtext_mesh_axes();
   for (const std::string& a : r.mesh_axes)
     if (std::find(known.begin(), known.end(), a) == known.end()) {
-      std::string near = did_you_mean(a, known);
       return eng::invalid_argument("{}: {} ('{}') names mesh axis '{}', which is not one of MaxText's mesh axes{}",
-                                   fn, where, r.logical, a,
-                                   near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near));
+                                   fn, where, r.logical, a, did_you_mean_hint(a, known));
     }
   return r;
 }

@@ -368,9 +368,17 @@ NotebookArgs parse_args(int argc, char** argv) {
 }
 
 struct NotebookMain {
-  NotebookArgs* args;
-  ShellContext* ctx;
+  NotebookArgs* args = nullptr;
+  ShellContext* ctx = nullptr;
   int exit_code = 1;
+  // Filled by notebook_pmain; the report is written from them after lua_close, when every
+  // trainer the notebook made has ended its run (the runs table shows their final status).
+  bool cells_ran = false;
+  std::vector<Cell> cells;
+  std::vector<CellRun> runs;  // point into cells
+  ReportInfo info;
+  double t0 = 0;
+  int64_t start_ms = 0;
 };
 
 // Inside lua_pcall (open_shardlab uses raising API).
@@ -395,12 +403,12 @@ int notebook_pmain_body(lua_State* L) {
     std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
     return 0;
   }
-  ReportInfo info;
+  ReportInfo& info = m->info;
   info.notebook = a.file;
   for (const auto& [k, v] : a.params) info.params += fmt::format("{}{}={}", info.params.empty() ? "" : ", ", k, v);
-  std::vector<CellRun> runs;
-  const double t0 = now_s();
-  const int64_t start_ms = eng::unix_ms();
+  m->t0 = now_s();
+  m->start_ms = eng::unix_ms();
+  const int64_t start_ms = m->start_ms;
   info.date = report_date(start_ms);
   info.git_rev = git_revision(std::filesystem::path(a.file).parent_path().string());
   std::vector<std::pair<int, CellRun>> reuse;
@@ -409,8 +417,20 @@ int notebook_pmain_body(lua_State* L) {
     if (r.ok()) reuse = std::move(*r);
     else std::fprintf(stderr, "shardlab: notebook: --resume: %s (running every cell)\n", r.status().message().c_str());
   }
-  run_cells(L, *cells, "@" + base_name(a.file), a.allow_errors, reuse, &runs, &info);
-  info.seconds = now_s() - t0;
+  m->cells = std::move(*cells);
+  run_cells(L, m->cells, "@" + base_name(a.file), a.allow_errors, reuse, &m->runs, &info);
+  m->cells_ran = true;
+  return 0;
+}
+
+// After lua_close: the store's part of the report, then the report itself.
+void write_report(NotebookMain* m) {
+  NotebookArgs& a = *m->args;
+  ReportInfo& info = m->info;
+  const std::vector<CellRun>& runs = m->runs;
+  const int64_t start_ms = m->start_ms;
+  eng::Status s;
+  info.seconds = now_s() - m->t0;
   // The report's header and footer come from the store; a store problem is a warning only.
   eng::Status stored = add_store_summary(*m->ctx, start_ms, &info);
   if (stored.ok()) stored = log_cell_events(*m->ctx, a.file, start_ms, runs);
@@ -440,7 +460,7 @@ int notebook_pmain_body(lua_State* L) {
   }
   if (!s.ok()) {
     std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
-    return 0;
+    return;
   }
   int n = 0, reused = 0;
   for (const CellRun& r : runs) n += r.ran, reused += r.reused();
@@ -450,7 +470,6 @@ int notebook_pmain_body(lua_State* L) {
               fmt::format("{}", fmt::join(written, ", ")).c_str());
   std::fflush(stdout);
   m->exit_code = info.exit_code >= 0 ? info.exit_code : info.ok ? 0 : 1;
-  return 0;
 }
 
 int notebook_pmain(lua_State* L) { return call_guarded_main(L, notebook_pmain_body); }
@@ -486,12 +505,15 @@ int run_notebook_cli(int argc, char** argv) {
   else if (const char* env = std::getenv("SHARDLAB_DB"); env && *env) ctx.db_path = env;
   lua_State* L = luaL_newstate();
   if (L == nullptr) return EXIT_FAILURE;
-  NotebookMain m{&a, &ctx};
+  NotebookMain m;
+  m.args = &a;
+  m.ctx = &ctx;
   lua_pushcfunction(L, notebook_pmain);
   lua_pushlightuserdata(L, &m);
   int status = lua_pcall(L, 1, 0, 0);
   if (status != LUA_OK) report(L, status, "shardlab");
-  lua_close(L);
+  lua_close(L);  // every trainer's run ends here, before the report reads the runs table
+  if (m.cells_ran) write_report(&m);
   if (ctx.store) {
     eng::Status s = ctx.store->flush();
     if (!s.ok()) std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());

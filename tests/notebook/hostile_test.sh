@@ -76,4 +76,13 @@ python3 "$here/check_report.py" html $h 1 || exit 1
 has evil.md '&lt;img src=x onerror=alert(5)&gt;\[x\](javascript:alert(6))'
 has evil.md '&lt;b&gt;bold&lt;/b&gt; \[y\](javascript:alert(7))'
 lacks evil.md '| <img'
+# ---- The runs table shows a run's final status even when its trainer is still a global. -------
+cat > live.lua <<'LUA'
+-- %% Train
+t = sl.trainer(sl.config{model = "llama-tiny", steps = 1, base_num_decoder_layers = 1,
+               max_target_length = 16, per_device_batch_size = 1, run_name = "still-global"})
+t:train{steps = 1, quiet = true};
+LUA
+"$bin" --db live.db --notebook live.lua -o live.md > /dev/null 2>&1 || fail "live notebook"
+grep -qE '^\| [0-9a-f]{32} \| still-global \| FINISHED \|' live.md || { grep -F still-global live.md; fail "the run should be FINISHED in the report"; }
 echo "notebook hostile_test ok"
