@@ -162,8 +162,9 @@ T* to_udata(lua_State* L, int idx) {  // nullptr if idx is not a live T
   UdataBox<T>* box = to_udata_box<T>(L, idx);
   return box && box->header.alive ? &box->value : nullptr;
 }
-// "Mesh:devices: argument #1 expected Mesh, got FILE*" or "... is a Mesh whose __gc has run".
-std::string fmt_forged(const char* type);  // "Mesh (this userdata only has a Mesh's metatable)"
+// "a real Mesh (this userdata was given a Mesh's metatable)": what a forged userdata lacks.
+std::string fmt_forged(const char* type);
+// "Mesh:devices: argument #1 is a Mesh that was already finalised (its __gc ran)".
 Status dead_udata_error(std::string_view fn, std::string_view name, int idx, const char* type);
 template <typename T>
 Result<T*> arg_udata(lua_State* L, int idx, std::string_view fn, std::string_view name = {}) {

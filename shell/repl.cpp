@@ -225,6 +225,10 @@ class Repl {
     double seconds = seconds_since(start);
     if (status != LUA_OK) report(L_, status, nullptr);
     else print_results(base, quiet);
+    if (status == LUA_OK && shell_interrupt_was_taken()) {  // t:train stopped on Ctrl-C
+      std::fprintf(stderr, "interrupted! (stopped after the current step)\n");
+      std::fflush(stderr);
+    }
     show_time(seconds);
   }
 
