@@ -25,6 +25,7 @@ constexpr Module kModules[] = {
     {"shell", open_lua_shell},
     {"store", open_lua_store},
     {"mesh", open_lua_mesh},
+    {"partition_spec", open_lua_partition_spec},
     {"config", open_lua_config},
     {"train", open_lua_train},
     {"compiled", open_lua_compiled},
