@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/train/trainer.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/lua_binding.h"
@@ -25,7 +26,10 @@ constexpr Module kModules[] = {
     {"shell", open_lua_shell},
     {"store", open_lua_store},
     {"mesh", open_lua_mesh},
+    {"partition_spec", open_lua_partition_spec},
+    {"config", open_lua_config},
     {"train", open_lua_train},
+    {"compiled", open_lua_compiled},
     {"sharding", open_lua_sharding},
     {"plot", open_lua_plot},
     {"runs", open_lua_runs},
@@ -39,6 +43,12 @@ eng::Result<eng::MetricsStore*> ShellContext::open_store() {
     store->set_interrupt_check(shell_interrupt_requested);  // Ctrl-C stops a long sl.sql
   }
   return store.get();
+}
+
+int64_t ShellContext::compiles() const {
+  int64_t n = 0;
+  for (const eng::Trainer* t : trainers) n += t->num_compiles();
+  return n;
 }
 
 void set_context(lua_State* L, ShellContext* ctx) {

@@ -15,8 +15,11 @@ struct ShellContext;
 // Each opens one module's bindings into the `sl` table at stack index `sl`.
 void open_lua_shell(lua_State* L, int sl);  // sl.pretty, sl.help, sl.timing, ..., global who()
 void open_lua_store(lua_State* L, int sl);  // sl.sql
-void open_lua_mesh(lua_State* L, int sl);   // sl.mesh, sl.P and the Mesh/PartitionSpec types
-void open_lua_train(lua_State* L, int sl);  // sl.config, sl.trainer and Config/Trainer/Compiled
+void open_lua_mesh(lua_State* L, int sl);   // sl.mesh and the Mesh type
+void open_lua_partition_spec(lua_State* L, int sl);  // sl.P and the PartitionSpec type
+void open_lua_config(lua_State* L, int sl);    // sl.config, sl.config_keys and Config
+void open_lua_train(lua_State* L, int sl);     // sl.trainer, Trainer and StepHandle
+void open_lua_compiled(lua_State* L, int sl);  // the Compiled type (t:compile())
 void open_lua_plot(lua_State* L, int sl);   // the `plot` module (also sl.plot): spark, line, save, show
 void open_lua_sharding(lua_State* L, int sl);  // sl.rules, sl.logical_to_mesh, sl.visualize, ...
 void open_lua_runs(lua_State* L, int sl);   // sl.runs, sl.run

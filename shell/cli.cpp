@@ -14,6 +14,7 @@
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
+#include "shell/lua_binding.h"
 #include "shell/notebook.h"
 #include "shell/repl.h"
 
@@ -37,6 +38,11 @@ constexpr OptionHelp kOptions[] = {
     {"-W", "turn warnings on"},
     {"--db PATH", "metrics store (default $SHARDLAB_DB or ./shardlab.db)"},
     {"--notebook F", "run notebook F (cells: -- %%) and write a report; see docs/notebook.md"},
+    {"  -o REPORT", "  with --notebook: the report (default <F's stem>.report.md; *.html: HTML only)"},
+    {"  --html", "  with --notebook: also write the report as one HTML page"},
+    {"  -p name=value", "  with --notebook: set a parameter (also -p name value; repeatable)"},
+    {"  --allow-errors", "  with --notebook: run every cell even after one fails"},
+    {"  --resume", "  with --notebook: reuse the stored outputs of unchanged `cache` cells"},
     {"-h, --help", "show this help"},
     {"--", "stop handling options"},
     {"-", "stop handling options and execute stdin"},
@@ -44,7 +50,7 @@ constexpr OptionHelp kOptions[] = {
 
 void print_usage(FILE* out) {
   std::fprintf(out, "usage: %s [options] [script [args]]\nAvailable options are:\n", kProgname);
-  for (const OptionHelp& o : kOptions) std::fprintf(out, "  %-13s %s\n", o.flag, o.help);
+  for (const OptionHelp& o : kOptions) std::fprintf(out, "  %-16s %s\n", o.flag, o.help);
   std::fflush(out);
 }
 
@@ -206,7 +212,7 @@ struct MainArgs {
 };
 
 // lua.c's pmain: runs inside lua_pcall; pushes true when everything succeeded.
-int pmain(lua_State* L) {
+int pmain_body(lua_State* L) {
   auto* m = static_cast<MainArgs*>(lua_touserdata(L, 1));
   const Options& o = *m->options;
   luaL_checkversion(L);
@@ -236,6 +242,8 @@ int pmain(lua_State* L) {
   lua_pushboolean(L, 1);
   return 1;
 }
+
+int pmain(lua_State* L) { return call_guarded_main(L, pmain_body); }
 
 }  // namespace
 

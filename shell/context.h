@@ -5,9 +5,14 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/base/status.h"
 #include "engine/store/metrics_store.h"
+
+namespace eng {
+class Trainer;
+}
 
 namespace shell {
 
@@ -16,6 +21,11 @@ struct ShellContext {
   std::unique_ptr<eng::MetricsStore> store;    // opened on first use by open_store()
   bool color = false;                          // stdout is a tty (and colours are wanted)
   bool timing = true;                          // sl.timing: the REPL shows slow commands' times
+  bool interactive = false;                    // the REPL is reading commands (not a script)
+  std::vector<const eng::Trainer*> trainers;   // live Trainer userdata (lua_train.cpp keeps it)
+
+  // Real compiles so far by the live trainers (%timeit tells a compiling first call apart).
+  int64_t compiles() const;
 
   // The store, opened from db_path the first time (so `shardlab -e 'print(1)'` creates no file).
   eng::Result<eng::MetricsStore*> open_store();

@@ -9,6 +9,7 @@ namespace shell {
 namespace {
 
 std::atomic<bool> g_interrupted{false};  // set by SIGINT while a chunk runs
+std::atomic<bool> g_taken{false};        // a binding took an interrupt during this chunk
 lua_State* volatile g_running = nullptr; // the state running a chunk (for the signal handler)
 
 // Raised at the next Lua instruction after Ctrl-C, never inside C++ code.
@@ -39,11 +40,23 @@ int msghandler(lua_State* L) {
 bool shell_interrupt_requested() { return g_interrupted.load(std::memory_order_relaxed); }
 void shell_clear_interrupt() { g_interrupted.store(false); }
 
+bool shell_interrupt_was_taken() { return g_taken.exchange(false); }
+
+void shell_take_interrupt(lua_State* L) {
+  g_interrupted.store(false);
+  g_taken.store(true);
+  if (g_running == nullptr) return;
+  lua_sethook(L, nullptr, 0, 0);
+  if (L != g_running) lua_sethook(g_running, nullptr, 0, 0);
+  std::signal(SIGINT, on_sigint);  // re-armed: on_sigint made the next Ctrl-C fatal
+}
+
 int docall(lua_State* L, int narg, int nres) {
   int base = lua_gettop(L) - narg;
   lua_pushcfunction(L, msghandler);
   lua_insert(L, base);
   shell_clear_interrupt();
+  g_taken.store(false);
   g_running = L;
   auto previous = std::signal(SIGINT, on_sigint);
   int status = lua_pcall(L, narg, nres, base);

@@ -16,6 +16,13 @@ namespace shell {
 
 bool shell_interrupt_requested();
 void shell_clear_interrupt();
+// A binding that stopped its own loop on Ctrl-C and reports it (t:train's interrupted = true)
+// takes the interrupt: no "interrupted!" is raised when it returns, and the next Ctrl-C
+// interrupts again.
+void shell_take_interrupt(lua_State* L);
+// Whether a binding took an interrupt during the last docall (and forget it): the REPL then
+// says "interrupted!" at the prompt, after the chunk's results.
+bool shell_interrupt_was_taken();
 
 // Runs the function at the top of the stack (below its narg arguments) under lua_pcall with a
 // traceback handler and Ctrl-C armed. Returns a Lua status; on error the message is on the stack.

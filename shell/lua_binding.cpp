@@ -1,9 +1,11 @@
 // shell/lua_binding.cpp: argument checking, option tables, type registration and the docstring registry.
 #include "shell/lua_binding.h"
 
-#include "engine/base/text.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -52,6 +54,73 @@ void set_global_raw(lua_State* L, const char* name, int idx) {
 
 void push_status(lua_State* L, const Status& s) {
   lua_pushlstring(L, s.message().data(), s.message().size());
+}
+
+namespace {
+// "sl.trainer" for the running C function when it has a docstring, else the name Lua called it by.
+std::string running_function(lua_State* L) {
+  lua_Debug ar;
+  if (!lua_getstack(L, 0, &ar)) return "shardlab";
+  std::string out;
+  if (lua_getinfo(L, "fn", &ar)) {
+    push_registry_table(L, kDocNameTable);
+    lua_pushvalue(L, -2);
+    if (lua_rawget(L, -2) == LUA_TSTRING) out = lua_tostring(L, -1);
+    lua_pop(L, 3);
+  }
+  if (out.empty() && ar.name != nullptr) out = ar.name;
+  return out.empty() ? "shardlab" : out;
+}
+}  // namespace
+
+Result<int> call_guarded(lua_State* L, Result<int> (*fn)(lua_State*)) noexcept {
+  try {
+    return fn(L);
+  } catch (const std::bad_alloc&) {
+    return eng::Status(eng::Code::kResourceExhausted,
+                       running_function(L) + ": out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return eng::Status(eng::Code::kInternal,
+                       fmt::format("{}: internal error: C++ exception: {}", running_function(L), e.what()));
+  } catch (...) {
+    return eng::Status(eng::Code::kInternal, running_function(L) + ": internal error: unknown C++ exception");
+  }
+}
+
+int call_guarded_main(lua_State* L, int (*body)(lua_State*)) noexcept {
+  try {
+    return body(L);
+  } catch (const std::bad_alloc&) {
+    std::fputs("shardlab: out of memory (std::bad_alloc)\n", stderr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardlab: internal error: C++ exception: %s\n", e.what());
+  } catch (...) {
+    std::fputs("shardlab: internal error: unknown C++ exception\n", stderr);
+  }
+  return 0;
+}
+
+std::string fmt_forged(const char* type) {
+  return fmt::format("a real {0} (this userdata was given a {0}'s metatable)", type);
+}
+
+Status dead_udata_error(std::string_view fn, std::string_view name, int idx, const char* type) {
+  return eng::failed_precondition("{}: argument {} is a {} that was already finalised (its __gc ran)", fn,
+                                  label(idx, name), type);
+}
+
+int udata_gc_again(lua_State* L, const char* type) {
+  return luaL_error(L, "%s.__gc: this %s was already finalised", type, type);
+}
+
+Status with_context(std::string_view fn, const Status& s) {
+  if (s.ok()) return s;
+  std::string_view msg = s.message();
+  if (msg.starts_with(fn) && msg.substr(fn.size()).starts_with(": ")) return s;
+  const size_t cut = fn.find_last_of(".:");
+  std::string_view last = cut == std::string_view::npos ? fn : fn.substr(cut + 1);
+  if (msg.starts_with(last) && msg.substr(last.size()).starts_with(": ")) msg.remove_prefix(last.size() + 2);
+  return Status(s.code(), fmt::format("{}: {}", fn, msg));
 }
 
 Status arg_error(lua_State* L, int idx, std::string_view fn, std::string_view name,
@@ -165,9 +234,36 @@ Result<std::optional<bool>> field_bool(lua_State* L, int t, const char* key, std
   return field<bool>(L, t, key, fn, arg_bool);
 }
 
+namespace {
+// Edits (insert, delete, replace, swap two neighbours) between a and b: "stpes" -> "steps" is 1.
+size_t typo_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+}  // namespace
+
 std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
-  std::vector<std::string_view> views(candidates.begin(), candidates.end());
-  return eng::closest_match(word, views);
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 4) + 1;  // the cut-off: "nope" is not "dtype"
+  for (const std::string& c : candidates) {
+    size_t d = typo_distance(word, c);
+    if (word.size() >= 4 && c.find(word) != std::string::npos) d = std::min<size_t>(d, 1);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+std::string did_you_mean_hint(std::string_view word, std::span<const std::string> candidates) {
+  std::string near = did_you_mean(word, candidates);
+  return near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near);
 }
 
 Status check_keys(lua_State* L, int table_idx, std::string_view fn,
@@ -184,9 +280,7 @@ Status check_keys(lua_State* L, int table_idx, std::string_view fn,
     std::string key = lua_tostring(L, -1);
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       lua_pop(L, 1);
-      std::string near = did_you_mean(key, allowed);
-      if (near.empty()) return eng::invalid_argument("{}: unknown key '{}'", fn, key);
-      return eng::invalid_argument("{}: unknown key '{}' (did you mean '{}'?)", fn, key, near);
+      return eng::invalid_argument("{}: unknown key '{}'{}", fn, key, did_you_mean_hint(key, allowed));
     }
   }
   return eng::ok_status();
@@ -261,6 +355,8 @@ void define_type(lua_State* L, const TypeSpec& spec) {
   if (spec.tostring) lua_pushcfunction(L, spec.tostring), lua_setfield(L, mt, "__tostring");
   if (spec.eq) lua_pushcfunction(L, spec.eq), lua_setfield(L, mt, "__eq");
   if (spec.gc) lua_pushcfunction(L, spec.gc), lua_setfield(L, mt, "__gc");
+  lua_pushstring(L, spec.name);  // getmetatable(v) is the name: the table (and __gc) stay hidden
+  lua_setfield(L, mt, "__metatable");
   set_doc(L, mt, spec.name, doc);
   lua_pop(L, 1);
 }

@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/base/status.h"
@@ -39,15 +40,35 @@ using eng::Status;
 // Pushes the message of a non-ok Status (no traceback; the caller's handler adds one).
 void push_status(lua_State* L, const Status& s);
 
+// Calls fn and turns any C++ exception it lets out (std::bad_alloc included) into an error
+// Status naming the running Lua function: the one exception boundary between C++ and Lua.
+Result<int> call_guarded(lua_State* L, Result<int> (*fn)(lua_State*)) noexcept;
+
+// The same boundary for a protected main (the REPL's and the notebook runner's, run inside
+// lua_pcall): a C++ exception that escapes body is printed to stderr and the main fails (0).
+int call_guarded_main(lua_State* L, int (*body)(lua_State*)) noexcept;
+
 // The single Lua error wrapper: calls Fn, raises its Status as a Lua error after unwinding.
+// No C++ exception crosses it (Lua is C: an exception unwinding through its frames aborts).
 template <Result<int> (*Fn)(lua_State*)>
 int lua_entry(lua_State* L) {
   {
-    Result<int> r = Fn(L);
+    Result<int> r = call_guarded(L, Fn);
     if (r.ok()) return r.value();
     push_status(L, r.status());
   }  // r and everything Fn built are destroyed here
   return lua_error(L);
+}
+
+// Names the Lua function in an engine error, keeping its code: with_context("Trainer:step", s)
+// is "Trainer:step: <message>". An engine message that already starts with the function's last
+// word ("config: ..." inside sl.config) has that word replaced, not repeated. The one way
+// bindings add context to a Status.
+Status with_context(std::string_view fn, const Status& s);
+template <typename T>
+Result<T> with_context(std::string_view fn, Result<T> r) {
+  if (r.ok()) return r;
+  return with_context(fn, r.status());
 }
 
 // ---- Argument helpers: messages read "sl.mesh: argument 'data' expected integer, got string".
@@ -89,33 +110,78 @@ Result<std::optional<bool>> field_bool(lua_State* L, int table_idx, const char* 
 // "sl.mesh: unknown key 'dta' (did you mean 'data'?)".
 Status check_keys(lua_State* L, int table_idx, std::string_view fn,
                   std::span<const std::string> allowed);
-// The closest candidate within a small edit distance, or "" if none is close.
+// The closest candidate within a small edit distance (at most a quarter of the word's length,
+// and at least 1; a candidate containing a word of 4+ letters counts as distance 1), or "".
 std::string did_you_mean(std::string_view word, std::span<const std::string> candidates);
+// The one wording of a suggestion: " (did you mean 'data'?)", or "" when nothing is close.
+std::string did_you_mean_hint(std::string_view word, std::span<const std::string> candidates);
 
 // ---- Userdata: a C++ value type T lives inside a Lua full userdata with metatable
 // LuaType<T>::kName. Specialise LuaType for each bound type:
 //   template <> struct LuaType<eng::Mesh> { static constexpr const char* kName = "Mesh"; };
+// The userdata is checked by its bytes, not only by its metatable: it starts with a header
+// naming its type (debug.setmetatable can give any userdata a Mesh's metatable) and saying
+// whether __gc already ran (Lua code can call __gc itself). A finalised userdata is a clear
+// error for every method; a second __gc raises. Metatables are protected (__metatable), so
+// getmetatable(m) gives the type's name, not the table with __gc in it.
 template <typename T>
 struct LuaType;
 
+struct UdataHeader {
+  const void* type;  // &LuaType<T>::kName: one address per bound type
+  bool alive;        // false once __gc has destroyed the value
+};
 template <typename T>
-void push_udata(lua_State* L, T value) {
-  void* mem = lua_newuserdatauv(L, sizeof(T), 0);
-  new (mem) T(std::move(value));
+struct UdataBox {
+  UdataHeader header;
+  T value;
+};
+template <typename T>
+const void* udata_tag() {
+  return &LuaType<T>::kName;
+}
+
+// The header of the userdata at idx if it is a bound userdata of type T (alive or not).
+template <typename T>
+UdataBox<T>* to_udata_box(lua_State* L, int idx) {
+  if (lua_type(L, idx) != LUA_TUSERDATA || lua_rawlen(L, idx) != sizeof(UdataBox<T>)) return nullptr;
+  auto* box = static_cast<UdataBox<T>*>(lua_touserdata(L, idx));
+  return box->header.type == udata_tag<T>() ? box : nullptr;
+}
+
+// Pushes a new userdata holding value (with `user_values` Lua values attached to it).
+template <typename T>
+T* push_udata(lua_State* L, T value, int user_values = 0) {
+  void* mem = lua_newuserdatauv(L, sizeof(UdataBox<T>), user_values);
+  auto* box = new (mem) UdataBox<T>{UdataHeader{udata_tag<T>(), true}, std::move(value)};
   luaL_setmetatable(L, LuaType<T>::kName);
+  return &box->value;
 }
 template <typename T>
-T* to_udata(lua_State* L, int idx) {  // nullptr if idx is not a T
-  return static_cast<T*>(luaL_testudata(L, idx, LuaType<T>::kName));
+T* to_udata(lua_State* L, int idx) {  // nullptr if idx is not a live T
+  UdataBox<T>* box = to_udata_box<T>(L, idx);
+  return box && box->header.alive ? &box->value : nullptr;
 }
+// "a real Mesh (this userdata was given a Mesh's metatable)": what a forged userdata lacks.
+std::string fmt_forged(const char* type);
+// "Mesh:devices: argument #1 is a Mesh that was already finalised (its __gc ran)".
+Status dead_udata_error(std::string_view fn, std::string_view name, int idx, const char* type);
 template <typename T>
 Result<T*> arg_udata(lua_State* L, int idx, std::string_view fn, std::string_view name = {}) {
   if (T* p = to_udata<T>(L, idx)) return p;
+  if (to_udata_box<T>(L, idx)) return dead_udata_error(fn, name, idx, LuaType<T>::kName);
+  if (luaL_testudata(L, idx, LuaType<T>::kName))  // our metatable on someone else's userdata
+    return arg_error(L, idx, fn, name, fmt_forged(LuaType<T>::kName));
   return arg_error(L, idx, fn, name, LuaType<T>::kName);
 }
+int udata_gc_again(lua_State* L, const char* type);  // raises: __gc called twice
 template <typename T>
 int udata_gc(lua_State* L) {
-  if (T* p = to_udata<T>(L, 1)) p->~T();
+  UdataBox<T>* box = to_udata_box<T>(L, 1);
+  if (box == nullptr) return 0;  // not ours: nothing to destroy
+  if (!box->header.alive) return udata_gc_again(L, LuaType<T>::kName);
+  box->header.alive = false;  // first: methods called from a destructor see a dead value
+  box->value.~T();
   return 0;
 }
 

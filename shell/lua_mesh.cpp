@@ -1,14 +1,23 @@
-// shell/lua_mesh.cpp: Lua bindings for meshes and partition specs: sl.mesh, sl.P, Mesh, PartitionSpec.
+// shell/lua_mesh.cpp: Lua bindings for meshes: sl.mesh and Mesh (sl.P is in lua_partition_spec.cpp).
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "engine/mesh/mesh.h"
-#include "engine/sharding/partition_spec.h"
 #include "shell/bindings.h"
 #include "shell/lua_binding.h"
 #include "shell/lua_types.h"
 
 namespace shell {
+
+std::string mesh_label(const eng::Mesh& m) {
+  std::vector<std::string> parts;
+  for (int i = 0; i < m.num_axes(); ++i)
+    if (m.axis_sizes()[i] > 1) parts.push_back(fmt::format("'{}': {}", m.axis_names()[i], m.axis_sizes()[i]));
+  if (parts.empty()) return fmt::format("Mesh({} device{})", m.num_devices(), m.num_devices() == 1 ? "" : "s");
+  return fmt::format("Mesh({}) ({} devices)", fmt::join(parts, ", "), m.num_devices());
+}
 
 namespace {
 
@@ -40,29 +49,9 @@ Result<int> mesh(lua_State* L) {
   else if (mode && *mode != "auto")
     return eng::invalid_argument("sl.mesh: argument 'mode' expected \"auto\" or \"explicit\", got \"{}\"",
                                  *mode);
-  ENG_ASSIGN_OR_RETURN(eng::Mesh m,
-                       eng::Mesh::from_parallelism(axes, sizes, devices.value_or(product), type));
+  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::from_parallelism(
+                                            axes, sizes, devices.value_or(product), type)));
   push_udata(L, std::move(m));
-  return 1;
-}
-
-// One sl.P argument: nil -> None, "axis", or {"a", "b"} -> ('a', 'b').
-Result<eng::PartitionSpec::DimAxes> spec_entry(lua_State* L, int idx) {
-  switch (lua_type(L, idx)) {
-    case LUA_TNIL: return eng::PartitionSpec::DimAxes{};
-    case LUA_TSTRING: return eng::PartitionSpec::DimAxes{lua_tostring(L, idx)};
-    case LUA_TTABLE: return arg_string_list(L, idx, "sl.P");
-    default: return arg_error(L, idx, "sl.P", {}, "string, table of strings or nil");
-  }
-}
-
-Result<int> partition_spec(lua_State* L) {
-  std::vector<eng::PartitionSpec::DimAxes> dims;
-  for (int i = 1; i <= lua_gettop(L); ++i) {
-    ENG_ASSIGN_OR_RETURN(eng::PartitionSpec::DimAxes d, spec_entry(L, i));
-    dims.push_back(std::move(d));
-  }
-  push_udata(L, eng::PartitionSpec(std::move(dims)));
   return 1;
 }
 
@@ -94,6 +83,25 @@ Result<int> mesh_axis_names(lua_State* L) {
   push_strings(L, m->axis_names());
   return 1;
 }
+// __tostring of m:shape(): the axes in mesh order (a Lua table has none; `order` in the
+// metatable keeps it), as JAX's mesh.shape is ordered.
+Result<int> shape_tostring(lua_State* L) {
+  if (lua_type(L, 1) != LUA_TTABLE) return arg_error(L, 1, "MeshShape:__tostring", "", "table");
+  std::vector<std::string> parts;
+  lua_getmetatable(L, 1);
+  if (push_field(L, -1, "order") == LUA_TTABLE)
+    for (lua_Integer i = 1; lua_rawgeti(L, -1, i) == LUA_TSTRING; ++i) {
+      std::string axis = lua_tostring(L, -1);
+      lua_pop(L, 1);
+      push_field(L, 1, axis.c_str());
+      parts.push_back(fmt::format("{} = {}", axis, lua_tointeger(L, -1)));
+      lua_pop(L, 1);
+    }
+  lua_settop(L, 1);
+  lua_pushstring(L, fmt::format("{{{}}}", fmt::join(parts, ", ")).c_str());
+  return 1;
+}
+
 Result<int> mesh_shape(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:shape"));
   lua_createtable(L, 0, m->num_axes());
@@ -101,6 +109,18 @@ Result<int> mesh_shape(lua_State* L) {
     lua_pushinteger(L, m->axis_sizes()[i]);
     lua_setfield(L, -2, m->axis_names()[i].c_str());
   }
+  lua_createtable(L, 0, 3);  // metatable: the order, and printing in it
+  lua_createtable(L, m->num_axes(), 0);
+  for (int i = 0; i < m->num_axes(); ++i) {
+    lua_pushstring(L, m->axis_names()[i].c_str());
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "order");
+  lua_pushcfunction(L, lua_entry<shape_tostring>);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushstring(L, "MeshShape");
+  lua_setfield(L, -2, "__name");
+  lua_setmetatable(L, -2);
   return 1;
 }
 Result<int> mesh_size(lua_State* L) {
@@ -117,31 +137,6 @@ Result<int> mesh_mode(lua_State* L) {
   return 1;
 }
 
-Result<int> spec_tostring(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p,
-                       arg_udata<eng::PartitionSpec>(L, 1, "PartitionSpec:__tostring"));
-  lua_pushstring(L, p->to_string().c_str());
-  return 1;
-}
-Result<int> spec_eq(lua_State* L) {
-  auto *a = to_udata<eng::PartitionSpec>(L, 1), *b = to_udata<eng::PartitionSpec>(L, 2);
-  lua_pushboolean(L, a && b && *a == *b);
-  return 1;
-}
-Result<int> spec_rank(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p, arg_udata<eng::PartitionSpec>(L, 1, "PartitionSpec:rank"));
-  lua_pushinteger(L, p->rank());
-  return 1;
-}
-Result<int> spec_dims(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p, arg_udata<eng::PartitionSpec>(L, 1, "PartitionSpec:dims"));
-  lua_createtable(L, p->rank(), 0);
-  for (int i = 0; i < p->rank(); ++i) {
-    push_strings(L, p->dim(i));
-    lua_rawseti(L, -2, i + 1);
-  }
-  return 1;
-}
 
 constexpr Function kMeshFunctions[] = {
     {"mesh", lua_entry<mesh>,
@@ -151,10 +146,6 @@ constexpr Function kMeshFunctions[] = {
      "  autoregressive); unnamed axes have size 1 and are kept, as in MaxText. One axis may be -1:\n"
      "  it is filled so the sizes multiply to `devices` (default: their product). mode \"auto\"\n"
      "  (default) or \"explicit\" sets the axis types."},
-    {"P", lua_entry<partition_spec>, "sl.P(dim, ...) -> PartitionSpec",
-     "A PartitionSpec, one argument per tensor dim: nil (None, replicated), \"axis\", or a\n"
-     "  table {\"data\", \"tensor\"} (split over several axes, major first).\n"
-     "  Example: sl.P(\"fsdp\", nil, {\"data\", \"tensor\"}) prints P('fsdp', None, ('data', 'tensor'))"},
 };
 
 constexpr Method kMeshMethods[] = {
@@ -166,20 +157,12 @@ constexpr Method kMeshMethods[] = {
     {"mode", lua_entry<mesh_mode>, "m:mode() -> string", "\"auto\" or \"explicit\"."},
 };
 
-constexpr Method kSpecMethods[] = {
-    {"rank", lua_entry<spec_rank>, "p:rank() -> integer", "Number of dims the spec names."},
-    {"dims", lua_entry<spec_dims>, "p:dims() -> {{string}}",
-     "Mesh axes per dim ({} for None)."},
-};
 
 }  // namespace
 
 void open_lua_mesh(lua_State* L, int sl) {
   define_type(L, {"Mesh", "A named device mesh (jax.sharding.Mesh); prints like JAX.",
                   lua_entry<mesh_tostring>, lua_entry<mesh_eq>, udata_gc<eng::Mesh>, kMeshMethods});
-  define_type(L, {"PartitionSpec", "How each tensor dim maps to mesh axes; prints P(...) like JAX.",
-                  lua_entry<spec_tostring>, lua_entry<spec_eq>, udata_gc<eng::PartitionSpec>,
-                  kSpecMethods});
   add_functions(L, sl, "sl", kMeshFunctions);
 }
 

@@ -1,5 +1,6 @@
 // shell/lua_sharding.cpp: Lua bindings for sharding inspection: sl.rules, sl.logical_to_mesh,
-// sl.NamedSharding, sl.visualize, sl.typeof and the bodies of t:shardings/t:audit/t:visualize.
+// sl.NamedSharding, sl.visualize, sl.typeof, and the values t:shardings/t:audit/t:visualize
+// return (their Trainer methods are in lua_train.cpp).
 #include "shell/lua_sharding.h"
 
 #include <algorithm>
@@ -108,10 +109,8 @@ Result<eng::LogicalAxisRule> read_rule(lua_State* L, int idx, std::string_view f
   const std::vector<std::string>& known = eng::maxtext_mesh_axes();
   for (const std::string& a : r.mesh_axes)
     if (std::find(known.begin(), known.end(), a) == known.end()) {
-      std::string near = did_you_mean(a, known);
       return eng::invalid_argument("{}: {} ('{}') names mesh axis '{}', which is not one of MaxText's mesh axes{}",
-                                   fn, where, r.logical, a,
-                                   near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near));
+                                   fn, where, r.logical, a, did_you_mean_hint(a, known));
     }
   return r;
 }
@@ -215,7 +214,7 @@ Result<int> logical_to_mesh(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Mesh * mesh, arg_udata<eng::Mesh>(L, 2, fn, "mesh"));
   ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules r, resolve_rules(L, 3, fn));
   Result<eng::PartitionSpec> p = eng::logical_to_mesh(names, *mesh, r);
-  if (!p.ok()) return eng::Status(p.status().code(), fmt::format("{}: {}", fn, p.status().message()));
+  if (!p.ok()) return with_context(fn, p.status());
   push_udata(L, std::move(p).value());
   return 1;
 }
@@ -277,16 +276,6 @@ Result<eng::Shape> read_shape(lua_State* L, int idx, std::string_view fn, std::s
   return eng::Shape(std::move(dims));
 }
 
-// What sl.visualize / sl.typeof were given: a row of t:shardings(), (shape, NamedSharding) or
-// (shape, PartitionSpec, Mesh). `next` is the index of the first argument after them.
-struct ShapedSharding {
-  eng::Shape shape;
-  eng::NamedSharding sharding;
-  std::string dtype = "f32";
-  std::string label;  // the row's path, or ""
-  int next = 0;
-};
-
 Result<ShapedSharding> read_shaped_sharding(lua_State* L, std::string_view fn) {
   ShapedSharding out;
   const bool row = lua_type(L, 1) == LUA_TTABLE && has_metatable(L, 1, kRowType);
@@ -322,7 +311,7 @@ Result<ShapedSharding> read_shaped_sharding(lua_State* L, std::string_view fn) {
     return arg_error(L, 2, fn, "sharding", "NamedSharding or PartitionSpec (then a Mesh)");
   }
   Status v = out.sharding.validate(out.shape);
-  if (!v.ok()) return eng::Status(v.code(), fmt::format("{}: {}", fn, v.message()));
+  ENG_RETURN_IF_ERROR(with_context(fn, v));
   return out;
 }
 
@@ -361,8 +350,7 @@ Result<std::string> render(lua_State* L, const ShapedSharding& x, int opts, std:
     }
   }
   Result<std::string> grid = eng::visualize_sharding(x.shape, x.sharding, dim0, dim1, color);
-  if (!grid.ok())
-    return eng::Status(grid.status().code(), fmt::format("{}: {}", fn, grid.status().message()));
+  if (!grid.ok()) return with_context(fn, grid.status());
   std::string title = x.label.empty() ? "" : x.label + "  ";
   title += eng::typeof_string(x.dtype, x.shape, &x.sharding.spec, &x.sharding.mesh);
   return title + "\n" + *grid;
@@ -476,22 +464,6 @@ Result<int> table_bytes(lua_State* L) {
   return 1;
 }
 
-// ---- Store snapshots ---------------------------------------------------------------------
-
-// The trainer's run recorder keeps one snapshot per (run, step): repeated t:shardings() in a
-// REPL add no rows; a trainer not recording a run writes nothing.
-Status maybe_snapshot(const eng::Trainer& t, const eng::ShardingTable& table) {
-  Result<int64_t> id = t.recorder().record_shardings(t.current_step(), table);
-  if (!id.ok()) return eng::Status(id.status().code(), "Trainer:shardings: store: " + id.status().message());
-  return eng::ok_status();
-}
-
-Result<eng::ShardingTable> table_of(const eng::Trainer& t, std::string_view fn) {
-  Result<eng::ShardingTable> tab = eng::trainer_shardings(t);
-  if (!tab.ok()) return eng::Status(tab.status().code(), fmt::format("{}: {}", fn, tab.status().message()));
-  return tab;
-}
-
 // ---- Audit -------------------------------------------------------------------------------
 
 void push_report(lua_State* L, const eng::ReplicationReport& r) {
@@ -571,55 +543,14 @@ constexpr Method kTableMethods[] = {
 
 }  // namespace
 
-// ---- Trainer method bodies (called from lua_train.cpp) ------------------------------------
-
-Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t) {
-  constexpr std::string_view fn = "Trainer:shardings";
-  ENG_ASSIGN_OR_RETURN(std::optional<std::string> pattern, opt_string(L, 2, fn, "pattern"));
-  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
-  ENG_RETURN_IF_ERROR(maybe_snapshot(t, table));
-  if (pattern) {
-    std::erase_if(table.rows, [&](const eng::ShardingRow& r) {
-      return r.path.find(*pattern) == std::string::npos;
-    });
-  }
-  push_udata(L, std::move(table));
-  return 1;
+Result<std::string> render_sharding(lua_State* L, const ShapedSharding& x, int opts,
+                                    std::string_view fn) {
+  return render(L, x, opts, fn);
 }
 
-Result<int> push_trainer_audit(lua_State* L, const eng::Trainer& t) {
-  constexpr std::string_view fn = "Trainer:audit";
-  ENG_ASSIGN_OR_RETURN(std::optional<double> tol, opt_number(L, 2, fn, "tolerance"));
-  Result<eng::ReplicationReport> r =
-      eng::audit_trainer(t, tol.value_or(t.raw_config().get_float("sharding_tolerance")));
-  if (!r.ok()) return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
-  push_report(L, *r);
-  return 1;
-}
+void push_audit_report(lua_State* L, const eng::ReplicationReport& r) { push_report(L, r); }
 
-Result<int> push_trainer_visualize(lua_State* L, const eng::Trainer& t) {
-  constexpr std::string_view fn = "Trainer:visualize";
-  ENG_ASSIGN_OR_RETURN(std::string path, arg_string(L, 2, fn, "path"));
-  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
-  const eng::ShardingRow* row = table.find(path);
-  if (!row) {
-    std::vector<std::string> paths, near;
-    for (const auto& r : table.rows) {
-      paths.push_back(r.path);
-      if (r.path.find(path) != std::string::npos && near.size() < 3) near.push_back(r.path);
-    }
-    std::string hint = did_you_mean(path, paths);
-    if (!hint.empty()) near = {hint};
-    return eng::invalid_argument("{}: no array '{}' in the trainer's state{}", fn, path,
-                                 near.empty() ? "; see t:shardings() for the paths"
-                                              : fmt::format(" (did you mean '{}'?)", fmt::join(near, "', '")));
-  }
-  ShapedSharding x{row->shape, eng::NamedSharding{table.mesh, row->spec},
-                   std::string(eng::dtype_name(row->dtype)), row->path, 3};
-  ENG_ASSIGN_OR_RETURN(std::string s, render(L, x, 3, fn));
-  lua_pushlstring(L, s.data(), s.size());
-  return 1;
-}
+void push_sharding_table(lua_State* L, eng::ShardingTable table) { push_udata(L, std::move(table)); }
 
 Result<eng::LogicalAxisRules> rules_from_table(lua_State* L, int idx, std::string_view fn) {
   return read_rules(L, idx, fn, "logical_axis_rules");

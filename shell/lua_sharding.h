@@ -1,21 +1,32 @@
-// shell/lua_sharding.h: sharding inspection shared with the Trainer bindings (lua_train.cpp):
-// the bodies of t:shardings(), t:audit() and t:visualize(), and the logical_axis_rules
-// config value from a Lua table.
+// shell/lua_sharding.h: sharding values shared with the Trainer bindings (lua_train.cpp):
+// ShardingTable and AuditReport values, the device-grid renderer behind sl.visualize and
+// t:visualize, and the logical_axis_rules config value from a Lua table.
 #pragma once
 
 #include <string>
 
+#include "engine/sharding/logical_rules.h"
 #include "engine/sharding/partition_spec.h"
-#include "engine/train/trainer.h"
+#include "engine/train/inspect.h"
 #include "shell/lua_binding.h"
 
 namespace shell {
 
-// Each reads its own arguments from index 2 on (index 1 is the trainer) and names `fn` in
-// its errors.
-Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t);  // t:shardings([pat])
-Result<int> push_trainer_audit(lua_State* L, const eng::Trainer& t);      // t:audit([tol])
-Result<int> push_trainer_visualize(lua_State* L, const eng::Trainer& t);  // t:visualize(p [, o])
+// What sl.visualize / sl.typeof were given: a row of t:shardings(), (shape, NamedSharding) or
+// (shape, PartitionSpec, Mesh). `next` is the index of the first argument after them.
+struct ShapedSharding {
+  eng::Shape shape;
+  eng::NamedSharding sharding;
+  std::string dtype = "f32";
+  std::string label;  // the row's path, or ""
+  int next = 0;
+};
+
+// The grid of x (sl.visualize's text); reads its options table ({dims=, color=}) at `opts`.
+Result<std::string> render_sharding(lua_State* L, const ShapedSharding& x, int opts,
+                                    std::string_view fn);
+void push_audit_report(lua_State* L, const eng::ReplicationReport& r);  // an AuditReport table
+void push_sharding_table(lua_State* L, eng::ShardingTable table);       // a ShardingTable userdata
 
 // logical_axis_rules from {{"embed", {"fsdp"}}, {"layers", "stage"}} (or a sl.rules() list),
 // as the typed value the Config holds (Config::set_logical_axis_rules).

@@ -18,11 +18,13 @@ Result<int> pretty_string(lua_State* L) {
   PrettyOptions o;
   if (lua_gettop(L) >= 2) {
     ENG_RETURN_IF_ERROR(arg_table(L, 2, "sl.pretty", "options"));
-    static const std::vector<std::string> keys = {"depth", "color", "width"};
+    static const std::vector<std::string> keys = {"depth", "color", "width", "rows"};
     ENG_RETURN_IF_ERROR(check_keys(L, 2, "sl.pretty", keys));
     ENG_ASSIGN_OR_RETURN(auto depth, field_int(L, 2, "depth", "sl.pretty"));
     ENG_ASSIGN_OR_RETURN(auto color, field_bool(L, 2, "color", "sl.pretty"));
     ENG_ASSIGN_OR_RETURN(auto width, field_int(L, 2, "width", "sl.pretty"));
+    ENG_ASSIGN_OR_RETURN(auto rows, field_bool(L, 2, "rows", "sl.pretty"));
+    o.rows = rows.value_or(false);
     o.max_depth = static_cast<int>(depth.value_or(o.max_depth));
     o.color = color.value_or(false);
     o.width = static_cast<int>(width.value_or(o.width));
@@ -141,9 +143,10 @@ Result<int> who(lua_State* L) {
 }
 
 constexpr Function kShellFunctions[] = {
-    {"pretty", lua_entry<pretty_string>, "sl.pretty(x [, {depth=5, color=false, width=80}]) -> string",
-     "Renders a value as the REPL prints it: tables recursively with sorted keys,\n"
-     "  objects through __tostring."},
+    {"pretty", lua_entry<pretty_string>, "sl.pretty(x [, {depth=5, color=false, width=80, rows=false}]) -> string",
+     "Renders a value as the REPL prints it: tables recursively with sorted keys (long arrays\n"
+     "  and big tables summarised), objects through __tostring. rows=true shows sl.sql and\n"
+     "  c:temps results as the REPL does, as aligned tables."},
     {"help", lua_entry<help>, "sl.help(x) -> string",
      "The docstring of a binding, a type or a value's type; `?x` in the REPL prints it."},
     {"db_path", lua_entry<db_path>, "sl.db_path() -> string",

@@ -5,6 +5,7 @@
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/lua_binding.h"
+#include "shell/pretty.h"
 
 namespace shell {
 namespace {
@@ -51,8 +52,8 @@ Result<int> sql(lua_State* L) {
     ENG_ASSIGN_OR_RETURN(eng::SqlValue v, to_sql_value(L, i));
     args.push_back(std::move(v));
   }
-  ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, context(L).open_store());
-  ENG_ASSIGN_OR_RETURN(eng::QueryResult r, store->query(query, args));
+  ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, with_context("sl.sql", context(L).open_store()));
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult r, with_context("sl.sql", store->query(query, args)));
   lua_createtable(L, static_cast<int>(r.rows.size()), 0);
   for (size_t i = 0; i < r.rows.size(); ++i) {
     lua_createtable(L, 0, static_cast<int>(r.columns.size()));
@@ -62,16 +63,7 @@ Result<int> sql(lua_State* L) {
     }
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
-  lua_createtable(L, 0, 1);  // metatable
-  lua_createtable(L, 0, 1);  // its __index
-  lua_createtable(L, static_cast<int>(r.columns.size()), 0);
-  for (size_t j = 0; j < r.columns.size(); ++j) {
-    lua_pushstring(L, r.columns[j].c_str());
-    lua_rawseti(L, -2, static_cast<lua_Integer>(j + 1));
-  }
-  lua_setfield(L, -2, "columns");
-  lua_setfield(L, -2, "__index");
-  lua_setmetatable(L, -2);
+  set_rows_metatable(L, -1, r.columns);
   return 1;
 }
 
@@ -80,6 +72,7 @@ constexpr Function kStoreFunctions[] = {
      "Runs one SQL statement on the metrics store (--db; opened on first use) with `?`\n"
      "  parameters bound from the extra arguments. Returns an array of rows, each a table keyed\n"
      "  by column name (NULL columns are absent); rows.columns lists the column names in order.\n"
+     "  Prints as an aligned table in SELECT order.\n"
      "  Example: sl.sql('SELECT * FROM v_best_loss WHERE name = ?', 'tiny')"},
 };
 

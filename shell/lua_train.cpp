@@ -1,4 +1,4 @@
-// shell/lua_train.cpp: Lua bindings for training: sl.config, sl.trainer, Trainer, Compiled.
+// shell/lua_train.cpp: Lua bindings for training: sl.trainer, Trainer and the StepHandle t:step() returns.
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 
 #include "engine/base/clock.h"
 #include "engine/train/config.h"
+#include "engine/train/inspect.h"
 #include "engine/train/trainer.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
@@ -26,21 +27,21 @@ namespace shell {
 
 // The userdata types. A Trainer has identity, so the userdata owns it through a pointer.
 struct TrainerBox {
+  TrainerBox(std::unique_ptr<eng::Trainer> t, ShellContext* c) : trainer(std::move(t)), ctx(c) {
+    ctx->trainers.push_back(trainer.get());
+  }
+  TrainerBox(TrainerBox&& o) noexcept = default;
+  TrainerBox& operator=(TrainerBox&&) = delete;
+  ~TrainerBox() {
+    if (trainer) std::erase(ctx->trainers, trainer.get());
+  }
   std::unique_ptr<eng::Trainer> trainer;
+  ShellContext* ctx;  // lists the live trainers (ShellContext::compiles)
 };
 struct HandleBox {
   eng::StepHandle handle;  // its Trainer is kept alive by the userdata's user value
 };
-struct CompiledBox {
-  std::shared_ptr<const eng::Executable> exe;
-  std::string fn_name;  // "train_step"
-  eng::CompileInfo cache;  // the cache lookup that produced exe (key, outcome, level, reason)
-};
 
-template <>
-struct LuaType<eng::Config> {
-  static constexpr const char* kName = "Config";
-};
 template <>
 struct LuaType<TrainerBox> {
   static constexpr const char* kName = "Trainer";
@@ -49,140 +50,8 @@ template <>
 struct LuaType<HandleBox> {
   static constexpr const char* kName = "StepHandle";
 };
-template <>
-struct LuaType<CompiledBox> {
-  static constexpr const char* kName = "Compiled";
-};
 
 namespace {
-
-// ---- sl.config -------------------------------------------------------------------------
-
-// A Lua value as a config value: integer, number, boolean or string.
-Result<eng::ConfigValue> to_config_value(lua_State* L, int idx, const std::string& key) {
-  switch (lua_type(L, idx)) {
-    case LUA_TBOOLEAN: return eng::ConfigValue{lua_toboolean(L, idx) != 0};
-    case LUA_TNUMBER:
-      if (lua_isinteger(L, idx)) return eng::ConfigValue{static_cast<int64_t>(lua_tointeger(L, idx))};
-      return eng::ConfigValue{lua_tonumber(L, idx)};
-    case LUA_TSTRING: return eng::ConfigValue{std::string(lua_tostring(L, idx))};
-    default:
-      return eng::invalid_argument("sl.config: key '{}' expected a number, boolean or string, got {}",
-                                   key, luaL_typename(L, idx));
-  }
-}
-
-// logical_axis_rules given as a table ({{"embed", {"fsdp"}}, ...}) goes into the Config as
-// typed rules; returns false (nothing done) for any other key or value.
-Result<bool> set_rules_table(lua_State* L, eng::Config& c, const std::string& key, int idx) {
-  if (key != "logical_axis_rules" || lua_type(L, idx) != LUA_TTABLE) return false;
-  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules rules, rules_from_table(L, lua_absindex(L, idx), "sl.config"));
-  c.set_logical_axis_rules(std::move(rules));
-  return true;
-}
-
-Result<int> config_new(lua_State* L) {
-  constexpr std::string_view fn = "sl.config";
-  eng::Config c;
-  if (!lua_isnoneornil(L, 1)) {
-    ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "options"));
-    // Apply model_name first so preset-dependent validation sees it, then the rest sorted.
-    std::vector<std::string> keys;
-    lua_pushnil(L);
-    while (lua_next(L, 1) != 0) {
-      if (lua_type(L, -2) != LUA_TSTRING) {
-        lua_pop(L, 2);
-        return eng::invalid_argument("sl.config: keys must be strings (MaxText config names)");
-      }
-      keys.emplace_back(lua_tostring(L, -2));
-      lua_pop(L, 1);
-    }
-    std::sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {
-      bool ma = a == "model" || a == "model_name", mb = b == "model" || b == "model_name";
-      return ma != mb ? ma : a < b;
-    });
-    for (const std::string& k : keys) {
-      push_field(L, 1, k.c_str());
-      Result<bool> table = set_rules_table(L, c, k, -1);
-      if (!table.ok() || *table) lua_pop(L, 1);
-      if (!table.ok()) return table.status();
-      if (*table) continue;
-      Result<eng::ConfigValue> v = to_config_value(L, -1, k);
-      lua_pop(L, 1);
-      if (!v.ok()) return v.status();
-      eng::Status s = c.set(k, std::move(v).value());
-      if (!s.ok()) return eng::Status(s.code(), "sl." + s.message());
-    }
-  }
-  push_udata(L, std::move(c));
-  return 1;
-}
-
-Result<int> config_tostring(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:__tostring"));
-  std::vector<std::string> parts;
-  parts.push_back("model_name=" + c->get_string("model_name"));
-  for (const auto& [k, v] : c->overrides())
-    if (k != "model_name") parts.push_back(fmt::format("{}={}", k, eng::config_value_string(v)));
-  lua_pushstring(L, fmt::format("Config({})", fmt::join(parts, ", ")).c_str());
-  return 1;
-}
-
-void push_config_value(lua_State* L, const eng::ConfigValue& v) {
-  switch (v.index()) {
-    case 0: lua_pushboolean(L, std::get<bool>(v)); break;
-    case 1: lua_pushinteger(L, std::get<int64_t>(v)); break;
-    case 2: lua_pushnumber(L, std::get<double>(v)); break;
-    default: lua_pushstring(L, std::get<std::string>(v).c_str());
-  }
-}
-
-Result<int> config_get(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:get"));
-  ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:get", "key"));
-  Result<eng::ConfigValue> v = c->get(key == "model" ? "model_name" : key);
-  if (!v.ok()) {
-    std::string hint = eng::suggest_config_key(key);
-    return eng::invalid_argument("Config:get: unknown key '{}'{}", key,
-                                 hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint));
-  }
-  push_config_value(L, *v);
-  return 1;
-}
-
-Result<int> config_set(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:set"));
-  ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:set", "key"));
-  ENG_ASSIGN_OR_RETURN(bool table, set_rules_table(L, *c, key, 3));
-  if (table) {
-    lua_settop(L, 1);
-    return 1;
-  }
-  ENG_ASSIGN_OR_RETURN(eng::ConfigValue v, to_config_value(L, 3, key));
-  eng::Status s = c->set(key, std::move(v));
-  if (!s.ok()) return eng::Status(s.code(), "Config:set: " + s.message().substr(s.message().find(':') + 2));
-  lua_settop(L, 1);
-  return 1;
-}
-
-Result<int> config_params(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:params"));
-  lua_createtable(L, 0, static_cast<int>(eng::config_keys().size()));
-  for (const eng::ConfigKey& k : eng::config_keys()) {
-    push_config_value(L, c->get(k.name).value());
-    lua_setfield(L, -2, std::string(k.name).c_str());
-  }
-  return 1;
-}
-
-Result<int> config_keys_doc(lua_State* L) {
-  lua_createtable(L, 0, static_cast<int>(eng::config_keys().size()));
-  for (const eng::ConfigKey& k : eng::config_keys()) {
-    lua_pushstring(L, fmt::format("{} (default {})", k.doc, eng::config_value_string(k.default_value)).c_str());
-    lua_setfield(L, -2, std::string(k.name).c_str());
-  }
-  return 1;
-}
 
 // ---- sl.trainer -------------------------------------------------------------------------
 
@@ -227,14 +96,14 @@ Result<int> trainer_new(lua_State* L) {
   }
   if (record) {
     Result<eng::MetricsStore*> store = context(L).open_store();
-    if (!store.ok()) return eng::Status(store.status().code(), "sl.trainer: " + store.status().message());
+    if (!store.ok()) return with_context(fn, store.status());
     options.store = *store;
   }
   command_line(L, options);
   Result<std::unique_ptr<eng::Trainer>> t = eng::Trainer::create(*cfg, mesh, options);
-  if (!t.ok()) return eng::Status(t.status().code(), "sl.trainer: " + t.status().message());
+  if (!t.ok()) return with_context(fn, t.status());
   const std::string note = (*t)->resume_note();
-  push_udata(L, TrainerBox{std::move(t).value()});
+  push_udata(L, TrainerBox(std::move(t).value(), &context(L)));
   if (!note.empty()) {  // "resumed from step N of run NAME", through print (protected)
     lua_getglobal(L, "print");
     lua_pushstring(L, note.c_str());
@@ -260,18 +129,43 @@ Result<int> trainer_tostring(lua_State* L) {
   return 1;
 }
 
-Result<int> trainer_compile(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:compile"));
-  Result<std::shared_ptr<const eng::Executable>> exe = t->compile();
-  if (!exe.ok()) return eng::Status(exe.status().code(), "Trainer:compile: " + exe.status().message());
-  // MaxText prints the memory analysis at compile (with log_compiles the trainer already did).
-  if (!t->raw_config().get_bool("log_compiles")) {
-    lua_getglobal(L, "print");
-    lua_pushstring(L, fmt::format("{}\nNote that compiler could over-estimate the HBM usage.",
-                                  (*exe)->memory().to_string()).c_str());
-    lua_call(L, 1, 0);
+// Pushes the Compiled and MaxText's memory lines (a string, or nil when quiet).
+Result<int> trainer_compile_body(lua_State* L) {
+  constexpr std::string_view fn = "Trainer:compile";
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, fn));
+  bool verbose = context(L).interactive;  // the REPL shows them; scripts ask with verbose=true
+  if (!lua_isnoneornil(L, 2)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+    static const std::vector<std::string> kAllowed = {"verbose"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kAllowed));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> v, field_bool(L, 2, "verbose", fn));
+    verbose = v.value_or(verbose);
   }
-  push_udata(L, CompiledBox{*exe, t->program().name(), t->last_compile()});
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<const eng::Executable> exe, with_context(fn, t->compile()));
+  push_udata(L, CompiledBox{exe, t->program().name(), t->last_compile()});
+  // MaxText prints the memory analysis at compile (with log_compiles the trainer already did).
+  if (verbose && !t->raw_config().get_bool("log_compiles")) {
+    const std::string where = fmt::format("[{} on {}]", t->program().name(), mesh_label(exe->mesh()));
+    lua_pushstring(L, fmt::format("{} {}\n{} Note that compiler could over-estimate the HBM usage.",
+                                  where, exe->memory().to_string(), where).c_str());
+  } else {
+    lua_pushnil(L);
+  }
+  return 2;
+}
+
+// t:compile([{verbose=bool}]) -> Compiled. The lines go through the user's `print` here, after
+// the body's C++ frames are gone: a `print` that raises unwinds no C++ object (lua_binding.h).
+int trainer_compile(lua_State* L) {
+  lua_settop(L, 2);
+  lua_entry<trainer_compile_body>(L);  // raises on error; else pushes Compiled, lines | nil
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 1;
+  }
+  lua_getglobal(L, "print");
+  lua_insert(L, -2);
+  lua_call(L, 1, 0);
   return 1;
 }
 
@@ -301,19 +195,29 @@ void push_metrics(lua_State* L, const eng::StepMetrics& m) {
 Result<int> trainer_step(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:step"));
   Result<eng::StepHandle> h = t->step();
-  if (!h.ok()) return eng::Status(h.status().code(), "Trainer:step: " + h.status().message());
-  void* mem = lua_newuserdatauv(L, sizeof(HandleBox), 1);
-  new (mem) HandleBox{*h};
-  luaL_setmetatable(L, LuaType<HandleBox>::kName);
+  if (!h.ok()) return with_context("Trainer:step", h.status());
+  push_udata(L, HandleBox{*h}, 1);
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);  // the handle keeps its trainer alive
   return 1;
 }
 
-Result<eng::StepMetrics> handle_wait(lua_State* L, std::string_view fn) {
+// A StepHandle points into its trainer: usable only while that trainer's userdata is alive
+// (Lua code can run the trainer's __gc by hand while a handle still references it).
+Result<HandleBox*> arg_handle(lua_State* L, std::string_view fn) {
   ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, fn));
+  lua_getiuservalue(L, 1, 1);
+  TrainerBox* box = to_udata<TrainerBox>(L, -1);
+  const bool alive = box != nullptr && box->trainer != nullptr;
+  lua_pop(L, 1);
+  if (!alive) return eng::failed_precondition("{}: the trainer of step {} was already finalised", fn, h->handle.step());
+  return h;
+}
+
+Result<eng::StepMetrics> handle_wait(lua_State* L, std::string_view fn) {
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_handle(L, fn));
   Result<eng::StepMetrics> m = h->handle.wait();
-  if (!m.ok()) return eng::Status(m.status().code(), fmt::format("{}: {}", fn, m.status().message()));
+  if (!m.ok()) return with_context(fn, m.status());
   return m;
 }
 
@@ -324,13 +228,13 @@ Result<int> handle_metrics(lua_State* L) {
 }
 
 Result<int> handle_ready(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle:ready"));
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_handle(L, "StepHandle:ready"));
   lua_pushboolean(L, h->handle.ready());
   return 1;
 }
 
 Result<int> handle_property(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle"));
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_handle(L, "StepHandle"));
   std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
   if (key == "step") {
     lua_pushinteger(L, h->handle.step());
@@ -349,7 +253,7 @@ Result<int> handle_property(lua_State* L) {
 }
 
 Result<int> handle_tostring(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_udata<HandleBox>(L, 1, "StepHandle:__tostring"));
+  ENG_ASSIGN_OR_RETURN(HandleBox * h, arg_handle(L, "StepHandle:__tostring"));
   if (!h->handle.ready()) {
     lua_pushstring(L, fmt::format("StepHandle(step={}, running)", h->handle.step()).c_str());
     return 1;
@@ -361,12 +265,19 @@ Result<int> handle_tostring(lua_State* L) {
   return 1;
 }
 
-// A one-line progress bar for a terminal: "[#####.....] 120/200 loss 2.31 5.1k tok/s".
-std::string progress_bar(int64_t done, int64_t total, const eng::StepMetrics& m) {
+// A one-line progress bar for a terminal, counting global steps (a resumed run starts where it
+// left off): "[#####.....] 120/200 loss 2.310 0.21 s/step ETA 0:17 5124 tok/s/device".
+// `done` steps of this call took `elapsed_s`; the ETA is their mean times the steps left.
+std::string progress_bar(int64_t done, int64_t total, int64_t first_step, double elapsed_s,
+                         const eng::StepMetrics& m) {
   constexpr int kWidth = 30;
   int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
-  return fmt::format("\r[{}{}] {}/{} loss {:.3f} {:.0f} tok/s/device ", std::string(filled, '#'),
-                     std::string(kWidth - filled, '.'), done, total, m.loss, m.tokens_per_s_per_device);
+  const double per_step = done > 0 ? elapsed_s / static_cast<double>(done) : 0;
+  const auto eta = static_cast<int64_t>(per_step * static_cast<double>(total - done) + 0.5);
+  return fmt::format("\r[{}{}] {}/{} loss {:.3f} {:.2f} s/step ETA {}:{:02d} {:.0f} tok/s/device ",
+                     std::string(filled, '#'), std::string(kWidth - filled, '.'), m.step + 1,
+                     first_step + total, m.loss, per_step, eta / 60, eta % 60,
+                     m.tokens_per_s_per_device);
 }
 
 Result<int> trainer_train(lua_State* L) {
@@ -386,6 +297,8 @@ Result<int> trainer_train(lua_State* L) {
   if (steps < 0) return eng::invalid_argument("{}: steps must be >= 0, got {}", fn, steps);
   const bool tty = isatty(STDOUT_FILENO) != 0;
   shell_clear_interrupt();
+  const int64_t first_step = t->current_step();
+  const double start_s = eng::now_seconds();
   eng::StepMetrics last;
   int64_t done = 0;
   bool interrupted = false;
@@ -393,7 +306,7 @@ Result<int> trainer_train(lua_State* L) {
     last = m;
     ++done;
     if (!quiet) {
-      if (tty) std::fputs(progress_bar(done, steps, m).c_str(), stdout);
+      if (tty) std::fputs(progress_bar(done, steps, first_step, eng::now_seconds() - start_s, m).c_str(), stdout);
       else std::puts(eng::step_line(m).c_str());
       std::fflush(stdout);
     }
@@ -405,7 +318,7 @@ Result<int> trainer_train(lua_State* L) {
   });
   if (tty && !quiet && done > 0) std::puts("");
   if (interrupted) t->recorder().set_interrupted(true);  // the run ends KILLED unless trained on
-  if (!s.ok()) return eng::Status(s.code(), fmt::format("{}: {}", fn, s.message()));
+  ENG_RETURN_IF_ERROR(with_context(fn, s));
   lua_createtable(L, 0, 4);
   lua_pushinteger(L, done);
   lua_setfield(L, -2, "steps");
@@ -415,17 +328,8 @@ Result<int> trainer_train(lua_State* L) {
     push_metrics(L, last);
     lua_setfield(L, -2, "last");
   }
-  if (interrupted) shell_clear_interrupt();
+  if (interrupted) shell_take_interrupt(L);  // reported in the result, not raised
   return 1;
-}
-
-// A trainer collected while Ctrl-C is pending (a script stopped by "interrupted!", say in a
-// t:step() loop) ends its run KILLED, as one stopped inside t:train{} does.
-int trainer_gc(lua_State* L) {
-  TrainerBox* box = to_udata<TrainerBox>(L, 1);
-  if (box != nullptr && box->trainer && shell_interrupt_requested())
-    box->trainer->recorder().set_interrupted(true);
-  return udata_gc<TrainerBox>(L);
 }
 
 Result<int> trainer_program(lua_State* L) {
@@ -440,20 +344,140 @@ Result<int> trainer_config(lua_State* L) {
   return 1;
 }
 
+// A host array's header line and a few values: "params/x: f32[256,256] (65536 values)
+// min -0.061 max 0.062 mean 1.2e-05\n{0.0123, -0.0345, ..., 0.0211}" (the rows stay a Lua array).
+Result<int> host_array_tostring(lua_State* L) {
+  if (lua_type(L, 1) != LUA_TTABLE) return arg_error(L, 1, "HostArray:__tostring", "", "table");
+  std::string path, type;
+  if (lua_getmetatable(L, 1)) {
+    lua_pushstring(L, "__index");
+    if (lua_rawget(L, -2) == LUA_TTABLE) {
+      if (push_field(L, -1, "path") == LUA_TSTRING) path = lua_tostring(L, -1);
+      lua_pop(L, 1);
+      if (push_field(L, -1, "type") == LUA_TSTRING) type = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+  }
+  const lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L, 1));
+  double lo = 0, hi = 0, sum = 0;
+  std::vector<std::string> shown;
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, 1, i);
+    const double x = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    lo = i == 1 ? x : std::min(lo, x);
+    hi = i == 1 ? x : std::max(hi, x);
+    sum += x;
+    if (i <= 6 || i > n - 2) shown.push_back(fmt::format("{:.4g}", x));
+    if (i == 6 && n > 8) shown.push_back("...");
+  }
+  std::string out = fmt::format("{}: {} ({} values) min {:.4g} max {:.4g} mean {:.4g}\n{{{}}}", path, type, n, lo,
+                                hi, n > 0 ? sum / static_cast<double>(n) : 0.0, fmt::join(shown, ", "));
+  lua_pushlstring(L, out.data(), out.size());
+  return 1;
+}
+
 Result<int> trainer_param(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:param"));
   ENG_ASSIGN_OR_RETURN(std::string name, arg_string(L, 2, "Trainer:param", "name"));
   Result<std::vector<float>> host = t->fetch_argument(name);
-  if (!host.ok()) return eng::Status(host.status().code(), "Trainer:param: " + host.status().message());
+  if (!host.ok()) return with_context("Trainer:param", host.status());
   lua_createtable(L, static_cast<int>(host->size()), 0);
   for (size_t i = 0; i < host->size(); ++i) {
     lua_pushnumber(L, (*host)[i]);
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
+  // Printed as a summary: a.path, a.type ("f32[256,256]") and a.shape through the metatable.
+  const int arg = t->program().find_arg(name);
+  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, name.c_str());
+  lua_setfield(L, -2, "path");
+  if (arg >= 0) {
+    const eng::ValueInfo& v = t->program().value(t->program().args()[static_cast<size_t>(arg)].value);
+    lua_pushstring(L, v.type_string().c_str());
+    lua_setfield(L, -2, "type");
+    lua_createtable(L, v.shape.rank(), 0);
+    for (int d = 0; d < v.shape.rank(); ++d) {
+      lua_pushinteger(L, v.shape.dims()[static_cast<size_t>(d)]);
+      lua_rawseti(L, -2, d + 1);
+    }
+    lua_setfield(L, -2, "shape");
+  }
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, lua_entry<host_array_tostring>);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushstring(L, "HostArray");
+  lua_setfield(L, -2, "__name");
+  lua_setmetatable(L, -2);
   return 1;
 }
 
-// Sharding inspection (bodies in lua_sharding.cpp).
+// ---- Sharding inspection and store snapshots ---------------------------------------------
+
+// The trainer's run recorder keeps one snapshot per (run, step): repeated t:shardings() in a
+// REPL add no rows; a trainer not recording a run writes nothing.
+Status maybe_snapshot(const eng::Trainer& t, const eng::ShardingTable& table) {
+  Result<int64_t> id = t.recorder().record_shardings(t.current_step(), table);
+  if (!id.ok()) return with_context("Trainer:shardings: store", id.status());
+  return eng::ok_status();
+}
+
+Result<eng::ShardingTable> table_of(const eng::Trainer& t, std::string_view fn) {
+  Result<eng::ShardingTable> tab = eng::trainer_shardings(t);
+  if (!tab.ok()) return with_context(fn, tab.status());
+  return tab;
+}
+
+Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t) {
+  constexpr std::string_view fn = "Trainer:shardings";
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> pattern, opt_string(L, 2, fn, "pattern"));
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
+  ENG_RETURN_IF_ERROR(maybe_snapshot(t, table));
+  if (pattern) {
+    std::erase_if(table.rows, [&](const eng::ShardingRow& r) {
+      return r.path.find(*pattern) == std::string::npos;
+    });
+  }
+  push_sharding_table(L, std::move(table));
+  return 1;
+}
+
+Result<int> push_trainer_audit(lua_State* L, const eng::Trainer& t) {
+  constexpr std::string_view fn = "Trainer:audit";
+  ENG_ASSIGN_OR_RETURN(std::optional<double> tol, opt_number(L, 2, fn, "tolerance"));
+  Result<eng::ReplicationReport> r =
+      eng::audit_trainer(t, tol.value_or(t.raw_config().get_float("sharding_tolerance")));
+  if (!r.ok()) return with_context(fn, r.status());
+  push_audit_report(L, *r);
+  return 1;
+}
+
+Result<int> push_trainer_visualize(lua_State* L, const eng::Trainer& t) {
+  constexpr std::string_view fn = "Trainer:visualize";
+  ENG_ASSIGN_OR_RETURN(std::string path, arg_string(L, 2, fn, "path"));
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
+  const eng::ShardingRow* row = table.find(path);
+  if (!row) {
+    std::vector<std::string> paths, near;
+    for (const auto& r : table.rows) {
+      paths.push_back(r.path);
+      if (r.path.find(path) != std::string::npos && near.size() < 3) near.push_back(r.path);
+    }
+    std::string hint = did_you_mean(path, paths);
+    if (!hint.empty()) near = {hint};
+    return eng::invalid_argument("{}: no array '{}' in the trainer's state{}", fn, path,
+                                 near.empty() ? "; see t:shardings() for the paths"
+                                              : fmt::format(" (did you mean '{}'?)", fmt::join(near, "', '")));
+  }
+  ShapedSharding x{row->shape, eng::NamedSharding{table.mesh, row->spec},
+                   std::string(eng::dtype_name(row->dtype)), row->path, 3};
+  ENG_ASSIGN_OR_RETURN(std::string s, render_sharding(L, x, 3, fn));
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
 Result<int> trainer_shardings(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:shardings"));
   return push_trainer_shardings(L, *t);
@@ -505,148 +529,25 @@ Result<int> trainer_tag_or_log(lua_State* L, bool log) {
     lua_settop(L, lua_gettop(L) - (log || vt == LUA_TBOOLEAN ? 1 : 2));  // keep the key
   }
   const int64_t step = std::max<int64_t>(0, t->current_step() - 1);
-  for (const auto& [k, v] : tags) {
-    eng::Status s = t->recorder().set_tag(k, v);
-    if (!s.ok()) return eng::Status(s.code(), fmt::format("{}: {}", fn, s.message()));
-  }
-  for (const auto& [k, v] : values) {
-    eng::Status s = t->recorder().log_value(k, step, v);
-    if (!s.ok()) return eng::Status(s.code(), fmt::format("{}: {}", fn, s.message()));
-  }
+  for (const auto& [k, v] : tags) ENG_RETURN_IF_ERROR(with_context(fn, t->recorder().set_tag(k, v)));
+  for (const auto& [k, v] : values)
+    ENG_RETURN_IF_ERROR(with_context(fn, t->recorder().log_value(k, step, v)));
   lua_settop(L, 1);
   return 1;
 }
 Result<int> trainer_tag(lua_State* L) { return trainer_tag_or_log(L, false); }
 Result<int> trainer_log(lua_State* L) { return trainer_tag_or_log(L, true); }
 
-// ---- Compiled -----------------------------------------------------------------------------
-
-Result<CompiledBox*> arg_compiled(lua_State* L, std::string_view fn) {
-  return arg_udata<CompiledBox>(L, 1, fn);
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return fmt::format("{:.{}f} {}", b, u == 0 ? 0 : 2, units[u]);
-}
-
-Result<int> compiled_tostring(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:__tostring"));
-  const eng::MemoryAnalysis& m = c->exe->memory();
-  lua_pushstring(L, fmt::format("Compiled({}: {} instructions, {} devices, peak {} per device, {:.3g} GFLOP per device)",
-                                c->fn_name, c->exe->program().instrs().size(),
-                                c->exe->mesh().num_devices(),
-                                human_bytes(static_cast<double>(m.peak_bytes())),
-                                c->exe->cost().flops / 1e9)
-                        .c_str());
-  return 1;
-}
-
-Result<int> compiled_text(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:text"));
-  lua_pushstring(L, c->exe->program().to_text().c_str());
-  return 1;
-}
-
-Result<int> compiled_temps(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:temps"));
-  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "Compiled:temps", "n"));
-  if (n && *n < 0) return eng::invalid_argument("Compiled:temps: n must be >= 0, got {}", *n);
-  const eng::Program& p = c->exe->program();
-  std::vector<eng::TempInfo> temps = c->exe->largest_temps(
-      static_cast<int>(std::min<int64_t>(n.value_or(10), std::numeric_limits<int>::max())));
-  lua_createtable(L, static_cast<int>(temps.size()), 0);
-  for (size_t i = 0; i < temps.size(); ++i) {
-    const eng::TempInfo& t = temps[i];
-    const eng::ValueInfo& v = p.value(t.value);
-    lua_createtable(L, 0, 6);
-    lua_pushstring(L, v.type_string().c_str());
-    lua_setfield(L, -2, "type");
-    lua_pushinteger(L, t.bytes);
-    lua_setfield(L, -2, "bytes");
-    lua_pushstring(L, eng::producer_description(p, t.value).c_str());  // "rmsnorm (remat)"
-    lua_setfield(L, -2, "op");
-    lua_pushinteger(L, t.first_instr);
-    lua_setfield(L, -2, "first");
-    lua_pushinteger(L, t.last_instr);
-    lua_setfield(L, -2, "last");
-    lua_pushinteger(L, t.offset);
-    lua_setfield(L, -2, "offset");
-    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
-  }
-  return 1;
-}
-
-void push_memory(lua_State* L, const eng::MemoryAnalysis& m) {
-  lua_createtable(L, 0, 6);
-  auto put = [&](const char* k, int64_t v) {
-    lua_pushinteger(L, v);
-    lua_setfield(L, -2, k);
-  };
-  put("argument_bytes", m.argument_bytes);
-  put("output_bytes", m.output_bytes);
-  put("temp_bytes", m.temp_bytes);
-  put("alias_bytes", m.alias_bytes);
-  put("peak_bytes", m.peak_bytes());
-  lua_pushstring(L, m.to_string().c_str());
-  lua_setfield(L, -2, "summary");
-}
-
-void push_cost(lua_State* L, const eng::CostAnalysis& c) {
-  lua_createtable(L, 0, 3);
-  lua_pushnumber(L, c.flops);
-  lua_setfield(L, -2, "flops");
-  lua_pushnumber(L, c.bytes_accessed);
-  lua_setfield(L, -2, "bytes_accessed");
-  lua_createtable(L, 0, static_cast<int>(c.collective_bytes.size()));
-  for (const auto& [axis, bytes] : c.collective_bytes) {
-    lua_pushnumber(L, bytes);
-    lua_setfield(L, -2, axis.c_str());
-  }
-  lua_setfield(L, -2, "collective_bytes");
-}
-
-// {outcome = "hit"|"miss", level = "tracing"|"executable"|"persistent", reason = <kind>,
-//  explanation = <JAX's text>, key = "jit_train_step-<hex>", compile_s = <s>}
-void push_cache_info(lua_State* L, const eng::CompileInfo& c) {
-  lua_createtable(L, 0, 6);
-  lua_pushstring(L, c.outcome.c_str());
-  lua_setfield(L, -2, "outcome");
-  lua_pushstring(L, c.level.c_str());
-  lua_setfield(L, -2, "level");
-  lua_pushstring(L, c.reason_kind.c_str());
-  lua_setfield(L, -2, "reason");
-  lua_pushstring(L, c.reason_text.c_str());
-  lua_setfield(L, -2, "explanation");
-  lua_pushstring(L, c.key_name.c_str());
-  lua_setfield(L, -2, "key");
-  lua_pushnumber(L, c.compile_s);
-  lua_setfield(L, -2, "compile_s");
-}
-
-Result<int> compiled_property(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled"));
-  std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
-  if (key == "memory") push_memory(L, c->exe->memory());
-  else if (key == "cost") push_cost(L, c->exe->cost());
-  else if (key == "key") lua_pushstring(L, c->cache.key.c_str());  // the compile-cache key (hex)
-  else if (key == "cache") push_cache_info(L, c->cache);
-  else if (key == "name") lua_pushstring(L, c->fn_name.c_str());
-  else lua_pushnil(L);
-  return 1;
+// A trainer collected while Ctrl-C is pending (a script stopped by "interrupted!", say in a
+// t:step() loop) ends its run KILLED, as one stopped inside t:train{} does.
+int trainer_gc(lua_State* L) {
+  TrainerBox* box = to_udata<TrainerBox>(L, 1);
+  if (box != nullptr && box->trainer && shell_interrupt_requested())
+    box->trainer->recorder().set_interrupted(true);
+  return udata_gc<TrainerBox>(L);
 }
 
 constexpr Function kTrainFunctions[] = {
-    {"config", lua_entry<config_new>,
-     "sl.config{model=\"llama-tiny\", steps=..., per_device_batch_size=..., ...} -> Config",
-     "A training configuration keyed by MaxText's names (see sl.config_keys()). Values resolve as\n"
-     "  in MaxText: base defaults, then the model preset, then these overrides. `model` is short\n"
-     "  for model_name; dataset=\"synthetic\" | \"text:PATH\" | \"tokens:PATH.npy\" sets dataset_type\n"
-     "  and dataset_path. Unknown keys are errors with a did-you-mean suggestion."},
-    {"config_keys", lua_entry<config_keys_doc>, "sl.config_keys() -> {key = doc}",
-     "Every configuration key with its meaning and default."},
     {"trainer", lua_entry<trainer_new>,
      "sl.trainer(config [, mesh] [, {shape_only=true, device_capacity_bytes=N, store=false}]) -> Trainer",
      "Traces train_step (forward + backward + AdamW as one program) for the config on the mesh\n"
@@ -656,27 +557,23 @@ constexpr Function kTrainFunctions[] = {
      "  unless store=false."},
 };
 
-constexpr Method kConfigMethods[] = {
-    {"get", lua_entry<config_get>, "c:get(key) -> value", "The resolved value of a key."},
-    {"set", lua_entry<config_set>, "c:set(key, value) -> c", "Overrides a key (validated)."},
-    {"params", lua_entry<config_params>, "c:params() -> {key = value}",
-     "Every key with its resolved value (what the store's params table records)."},
-};
-
 constexpr Method kTrainerMethods[] = {
-    {"compile", lua_entry<trainer_compile>, "t:compile() -> Compiled",
-     "Compiles train_step ahead of time (cached: later steps reuse it)."},
+    {"compile", trainer_compile, "t:compile([{verbose=bool}]) -> Compiled",
+     "Compiles train_step ahead of time (cached: later steps reuse it). verbose (default: on in\n"
+     "  the REPL, off in scripts and notebooks) prints MaxText's memory lines, each naming the mesh."},
     {"step", lua_entry<trainer_step>, "t:step() -> StepHandle",
      "Dispatches one training step on the next batch and returns at once (asynchronous, as in\n"
      "  JAX); the handle's loss synchronises when read: h = t:step(); print(h.loss)."},
     {"train", lua_entry<trainer_train>, "t:train{steps=N, quiet=false} -> {steps, last, interrupted}",
      "Runs N steps (default: up to config steps); a progress bar on a terminal, MaxText step\n"
-     "  lines otherwise. Ctrl-C stops cleanly after the current step."},
+     "  lines otherwise. Ctrl-C stops cleanly after the current step: the result has\n"
+     "  interrupted = true and no error is raised (a second Ctrl-C ends the process)."},
     {"program", lua_entry<trainer_program>, "t:program() -> string",
      "The traced train_step as jaxpr-like text."},
     {"config", lua_entry<trainer_config>, "t:config() -> Config", "The trainer's configuration."},
     {"param", lua_entry<trainer_param>, "t:param(name) -> {number}",
-     "Host copy of a parameter or optimizer-state array by its path (e.g. \"params/decoder/decoder_norm/scale\")."},
+     "Host copy of a parameter or optimizer-state array by its path (e.g. \"params/decoder/decoder_norm/scale\"):\n"
+     "  a Lua array of its values (row-major); a.path, a.type, a.shape; prints as a summary."},
     {"shardings", lua_entry<trainer_shardings>, "t:shardings([pattern]) -> ShardingTable",
      "How every array of the state is split (params, optimizer state, step, batch), as compile()\n"
      "  places it: rows of path, type (jax.typeof form \"f32[256@fsdp,704@tensor]\"), logical,\n"
@@ -706,19 +603,10 @@ constexpr Method kHandleMethods[] = {
 constexpr const char* kHandleProperties[] = {"step", "loss", "total_weights", "grad_norm", "lr",
                                              "step_time_s"};
 
-constexpr Method kCompiledMethods[] = {
-    {"text", lua_entry<compiled_text>, "c:text() -> string",
-     "The compiled (per-device) program as jaxpr-like text."},
-    {"temps", lua_entry<compiled_temps>, "c:temps([n]) -> {{type, bytes, op, first, last, offset}}",
-     "The n largest temporaries (default 10) with their producing op and live range."},
-};
-constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "name"};
 
 }  // namespace
 
 void open_lua_train(lua_State* L, int sl) {
-  define_type(L, {"Config", "A training configuration (MaxText key names).", lua_entry<config_tostring>,
-                  nullptr, udata_gc<eng::Config>, kConfigMethods});
   define_type(L, {"Trainer",
                   "A training run: config, mesh, the traced train_step, its arrays and data.\n"
                   "  Fields: t.current_step (the next step to run), t.mesh, t.num_params, t.run_id and\n"
@@ -730,12 +618,6 @@ void open_lua_train(lua_State* L, int sl) {
                   "  fields) wait for the devices, like reading a JAX array.",
                   lua_entry<handle_tostring>, nullptr, udata_gc<HandleBox>, kHandleMethods,
                   lua_entry<handle_property>, kHandleProperties});
-  define_type(L, {"Compiled",
-                  "A compiled train_step. Fields: c.memory (argument/output/temp/alias/peak bytes per\n"
-                  "  device, and MaxText's summary line), c.cost (flops, bytes_accessed,\n"
-                  "  collective_bytes per mesh axis), c.key (program fingerprint), c.name.",
-                  lua_entry<compiled_tostring>, nullptr, udata_gc<CompiledBox>, kCompiledMethods,
-                  lua_entry<compiled_property>, kCompiledProperties});
   add_functions(L, sl, "sl", kTrainFunctions);
 }
 

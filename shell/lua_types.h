@@ -1,8 +1,13 @@
 // shell/lua_types.h: the LuaType<> names of engine value types shared by several binding files.
 #pragma once
 
+#include <memory>
+#include <string>
+
+#include "engine/train/trainer.h"
 #include "engine/mesh/mesh.h"
 #include "engine/sharding/partition_spec.h"
+#include "engine/train/config.h"
 #include "shell/lua_binding.h"
 
 namespace shell {
@@ -14,6 +19,25 @@ struct LuaType<eng::Mesh> {
 template <>
 struct LuaType<eng::PartitionSpec> {
   static constexpr const char* kName = "PartitionSpec";
+};
+
+// "Mesh('data': 2, 'fsdp': 2) (4 devices)": the axes of size > 1 only ("Mesh(1 device)" for none).
+std::string mesh_label(const eng::Mesh& m);
+
+template <>
+struct LuaType<eng::Config> {
+  static constexpr const char* kName = "Config";
+};
+
+// A compiled train_step (t:compile() makes it, lua_compiled.cpp binds it).
+struct CompiledBox {
+  std::shared_ptr<const eng::Executable> exe;
+  std::string fn_name;  // "train_step"
+  eng::CompileInfo cache;  // the cache lookup that produced exe (key, outcome, level, reason)
+};
+template <>
+struct LuaType<CompiledBox> {
+  static constexpr const char* kName = "Compiled";
 };
 
 }  // namespace shell

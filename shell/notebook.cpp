@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -223,6 +224,29 @@ eng::Status write_file(const std::string& path, const std::string& text) {
   return eng::Status();
 }
 
+// os.exit inside a notebook records its code and raises: the cell stops, run_cells stops the
+// notebook after it and the report is still written (the process then exits with the code).
+// Recorded in the registry, so a pcall around os.exit cannot hide it.
+constexpr const char* kExitKey = "shardlab.notebook_exit";
+
+int notebook_os_exit(lua_State* L) {
+  int code = EXIT_SUCCESS;
+  if (lua_isboolean(L, 1)) code = lua_toboolean(L, 1) ? EXIT_SUCCESS : EXIT_FAILURE;
+  else if (!lua_isnoneornil(L, 1)) code = static_cast<int>(luaL_checkinteger(L, 1));
+  lua_pushinteger(L, code);
+  lua_setfield(L, LUA_REGISTRYINDEX, kExitKey);
+  return luaL_error(L, "os.exit(%d): the notebook stops here", code);
+}
+
+std::optional<int> take_exit_request(lua_State* L) {
+  std::optional<int> code;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, kExitKey) == LUA_TNUMBER) code = static_cast<int>(lua_tointeger(L, -1));
+  lua_pop(L, 1);
+  lua_pushnil(L);
+  lua_setfield(L, LUA_REGISTRYINDEX, kExitKey);
+  return code;
+}
+
 // Runs the cells with capture; stops at the first error unless allowed. Returns true if no
 // disallowed error happened.
 // `reuse` (--resume) holds, by cell number, results to show instead of running the cell.
@@ -247,7 +271,7 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
       continue;
     }
     if (stopped) {
-      r.not_run_after_error = true;
+      (info->exit_code >= 0 ? r.not_run_after_exit : r.not_run_after_error) = true;
       runs->push_back(std::move(r));
       continue;
     }
@@ -279,7 +303,14 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
     cap.end();
     cap.outputs = nullptr;
     lua_settop(L, top);
-    if (!r.error.empty()) {
+    if (std::optional<int> code = take_exit_request(L)) {  // os.exit: stop here, still report
+      r.error = fmt::format("os.exit({}) called: the notebook stops here", *code);
+      stopped = true;
+      info->exit_code = *code;
+      info->ok = *code == 0;
+      info->failed_at = fmt::format("In [{}] ({}: os.exit({}))", r.count, cell_label(cell), *code);
+      std::fprintf(stderr, "shardlab: notebook: %s called os.exit(%d)\n", cell_label(cell).c_str(), *code);
+    } else if (!r.error.empty()) {
       bool allowed = allow_errors || cell.allow_error;
       std::fprintf(stderr, "shardlab: notebook: %s failed%s: %s\n", cell_label(cell).c_str(),
                    allowed ? " (allowed)" : "", r.error.substr(0, r.error.find('\n')).c_str());
@@ -337,16 +368,28 @@ NotebookArgs parse_args(int argc, char** argv) {
 }
 
 struct NotebookMain {
-  NotebookArgs* args;
-  ShellContext* ctx;
+  NotebookArgs* args = nullptr;
+  ShellContext* ctx = nullptr;
   int exit_code = 1;
+  // Filled by notebook_pmain; the report is written from them after lua_close, when every
+  // trainer the notebook made has ended its run (the runs table shows their final status).
+  bool cells_ran = false;
+  std::vector<Cell> cells;
+  std::vector<CellRun> runs;  // point into cells
+  ReportInfo info;
+  double t0 = 0;
+  int64_t start_ms = 0;
 };
 
 // Inside lua_pcall (open_shardlab uses raising API).
-int notebook_pmain(lua_State* L) {
+int notebook_pmain_body(lua_State* L) {
   auto* m = static_cast<NotebookMain*>(lua_touserdata(L, 1));
   NotebookArgs& a = *m->args;
   luaL_openlibs(L);
+  lua_getglobal(L, "os");
+  lua_pushcfunction(L, notebook_os_exit);
+  lua_setfield(L, -2, "exit");
+  lua_pop(L, 1);
   open_shardlab(L, m->ctx);
   lua_createtable(L, 0, 1);  // arg[0] = the notebook, as for a script
   lua_pushstring(L, a.file.c_str());
@@ -360,12 +403,12 @@ int notebook_pmain(lua_State* L) {
     std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
     return 0;
   }
-  ReportInfo info;
+  ReportInfo& info = m->info;
   info.notebook = a.file;
   for (const auto& [k, v] : a.params) info.params += fmt::format("{}{}={}", info.params.empty() ? "" : ", ", k, v);
-  std::vector<CellRun> runs;
-  const double t0 = now_s();
-  const int64_t start_ms = eng::unix_ms();
+  m->t0 = now_s();
+  m->start_ms = eng::unix_ms();
+  const int64_t start_ms = m->start_ms;
   info.date = report_date(start_ms);
   info.git_rev = git_revision(std::filesystem::path(a.file).parent_path().string());
   std::vector<std::pair<int, CellRun>> reuse;
@@ -374,8 +417,20 @@ int notebook_pmain(lua_State* L) {
     if (r.ok()) reuse = std::move(*r);
     else std::fprintf(stderr, "shardlab: notebook: --resume: %s (running every cell)\n", r.status().message().c_str());
   }
-  run_cells(L, *cells, "@" + base_name(a.file), a.allow_errors, reuse, &runs, &info);
-  info.seconds = now_s() - t0;
+  m->cells = std::move(*cells);
+  run_cells(L, m->cells, "@" + base_name(a.file), a.allow_errors, reuse, &m->runs, &info);
+  m->cells_ran = true;
+  return 0;
+}
+
+// After lua_close: the store's part of the report, then the report itself.
+void write_report(NotebookMain* m) {
+  NotebookArgs& a = *m->args;
+  ReportInfo& info = m->info;
+  const std::vector<CellRun>& runs = m->runs;
+  const int64_t start_ms = m->start_ms;
+  eng::Status s;
+  info.seconds = now_s() - m->t0;
   // The report's header and footer come from the store; a store problem is a warning only.
   eng::Status stored = add_store_summary(*m->ctx, start_ms, &info);
   if (stored.ok()) stored = log_cell_events(*m->ctx, a.file, start_ms, runs);
@@ -405,7 +460,7 @@ int notebook_pmain(lua_State* L) {
   }
   if (!s.ok()) {
     std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
-    return 0;
+    return;
   }
   int n = 0, reused = 0;
   for (const CellRun& r : runs) n += r.ran, reused += r.reused();
@@ -414,9 +469,10 @@ int notebook_pmain(lua_State* L) {
               reused ? fmt::format(" ({} cached cells reused)", reused).c_str() : "", info.seconds,
               fmt::format("{}", fmt::join(written, ", ")).c_str());
   std::fflush(stdout);
-  m->exit_code = info.ok ? 0 : 1;
-  return 0;
+  m->exit_code = info.exit_code >= 0 ? info.exit_code : info.ok ? 0 : 1;
 }
+
+int notebook_pmain(lua_State* L) { return call_guarded_main(L, notebook_pmain_body); }
 
 }  // namespace
 
@@ -449,12 +505,15 @@ int run_notebook_cli(int argc, char** argv) {
   else if (const char* env = std::getenv("SHARDLAB_DB"); env && *env) ctx.db_path = env;
   lua_State* L = luaL_newstate();
   if (L == nullptr) return EXIT_FAILURE;
-  NotebookMain m{&a, &ctx};
+  NotebookMain m;
+  m.args = &a;
+  m.ctx = &ctx;
   lua_pushcfunction(L, notebook_pmain);
   lua_pushlightuserdata(L, &m);
   int status = lua_pcall(L, 1, 0, 0);
   if (status != LUA_OK) report(L, status, "shardlab");
-  lua_close(L);
+  lua_close(L);  // every trainer's run ends here, before the report reads the runs table
+  if (m.cells_ran) write_report(&m);
   if (ctx.store) {
     eng::Status s = ctx.store->flush();
     if (!s.ok()) std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
@@ -496,6 +555,7 @@ void magic_run(lua_State* L, const std::vector<std::string>& words) {
   }
   PrettyOptions o;
   o.color = context(L).color;
+  o.rows = true;
   const std::string chunk = "@" + base_name(file);
   const int top = lua_gettop(L);
   for (const Cell& cell : *cells) {

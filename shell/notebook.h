@@ -74,6 +74,7 @@ struct CellRun {
   const Cell* cell = nullptr;
   bool ran = false;             // false: markdown/raw, skipped, or after a failure
   bool not_run_after_error = false;
+  bool not_run_after_exit = false;  // an earlier cell called os.exit
   int count = 0;                // execution count (In [n]), code cells only
   double seconds = 0;
   std::vector<Output> outputs;  // captured text and plot.show images, interleaved
@@ -92,6 +93,7 @@ struct ReportInfo {
   double seconds = 0;
   bool ok = true;
   std::string failed_at;  // "cell 4 (line 37)" when !ok
+  int exit_code = -1;     // a cell called os.exit(exit_code): the run stopped there; -1: none
   std::string date;       // when the notebook started: "2026-11-21 07:55:12 UTC"
   std::string git_rev;    // `git rev-parse --short HEAD` in the notebook's directory, or ""
   std::vector<std::string> meshes;  // distinct meshes of `runs`, in order
@@ -109,6 +111,9 @@ std::string render_html(const ReportInfo& info, const std::vector<CellRun>& cell
 // Minimal Markdown to HTML for prose cells: headings, paragraphs, lists, fenced code, tables,
 // `code`, **bold**, *italic*, [links](url).
 std::string markdown_to_html(std::string_view md);
+// The SVG for the HTML report rebuilt from an allow-list of drawing elements and attributes:
+// no script, event handler, link, style or foreign content survives (notebook_svg.cpp).
+std::string sanitize_svg(std::string_view svg);
 std::string html_escape(std::string_view s);
 
 // ---- The store and git (notebook_store.cpp) ---------------------------------------------------

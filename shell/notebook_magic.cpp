@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/notebook.h"
 
@@ -117,10 +118,16 @@ void magic_timeit(lua_State* L, std::string_view args) {
   }
   lua_pushvalue(L, f);
   lua_pushcfunction(L, lua_clock);
-  lua_call(L, 2, 1);  // only builds a closure; cannot fail short of out-of-memory
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK) {  // only builds a closure: fails only on out-of-memory
+    report(L, LUA_ERRMEM, nullptr);
+    lua_settop(L, top);
+    return;
+  }
   const int timer = lua_gettop(L);
 
-  const double first = call_timer(L, timer, 1);  // includes compilation (and warm-up)
+  const int64_t compiles_before = context(L).compiles();
+  const double first = call_timer(L, timer, 1);  // warm-up, and compilation if it compiles
+  const bool compiled = context(L).compiles() > compiles_before;
   if (first < 0) return lua_settop(L, top);
   if (loops == 0) {  // IPython's autorange: 1, 2, 5, 10, ... until one run takes >= 0.2 s
     bool done = false;
@@ -146,13 +153,15 @@ void magic_timeit(lua_State* L, std::string_view args) {
   std::printf("%s ± %s per loop (mean ± std. dev. of %lld run%s, %s loop%s each)\n", format_time(mean).c_str(),
               format_time(std::sqrt(var)).c_str(), static_cast<long long>(runs), runs == 1 ? "" : "s",
               with_commas(loops).c_str(), loops == 1 ? "" : "s");
-  std::printf("first call: %s (includes compilation; not in the mean)\n", format_time(first).c_str());
+  std::printf("first call: %s (%snot in the mean)\n", format_time(first).c_str(),
+              compiled ? "includes compilation; " : "");
   std::fflush(stdout);
 
   lua_createtable(L, 0, 6);  // _ = the numbers, for scripts and tests
   lua_pushnumber(L, mean), lua_setfield(L, -2, "mean");
   lua_pushnumber(L, std::sqrt(var)), lua_setfield(L, -2, "std");
   lua_pushnumber(L, first), lua_setfield(L, -2, "first");
+  lua_pushboolean(L, compiled), lua_setfield(L, -2, "compiled");
   lua_pushinteger(L, runs), lua_setfield(L, -2, "runs");
   lua_pushinteger(L, loops), lua_setfield(L, -2, "loops");
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);

@@ -27,11 +27,16 @@ std::string fenced(std::string_view lang, std::string text) {
   return fmt::format("{}{}\n{}{}\n\n", f, lang, text, f);
 }
 
-std::string md_cell_text(std::string s) {  // for table cells
+// For table cells: values (run names, sql results) are text, never Markdown or HTML, so the
+// characters that would start a link, code, emphasis or a tag are escaped.
+std::string md_cell_text(std::string s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
+    if (c == '\n') out += ' ';
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (std::string_view("|\\`*[]").find(c) != std::string_view::npos) out += std::string("\\") + c;
     else out += c;
   }
   return out;
@@ -56,7 +61,7 @@ std::string timing(double s) { return fmt::format("[{:.4f}s]", s); }
 std::string header_line(const ReportInfo& info) {
   return fmt::format("Notebook `{}` run by shardlab{} in {:.2f}s: {}.", info.notebook,
                      info.params.empty() ? "" : fmt::format(" with parameters `{}`", info.params), info.seconds,
-                     info.ok ? "all cells succeeded" : "stopped at " + info.failed_at);
+                     info.ok && info.exit_code < 0 ? "all cells succeeded" : "stopped at " + info.failed_at);
 }
 
 std::string cell_heading(const CellRun& r) {
@@ -64,6 +69,7 @@ std::string cell_heading(const CellRun& r) {
   std::string title = c.title.empty() ? "" : " " + c.title;
   if (c.skip) return fmt::format("In [ ]:{} (skipped: skip=true)", title);
   if (r.not_run_after_error) return fmt::format("In [ ]:{} (not run: an earlier cell failed)", title);
+  if (r.not_run_after_exit) return fmt::format("In [ ]:{} (not run: an earlier cell called os.exit)", title);
   if (r.reused())
     return fmt::format("In [{}]:{} (cached: not run; output from the run of {})", r.count, title,
                        report_date(r.reused_from_ms));
@@ -71,6 +77,13 @@ std::string cell_heading(const CellRun& r) {
 }
 
 // ---- HTML ----------------------------------------------------------------------------------
+
+// Links from Markdown cells may point only to the web.
+bool is_web_url(std::string_view url) {
+  std::string lower;
+  for (char c : url.substr(0, 8)) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.starts_with("http://") || lower.starts_with("https://");
+}
 
 // Inline Markdown: `code`, **bold**, *italic*, [text](url); everything else HTML-escaped.
 std::string inline_md(std::string_view s) {
@@ -89,8 +102,11 @@ std::string inline_md(std::string_view s) {
     if (s[i] == '[') {
       size_t close = s.find("](", i), end = close == std::string_view::npos ? close : s.find(')', close);
       if (end != std::string_view::npos) {
-        out += fmt::format("<a href=\"{}\">{}</a>", html_escape(s.substr(close + 2, end - close - 2)),
-                           inline_md(s.substr(i + 1, close - i - 1)));
+        std::string_view url = s.substr(close + 2, end - close - 2);
+        if (is_web_url(url))
+          out += fmt::format("<a href=\"{}\">{}</a>", html_escape(url), inline_md(s.substr(i + 1, close - i - 1)));
+        else  // javascript:, data:, file: ...: shown as text, never a live link
+          out += html_escape(s.substr(i, end + 1 - i));
         i = end + 1;
         continue;
       }
@@ -132,6 +148,19 @@ std::string html_table(const std::vector<std::string>& head, const std::vector<s
   for (const auto& row : rows) {
     out += "<tr>";
     for (const std::string& c : row) out += "<td>" + inline_md(c) + "</td>";
+    out += "</tr>\n";
+  }
+  return out + "</tbody></table>\n";
+}
+
+// A table of values (runs, store summaries, a cell's rows): every cell is text, escaped.
+std::string html_data_table(const CellValue& v) {
+  std::string out = "<table><thead><tr>";
+  for (const std::string& h : v.columns) out += "<th>" + html_escape(h) + "</th>";
+  out += "</tr></thead><tbody>\n";
+  for (const auto& row : v.rows) {
+    out += "<tr>";
+    for (const std::string& c : row) out += "<td>" + html_escape(c) + "</td>";
     out += "</tr>\n";
   }
   return out + "</tbody></table>\n";
@@ -201,7 +230,7 @@ std::string html_header(const ReportInfo& info) {
     h += "</ul>\n";
   }
   h += "<p class=\"meta\">" + html_escape(runs_title(info)) + "</p>\n";
-  if (!info.runs.rows.empty()) h += html_table(info.runs.columns, info.runs.rows);
+  if (!info.runs.rows.empty()) h += html_data_table(info.runs);
   return h + "</div>\n";
 }
 
@@ -211,7 +240,7 @@ std::string html_footer(const ReportInfo& info) {
   for (const auto& [title, table] : {std::pair{kCompileTitle, &info.compile_summary},
                                      std::pair{kStepTimeTitle, &info.step_time}}) {
     h += fmt::format("<div class=\"label\">{}:</div>\n", html_escape(title));
-    h += table->rows.empty() ? "<p>(none)</p>\n" : html_table(table->columns, table->rows);
+    h += table->rows.empty() ? "<p>(none)</p>\n" : html_data_table(*table);
   }
   return h + "</div>\n";
 }
@@ -328,12 +357,12 @@ std::string render_html(const ReportInfo& info, const std::vector<CellRun>& cell
                      r.ran ? "" : " skipped", html_escape(cell_heading(r)), r.ran ? timing(r.seconds) : "");
     h += pre("src", c.source);
     for (const Output& o : r.outputs)
-      h += o.kind == Output::kSvg ? "<div class=\"plot\">\n" + o.data + "</div>\n" : pre("out", o.data);
+      h += o.kind == Output::kSvg ? "<div class=\"plot\">\n" + sanitize_svg(o.data) + "</div>\n" : pre("out", o.data);
     if (!r.error.empty()) h += "<div class=\"label\">Error:</div>\n" + pre("err", r.error);
     if (r.has_value) {
       h += fmt::format("<div class=\"label\">Out[{}]:</div>\n", r.count);
-      if (!r.value.svg.empty()) h += "<div class=\"plot\">\n" + r.value.svg + "</div>\n";
-      else if (!r.value.columns.empty()) h += html_table(r.value.columns, r.value.rows);
+      if (!r.value.svg.empty()) h += "<div class=\"plot\">\n" + sanitize_svg(r.value.svg) + "</div>\n";
+      else if (!r.value.columns.empty()) h += html_data_table(r.value);
       else h += pre("out", r.value.text);
     }
     h += "</div>\n";

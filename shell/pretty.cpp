@@ -2,12 +2,15 @@
 #include "shell/pretty.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "shell/lua_binding.h"
 
 namespace shell {
 namespace {
@@ -70,7 +73,8 @@ class Printer {
         return depth == 0 ? std::string(s, n) : paint(kString, quote(std::string_view(s, n)));
       }
       case LUA_TTABLE:
-        if (auto s = tostring_meta(idx)) return *s;
+        if (o_.rows || !is_rows(idx))
+          if (auto s = tostring_meta(idx)) return *s;
         return table(idx, depth, indent);
       case LUA_TFUNCTION: return paint(kFunction, address(idx));
       default:
@@ -89,6 +93,15 @@ class Printer {
     std::string s = lua_tostring(L_, -1);  // converts the copy only
     lua_pop(L_, 1);
     return s;
+  }
+
+  bool is_rows(int idx) {
+    bool rows = false;
+    if (luaL_getmetafield(L_, idx, "__name") != LUA_TNIL) {
+      rows = lua_type(L_, -1) == LUA_TSTRING && std::strcmp(lua_tostring(L_, -1), "Rows") == 0;
+      lua_pop(L_, 1);
+    }
+    return rows;
   }
 
   std::string address(int idx) {
@@ -125,6 +138,9 @@ class Printer {
     if (depth >= o_.max_depth) return "{...}";
     open_.insert(p);
     lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L_, idx));
+    // A long array shows its first kHead and last kTail items (only those are rendered).
+    const bool long_array = n > kHead + kTail + 1;
+    auto hidden = [&](lua_Integer i) { return long_array && i > kHead && i <= n - kTail; };
     std::vector<Entry> entries;
     lua_pushnil(L_);
     while (lua_next(L_, idx) != 0) {
@@ -132,6 +148,10 @@ class Printer {
       int kt = lua_type(L_, -2);
       if (kt == LUA_TNUMBER && lua_isinteger(L_, -2) && lua_tointeger(L_, -2) >= 1 &&
           lua_tointeger(L_, -2) <= n) {
+        if (hidden(lua_tointeger(L_, -2))) {
+          lua_pop(L_, 1);
+          continue;
+        }
         e.kind = 0, e.num = static_cast<double>(lua_tointeger(L_, -2));
       } else if (kt == LUA_TNUMBER) {
         e.kind = 1, e.num = lua_tonumber(L_, -2), e.key = "[" + number(lua_gettop(L_) - 1) + "]";
@@ -155,25 +175,144 @@ class Printer {
     std::vector<std::string> parts;
     size_t len = 2;
     bool multiline = false;
+    const size_t keyed = static_cast<size_t>(
+        std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.kind != 0; }));
+    size_t shown_keys = 0;
     for (const Entry& e : entries) {
+      if (e.kind != 0 && ++shown_keys > kMaxKeys) break;
       parts.push_back(e.kind == 0 ? e.value : fmt::format("{} = {}", e.key, e.value));
+      if (long_array && e.kind == 0 && e.num == static_cast<double>(kHead)) parts.push_back("...");
       len += visible_width(parts.back()) + 2;
       multiline |= parts.back().find('\n') != std::string::npos;
     }
+    if (keyed > kMaxKeys) parts.push_back("...");
+    std::string note;  // what was left out
+    if (long_array) note += fmt::format("{} items", n);
+    if (keyed > kMaxKeys) note += fmt::format("{}{} keys", note.empty() ? "" : ", ", keyed);
+    if (!note.empty()) note = paint(kNil, " (" + note + ")");
     if (!multiline && static_cast<int>(len) + indent <= o_.width)
-      return fmt::format("{{{}}}", fmt::join(parts, ", "));
+      return fmt::format("{{{}}}{}", fmt::join(parts, ", "), note);
     std::string pad(indent + 2, ' ');
     std::string out = "{\n";
-    for (const std::string& s : parts) out += pad + s + ",\n";
-    return out + std::string(indent, ' ') + "}";
+    for (const std::string& s : parts) out += pad + s + (s == "..." ? "\n" : ",\n");
+    return out + std::string(indent, ' ') + "}" + note;
   }
+
+  static constexpr lua_Integer kHead = 8, kTail = 2;  // items shown of a long array
+  static constexpr size_t kMaxKeys = 40;               // keys shown of a big table
 
   lua_State* L_;
   const PrettyOptions& o_;
   std::set<const void*> open_;  // tables being printed (cycle detection)
 };
 
+bool looks_numeric(const std::string& s) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+// One cell of a Rows table: numbers as Lua prints them, NULL (absent) as an empty cell.
+std::string cell_text(lua_State* L, int idx) {
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: return "";
+    case LUA_TBOOLEAN: return lua_toboolean(L, idx) ? "true" : "false";
+    case LUA_TNUMBER:
+      if (!lua_isinteger(L, idx)) return fmt::format("{:.6g}", lua_tonumber(L, idx));
+      [[fallthrough]];
+    case LUA_TSTRING: {
+      lua_pushvalue(L, idx);
+      size_t n = 0;
+      const char* s = lua_tolstring(L, -1, &n);
+      std::string out(s, n);
+      lua_pop(L, 1);
+      for (char& c : out)
+        if (c == '\n' || c == '\t') c = ' ';
+      return out;
+    }
+    default: return luaL_typename(L, idx);
+  }
+}
+
+// __tostring of a Rows table: the columns from the metatable's __index, rows raw.
+Result<int> rows_tostring(lua_State* L) {
+  if (lua_type(L, 1) != LUA_TTABLE) return arg_error(L, 1, "Rows:__tostring", "", "table");
+  std::vector<std::string> columns;
+  lua_getmetatable(L, 1);
+  lua_pushstring(L, "__index");
+  if (lua_rawget(L, -2) == LUA_TTABLE) {
+    lua_pushstring(L, "columns");
+    if (lua_rawget(L, -2) == LUA_TTABLE)
+      for (lua_Integer i = 1; lua_rawgeti(L, -1, i) == LUA_TSTRING; ++i, lua_pop(L, 1))
+        columns.emplace_back(lua_tostring(L, -1));
+  }
+  lua_settop(L, 1);
+  const lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L, 1));
+  std::vector<std::vector<std::string>> rows;
+  for (lua_Integer i = 1; i <= n; ++i) {
+    std::vector<std::string> row;
+    if (lua_rawgeti(L, 1, i) == LUA_TTABLE)
+      for (const std::string& c : columns) {
+        push_field(L, -1, c.c_str());
+        row.push_back(cell_text(L, -1));
+        lua_pop(L, 1);
+      }
+    lua_pop(L, 1);
+    rows.push_back(std::move(row));
+  }
+  std::string out = format_table(columns, rows);
+  out += fmt::format("\n({} row{})", n, n == 1 ? "" : "s");
+  lua_pushlstring(L, out.data(), out.size());
+  return 1;
+}
+
 }  // namespace
+
+std::string format_table(const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& rows, size_t max_rows) {
+  std::vector<size_t> width(header.size());
+  std::vector<bool> numeric(header.size(), true);
+  const size_t shown = std::min(rows.size(), max_rows);
+  for (size_t j = 0; j < header.size(); ++j) width[j] = visible_width(header[j]);
+  for (size_t i = 0; i < shown; ++i)
+    for (size_t j = 0; j < header.size() && j < rows[i].size(); ++j) {
+      width[j] = std::max(width[j], visible_width(rows[i][j]));
+      if (!rows[i][j].empty() && !looks_numeric(rows[i][j])) numeric[j] = false;
+    }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (size_t j = 0; j < header.size(); ++j) {
+      const std::string c = j < cells.size() ? cells[j] : "";
+      const std::string pad(width[j] - std::min(width[j], visible_width(c)), ' ');
+      out += (j ? "  " : "") + (numeric[j] ? pad + c : c + (j + 1 < header.size() ? pad : ""));
+    }
+    return out;
+  };
+  std::string out = line(header) + "\n";
+  for (size_t j = 0; j < header.size(); ++j) out += (j ? "  " : "") + std::string(width[j], '-');
+  for (size_t i = 0; i < shown; ++i) out += "\n" + line(rows[i]);
+  if (rows.size() > shown) out += fmt::format("\n... {} more rows", rows.size() - shown);
+  return out;
+}
+
+void set_rows_metatable(lua_State* L, int idx, const std::vector<std::string>& columns) {
+  idx = lua_absindex(L, idx);
+  lua_createtable(L, 0, 3);  // metatable
+  lua_createtable(L, 0, 1);  // its __index
+  lua_createtable(L, static_cast<int>(columns.size()), 0);
+  for (size_t j = 0; j < columns.size(); ++j) {
+    lua_pushstring(L, columns[j].c_str());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(j + 1));
+  }
+  lua_setfield(L, -2, "columns");
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, lua_entry<rows_tostring>);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushstring(L, "Rows");
+  lua_setfield(L, -2, "__name");
+  lua_setmetatable(L, idx);
+}
 
 std::string pretty(lua_State* L, int idx, const PrettyOptions& options) {
   int top = lua_gettop(L);

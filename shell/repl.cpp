@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -224,6 +225,10 @@ class Repl {
     double seconds = seconds_since(start);
     if (status != LUA_OK) report(L_, status, nullptr);
     else print_results(base, quiet);
+    if (status == LUA_OK && shell_interrupt_was_taken()) {  // t:train stopped on Ctrl-C
+      std::fprintf(stderr, "interrupted! (stopped after the current step)\n");
+      std::fflush(stderr);
+    }
     show_time(seconds);
   }
 
@@ -318,11 +323,15 @@ class Repl {
     if (quiet) return;
     PrettyOptions o;
     o.color = context(L_).color;
-    std::string out;
+    o.rows = true;
+    std::vector<std::string> parts;
+    bool multiline = false;
     for (int i = 1; i <= n; ++i) {
-      if (i > 1) out += "\t";
-      out += pretty(L_, base + i, o);
+      parts.push_back(pretty(L_, base + i, o));
+      multiline |= parts.back().find('\n') != std::string::npos;
     }
+    // Several values share a line (tab-separated, as lua.c prints) unless one is multi-line.
+    std::string out = fmt::format("{}", fmt::join(parts, multiline ? "\n" : "\t"));
     std::printf("%s\n", out.c_str());
     std::fflush(stdout);
   }
@@ -361,6 +370,9 @@ class Repl {
 
 }  // namespace
 
-void run_repl(lua_State* L) { Repl(L).run(); }
+void run_repl(lua_State* L) {
+  context(L).interactive = true;
+  Repl(L).run();
+}
 
 }  // namespace shell

@@ -1,0 +1,199 @@
+// shell/lua_compiled.cpp: Lua bindings for a compiled train_step (what t:compile() returns): Compiled.
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "shell/bindings.h"
+#include "shell/lua_binding.h"
+#include "shell/lua_types.h"
+#include "shell/pretty.h"
+
+namespace shell {
+namespace {
+
+Result<CompiledBox*> arg_compiled(lua_State* L, std::string_view fn) {
+  return arg_udata<CompiledBox>(L, 1, fn);
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.{}f} {}", b, u == 0 ? 0 : 2, units[u]);
+}
+
+Result<int> compiled_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:__tostring"));
+  const eng::MemoryAnalysis& m = c->exe->memory();
+  lua_pushstring(L, fmt::format("Compiled({}: {} instructions, {}, peak {} per device, {:.3g} GFLOP per device)",
+                                c->fn_name, c->exe->program().instrs().size(), mesh_label(c->exe->mesh()),
+                                human_bytes(static_cast<double>(m.peak_bytes())),
+                                c->exe->cost().flops / 1e9)
+                        .c_str());
+  return 1;
+}
+
+Result<int> compiled_text(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:text"));
+  lua_pushstring(L, c->exe->program().to_text().c_str());
+  return 1;
+}
+
+// The name c:text() gives a value: a, b, ..., z, ba, bb, ... (as engine/ir/program.cpp prints).
+std::string value_name(eng::ValueId id) {
+  std::string s;
+  int64_t n = id;
+  do {
+    s.insert(s.begin(), static_cast<char>('a' + n % 26));
+    n = n / 26;
+  } while (n > 0 && s.size() < 8);
+  return s;
+}
+
+// The decoder layer a value belongs to: its remat region, else the layer of the nearest
+// parameter it is computed from (breadth-first over producers, a bounded search); "" if none.
+std::string layer_of(const eng::Program& p, eng::ValueId v) {
+  if (p.value(v).remat_scope >= 0) return fmt::format("layers_{}", p.value(v).remat_scope);
+  std::vector<eng::ValueId> queue = {v};
+  std::set<eng::ValueId> seen = {v};
+  for (size_t i = 0; i < queue.size() && i < 256; ++i) {
+    const eng::ValueInfo& info = p.value(queue[i]);
+    if (info.producer < 0) {
+      const size_t at = info.name.find("/layers_");
+      if (at != std::string::npos) return info.name.substr(at + 1, info.name.find('/', at + 1) - at - 1);
+      continue;
+    }
+    for (eng::ValueId in : p.instrs()[static_cast<size_t>(info.producer)].inputs)
+      if (seen.insert(in).second) queue.push_back(in);
+  }
+  return "";
+}
+
+Result<int> compiled_temps(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:temps"));
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "Compiled:temps", "n"));
+  if (n && *n < 0) return eng::invalid_argument("Compiled:temps: n must be >= 0, got {}", *n);
+  const eng::Program& p = c->exe->program();
+  std::vector<eng::TempInfo> temps = c->exe->largest_temps(
+      static_cast<int>(std::min<int64_t>(n.value_or(10), std::numeric_limits<int>::max())));
+  lua_createtable(L, static_cast<int>(temps.size()), 0);
+  for (size_t i = 0; i < temps.size(); ++i) {
+    const eng::TempInfo& t = temps[i];
+    const eng::ValueInfo& v = p.value(t.value);
+    lua_createtable(L, 0, 9);
+    std::string name = value_name(t.value);
+    if (!v.checkpoint_name.empty()) name += " (" + v.checkpoint_name + ")";
+    lua_pushstring(L, name.c_str());
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, v.type_string().c_str());
+    lua_setfield(L, -2, "type");
+    lua_pushinteger(L, t.bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_pushstring(L, human_bytes(static_cast<double>(t.bytes)).c_str());
+    lua_setfield(L, -2, "size");
+    lua_pushstring(L, eng::producer_description(p, t.value).c_str());  // "rmsnorm (remat)"
+    lua_setfield(L, -2, "op");
+    lua_pushinteger(L, t.first_instr);
+    lua_setfield(L, -2, "first");
+    lua_pushinteger(L, t.last_instr);
+    lua_setfield(L, -2, "last");
+    lua_pushstring(L, layer_of(p, t.value).c_str());
+    lua_setfield(L, -2, "layer");
+    lua_pushinteger(L, t.offset);
+    lua_setfield(L, -2, "offset");
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  static const std::vector<std::string> kColumns = {"name", "type", "size", "bytes", "first",
+                                                    "last", "op", "layer", "offset"};
+  set_rows_metatable(L, -1, kColumns);
+  return 1;
+}
+
+void push_memory(lua_State* L, const eng::MemoryAnalysis& m) {
+  lua_createtable(L, 0, 6);
+  auto put = [&](const char* k, int64_t v) {
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+  };
+  put("argument_bytes", m.argument_bytes);
+  put("output_bytes", m.output_bytes);
+  put("temp_bytes", m.temp_bytes);
+  put("alias_bytes", m.alias_bytes);
+  put("peak_bytes", m.peak_bytes());
+  lua_pushstring(L, m.to_string().c_str());
+  lua_setfield(L, -2, "summary");
+}
+
+void push_cost(lua_State* L, const eng::CostAnalysis& c) {
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, c.flops);
+  lua_setfield(L, -2, "flops");
+  lua_pushnumber(L, c.bytes_accessed);
+  lua_setfield(L, -2, "bytes_accessed");
+  lua_createtable(L, 0, static_cast<int>(c.collective_bytes.size()));
+  for (const auto& [axis, bytes] : c.collective_bytes) {
+    lua_pushnumber(L, bytes);
+    lua_setfield(L, -2, axis.c_str());
+  }
+  lua_setfield(L, -2, "collective_bytes");
+}
+
+// {outcome = "hit"|"miss", level = "tracing"|"executable"|"persistent", reason = <kind>,
+//  explanation = <JAX's text>, key = "jit_train_step-<hex>", compile_s = <s>}
+void push_cache_info(lua_State* L, const eng::CompileInfo& c) {
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, c.outcome.c_str());
+  lua_setfield(L, -2, "outcome");
+  lua_pushstring(L, c.level.c_str());
+  lua_setfield(L, -2, "level");
+  lua_pushstring(L, c.reason_kind.c_str());
+  lua_setfield(L, -2, "reason");
+  lua_pushstring(L, c.reason_text.c_str());
+  lua_setfield(L, -2, "explanation");
+  lua_pushstring(L, c.key_name.c_str());
+  lua_setfield(L, -2, "key");
+  lua_pushnumber(L, c.compile_s);
+  lua_setfield(L, -2, "compile_s");
+}
+
+Result<int> compiled_property(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled"));
+  std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+  if (key == "memory") push_memory(L, c->exe->memory());
+  else if (key == "cost") push_cost(L, c->exe->cost());
+  else if (key == "key") lua_pushstring(L, c->cache.key.c_str());  // the compile-cache key (hex)
+  else if (key == "cache") push_cache_info(L, c->cache);
+  else if (key == "name") lua_pushstring(L, c->fn_name.c_str());
+  else if (key == "mesh") push_udata(L, c->exe->mesh());
+  else lua_pushnil(L);
+  return 1;
+}
+
+constexpr Method kCompiledMethods[] = {
+    {"text", lua_entry<compiled_text>, "c:text() -> string",
+     "The compiled (per-device) program as jaxpr-like text."},
+    {"temps", lua_entry<compiled_temps>,
+     "c:temps([n]) -> rows {name, type, size, bytes, first, last, op, layer, offset}",
+     "The n largest temporaries (default 10), printed as a table: the value's name in c:text()\n"
+     "  (with its checkpoint_name), type, size, live range (first..last instruction), producing op,\n"
+     "  decoder layer (layers_N, for values of a layer's remat region) and arena offset."},
+};
+constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "cache", "name", "mesh"};
+
+}  // namespace
+
+void open_lua_compiled(lua_State* L, int) {
+  define_type(L, {"Compiled",
+                  "A compiled train_step. Fields: c.memory (argument/output/temp/alias/peak bytes per\n"
+                  "  device, and MaxText's summary line), c.cost (flops, bytes_accessed,\n"
+                  "  collective_bytes per mesh axis), c.key (program fingerprint), c.cache (the cache lookup:\n"
+                  "  outcome, level, reason, explanation, key, compile_s), c.name, c.mesh.",
+                  lua_entry<compiled_tostring>, nullptr, udata_gc<CompiledBox>, kCompiledMethods,
+                  lua_entry<compiled_property>, kCompiledProperties});
+}
+
+}  // namespace shell

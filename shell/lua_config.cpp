@@ -1,0 +1,189 @@
+// shell/lua_config.cpp: Lua bindings for training configurations: sl.config, sl.config_keys, Config.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/train/config.h"
+#include "shell/bindings.h"
+#include "shell/lua_binding.h"
+#include "shell/lua_sharding.h"
+#include "shell/lua_types.h"
+
+namespace shell {
+namespace {
+
+// Every key sl.config takes: MaxText's names and the short forms model and dataset.
+const std::vector<std::string>& config_key_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out = {"model", "dataset"};
+    for (const eng::ConfigKey& k : eng::config_keys()) out.emplace_back(k.name);
+    return out;
+  }();
+  return names;
+}
+
+// An unknown key in the shell's one wording (the engine's own message says it differently).
+Status check_config_key(std::string_view fn, const std::string& key) {
+  const std::vector<std::string>& names = config_key_names();
+  if (std::find(names.begin(), names.end(), key) != names.end()) return eng::ok_status();
+  return eng::invalid_argument("{}: unknown key '{}'{}", fn, key, did_you_mean_hint(key, names));
+}
+
+// ---- sl.config -------------------------------------------------------------------------
+
+// A Lua value as a config value: integer, number, boolean or string.
+Result<eng::ConfigValue> to_config_value(lua_State* L, int idx, const std::string& key) {
+  switch (lua_type(L, idx)) {
+    case LUA_TBOOLEAN: return eng::ConfigValue{lua_toboolean(L, idx) != 0};
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) return eng::ConfigValue{static_cast<int64_t>(lua_tointeger(L, idx))};
+      return eng::ConfigValue{lua_tonumber(L, idx)};
+    case LUA_TSTRING: return eng::ConfigValue{std::string(lua_tostring(L, idx))};
+    default:
+      return eng::invalid_argument("sl.config: key '{}' expected a number, boolean or string, got {}",
+                                   key, luaL_typename(L, idx));
+  }
+}
+
+// logical_axis_rules given as a table ({{"embed", {"fsdp"}}, ...}) goes into the Config as
+// typed rules; returns false (nothing done) for any other key or value.
+Result<bool> set_rules_table(lua_State* L, eng::Config& c, const std::string& key, int idx) {
+  if (key != "logical_axis_rules" || lua_type(L, idx) != LUA_TTABLE) return false;
+  ENG_ASSIGN_OR_RETURN(eng::LogicalAxisRules rules,
+                       rules_from_table(L, lua_absindex(L, idx), "sl.config"));
+  c.set_logical_axis_rules(std::move(rules));
+  return true;
+}
+
+Result<int> config_new(lua_State* L) {
+  constexpr std::string_view fn = "sl.config";
+  eng::Config c;
+  if (!lua_isnoneornil(L, 1)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "options"));
+    // Apply model_name first so preset-dependent validation sees it, then the rest sorted.
+    std::vector<std::string> keys;
+    lua_pushnil(L);
+    while (lua_next(L, 1) != 0) {
+      if (lua_type(L, -2) != LUA_TSTRING) {
+        lua_pop(L, 2);
+        return eng::invalid_argument("sl.config: keys must be strings (MaxText config names)");
+      }
+      keys.emplace_back(lua_tostring(L, -2));
+      lua_pop(L, 1);
+    }
+    std::sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {
+      bool ma = a == "model" || a == "model_name", mb = b == "model" || b == "model_name";
+      return ma != mb ? ma : a < b;
+    });
+    for (const std::string& k : keys) {
+      ENG_RETURN_IF_ERROR(check_config_key(fn, k));
+      push_field(L, 1, k.c_str());
+      Result<bool> table = set_rules_table(L, c, k, -1);
+      if (!table.ok() || *table) lua_pop(L, 1);
+      if (!table.ok()) return table.status();
+      if (*table) continue;
+      Result<eng::ConfigValue> v = to_config_value(L, -1, k);
+      lua_pop(L, 1);
+      if (!v.ok()) return v.status();
+      eng::Status s = c.set(k, std::move(v).value());
+      if (!s.ok()) return with_context(fn, s);
+    }
+  }
+  push_udata(L, std::move(c));
+  return 1;
+}
+
+Result<int> config_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:__tostring"));
+  std::vector<std::string> parts;
+  parts.push_back("model_name=" + c->get_string("model_name"));
+  for (const auto& [k, v] : c->overrides())
+    if (k != "model_name") parts.push_back(fmt::format("{}={}", k, eng::config_value_string(v)));
+  lua_pushstring(L, fmt::format("Config({})", fmt::join(parts, ", ")).c_str());
+  return 1;
+}
+
+void push_config_value(lua_State* L, const eng::ConfigValue& v) {
+  switch (v.index()) {
+    case 0: lua_pushboolean(L, std::get<bool>(v)); break;
+    case 1: lua_pushinteger(L, std::get<int64_t>(v)); break;
+    case 2: lua_pushnumber(L, std::get<double>(v)); break;
+    default: lua_pushstring(L, std::get<std::string>(v).c_str());
+  }
+}
+
+Result<int> config_get(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:get"));
+  ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:get", "key"));
+  Result<eng::ConfigValue> v = c->get(key == "model" ? "model_name" : key);
+  if (!v.ok()) {
+    return eng::invalid_argument("Config:get: unknown key '{}'{}", key, did_you_mean_hint(key, config_key_names()));
+  }
+  push_config_value(L, *v);
+  return 1;
+}
+
+Result<int> config_set(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:set"));
+  ENG_ASSIGN_OR_RETURN(std::string key, arg_string(L, 2, "Config:set", "key"));
+  ENG_RETURN_IF_ERROR(check_config_key("Config:set", key));
+  ENG_ASSIGN_OR_RETURN(bool table, set_rules_table(L, *c, key, 3));
+  if (table) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  ENG_ASSIGN_OR_RETURN(eng::ConfigValue v, to_config_value(L, 3, key));
+  eng::Status s = c->set(key, std::move(v));
+  ENG_RETURN_IF_ERROR(with_context("Config:set", s));
+  lua_settop(L, 1);
+  return 1;
+}
+
+Result<int> config_params(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Config * c, arg_udata<eng::Config>(L, 1, "Config:params"));
+  lua_createtable(L, 0, static_cast<int>(eng::config_keys().size()));
+  for (const eng::ConfigKey& k : eng::config_keys()) {
+    push_config_value(L, c->get(k.name).value());
+    lua_setfield(L, -2, std::string(k.name).c_str());
+  }
+  return 1;
+}
+
+Result<int> config_keys_doc(lua_State* L) {
+  lua_createtable(L, 0, static_cast<int>(eng::config_keys().size()));
+  for (const eng::ConfigKey& k : eng::config_keys()) {
+    lua_pushstring(L, fmt::format("{} (default {})", k.doc, eng::config_value_string(k.default_value)).c_str());
+    lua_setfield(L, -2, std::string(k.name).c_str());
+  }
+  return 1;
+}
+
+constexpr Function kConfigFunctions[] = {
+    {"config", lua_entry<config_new>,
+     "sl.config{model=\"llama-tiny\", steps=..., per_device_batch_size=..., ...} -> Config",
+     "A training configuration keyed by MaxText's names (see sl.config_keys()). Values resolve as\n"
+     "  in MaxText: base defaults, then the model preset, then these overrides. `model` is short\n"
+     "  for model_name; dataset=\"synthetic\" | \"text:PATH\" | \"tokens:PATH.npy\" sets dataset_type\n"
+     "  and dataset_path. Unknown keys are errors with a did-you-mean suggestion."},
+    {"config_keys", lua_entry<config_keys_doc>, "sl.config_keys() -> {key = doc}",
+     "Every configuration key with its meaning and default."},
+};
+
+constexpr Method kConfigMethods[] = {
+    {"get", lua_entry<config_get>, "c:get(key) -> value", "The resolved value of a key."},
+    {"set", lua_entry<config_set>, "c:set(key, value) -> c", "Overrides a key (validated)."},
+    {"params", lua_entry<config_params>, "c:params() -> {key = value}",
+     "Every key with its resolved value (what the store's params table records)."},
+};
+
+}  // namespace
+
+void open_lua_config(lua_State* L, int sl) {
+  define_type(L, {"Config", "A training configuration (MaxText key names).", lua_entry<config_tostring>,
+                  nullptr, udata_gc<eng::Config>, kConfigMethods});
+  add_functions(L, sl, "sl", kConfigFunctions);
+}
+
+}  // namespace shell
