@@ -96,7 +96,7 @@ Outs infer_one_hot(OpKind kind, const In& in, const OpAttrs& at) {
   n_in(kind, in, 1);
   ENG_CHECK(in[0]->dtype == DType::kI32 && at.depth > 0, "one_hot: needs i32 ids and depth > 0");
   Logical l = in[0]->logical.empty() ? Logical(in[0]->shape.rank()) : in[0]->logical;
-  l.push_back("vocab");
+  l.push_back("");  // Builder::one_hot names it
   return {make(in[0]->shape.concat(Shape{at.depth}), DType::kF32, l)};
 }
 
@@ -140,9 +140,7 @@ Outs infer_repeat_kv(OpKind kind, const In& in, const OpAttrs& at) {  // (B,T,Hk
               dims[2], out.shape.to_string(), at.size);
     dims[2] /= at.size;
   }
-  out.shape = Shape(dims);
-  if (!out.logical.empty())
-    out.logical[2] = kind == OpKind::kRepeatKv ? "activation_heads" : "activation_kv_heads";
+  out.shape = Shape(dims);  // logical: x's (Builder::repeat_kv renames the heads dim)
   return {out};
 }
 
@@ -446,7 +444,7 @@ std::vector<ValueId> Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpA
     outs = infer(kind, inner_ptrs, attrs);
     for (ValueInfo& o : outs) {
       o.shape = Shape{attrs.vmap}.concat(o.shape);
-      if (!o.logical.empty()) o.logical.insert(o.logical.begin(), "activation_stage");
+      if (!o.logical.empty()) o.logical.insert(o.logical.begin(), vmap_logical_);
     }
   } else {
     outs = infer(kind, in, attrs);
@@ -508,10 +506,12 @@ ValueId Builder::embed_lookup(ValueId table, ValueId ids) {
   return emit(OpKind::kEmbedLookup, {table, ids})[0];
 }
 
-ValueId Builder::one_hot(ValueId ids, int64_t depth) {
+ValueId Builder::one_hot(ValueId ids, int64_t depth, std::string depth_logical) {
   OpAttrs a;
   a.depth = depth;
-  return emit(OpKind::kOneHot, {ids}, a)[0];
+  const ValueId out = emit(OpKind::kOneHot, {ids}, a)[0];
+  program_.values_[out].logical.back() = std::move(depth_logical);
+  return out;
 }
 
 ValueId Builder::matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a,
@@ -554,10 +554,13 @@ std::pair<ValueId, ValueId> Builder::attention(ValueId q, ValueId k, ValueId v, 
 }
 
 ValueId Builder::swiglu(ValueId g, ValueId u) { return emit(OpKind::kSwiglu, {g, u})[0]; }
-ValueId Builder::repeat_kv(ValueId x, int64_t repeats) {
+ValueId Builder::repeat_kv(ValueId x, int64_t repeats, std::string heads_logical) {
   OpAttrs a;
   a.size = repeats;
-  return emit(OpKind::kRepeatKv, {x}, a)[0];
+  const ValueId out = emit(OpKind::kRepeatKv, {x}, a)[0];
+  Logical& l = program_.values_[out].logical;
+  if (!l.empty() && !heads_logical.empty()) l[l.size() - 2] = std::move(heads_logical);
+  return out;
 }
 ValueId Builder::add(ValueId a, ValueId b) { return emit(OpKind::kAdd, {a, b})[0]; }
 ValueId Builder::mul(ValueId a, ValueId b) { return emit(OpKind::kMul, {a, b})[0]; }
