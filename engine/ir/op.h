@@ -1,8 +1,16 @@
-// engine/ir/op.h: the op set of a Program. Each op has shape inference (builder.cpp), a
-// VJP rule (autodiff.cpp), a kernel (runtime, via engine/tensor/kernels.h), a reference
-// evaluation (interpret.cpp), a cost (compile/cost) and, from the mesh issue on, a
-// sharding rule. The set is small and fused on purpose: fused ops keep the program short,
-// the temporaries few and the kernels fast.
+// engine/ir/op.h: the op set of a Program. ENG_OPS below lists every op once (name, printed
+// name, class); what each layer knows about an op is one row of that layer's op table,
+// indexed by OpKind and built by make_op_table (engine/ir/op_table.h), which fails the build
+// when an op has no row:
+//   ir/       op.cpp kOpDefs (attribute schema, i32 inputs, in-place outputs, collective),
+//             builder.cpp kInfer (shape inference), autodiff.cpp kVjps (VJP rule),
+//             interpret.cpp kEvals (reference evaluation)
+//   compile/  spmd.cpp kRules (SPMD rule: a factor map or a method), cost.cpp kCost (flops)
+//   runtime/  executor.cpp kKernels (kernel dispatch), runtime.cpp kScratch (kernel scratch)
+// Unary elementwise ops (OpClass::kUnary, e.g. gelu) are defined by one UnaryMath row in
+// op.cpp; every table derives their entries from it. tests/ops/every_op_test.cpp runs every
+// op through all of them. The set is small and fused on purpose: fused ops keep the program
+// short, the temporaries few and the kernels fast.
 //
 // Semantics (shapes global; "saved" outputs exist for the backward pass):
 //   kEmbedLookup   (table (V,E), ids i32 (B,T)) -> (B,T,E)                 gather rows
@@ -200,7 +208,9 @@ constexpr OpClass op_class(OpKind kind) {
 
 std::string_view op_name(OpKind kind);  // "embed_lookup", "matmul", ... (jaxpr-style)
 
-// Attributes; each op reads only the fields named in op.h's table.
+// Attributes: one struct for every op (not a std::variant of per-op structs: less churn);
+// each op reads only the fields its schema (OpDef::attrs, op.cpp) names, plus the hidden
+// ones noted below. Printing walks the schema; hashing and serialization walk every field.
 struct OpAttrs {
   int a_split = 0, b_split = 0;       // kMatmul
   bool trans_a = false, trans_b = false;
