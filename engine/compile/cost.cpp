@@ -32,11 +32,9 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
     {
         {OpKind::kMatmul,
          [](const Program& p, const Instr& in) {
-           const Shape& a = p.value(in.inputs[0]).shape;
-           const double rows = static_cast<double>(a.prod(0, in.attrs.a_split));
-           const double cols = static_cast<double>(a.prod(in.attrs.a_split, a.rank()));
-           const double K = in.attrs.trans_a ? rows : cols;
-           return 2.0 * K * numel(p, in.outputs[0]);  // 2·M·N·K
+           const DotDims d =
+               dot_dims(in.attrs, p.value(in.inputs[0]).shape, p.value(in.inputs[1]).shape);
+           return 2.0 * static_cast<double>(d.K) * numel(p, in.outputs[0]);  // 2·M·N·K
          }},
         {OpKind::kAttention,
          [](const Program& p, const Instr& in) {
@@ -51,11 +49,16 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
         {OpKind::kConstraint, zero_flops},
         {OpKind::kEmbedLookupGrad,  // one add per dy element
          [](const Program& p, const Instr& in) { return numel(p, in.inputs[1]); }},
-        {OpKind::kRmsNorm, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kRmsNormGrad, [](const Program& p, const Instr& in) { return 8.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kRope, [](const Program& p, const Instr& in) { return 6.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kSwiglu, [](const Program& p, const Instr& in) { return 5.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kSwigluGrad, [](const Program& p, const Instr& in) { return 10.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRmsNorm,
+         [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRmsNormGrad,
+         [](const Program& p, const Instr& in) { return 8.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRope,
+         [](const Program& p, const Instr& in) { return 6.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSwiglu,
+         [](const Program& p, const Instr& in) { return 5.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSwigluGrad,
+         [](const Program& p, const Instr& in) { return 10.0 * numel(p, in.inputs[0]); }},
         {OpKind::kRepeatKv, zero_flops},
         {OpKind::kRepeatKvGrad,  // (R - 1) adds per output element
          [](const Program& p, const Instr& in) {
@@ -65,11 +68,16 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
         {OpKind::kMul, per_input_element},
         {OpKind::kScale, per_input_element},
         {OpKind::kConvert, per_input_element},
-        {OpKind::kSoftmaxCrossEntropy, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kSoftmaxCrossEntropyGrad, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kMaskedMeanLoss, [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kMaskedMeanLossGrad, [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kSumSquares, [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSoftmaxCrossEntropy,
+         [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSoftmaxCrossEntropyGrad,
+         [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMaskedMeanLoss,
+         [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMaskedMeanLossGrad,
+         [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSumSquares,
+         [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
         {OpKind::kGlobalNorm,
          [](const Program&, const Instr& in) { return static_cast<double>(in.inputs.size()) + 1; }},
         {OpKind::kClipFactor, one_flop},
@@ -80,7 +88,8 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
         {OpKind::kVocabMax, per_input_element},
         {OpKind::kVocabStats,  // sub, exp, add
          [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kXentFromStats, [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kXentFromStats,
+         [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
         {OpKind::kAllReduce, per_input_element},  // one add per element received
         {OpKind::kReduceScatter, per_input_element},
         {OpKind::kAllGather, zero_flops},
@@ -92,7 +101,8 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
         {OpKind::kPad, zero_flops},
         {OpKind::kConcat, zero_flops},
         {OpKind::kShift, zero_flops},
-        {OpKind::kAdamW, [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kAdamW,
+         [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
     },
     unary_flops, unary_grad_flops);
 

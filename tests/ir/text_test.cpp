@@ -97,7 +97,8 @@ TEST(TextTest, BuilderTakesLogicalNamesFromTheModel) {
   EXPECT_EQ(b.info(b.repeat_kv(x, 2)).logical, b.info(x).logical);
   b.set_vmap_logical("stage");
   b.set_vmap(2);
-  EXPECT_EQ(b.info(b.scale(x, 2.0)).logical, (std::vector<std::string>{"stage", "length", "kv", ""}));
+  EXPECT_EQ(b.info(b.scale(x, 2.0)).logical,
+            (std::vector<std::string>{"stage", "length", "kv", ""}));
   b.set_vmap(0);
 }
 

@@ -8,14 +8,14 @@
 // in a global program: each is checked through a global program whose partitioned form
 // contains it, run sharded against the one-device reference. An op with neither a global case
 // nor such a program fails its test, so adding an op without adding its check fails here.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "engine/compile/executable.h"
 #include "engine/compile/spmd.h"
@@ -36,8 +36,8 @@ struct Sizes {
 Sizes random_sizes(uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto pick = [&](std::vector<int64_t> v) { return v[rng() % v.size()]; };
-  return {pick({2, 4}), pick({3, 4, 5}), pick({2, 4}), pick({2, 4}), pick({4, 6}),
-          pick({5, 7}), pick({4, 8})};
+  return {pick({2, 4}), pick({3, 4, 5}), pick({2, 4}), pick({2, 4}),
+          pick({4, 6}), pick({5, 7}),    pick({4, 8})};
 }
 
 // The sizes of tests/ir/grad_check.h, which the finite-difference loss head assumes.
@@ -96,12 +96,12 @@ void add_backward_cases(std::map<OpKind, Case>& c) {
     const Shape s{z.B, z.T, z.H, z.D};
     OpAttrs a;
     a.scale = 0.5;
-    return b.emit(K::kAttentionGrad,
-                  {arg(b, "q", s, kBTHD), arg(b, "k", s, kBTHD), arg(b, "v", s, kBTHD),
-                   arg(b, "o", s, kBTHD),
-                   arg(b, "lse", Shape{z.B, z.H, z.T}, {"B", "activation_heads", ""}),
-                   arg(b, "do", s, kBTHD)},
-                  a);
+    return b.emit(
+        K::kAttentionGrad,
+        {arg(b, "q", s, kBTHD), arg(b, "k", s, kBTHD), arg(b, "v", s, kBTHD), arg(b, "o", s, kBTHD),
+         arg(b, "lse", Shape{z.B, z.H, z.T}, {"B", "activation_heads", ""}),
+         arg(b, "do", s, kBTHD)},
+        a);
   }};
   c[K::kSwigluGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
     const Shape s{z.B, z.T, z.F};
@@ -113,8 +113,9 @@ void add_backward_cases(std::map<OpKind, Case>& c) {
                    act(b, "lse", Shape{z.B, z.T}), act(b, "dxent", Shape{z.B, z.T})});
   }};
   c[K::kMaskedMeanLossGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
-    return b.emit(K::kMaskedMeanLossGrad, {ids(b, z, "segmentation"),
-                                           arg(b, "norm_weights", Shape{}), arg(b, "dloss", Shape{})});
+    return b.emit(
+        K::kMaskedMeanLossGrad,
+        {ids(b, z, "segmentation"), arg(b, "norm_weights", Shape{}), arg(b, "dloss", Shape{})});
   }};
   c[K::kRepeatKvGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
     OpAttrs a;
@@ -149,10 +150,10 @@ void add_optimizer_cases(std::map<OpKind, Case>& c) {
   c[K::kAdamW] = {[](Builder& b, const Sizes& z, V&) -> V {
     const Shape s{z.E, z.F};
     const Names l{"embed", "mlp"};
-    auto o = b.adamw(arg(b, "param", s, l), arg(b, "grad", s, l), arg(b, "mu", s, l),
-                     arg(b, "nu_norm", s, l), arg(b, "lr", Shape{}), arg(b, "clip", Shape{}),
-                     b.argument("step", Shape{}, DType::kI32, {}, ArgRole::kStep), 0.9, 0.95, 1e-8,
-                     0.1);
+    auto o =
+        b.adamw(arg(b, "param", s, l), arg(b, "grad", s, l), arg(b, "mu", s, l),
+                arg(b, "nu_norm", s, l), arg(b, "lr", Shape{}), arg(b, "clip", Shape{}),
+                b.argument("step", Shape{}, DType::kI32, {}, ArgRole::kStep), 0.9, 0.95, 1e-8, 0.1);
     return {o[0], o[1], o[2]};
   }};
 }
@@ -165,21 +166,25 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
                                     : act(b, "x", Shape{z.B, z.T, z.E});
                   w.push_back(x);
                   return {f(b, z, x)};
-                }, true};
+                },
+                true};
   };
   c[K::kReshape] = one([](Builder& b, const Sizes& z, ValueId x) {
     return b.reshape(x, Shape{z.B, z.T, 2, z.E / 2});
   });
-  c[K::kSlice] = one([](Builder& b, const Sizes& z, ValueId x) { return b.slice(x, 2, 1, z.E - 2); });
+  c[K::kSlice] =
+      one([](Builder& b, const Sizes& z, ValueId x) { return b.slice(x, 2, 1, z.E - 2); });
   c[K::kPad] = one([](Builder& b, const Sizes& z, ValueId x) { return b.pad(x, 2, 1, z.E + 3); });
   c[K::kShift] = one([](Builder& b, const Sizes&, ValueId x) { return b.shift(x, 1, 1); });
-  c[K::kRepeatKv] = one([](Builder& b, const Sizes&, ValueId x) { return b.repeat_kv(x, 2); }, true);
+  c[K::kRepeatKv] =
+      one([](Builder& b, const Sizes&, ValueId x) { return b.repeat_kv(x, 2); }, true);
   c[K::kGelu] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kGelu, {x})[0]; });
-  c[K::kConcat] = {[](Builder& b, const Sizes& z, V& w) -> V {
-                     auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}),
-                                          act(b, "y", Shape{z.B, z.T, 2})});
-                     return {b.concat(x, 2)};
-                   }, true};
+  c[K::kConcat] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), act(b, "y", Shape{z.B, z.T, 2})});
+        return {b.concat(x, 2)};
+      },
+      true};
 }
 
 std::map<OpKind, Case> forward_cases() {
@@ -189,60 +194,74 @@ std::map<OpKind, Case> forward_cases() {
   c[K::kEmbedLookup] = {[](Builder& b, const Sizes& z, V& w) -> V {
                           ValueId t = wrt_all(w, {arg(b, "table", Shape{z.V, z.E})})[0];
                           return {b.embed_lookup(t, ids(b, z))};
-                        }, true};
+                        },
+                        true};
   c[K::kOneHot] = {[](Builder& b, const Sizes& z, V&) -> V { return {b.one_hot(ids(b, z), z.V)}; }};
   c[K::kMatmul] = {[](Builder& b, const Sizes& z, V& w) -> V {
                      auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}),
                                           arg(b, "w", Shape{z.E, z.F}, {"embed", "mlp"})});
                      return {b.matmul(x[0], x[1], 2, 1)};
-                   }, true};
-  c[K::kRmsNorm] = {[](Builder& b, const Sizes& z, V& w) -> V {
-                      auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}),
-                                           arg(b, "norm_scale", Shape{z.E})});
-                      auto [y, rstd] = b.rmsnorm(x[0], x[1], 1e-5);
-                      return {y, rstd};
-                    }, true};
+                   },
+                   true};
+  c[K::kRmsNorm] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), arg(b, "norm_scale", Shape{z.E})});
+        auto [y, rstd] = b.rmsnorm(x[0], x[1], 1e-5);
+        return {y, rstd};
+      },
+      true};
   c[K::kRope] = {[](Builder& b, const Sizes& z, V& w) -> V {
                    ValueId x = wrt_all(w, {arg(b, "x", Shape{z.B, z.T, z.H, z.D}, kBTHD)})[0];
                    return {b.rope(x, ids(b, z, "positions"), 1.0, 10000.0)};
-                 }, true};
-  c[K::kAttention] = {[](Builder& b, const Sizes& z, V& w) -> V {
-                        const Shape s{z.B, z.T, z.H, z.D};
-                        auto x = wrt_all(w, {arg(b, "q", s, kBTHD), arg(b, "k", s, kBTHD),
-                                             arg(b, "v", s, kBTHD)});
-                        auto [o, lse] = b.attention(x[0], x[1], x[2], 0.5);
-                        return {o, lse};
-                      }, true};
+                 },
+                 true};
+  c[K::kAttention] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        const Shape s{z.B, z.T, z.H, z.D};
+        auto x = wrt_all(w, {arg(b, "q", s, kBTHD), arg(b, "k", s, kBTHD), arg(b, "v", s, kBTHD)});
+        auto [o, lse] = b.attention(x[0], x[1], x[2], 0.5);
+        return {o, lse};
+      },
+      true};
   auto binary = [](ValueId (Builder::*op)(ValueId, ValueId)) {
     return Case{[op](Builder& b, const Sizes& z, V& w) -> V {
-                  auto x = wrt_all(w, {act(b, "a", Shape{z.B, z.T, z.F}),
-                                       act(b, "b", Shape{z.B, z.T, z.F})});
+                  auto x = wrt_all(
+                      w, {act(b, "a", Shape{z.B, z.T, z.F}), act(b, "b", Shape{z.B, z.T, z.F})});
                   return {(b.*op)(x[0], x[1])};
-                }, true};
+                },
+                true};
   };
   c[K::kSwiglu] = binary(&Builder::swiglu);
   c[K::kAdd] = binary(&Builder::add);
   c[K::kMul] = binary(&Builder::mul);
   c[K::kScale] = {[](Builder& b, const Sizes& z, V& w) -> V {
                     return {b.scale(wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0], -1.5)};
-                  }, true};
+                  },
+                  true};
   c[K::kConvert] = {[](Builder& b, const Sizes& z, V& w) -> V {  // f32 -> f32 (the VJP), -> bf16
                       ValueId x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0];
                       return {b.convert(x, DType::kF32), b.convert(x, DType::kBF16)};
-                    }, true};
-  c[K::kConstraint] = {[](Builder& b, const Sizes& z, V& w) -> V {
-                         return {b.constraint(wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0], kBTE)};
-                       }, true};
-  c[K::kSoftmaxCrossEntropy] = {[](Builder& b, const Sizes& z, V& w) -> V {
-                                  ValueId l = wrt_all(w, {act(b, "logits", Shape{z.B, z.T, z.V})})[0];
-                                  auto [xent, lse] = b.softmax_cross_entropy(l, ids(b, z, "targets"));
-                                  return {xent, lse};
-                                }, true};
+                    },
+                    true};
+  c[K::kConstraint] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        return {b.constraint(wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0], kBTE)};
+      },
+      true};
+  c[K::kSoftmaxCrossEntropy] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        ValueId l = wrt_all(w, {act(b, "logits", Shape{z.B, z.T, z.V})})[0];
+        auto [xent, lse] = b.softmax_cross_entropy(l, ids(b, z, "targets"));
+        return {xent, lse};
+      },
+      true};
   c[K::kMaskedMeanLoss] = {[](Builder& b, const Sizes& z, V& w) -> V {
                              ValueId x = wrt_all(w, {act(b, "xent", Shape{z.B, z.T})})[0];
-                             auto [loss, weights] = b.masked_mean_loss(x, ids(b, z, "segmentation"));
+                             auto [loss, weights] =
+                                 b.masked_mean_loss(x, ids(b, z, "segmentation"));
                              return {loss, weights};
-                           }, true};
+                           },
+                           true};
   add_backward_cases(c);
   add_optimizer_cases(c);
   add_data_movement_cases(c);
@@ -261,8 +280,9 @@ std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
         ValueId h = b.matmul(x, arg(b, "w1", Shape{z.E, z.F}, {"embed", "mlp"}), 2, 1);
         ValueId y = b.matmul(h, arg(b, "w2", Shape{z.F, z.E}, {"mlp", "embed"}), 2, 1);
         b.output(b.swiglu(y, y), "full");
-        b.output(b.constraint(b.matmul(h, arg(b, "w3", Shape{z.F, z.E}, {"mlp", "embed"}), 2, 1),
-                              kBTE), "scattered");
+        b.output(
+            b.constraint(b.matmul(h, arg(b, "w3", Shape{z.F, z.E}, {"mlp", "embed"}), 2, 1), kBTE),
+            "scattered");
       },
       // vocab-parallel cross-entropy (logits split over tensor along V): axis_index,
       // vocab_max, vocab_stats, xent_from_stats; the masked mean over a split batch: safe_divide.
@@ -367,8 +387,8 @@ ValueId loss_of(Builder& b, ValueId y) {
   const int r = b.info(y).shape.rank();
   if (r == 0) return y;
   if (r == 2) {
-    ValueId seg = b.argument("segmentation", Shape{irtest::kB, irtest::kT}, DType::kI32, {},
-                             ArgRole::kBatch);
+    ValueId seg =
+        b.argument("segmentation", Shape{irtest::kB, irtest::kT}, DType::kI32, {}, ArgRole::kBatch);
     return b.masked_mean_loss(y, seg).first;
   }
   return irtest::cross_entropy_head(b, y);
@@ -404,10 +424,12 @@ TEST_P(EveryOp, MatchesReferenceGradientsCostAndShardedRuns) {
   ASSERT_TRUE(contains_op(p, kind)) << op_name(kind) << "'s case does not emit it";
   expect_runs_match(p, irtest::make_args(p, 11), kind, false);
   if (!c.differentiable) return;
-  irtest::expect_gradients_match([&](Builder& gb, std::vector<ValueId>& gw) {
-    std::vector<ValueId> xs = c.build(gb, kGradSizes, gw);
-    return loss_of(gb, xs[0]);
-  }, 0, 1e-6);
+  irtest::expect_gradients_match(
+      [&](Builder& gb, std::vector<ValueId>& gw) {
+        std::vector<ValueId> xs = c.build(gb, kGradSizes, gw);
+        return loss_of(gb, xs[0]);
+      },
+      0, 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::Range(0, kNumOps),
