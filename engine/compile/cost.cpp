@@ -1,5 +1,10 @@
-// engine/compile/cost.cpp: the cost model: flops and bytes accessed per instruction.
+// engine/compile/cost.cpp: the cost model: flops, bytes accessed and collective bytes received
+// per instruction.
+#include <algorithm>
+#include <cmath>
+
 #include "engine/compile/executable.h"
+#include "engine/compile/spmd.h"
 #include "engine/ir/op_table.h"
 
 namespace eng {
@@ -27,8 +32,36 @@ double zero_flops(const Program&, const Instr&) { return 0; }  // data movement,
 double one_flop(const Program&, const Instr&) { return 1; }    // scalar ops
 double per_input_element(const Program& p, const Instr& in) { return numel(p, in.inputs[0]); }
 
-// Flops per instruction, one row per op (engine/ir/op_table.h).
-constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
+// Bytes ONE device receives for a collective (spmd.h's collective_bytes_received); G members.
+double group(const Instr& in) { return static_cast<double>(in.attrs.group_size); }
+double in_bytes(const Program& p, const Instr& in) {
+  return static_cast<double>(p.value(in.inputs[0]).bytes());
+}
+double gathered_bytes(const Program& p, const Instr& in) {  // all_gather, all_reduce
+  return (group(in) - 1) * in_bytes(p, in);
+}
+double scattered_bytes(const Program& p, const Instr& in) {  // reduce_scatter
+  return (group(in) - 1) * static_cast<double>(p.value(in.outputs[0]).bytes());
+}
+double all_to_all_bytes(const Program& p, const Instr& in) {
+  return (group(in) - 1) / group(in) * in_bytes(p, in);
+}
+double permute_bytes(const Program& p, const Instr& in) {
+  const OpAttrs& at = in.attrs;
+  if (at.fill_zero)  // a partial permutation: G - |shift| of G members receive
+    return std::max<double>(0, group(in) - std::abs(static_cast<double>(at.shift))) / group(in) *
+           in_bytes(p, in);
+  return at.group_size > 1 && at.shift % at.group_size != 0 ? in_bytes(p, in) : 0;
+}
+
+// One op's cost: flops, and the bytes a device receives (collectives; others receive none).
+struct Cost {
+  CostFn flops = nullptr;
+  CostFn bytes_received = zero_flops;
+};
+
+// The cost of each op, one row per op (engine/ir/op_table.h).
+constexpr OpTable<Cost> kCost = make_op_table<Cost>(
     {
         {OpKind::kMatmul,
          [](const Program& p, const Instr& in) {
@@ -90,12 +123,12 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
          [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
         {OpKind::kXentFromStats,
          [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kAllReduce, per_input_element},  // one add per element received
-        {OpKind::kReduceScatter, per_input_element},
-        {OpKind::kAllGather, zero_flops},
-        {OpKind::kAllToAll, zero_flops},
-        {OpKind::kCollectivePermute, zero_flops},
-        {OpKind::kDynamicSlice, zero_flops},
+        {OpKind::kAllReduce, {per_input_element, gathered_bytes}},  // one add per element
+        {OpKind::kReduceScatter, {per_input_element, scattered_bytes}},
+        {OpKind::kAllGather, {zero_flops, gathered_bytes}},
+        {OpKind::kAllToAll, {zero_flops, all_to_all_bytes}},
+        {OpKind::kCollectivePermute, {zero_flops, permute_bytes}},
+        {OpKind::kDynamicSlice, zero_flops},  // no traffic
         {OpKind::kReshape, zero_flops},
         {OpKind::kSlice, zero_flops},
         {OpKind::kPad, zero_flops},
@@ -104,11 +137,17 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
         {OpKind::kAdamW,
          [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
     },
-    unary_flops, unary_grad_flops);
+    Cost{unary_flops}, Cost{unary_grad_flops});
 
 }  // namespace
 
-double instr_flops(const Program& p, const Instr& in) { return kCost[op_index(in.kind)](p, in); }
+double instr_flops(const Program& p, const Instr& in) {
+  return kCost[op_index(in.kind)].flops(p, in);
+}
+
+double collective_bytes_received(const Program& p, const Instr& in) {
+  return kCost[op_index(in.kind)].bytes_received(p, in);
+}
 
 double instr_bytes_accessed(const Program& p, const Instr& in) {
   double bytes = 0;
