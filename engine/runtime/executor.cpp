@@ -12,6 +12,8 @@
 
 namespace eng {
 
+int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::string>& axes);
+
 namespace {
 
 // A float or i32 element as float, for kConvert.
@@ -174,22 +176,6 @@ void run_concat(const Args& a) {
       std::memcpy(b.y + (o * n_out + at_row) * row, xs + o * n * row, n * row);
     at_row += n;
   }
-}
-
-// kAxisIndex: the device's rank along `axes` (major to minor; collectives' member order),
-// arithmetically from the row-major device id (no allocation).
-int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::string>& axes) {
-  if (mesh == nullptr) return 0;
-  int64_t rank = 0;
-  for (const auto& name : axes) {
-    const int ax = mesh->axis_index(name);
-    ENG_CHECK(ax >= 0, "axis_index: axis '{}' not in {}", name, mesh->to_string());
-    int64_t stride = 1;
-    for (int k = ax + 1; k < mesh->num_axes(); ++k) stride *= mesh->axis_sizes()[k];
-    const int64_t size = mesh->axis_sizes()[ax];
-    rank = rank * size + (device / stride) % size;
-  }
-  return rank;
 }
 
 // The optional vocab-block offset input (op.h: 3-input embed_lookup(_grad), 5-input xent grad).
@@ -399,6 +385,22 @@ Status check_executable_dtypes(const Program& p) {
     }
   }
   return ok_status();
+}
+
+// kAxisIndex: the device's rank along `axes` (major to minor; collectives' member order),
+// arithmetically from the row-major device id (no allocation).
+int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::string>& axes) {
+  if (mesh == nullptr) return 0;
+  int64_t rank = 0;
+  for (const auto& name : axes) {
+    const int ax = mesh->axis_index(name);
+    ENG_CHECK(ax >= 0, "axis_index: axis '{}' not in {}", name, mesh->to_string());
+    int64_t stride = 1;
+    for (int k = ax + 1; k < mesh->num_axes(); ++k) stride *= mesh->axis_sizes()[k];
+    const int64_t size = mesh->axis_sizes()[ax];
+    rank = rank * size + (device / stride) % size;
+  }
+  return rank;
 }
 
 void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh* mesh,
