@@ -1,5 +1,10 @@
-// engine/compile/cost.cpp: the cost model: flops and bytes accessed per instruction.
+// engine/compile/cost.cpp: the cost model: flops, bytes accessed and collective bytes received
+// per instruction.
+#include <algorithm>
+#include <cmath>
+
 #include "engine/compile/executable.h"
+#include "engine/compile/spmd.h"
 #include "engine/ir/op_table.h"
 
 namespace eng {
@@ -27,16 +32,42 @@ double zero_flops(const Program&, const Instr&) { return 0; }  // data movement,
 double one_flop(const Program&, const Instr&) { return 1; }    // scalar ops
 double per_input_element(const Program& p, const Instr& in) { return numel(p, in.inputs[0]); }
 
-// Flops per instruction, one row per op (engine/ir/op_table.h).
-constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
+// Bytes ONE device receives for a collective (spmd.h's collective_bytes_received); G members.
+double group(const Instr& in) { return static_cast<double>(in.attrs.group_size); }
+double in_bytes(const Program& p, const Instr& in) {
+  return static_cast<double>(p.value(in.inputs[0]).bytes());
+}
+double gathered_bytes(const Program& p, const Instr& in) {  // all_gather, all_reduce
+  return (group(in) - 1) * in_bytes(p, in);
+}
+double scattered_bytes(const Program& p, const Instr& in) {  // reduce_scatter
+  return (group(in) - 1) * static_cast<double>(p.value(in.outputs[0]).bytes());
+}
+double all_to_all_bytes(const Program& p, const Instr& in) {
+  return (group(in) - 1) / group(in) * in_bytes(p, in);
+}
+double permute_bytes(const Program& p, const Instr& in) {
+  const OpAttrs& at = in.attrs;
+  if (at.fill_zero)  // a partial permutation: G - |shift| of G members receive
+    return std::max<double>(0, group(in) - std::abs(static_cast<double>(at.shift))) / group(in) *
+           in_bytes(p, in);
+  return at.group_size > 1 && at.shift % at.group_size != 0 ? in_bytes(p, in) : 0;
+}
+
+// One op's cost: flops, and the bytes a device receives (collectives; others receive none).
+struct Cost {
+  CostFn flops = nullptr;
+  CostFn bytes_received = zero_flops;
+};
+
+// The cost of each op, one row per op (engine/ir/op_table.h).
+constexpr OpTable<Cost> kCost = make_op_table<Cost>(
     {
         {OpKind::kMatmul,
          [](const Program& p, const Instr& in) {
-           const Shape& a = p.value(in.inputs[0]).shape;
-           const double rows = static_cast<double>(a.prod(0, in.attrs.a_split));
-           const double cols = static_cast<double>(a.prod(in.attrs.a_split, a.rank()));
-           const double K = in.attrs.trans_a ? rows : cols;
-           return 2.0 * K * numel(p, in.outputs[0]);  // 2·M·N·K
+           const DotDims d =
+               dot_dims(in.attrs, p.value(in.inputs[0]).shape, p.value(in.inputs[1]).shape);
+           return 2.0 * static_cast<double>(d.K) * numel(p, in.outputs[0]);  // 2·M·N·K
          }},
         {OpKind::kAttention,
          [](const Program& p, const Instr& in) {
@@ -51,11 +82,16 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
         {OpKind::kConstraint, zero_flops},
         {OpKind::kEmbedLookupGrad,  // one add per dy element
          [](const Program& p, const Instr& in) { return numel(p, in.inputs[1]); }},
-        {OpKind::kRmsNorm, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kRmsNormGrad, [](const Program& p, const Instr& in) { return 8.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kRope, [](const Program& p, const Instr& in) { return 6.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kSwiglu, [](const Program& p, const Instr& in) { return 5.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kSwigluGrad, [](const Program& p, const Instr& in) { return 10.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRmsNorm,
+         [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRmsNormGrad,
+         [](const Program& p, const Instr& in) { return 8.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kRope,
+         [](const Program& p, const Instr& in) { return 6.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSwiglu,
+         [](const Program& p, const Instr& in) { return 5.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSwigluGrad,
+         [](const Program& p, const Instr& in) { return 10.0 * numel(p, in.inputs[0]); }},
         {OpKind::kRepeatKv, zero_flops},
         {OpKind::kRepeatKvGrad,  // (R - 1) adds per output element
          [](const Program& p, const Instr& in) {
@@ -65,11 +101,16 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
         {OpKind::kMul, per_input_element},
         {OpKind::kScale, per_input_element},
         {OpKind::kConvert, per_input_element},
-        {OpKind::kSoftmaxCrossEntropy, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kSoftmaxCrossEntropyGrad, [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kMaskedMeanLoss, [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kMaskedMeanLossGrad, [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kSumSquares, [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSoftmaxCrossEntropy,
+         [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSoftmaxCrossEntropyGrad,
+         [](const Program& p, const Instr& in) { return 4.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMaskedMeanLoss,
+         [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMaskedMeanLossGrad,
+         [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kSumSquares,
+         [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
         {OpKind::kGlobalNorm,
          [](const Program&, const Instr& in) { return static_cast<double>(in.inputs.size()) + 1; }},
         {OpKind::kClipFactor, one_flop},
@@ -80,25 +121,33 @@ constexpr OpTable<CostFn> kCost = make_op_table<CostFn>(
         {OpKind::kVocabMax, per_input_element},
         {OpKind::kVocabStats,  // sub, exp, add
          [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kXentFromStats, [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
-        {OpKind::kAllReduce, per_input_element},  // one add per element received
-        {OpKind::kReduceScatter, per_input_element},
-        {OpKind::kAllGather, zero_flops},
-        {OpKind::kAllToAll, zero_flops},
-        {OpKind::kCollectivePermute, zero_flops},
-        {OpKind::kDynamicSlice, zero_flops},
+        {OpKind::kXentFromStats,
+         [](const Program& p, const Instr& in) { return 3.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kAllReduce, {per_input_element, gathered_bytes}},  // one add per element
+        {OpKind::kReduceScatter, {per_input_element, scattered_bytes}},
+        {OpKind::kAllGather, {zero_flops, gathered_bytes}},
+        {OpKind::kAllToAll, {zero_flops, all_to_all_bytes}},
+        {OpKind::kCollectivePermute, {zero_flops, permute_bytes}},
+        {OpKind::kDynamicSlice, zero_flops},  // no traffic
         {OpKind::kReshape, zero_flops},
         {OpKind::kSlice, zero_flops},
         {OpKind::kPad, zero_flops},
         {OpKind::kConcat, zero_flops},
         {OpKind::kShift, zero_flops},
-        {OpKind::kAdamW, [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kAdamW,
+         [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
     },
-    unary_flops, unary_grad_flops);
+    Cost{unary_flops}, Cost{unary_grad_flops});
 
 }  // namespace
 
-double instr_flops(const Program& p, const Instr& in) { return kCost[op_index(in.kind)](p, in); }
+double instr_flops(const Program& p, const Instr& in) {
+  return kCost[op_index(in.kind)].flops(p, in);
+}
+
+double collective_bytes_received(const Program& p, const Instr& in) {
+  return kCost[op_index(in.kind)].bytes_received(p, in);
+}
 
 double instr_bytes_accessed(const Program& p, const Instr& in) {
   double bytes = 0;

@@ -2,10 +2,10 @@
 // op rules of shared notes/spmd.md, with every layout change going through reshard().
 #include "engine/compile/spmd.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
-
-#include <fmt/format.h>
 
 #include "engine/base/check.h"
 #include "engine/ir/builder.h"
@@ -440,8 +440,9 @@ std::vector<FactorOperand> parse_operands(std::string_view t) {
 Status Partitioner::by_factors(const Instr& in, const FactorMap& map) {
   const auto& x = in.inputs;
   const std::vector<FactorOperand> ops = parse_operands(map.text);
-  ENG_CHECK(ops.size() == x.size() + in.outputs.size(), "partition: {}'s factor map {} has {} operands",
-            op_name(in.kind), map.text, ops.size());
+  ENG_CHECK(ops.size() == x.size() + in.outputs.size(),
+            "partition: {}'s factor map {} has {} operands", op_name(in.kind), map.text,
+            ops.size());
   PartitionSpec src = dims_only(spec_[x[0]]);
   if (map.source == FactorMap::kAgree) {
     if (explicit_) {
@@ -519,14 +520,15 @@ Status Partitioner::embed_lookup_grad(const Instr& in) {
   const Axes partial = all_axes(d, 0, r - 1);
   // Vocab-parallel: the gradient's target (its state's sharding) splits the vocab over
   // axes the rows and dy do not use: each device writes only its block.
-  const Axes av = vm_.empty() && desired_[in.outputs[0]]
-                      ? desired_[in.outputs[0]]->dim_or_none(0) : Axes{};
+  const Axes av =
+      vm_.empty() && desired_[in.outputs[0]] ? desired_[in.outputs[0]]->dim_or_none(0) : Axes{};
   if (!av.empty() && disjoint(av, all_axes(d, 0, r - 1))) {
     // dy's embed dim gives up the vocab axes (an activation-sized gather, instead of a
     // whole (V, E) partial table per device).
     Axes& e = d[r - 1];
-    e.erase(std::remove_if(e.begin(), e.end(), [&](const std::string& a) { return contains(av, a); }),
-            e.end());
+    e.erase(
+        std::remove_if(e.begin(), e.end(), [&](const std::string& a) { return contains(av, a); }),
+        e.end());
     const int64_t block = shp(in.outputs[0])[0] / axes_size(mesh_, av);
     ENG_ASSIGN_OR_RETURN(ValueId li, get(x[0], PartitionSpec(ids)));
     ENG_ASSIGN_OR_RETURN(ValueId ldy, get(x[1], PartitionSpec(d)));
@@ -552,8 +554,8 @@ Status Partitioner::sum_squares(const Instr& in) {  // local sum, partial over e
 }
 
 Status Partitioner::replicated(const Instr& in) {  // scalar optimizer and metric ops
-  return simple(in, std::vector<PartitionSpec>(in.inputs.size(), PartitionSpec()), {PartitionSpec()},
-                in.attrs);
+  return simple(in, std::vector<PartitionSpec>(in.inputs.size(), PartitionSpec()),
+                {PartitionSpec()}, in.attrs);
 }
 
 Status Partitioner::adamw(const Instr& in) {  // param, grad, mu, nu in the state sharding (mu's)
@@ -585,11 +587,12 @@ using Pt = Partitioner;
 constexpr SpmdRule factors(const char* text, FactorMap::Source source = FactorMap::kAgree) {
   return {nullptr, {text, source}};
 }
-constexpr SpmdRule kAttentionRule = factors(
-    "(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)->(b,t!,h,d!),(b,h,t!)", FactorMap::kFirstInput);
+constexpr SpmdRule kAttentionRule =
+    factors("(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)->(b,t!,h,d!),(b,h,t!)", FactorMap::kFirstInput);
 constexpr SpmdRule kAttentionGradRule = factors(
     "(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,h,t!),(b,t!,h,d!)"
-    "->(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)", FactorMap::kFirstInput);
+    "->(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)",
+    FactorMap::kFirstInput);
 
 // The SPMD rule of each op (engine/ir/op_table.h).
 constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(

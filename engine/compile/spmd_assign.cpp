@@ -146,21 +146,4 @@ std::string collective_axes_key(const std::vector<std::string>& mesh_axes) {
   return fmt::format("{}", fmt::join(sorted, ","));
 }
 
-double collective_bytes_received(const Program& p, const Instr& in) {
-  const double G = static_cast<double>(in.attrs.group_size);
-  const double x = static_cast<double>(p.value(in.inputs[0]).bytes());
-  const double y = static_cast<double>(p.value(in.outputs[0]).bytes());
-  switch (in.kind) {
-    case OpKind::kAllGather: return (G - 1) * x;
-    case OpKind::kReduceScatter: return (G - 1) * y;
-    case OpKind::kAllReduce: return (G - 1) * x;
-    case OpKind::kAllToAll: return (G - 1) / G * x;
-    case OpKind::kCollectivePermute:
-      if (in.attrs.fill_zero)  // a partial permutation: G - |shift| of G members receive
-        return std::max<double>(0, G - std::abs(static_cast<double>(in.attrs.shift))) / G * x;
-      return in.attrs.group_size > 1 && in.attrs.shift % in.attrs.group_size != 0 ? x : 0;
-    default: return 0;
-  }
-}
-
 }  // namespace eng

@@ -146,8 +146,8 @@ class Differentiator {
     OpAttrs a;
     a.depth = b_.info(in.inputs[0]).shape[0];
     ValueId dy = tensor(in, y);
-    accumulate(in.inputs[0], fresh(b_.emit(OpKind::kEmbedLookupGrad, {in.inputs[1], dy}, a)[0],
-                                   in.inputs[0]));
+    accumulate(in.inputs[0],
+               fresh(b_.emit(OpKind::kEmbedLookupGrad, {in.inputs[1], dy}, a)[0], in.inputs[0]));
   }
 
   void vjp_one_hot(const Instr&) {}  // a function of integer ids only
@@ -156,8 +156,8 @@ class Differentiator {
     const ValueId y = in.outputs[0];
     check_no_cotangent(in, 1, "rstd");
     if (!cot_[y].present()) return;
-    auto g = b_.emit(OpKind::kRmsNormGrad,
-                     {in.inputs[0], in.inputs[1], in.outputs[1], tensor(in, y)});
+    auto g =
+        b_.emit(OpKind::kRmsNormGrad, {in.inputs[0], in.inputs[1], in.outputs[1], tensor(in, y)});
     accumulate(in.inputs[0], fresh(g[0], in.inputs[0]));
     accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
   }
@@ -166,8 +166,7 @@ class Differentiator {
   void vjp_rope(const Instr& in) {
     const ValueId y = in.outputs[0];
     const OpAttrs& a = in.attrs;
-    ValueId dx =
-        b_.rope(tensor(in, y), in.inputs[1], a.min_timescale, a.max_timescale, !a.inverse);
+    ValueId dx = b_.rope(tensor(in, y), in.inputs[1], a.min_timescale, a.max_timescale, !a.inverse);
     accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
   }
 
@@ -179,8 +178,7 @@ class Differentiator {
     a.scale = in.attrs.scale;
     auto g = b_.emit(
         OpKind::kAttentionGrad,
-        {in.inputs[0], in.inputs[1], in.inputs[2], in.outputs[0], in.outputs[1], tensor(in, y)},
-        a);
+        {in.inputs[0], in.inputs[1], in.inputs[2], in.outputs[0], in.outputs[1], tensor(in, y)}, a);
     for (int k = 0; k < 3; ++k) accumulate(in.inputs[k], fresh(g[k], in.inputs[k]));
   }
 
@@ -245,24 +243,22 @@ class Differentiator {
   // Pipeline data movement: each transpose is another data movement (op.h).
   void vjp_reshape(const Instr& in) {
     const ValueId y = in.outputs[0];
-    accumulate(in.inputs[0], fresh(b_.reshape(tensor(in, y), b_.info(in.inputs[0]).shape),
-                                   in.inputs[0]));
+    accumulate(in.inputs[0],
+               fresh(b_.reshape(tensor(in, y), b_.info(in.inputs[0]).shape), in.inputs[0]));
   }
 
   void vjp_slice(const Instr& in) {
     const ValueId y = in.outputs[0];
-    accumulate(in.inputs[0],
-               fresh(b_.pad(tensor(in, y), in.attrs.dim, in.attrs.start,
-                            b_.info(in.inputs[0]).shape[in.attrs.dim]),
-                     in.inputs[0]));
+    accumulate(in.inputs[0], fresh(b_.pad(tensor(in, y), in.attrs.dim, in.attrs.start,
+                                          b_.info(in.inputs[0]).shape[in.attrs.dim]),
+                                   in.inputs[0]));
   }
 
   void vjp_pad(const Instr& in) {
     const ValueId y = in.outputs[0];
-    accumulate(in.inputs[0],
-               fresh(b_.slice(tensor(in, y), in.attrs.dim, in.attrs.start,
-                              b_.info(in.inputs[0]).shape[in.attrs.dim]),
-                     in.inputs[0]));
+    accumulate(in.inputs[0], fresh(b_.slice(tensor(in, y), in.attrs.dim, in.attrs.start,
+                                            b_.info(in.inputs[0]).shape[in.attrs.dim]),
+                                   in.inputs[0]));
   }
 
   void vjp_concat(const Instr& in) {
@@ -283,7 +279,8 @@ class Differentiator {
   }
 
   void vjp_unary(const Instr& in) {  // dx = dy * f'(x): the op's kUnaryGrad partner (op.h)
-    const ValueId dx = b_.emit(unary_math(in.kind).grad, {in.inputs[0], tensor(in, in.outputs[0])})[0];
+    const ValueId dx =
+        b_.emit(unary_math(in.kind).grad, {in.inputs[0], tensor(in, in.outputs[0])})[0];
     accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
   }
 

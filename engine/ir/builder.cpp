@@ -51,19 +51,19 @@ void check_rank(OpKind kind, const ValueInfo& v, int rank, const char* what) {
 }
 
 ValueInfo infer_matmul(const ValueInfo& a, const ValueInfo& b, const OpAttrs& at) {
-  const int ra = a.shape.rank(), rb = b.shape.rank();
+  const int ra = a.shape.rank(), rb = b.shape.rank();  // the splits' range, then DotDims
   ENG_CHECK(at.a_split > 0 && at.a_split < ra && at.b_split > 0 && at.b_split < rb,
             "matmul: split points ({}, {}) out of range for {} x {}", at.a_split, at.b_split,
             a.shape.to_string(), b.shape.to_string());
-  int64_t ka = at.trans_a ? a.shape.prod(0, at.a_split) : a.shape.prod(at.a_split, ra);
-  int64_t kb = at.trans_b ? b.shape.prod(at.b_split, rb) : b.shape.prod(0, at.b_split);
-  ENG_CHECK(ka == kb, "matmul: inner dims differ: {} x {} (a_split={}, b_split={}, trans=({}, {}))",
+  const DotDims d = dot_dims(at, a.shape, b.shape);
+  const int64_t kb = b.shape.prod(d.b_contracting_begin, d.b_contracting_end);
+  ENG_CHECK(d.K == kb, "matmul: inner dims differ: {} x {} (a_split={}, b_split={}, trans=({}, {}))",
             a.shape.to_string(), b.shape.to_string(), at.a_split, at.b_split, at.trans_a,
             at.trans_b);
-  Shape sa = at.trans_a ? a.shape.slice(at.a_split, ra) : a.shape.slice(0, at.a_split);
-  Shape sb = at.trans_b ? b.shape.slice(0, at.b_split) : b.shape.slice(at.b_split, rb);
-  Logical la = at.trans_a ? logical_slice(a, at.a_split, ra) : logical_slice(a, 0, at.a_split);
-  Logical lb = at.trans_b ? logical_slice(b, 0, at.b_split) : logical_slice(b, at.b_split, rb);
+  Shape sa = a.shape.slice(d.a_free_begin, d.a_free_end);
+  Shape sb = b.shape.slice(d.b_free_begin, d.b_free_end);
+  Logical la = logical_slice(a, d.a_free_begin, d.a_free_end);
+  Logical lb = logical_slice(b, d.b_free_begin, d.b_free_end);
   return make(sa.concat(sb), DType::kF32, concat(la, lb));
 }
 
@@ -77,13 +77,13 @@ void n_in(OpKind kind, const In& in, size_t n) {
 
 // An optional trailing i32 () input (the vocab-block offset of per-device programs; op.h).
 bool has_offset(const In& in, size_t n, size_t i) {
-  return in.size() == n || (in.size() == n + 1 && in[i]->dtype == DType::kI32 &&
-                            in[i]->shape.rank() == 0);
+  return in.size() == n ||
+         (in.size() == n + 1 && in[i]->dtype == DType::kI32 && in[i]->shape.rank() == 0);
 }
 
 Outs infer_embed_lookup(OpKind kind, const In& in, const OpAttrs&) {
-  ENG_CHECK(has_offset(in, 2, 2), "embed_lookup: expected (table, ids[, offset i32 ()]), got {} inputs",
-            in.size());
+  ENG_CHECK(has_offset(in, 2, 2),
+            "embed_lookup: expected (table, ids[, offset i32 ()]), got {} inputs", in.size());
   check_rank(kind, *in[0], 2, "table");
   ENG_CHECK(in[1]->dtype == DType::kI32, "embed_lookup: ids must be i32");
   Shape s = in[1]->shape.concat(Shape{in[0]->shape[1]});
@@ -96,7 +96,7 @@ Outs infer_one_hot(OpKind kind, const In& in, const OpAttrs& at) {
   n_in(kind, in, 1);
   ENG_CHECK(in[0]->dtype == DType::kI32 && at.depth > 0, "one_hot: needs i32 ids and depth > 0");
   Logical l = in[0]->logical.empty() ? Logical(in[0]->shape.rank()) : in[0]->logical;
-  l.push_back("vocab");
+  l.push_back("");  // Builder::one_hot names it
   return {make(in[0]->shape.concat(Shape{at.depth}), DType::kF32, l)};
 }
 
@@ -127,7 +127,8 @@ Outs infer_attention(OpKind kind, const In& in, const OpAttrs&) {
   return {like(*in[0]), make(Shape{q[0], q[2], q[1]})};
 }
 
-Outs infer_repeat_kv(OpKind kind, const In& in, const OpAttrs& at) {  // (B,T,Hkv,D) <-> (B,T,Hkv*R,D)
+Outs infer_repeat_kv(OpKind kind, const In& in,
+                     const OpAttrs& at) {  // (B,T,Hkv,D) <-> (B,T,Hkv*R,D)
   n_in(kind, in, 1);
   check_rank(kind, *in[0], 4, "x");
   ENG_CHECK(at.size >= 1, "{}: repeats must be positive, got {}", op_name(kind), at.size);
@@ -136,13 +137,11 @@ Outs infer_repeat_kv(OpKind kind, const In& in, const OpAttrs& at) {  // (B,T,Hk
   if (kind == OpKind::kRepeatKv) {
     dims[2] *= at.size;
   } else {
-    ENG_CHECK(dims[2] % at.size == 0, "repeat_kv_grad: {} heads of {} not divisible by {}",
-              dims[2], out.shape.to_string(), at.size);
+    ENG_CHECK(dims[2] % at.size == 0, "repeat_kv_grad: {} heads of {} not divisible by {}", dims[2],
+              out.shape.to_string(), at.size);
     dims[2] /= at.size;
   }
-  out.shape = Shape(dims);
-  if (!out.logical.empty())
-    out.logical[2] = kind == OpKind::kRepeatKv ? "activation_heads" : "activation_kv_heads";
+  out.shape = Shape(dims);  // logical: x's (Builder::repeat_kv renames the heads dim)
   return {out};
 }
 
@@ -188,8 +187,8 @@ Outs infer_masked_mean_loss(OpKind kind, const In& in, const OpAttrs&) {
 }
 
 Outs infer_embed_lookup_grad(OpKind, const In& in, const OpAttrs& at) {
-  ENG_CHECK(has_offset(in, 2, 2), "embed_lookup_grad: expected (ids, dy[, offset i32 ()]), got {} inputs",
-            in.size());
+  ENG_CHECK(has_offset(in, 2, 2),
+            "embed_lookup_grad: expected (ids, dy[, offset i32 ()]), got {} inputs", in.size());
   const Shape& dy = in[1]->shape;
   Logical l{"", dy.rank() > 0 && !in[1]->logical.empty() ? in[1]->logical.back() : ""};
   return {make(Shape{at.depth, dy.dim(-1)}, DType::kF32, l)};
@@ -323,8 +322,9 @@ Outs infer_concat(OpKind, const In& in, const OpAttrs& at) {
     ENG_CHECK(v->shape.rank() == r && v->dtype == in[0]->dtype, "concatenate: {} vs {}",
               v->type_string(), in[0]->type_string());
     for (int i = 0; i < r; ++i)
-      ENG_CHECK(i == at.dim || v->shape[i] == in[0]->shape[i], "concatenate: {} vs {} differ off dim {}",
-                v->shape.to_string(), in[0]->shape.to_string(), at.dim);
+      ENG_CHECK(i == at.dim || v->shape[i] == in[0]->shape[i],
+                "concatenate: {} vs {} differ off dim {}", v->shape.to_string(),
+                in[0]->shape.to_string(), at.dim);
     dims[at.dim] += v->shape[at.dim];
   }
   out.shape = Shape(dims);
@@ -389,7 +389,9 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 
-Outs infer(OpKind kind, const In& in, const OpAttrs& at) { return kInfer[op_index(kind)](kind, in, at); }
+Outs infer(OpKind kind, const In& in, const OpAttrs& at) {
+  return kInfer[op_index(kind)](kind, in, at);
+}
 
 }  // namespace
 
@@ -446,7 +448,7 @@ std::vector<ValueId> Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpA
     outs = infer(kind, inner_ptrs, attrs);
     for (ValueInfo& o : outs) {
       o.shape = Shape{attrs.vmap}.concat(o.shape);
-      if (!o.logical.empty()) o.logical.insert(o.logical.begin(), "activation_stage");
+      if (!o.logical.empty()) o.logical.insert(o.logical.begin(), vmap_logical_);
     }
   } else {
     outs = infer(kind, in, attrs);
@@ -508,10 +510,12 @@ ValueId Builder::embed_lookup(ValueId table, ValueId ids) {
   return emit(OpKind::kEmbedLookup, {table, ids})[0];
 }
 
-ValueId Builder::one_hot(ValueId ids, int64_t depth) {
+ValueId Builder::one_hot(ValueId ids, int64_t depth, std::string depth_logical) {
   OpAttrs a;
   a.depth = depth;
-  return emit(OpKind::kOneHot, {ids}, a)[0];
+  const ValueId out = emit(OpKind::kOneHot, {ids}, a)[0];
+  program_.values_[out].logical.back() = std::move(depth_logical);
+  return out;
 }
 
 ValueId Builder::matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a,
@@ -554,10 +558,13 @@ std::pair<ValueId, ValueId> Builder::attention(ValueId q, ValueId k, ValueId v, 
 }
 
 ValueId Builder::swiglu(ValueId g, ValueId u) { return emit(OpKind::kSwiglu, {g, u})[0]; }
-ValueId Builder::repeat_kv(ValueId x, int64_t repeats) {
+ValueId Builder::repeat_kv(ValueId x, int64_t repeats, std::string heads_logical) {
   OpAttrs a;
   a.size = repeats;
-  return emit(OpKind::kRepeatKv, {x}, a)[0];
+  const ValueId out = emit(OpKind::kRepeatKv, {x}, a)[0];
+  Logical& l = program_.values_[out].logical;
+  if (!l.empty() && !heads_logical.empty()) l[l.size() - 2] = std::move(heads_logical);
+  return out;
 }
 ValueId Builder::add(ValueId a, ValueId b) { return emit(OpKind::kAdd, {a, b})[0]; }
 ValueId Builder::mul(ValueId a, ValueId b) { return emit(OpKind::kMul, {a, b})[0]; }

@@ -35,6 +35,9 @@ class Builder {
   // (0 = none), until the next call; the pipeline's stage body (jax.vmap over stages).
   void set_vmap(int64_t n) { vmap_ = n; }
   int64_t vmap() const { return vmap_; }
+  // The logical name vmapped outputs get for their leading dim (the model's, e.g. MaxText's
+  // "activation_stage"); kept across set_vmap calls, so autodiff's vmapped VJPs get it too.
+  void set_vmap_logical(std::string name) { vmap_logical_ = std::move(name); }
 
   // ---- pipeline data movement (op.h) ----
   ValueId reshape(ValueId x, const Shape& shape);
@@ -45,7 +48,8 @@ class Builder {
 
   // ---- forward ----
   ValueId embed_lookup(ValueId table, ValueId ids);
-  ValueId one_hot(ValueId ids, int64_t depth);
+  // depth_logical: the logical name of the new last dim (the model's, e.g. "vocab").
+  ValueId one_hot(ValueId ids, int64_t depth, std::string depth_logical = "");
   // out_sharding: JAX's out_sharding as logical names per result dim (MaxText passes it in
   // explicit mode); out_like: the value whose sharding the result takes (autodiff). See op.h.
   ValueId matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a = false,
@@ -57,7 +61,8 @@ class Builder {
   std::pair<ValueId, ValueId> attention(ValueId q, ValueId k, ValueId v, double scale);  // o, lse
   ValueId swiglu(ValueId g, ValueId u);
   // Grouped-query attention (op.h): (B,T,Hkv,D) -> (B,T,Hkv*repeats,D), head h = kv h / repeats.
-  ValueId repeat_kv(ValueId x, int64_t repeats);
+  // heads_logical: the logical name of the result's heads dim (the model's); "" keeps x's.
+  ValueId repeat_kv(ValueId x, int64_t repeats, std::string heads_logical = "");
   ValueId add(ValueId a, ValueId b);
   ValueId mul(ValueId a, ValueId b);
   ValueId scale(ValueId x, double c);
@@ -91,6 +96,7 @@ class Builder {
   Program program_;
   int32_t remat_scope_ = -1;
   int64_t vmap_ = 0;
+  std::string vmap_logical_;
 };
 
 }  // namespace eng

@@ -1,11 +1,11 @@
 // engine/ir/interpret.cpp: the reference interpreter: every op in double via eng::ref kernels.
 #include "engine/ir/interpret.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-
-#include <fmt/format.h>
 
 #include "engine/base/check.h"
 #include "engine/ir/builder.h"
@@ -54,8 +54,10 @@ class Evaluator {
   }
 
   Status per_device_only(const Instr& i) {
-    return unimplemented("interpret: {} appears only in per-device (partitioned) programs; "
-                         "interpret the global program", op_name(i.kind));
+    return unimplemented(
+        "interpret: {} appears only in per-device (partitioned) programs; "
+        "interpret the global program",
+        op_name(i.kind));
   }
 
   // Unary ops (op.h's UnaryMath): y = f(x); the grad op (x, dy) -> dy * df(x).
@@ -169,17 +171,12 @@ class Evaluator {
     return ok_status();
   }
 
-  // The 2D views of op.h: A2 = a as (prod a[:a_split], prod a[a_split:]), likewise B2.
+  // The 2D views of op.h (DotDims): A2 = a as (prod a[:a_split], prod a[a_split:]), likewise B2.
   Status matmul(const Instr& i) {
-    const Shape& a = in(i, 0).shape;
-    const Shape& b = in(i, 1).shape;
     const OpAttrs& at = i.attrs;
-    const int64_t a_rows = a.prod(0, at.a_split), a_cols = a.prod(at.a_split, a.rank());
-    const int64_t b_rows = b.prod(0, at.b_split), b_cols = b.prod(at.b_split, b.rank());
-    const int64_t M = at.trans_a ? a_cols : a_rows, K = at.trans_a ? a_rows : a_cols;
-    const int64_t N = at.trans_b ? b_rows : b_cols;
-    ref::matmul<double>(at.trans_a, at.trans_b, M, N, K, 1.0, ind(i, 0), a_cols, ind(i, 1), b_cols,
-                        0.0, outd(i, 0), N);
+    const DotDims d = dot_dims(at, in(i, 0).shape, in(i, 1).shape);
+    ref::matmul<double>(at.trans_a, at.trans_b, d.M, d.N, d.K, 1.0, ind(i, 0), d.lda, ind(i, 1),
+                        d.ldb, 0.0, outd(i, 0), d.N);
     return ok_status();
   }
 
@@ -225,13 +222,22 @@ class Evaluator {
     return ok_status();
   }
   Status swiglu(const Instr& i) {
-    ref::swiglu_forward(ind(i, 0), ind(i, 1), outd(i, 0), static_cast<int64_t>(out(i, 0).data.size()));
+    ref::swiglu_forward(ind(i, 0), ind(i, 1), outd(i, 0),
+                        static_cast<int64_t>(out(i, 0).data.size()));
     return ok_status();
   }
-  Status add(const Instr& i) { return map(i, [&](int64_t k) { return ind(i, 0)[k] + ind(i, 1)[k]; }); }
-  Status mul(const Instr& i) { return map(i, [&](int64_t k) { return ind(i, 0)[k] * ind(i, 1)[k]; }); }
-  Status scale(const Instr& i) { return map(i, [&](int64_t k) { return i.attrs.scale * ind(i, 0)[k]; }); }
-  Status identity(const Instr& i) { return map(i, [&](int64_t k) { return ind(i, 0)[k]; }); }
+  Status add(const Instr& i) {
+    return map(i, [&](int64_t k) { return ind(i, 0)[k] + ind(i, 1)[k]; });
+  }
+  Status mul(const Instr& i) {
+    return map(i, [&](int64_t k) { return ind(i, 0)[k] * ind(i, 1)[k]; });
+  }
+  Status scale(const Instr& i) {
+    return map(i, [&](int64_t k) { return i.attrs.scale * ind(i, 0)[k]; });
+  }
+  Status identity(const Instr& i) {
+    return map(i, [&](int64_t k) { return ind(i, 0)[k]; });
+  }
 
   // f32 is an identity (the interpreter's f32 is double); bf16 rounds through the real format.
   Status convert(const Instr& i) {

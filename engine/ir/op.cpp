@@ -2,10 +2,10 @@
 // collectives), the unary op table, and attribute printing/hashing through the field walker.
 #include "engine/ir/op.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "engine/base/check.h"
 #include "engine/base/hash.h"
@@ -142,7 +142,8 @@ consteval bool unary_rows_complete() {
       as_op += u.op == k;
       as_grad += u.grad == k;
     }
-    const bool want_op = op_class(k) == OpClass::kUnary, want_grad = op_class(k) == OpClass::kUnaryGrad;
+    const bool want_op = op_class(k) == OpClass::kUnary,
+               want_grad = op_class(k) == OpClass::kUnaryGrad;
     if (as_op != (want_op ? 1 : 0) || as_grad != (want_grad ? 1 : 0))
       op_table_detail::an_OpKind_has_no_row_in_this_table();
   }
@@ -193,7 +194,9 @@ constexpr AttrField kStored[] = {
 std::string value_text(int64_t v) { return fmt::format("{}", v); }
 std::string value_text(double v) { return fmt::format("{:g}", v); }
 std::string value_text(DType v) { return std::string(dtype_name(v)); }
-std::string value_text(const std::vector<int64_t>& v) { return fmt::format("({})", fmt::join(v, ",")); }
+std::string value_text(const std::vector<int64_t>& v) {
+  return fmt::format("({})", fmt::join(v, ","));
+}
 std::string value_text(const std::vector<std::string>& v) {
   return fmt::format("({})", fmt::join(v, ","));
 }
@@ -263,6 +266,27 @@ void an_OpKind_has_two_rows_in_this_table() { ENG_CHECK(false, "op table: an op 
 }  // namespace op_table_detail
 
 const OpDef& op_def(OpKind kind) { return kOpDefs[op_index(kind)]; }
+
+DotDims dot_dims(const OpAttrs& at, const Shape& a, const Shape& b) {
+  const int ra = a.rank(), rb = b.rank();
+  DotDims d;
+  // a viewed as (prod a[:a_split], prod a[a_split:]); trans_a contracts the first part.
+  d.a_contracting_begin = at.trans_a ? 0 : at.a_split;
+  d.a_contracting_end = at.trans_a ? at.a_split : ra;
+  d.a_free_begin = at.trans_a ? at.a_split : 0;
+  d.a_free_end = at.trans_a ? ra : at.a_split;
+  // b viewed as (prod b[:b_split], prod b[b_split:]); trans_b contracts the second part.
+  d.b_contracting_begin = at.trans_b ? at.b_split : 0;
+  d.b_contracting_end = at.trans_b ? rb : at.b_split;
+  d.b_free_begin = at.trans_b ? 0 : at.b_split;
+  d.b_free_end = at.trans_b ? at.b_split : rb;
+  d.M = a.prod(d.a_free_begin, d.a_free_end);
+  d.K = a.prod(d.a_contracting_begin, d.a_contracting_end);
+  d.N = b.prod(d.b_free_begin, d.b_free_end);
+  d.lda = a.prod(at.a_split, ra);
+  d.ldb = b.prod(at.b_split, rb);
+  return d;
+}
 
 const UnaryMath& unary_math(OpKind kind) {
   for (const UnaryMath& u : kUnaryOps)

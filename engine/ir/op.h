@@ -1,8 +1,16 @@
-// engine/ir/op.h: the op set of a Program. Each op has shape inference (builder.cpp), a
-// VJP rule (autodiff.cpp), a kernel (runtime, via engine/tensor/kernels.h), a reference
-// evaluation (interpret.cpp), a cost (compile/cost) and, from the mesh issue on, a
-// sharding rule. The set is small and fused on purpose: fused ops keep the program short,
-// the temporaries few and the kernels fast.
+// engine/ir/op.h: the op set of a Program. ENG_OPS below lists every op once (name, printed
+// name, class); what each layer knows about an op is one row of that layer's op table,
+// indexed by OpKind and built by make_op_table (engine/ir/op_table.h), which fails the build
+// when an op has no row:
+//   ir/       op.cpp kOpDefs (attribute schema, i32 inputs, in-place outputs, collective),
+//             builder.cpp kInfer (shape inference), autodiff.cpp kVjps (VJP rule),
+//             interpret.cpp kEvals (reference evaluation)
+//   compile/  spmd.cpp kRules (SPMD rule: a factor map or a method), cost.cpp kCost (flops)
+//   runtime/  executor.cpp kKernels (kernel dispatch), runtime.cpp kScratch (kernel scratch)
+// Unary elementwise ops (OpClass::kUnary, e.g. gelu) are defined by one UnaryMath row in
+// op.cpp; every table derives their entries from it. tests/ops/every_op_test.cpp runs every
+// op through all of them. The set is small and fused on purpose: fused ops keep the program
+// short, the temporaries few and the kernels fast.
 //
 // Semantics (shapes global; "saved" outputs exist for the backward pass):
 //   kEmbedLookup   (table (V,E), ids i32 (B,T)) -> (B,T,E)                 gather rows
@@ -119,57 +127,58 @@
 
 #include "engine/sharding/logical_axes.h"
 #include "engine/tensor/dtype.h"
+#include "engine/tensor/shape.h"
 
 namespace eng {
 
 // The op list (XLA's hlo_opcode.h style): X(Name, "printed name", class). OpKind::kName
 // follows list order, which the serialized form stores: append new ops at the end.
-#define ENG_OPS(X) \
-  X(EmbedLookup, "embed_lookup", kCustom) \
-  X(OneHot, "one_hot", kCustom) \
-  X(Matmul, "matmul", kCustom) \
-  X(RmsNorm, "rmsnorm", kCustom) \
-  X(Rope, "rope", kCustom) \
-  X(Attention, "attention", kCustom) \
-  X(Swiglu, "swiglu", kCustom) \
-  X(Add, "add", kCustom) \
-  X(Mul, "mul", kCustom) \
-  X(Scale, "scale", kCustom) \
-  X(Convert, "convert", kCustom) \
-  X(Constraint, "sharding_constraint", kCustom) \
-  X(SoftmaxCrossEntropy, "softmax_cross_entropy", kCustom) \
-  X(MaskedMeanLoss, "masked_mean_loss", kCustom) \
-  X(EmbedLookupGrad, "embed_lookup_grad", kCustom) \
-  X(RmsNormGrad, "rmsnorm_grad", kCustom) \
-  X(AttentionGrad, "attention_grad", kCustom) \
-  X(SwigluGrad, "swiglu_grad", kCustom) \
+#define ENG_OPS(X)                                                  \
+  X(EmbedLookup, "embed_lookup", kCustom)                           \
+  X(OneHot, "one_hot", kCustom)                                     \
+  X(Matmul, "matmul", kCustom)                                      \
+  X(RmsNorm, "rmsnorm", kCustom)                                    \
+  X(Rope, "rope", kCustom)                                          \
+  X(Attention, "attention", kCustom)                                \
+  X(Swiglu, "swiglu", kCustom)                                      \
+  X(Add, "add", kCustom)                                            \
+  X(Mul, "mul", kCustom)                                            \
+  X(Scale, "scale", kCustom)                                        \
+  X(Convert, "convert", kCustom)                                    \
+  X(Constraint, "sharding_constraint", kCustom)                     \
+  X(SoftmaxCrossEntropy, "softmax_cross_entropy", kCustom)          \
+  X(MaskedMeanLoss, "masked_mean_loss", kCustom)                    \
+  X(EmbedLookupGrad, "embed_lookup_grad", kCustom)                  \
+  X(RmsNormGrad, "rmsnorm_grad", kCustom)                           \
+  X(AttentionGrad, "attention_grad", kCustom)                       \
+  X(SwigluGrad, "swiglu_grad", kCustom)                             \
   X(SoftmaxCrossEntropyGrad, "softmax_cross_entropy_grad", kCustom) \
-  X(MaskedMeanLossGrad, "masked_mean_loss_grad", kCustom) \
-  X(SumSquares, "sum_squares", kCustom) \
-  X(GlobalNorm, "global_norm", kCustom) \
-  X(ClipFactor, "clip_factor", kCustom) \
-  X(LearningRate, "learning_rate", kCustom) \
-  X(AdamW, "adamw", kCustom) \
-  X(Increment, "increment", kCustom) \
-  X(AllGather, "all_gather", kCustom) \
-  X(ReduceScatter, "reduce_scatter", kCustom) \
-  X(AllReduce, "all_reduce", kCustom) \
-  X(AllToAll, "all_to_all", kCustom) \
-  X(CollectivePermute, "collective_permute", kCustom) \
-  X(DynamicSlice, "dynamic_slice", kCustom) \
-  X(SafeDivide, "safe_divide", kCustom) \
-  X(Reshape, "reshape", kCustom) \
-  X(Slice, "slice", kCustom) \
-  X(Pad, "pad", kCustom) \
-  X(Concat, "concatenate", kCustom) \
-  X(Shift, "shift", kCustom) \
-  X(AxisIndex, "axis_index", kCustom) \
-  X(VocabMax, "vocab_max", kCustom) \
-  X(VocabStats, "vocab_stats", kCustom) \
-  X(XentFromStats, "xent_from_stats", kCustom) \
-  X(RepeatKv, "repeat_kv", kCustom) \
-  X(RepeatKvGrad, "repeat_kv_grad", kCustom) \
-  X(Gelu, "gelu", kUnary) \
+  X(MaskedMeanLossGrad, "masked_mean_loss_grad", kCustom)           \
+  X(SumSquares, "sum_squares", kCustom)                             \
+  X(GlobalNorm, "global_norm", kCustom)                             \
+  X(ClipFactor, "clip_factor", kCustom)                             \
+  X(LearningRate, "learning_rate", kCustom)                         \
+  X(AdamW, "adamw", kCustom)                                        \
+  X(Increment, "increment", kCustom)                                \
+  X(AllGather, "all_gather", kCustom)                               \
+  X(ReduceScatter, "reduce_scatter", kCustom)                       \
+  X(AllReduce, "all_reduce", kCustom)                               \
+  X(AllToAll, "all_to_all", kCustom)                                \
+  X(CollectivePermute, "collective_permute", kCustom)               \
+  X(DynamicSlice, "dynamic_slice", kCustom)                         \
+  X(SafeDivide, "safe_divide", kCustom)                             \
+  X(Reshape, "reshape", kCustom)                                    \
+  X(Slice, "slice", kCustom)                                        \
+  X(Pad, "pad", kCustom)                                            \
+  X(Concat, "concatenate", kCustom)                                 \
+  X(Shift, "shift", kCustom)                                        \
+  X(AxisIndex, "axis_index", kCustom)                               \
+  X(VocabMax, "vocab_max", kCustom)                                 \
+  X(VocabStats, "vocab_stats", kCustom)                             \
+  X(XentFromStats, "xent_from_stats", kCustom)                      \
+  X(RepeatKv, "repeat_kv", kCustom)                                 \
+  X(RepeatKvGrad, "repeat_kv_grad", kCustom)                        \
+  X(Gelu, "gelu", kUnary)                                           \
   X(GeluGrad, "gelu_grad", kUnaryGrad)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
@@ -198,10 +207,11 @@ constexpr OpClass op_class(OpKind kind) {
   return kClasses[op_index(kind)];
 }
 
-
 std::string_view op_name(OpKind kind);  // "embed_lookup", "matmul", ... (jaxpr-style)
 
-// Attributes; each op reads only the fields named in op.h's table.
+// Attributes: one struct for every op (not a std::variant of per-op structs: less churn);
+// each op reads only the fields its schema (OpDef::attrs, op.cpp) names, plus the hidden
+// ones noted below. Printing walks the schema; hashing and serialization walk every field.
 struct OpAttrs {
   int a_split = 0, b_split = 0;       // kMatmul
   bool trans_a = false, trans_b = false;
@@ -243,6 +253,18 @@ struct OpAttrs {
   bool operator==(const OpAttrs&) const = default;
 };
 
+// kMatmul's dimension numbers, named after XLA's DotDimensionNumbers, derived from a_split,
+// b_split and trans_a/b (which stay the stored and printed form). There are no batch dims: the
+// op is one GEMM over flattened dims. Dim ranges are [begin, end) into a's (b's) shape.
+struct DotDims {
+  int a_contracting_begin, a_contracting_end, a_free_begin, a_free_end;
+  int b_contracting_begin, b_contracting_end, b_free_begin, b_free_end;
+  int64_t M, N, K;   // out (M, N) = A (M, K) . B (K, N)
+  int64_t lda, ldb;  // row lengths of a's and b's row-major 2D views (before any transpose)
+};
+// Requires 0 < a_split < rank(a) and 0 < b_split < rank(b) (shape inference checks it).
+DotDims dot_dims(const OpAttrs& at, const Shape& a, const Shape& b);
+
 // ---- attribute schema: which OpAttrs fields an op reads, and how they print ----------
 // One walker per op over its schema drives printing; hashing and serialization walk every
 // stored field (kStoredAttrs in op.cpp), so the compile-cache key can never miss one.
@@ -280,9 +302,7 @@ inline bool is_int_input(OpKind kind, size_t i) {
   return i < 32 && ((op_def(kind).int_inputs >> i) & 1u) != 0;
 }
 // The input that output o of `kind` updates in place, or -1.
-inline int in_place_input(OpKind kind, size_t o) {
-  return o < 3 ? op_def(kind).in_place[o] : -1;
-}
+inline int in_place_input(OpKind kind, size_t o) { return o < 3 ? op_def(kind).in_place[o] : -1; }
 
 // Calls f(field, value, default_value) for each printed attribute of `kind` (vmap first):
 // const references to the member in `a` and in OpAttrs{} (std::monostate for a literal).

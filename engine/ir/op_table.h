@@ -49,9 +49,14 @@ consteval OpTable<T> make_op_table(const OpEntry<T> (&rows)[N], T unary, T unary
   for (int i = 0; i < kNumOps; ++i) {
     if (seen[i]) continue;
     switch (op_class(static_cast<OpKind>(i))) {
-      case OpClass::kUnary: table[i] = unary; break;
-      case OpClass::kUnaryGrad: table[i] = unary_grad; break;
-      case OpClass::kCustom: op_table_detail::an_OpKind_has_no_row_in_this_table();
+      case OpClass::kUnary:
+        table[i] = unary;
+        break;
+      case OpClass::kUnaryGrad:
+        table[i] = unary_grad;
+        break;
+      case OpClass::kCustom:
+        op_table_detail::an_OpKind_has_no_row_in_this_table();
     }
   }
   return table;

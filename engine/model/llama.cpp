@@ -177,8 +177,8 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   q = b.rope(q, positions, m.rope_min_timescale, m.rope_max_timescale);
   k = b.rope(k, positions, m.rope_min_timescale, m.rope_max_timescale);
   if (repeats > 1) {  // (B, T, Hkv, D) -> (B, T, H, D): query head h reads kv head h / repeats
-    k = b.constraint(b.repeat_kv(k, repeats), kHeads);
-    v = b.constraint(b.repeat_kv(v, repeats), kHeads);
+    k = b.constraint(b.repeat_kv(k, repeats, kHeads[2]), kHeads);
+    v = b.constraint(b.repeat_kv(v, repeats, kHeads[2]), kHeads);
   }
   ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale).first, "context");  // (B, T, H, D)
   ValueId attn = b.checkpoint_name(
@@ -215,7 +215,7 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   const Shape& ids = b.info(batch.inputs).shape;
   const int64_t one_hot_bytes = ids.numel() * m.vocab_size * dtype_size(DType::kF32);
   if (m.use_iota_embed && one_hot_bytes <= m.iota_embed_max_bytes) {
-    ValueId onehot = b.one_hot(batch.inputs, m.vocab_size);  // (B, T, V)
+    ValueId onehot = b.one_hot(batch.inputs, m.vocab_size, "vocab");  // (B, T, V)
     x = b.matmul(onehot, p.embedding, 2, 1, false, false, kActivation);  // (B,T,V).(V,E)
   } else {
     x = b.embed_lookup(p.embedding, batch.inputs);

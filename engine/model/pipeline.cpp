@@ -119,6 +119,7 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
     for (int64_t s = 0; s < S; ++s) pos.push_back(micro_positions(std::clamp<int64_t>(t - s, 0, M - 1)));
     const ValueId stage_pos = b.concat(pos, 0);  // (S, micro, T)
 
+    b.set_vmap_logical("activation_stage");
     b.set_vmap(S);  // jax.vmap over stages, spmd_axis_name="stage"
     ValueId y = state;
     for (int64_t j = 0; j < lps; ++j)

@@ -13,6 +13,8 @@
 
 namespace eng {
 
+int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::string>& axes);
+
 namespace {
 
 // A float or i32 element as float, for kConvert.
@@ -66,17 +68,11 @@ struct Args {
   float scalar(size_t i) const { return *f(i); }
 };
 
-void run_matmul(const Args& a) {
+void run_matmul(const Args& a) {  // one GEMM on op.h's 2D views (DotDims)
   const OpAttrs& at = a.in.attrs;
-  const Shape& sa = a.shape(0);
-  const Shape& sb = a.shape(1);
-  // The 2D views of op.h: a is (rows_a, cols_a), b is (rows_b, cols_b), row-major.
-  const int64_t rows_a = sa.prod(0, at.a_split), cols_a = sa.prod(at.a_split, sa.rank());
-  const int64_t rows_b = sb.prod(0, at.b_split), cols_b = sb.prod(at.b_split, sb.rank());
-  const int64_t M = at.trans_a ? cols_a : rows_a, K = at.trans_a ? rows_a : cols_a;
-  const int64_t N = at.trans_b ? rows_b : cols_b;
-  kern::matmul(at.trans_a, at.trans_b, M, N, K, 1.0f, a.f(0), cols_a, a.f(1), cols_b, 0.0f,
-               a.out(0), N);
+  const DotDims d = dot_dims(at, a.shape(0), a.shape(1));
+  kern::matmul(at.trans_a, at.trans_b, d.M, d.N, d.K, 1.0f, a.f(0), d.lda, a.f(1), d.ldb, 0.0f,
+               a.out(0), d.N);
 }
 
 void run_masked_mean_loss(const Args& a) {
@@ -183,13 +179,6 @@ void run_concat(const Args& a) {
   }
 }
 
-// kAxisIndex: the device's rank along `axes` (major to minor; collectives' member order),
-// arithmetically from the row-major device id (no allocation).
-int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::string>& axes) {
-  if (mesh == nullptr) return 0;
-  return AxesGroup(*mesh, axes).rank(device);
-}
-
 // The optional vocab-block offset input (op.h: 3-input embed_lookup(_grad), 5-input xent grad).
 int64_t offset_input(const Args& a, size_t i) {
   return a.in.inputs.size() > i ? static_cast<int64_t>(*a.ids(i)) : 0;
@@ -231,18 +220,15 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
            kern::embed_lookup(a.f(0), a.ids(1), a.out(0), a.numel(1), t[0], t[1],
                               offset_input(a, 2));
          }}},
-        {OpKind::kAxisIndex,
-         {[](A a) {
+        {OpKind::kAxisIndex, {[](A a) {
            *static_cast<int32_t*>(a.ptrs[a.in.outputs[0]]) = static_cast<int32_t>(
                a.in.attrs.size * axis_rank(a.mesh, a.device, a.in.attrs.mesh_axes));
          }}},
-        {OpKind::kVocabMax,
-         {[](A a) {
+        {OpKind::kVocabMax, {[](A a) {
            const int64_t V = a.last_dim(0);
            kern::vocab_max(a.f(0), a.out(0), a.numel(0) / V, V);
          }}},
-        {OpKind::kVocabStats,
-         {[](A a) {
+        {OpKind::kVocabStats, {[](A a) {
            const int64_t V = a.last_dim(0);
            kern::vocab_stats(a.f(0), a.f(1), a.ids(2), *a.ids(3), a.out(0), a.out(1),
                              a.numel(0) / V, V);
@@ -259,7 +245,8 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
              xent[i] = lse[i] - pk[i];
            }
          }}},
-        {OpKind::kOneHot, {[](A a) { kern::one_hot(a.ids(0), a.out(0), a.numel(0), a.in.attrs.depth); }}},
+        {OpKind::kOneHot,
+         {[](A a) { kern::one_hot(a.ids(0), a.out(0), a.numel(0), a.in.attrs.depth); }}},
         {OpKind::kMatmul, {run_matmul}},
         {OpKind::kRmsNorm,
          {[](A a) {  // x (N, E) viewed
@@ -267,44 +254,41 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
            kern::rmsnorm_forward(a.f(0), a.f(1), a.out(0), a.out(1), a.numel(0) / E, E,
                                  static_cast<float>(a.in.attrs.eps));
          }}},
-        {OpKind::kRope,
-         {[](A a) {
+        {OpKind::kRope, {[](A a) {
            const Shape& x = a.shape(0);
            const OpAttrs& at = a.in.attrs;
            kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
                       static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
                       at.inverse);
          }}},
-        {OpKind::kAttention,
-         {[](A a) {
+        {OpKind::kAttention, {[](A a) {
            const Shape& q = a.shape(0);
            kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), q[0], q[1], q[2],
                                    q[3], static_cast<float>(a.in.attrs.scale));
          }}},
-        {OpKind::kSwiglu, {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
+        {OpKind::kSwiglu,
+         {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
         {OpKind::kAdd, {[](A a) { kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
         {OpKind::kMul, {[](A a) { kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
-        {OpKind::kScale,
-         {[](A a) {
+        {OpKind::kScale, {[](A a) {
            kern::scale(a.f(0), static_cast<float>(a.in.attrs.scale), a.out(0), a.numel(0));
          }}},
         {OpKind::kConvert,
          {[](A a) {
-           convert(a.ptrs[a.in.inputs[0]], a.p.value(a.in.inputs[0]).dtype,
-                   a.ptrs[a.in.outputs[0]], a.in.attrs.dtype, a.numel(0));
-         },
+            convert(a.ptrs[a.in.inputs[0]], a.p.value(a.in.inputs[0]).dtype,
+                    a.ptrs[a.in.outputs[0]], a.in.attrs.dtype, a.numel(0));
+          },
           true}},
         {OpKind::kConstraint,
          {[](A a) {  // an identity on one device; usually the same buffer
-           copy_if_distinct(a.ptrs[a.in.outputs[0]], a.ptrs[a.in.inputs[0]],
-                            a.p.value(a.in.inputs[0]).bytes());
-         },
+            copy_if_distinct(a.ptrs[a.in.outputs[0]], a.ptrs[a.in.inputs[0]],
+                             a.p.value(a.in.inputs[0]).bytes());
+          },
           true}},
-        {OpKind::kSoftmaxCrossEntropy,
-         {[](A a) {
+        {OpKind::kSoftmaxCrossEntropy, {[](A a) {
            const int64_t V = a.last_dim(0);
-           kern::softmax_cross_entropy_forward(a.f(0), a.ids(1), a.out(0), a.out(1),
-                                               a.numel(0) / V, V);
+           kern::softmax_cross_entropy_forward(a.f(0), a.ids(1), a.out(0), a.out(1), a.numel(0) / V,
+                                               V);
          }}},
         {OpKind::kMaskedMeanLoss, {run_masked_mean_loss}},
         {OpKind::kEmbedLookupGrad,
@@ -313,31 +297,26 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
            kern::embed_lookup_grad(a.ids(0), a.f(1), a.out(0), a.numel(0), a.in.attrs.depth, E,
                                    offset_input(a, 2));
          }}},
-        {OpKind::kRmsNormGrad,
-         {[](A a) {
+        {OpKind::kRmsNormGrad, {[](A a) {
            const int64_t E = a.last_dim(0);
            kern::rmsnorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.out(0), a.out(1),
                                   a.numel(0) / E, E);
          }}},
-        {OpKind::kAttentionGrad,
-         {[](A a) {
+        {OpKind::kAttentionGrad, {[](A a) {
            const Shape& q = a.shape(0);
            kern::attention_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0),
                                     a.out(1), a.out(2), q[0], q[1], q[2], q[3],
                                     static_cast<float>(a.in.attrs.scale));
          }}},
-        {OpKind::kRepeatKvGrad,
-         {[](A a) {
+        {OpKind::kRepeatKvGrad, {[](A a) {
            const Shape& dy = a.shape(0);
            const int64_t R = a.in.attrs.size;
            kern::repeat_kv_grad(a.f(0), a.out(0), dy[0] * dy[1], dy[2] / R, dy[3], R);
          }}},
-        {OpKind::kSwigluGrad,
-         {[](A a) {
+        {OpKind::kSwigluGrad, {[](A a) {
            kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), a.numel(0));
          }}},
-        {OpKind::kSoftmaxCrossEntropyGrad,
-         {[](A a) {
+        {OpKind::kSoftmaxCrossEntropyGrad, {[](A a) {
            const int64_t V = a.last_dim(0);
            kern::softmax_cross_entropy_backward(a.f(0), a.ids(1), a.f(2), a.f(3), a.out(0),
                                                 a.numel(0) / V, V, offset_input(a, 4));
@@ -345,19 +324,15 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kMaskedMeanLossGrad, {run_masked_mean_loss_grad}},
         {OpKind::kSumSquares,
          {[](A a) { *a.out(0) = static_cast<float>(kern::sum_squares(a.f(0), a.numel(0))); }}},
-        {OpKind::kGlobalNorm,
-         {[](A a) {
+        {OpKind::kGlobalNorm, {[](A a) {
            double s = 0;
            for (size_t i = 0; i < a.in.inputs.size(); ++i) s += a.scalar(i);
            *a.out(0) = static_cast<float>(std::sqrt(s));
          }}},
-        {OpKind::kClipFactor,
-         {[](A a) {
-           *a.out(0) =
-               static_cast<float>(ref::clip_factor(a.scalar(0), a.in.attrs.clip_threshold));
+        {OpKind::kClipFactor, {[](A a) {
+           *a.out(0) = static_cast<float>(ref::clip_factor(a.scalar(0), a.in.attrs.clip_threshold));
          }}},
-        {OpKind::kLearningRate,
-         {[](A a) {
+        {OpKind::kLearningRate, {[](A a) {
            const OpAttrs& at = a.in.attrs;
            *a.out(0) = static_cast<float>(ref::learning_rate_at(
                *a.ids(0), at.learning_rate, at.warmup_steps, at.cos_steps, at.final_fraction));
@@ -365,16 +340,14 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kAdamW, {run_adamw}},
         {OpKind::kIncrement,
          {[](A a) { *static_cast<int32_t*>(a.ptrs[a.in.outputs[0]]) = *a.ids(0) + 1; }}},
-        {OpKind::kSafeDivide,
-         {[](A a) {
-           *a.out(0) =
-               static_cast<float>(static_cast<double>(a.scalar(0)) / (a.scalar(1) + 1e-8));
+        {OpKind::kSafeDivide, {[](A a) {
+           *a.out(0) = static_cast<float>(static_cast<double>(a.scalar(0)) / (a.scalar(1) + 1e-8));
          }}},
         {OpKind::kReshape,
          {[](A a) {
-           const Bytes b(a);
-           copy_if_distinct(b.y, b.x, b.xv.bytes());
-         },
+            const Bytes b(a);
+            copy_if_distinct(b.y, b.x, b.xv.bytes());
+          },
           true}},
         {OpKind::kSlice, {run_rows, true}},
         {OpKind::kPad, {run_rows, true}},
@@ -398,9 +371,10 @@ Status check_executable_dtypes(const Program& p) {
     const Instr& in = p.instrs()[i];
     if (kKernels[op_index(in.kind)].any_dtype) continue;
     if (in.attrs.vmap > 0)
-      return unimplemented("executor: instruction {} ({}) is vmapped over {}: only partitioned "
-                           "programs (the stage axis) run vmapped ops",
-                           i, op_name(in.kind), in.attrs.vmap);
+      return unimplemented(
+          "executor: instruction {} ({}) is vmapped over {}: only partitioned "
+          "programs (the stage axis) run vmapped ops",
+          i, op_name(in.kind), in.attrs.vmap);
     for (size_t k = 0; k < in.inputs.size(); ++k) {
       const DType have = p.value(in.inputs[k]).dtype;
       const DType want = is_int_input(in.kind, k) ? DType::kI32 : DType::kF32;
@@ -412,6 +386,13 @@ Status check_executable_dtypes(const Program& p) {
     }
   }
   return ok_status();
+}
+
+// kAxisIndex: the device's rank along `axes` (major to minor; collectives' member order),
+// arithmetically from the row-major device id (no allocation).
+int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::string>& axes) {
+  if (mesh == nullptr) return 0;
+  return AxesGroup(*mesh, axes).rank(device);
 }
 
 void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh* mesh,

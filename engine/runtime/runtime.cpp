@@ -199,40 +199,39 @@ bool attention_scratch(const Instr&, const Shape& x, kern::ScratchNeeds& k) {
 }
 
 constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
-    {
-        {OpKind::kAttention, attention_scratch},
-        {OpKind::kAttentionGrad, attention_scratch},
-        {OpKind::kRmsNormGrad,
-         [](const Instr&, const Shape& x, kern::ScratchNeeds& k) {
-           k.rmsnorm_rows = x.prod(0, x.rank() - 1);
-           k.rmsnorm_width = x.dim(-1);
-           return true;
-         }},
-        {OpKind::kRope,
-         [](const Instr& in, const Shape& x, kern::ScratchNeeds& k) {
-           k.rope_positions = x[1];
-           k.rope_dim = x[3];
-           k.rope_min_timescale = static_cast<float>(in.attrs.min_timescale);
-           k.rope_max_timescale = static_cast<float>(in.attrs.max_timescale);
-           return true;
-         }},
+    {{OpKind::kAttention, attention_scratch},
+     {OpKind::kAttentionGrad, attention_scratch},
+     {OpKind::kRmsNormGrad,
+      [](const Instr&, const Shape& x, kern::ScratchNeeds& k) {
+        k.rmsnorm_rows = x.prod(0, x.rank() - 1);
+        k.rmsnorm_width = x.dim(-1);
+        return true;
+      }},
+     {OpKind::kRope,
+      [](const Instr& in, const Shape& x, kern::ScratchNeeds& k) {
+        k.rope_positions = x[1];
+        k.rope_dim = x[3];
+        k.rope_min_timescale = static_cast<float>(in.attrs.min_timescale);
+        k.rope_max_timescale = static_cast<float>(in.attrs.max_timescale);
+        return true;
+      }},
 #define ENG_NO_SCRATCH(kind) {OpKind::kind, no_scratch},
-        // sum / sum_squares scratch comes from the largest value (scratch_needs below).
-        ENG_NO_SCRATCH(kEmbedLookup) ENG_NO_SCRATCH(kOneHot) ENG_NO_SCRATCH(kMatmul)
-        ENG_NO_SCRATCH(kRmsNorm) ENG_NO_SCRATCH(kSwiglu) ENG_NO_SCRATCH(kAdd)
-        ENG_NO_SCRATCH(kMul) ENG_NO_SCRATCH(kScale) ENG_NO_SCRATCH(kConvert)
-        ENG_NO_SCRATCH(kConstraint) ENG_NO_SCRATCH(kSoftmaxCrossEntropy)
-        ENG_NO_SCRATCH(kMaskedMeanLoss) ENG_NO_SCRATCH(kEmbedLookupGrad)
-        ENG_NO_SCRATCH(kSwigluGrad) ENG_NO_SCRATCH(kSoftmaxCrossEntropyGrad)
-        ENG_NO_SCRATCH(kMaskedMeanLossGrad) ENG_NO_SCRATCH(kSumSquares)
-        ENG_NO_SCRATCH(kGlobalNorm) ENG_NO_SCRATCH(kClipFactor) ENG_NO_SCRATCH(kLearningRate)
-        ENG_NO_SCRATCH(kAdamW) ENG_NO_SCRATCH(kIncrement) ENG_NO_SCRATCH(kAllGather)
-        ENG_NO_SCRATCH(kReduceScatter) ENG_NO_SCRATCH(kAllReduce) ENG_NO_SCRATCH(kAllToAll)
-        ENG_NO_SCRATCH(kCollectivePermute) ENG_NO_SCRATCH(kDynamicSlice)
-        ENG_NO_SCRATCH(kSafeDivide) ENG_NO_SCRATCH(kReshape) ENG_NO_SCRATCH(kSlice)
-        ENG_NO_SCRATCH(kPad) ENG_NO_SCRATCH(kConcat) ENG_NO_SCRATCH(kShift)
-        ENG_NO_SCRATCH(kAxisIndex) ENG_NO_SCRATCH(kVocabMax) ENG_NO_SCRATCH(kVocabStats)
-        ENG_NO_SCRATCH(kXentFromStats) ENG_NO_SCRATCH(kRepeatKv) ENG_NO_SCRATCH(kRepeatKvGrad)
+     // sum / sum_squares scratch comes from the largest value (scratch_needs below).
+     ENG_NO_SCRATCH(kEmbedLookup) ENG_NO_SCRATCH(kOneHot) ENG_NO_SCRATCH(kMatmul) ENG_NO_SCRATCH(
+         kRmsNorm) ENG_NO_SCRATCH(kSwiglu) ENG_NO_SCRATCH(kAdd) ENG_NO_SCRATCH(kMul)
+         ENG_NO_SCRATCH(kScale) ENG_NO_SCRATCH(kConvert) ENG_NO_SCRATCH(kConstraint) ENG_NO_SCRATCH(
+             kSoftmaxCrossEntropy) ENG_NO_SCRATCH(kMaskedMeanLoss) ENG_NO_SCRATCH(kEmbedLookupGrad)
+             ENG_NO_SCRATCH(kSwigluGrad) ENG_NO_SCRATCH(kSoftmaxCrossEntropyGrad) ENG_NO_SCRATCH(
+                 kMaskedMeanLossGrad) ENG_NO_SCRATCH(kSumSquares) ENG_NO_SCRATCH(kGlobalNorm)
+                 ENG_NO_SCRATCH(kClipFactor) ENG_NO_SCRATCH(kLearningRate) ENG_NO_SCRATCH(
+                     kAdamW) ENG_NO_SCRATCH(kIncrement) ENG_NO_SCRATCH(kAllGather)
+                     ENG_NO_SCRATCH(kReduceScatter) ENG_NO_SCRATCH(kAllReduce) ENG_NO_SCRATCH(
+                         kAllToAll) ENG_NO_SCRATCH(kCollectivePermute) ENG_NO_SCRATCH(kDynamicSlice)
+                         ENG_NO_SCRATCH(kSafeDivide) ENG_NO_SCRATCH(kReshape) ENG_NO_SCRATCH(kSlice)
+                             ENG_NO_SCRATCH(kPad) ENG_NO_SCRATCH(kConcat) ENG_NO_SCRATCH(kShift)
+                                 ENG_NO_SCRATCH(kAxisIndex) ENG_NO_SCRATCH(kVocabMax)
+                                     ENG_NO_SCRATCH(kVocabStats) ENG_NO_SCRATCH(kXentFromStats)
+                                         ENG_NO_SCRATCH(kRepeatKv) ENG_NO_SCRATCH(kRepeatKvGrad)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

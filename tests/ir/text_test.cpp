@@ -81,5 +81,26 @@ TEST(TextTest, FingerprintCoversUnprintedMatmulAttributes) {
   EXPECT_EQ(plain.fingerprint(), trace({}, false).fingerprint());
 }
 
+// The model, not the builder, names logical axes: one_hot's depth dim, repeat_kv's heads dim
+// and the vmapped leading dim take the names the caller gives (engine/model/llama.cpp,
+// pipeline.cpp pass MaxText's "vocab", "activation_heads", "activation_stage").
+TEST(TextTest, BuilderTakesLogicalNamesFromTheModel) {
+  Builder b("names");
+  ValueId ids = b.argument("ids", Shape{2, 3}, DType::kI32, {"batch", "length"}, ArgRole::kBatch);
+  ValueId x = b.argument("x", Shape{2, 3, 2, 4}, DType::kF32, {"batch", "length", "kv", ""},
+                         ArgRole::kBatch);
+  EXPECT_EQ(b.info(b.one_hot(ids, 5, "vocab")).logical,
+            (std::vector<std::string>{"batch", "length", "vocab"}));
+  EXPECT_EQ(b.info(b.one_hot(ids, 5)).logical, (std::vector<std::string>{"batch", "length", ""}));
+  EXPECT_EQ(b.info(b.repeat_kv(x, 2, "heads")).logical,
+            (std::vector<std::string>{"batch", "length", "heads", ""}));
+  EXPECT_EQ(b.info(b.repeat_kv(x, 2)).logical, b.info(x).logical);
+  b.set_vmap_logical("stage");
+  b.set_vmap(2);
+  EXPECT_EQ(b.info(b.scale(x, 2.0)).logical,
+            (std::vector<std::string>{"stage", "length", "kv", ""}));
+  b.set_vmap(0);
+}
+
 }  // namespace
 }  // namespace eng

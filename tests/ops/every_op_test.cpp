@@ -1,0 +1,441 @@
+// tests/ops/every_op_test.cpp: every OpKind, one test each (ggml's test-backend-ops): random
+// shapes and values; the executor (through compile + Runtime on one device) equals the
+// reference interpreter; the VJP equals central finite differences in double (differentiable
+// ops); every instruction's cost is non-negative; sharded runs on 2 devices (data=2) and 4
+// devices (data=2 x tensor=2) equal the interpreter's one-device result.
+//
+// Per-device ops (collectives, axis_index, safe_divide, the vocab-parallel ops) cannot appear
+// in a global program: each is checked through a global program whose partitioned form
+// contains it, run sharded against the one-device reference. An op with neither a global case
+// nor such a program fails its test, so adding an op without adding its check fails here.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/compile/executable.h"
+#include "engine/compile/spmd.h"
+#include "engine/runtime/runtime.h"
+#include "tests/common/mesh_helpers.h"
+#include "tests/ir/grad_check.h"
+#include "tests/runtime/runtime_harness.h"
+
+namespace eng {
+namespace {
+
+// Dims of one case; every dim a 4-device mesh may shard (B, H, E, F) is even.
+struct Sizes {
+  int64_t B, T, H, D, E, V, F;
+};
+
+// Random sizes for the forward and sharded runs (fixed seed per op).
+Sizes random_sizes(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::vector<int64_t> v) { return v[rng() % v.size()]; };
+  return {pick({2, 4}), pick({3, 4, 5}), pick({2, 4}), pick({2, 4}),
+          pick({4, 6}), pick({5, 7}),    pick({4, 8})};
+}
+
+// The sizes of tests/ir/grad_check.h, which the finite-difference loss head assumes.
+constexpr Sizes kGradSizes{irtest::kB, irtest::kT, irtest::kH, irtest::kD,
+                           irtest::kE, irtest::kV, irtest::kF};
+
+using Names = std::vector<std::string>;
+const Names kBTE = {"activation_batch", "activation_length", "activation_embed"};
+const Names kBTHD = {"activation_batch", "activation_length", "activation_heads", ""};
+
+// Arguments: kParam with explicit logical names, so a test mesh shards exactly those dims.
+ValueId arg(Builder& b, const std::string& name, Shape s, Names logical = {},
+            DType dtype = DType::kF32) {
+  if (logical.empty()) logical.assign(s.rank(), "");
+  if (!logical.empty() && logical[0] == "B") logical[0] = "activation_batch";
+  return b.argument(name, std::move(s), dtype, std::move(logical), ArgRole::kParam);
+}
+ValueId act(Builder& b, const std::string& name, Shape s) {  // (B, ...) batch-sharded
+  Names l(s.rank(), "");
+  l[0] = "activation_batch";
+  return arg(b, name, std::move(s), l);
+}
+ValueId ids(Builder& b, const Sizes& z, const std::string& name = "ids") {
+  return arg(b, name, Shape{z.B, z.T}, {"activation_batch", ""}, DType::kI32);
+}
+
+// A global case: emits the op from fresh arguments and returns the values to output; float
+// arguments to differentiate go onto wrt. Differentiable cases return the op's result first.
+using Build = std::function<std::vector<ValueId>(Builder&, const Sizes&, std::vector<ValueId>&)>;
+struct Case {
+  Build build;
+  bool differentiable = false;
+};
+
+std::vector<ValueId> wrt_all(std::vector<ValueId>& wrt, std::vector<ValueId> xs) {
+  wrt.insert(wrt.end(), xs.begin(), xs.end());
+  return xs;
+}
+
+using V = std::vector<ValueId>;
+using K = OpKind;
+
+// The backward ops (fed arbitrary values: each is checked as a function of its inputs).
+void add_backward_cases(std::map<OpKind, Case>& c) {
+  c[K::kEmbedLookupGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    OpAttrs a;
+    a.depth = z.V;
+    return b.emit(K::kEmbedLookupGrad, {ids(b, z), act(b, "dy", Shape{z.B, z.T, z.E})}, a);
+  }};
+  c[K::kRmsNormGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    return b.emit(K::kRmsNormGrad,
+                  {act(b, "x", Shape{z.B, z.T, z.E}), arg(b, "norm_scale", Shape{z.E}),
+                   act(b, "norm_rstd", Shape{z.B * z.T}), act(b, "dy", Shape{z.B, z.T, z.E})});
+  }};
+  c[K::kAttentionGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    const Shape s{z.B, z.T, z.H, z.D};
+    OpAttrs a;
+    a.scale = 0.5;
+    return b.emit(
+        K::kAttentionGrad,
+        {arg(b, "q", s, kBTHD), arg(b, "k", s, kBTHD), arg(b, "v", s, kBTHD), arg(b, "o", s, kBTHD),
+         arg(b, "lse", Shape{z.B, z.H, z.T}, {"B", "activation_heads", ""}),
+         arg(b, "do", s, kBTHD)},
+        a);
+  }};
+  c[K::kSwigluGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    const Shape s{z.B, z.T, z.F};
+    return b.emit(K::kSwigluGrad, {act(b, "g", s), act(b, "u", s), act(b, "dy", s)});
+  }};
+  c[K::kSoftmaxCrossEntropyGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    return b.emit(K::kSoftmaxCrossEntropyGrad,
+                  {act(b, "logits", Shape{z.B, z.T, z.V}), ids(b, z, "targets"),
+                   act(b, "lse", Shape{z.B, z.T}), act(b, "dxent", Shape{z.B, z.T})});
+  }};
+  c[K::kMaskedMeanLossGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    return b.emit(
+        K::kMaskedMeanLossGrad,
+        {ids(b, z, "segmentation"), arg(b, "norm_weights", Shape{}), arg(b, "dloss", Shape{})});
+  }};
+  c[K::kRepeatKvGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    OpAttrs a;
+    a.size = 2;
+    return b.emit(K::kRepeatKvGrad, {arg(b, "dy", Shape{z.B, z.T, 2 * z.H, z.D}, kBTHD)}, a);
+  }};
+  c[K::kGeluGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    const Shape s{z.B, z.T, z.E};
+    return b.emit(K::kGeluGrad, {act(b, "x", s), act(b, "dy", s)});
+  }};
+}
+
+// Optimizer and metric ops (scalars replicated).
+void add_optimizer_cases(std::map<OpKind, Case>& c) {
+  auto norms = [](Builder& b, const Sizes& z) {
+    return b.global_norm({b.sum_squares(act(b, "x", Shape{z.B, z.T, z.E})),
+                          b.sum_squares(arg(b, "w", Shape{z.E, z.F}, {"embed", "mlp"}))});
+  };
+  c[K::kSumSquares] = {[](Builder& b, const Sizes& z, V&) -> V {
+    return {b.sum_squares(act(b, "x", Shape{z.B, z.T, z.E}))};
+  }};
+  c[K::kGlobalNorm] = {[norms](Builder& b, const Sizes& z, V&) -> V { return {norms(b, z)}; }};
+  c[K::kClipFactor] = {
+      [norms](Builder& b, const Sizes& z, V&) -> V { return {b.clip_factor(norms(b, z), 1.0)}; }};
+  c[K::kLearningRate] = {[](Builder& b, const Sizes&, V&) -> V {
+    ValueId step = b.argument("step", Shape{}, DType::kI32, {}, ArgRole::kStep);
+    return {b.learning_rate(step, 1e-3, 3, 10, 0.1)};
+  }};
+  c[K::kIncrement] = {[](Builder& b, const Sizes&, V&) -> V {
+    return {b.increment(b.argument("step", Shape{}, DType::kI32, {}, ArgRole::kStep))};
+  }};
+  c[K::kAdamW] = {[](Builder& b, const Sizes& z, V&) -> V {
+    const Shape s{z.E, z.F};
+    const Names l{"embed", "mlp"};
+    auto o =
+        b.adamw(arg(b, "param", s, l), arg(b, "grad", s, l), arg(b, "mu", s, l),
+                arg(b, "nu_norm", s, l), arg(b, "lr", Shape{}), arg(b, "clip", Shape{}),
+                b.argument("step", Shape{}, DType::kI32, {}, ArgRole::kStep), 0.9, 0.95, 1e-8, 0.1);
+    return {o[0], o[1], o[2]};
+  }};
+}
+
+// Data movement, repeat_kv and gelu: differentiable, checked through their VJPs.
+void add_data_movement_cases(std::map<OpKind, Case>& c) {
+  auto one = [](std::function<ValueId(Builder&, const Sizes&, ValueId)> f, bool heads = false) {
+    return Case{[f, heads](Builder& b, const Sizes& z, V& w) -> V {
+                  ValueId x = heads ? arg(b, "x", Shape{z.B, z.T, z.H, z.D}, kBTHD)
+                                    : act(b, "x", Shape{z.B, z.T, z.E});
+                  w.push_back(x);
+                  return {f(b, z, x)};
+                },
+                true};
+  };
+  c[K::kReshape] = one([](Builder& b, const Sizes& z, ValueId x) {
+    return b.reshape(x, Shape{z.B, z.T, 2, z.E / 2});
+  });
+  c[K::kSlice] =
+      one([](Builder& b, const Sizes& z, ValueId x) { return b.slice(x, 2, 1, z.E - 2); });
+  c[K::kPad] = one([](Builder& b, const Sizes& z, ValueId x) { return b.pad(x, 2, 1, z.E + 3); });
+  c[K::kShift] = one([](Builder& b, const Sizes&, ValueId x) { return b.shift(x, 1, 1); });
+  c[K::kRepeatKv] =
+      one([](Builder& b, const Sizes&, ValueId x) { return b.repeat_kv(x, 2); }, true);
+  c[K::kGelu] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kGelu, {x})[0]; });
+  c[K::kConcat] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), act(b, "y", Shape{z.B, z.T, 2})});
+        return {b.concat(x, 2)};
+      },
+      true};
+}
+
+std::map<OpKind, Case> forward_cases() {
+  using K = OpKind;
+  using V = std::vector<ValueId>;
+  std::map<OpKind, Case> c;
+  c[K::kEmbedLookup] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                          ValueId t = wrt_all(w, {arg(b, "table", Shape{z.V, z.E})})[0];
+                          return {b.embed_lookup(t, ids(b, z))};
+                        },
+                        true};
+  c[K::kOneHot] = {[](Builder& b, const Sizes& z, V&) -> V { return {b.one_hot(ids(b, z), z.V)}; }};
+  c[K::kMatmul] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                     auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}),
+                                          arg(b, "w", Shape{z.E, z.F}, {"embed", "mlp"})});
+                     return {b.matmul(x[0], x[1], 2, 1)};
+                   },
+                   true};
+  c[K::kRmsNorm] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), arg(b, "norm_scale", Shape{z.E})});
+        auto [y, rstd] = b.rmsnorm(x[0], x[1], 1e-5);
+        return {y, rstd};
+      },
+      true};
+  c[K::kRope] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                   ValueId x = wrt_all(w, {arg(b, "x", Shape{z.B, z.T, z.H, z.D}, kBTHD)})[0];
+                   return {b.rope(x, ids(b, z, "positions"), 1.0, 10000.0)};
+                 },
+                 true};
+  c[K::kAttention] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        const Shape s{z.B, z.T, z.H, z.D};
+        auto x = wrt_all(w, {arg(b, "q", s, kBTHD), arg(b, "k", s, kBTHD), arg(b, "v", s, kBTHD)});
+        auto [o, lse] = b.attention(x[0], x[1], x[2], 0.5);
+        return {o, lse};
+      },
+      true};
+  auto binary = [](ValueId (Builder::*op)(ValueId, ValueId)) {
+    return Case{[op](Builder& b, const Sizes& z, V& w) -> V {
+                  auto x = wrt_all(
+                      w, {act(b, "a", Shape{z.B, z.T, z.F}), act(b, "b", Shape{z.B, z.T, z.F})});
+                  return {(b.*op)(x[0], x[1])};
+                },
+                true};
+  };
+  c[K::kSwiglu] = binary(&Builder::swiglu);
+  c[K::kAdd] = binary(&Builder::add);
+  c[K::kMul] = binary(&Builder::mul);
+  c[K::kScale] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                    return {b.scale(wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0], -1.5)};
+                  },
+                  true};
+  c[K::kConvert] = {[](Builder& b, const Sizes& z, V& w) -> V {  // f32 -> f32 (the VJP), -> bf16
+                      ValueId x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0];
+                      return {b.convert(x, DType::kF32), b.convert(x, DType::kBF16)};
+                    },
+                    true};
+  c[K::kConstraint] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        return {b.constraint(wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0], kBTE)};
+      },
+      true};
+  c[K::kSoftmaxCrossEntropy] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        ValueId l = wrt_all(w, {act(b, "logits", Shape{z.B, z.T, z.V})})[0];
+        auto [xent, lse] = b.softmax_cross_entropy(l, ids(b, z, "targets"));
+        return {xent, lse};
+      },
+      true};
+  c[K::kMaskedMeanLoss] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                             ValueId x = wrt_all(w, {act(b, "xent", Shape{z.B, z.T})})[0];
+                             auto [loss, weights] =
+                                 b.masked_mean_loss(x, ids(b, z, "segmentation"));
+                             return {loss, weights};
+                           },
+                           true};
+  add_backward_cases(c);
+  add_optimizer_cases(c);
+  add_data_movement_cases(c);
+  return c;
+}
+
+// ---- per-device ops: global programs whose partitioned forms contain them ----------------
+
+// Each builds a global program (outputs included); the 4-device mesh partitions it.
+std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
+  return {
+      // matmuls contracting over the tensor-sharded mlp dim: partial sums, all_reduce;
+      // the constraint puts the partial sum on tensor along E: reduce_scatter.
+      [](Builder& b, const Sizes& z) {
+        ValueId x = act(b, "x", Shape{z.B, z.T, z.E});
+        ValueId h = b.matmul(x, arg(b, "w1", Shape{z.E, z.F}, {"embed", "mlp"}), 2, 1);
+        ValueId y = b.matmul(h, arg(b, "w2", Shape{z.F, z.E}, {"mlp", "embed"}), 2, 1);
+        b.output(b.swiglu(y, y), "full");
+        b.output(
+            b.constraint(b.matmul(h, arg(b, "w3", Shape{z.F, z.E}, {"mlp", "embed"}), 2, 1), kBTE),
+            "scattered");
+      },
+      // vocab-parallel cross-entropy (logits split over tensor along V): axis_index,
+      // vocab_max, vocab_stats, xent_from_stats; the masked mean over a split batch: safe_divide.
+      [](Builder& b, const Sizes& z) {
+        ValueId x = act(b, "x", Shape{z.B, z.T, z.E});
+        ValueId head = arg(b, "head", Shape{z.E, 2 * z.F}, {"embed", "vocab"});
+        ValueId logits = b.matmul(x, head, 2, 1, false, false,
+                                  {"activation_batch", "activation_length", "activation_vocab"});
+        auto [xent, lse] = b.softmax_cross_entropy(logits, ids(b, z, "targets"));
+        b.output(b.masked_mean_loss(xent, ids(b, z, "segmentation")).first, "loss");
+        b.output(lse, "lse");
+      },
+      // layout changes: E split over data (dynamic_slice from replicated), batch -> E over
+      // data (all_to_all), back to replicated (all_gather); a shift along the split batch
+      // (collective_permute).
+      [](Builder& b, const Sizes& z) {
+        ValueId x = act(b, "x", Shape{z.B, z.T, z.E});
+        ValueId r = arg(b, "r", Shape{z.B, z.T, z.E});
+        b.output(b.constraint(r, {"", "", "activation_batch"}), "sliced");
+        ValueId moved = b.constraint(x, {"", "", "activation_batch"});
+        b.output(b.constraint(b.scale(moved, 2.0), {"", "", ""}), "gathered");
+        b.output(b.shift(x, 0, 1), "shifted");
+      },
+  };
+}
+
+// ---- the checks ----------------------------------------------------------------------------
+
+Mesh mesh2() { return testing::make_mesh({"data"}, {2}); }
+Mesh mesh4() { return testing::make_mesh({"data", "tensor"}, {2, 2}); }
+
+bool contains_op(const Program& p, OpKind kind) {
+  for (const Instr& in : p.instrs())
+    if (in.kind == kind) return true;
+  return false;
+}
+
+// Runs p on `mesh` (arguments placed as compiled) and returns every output on the host.
+std::vector<std::vector<double>> run_on(const Program& p, const std::vector<HostTensor>& args,
+                                        const Mesh& mesh, const Executable** exe_out = nullptr) {
+  static std::vector<std::shared_ptr<const Executable>> keep;  // exe_out stays valid
+  auto exe = compile(p, mesh, CompileOptions{});
+  EXPECT_TRUE(exe.ok()) << exe.status().message();
+  if (!exe.ok()) return {};
+  keep.push_back(*exe);
+  if (exe_out) *exe_out = exe->get();
+  Runtime rt(mesh);
+  std::vector<Array> arrays;
+  for (size_t k = 0; k < args.size(); ++k)
+    arrays.push_back(testing::put_host(rt, args[k], (*exe)->argument_sharding(static_cast<int>(k)),
+                                       p.value(p.args()[k].value).name));
+  std::vector<Array*> ptrs;
+  for (Array& a : arrays) ptrs.push_back(&a);
+  std::vector<Array> outs;
+  Status s = rt.execute(**exe, ptrs, outs);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::vector<std::vector<double>> host;
+  if (!s.ok()) return host;
+  for (size_t j = 0; j < p.outputs().size(); ++j)
+    host.push_back(testing::fetch_host(rt, testing::output_array(p, j, arrays, outs)));
+  return host;
+}
+
+// Cost of every instruction of the global and per-device programs is finite and >= 0.
+void expect_costs_valid(const Program& p) {
+  for (const Instr& in : p.instrs()) {
+    const double f = instr_flops(p, in), b = instr_bytes_accessed(p, in);
+    EXPECT_TRUE(f >= 0 && std::isfinite(f)) << op_name(in.kind) << " flops " << f;
+    EXPECT_TRUE(b >= 0 && std::isfinite(b)) << op_name(in.kind) << " bytes " << b;
+    if (is_collective(in.kind)) {
+      EXPECT_GE(collective_bytes_received(p, in), 0) << op_name(in.kind);
+    }
+  }
+}
+
+// One device (the executor), 2 and 4 devices: each equals the interpreter.
+void expect_runs_match(const Program& p, const std::vector<HostTensor>& args, OpKind kind,
+                       bool want_in_local) {
+  auto want = interpret(p, args);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  expect_costs_valid(p);
+  bool seen = false;
+  for (const Mesh& mesh : {Mesh(), mesh2(), mesh4()}) {
+    const Executable* exe = nullptr;
+    auto got = run_on(p, args, mesh, &exe);
+    ASSERT_EQ(got.size(), p.outputs().size()) << mesh.to_string();
+    for (size_t j = 0; j < got.size(); ++j)
+      testing::expect_close(got[j], (*want)[j].data, 1e-4, 1e-5,
+                            fmt::format("{} on {}: output {} '{}'", op_name(kind), mesh.to_string(),
+                                        j, p.outputs()[j].name));
+    expect_costs_valid(exe->program());
+    seen = seen || contains_op(exe->program(), kind);
+  }
+  if (want_in_local) {
+    EXPECT_TRUE(seen) << op_name(kind) << ": no partitioned program has it";
+  }
+}
+
+// The loss the VJP check differentiates: y itself (a scalar), a masked mean (B, T), or the
+// cross-entropy head of tests/ir/grad_check.h (B, T, ...).
+ValueId loss_of(Builder& b, ValueId y) {
+  const int r = b.info(y).shape.rank();
+  if (r == 0) return y;
+  if (r == 2) {
+    ValueId seg =
+        b.argument("segmentation", Shape{irtest::kB, irtest::kT}, DType::kI32, {}, ArgRole::kBatch);
+    return b.masked_mean_loss(y, seg).first;
+  }
+  return irtest::cross_entropy_head(b, y);
+}
+
+class EveryOp : public ::testing::TestWithParam<int> {};
+
+TEST_P(EveryOp, MatchesReferenceGradientsCostAndShardedRuns) {
+  const OpKind kind = static_cast<OpKind>(GetParam());
+  static const std::map<OpKind, Case> cases = forward_cases();
+  const auto it = cases.find(kind);
+  if (it == cases.end()) {  // a per-device op: find a global program that partitions into it
+    for (const auto& build : per_device_programs()) {
+      Builder b("per_device");
+      build(b, Sizes{2, 4, 2, 4, 4, 5, 4});
+      const Program p = std::move(b).finish();
+      auto exe = compile(p, mesh4(), CompileOptions{});
+      ASSERT_TRUE(exe.ok()) << exe.status().message();
+      if (!contains_op((*exe)->program(), kind)) continue;
+      expect_runs_match(p, irtest::make_args(p, 7), kind, true);
+      return;
+    }
+    FAIL() << op_name(kind) << " has no check: add a case to forward_cases() (a global op) or "
+           << "a program to per_device_programs() whose partitioned form contains it";
+  }
+  const Case& c = it->second;
+  const Sizes z = random_sizes(1000 + GetParam());
+  Builder b(std::string(op_name(kind)));
+  std::vector<ValueId> wrt;
+  const std::vector<ValueId> outs = c.build(b, z, wrt);
+  for (size_t j = 0; j < outs.size(); ++j) b.output(outs[j], fmt::format("out{}", j));
+  const Program p = std::move(b).finish();
+  ASSERT_TRUE(contains_op(p, kind)) << op_name(kind) << "'s case does not emit it";
+  expect_runs_match(p, irtest::make_args(p, 11), kind, false);
+  if (!c.differentiable) return;
+  irtest::expect_gradients_match(
+      [&](Builder& gb, std::vector<ValueId>& gw) {
+        std::vector<ValueId> xs = c.build(gb, kGradSizes, gw);
+        return loss_of(gb, xs[0]);
+      },
+      0, 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::Range(0, kNumOps),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(op_name(static_cast<OpKind>(info.param)));
+                         });
+
+}  // namespace
+}  // namespace eng
