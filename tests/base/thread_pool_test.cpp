@@ -34,7 +34,9 @@ TEST(ThreadPool, ParallelForCoversTheRangeOnce) {
         for (int64_t i = lo; i < hi; ++i) hits[i].fetch_add(1);
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " " << grain;
-      if (grain >= n) EXPECT_EQ(calls.load(), 1) << "a range below the grain runs as one call";
+      if (grain >= n) {
+        EXPECT_EQ(calls.load(), 1) << "a range below the grain runs as one call";
+      }
     }
   parallel_for(0, 1, [&](int64_t, int64_t) { FAIL() << "empty range must not call"; });
 }
