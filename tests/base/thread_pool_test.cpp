@@ -92,5 +92,20 @@ TEST(ThreadPool, IdleWorkersSleepAndWakeUp) {
   EXPECT_EQ(n.load(), 8);
 }
 
+// Issue 16 item 12: a worker that joins the empty generation run_on_every_thread leaves
+// behind, in a pool that never ran a task (task_ still null), must not touch the task
+// (UBSan reported a reference bound to null in drain()).
+TEST(ThreadPool, EveryThreadJobBeforeAnyTaskJob) {
+  for (int round = 0; round < 50; ++round) {
+    ThreadPool pool(3);
+    std::atomic<int> ran{0};
+    for (int j = 0; j < 20; ++j) pool.run_on_every_thread([&] { ran.fetch_add(1); });
+    EXPECT_EQ(ran.load(), 20 * 3);
+    std::atomic<int64_t> total{0};
+    pool.run(4, [&](int64_t i) { total.fetch_add(i); });
+    EXPECT_EQ(total.load(), 6);
+  }
+}
+
 }  // namespace
 }  // namespace eng
