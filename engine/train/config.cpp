@@ -1,6 +1,7 @@
 // engine/train/config.cpp: the key table, preset resolution, validation and did-you-mean.
 #include "engine/train/config.h"
 
+#include "engine/base/limits.h"
 #include "engine/base/text.h"
 
 #include <algorithm>
@@ -195,6 +196,8 @@ Status Config::set(std::string_view key, ConfigValue value) {
     double d = std::get<double>(value);
     if (d != std::floor(d))
       return invalid_argument("config: {} expects an integer, got {:g}", key, d);
+    if (std::fabs(d) > static_cast<double>(kMaxStep))  // the cast below would be undefined
+      return invalid_argument("config: {} expects an integer of at most 2^53, got {:g}", key, d);
     value = static_cast<int64_t>(d);
   }
   if (value.index() == 2 && !std::isfinite(std::get<double>(value)))
