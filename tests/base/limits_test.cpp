@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "engine/base/file.h"
+#include "engine/mesh/mesh.h"
+#include "engine/sharding/visualize.h"
 #include "engine/tensor/shape.h"
 
 namespace eng {
@@ -28,6 +30,21 @@ TEST(Limits, CheckedShapesRefuseOverflowingElementCounts) {
   Result<Shape> negative = Shape::checked({4, -1});
   ASSERT_FALSE(negative.ok());
   EXPECT_EQ(negative.status().message(), "shape (4, -1): dimension -1 is negative");
+}
+
+// Issue 16 item 2: a mesh of 10^18 devices allocated for 90 s, then threw bad_alloc;
+// sl.visualize of a 2^20 x 2^20 device grid did the same. Both meet the device limit first.
+TEST(Limits, MeshesOverTheDeviceLimitAreRefused) {
+  Result<Mesh> huge = Mesh::create({"data"}, {1000000000000000000});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().message(),
+            fmt::format("mesh: 1000000000000000000 devices, more than the {} this engine simulates",
+                        kMaxDevices));
+  EXPECT_FALSE(Mesh::create({"x", "y"}, {int64_t{1} << 20, int64_t{1} << 20}).ok());
+  EXPECT_FALSE(Mesh::from_parallelism({"data", "fsdp"}, {-1, 2}, int64_t{1} << 40).ok());
+  Result<Mesh> most = Mesh::create({"x", "y"}, {int64_t{1} << 8, int64_t{1} << 9});
+  ASSERT_TRUE(most.ok());
+  EXPECT_TRUE(visualize_sharding(Shape{1 << 8, 1 << 9}, NamedSharding{*most, PartitionSpec({{"x"}, {"y"}})}).ok());
 }
 
 TEST(LimitsDeathTest, NumelOfAnUncheckedOverflowingShapeAborts) {
