@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -92,6 +93,23 @@ Result<std::string> read_regular_file(const std::string& path, std::string_view 
   std::string out(static_cast<size_t>(f.size), '\0');
   ENG_RETURN_IF_ERROR(read_at(f, out.data(), f.size, 0, what, path));
   return out;
+}
+
+Status check_confined_name(std::string_view what, std::string_view name) {
+  if (!name.empty() && name.front() == '/')
+    return invalid_argument("{} '{}' is an absolute path; it must stay under its directory", what,
+                            name);
+  if (name.find('\0') != std::string_view::npos)
+    return invalid_argument("{} contains a NUL character", what);
+  size_t start = 0;
+  while (start <= name.size()) {
+    const size_t end = std::min(name.find('/', start), name.size());
+    if (name.substr(start, end - start) == "..")
+      return invalid_argument("{} '{}' contains '..'; it must stay under its directory", what,
+                              name);
+    start = end + 1;
+  }
+  return ok_status();
 }
 
 uint64_t random_u64() {

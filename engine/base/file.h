@@ -67,6 +67,10 @@ struct TempFile {
 };
 Result<TempFile> create_temp_file(const std::string& final_path, std::string_view what);
 
+// A name that stays under the directory it is joined to: relative, no ".." component, no NUL
+// (run_name under base_output_directory). Error: "<what> '<name>' ...".
+Status check_confined_name(std::string_view what, std::string_view name);
+
 // 64 random bits (getrandom; a clock and pid mix where it is unavailable).
 uint64_t random_u64();
 

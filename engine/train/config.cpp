@@ -1,6 +1,7 @@
 // engine/train/config.cpp: the key table, preset resolution, validation and did-you-mean.
 #include "engine/train/config.h"
 
+#include "engine/base/file.h"
 #include "engine/base/limits.h"
 #include "engine/base/text.h"
 
@@ -207,6 +208,8 @@ Status Config::set(std::string_view key, ConfigValue value) {
     return invalid_argument("config: {} expects {}, got {} ({})", key,
                             type_name(k->default_value), type_name(value),
                             config_value_string(value));
+  if (key == "run_name")  // checkpoints go to <base_output_directory>/<run_name>: stay there
+    ENG_RETURN_IF_ERROR(check_confined_name("config: run_name", std::get<std::string>(value)));
   if (key == "model_name") {
     Result<ModelConfig> m = model_preset(std::get<std::string>(value));
     if (!m.ok()) return invalid_argument("config: model_name: {}", m.status().message());

@@ -126,6 +126,18 @@ TEST(ConfigTest, IntegersBeyond2To53AreRefused) {
   EXPECT_EQ(c.get_int("steps"), int64_t{1} << 53);
 }
 
+// Issue 16 item 10: run_name="../../escaped" wrote outside base_output_directory.
+TEST(ConfigTest, RunNameStaysUnderTheOutputDirectory) {
+  Config c;
+  for (const char* bad : {"../../escaped", "/tmp/abs", "a/../../b", ".."}) {
+    Status s = c.set("run_name", std::string(bad));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find(fmt::format("config: run_name '{}'", bad)), std::string::npos)
+        << s.message();
+  }
+  EXPECT_TRUE(c.set("run_name", std::string("exp/1..2/a")).ok());
+}
+
 TEST(ConfigTest, FlattenHasEveryKey) {
   Config c;
   auto flat = c.flatten();
