@@ -112,7 +112,7 @@ const std::vector<ConfigKey> kKeys = {
 
 // Preset values applied between the base defaults and the user's overrides, like MaxText's
 // configs/models/*.yml. llama-tiny/llama-small also fix the batch and sequence of
-// shared/bench/torch_llama.py's presets so throughput compares like for like.
+// the PyTorch reference's presets (bench/compare_torch.py) so throughput compares like for like.
 std::map<std::string, V> preset_overrides(const std::string& model_name) {
   std::map<std::string, V> out;
   Result<ModelConfig> m = model_preset(model_name);
