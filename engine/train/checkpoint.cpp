@@ -267,7 +267,8 @@ bool is_uint(const Json& j) {
 Status check_no_overlap(const std::string& path,
                         const std::vector<CheckpointFile::Entry>& tensors) {
   std::vector<const CheckpointFile::Entry*> order;
-  for (const CheckpointFile::Entry& e : tensors) order.push_back(&e);
+  for (const CheckpointFile::Entry& e : tensors)
+    if (e.end > e.begin) order.push_back(&e);  // an empty tensor overlaps nothing
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
   for (size_t i = 1; i < order.size(); ++i)
     if (order[i]->begin < order[i - 1]->end)
