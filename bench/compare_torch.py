@@ -5,7 +5,7 @@ Runs, in one session and alternating so machine noise hits both alike, REPS repe
     train_bench --model llama-<preset>             (shardlab, one simulated device)
     torch_llama.py --preset <preset> --arch llama  (PyTorch, Debian's python3-torch)
 with the same threads (2) and the same BLAS kernels (OpenBLAS SkylakeX; GOMP_SPINCOUNT=0 for
-torch, its best setting per shared/bench/README.md), then prints medians and the ratio as a
+torch, its best setting on 2 cores), then prints medians and the ratio as a
 Markdown table. The sgemm peak is measured once at the start by train_bench --peak-only and
 passed to both, so MFU uses one denominator.
 

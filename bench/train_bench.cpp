@@ -4,7 +4,7 @@
 //   train_bench --model llama-tiny --steps 10 --warmup 3      (synthetic data, one device)
 //   train_bench --peak-only                                   (just the sgemm peak)
 //
-// Model FLOPs for MFU use shared/bench/torch_llama.py's formula, so the numbers compare with
+// Model FLOPs for MFU use the PyTorch reference's formula, so the numbers compare with
 // the PyTorch reference like for like: flops/token = 6 * N_matmul + 12 * L * T * d_model
 // (N_matmul counts every projection and the logits matrix; full T x T attention). MaxText's
 // per-device TFLOPs (causal attention counted half) is reported too. The default remat policy
@@ -33,7 +33,7 @@ double median(std::vector<double> v) {
 }
 
 // Median GFLOP/s of kern::matmul (our pool split over single-threaded OpenBLAS) at the
-// LM-step shapes of shared/bench/sgemm_bench.c; the peak is the best of those medians.
+// matmul shapes of a llama LM step; the peak is the best of those medians.
 double measure_sgemm_peak(bool verbose) {
   struct S { int64_t M, N, K; bool ta, tb; const char* name; };
   const S shapes[] = {

@@ -1,7 +1,48 @@
 #!/usr/bin/env bash
-# scripts/test.sh: build and run the whole test suite (what CI runs).
+# scripts/test.sh [--sanitize]: build with warnings as errors and run the whole test suite
+# (what CI runs). --sanitize (.ci/run) then also runs the whole suite under AddressSanitizer +
+# UndefinedBehaviorSanitizer (build-asan/, every finding fatal, no suppressions) and the
+# threaded tests (thread pool, dispatcher, trainer) under ThreadSanitizer (build-tsan/).
+# Each phase prints its wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh build
-cd build
-ctest --output-on-failure -j "$(nproc)" --timeout 900
+sanitize=0
+case "${1:-}" in
+  "") ;;
+  --sanitize) sanitize=1 ;;
+  *) echo "usage: scripts/test.sh [--sanitize]" >&2; exit 2 ;;
+esac
+jobs=$(nproc)
+
+# timed NAME command...: runs the command and prints how long it took.
+timed() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: $name: $((SECONDS - start)) s"
+}
+
+timed "release build" scripts/build.sh build -DSHARDLAB_WERROR=ON -DSHARDLAB_SANITIZE=OFF
+timed "release tests" ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+((sanitize)) || exit 0
+
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+timed "asan+ubsan build" scripts/build.sh build-asan -DSHARDLAB_SANITIZE=ON
+timed "asan+ubsan tests" ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800
+
+# TSan: only the binaries with threads of their own, and in train_test only the trainer's
+# threaded parts (the dispatcher, asynchronous steps, timing).
+tsan_build() {
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release ${SHARDLAB_CMAKE_ARGS:-} \
+    -DSHARDLAB_SANITIZE=thread >/dev/null
+  cmake --build build-tsan -j "$jobs" --target base_test train_test
+}
+tsan_tests() {
+  build-tsan/tests/base/base_test
+  build-tsan/tests/train/train_test \
+    --gtest_filter='AsyncTest.*:DispatcherTest.*:TrainerTest.*:TimingTest.*'
+}
+timed "tsan build" tsan_build
+timed "tsan tests" tsan_tests

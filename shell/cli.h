@@ -1,4 +1,4 @@
-// shell/cli.h: the lua-compatible command line (DESIGN.md 3.1): parse options, then a protected main.
+// shell/cli.h: the lua-compatible command line (docs/shell.md): parse options, then a protected main.
 #pragma once
 
 namespace shell {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "engine/base/check.h"
+#include "engine/base/check_trap.h"
 #include "engine/base/status.h"
 
 namespace eng {
@@ -29,8 +30,17 @@ std::string Status::to_string() const {
   return message_;
 }
 
+namespace {
+thread_local bool t_check_trap = false;  // a CheckTrap is alive on this thread
+}  // namespace
+
+CheckTrap::CheckTrap() : was_(t_check_trap) { t_check_trap = true; }
+CheckTrap::~CheckTrap() { t_check_trap = was_; }
+
 namespace detail {
 void check_failed(const char* file, int line, const char* cond, const std::string& msg) {
+  if (t_check_trap)
+    throw CheckFailure(fmt::format("{}:{}: check failed: {}: {}", file, line, cond, msg));
   std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", file, line, cond, msg.c_str());
   std::fflush(stderr);
   std::abort();

@@ -40,11 +40,12 @@ ThreadPool::~ThreadPool() {
 bool ThreadPool::in_parallel_region() { return t_in_region; }
 
 void ThreadPool::drain() {
-  const auto& task = *task_;  // bound, not read: only called for a claimed index
+  // task_ is read only for a claimed index: a worker joining the empty generation that
+  // run_on_every_thread leaves behind finds num_tasks_ == 0 and a task_ that may be null.
   for (;;) {
     int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= num_tasks_) break;
-    task(i);
+    (*task_)(i);
     done_.fetch_add(1, std::memory_order_release);
   }
 }

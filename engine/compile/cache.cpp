@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/clock.h"
+#include "engine/base/file.h"
 #include "engine/compile/serialize.h"
 
 namespace eng {
@@ -80,8 +81,6 @@ bool same_pytree(const Signature& a, const Signature& b) {
 
 std::mutex g_log_mu;
 std::function<void(std::string_view)> g_log_sink;
-
-std::atomic<uint64_t> g_tmp_counter{0};
 
 }  // namespace
 
@@ -354,12 +353,14 @@ PersistentLoad persistent_load(const std::string& dir, const CacheKey& key) {
   PersistentLoad out;
   const double t0 = now_seconds();
   const std::string path = persistent_entry_path(dir, key);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    out.miss_reason = "no entry";
+  // A regular file of at most 1 GiB (a FIFO or a directory is a miss, without blocking).
+  Result<std::string> read = read_regular_file(path, "compile cache", int64_t{1} << 30);
+  if (!read.ok()) {
+    const bool missing = read.status().code() == Code::kNotFound;
+    out.miss_reason = missing ? "no entry" : read.status().message();
     return out;
   }
-  std::string file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string& file = *read;
   out.entry_bytes = static_cast<int64_t>(file.size());
   std::string_view payload;
   out.miss_reason = check_entry(file, key, &payload);
@@ -414,7 +415,7 @@ PersistentStore persistent_store(const PersistentCacheOptions& o, const CacheKey
   int lock_fd = -1;
   if (bounded) {
     const std::string lock_path = (fs::path(o.dir) / ".lockfile").string();
-    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (lock_fd >= 0) ::flock(lock_fd, LOCK_EX);  // best effort: without it, still correct alone
     out.evicted = evict_lru(o.dir, key.name(), o.max_size_bytes, out.entry_bytes);
   }
@@ -424,12 +425,13 @@ PersistentStore persistent_store(const PersistentCacheOptions& o, const CacheKey
       if (fd >= 0) ::close(fd);  // releases the flock
     }
   } unlock{lock_fd};
-  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), g_tmp_counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    out.status = io_error("compile cache: cannot create '{}': {}", tmp, std::strerror(errno));
+  Result<TempFile> temp = create_temp_file(path, "compile cache");  // O_EXCL | O_NOFOLLOW
+  if (!temp.ok()) {
+    out.status = temp.status();
     return out;
   }
+  const std::string tmp = temp->path;
+  const int fd = temp->fd.release();
   size_t done = 0;
   while (done < file.size()) {
     const ssize_t n = ::write(fd, file.data() + done, file.size() - done);

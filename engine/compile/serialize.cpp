@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstring>
 
+#include "engine/base/check_trap.h"
 #include "engine/base/hash.h"
+#include "engine/base/limits.h"
 #include "engine/ir/builder.h"
 
 namespace eng {
@@ -68,7 +70,8 @@ class Reader {
   size_t count(const char* what, size_t min_item_bytes) {
     const int64_t n = i64(what);
     if (!ok()) return 0;
-    if (n < 0 || static_cast<uint64_t>(n) * min_item_bytes > b_.size() - pos_) {
+    // Divided, not multiplied: n * min_item_bytes wrapped for n near 2^62 (length_error).
+    if (n < 0 || static_cast<uint64_t>(n) > (b_.size() - pos_) / min_item_bytes) {
       fail(fmt::format("{}: count {} exceeds the {} bytes left", what, n, b_.size() - pos_));
       return 0;
     }
@@ -175,7 +178,14 @@ void write_value(Writer& w, const ValueInfo& v) {
 
 ValueInfo read_value(Reader& r) {
   ValueInfo v;
-  v.shape = Shape(r.ints("value shape"));
+  std::vector<int64_t> dims = r.ints("value shape");
+  if (dims.size() > 64) r.fail(fmt::format("value shape: rank {}", dims.size()));
+  Result<Shape> shape = Shape::checked(std::move(dims));
+  if (shape.ok()) {
+    v.shape = std::move(shape).value();
+  } else {
+    r.fail(fmt::format("value shape: {}", shape.status().message()));
+  }
   v.dtype = r.enumeration<DType>("value dtype", kMaxDType);
   v.logical = r.strs("value logical axes");
   if (r.boolean("value has spec")) v.spec = read_spec(r);
@@ -252,6 +262,17 @@ struct DecodedInstr {
   OpAttrs attrs;
 };
 
+struct DecodedOutput {
+  int64_t value;
+  std::string name;
+  int64_t aliased;
+};
+
+Result<Program> replay_program(const std::string& name, const std::vector<ValueInfo>& values,
+                               const std::vector<std::pair<int64_t, ArgRole>>& args,
+                               const std::vector<DecodedInstr>& instrs,
+                               const std::vector<DecodedOutput>& outs);
+
 // Rebuilds the program through the Builder, replaying values in id order (an argument, or
 // the first output of its producing instruction), then restores every ValueInfo verbatim.
 // A program that does not replay to the same ids is rejected.
@@ -271,12 +292,7 @@ Result<Program> read_program(Reader& r) {
     in.outputs = r.ints("instruction outputs");
     in.attrs = read_attrs(r);
   }
-  struct Out {
-    int64_t value;
-    std::string name;
-    int64_t aliased;
-  };
-  std::vector<Out> outs(r.count("output count", 24));
+  std::vector<DecodedOutput> outs(r.count("output count", 24));
   for (auto& o : outs) {
     o.value = r.i64("output value");
     o.name = r.str("output name");
@@ -284,6 +300,21 @@ Result<Program> read_program(Reader& r) {
   }
   ENG_RETURN_IF_ERROR(r.status());
 
+  auto bad = [&](std::string what) { return data_loss("executable decode: program '{}': {}", name, what); };
+  // The builder's shape inference checks its inputs with ENG_CHECK (invariants of traced
+  // programs); for decoded bytes a failed check is a bad entry, caught here.
+  try {
+    CheckTrap trap;
+    return replay_program(name, values, args, instrs, outs);
+  } catch (const CheckFailure& e) {
+    return bad(fmt::format("does not rebuild: {}", e.what()));
+  }
+}
+
+Result<Program> replay_program(const std::string& name, const std::vector<ValueInfo>& values,
+                               const std::vector<std::pair<int64_t, ArgRole>>& args,
+                               const std::vector<DecodedInstr>& instrs,
+                               const std::vector<DecodedOutput>& outs) {
   const int64_t n = static_cast<int64_t>(values.size());
   auto bad = [&](std::string what) { return data_loss("executable decode: program '{}': {}", name, what); };
   Builder b(name);
@@ -324,7 +355,7 @@ Result<Program> read_program(Reader& r) {
   if (next_arg != args.size() || b.program().instrs().size() != instrs.size() ||
       static_cast<int64_t>(b.program().values().size()) != n)
     return bad("arguments, instructions or values left over");
-  for (const Out& o : outs) {
+  for (const DecodedOutput& o : outs) {
     if (o.value < 0 || o.value >= n || o.aliased < -1 ||
         o.aliased >= static_cast<int64_t>(args.size()))
       return bad(fmt::format("output '{}' names value {} / argument {}", o.name, o.value, o.aliased));
@@ -336,7 +367,18 @@ Result<Program> read_program(Reader& r) {
     }
     b.output(static_cast<ValueId>(o.value), o.name, static_cast<int>(o.aliased));
   }
-  for (int64_t v = 0; v < n; ++v) b.mutable_info(static_cast<ValueId>(v)) = values[v];
+  for (int64_t v = 0; v < n; ++v) {
+    // The recorded info replaces the rebuilt one: it must describe the same array.
+    ValueInfo& info = b.mutable_info(static_cast<ValueId>(v));
+    const ValueInfo& rec = values[v];
+    if (info.shape != rec.shape || info.dtype != rec.dtype)
+      return bad(fmt::format("value {} is recorded as {} but rebuilds as {}", v, rec.type_string(),
+                             info.type_string()));
+    if ((!rec.logical.empty() && static_cast<int>(rec.logical.size()) != rec.shape.rank()) ||
+        (rec.spec && rec.spec->rank() > rec.shape.rank()))
+      return bad(fmt::format("value {} has logical axes or a spec of another rank", v));
+    info = rec;
+  }
   return std::move(b).finish();
 }
 
@@ -432,6 +474,7 @@ struct ExecutableCodec {
   static Status validate(const Executable& e) {
     const Program& p = e.program_;
     auto bad = [](std::string what) { return data_loss("executable decode: {}", what); };
+    ENG_RETURN_IF_ERROR(validate_sizes(e));
     if (e.slots_.size() != p.values().size())
       return bad(fmt::format("{} slots for {} values", e.slots_.size(), p.values().size()));
     if (e.arg_shardings_.size() != p.args().size())
@@ -440,7 +483,7 @@ struct ExecutableCodec {
     for (size_t v = 0; v < e.slots_.size(); ++v) {
       const BufferSlot& s = e.slots_[v];
       const int64_t need = p.values()[v].bytes();
-      if (s.bytes != need || s.offset < 0)
+      if (s.bytes != need || s.offset < 0 || s.offset > kMaxTensorElements * 8)  // end: no overflow
         return bad(fmt::format("slot {} holds {} bytes at {}, value needs {}", v, s.bytes, s.offset, need));
       switch (s.kind) {
         case BufferSlot::Kind::kTemp:
@@ -459,6 +502,34 @@ struct ExecutableCodec {
           break;
         case BufferSlot::Kind::kNone: return bad(fmt::format("value {} has no slot", v));
       }
+    }
+    return ok_status();
+  }
+
+  // The sizes and ranges the memory report and the runtime read: non-negative, bounded, and
+  // naming values and instructions that exist; argument shardings fit their arguments.
+  static Status validate_sizes(const Executable& e) {
+    auto bad = [](std::string what) { return data_loss("executable decode: {}", what); };
+    const MemoryAnalysis& m = e.memory_;
+    constexpr int64_t kMaxBytes = kMaxTensorElements * 8;
+    for (int64_t x : {m.argument_bytes, m.output_bytes, m.alias_bytes, m.temp_bytes,
+                      e.output_region_bytes_})
+      if (x < 0 || x > kMaxBytes) return bad(fmt::format("memory size {} out of range", x));
+    const int64_t values = static_cast<int64_t>(e.program_.values().size());
+    const int64_t instrs = static_cast<int64_t>(e.program_.instrs().size());
+    for (const TempInfo& t : e.temps_)
+      if (t.value < 0 || t.value >= values || t.bytes < 0 || t.bytes > kMaxBytes || t.offset < 0 ||
+          t.offset > kMaxBytes || t.first_instr < -1 || t.first_instr > instrs ||
+          t.last_instr < -1 || t.last_instr > instrs)
+        return bad(fmt::format("temp of value {} ({} bytes at {}, instructions {}..{}) out of range",
+                               t.value, t.bytes, t.offset, t.first_instr, t.last_instr));
+    const Program& g = e.global_;
+    if (e.arg_shardings_.size() != g.args().size())
+      return bad(fmt::format("{} argument shardings for {} global arguments",
+                             e.arg_shardings_.size(), g.args().size()));
+    for (size_t i = 0; i < e.arg_shardings_.size(); ++i) {
+      Status s = e.arg_shardings_[i].validate(g.value(g.args()[i].value).shape);
+      if (!s.ok()) return bad(fmt::format("argument {} sharding: {}", i, s.message()));
     }
     return ok_status();
   }

@@ -1,5 +1,5 @@
 // engine/compile/spmd.cpp: the partitioner: one walk over the global program applying the
-// op rules of shared notes/spmd.md, with every layout change going through reshard().
+// op rules of docs/sharding.md, with every layout change going through reshard().
 #include "engine/compile/spmd.h"
 
 #include <fmt/format.h>
@@ -185,7 +185,7 @@ class Partitioner {
     return b_.emit(k, {x}, a)[0];
   }
 
-  // The one verb: local value x of global shape g, sharded S, to sharding D (notes/spmd.md).
+  // The one verb: local value x of global shape g, sharded S, to sharding D (docs/sharding.md).
   Result<ValueId> reshard(ValueId x, const Shape& g, const PartitionSpec& S, const PartitionSpec& D) {
     if (S == D) return x;
     ENG_RETURN_IF_ERROR(check_divisible(g, D, "reshard target"));
@@ -837,7 +837,7 @@ Status Partitioner::constraint(const Instr& in) {
   return ok_status();
 }
 
-// Gather with the table's vocab dim sharded (notes/spmd.md): each device looks up the ids in
+// Gather with the table's vocab dim sharded (docs/sharding.md): each device looks up the ids in
 // its own block (offset = the block's first row; zeros elsewhere) -> partial over the vocab
 // axes; the consumer reduces it (all-reduce, or reduce-scatter onto the activation's target).
 // The embed dim is made whole (the rows follow the ids); vocab axes that the ids use, or a
@@ -859,7 +859,7 @@ Status Partitioner::embed_lookup(const Instr& in) {
   return ok_status();
 }
 
-// Cross-entropy over a sharded vocab (notes/spmd.md "Reductions"): local row max ->
+// Cross-entropy over a sharded vocab (docs/sharding.md "Op rules"): local row max ->
 // all-reduce max -> local sum of exp(x - max) and the target logit where the target falls in
 // the block (partial) -> all-reduce sum -> lse = max + log(sum), xent = lse - target logit.
 // The backward computes its block locally with the global lse (5-input grad, op.h).

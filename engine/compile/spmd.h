@@ -1,4 +1,4 @@
-// engine/compile/spmd.h: SPMD partitioning (shared notes/spmd.md): sharding assignment for a
+// engine/compile/spmd.h: SPMD partitioning (docs/sharding.md): sharding assignment for a
 // train_step's arguments, the one reshard verb, and the partitioner that turns the GLOBAL
 // program into the PER-DEVICE program (local shapes, collectives) an Executable runs.
 //

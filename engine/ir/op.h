@@ -94,7 +94,7 @@
 //   kDynamicSlice  (x) [dim, mesh_axes] -> x with dim / G: member r keeps block r (no traffic)
 //   kSafeDivide    (a (), b ()) -> a / (b + 1e-8)   (finishes a masked mean from global sums)
 //   kMaskedMeanLoss with attr unnormalized: loss output = sum(xent * (seg != 0)) (no division)
-//   -- vocab-parallel (per-device; notes/spmd.md "Gather" and "Reductions" rules) --
+//   -- vocab-parallel (per-device; docs/sharding.md "Op rules") --
 //   kAxisIndex     () [mesh_axes, size] -> i32 () = size * (this device's rank along
 //                    mesh_axes, major to minor, as collectives rank members): jax.lax.axis_index
 //                    times a block size, i.e. the first global index of the device's block.

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "engine/base/hash.h"
+#include "engine/base/limits.h"
 
 namespace eng {
 
@@ -54,6 +55,9 @@ Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> s
       return invalid_argument("mesh: the product of the axis sizes overflows at '{}' (size {})",
                               names[i], sizes[i]);
   }
+  if (devices > kMaxDevices)
+    return invalid_argument("mesh: {} devices, more than the {} this engine simulates", devices,
+                            kMaxDevices);
   Mesh m;
   m.axis_names_ = std::move(names);
   m.axis_sizes_ = std::move(sizes);

@@ -22,7 +22,7 @@ namespace eng {
 enum class AxisType : uint8_t { kAuto, kExplicit, kManual };
 std::string_view axis_type_name(AxisType t);  // "Auto", "Explicit", "Manual"
 
-// MaxText's mesh_axes, in MaxText's order (reference/maxtext.md 1.1).
+// MaxText's mesh_axes, in MaxText's order (MaxText's configs/base.yml mesh_axes).
 const std::vector<std::string>& maxtext_mesh_axes();
 
 class Mesh {

@@ -18,7 +18,7 @@ struct Preset {
   int64_t kv_heads = 0;  // 0: = heads (multi-head attention)
 };
 
-// llama-tiny / llama-small: the shapes of shared/bench/torch_llama.py's tiny and small
+// llama-tiny / llama-small: the shapes of bench/compare_torch.py's PyTorch reference tiny and small
 // presets. llama2-*: MaxText's configs/models/llama2-*.yml.
 constexpr Preset kPresets[] = {
     {"llama-tiny", 256, 256, 4, 64, 704, 4},

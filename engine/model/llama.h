@@ -1,5 +1,5 @@
 // engine/model/llama.h: the llama2-style decoder traced into a Program, with MaxText's
-// parameter paths and logical axis names (reference/maxtext.md 1.4).
+// parameter paths and logical axis names (MaxText's configs/base.yml logical_axis_rules).
 //
 //   Result<ModelConfig> m = model_preset("llama-tiny");
 //   Builder b("train_step");

@@ -8,7 +8,7 @@
 //   Result<PartitionSpec> p = logical_to_mesh({"embed", "mlp"}, mesh, rules);
 //     // MaxText (size-1 axes dropped), on fsdp=4, tensor=2: P('fsdp', 'tensor')
 //
-// Two entry points on purpose, as in MaxText (reference/maxtext.md section 2):
+// Two entry points on purpose, as in MaxText (MaxText's utils/sharding.py):
 //   - logical_to_mesh / logical_to_sharding: MaxText's wrappers (sharding.logical_to_mesh_axes,
 //     create_sharding). They drop size-1 mesh axes. Used for activations, batches, the loss.
 //   - logical_to_mesh_axes / logical_to_sharding_keep_size_one: raw flax
@@ -48,7 +48,7 @@ class LogicalAxisRules {
   LogicalAxisRules() = default;
   explicit LogicalAxisRules(std::vector<LogicalAxisRule> rules) : rules_(std::move(rules)) {}
 
-  // MaxText's base.yml logical_axis_rules, verbatim and in order (reference/maxtext.md 1.4).
+  // MaxText's base.yml logical_axis_rules, verbatim and in order (MaxText's configs/base.yml).
   static const LogicalAxisRules& maxtext_default();
 
   const std::vector<LogicalAxisRule>& rules() const { return rules_; }

@@ -6,7 +6,7 @@
 //
 // A dim's entry lists mesh axes major to minor; empty means replicated along that dim.
 // `partial` holds axes along which each device holds an unreduced summand (JAX's
-// `unreduced`; see shared notes/spmd.md): a value is the sum over those axes.
+// `unreduced`; see docs/sharding.md): a value is the sum over those axes.
 #pragma once
 
 #include <initializer_list>

@@ -199,7 +199,7 @@ Result<std::string> visualize_sharding(const Shape& shape, const NamedSharding& 
 
 namespace {
 
-// The axes MaxText's _get_nontrival_mesh_axes considers (reference/maxtext.md section 2).
+// The axes MaxText's _get_nontrival_mesh_axes considers (MaxText's utils/sharding.py).
 const std::vector<std::string>& audit_axes() {
   static const std::vector<std::string> axes = {
       "fsdp",    "fsdp_transpose",      "sequence",

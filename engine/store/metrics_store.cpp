@@ -2,6 +2,7 @@
 #include "engine/store/metrics_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/clock.h"
+#include "engine/base/file.h"
 
 namespace eng {
 
@@ -119,6 +121,10 @@ Status check_path(const std::string& path) {
   if (!dir.empty() && !fs::is_directory(dir, ec))
     return io_error("store: cannot open '{}': directory '{}' does not exist", path, dir.string());
   if (fs::is_directory(p, ec)) return io_error("store: cannot open '{}': it is a directory", path);
+  struct stat st {};  // /dev/null, a FIFO: SQLite would create '<path>-journal' beside it
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return io_error("store: cannot open '{}': it is {}, not a regular file", path,
+                    file_kind_name(st.st_mode));
   if (fs::exists(p, ec) && ::access(path.c_str(), W_OK) != 0)
     return io_error("store: cannot open '{}': file is read-only", path);
   if (!fs::exists(p, ec) && ::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)

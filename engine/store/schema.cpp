@@ -4,7 +4,7 @@
 namespace eng {
 namespace {
 
-// v1: the whole schema. Names follow DESIGN.md 3.3 and MLflow's tables; enums are CHECKs;
+// v1: the whole schema. Names follow docs/metrics-store.md and MLflow's tables; enums are CHECKs;
 // timestamps are unix ms (`*_ms`), durations seconds (`*_s`). Views use plain SQL only, so
 // they also work in the sqlite3 CLI (which lacks our percentile()/median() functions).
 constexpr std::string_view kSchemaV1 = R"sql(

@@ -35,7 +35,9 @@ int64_t Shape::numel() const { return prod(0, rank()); }
 
 int64_t Shape::prod(int begin, int end) const {
   int64_t n = 1;
-  for (int i = begin; i < end; ++i) n *= dims_[i];
+  for (int i = begin; i < end; ++i)
+    ENG_CHECK(!__builtin_mul_overflow(n, dims_[i], &n), "shape {}: product overflows int64",
+              to_string());
   return n;
 }
 

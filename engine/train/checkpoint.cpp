@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <cmath>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,6 +17,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "engine/base/file.h"
 
 namespace eng {
 
@@ -87,6 +91,16 @@ Status fsync_dir(const std::string& dir) {
   ::close(fd);
   if (rc != 0) return io_error("checkpoint: fsync of directory '{}': {}", dir, errno_text());
   return ok_status();
+}
+
+// Temporary files of this checkpoint left by a writer that was killed (this one committed).
+void remove_leftover_temp_files(const std::string& path) {
+  const fs::path final_path(path);
+  const std::string prefix = final_path.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (fs::directory_iterator it(final_path.parent_path(), ec), end; !ec && it != end;
+       it.increment(ec))
+    if (it->path().filename().string().rfind(prefix, 0) == 0) ::unlink(it->path().c_str());
 }
 
 std::string make_header(std::span<const CheckpointTensorSpec> tensors,
@@ -241,31 +255,38 @@ class JsonParser {
   size_t pos_ = 0;
 };
 
+// A whole number in [0, 2^53]: exact in a double, and safe to cast (larger values and NaN
+// would make the cast undefined).
 bool is_uint(const Json& j) {
-  return j.kind == Json::kNumber && j.number >= 0 && j.number == static_cast<double>(static_cast<int64_t>(j.number));
+  return j.kind == Json::kNumber && j.number >= 0 && j.number <= static_cast<double>(kMaxStep) &&
+         j.number == std::floor(j.number);
 }
 
-Status read_file(const std::string& path, std::vector<char>& out) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return not_found("checkpoint '{}': cannot open: {}", path, errno_text());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return io_error("checkpoint '{}': stat: {}", path, errno_text());
+// Tensors' byte ranges must be disjoint: overlapping ranges with a valid checksum would load
+// one tensor's bytes as another's.
+Status check_no_overlap(const std::string& path,
+                        const std::vector<CheckpointFile::Entry>& tensors) {
+  std::vector<const CheckpointFile::Entry*> order;
+  for (const CheckpointFile::Entry& e : tensors)
+    if (e.end > e.begin) order.push_back(&e);  // an empty tensor overlaps nothing
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < order.size(); ++i)
+    if (order[i]->begin < order[i - 1]->end)
+      return data_loss("checkpoint '{}': tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", path,
+                       order[i - 1]->spec.name, order[i - 1]->begin, order[i - 1]->end,
+                       order[i]->spec.name, order[i]->begin, order[i]->end);
+  return ok_status();
+}
+
+// The counters a restore continues from: whole numbers in [0, kMaxStep] when present.
+Status check_counters(const CheckpointFile& f) {
+  for (const char* key : {"step", "data_position"}) {
+    if (f.metadata.count(key) == 0) continue;
+    ENG_ASSIGN_OR_RETURN(int64_t v, f.metadata_int(key));
+    if (v < 0 || v > kMaxStep)
+      return data_loss("checkpoint '{}': __metadata__ '{}' is {}, outside [0, {}]", f.path, key, v,
+                       kMaxStep);
   }
-  out.resize(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (got < out.size()) {
-    ssize_t r = ::read(fd, out.data() + got, out.size() - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      ::close(fd);
-      return io_error("checkpoint '{}': read failed at byte {}: {}", path, got,
-                      r < 0 ? errno_text() : "unexpected end of file");
-    }
-    got += static_cast<size_t>(r);
-  }
-  ::close(fd);
   return ok_status();
 }
 
@@ -307,10 +328,16 @@ Status parse_header(const std::string& path, std::string_view header, int64_t da
     e.spec.dtype = *dt;
     std::vector<int64_t> dims;
     for (const Json& d : shape->items) {
-      if (!is_uint(d)) return data_loss("checkpoint '{}': tensor '{}' has a bad shape", path, name);
+      if (!is_uint(d) || dims.size() >= 64)
+        return data_loss("checkpoint '{}': tensor '{}' has a bad shape", path, name);
       dims.push_back(static_cast<int64_t>(d.number));
     }
-    e.spec.shape = Shape(std::move(dims));
+    Result<Shape> checked = Shape::checked(std::move(dims));
+    if (!checked.ok())
+      return data_loss("checkpoint '{}': tensor '{}': {}", path, name, checked.status().message());
+    e.spec.shape = std::move(checked).value();
+    if (out.find(name) != nullptr)
+      return data_loss("checkpoint '{}': tensor '{}' appears twice in the header", path, name);
     if (!is_uint(offsets->items[0]) || !is_uint(offsets->items[1]))
       return data_loss("checkpoint '{}': tensor '{}' has bad data_offsets", path, name);
     e.begin = static_cast<int64_t>(offsets->items[0].number);
@@ -324,7 +351,7 @@ Status parse_header(const std::string& path, std::string_view header, int64_t da
                        "only {} data bytes", path, name, e.end, data_size);
     out.tensors.push_back(std::move(e));
   }
-  return ok_status();
+  return check_no_overlap(path, out.tensors);
 }
 
 }  // namespace
@@ -348,9 +375,9 @@ Result<int64_t> write_checkpoint(const std::string& path,
   std::error_code ec;
   fs::create_directories(final_path.parent_path(), ec);
   if (ec) return io_error("checkpoint: cannot create '{}': {}", final_path.parent_path().string(), ec.message());
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error("checkpoint: cannot create '{}': {}", tmp, errno_text());
+  ENG_ASSIGN_OR_RETURN(TempFile temp, create_temp_file(path, "checkpoint"));
+  const std::string tmp = temp.path;
+  const int fd = temp.fd.release();
   auto fail = [&](Status s) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -392,6 +419,7 @@ Result<int64_t> write_checkpoint(const std::string& path,
     ::unlink(tmp.c_str());
     return r;
   }
+  remove_leftover_temp_files(path);
   ENG_RETURN_IF_ERROR(fsync_dir(final_path.parent_path().string()));
   ENG_RETURN_IF_ERROR(fsync_dir(final_path.parent_path().parent_path().string()));
   return static_cast<int64_t>(8 + len + static_cast<uint64_t>(data_bytes));
@@ -407,28 +435,75 @@ Result<int64_t> CheckpointFile::metadata_int(const std::string& key) const {
   auto it = metadata.find(key);
   if (it == metadata.end()) return data_loss("checkpoint '{}': __metadata__ has no '{}'", path, key);
   char* end = nullptr;
+  errno = 0;
   const long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != '\0')
+  if (it->second.empty() || *end != '\0' || errno == ERANGE)
     return data_loss("checkpoint '{}': __metadata__ '{}' is '{}', not an integer", path, key, it->second);
   return static_cast<int64_t>(v);
 }
 
-Result<CheckpointFile> read_checkpoint(const std::string& where) {
+namespace {
+
+// Where a checkpoint's bytes come from: a file read piece by piece (so a huge file that is
+// not a checkpoint is refused after its first bytes, not read whole), or memory.
+using ReadAt = FunctionRef<Status(void* dst, int64_t n, int64_t offset)>;
+
+constexpr int64_t kMaxHeaderBytes = int64_t{100} << 20;  // the safetensors format's own limit
+
+int64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : INT64_MAX;
+}
+
+// The data section is exactly the tensors (no holes, no extra bytes), and fits in memory.
+Status check_data_section(const CheckpointFile& f, int64_t data_size) {
+  int64_t covered = 0;
+  for (const CheckpointFile::Entry& e : f.tensors) covered += e.end - e.begin;
+  if (covered != data_size)
+    return data_loss("checkpoint '{}': the tensors cover {} of the {} data bytes", f.path, covered,
+                     data_size);
+  if (data_size > physical_memory_bytes())
+    return resource_exhausted("checkpoint '{}': {} data bytes, more than this machine's {} bytes "
+                              "of memory", f.path, data_size, physical_memory_bytes());
+  return ok_status();
+}
+
+Status check_crc(CheckpointFile& out, std::string header) {
+  const std::string recorded = fmt::format("\"crc32\":\"{}\"", out.metadata["crc32"]);
+  const size_t at = header.find(recorded);
+  if (out.metadata["crc32"].size() != kCrcWidth || at == std::string::npos)
+    return data_loss("checkpoint '{}': corrupted: __metadata__ crc32 '{}' is malformed", out.path,
+                     out.metadata["crc32"]);
+  header.replace(at, recorded.size(), "\"crc32\":\"00000000\"");
+  uint32_t got = crc32(header.data(), header.size());
+  got = crc32(out.data.data(), out.data.size(), got);
+  const std::string got_hex = fmt::format("{:08x}", got);
+  if (out.metadata["crc32"] != got_hex)
+    return data_loss("checkpoint '{}': corrupted: crc32 of header and data is {} but the header "
+                     "records {}", out.path, got_hex, out.metadata["crc32"]);
+  return ok_status();
+}
+
+Result<CheckpointFile> load_checkpoint(const std::string& path, int64_t size, ReadAt read) {
   CheckpointFile out;
-  out.path = fs::is_directory(where) ? (fs::path(where) / kCheckpointFileName).string() : where;
-  const std::string& path = out.path;
-  std::vector<char> file;
-  ENG_RETURN_IF_ERROR(read_file(path, file));
-  if (file.size() < 8)
+  out.path = path;
+  if (size < 8)
     return data_loss("checkpoint '{}': truncated: {} bytes, shorter than the 8-byte header length",
-                     path, file.size());
+                     path, size);
+  unsigned char len_le[8];
+  ENG_RETURN_IF_ERROR(read(len_le, 8, 0));
   uint64_t len = 0;
-  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<unsigned char>(file[i])) << (8 * i);
-  if (len > file.size() - 8)
+  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(len_le[i]) << (8 * i);
+  if (len > static_cast<uint64_t>(size - 8))
     return data_loss("checkpoint '{}': truncated: header length {} but only {} bytes follow", path,
-                     len, file.size() - 8);
-  const int64_t data_size = static_cast<int64_t>(file.size() - 8 - len);
-  ENG_RETURN_IF_ERROR(parse_header(path, std::string_view(file.data() + 8, len), data_size, out));
+                     len, size - 8);
+  if (len > static_cast<uint64_t>(kMaxHeaderBytes))
+    return data_loss("checkpoint '{}': header length {} is over the {}-byte limit", path, len,
+                     kMaxHeaderBytes);
+  std::string header(len, '\0');
+  ENG_RETURN_IF_ERROR(read(header.data(), static_cast<int64_t>(len), 8));
+  const int64_t data_size = size - 8 - static_cast<int64_t>(len);
+  ENG_RETURN_IF_ERROR(parse_header(path, header, data_size, out));
   if (out.metadata["format"] != kFormat)
     return data_loss("checkpoint '{}': __metadata__ format is '{}', expected '{}'", path,
                      out.metadata["format"], kFormat);
@@ -439,21 +514,35 @@ Result<CheckpointFile> read_checkpoint(const std::string& where) {
   if (want_bytes != data_size)
     return data_loss("checkpoint '{}': {}: header says {} data bytes, the file has {}", path,
                      data_size < want_bytes ? "truncated" : "trailing bytes", want_bytes, data_size);
-  std::string header(file.data() + 8, len);
-  const std::string recorded = fmt::format("\"crc32\":\"{}\"", out.metadata["crc32"]);
-  const size_t at = header.find(recorded);
-  if (out.metadata["crc32"].size() != kCrcWidth || at == std::string::npos)
-    return data_loss("checkpoint '{}': corrupted: __metadata__ crc32 '{}' is malformed", path,
-                     out.metadata["crc32"]);
-  header.replace(at, recorded.size(), "\"crc32\":\"00000000\"");
-  uint32_t got = crc32(header.data(), header.size());
-  got = crc32(file.data() + 8 + len, static_cast<size_t>(data_size), got);
-  const std::string got_hex = fmt::format("{:08x}", got);
-  if (out.metadata["crc32"] != got_hex)
-    return data_loss("checkpoint '{}': corrupted: crc32 of header and data is {} but the header "
-                     "records {}", path, got_hex, out.metadata["crc32"]);
-  out.data.assign(file.begin() + 8 + static_cast<int64_t>(len), file.end());
+  ENG_RETURN_IF_ERROR(check_data_section(out, data_size));
+  out.data.resize(static_cast<size_t>(data_size));
+  ENG_RETURN_IF_ERROR(read(out.data.data(), data_size, 8 + static_cast<int64_t>(len)));
+  ENG_RETURN_IF_ERROR(check_crc(out, std::move(header)));
+  ENG_RETURN_IF_ERROR(check_counters(out));
   return out;
+}
+
+}  // namespace
+
+Result<CheckpointFile> read_checkpoint(const std::string& where) {
+  std::error_code ec;
+  const std::string path =
+      fs::is_directory(where, ec) ? (fs::path(where) / kCheckpointFileName).string() : where;
+  ENG_ASSIGN_OR_RETURN(OpenedFile f, open_regular_file(path, "checkpoint"));
+  return load_checkpoint(path, f.size, [&](void* dst, int64_t n, int64_t offset) {
+    return read_at(f, dst, n, offset, "checkpoint", path);
+  });
+}
+
+Result<CheckpointFile> parse_checkpoint(const std::string& path, std::string_view bytes) {
+  const int64_t size = static_cast<int64_t>(bytes.size());
+  return load_checkpoint(path, size, [&](void* dst, int64_t n, int64_t offset) -> Status {
+    if (offset < 0 || n < 0 || offset > size || n > size - offset)
+      return data_loss("checkpoint '{}': truncated: {} bytes at offset {} of {}", path, n, offset,
+                       size);
+    std::memcpy(dst, bytes.data() + offset, static_cast<size_t>(n));
+    return ok_status();
+  });
 }
 
 std::string checkpoint_root(const std::string& base_output_directory, const std::string& run_name) {
@@ -467,11 +556,16 @@ std::string checkpoint_path(const std::string& root, int64_t step) {
 std::vector<int64_t> list_checkpoints(const std::string& root) {
   std::vector<int64_t> steps;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    // Only names this code writes: digits of a step in [0, kMaxStep] (a 20-digit name is not one).
+    const std::string name = it->path().filename().string();
+    int64_t step = -1;
+    const auto [ptr, err] = std::from_chars(name.data(), name.data() + name.size(), step);
+    if (name.empty() || err != std::errc() || ptr != name.data() + name.size() || step < 0 ||
+        step > kMaxStep || !std::isdigit(static_cast<unsigned char>(name[0])))
       continue;
-    if (fs::exists(entry.path() / kCheckpointFileName, ec)) steps.push_back(std::stoll(name));
+    std::error_code exists_ec;
+    if (fs::exists(it->path() / kCheckpointFileName, exists_ec)) steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;

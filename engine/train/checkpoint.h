@@ -14,9 +14,10 @@
 // crc32 (8 hex digits, zlib.crc32's polynomial, over the header JSON with this value written
 // as "00000000" followed by the data section) and a few descriptive keys. See docs/checkpoints.md for numpy/PyTorch loading.
 //
-// Atomicity: the file is written as state.safetensors.tmp beside its final name, fsynced,
+// Atomicity: the file is written as state.safetensors.tmp.<random> beside its final name
+// (created with O_EXCL | O_NOFOLLOW: never an existing file or a planted symlink), fsynced,
 // renamed, and the directory fsynced; a crash leaves either the old state or the new one, and
-// a leftover .tmp is never read. Loading checks the header, the file size and the checksum
+// a leftover .tmp.* is never read. Loading checks the header, the file size and the checksum
 // before any tensor is handed out: a truncated or corrupted file is refused, never loaded.
 #pragma once
 
@@ -25,6 +26,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/base/function_ref.h"
@@ -78,15 +80,22 @@ struct CheckpointFile {
 };
 
 // Reads and verifies `path` (a file, or a directory holding state.safetensors). Errors name
-// the file and what is wrong: missing, truncated, bad header JSON, offsets out of range,
-// unknown dtype, checksum mismatch, unsupported format_version.
+// the file and what is wrong: missing, not a regular file (a FIFO is refused without
+// blocking), truncated, bad header JSON, a shape over kMaxTensorElements, offsets out of range
+// or overlapping, a tensor named twice, data bytes the tensors do not cover, unknown dtype,
+// checksum mismatch, unsupported format_version, a step or data_position outside
+// [0, kMaxStep]. The header is read and checked before the data section is read.
 Result<CheckpointFile> read_checkpoint(const std::string& path);
+// The same checks over a checkpoint's bytes in memory (path names it in errors); the fuzz
+// target tests/fuzz/safetensors_fuzz.cpp drives it.
+Result<CheckpointFile> parse_checkpoint(const std::string& path, std::string_view bytes);
 
 // <base>/<run>/checkpoints
 std::string checkpoint_root(const std::string& base_output_directory, const std::string& run_name);
 // <root>/<step>/state.safetensors
 std::string checkpoint_path(const std::string& root, int64_t step);
-// Steps with a committed file under root, ascending (a missing root is an empty list).
+// Steps with a committed file under root, ascending (a missing root is an empty list; names
+// that are not a step in [0, kMaxStep] are skipped).
 std::vector<int64_t> list_checkpoints(const std::string& root);
 // Deletes the oldest committed checkpoints so that `keep` remain (keep <= 0: keep all).
 Status prune_checkpoints(const std::string& root, int64_t keep);

@@ -1,6 +1,8 @@
 // engine/train/config.cpp: the key table, preset resolution, validation and did-you-mean.
 #include "engine/train/config.h"
 
+#include "engine/base/file.h"
+#include "engine/base/limits.h"
 #include "engine/base/text.h"
 
 #include <algorithm>
@@ -110,7 +112,7 @@ const std::vector<ConfigKey> kKeys = {
 
 // Preset values applied between the base defaults and the user's overrides, like MaxText's
 // configs/models/*.yml. llama-tiny/llama-small also fix the batch and sequence of
-// shared/bench/torch_llama.py's presets so throughput compares like for like.
+// the PyTorch reference's presets (bench/compare_torch.py) so throughput compares like for like.
 std::map<std::string, V> preset_overrides(const std::string& model_name) {
   std::map<std::string, V> out;
   Result<ModelConfig> m = model_preset(model_name);
@@ -195,6 +197,8 @@ Status Config::set(std::string_view key, ConfigValue value) {
     double d = std::get<double>(value);
     if (d != std::floor(d))
       return invalid_argument("config: {} expects an integer, got {:g}", key, d);
+    if (std::fabs(d) > static_cast<double>(kMaxStep))  // the cast below would be undefined
+      return invalid_argument("config: {} expects an integer of at most 2^53, got {:g}", key, d);
     value = static_cast<int64_t>(d);
   }
   if (value.index() == 2 && !std::isfinite(std::get<double>(value)))
@@ -204,6 +208,8 @@ Status Config::set(std::string_view key, ConfigValue value) {
     return invalid_argument("config: {} expects {}, got {} ({})", key,
                             type_name(k->default_value), type_name(value),
                             config_value_string(value));
+  if (key == "run_name")  // checkpoints go to <base_output_directory>/<run_name>: stay there
+    ENG_RETURN_IF_ERROR(check_confined_name("config: run_name", std::get<std::string>(value)));
   if (key == "model_name") {
     Result<ModelConfig> m = model_preset(std::get<std::string>(value));
     if (!m.ok()) return invalid_argument("config: model_name: {}", m.status().message());

@@ -1,5 +1,5 @@
 // engine/train/config.h: the training configuration, keyed by MaxText's names
-// (reference/maxtext.md section 1). Values resolve in MaxText's order: base defaults, then
+// (MaxText's configs/base.yml). Values resolve in MaxText's order: base defaults, then
 // the model preset (like configs/models/<model>.yml), then the user's overrides.
 //
 //   Config c;

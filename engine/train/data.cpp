@@ -3,11 +3,10 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
+#include "engine/base/file.h"
 #include "engine/base/hash.h"
 
 namespace eng {
@@ -82,17 +81,19 @@ class StreamSource : public DataSource {
   std::string what_;
 };
 
+// Datasets are read whole (as tokens: 4 bytes each), so their size is bounded; a FIFO or a
+// device (/dev/zero, /dev/urandom) is refused instead of read forever.
+constexpr int64_t kMaxDatasetBytes = int64_t{1} << 30;
+
 Result<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return not_found("data: cannot open '{}': {}", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return io_error("data: error reading '{}'", path);
-  return ss.str();
+  return read_regular_file(path, "data", kMaxDatasetBytes);
 }
 
+}  // namespace
+
 // A 1-D .npy array of integers (<u2, <i4, <i8, |u1): numpy.save's format version 1-3.
-Result<std::vector<int32_t>> parse_npy(const std::string& path, const std::string& raw, int64_t vocab) {
+Result<std::vector<int32_t>> parse_npy_tokens(const std::string& path, const std::string& raw,
+                                              int64_t vocab) {
   if (raw.size() < 10 || raw.compare(0, 6, "\x93NUMPY") != 0)
     return invalid_argument("data: '{}' is not a .npy file (bad magic)", path);
   const int major = static_cast<unsigned char>(raw[6]);
@@ -147,8 +148,6 @@ Result<std::vector<int32_t>> parse_npy(const std::string& path, const std::strin
   return tokens;
 }
 
-}  // namespace
-
 Result<std::unique_ptr<DataSource>> make_data_source(const ResolvedConfig& c) {
   const int64_t B = c.global_batch_size, T = c.max_target_length;
   if (c.dataset_type == "synthetic") return std::unique_ptr<DataSource>(new SyntheticSource(B, T));
@@ -164,7 +163,7 @@ Result<std::unique_ptr<DataSource>> make_data_source(const ResolvedConfig& c) {
     for (size_t i = 0; i < raw.size(); ++i) tokens[i] = static_cast<unsigned char>(raw[i]);
     what = fmt::format("text:{} ({} bytes)", c.dataset_path, raw.size());
   } else {
-    ENG_ASSIGN_OR_RETURN(tokens, parse_npy(c.dataset_path, raw, c.model.vocab_size));
+    ENG_ASSIGN_OR_RETURN(tokens, parse_npy_tokens(c.dataset_path, raw, c.model.vocab_size));
     what = fmt::format("tokens:{} ({} tokens)", c.dataset_path, tokens.size());
   }
   if (static_cast<int64_t>(tokens.size()) < T + 1)  // one window: T inputs and the next target

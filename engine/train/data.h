@@ -38,6 +38,14 @@ class DataSource {
 
 // Opens the dataset the config names. Errors: missing or unreadable file, empty text,
 // text shorter than one sequence, token ids outside [0, vocab), a malformed .npy header.
+// text and .npy files must be regular files of at most 1 GiB (a FIFO, /dev/zero or
+// /dev/urandom is refused at once).
 Result<std::unique_ptr<DataSource>> make_data_source(const ResolvedConfig& config);
+
+// The tokens of a 1-D .npy integer array (uint8, uint16, int32, int64; format 1-3) held in
+// raw, each checked to be in [0, vocab); path names the file in errors. The fuzz target
+// tests/fuzz/npy_fuzz.cpp drives it.
+Result<std::vector<int32_t>> parse_npy_tokens(const std::string& path, const std::string& raw,
+                                              int64_t vocab);
 
 }  // namespace eng

@@ -59,7 +59,7 @@ Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices);
 // must agree with the mesh's axis, or the key would be silently ignored. -1 matches any size.
 Status check_mesh_matches_config(const Config& config, const Mesh& mesh);
 
-// MaxText's calculate_tflops_training_per_device for a dense llama (reference/maxtext.md 4):
+// MaxText's calculate_tflops_training_per_device for a dense llama (maxtext_utils.py):
 // returns {total, learnable, attention} TFLOPs per device per step.
 struct TrainingTflops {
   double total = 0, learnable = 0, attention = 0;

@@ -16,13 +16,13 @@
 // only behind a barrier (checkpoint, fetch_argument). At most max_inflight_steps steps are
 // pending; step() blocks when that many are.
 //
-// Timing (DESIGN.md 1.2, MaxText step-timing PR): in train(), a step's time is the interval
+// Timing (docs/metrics-store.md, MaxText step-timing PR): in train(), a step's time is the interval
 // between consecutive loss syncs; compile time is recorded apart (StepMetrics::compile_s) and
 // never in a step; a checkpoint is a barrier whose duration is recorded on its own (the
 // `checkpoints` and `events` tables) and charged to no step. A bare handle's wait() reports
 // the device-side time of that step instead (REPL use, where the host may idle between reads).
 //
-// Restore order on create (reference/maxtext.md 11): latest checkpoint under
+// Restore order on create (MaxText's common/checkpointing.py): latest checkpoint under
 // <base_output_directory>/<run_name>/checkpoints (when enable_checkpointing) ->
 // load_parameters_path (params only) -> load_full_state_path -> fresh init. Checkpoint N
 // holds the state after step N; a resumed trainer continues at step N + 1 with the data

@@ -210,7 +210,14 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
 Status Trainer::restore() {
   if (raw_config_.get_bool("enable_checkpointing")) {
     std::vector<int64_t> steps = list_checkpoints(checkpoint_dir());
-    if (!steps.empty()) return restore_from(checkpoint_path(checkpoint_dir(), steps.back()), false);
+    // The latest checkpoint that verifies; a corrupt one (refused before any state is
+    // written) is skipped with a warning naming it.
+    for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+      Status s = restore_from(checkpoint_path(checkpoint_dir(), *step), false);
+      if (s.ok() || s.code() != Code::kDataLoss || step + 1 == steps.rend()) return s;
+      record_event("restore", "warning", *step,
+                   fmt::format("skipped checkpoint {}: {}", *step, s.message()));
+    }
   }
   const std::string params = raw_config_.get_string("load_parameters_path");
   if (!params.empty()) return restore_from(params, true);

@@ -34,7 +34,9 @@ TEST(ThreadPool, ParallelForCoversTheRangeOnce) {
         for (int64_t i = lo; i < hi; ++i) hits[i].fetch_add(1);
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " " << grain;
-      if (grain >= n) EXPECT_EQ(calls.load(), 1) << "a range below the grain runs as one call";
+      if (grain >= n) {
+        EXPECT_EQ(calls.load(), 1) << "a range below the grain runs as one call";
+      }
     }
   parallel_for(0, 1, [&](int64_t, int64_t) { FAIL() << "empty range must not call"; });
 }
@@ -88,6 +90,21 @@ TEST(ThreadPool, IdleWorkersSleepAndWakeUp) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin: workers sleep
   pool.run(4, [&](int64_t) { n.fetch_add(1); });
   EXPECT_EQ(n.load(), 8);
+}
+
+// Issue 16 item 12: a worker that joins the empty generation run_on_every_thread leaves
+// behind, in a pool that never ran a task (task_ still null), must not touch the task
+// (UBSan reported a reference bound to null in drain()).
+TEST(ThreadPool, EveryThreadJobBeforeAnyTaskJob) {
+  for (int round = 0; round < 50; ++round) {
+    ThreadPool pool(3);
+    std::atomic<int> ran{0};
+    for (int j = 0; j < 20; ++j) pool.run_on_every_thread([&] { ran.fetch_add(1); });
+    EXPECT_EQ(ran.load(), 20 * 3);
+    std::atomic<int64_t> total{0};
+    pool.run(4, [&](int64_t i) { total.fetch_add(i); });
+    EXPECT_EQ(total.load(), 6);
+  }
 }
 
 }  // namespace

@@ -186,7 +186,9 @@ void expect_plan_valid(const Executable& exe) {
   for (size_t v = 0; v < exe.slots().size(); ++v) {
     const BufferSlot& slot = exe.slots()[v];
     ASSERT_NE(slot.kind, BufferSlot::Kind::kNone) << "value " << v;
-    if (slot.kind == BufferSlot::Kind::kTemp) EXPECT_LE(slot.offset + slot.bytes, exe.arena_bytes());
+    if (slot.kind == BufferSlot::Kind::kTemp) {
+      EXPECT_LE(slot.offset + slot.bytes, exe.arena_bytes());
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 // tests/sharding/logical_rules_test.cpp: MaxText's rules and flax's resolution, against the
-// worked examples of reference/maxtext.md section 2.
+// worked examples of MaxText's utils/sharding.py.
 #include "engine/sharding/logical_rules.h"
 
 #include <gtest/gtest.h>
@@ -71,7 +71,7 @@ TEST(DefaultRules, VerbatimRows) {
   EXPECT_TRUE(r.find("nonexistent").empty());
 }
 
-// reference/maxtext.md section 2, worked examples: mesh fsdp=4, tensor=2, the other 10 axes 1.
+// MaxText's utils/sharding.py worked examples: mesh fsdp=4, tensor=2, the other 10 axes 1.
 class WorkedExamples : public ::testing::Test {
  protected:
   Mesh mesh_ = maxtext_mesh({{"fsdp", 4}, {"tensor", 2}}, 8);

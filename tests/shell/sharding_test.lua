@@ -1,5 +1,5 @@
 -- tests/shell/sharding_test.lua: t:shardings / t:audit / sl.visualize / sl.logical_to_mesh /
--- sl.rules through the real binary, against MaxText's worked examples (reference/maxtext.md 2).
+-- sl.rules through the real binary, against MaxText's worked examples (its utils/sharding.py).
 local expect_error = dofile(arg[0]:match("^(.*)/") .. "/helpers.lua").expect_error
 local function count(s, pat)
   local n = 0

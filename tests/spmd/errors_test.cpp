@@ -1,6 +1,6 @@
 // tests/spmd/errors_test.cpp: explicit-mode semantics (the with_sharding_constraint assert and
-// its size-1 `context` case, reference/maxtext.md section 10; ambiguous matmuls; elementwise
-// operands with incompatible shardings, reference/ecosystem.md 2b), the trainer
+// its size-1 `context` case, MaxText's explicit-mesh assert; ambiguous matmuls; elementwise
+// operands with incompatible shardings, JAX's error text), the trainer
 // on a sharded mesh, and the shape-only llama2-7b compile on 256 devices.
 #include <gtest/gtest.h>
 

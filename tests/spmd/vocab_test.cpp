@@ -1,4 +1,4 @@
-// tests/spmd/vocab_test.cpp: vocab-parallel embedding lookup and cross-entropy (notes/spmd.md
+// tests/spmd/vocab_test.cpp: vocab-parallel embedding lookup and cross-entropy (docs/sharding.md
 // "Gather" and "Reductions"): with the vocab dim sharded over `tensor`, embed_lookup,
 // embed_lookup_grad, softmax_cross_entropy and its grad partitioned on N devices equal one
 // device, and the llama train_step on tensor meshes never materialises a whole-vocab value

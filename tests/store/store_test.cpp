@@ -1,5 +1,6 @@
 // tests/store/store_test.cpp: the metrics store: schema, WAL, flush transactions, views, migrations, crashes.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -339,6 +340,20 @@ TEST_F(StoreTest, ClearErrorsForBadPaths) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("it is a directory"), std::string::npos);
 
+}
+
+// Issue 16 item 10: `--db /dev/null` created /dev/null-journal.
+TEST_F(StoreTest, NonRegularFilesAreRejected) {
+  auto r = MetricsStore::open("/dev/null");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "store: cannot open '/dev/null': it is a character device, not a regular file");
+  EXPECT_FALSE(std::filesystem::exists("/dev/null-journal"));
+  const std::string fifo = db_path("fifo.db");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = MetricsStore::open(fifo);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("it is a FIFO, not a regular file"), std::string::npos);
 }
 
 TEST_F(StoreTest, ReadOnlyFileIsRejected) {

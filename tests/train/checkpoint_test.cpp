@@ -2,10 +2,12 @@
 // write, truncated/corrupted files refused, params-only and cross-mesh restore, and a
 // stdlib-only Python reader.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -91,7 +93,14 @@ TEST(CheckpointTest, SigkillDuringWriteKeepsThePreviousCheckpoint) {
   const std::vector<double> full = uninterrupted(10);
   TempDir dir("kill");
   const std::string root = dir / "resume/checkpoints";
-  const std::string tmp = checkpoint_path(root, 6) + ".tmp";
+  // The writer's temporary file: state.safetensors.tmp.<random> beside the final name.
+  auto tmp_exists = [&] {
+    const fs::path final_path(checkpoint_path(root, 6));
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(final_path.parent_path(), ec))
+      if (e.path().filename().string().rfind("state.safetensors.tmp.", 0) == 0) return true;
+    return false;
+  };
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -101,25 +110,25 @@ TEST(CheckpointTest, SigkillDuringWriteKeepsThePreviousCheckpoint) {
     ::_exit(127);
   }
   const double deadline = now_seconds() + 60;
-  while (!fs::exists(tmp) && now_seconds() < deadline) {
+  while (!tmp_exists() && now_seconds() < deadline) {
     int st = 0;
     if (::waitpid(pid, &st, WNOHANG) == pid) FAIL() << "child exited early, status " << st;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_TRUE(fs::exists(tmp)) << "the child never started writing checkpoint 6";
+  ASSERT_TRUE(tmp_exists()) << "the child never started writing checkpoint 6";
   ::kill(pid, SIGKILL);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 
   EXPECT_EQ(list_checkpoints(root), (std::vector<int64_t>{3}));  // 6 never committed
-  EXPECT_TRUE(fs::exists(tmp));                                    // the partial file is ignored
+  EXPECT_TRUE(tmp_exists());                                       // the partial file is ignored
   auto t = Trainer::create(ckpt_config(dir.str(), 3), Mesh()).value();
   EXPECT_EQ(t->current_step(), 4);
   std::vector<double> rest = losses(*t, 3);  // steps 4..6 (6 re-saves over the leftover .tmp)
   EXPECT_EQ(rest, std::vector<double>(full.begin() + 4, full.begin() + 7));
   EXPECT_EQ(list_checkpoints(root), (std::vector<int64_t>{3, 6}));
-  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_FALSE(tmp_exists());
 }
 
 std::string saved_checkpoint(const TempDir& dir) {
@@ -170,6 +179,140 @@ TEST(CheckpointTest, TruncatedOrCorruptedFilesAreRefused) {
   Result<CheckpointFile> missing = read_checkpoint(dir / "nope.safetensors");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("nope.safetensors"), std::string::npos);
+}
+
+// ---- hostile files (issue 16 items 2, 4, 6, 9, 10) ----------------------------------------
+
+// A two-tensor checkpoint: "a" (2,) at [0, 8) and "b" (2,) at [8, 16), step 1.
+std::string two_tensor_checkpoint(const TempDir& dir) {
+  const std::string path = dir / "two/state.safetensors";
+  const CheckpointTensorSpec specs[] = {{"a", DType::kF32, Shape{2}}, {"b", DType::kF32, Shape{2}}};
+  Result<int64_t> r = write_checkpoint(
+      path, specs,
+      [](int i, void* dst) {
+        const float v[2] = {1.0f + i, 2.0f + i};
+        std::memcpy(dst, v, sizeof v);
+        return ok_status();
+      },
+      {{"step", "1"}, {"data_position", "2"}});
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return path;
+}
+
+// Rewrites the header with `from` replaced by `to`, and recomputes the checksum (and the
+// length prefix), as a forger would.
+std::string forged(const std::string& good, const std::string& from, const std::string& to) {
+  std::ifstream in(good, std::ios::binary);
+  std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i)
+    len |= static_cast<uint64_t>(static_cast<unsigned char>(b[i])) << (8 * i);
+  std::string header = b.substr(8, len), data = b.substr(8 + len);
+  const size_t at = header.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  header.replace(at, from.size(), to);
+  const size_t crc_at = header.find("\"crc32\":\"") + 9;
+  header.replace(crc_at, 8, "00000000");
+  const uint32_t crc = crc32(data.data(), data.size(), crc32(header.data(), header.size()));
+  header.replace(crc_at, 8, fmt::format("{:08x}", crc));
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(header.size() >> (8 * i));
+  return out + header + data;
+}
+
+TEST(CheckpointTest, ForgedHeadersWithValidChecksumsAreRefused) {
+  TempDir dir("forged");
+  const std::string good = two_tensor_checkpoint(dir);
+  ASSERT_TRUE(read_checkpoint(good).ok());
+  struct Case {
+    const char *name, *from, *to, *expect;
+  };
+  const Case cases[] = {
+      {"overlap", "[8,16]", "[4,12]", "overlap"},
+      {"duplicate", "\"b\":", "\"a\":", "'a' appears twice"},
+      {"negative_step", "\"step\":\"1\"", "\"step\":\"-1\"", "'step' is -1, outside"},
+      {"max_step", "\"step\":\"1\"", "\"step\":\"9223372036854775807\"", "outside"},
+      {"huge_step", "\"step\":\"1\"", "\"step\":\"99999999999999999999\"", "not an integer"},
+      {"max_position", "\"data_position\":\"2\"", "\"data_position\":\"9223372036854775807\"",
+       "'data_position' is 9223372036854775807, outside"},
+      {"numel_overflow", "\"shape\":[2]", "\"shape\":[4294967296,4294967296]", "more than"},
+      {"huge_dim", "\"shape\":[2]", "\"shape\":[1e300]", "bad shape"},
+  };
+  for (const Case& c : cases) {
+    const std::string bytes = forged(good, c.from, c.to);
+    const std::string bad = dir / (std::string(c.name) + ".safetensors");
+    std::ofstream(bad, std::ios::binary) << bytes;
+    for (const Result<CheckpointFile>& r : {read_checkpoint(bad), parse_checkpoint(bad, bytes)}) {
+      ASSERT_FALSE(r.ok()) << c.name;
+      EXPECT_EQ(r.status().code(), Code::kDataLoss) << r.status().message();
+      EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+    }
+  }
+}
+
+TEST(CheckpointTest, NonRegularAndHugeFilesAreRefusedWithoutBlocking) {
+  TempDir dir("fifo");
+  const std::string fifo = dir / "fifo.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Result<CheckpointFile> r = read_checkpoint(fifo);  // blocked in open() before
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("is a FIFO, not a regular file"), std::string::npos)
+      << r.status().message();
+  Result<CheckpointFile> dev = read_checkpoint("/dev/zero");
+  ASSERT_FALSE(dev.ok());
+  EXPECT_NE(dev.status().message().find("is a character device"), std::string::npos);
+  // A sparse 100 GB file of zeros: refused after its header, not read whole.
+  const std::string huge = dir / "huge.safetensors";
+  {
+    std::ofstream(huge).put('\0');
+  }
+  fs::resize_file(huge, int64_t{100} << 30);
+  const double t0 = now_seconds();
+  Result<CheckpointFile> h = read_checkpoint(huge);
+  ASSERT_FALSE(h.ok());
+  EXPECT_LT(now_seconds() - t0, 5.0);
+  EXPECT_NE(h.status().message().find("header is not valid JSON"), std::string::npos)
+      << h.status().message();
+}
+
+TEST(CheckpointTest, StepDirectoriesThatAreNotStepsAreSkipped) {
+  TempDir dir("steps");
+  const std::string good = two_tensor_checkpoint(dir);
+  for (const char* name : {"3", "99999999999999999999", "9007199254740993", "+4", "-5"}) {
+    fs::create_directories(fs::path(dir / "root") / name);
+    fs::copy_file(good, fs::path(dir / "root") / name / kCheckpointFileName);
+  }
+  EXPECT_EQ(list_checkpoints(dir / "root"), (std::vector<int64_t>{3}));  // stoll threw before
+}
+
+TEST(CheckpointTest, TempFileNeverFollowsAPlantedSymlink) {
+  TempDir dir("symlink");
+  const std::string victim = dir / "victim.txt";
+  std::ofstream(victim) << "precious";
+  const std::string path = dir / "two/state.safetensors";
+  fs::create_directories(dir / "two");
+  fs::create_symlink(victim, path + ".tmp");
+  two_tensor_checkpoint(dir);
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "precious");
+  EXPECT_TRUE(read_checkpoint(path).ok());
+}
+
+TEST(CheckpointTest, ACorruptLatestCheckpointFallsBackToTheLatestValidOne) {
+  TempDir dir("fallback");
+  {
+    auto t = Trainer::create(ckpt_config(dir.str(), 2), Mesh()).value();
+    losses(*t, 5);  // checkpoints 2 and 4
+  }
+  const std::string root = dir / "resume/checkpoints";
+  ASSERT_EQ(list_checkpoints(root), (std::vector<int64_t>{2, 4}));
+  copy_with(checkpoint_path(root, 4), checkpoint_path(root, 4),
+            [](std::string& b) { b[b.size() - 7] ^= 0x10; });
+  Result<std::unique_ptr<Trainer>> t = Trainer::create(ckpt_config(dir.str(), 2), Mesh());
+  ASSERT_TRUE(t.ok()) << t.status().message();  // refused to start before
+  EXPECT_EQ((*t)->current_step(), 3);
+  EXPECT_EQ((*t)->restored_from(), checkpoint_path(root, 2));
 }
 
 TEST(CheckpointTest, LoadParametersPathRestoresParamsOnly) {

@@ -2,6 +2,7 @@
 // and PR 4174): one compile per run after an AOT compile, the double compile with an unsharded
 // shaped batch and its explanation, a second PROCESS loading the persistent entry, damaged
 // entries recompiled, which changes change the key, and LRU eviction under a size limit.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -426,6 +427,49 @@ TEST(CompileCacheTest, ExecutableRoundTripsBitwise) {
     EXPECT_FALSE(deserialize_executable(std::string_view(bytes).substr(0, cut)).ok()) << cut;
 }
 
+
+// Issue 16 items 2 and 6: an entry that is a directory threw std::ios_base::failure; a FIFO
+// blocked in open(). Both are misses naming what the entry is.
+TEST(CompileCacheTest, NonRegularEntriesAreMissesWithoutBlocking) {
+  TempDir dir("cc_nonregular");
+  const std::string cache = dir / "cache";
+  Config c = cache_config(2);
+  const CacheKey key = aot_key(c, mesh4(c));
+  const std::string path = persistent_entry_path(cache, key);
+  fs::create_directories(path);
+  PersistentLoad d = persistent_load(cache, key);
+  EXPECT_EQ(d.exe, nullptr);
+  EXPECT_NE(d.miss_reason.find("is a directory, not a regular file"), std::string::npos)
+      << d.miss_reason;
+  fs::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  PersistentLoad f = persistent_load(cache, key);
+  EXPECT_EQ(f.exe, nullptr);
+  EXPECT_NE(f.miss_reason.find("is a FIFO, not a regular file"), std::string::npos) << f.miss_reason;
+}
+
+// Issue 16 item 3: a forged payload whose digest was recomputed reached the program builder
+// (ENG_CHECK abort), std::length_error and a signed overflow. Every one is now a data_loss.
+TEST(CompileCacheTest, ForgedPayloadsAreRefusedNotCrashes) {
+  Config c = cache_config(2);
+  auto t = Trainer::create(c, mesh4(c), {.shape_only = true}).value();
+  const std::string good = serialize_executable(*t->compile().value());
+  int refused = 0;
+  uint64_t rng = 12345;
+  for (int i = 0; i < 300; ++i) {
+    std::string bad = good;
+    rng = hash_mix(rng, i);
+    const size_t at = (rng >> 8) % (bad.size() - 8);
+    const int64_t values[] = {INT64_MAX, INT64_MIN, -1, int64_t{1} << 62, 7, 0};
+    std::memcpy(&bad[at], &values[rng % 6], 8);
+    auto r = deserialize_executable(bad);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), Code::kDataLoss) << r.status().message();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 100);  // the rest land in floats or names: another valid executable
+}
 
 // ---- size-bounded eviction (jax_compilation_cache_max_size) ---------------------------------
 

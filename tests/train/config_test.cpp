@@ -1,5 +1,6 @@
 // tests/train/config_test.cpp: key table, presets, overrides, validation and did-you-mean.
 #include <cmath>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -129,6 +130,30 @@ TEST(ConfigTest, RejectsValuesThatWouldBeIgnoredOrMeaningless) {
   ASSERT_TRUE(wide.set("per_device_batch_size", 1e300).ok());
   EXPECT_NE(resolve_config(wide, 2).status().message().find("global batch 2 x 1e+300 is too large"),
             std::string::npos);
+}
+
+// Issue 16 item 4: steps=1e300 became INT64_MIN (an undefined double -> int64 cast).
+TEST(ConfigTest, IntegersBeyond2To53AreRefused) {
+  Config c;
+  for (double v : {1e300, -1e300, 1e17, std::numeric_limits<double>::infinity()}) {
+    Status s = c.set("steps", v);
+    ASSERT_FALSE(s.ok()) << v;
+    EXPECT_NE(s.message().find("config: steps expects an integer"), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(c.set("steps", 9007199254740992.0).ok());
+  EXPECT_EQ(c.get_int("steps"), int64_t{1} << 53);
+}
+
+// Issue 16 item 10: run_name="../../escaped" wrote outside base_output_directory.
+TEST(ConfigTest, RunNameStaysUnderTheOutputDirectory) {
+  Config c;
+  for (const char* bad : {"../../escaped", "/tmp/abs", "a/../../b", ".."}) {
+    Status s = c.set("run_name", std::string(bad));
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find(fmt::format("config: run_name '{}'", bad)), std::string::npos)
+        << s.message();
+  }
+  EXPECT_TRUE(c.set("run_name", std::string("exp/1..2/a")).ok());
 }
 
 TEST(ConfigTest, FlattenHasEveryKey) {

@@ -1,8 +1,12 @@
 // tests/train/data_test.cpp: synthetic, text and .npy sources and their errors.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "engine/train/data.h"
@@ -109,6 +113,30 @@ TEST(DataTest, NpyTokensLoadAndAreRangeChecked) {
             std::string::npos);
   auto notnpy = make_data_source(tiny("tokens", temp_file("x.npy", "hello world, not numpy")));
   EXPECT_NE(notnpy.status().message().find("not a .npy file"), std::string::npos);
+}
+
+// Issue 16 item 6: a FIFO blocked in open(); /dev/zero and /dev/urandom were read forever.
+TEST(DataTest, NonRegularFilesAreRefusedAtOnce) {
+  const fs::path fifo =
+      fs::temp_directory_path() / fmt::format("shardlab_data_fifo_{}", ::getpid());
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string type : {"text", "tokens"}) {
+    auto r = make_data_source(tiny(type, fifo.string()));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("is a FIFO, not a regular file"), std::string::npos)
+        << r.status().message();
+  }
+  fs::remove(fifo);
+  for (const char* dev : {"/dev/zero", "/dev/urandom"}) {
+    auto r = make_data_source(tiny("text", dev));
+    ASSERT_FALSE(r.ok()) << dev;
+    EXPECT_NE(r.status().message().find("is a character device, not a regular file"),
+              std::string::npos) << r.status().message();
+  }
+  auto dir = make_data_source(tiny("text", fs::temp_directory_path().string()));
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // tests/train/inspect_test.cpp: the sharding table of a trainer's state against MaxText's
-// worked examples (reference/maxtext.md 2), its printed forms, the audit and store snapshots.
+// worked examples (MaxText's utils/sharding.py), its printed forms, the audit and store snapshots.
 #include "engine/train/inspect.h"
 
 #include <gtest/gtest.h>

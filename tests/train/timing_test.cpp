@@ -1,4 +1,4 @@
-// tests/train/timing_test.cpp: honest step timing (DESIGN.md 1.2) and the store rows train()
+// tests/train/timing_test.cpp: step timing (docs/metrics-store.md) and the store rows train()
 // writes. Device delays come from the debug config keys; margins suit a noisy 2-core machine
 // (a delay of 0.3 s against steps of a few ms).
 #include <map>

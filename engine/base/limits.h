@@ -1,0 +1,17 @@
+// engine/base/limits.h: the sizes user input (configs, files, Lua arguments) is checked
+// against before anything is allocated or any arithmetic can overflow.
+#pragma once
+
+#include <cstdint>
+
+namespace eng {
+
+// Elements of one tensor: 2^50 (4 PiB of f32), so byte counts and their sums fit int64.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 50;
+// Devices of one mesh: 2^17, beyond the largest accelerator slices; every per-device table
+// (device grids, shards, visualize cells) stays small. 10^18 devices allocated for minutes.
+inline constexpr int64_t kMaxDevices = int64_t{1} << 17;
+// Steps and data positions: 2^53, exact in a double (Lua numbers, JSON); step + 1 cannot wrap.
+inline constexpr int64_t kMaxStep = int64_t{1} << 53;
+
+}  // namespace eng
