@@ -215,7 +215,7 @@ Status Trainer::restore() {
     for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
       Status s = restore_from(checkpoint_path(checkpoint_dir(), *step), false);
       if (s.ok() || s.code() != Code::kDataLoss || step + 1 == steps.rend()) return s;
-      record_event("restore", "warning", *step,
+      recorder_->record_event("restore", "warning", *step,
                    fmt::format("skipped checkpoint {}: {}", *step, s.message()));
     }
   }
