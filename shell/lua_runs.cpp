@@ -62,10 +62,7 @@ void push_map(lua_State* L, const eng::QueryResult& r) {
 Result<eng::QueryResult> query(eng::MetricsStore& store, std::string_view fn, std::string_view sql,
                                const std::string& run_id) {
   eng::SqlValue a[] = {run_id};
-  Result<eng::QueryResult> r = store.query(sql, a);
-  if (!r.ok())
-    return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
-  return r;
+  return with_context(fn, store.query(sql, a));
 }
 
 // The run_id of `id`: a run_id itself, else the one run with that name.
@@ -144,10 +141,8 @@ Result<int> runs(lua_State* L) {
   constexpr std::string_view fn = "sl.runs";
   ENG_ASSIGN_OR_RETURN(eng::RunFilter f, read_filter(L, fn));
   ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, context(L).open_store());
-  Result<eng::QueryResult> r = store->find_runs(f);
-  if (!r.ok())
-    return eng::Status(r.status().code(), fmt::format("{}: {}", fn, r.status().message()));
-  push_rows(L, *r);
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult r, with_context(fn, store->find_runs(f)));
+  push_rows(L, r);
   return 1;
 }
 

@@ -525,8 +525,8 @@ Result<int> trainer_tag_or_log(lua_State* L, bool log) {
     std::string key = lua_tostring(L, -2);
     if (log) values.emplace_back(std::move(key), lua_tonumber(L, -1));
     else if (vt == LUA_TBOOLEAN) tags.emplace_back(std::move(key), lua_toboolean(L, -1) ? "true" : "false");
-    else tags.emplace_back(std::move(key), std::string(luaL_tolstring(L, -1, nullptr)));
-    lua_settop(L, lua_gettop(L) - (log || vt == LUA_TBOOLEAN ? 1 : 2));  // keep the key
+    else tags.emplace_back(std::move(key), std::string(lua_tostring(L, -1)));  // no __tostring
+    lua_pop(L, 1);  // keep the key
   }
   const int64_t step = std::max<int64_t>(0, t->current_step() - 1);
   for (const auto& [k, v] : tags) ENG_RETURN_IF_ERROR(with_context(fn, t->recorder().set_tag(k, v)));

@@ -97,7 +97,7 @@ Status assign_argument_shardings(Program& p, const Mesh& mesh, const SpmdOptions
           s = *r;
         }
         if (o.shard_optimizer_over_data && data > 1 && !has_axis(s, o.axes.zero1)) {
-          // MaxText (reference section 8): `data` prepended on the first dim divisible by
+          // MaxText (shard_optimizer_over_data, layers/pipeline.py): `data` prepended on the first dim divisible by
           // the data size whose spec has no `tensor` (axes.zero1 and axes.zero1_skip).
           std::vector<PartitionSpec::DimAxes> dims(info.shape.rank());
           for (int i = 0; i < s.rank() && i < info.shape.rank(); ++i) dims[i] = s.dim(i);

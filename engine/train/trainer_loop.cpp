@@ -1,5 +1,6 @@
-// engine/train/trainer_loop.cpp: the training loop in MaxText's (PR 2) order, honest step
-// timing, metrics-store records, and checkpoint save/restore.
+// engine/train/trainer_loop.cpp: the training loop in MaxText's train.py order, with step times
+// between loss syncs and checkpoint time apart (MaxText's step-timing fix), metrics-store
+// records, and checkpoint save/restore.
 #include <algorithm>
 #include <chrono>
 #include <map>
