@@ -81,6 +81,75 @@ std::string jax_tuple_string(const Dims& d) {
   return fmt::format("({})", fmt::join(parts, ", "));
 }
 
+// A matmul's operand dims by role: a's (b's) contracting and free dims, ascending.
+struct MatmulDims {
+  std::vector<int> a_free, a_con, b_free, b_con;
+  int out_rank() const { return static_cast<int>(a_free.size() + b_free.size()); }
+};
+
+MatmulDims matmul_dims(const OpAttrs& at, const Shape& A, const Shape& B) {
+  MatmulDims m;
+  for (int i = 0; i < A.rank(); ++i)
+    ((at.trans_a ? i < at.a_split : i >= at.a_split) ? m.a_con : m.a_free).push_back(i);
+  for (int i = 0; i < B.rank(); ++i)
+    ((at.trans_b ? i >= at.b_split : i < at.b_split) ? m.b_con : m.b_free).push_back(i);
+  return m;
+}
+
+// Whether any of axes `t` shards a dim of `d` other than `skip`.
+bool used_elsewhere(const Axes& t, const Dims& d, int skip) {
+  for (size_t j = 0; j < d.size(); ++j)
+    if (static_cast<int>(j) != skip)
+      for (const auto& a : t)
+        if (contains(d[j], a)) return true;
+  return false;
+}
+
+// Ambiguous output sharding: an axis on free dims of both operands, or contracting pairs
+// sharded differently (da, db: the operands' shardings as they come).
+bool matmul_ambiguous(const MatmulDims& m, const Dims& da, const Dims& db) {
+  bool ambiguous = false;
+  Axes free_a, free_b;
+  for (int i : m.a_free) free_a.insert(free_a.end(), da[i].begin(), da[i].end());
+  for (int i : m.b_free) free_b.insert(free_b.end(), db[i].begin(), db[i].end());
+  for (const auto& a : free_a) ambiguous |= contains(free_b, a);
+  for (size_t k = 0; k < m.a_con.size() && k < m.b_con.size(); ++k)
+    ambiguous |= da[m.a_con[k]] != db[m.b_con[k]];
+  return ambiguous;
+}
+
+// An axis on free dims of both operands would appear twice: gather it from one side. With
+// a wanted output sharding placing the axis, the side it places it on keeps it; otherwise
+// the bigger operand (`a_bigger`: a's bytes >= b's) keeps it and the cheaper one gathers.
+void gather_shared_free_axes(const MatmulDims& m, bool a_bigger,
+                             const std::optional<PartitionSpec>& want, Dims& da, Dims& db) {
+  for (int i : m.a_free) {
+    for (size_t p = 0; p < da[i].size();) {
+      const std::string ax = da[i][p];
+      int bj = -1;
+      for (int j : m.b_free)
+        if (contains(db[j], ax)) bj = j;
+      if (bj < 0) {
+        ++p;
+        continue;
+      }
+      bool keep_a = a_bigger;
+      if (want) {
+        int at_out = -1;
+        for (int o = 0; o < m.out_rank(); ++o)
+          if (contains(want->dim(o), ax)) at_out = o;
+        if (at_out >= 0) keep_a = at_out < static_cast<int>(m.a_free.size());
+      }
+      if (keep_a) {
+        db[bj].erase(std::find(db[bj].begin(), db[bj].end(), ax));
+        ++p;
+      } else {
+        da[i].erase(da[i].begin() + p);
+      }
+    }
+  }
+}
+
 class Partitioner {
  public:
   Partitioner(const Program& g, const Mesh& mesh, const SpmdOptions& o)
@@ -346,6 +415,11 @@ class Partitioner {
     return b_.emit(OpKind::kReshape, {x}, a)[0];
   }
   Status matmul(const Instr& in);
+  Status matmul_wanted(const Instr& in, int out_rank, std::optional<PartitionSpec>& want);
+  Status check_matmul_ambiguity(const MatmulDims& m, const Dims& da, const Dims& db);
+  void agree_contracting(const MatmulDims& m, bool paired, Dims& da, Dims& db) const;
+  Status emit_matmul(const Instr& in, const MatmulDims& m, const Dims& da, const Dims& db,
+                     const std::optional<PartitionSpec>& want);
   Status constraint(const Instr& in);
   Status masked_mean_loss(const Instr& in);
   Status embed_lookup(const Instr& in);
@@ -911,17 +985,28 @@ Status Partitioner::masked_mean_loss(const Instr& in) {
 
 Status Partitioner::matmul(const Instr& in) {
   const ValueId ga = in.inputs[0], gb = in.inputs[1];
-  const OpAttrs& at = in.attrs;
   const Shape A = shp(ga);
   const Shape B = shp(gb);
-  std::vector<int> a_free, a_con, b_free, b_con;
-  for (int i = 0; i < A.rank(); ++i) ((at.trans_a ? i < at.a_split : i >= at.a_split) ? a_con : a_free).push_back(i);
-  for (int i = 0; i < B.rank(); ++i) ((at.trans_b ? i >= at.b_split : i < at.b_split) ? b_con : b_free).push_back(i);
+  const MatmulDims m = matmul_dims(in.attrs, A, B);
   Dims da = spec_[ga].dims(), db = spec_[gb].dims();
 
-  // The wanted result sharding, if the program says (out_sharding, or autodiff's out_like).
   std::optional<PartitionSpec> want;
-  const int out_rank = static_cast<int>(a_free.size() + b_free.size());
+  ENG_RETURN_IF_ERROR(matmul_wanted(in, m.out_rank(), want));
+  bool paired = m.a_con.size() == m.b_con.size();
+  for (size_t k = 0; paired && k < m.a_con.size(); ++k) paired = A[m.a_con[k]] == B[m.b_con[k]];
+  if (!want) ENG_RETURN_IF_ERROR(check_matmul_ambiguity(m, da, db));
+  agree_contracting(m, paired, da, db);
+  const double bytes_a = static_cast<double>(gv(ga).bytes());
+  const double bytes_b = static_cast<double>(gv(gb).bytes());
+  gather_shared_free_axes(m, bytes_a >= bytes_b, want, da, db);  // auto: gather the cheaper
+  return emit_matmul(in, m, da, db, want);
+}
+
+// The wanted result sharding, if the program says: out_sharding (an error if its logical
+// names do not resolve), else autodiff's out_like when that value is already placed.
+Status Partitioner::matmul_wanted(const Instr& in, int out_rank,
+                                  std::optional<PartitionSpec>& want) {
+  const OpAttrs& at = in.attrs;
   if (!at.out_logical.empty()) {
     LogicalAxes names = at.out_logical;
     names.resize(out_rank);
@@ -938,89 +1023,60 @@ Status Partitioner::matmul(const Instr& in) {
     }
     if (like.rank() == out_rank) want = like;
   }
+  return ok_status();
+}
 
-  bool paired = a_con.size() == b_con.size();
-  for (size_t k = 0; paired && k < a_con.size(); ++k) paired = A[a_con[k]] == B[b_con[k]];
-  bool ambiguous = false;
-  Axes free_a = all_axes(da, 0, 0), free_b;
-  for (int i : a_free) free_a.insert(free_a.end(), da[i].begin(), da[i].end());
-  for (int i : b_free) free_b.insert(free_b.end(), db[i].begin(), db[i].end());
-  for (const auto& a : free_a) ambiguous |= contains(free_b, a);
-  for (size_t k = 0; k < a_con.size() && k < b_con.size(); ++k)
-    ambiguous |= da[a_con[k]] != db[b_con[k]];
-  if (explicit_ && ambiguous && !want) {
-    Dims lc, rc;
-    for (int i : a_con) lc.push_back(da[i]);
-    for (int i : b_con) rc.push_back(db[i]);
-    return invalid_argument(
-        "Contracting dimensions are sharded and it is ambiguous how the output should be "
-        "sharded. Please specify the output sharding via the `out_sharding` parameter. Got "
-        "lhs_contracting_spec={} and rhs_contracting_spec={}",
-        spec_string(lc), spec_string(rc));
-  }
-  // Contracting pairs: agree on one side's axes (that side must not use them elsewhere on
-  // the other operand); the more-sharded valid choice wins; neither valid -> whole.
-  auto used_elsewhere = [](const Axes& t, const Dims& d, int skip) {
-    for (size_t j = 0; j < d.size(); ++j)
-      if (static_cast<int>(j) != skip)
-        for (const auto& a : t)
-          if (contains(d[j], a)) return true;
-    return false;
-  };
+// Explicit mode, no wanted sharding: an ambiguous output is JAX's error.
+Status Partitioner::check_matmul_ambiguity(const MatmulDims& m, const Dims& da, const Dims& db) {
+  if (!explicit_ || !matmul_ambiguous(m, da, db)) return ok_status();
+  Dims lc, rc;
+  for (int i : m.a_con) lc.push_back(da[i]);
+  for (int i : m.b_con) rc.push_back(db[i]);
+  return invalid_argument(
+      "Contracting dimensions are sharded and it is ambiguous how the output should be "
+      "sharded. Please specify the output sharding via the `out_sharding` parameter. Got "
+      "lhs_contracting_spec={} and rhs_contracting_spec={}",
+      spec_string(lc), spec_string(rc));
+}
+
+// Contracting pairs: agree on one side's axes (that side must not use them elsewhere on
+// the other operand); the more-sharded valid choice wins; neither valid -> whole. Unpaired
+// contracting dims (the flattened dims differ) are all gathered.
+void Partitioner::agree_contracting(const MatmulDims& m, bool paired, Dims& da, Dims& db) const {
   if (!paired) {
-    for (int i : a_con) da[i].clear();
-    for (int i : b_con) db[i].clear();
-  } else {
-    for (size_t k = 0; k < a_con.size(); ++k) {
-      Axes& xa = da[a_con[k]];
-      Axes& xb = db[b_con[k]];
-      if (xa == xb) continue;
-      const bool va = !used_elsewhere(xa, db, b_con[k]), vb = !used_elsewhere(xb, da, a_con[k]);
-      Axes t;
-      if (va && vb) t = axes_size(mesh_, xa) >= axes_size(mesh_, xb) ? xa : xb;
-      else if (va) t = xa;
-      else if (vb) t = xb;
-      xa = t;
-      xb = t;
-    }
+    for (int i : m.a_con) da[i].clear();
+    for (int i : m.b_con) db[i].clear();
+    return;
   }
-  // An axis on free dims of both operands would appear twice: gather it from one side.
-  const double bytes_a = static_cast<double>(gv(ga).bytes()), bytes_b = static_cast<double>(gv(gb).bytes());
-  for (int i : a_free) {
-    for (size_t p = 0; p < da[i].size();) {
-      const std::string ax = da[i][p];
-      int bj = -1;
-      for (int j : b_free)
-        if (contains(db[j], ax)) bj = j;
-      if (bj < 0) {
-        ++p;
-        continue;
-      }
-      bool keep_a = bytes_a >= bytes_b;  // auto: gather the cheaper operand
-      if (want) {
-        int at_out = -1;
-        for (int o = 0; o < out_rank; ++o)
-          if (contains(want->dim(o), ax)) at_out = o;
-        if (at_out >= 0) keep_a = at_out < static_cast<int>(a_free.size());
-      }
-      if (keep_a) {
-        db[bj].erase(std::find(db[bj].begin(), db[bj].end(), ax));
-        ++p;
-      } else {
-        da[i].erase(da[i].begin() + p);
-      }
-    }
+  for (size_t k = 0; k < m.a_con.size(); ++k) {
+    Axes& xa = da[m.a_con[k]];
+    Axes& xb = db[m.b_con[k]];
+    if (xa == xb) continue;
+    const bool va = !used_elsewhere(xa, db, m.b_con[k]), vb = !used_elsewhere(xb, da, m.a_con[k]);
+    Axes t;
+    if (va && vb) t = axes_size(mesh_, xa) >= axes_size(mesh_, xb) ? xa : xb;
+    else if (va) t = xa;
+    else if (vb) t = xb;
+    xa = t;
+    xb = t;
   }
-  ENG_ASSIGN_OR_RETURN(ValueId la, get(ga, PartitionSpec(da)));
-  ENG_ASSIGN_OR_RETURN(ValueId lb, get(gb, PartitionSpec(db)));
+}
+
+// The local matmul on operands resharded to da, db: free dims keep their axes, contracting
+// axes make the result a partial sum over them. With out_sharding the result IS in that
+// sharding (resharded to it).
+Status Partitioner::emit_matmul(const Instr& in, const MatmulDims& m, const Dims& da,
+                                const Dims& db, const std::optional<PartitionSpec>& want) {
+  ENG_ASSIGN_OR_RETURN(ValueId la, get(in.inputs[0], PartitionSpec(da)));
+  ENG_ASSIGN_OR_RETURN(ValueId lb, get(in.inputs[1], PartitionSpec(db)));
   Dims out;
-  for (int i : a_free) out.push_back(da[i]);
-  for (int i : b_free) out.push_back(db[i]);
+  for (int i : m.a_free) out.push_back(da[i]);
+  for (int i : m.b_free) out.push_back(db[i]);
   Axes partial;
-  for (int i : a_con) partial.insert(partial.end(), da[i].begin(), da[i].end());
+  for (int i : m.a_con) partial.insert(partial.end(), da[i].begin(), da[i].end());
   sort_mesh_order(partial, mesh_);
-  emit(in, {la, lb}, at, {PartitionSpec(out, partial)});
-  if (!at.out_logical.empty()) {  // out_sharding: the result IS in that sharding
+  emit(in, {la, lb}, in.attrs, {PartitionSpec(out, partial)});
+  if (!in.attrs.out_logical.empty()) {
     ENG_RETURN_IF_ERROR(check_divisible(shp(in.outputs[0]), *want, "matmul out_sharding"));
     ENG_ASSIGN_OR_RETURN(ValueId lv, get(in.outputs[0], *want));
     set(in.outputs[0], lv, *want);

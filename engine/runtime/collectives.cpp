@@ -9,6 +9,7 @@
 
 #include "engine/base/check.h"
 #include "engine/compile/spmd.h"
+#include "engine/ir/op_table.h"
 #include "engine/sharding/shard_geometry.h"
 
 namespace eng {
@@ -36,101 +37,10 @@ class LocalCommunicator final : public Communicator {
     ENG_CHECK(static_cast<int64_t>(buf.size()) == n_, "communicator: {} buffer tables for {} devices",
               buf.size(), n_);
     const AxesGroup g(mesh_, in.attrs.mesh_axes);
-    const ValueId x = in.inputs[0], y = in.outputs[0];
-    const Shape& xs = p.value(x).shape;
-    const int64_t elem = dtype_size(p.value(x).dtype);
-    const int64_t xbytes = p.value(x).bytes(), ybytes = p.value(y).bytes();
-    const int64_t G = g.size();
+    const CollectiveFn fn = kCollectives[op_index(in.kind)];
     for (int64_t leader = 0; leader < n_; ++leader) {
       if (!g.is_leader(leader)) continue;
-      switch (in.kind) {
-        case OpKind::kAllGather: {  // member r's block at r along dim
-          int64_t outer, mid, inner;
-          split3(xs, in.attrs.dim, outer, mid, inner);
-          const int64_t run = mid * inner * elem;
-          exchange(g, leader, buf, x, y, xbytes,
-                   [&](int64_t, int64_t m, void* dst, const void* src) {
-                     char* out = static_cast<char*>(dst);
-                     const char* inp = static_cast<const char*>(src);
-                     for (int64_t o = 0; o < outer; ++o)
-                       std::memcpy(out + (o * G + m) * run, inp + o * run, run);
-                   });
-          break;
-        }
-        case OpKind::kReduceScatter: {  // member r: block r of the sum, in rank order
-          ENG_CHECK(p.value(x).dtype == DType::kF32, "reduce_scatter: f32 only");
-          int64_t outer, mid, inner;
-          split3(xs, in.attrs.dim, outer, mid, inner);
-          const int64_t blk = mid / G * inner;
-          exchange(g, leader, buf, x, y, ybytes,
-                   [&](int64_t r, int64_t m, void* dst, const void* src) {
-                     float* out = static_cast<float*>(dst);
-                     const float* inp = static_cast<const float*>(src);
-                     for (int64_t o = 0; o < outer; ++o) {
-                       const float* s = inp + o * mid * inner + r * blk;
-                       float* d = out + o * blk;
-                       if (m == 0)
-                         std::memcpy(d, s, blk * sizeof(float));
-                       else
-                         for (int64_t i = 0; i < blk; ++i) d[i] += s[i];
-                     }
-                   });
-          break;
-        }
-        case OpKind::kAllReduce: {  // every member sums all members' inputs in rank order
-          ENG_CHECK(p.value(x).dtype == DType::kF32, "all_reduce: f32 only");
-          const int64_t n = xs.numel();
-          exchange(g, leader, buf, x, y, xbytes,
-                   [&](int64_t, int64_t m, void* dst, const void* src) {
-                     float* out = static_cast<float*>(dst);
-                     const float* s = static_cast<const float*>(src);
-                     if (m == 0)
-                       std::memcpy(out, s, n * sizeof(float));
-                     else if (in.attrs.reduce_max)
-                       for (int64_t i = 0; i < n; ++i) out[i] = out[i] < s[i] ? s[i] : out[i];
-                     else
-                       for (int64_t i = 0; i < n; ++i) out[i] += s[i];
-                   });
-          break;
-        }
-        case OpKind::kAllToAll: all_to_all(p, in, g, leader, buf); break;
-        case OpKind::kCollectivePermute: {
-          if (in.attrs.fill_zero) {  // a partial permutation: unreached members get zeros
-            for (int64_t r = 0; r < G; ++r) {
-              const int64_t from = r - in.attrs.shift, dst = g.member(leader, r);
-              if (from < 0 || from >= G) {
-                std::memset(buf[dst][y], 0, xbytes);
-                continue;
-              }
-              const int64_t src = g.member(leader, from);
-              std::memcpy(buf[dst][y], buf[src][x], xbytes);
-              if (src != dst) count(dst, g.axis_mask(), xbytes);
-            }
-            break;
-          }
-          const int64_t shift = ((in.attrs.shift % G) + G) % G;
-          for (int64_t r = 0; r < G; ++r) {
-            const int64_t src = g.member(leader, r), dst = g.member(leader, (r + shift) % G);
-            std::memcpy(buf[dst][y], buf[src][x], xbytes);
-            if (src != dst) count(dst, g.axis_mask(), xbytes);
-          }
-          break;
-        }
-        case OpKind::kDynamicSlice: {  // member r keeps block r along dim
-          int64_t outer, mid, inner;
-          split3(xs, in.attrs.dim, outer, mid, inner);
-          const int64_t run = mid / G * inner * elem;
-          for (int64_t r = 0; r < G; ++r) {
-            const int64_t d = g.member(leader, r);
-            const char* inp = static_cast<const char*>(buf[d][x]);
-            char* out = static_cast<char*>(buf[d][y]);
-            for (int64_t o = 0; o < outer; ++o)
-              std::memcpy(out + o * run, inp + (o * G + r) * run, run);
-          }
-          break;
-        }
-        default: ENG_CHECK(false, "communicator: {} is not a collective", op_name(in.kind));
-      }
+      (this->*fn)(Group{p, in, g, leader, buf});
     }
   }
 
@@ -157,10 +67,126 @@ class LocalCommunicator final : public Communicator {
     counters_[device * slots + mask] += static_cast<double>(bytes);
   }
 
+  // One collective instruction on the group of one leader (the group's rank-0 member).
+  struct Group {
+    const Program& p;
+    const Instr& in;
+    const AxesGroup& g;
+    int64_t leader;
+    std::span<void* const* const> buf;  // buf[device][ValueId]
+    ValueId x() const { return in.inputs[0]; }
+    ValueId y() const { return in.outputs[0]; }
+  };
+  using CollectiveFn = void (LocalCommunicator::*)(const Group&);
+  // One row per OpKind (engine/ir/op_table.h): a collective's method, else not_a_collective.
+  static const OpTable<CollectiveFn> kCollectives;
+
+  void not_a_collective(const Group& c) {
+    ENG_CHECK(false, "communicator: {} is not a collective", op_name(c.in.kind));
+  }
+
+  // Member r's block at r along dim.
+  void all_gather(const Group& c) {
+    const Shape& xs = c.p.value(c.x()).shape;
+    const int64_t elem = dtype_size(c.p.value(c.x()).dtype), G = c.g.size();
+    int64_t outer, mid, inner;
+    split3(xs, c.in.attrs.dim, outer, mid, inner);
+    const int64_t run = mid * inner * elem;
+    exchange(c.g, c.leader, c.buf, c.x(), c.y(), c.p.value(c.x()).bytes(),
+             [&](int64_t, int64_t m, void* dst, const void* src) {
+               char* out = static_cast<char*>(dst);
+               const char* inp = static_cast<const char*>(src);
+               for (int64_t o = 0; o < outer; ++o)
+                 std::memcpy(out + (o * G + m) * run, inp + o * run, run);
+             });
+  }
+
+  // Member r: block r of the sum, in rank order.
+  void reduce_scatter(const Group& c) {
+    ENG_CHECK(c.p.value(c.x()).dtype == DType::kF32, "reduce_scatter: f32 only");
+    int64_t outer, mid, inner;
+    split3(c.p.value(c.x()).shape, c.in.attrs.dim, outer, mid, inner);
+    const int64_t blk = mid / c.g.size() * inner;
+    exchange(c.g, c.leader, c.buf, c.x(), c.y(), c.p.value(c.y()).bytes(),
+             [&](int64_t r, int64_t m, void* dst, const void* src) {
+               float* out = static_cast<float*>(dst);
+               const float* inp = static_cast<const float*>(src);
+               for (int64_t o = 0; o < outer; ++o) {
+                 const float* s = inp + o * mid * inner + r * blk;
+                 float* d = out + o * blk;
+                 if (m == 0)
+                   std::memcpy(d, s, blk * sizeof(float));
+                 else
+                   for (int64_t i = 0; i < blk; ++i) d[i] += s[i];
+               }
+             });
+  }
+
+  // Every member sums (or maxes) all members' inputs in rank order.
+  void all_reduce(const Group& c) {
+    ENG_CHECK(c.p.value(c.x()).dtype == DType::kF32, "all_reduce: f32 only");
+    const int64_t n = c.p.value(c.x()).shape.numel();
+    const bool reduce_max = c.in.attrs.reduce_max;
+    exchange(c.g, c.leader, c.buf, c.x(), c.y(), c.p.value(c.x()).bytes(),
+             [&](int64_t, int64_t m, void* dst, const void* src) {
+               float* out = static_cast<float*>(dst);
+               const float* s = static_cast<const float*>(src);
+               if (m == 0)
+                 std::memcpy(out, s, n * sizeof(float));
+               else if (reduce_max)
+                 for (int64_t i = 0; i < n; ++i) out[i] = out[i] < s[i] ? s[i] : out[i];
+               else
+                 for (int64_t i = 0; i < n; ++i) out[i] += s[i];
+             });
+  }
+
+  // Member r's x goes to member r + shift (mod G); with fill_zero, a partial permutation:
+  // no wrap-around, and members nobody sends to get zeros.
+  void collective_permute(const Group& c) {
+    const AxesGroup& g = c.g;
+    const ValueId x = c.x(), y = c.y();
+    const int64_t xbytes = c.p.value(x).bytes(), G = g.size();
+    if (c.in.attrs.fill_zero) {
+      for (int64_t r = 0; r < G; ++r) {
+        const int64_t from = r - c.in.attrs.shift, dst = g.member(c.leader, r);
+        if (from < 0 || from >= G) {
+          std::memset(c.buf[dst][y], 0, xbytes);
+          continue;
+        }
+        const int64_t src = g.member(c.leader, from);
+        std::memcpy(c.buf[dst][y], c.buf[src][x], xbytes);
+        if (src != dst) count(dst, g.axis_mask(), xbytes);
+      }
+      return;
+    }
+    const int64_t shift = ((c.in.attrs.shift % G) + G) % G;
+    for (int64_t r = 0; r < G; ++r) {
+      const int64_t src = g.member(c.leader, r), dst = g.member(c.leader, (r + shift) % G);
+      std::memcpy(c.buf[dst][y], c.buf[src][x], xbytes);
+      if (src != dst) count(dst, g.axis_mask(), xbytes);
+    }
+  }
+
+  // Member r keeps block r along dim (no traffic).
+  void dynamic_slice(const Group& c) {
+    const int64_t elem = dtype_size(c.p.value(c.x()).dtype), G = c.g.size();
+    int64_t outer, mid, inner;
+    split3(c.p.value(c.x()).shape, c.in.attrs.dim, outer, mid, inner);
+    const int64_t run = mid / G * inner * elem;
+    for (int64_t r = 0; r < G; ++r) {
+      const int64_t d = c.g.member(c.leader, r);
+      const char* inp = static_cast<const char*>(c.buf[d][c.x()]);
+      char* out = static_cast<char*>(c.buf[d][c.y()]);
+      for (int64_t o = 0; o < outer; ++o) std::memcpy(out + o * run, inp + (o * G + r) * run, run);
+    }
+  }
+
   // Member m's chunk r along split_dim goes to member r at position m along concat_dim.
-  void all_to_all(const Program& p, const Instr& in, const AxesGroup& g, int64_t leader,
-                  std::span<void* const* const> buf) {
-    const ValueId x = in.inputs[0], y = in.outputs[0];
+  void all_to_all(const Group& c) {
+    const Program& p = c.p;
+    const Instr& in = c.in;
+    const AxesGroup& g = c.g;
+    const ValueId x = c.x(), y = c.y();
     const Shape& xs = p.value(x).shape;
     const Shape& ys = p.value(y).shape;
     const int rank = xs.rank();
@@ -176,7 +202,7 @@ class LocalCommunicator final : public Communicator {
       ystr[k] = ystr[k + 1] * ys[k + 1];
     }
     const int64_t chunk_bytes = p.value(x).bytes() / G;
-    exchange(g, leader, buf, x, y, chunk_bytes,
+    exchange(g, c.leader, c.buf, x, y, chunk_bytes,
              [&](int64_t r, int64_t m, void* dst, const void* src) {
                char* out = static_cast<char*>(dst);
                const char* inp = static_cast<const char*>(src);
@@ -220,6 +246,37 @@ class LocalCommunicator final : public Communicator {
   int64_t n_;
   std::vector<double> counters_;  // [device][axes mask]
 };
+
+using L = LocalCommunicator;
+#define ENG_NOT_COLLECTIVE(kind) {OpKind::kind, &L::not_a_collective},
+constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::CollectiveFn>(
+    {
+        {OpKind::kAllGather, &L::all_gather},
+        {OpKind::kReduceScatter, &L::reduce_scatter},
+        {OpKind::kAllReduce, &L::all_reduce},
+        {OpKind::kAllToAll, &L::all_to_all},
+        {OpKind::kCollectivePermute, &L::collective_permute},
+        {OpKind::kDynamicSlice, &L::dynamic_slice},
+        // Per-device ops: the executor runs them (executor.cpp), never the communicator.
+        ENG_NOT_COLLECTIVE(kEmbedLookup) ENG_NOT_COLLECTIVE(kOneHot) ENG_NOT_COLLECTIVE(kMatmul)
+        ENG_NOT_COLLECTIVE(kRmsNorm) ENG_NOT_COLLECTIVE(kRope) ENG_NOT_COLLECTIVE(kAttention)
+        ENG_NOT_COLLECTIVE(kSwiglu) ENG_NOT_COLLECTIVE(kAdd) ENG_NOT_COLLECTIVE(kMul)
+        ENG_NOT_COLLECTIVE(kScale) ENG_NOT_COLLECTIVE(kConvert) ENG_NOT_COLLECTIVE(kConstraint)
+        ENG_NOT_COLLECTIVE(kSoftmaxCrossEntropy) ENG_NOT_COLLECTIVE(kMaskedMeanLoss)
+        ENG_NOT_COLLECTIVE(kEmbedLookupGrad) ENG_NOT_COLLECTIVE(kRmsNormGrad)
+        ENG_NOT_COLLECTIVE(kAttentionGrad) ENG_NOT_COLLECTIVE(kSwigluGrad)
+        ENG_NOT_COLLECTIVE(kSoftmaxCrossEntropyGrad) ENG_NOT_COLLECTIVE(kMaskedMeanLossGrad)
+        ENG_NOT_COLLECTIVE(kSumSquares) ENG_NOT_COLLECTIVE(kGlobalNorm)
+        ENG_NOT_COLLECTIVE(kClipFactor) ENG_NOT_COLLECTIVE(kLearningRate)
+        ENG_NOT_COLLECTIVE(kAdamW) ENG_NOT_COLLECTIVE(kIncrement) ENG_NOT_COLLECTIVE(kSafeDivide)
+        ENG_NOT_COLLECTIVE(kReshape) ENG_NOT_COLLECTIVE(kSlice) ENG_NOT_COLLECTIVE(kPad)
+        ENG_NOT_COLLECTIVE(kConcat) ENG_NOT_COLLECTIVE(kShift) ENG_NOT_COLLECTIVE(kAxisIndex)
+        ENG_NOT_COLLECTIVE(kVocabMax) ENG_NOT_COLLECTIVE(kVocabStats)
+        ENG_NOT_COLLECTIVE(kXentFromStats) ENG_NOT_COLLECTIVE(kRepeatKv)
+        ENG_NOT_COLLECTIVE(kRepeatKvGrad)
+    },
+    &L::not_a_collective, &L::not_a_collective);
+#undef ENG_NOT_COLLECTIVE
 
 }  // namespace
 

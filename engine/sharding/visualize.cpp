@@ -100,24 +100,33 @@ std::string label_of(const std::vector<int64_t>& devices) {
   return fmt::format("CPU {}", fmt::join(devices, ","));
 }
 
-}  // namespace
+// The block grid of the shown dims: `rows` blocks down (dims[0] of a 2-D view, else 1),
+// `cols` across (the last shown dim, else 1); cells[r * cols + c] lists the devices holding
+// block (r, c), ascending.
+struct BlockGrid {
+  int64_t rows = 1;
+  int64_t cols = 1;
+  std::vector<std::vector<int64_t>> cells;
+};
 
-Result<std::string> visualize_sharding(const Shape& shape, const NamedSharding& s, int dim0,
-                                       int dim1, bool color) {
-  ENG_RETURN_IF_ERROR(s.validate(shape));
-  ENG_ASSIGN_OR_RETURN(std::vector<int> dims, shown_dims(shape, s, dim0, dim1));
+BlockGrid block_grid(const NamedSharding& s, const std::vector<int>& dims) {
   const bool grid = dims.size() == 2;
-  const int64_t rows = grid ? s.shards_along(dims[0]) : 1;
-  const int64_t cols = dims.empty() ? 1 : s.shards_along(dims.back());
-
-  // cells[r * cols + c]: the devices holding block (r, c), ascending.
-  std::vector<std::vector<int64_t>> cells(rows * cols);
+  BlockGrid g;
+  g.rows = grid ? s.shards_along(dims[0]) : 1;
+  g.cols = dims.empty() ? 1 : s.shards_along(dims.back());
+  g.cells.resize(g.rows * g.cols);
   for (int64_t d = 0; d < s.mesh.num_devices(); ++d) {
     int64_t r = grid ? block_index(s, dims[0], d) : 0;
     int64_t c = dims.empty() ? 0 : block_index(s, dims.back(), d);
-    cells[r * cols + c].push_back(d);
+    g.cells[r * g.cols + c].push_back(d);
   }
+  return g;
+}
 
+// The header lines: which dims are shown (unless it is the natural view of a rank <= 2
+// shape), and every hidden dim that is sharded too.
+std::vector<std::string> dims_notes(const Shape& shape, const NamedSharding& s,
+                                    const std::vector<int>& dims) {
   std::vector<std::string> out;
   bool natural = shape.rank() <= 2 && static_cast<int>(dims.size()) == shape.rank() &&
                  (dims.size() < 2 || dims[0] < dims[1]);
@@ -133,67 +142,108 @@ Result<std::string> visualize_sharding(const Shape& shape, const NamedSharding& 
       out.push_back(fmt::format(
           "dim {} is sharded too ({} ways): each cell lists the devices of all its blocks", d,
           s.shards_along(d)));
+  return out;
+}
 
-  // Cell width: room for the longest label, at least kMinCell, shrunk (labels wrap) or
-  // columns dropped so that a row fits in kMaxWidth.
-  const int64_t shown_rows = std::min<int64_t>(rows, kMaxRows);
+// What is drawn: the leading shown_rows x shown_cols blocks, each cell `width` columns wide.
+struct CellLayout {
+  int width = kMinCell;
+  int64_t shown_rows = 1;
+  int64_t shown_cols = 1;
+};
+
+// Cell width: room for the longest label, at least kMinCell, shrunk (labels wrap) or
+// columns dropped so that a row fits in kMaxWidth; at most kMaxRows rows.
+CellLayout fit_cells(const BlockGrid& g) {
+  CellLayout l;
+  l.shown_rows = std::min<int64_t>(g.rows, kMaxRows);
   int longest = 0;
-  for (int64_t i = 0; i < shown_rows * cols; ++i)
-    longest = std::max<int>(longest, static_cast<int>(label_of(cells[i]).size()));
-  int width = std::max(kMinCell, longest + 2);
-  int64_t shown_cols = cols;
-  if (shown_cols * (width + 1) + 1 > kMaxWidth) {
-    width = static_cast<int>((kMaxWidth - 1) / cols) - 1;
-    if (width < kNarrowCell) {
-      width = kNarrowCell;
-      shown_cols = (kMaxWidth - 1) / (width + 1);
+  for (int64_t i = 0; i < l.shown_rows * g.cols; ++i)
+    longest = std::max<int>(longest, static_cast<int>(label_of(g.cells[i]).size()));
+  l.width = std::max(kMinCell, longest + 2);
+  l.shown_cols = g.cols;
+  if (l.shown_cols * (l.width + 1) + 1 > kMaxWidth) {
+    l.width = static_cast<int>((kMaxWidth - 1) / g.cols) - 1;
+    if (l.width < kNarrowCell) {
+      l.width = kNarrowCell;
+      l.shown_cols = (kMaxWidth - 1) / (l.width + 1);
     }
   }
-  if (shown_rows < rows)
-    out.push_back(
-        fmt::format("showing the first {} of {} blocks along dim {}", shown_rows, rows, dims[0]));
-  if (shown_cols < cols)
-    out.push_back(fmt::format("showing the first {} of {} blocks along dim {}", shown_cols, cols,
-                              dims.back()));
+  return l;
+}
 
-  auto rule = [&](std::string_view left, std::string_view mid, std::string_view right) {
-    std::string line(left);
-    for (int64_t c = 0; c < shown_cols; ++c) {
-      line += repeat("─", width);
-      line += c + 1 < shown_cols ? mid : right;
-    }
-    return line;
-  };
-  const int base_height = grid ? std::clamp(static_cast<int>(6 / rows), 1, 3) : 1;
-  out.push_back(rule("┌", "┬", "┐"));
-  for (int64_t r = 0; r < shown_rows; ++r) {
-    std::vector<std::vector<std::string>> labels(shown_cols);
-    int height = base_height;
-    for (int64_t c = 0; c < shown_cols; ++c) {
-      labels[c] = wrap_label(cells[r * cols + c], width - 2);
-      height = std::max(height, static_cast<int>(labels[c].size()));
-    }
-    for (int y = 0; y < height; ++y) {
-      std::string line = "│";
-      for (int64_t c = 0; c < shown_cols; ++c) {
-        const auto& lab = labels[c];
-        int top = (height - static_cast<int>(lab.size())) / 2;
-        std::string text = y >= top && y - top < static_cast<int>(lab.size()) ? lab[y - top] : "";
-        int left = (width - static_cast<int>(text.size())) / 2;
-        std::string body = std::string(left, ' ') + text +
-                           std::string(width - left - static_cast<int>(text.size()), ' ');
-        if (color) {
-          Rgb bg = kTab20b[(r * cols + c) % 20];
-          bool light = 0.299 * bg.r + 0.587 * bg.g + 0.114 * bg.b > 140;
-          body = fmt::format("\x1b[48;2;{};{};{}m\x1b[{}m{}\x1b[0m", bg.r, bg.g, bg.b,
-                             light ? 30 : 97, body);
-        }
-        line += body + "│";
-      }
-      out.push_back(line);
-    }
-    out.push_back(r + 1 < shown_rows ? rule("├", "┼", "┤") : rule("└", "┴", "┘"));
+// A horizontal box line across the shown columns: `left`, then `mid` between cells, `right`.
+std::string rule(const CellLayout& l, std::string_view left, std::string_view mid,
+                 std::string_view right) {
+  std::string line(left);
+  for (int64_t c = 0; c < l.shown_cols; ++c) {
+    line += repeat("─", l.width);
+    line += c + 1 < l.shown_cols ? mid : right;
   }
+  return line;
+}
+
+// Text line `y` of a cell `height` lines tall whose label is `lab`: the label centred both
+// ways, on the cell's tab20b background when `color` (block index `block` picks the colour).
+std::string cell_line(const std::vector<std::string>& lab, int y, int height, int width,
+                      bool color, int64_t block) {
+  int top = (height - static_cast<int>(lab.size())) / 2;
+  std::string text = y >= top && y - top < static_cast<int>(lab.size()) ? lab[y - top] : "";
+  int left = (width - static_cast<int>(text.size())) / 2;
+  std::string body = std::string(left, ' ') + text +
+                     std::string(width - left - static_cast<int>(text.size()), ' ');
+  if (!color) return body;
+  Rgb bg = kTab20b[block % 20];
+  bool light = 0.299 * bg.r + 0.587 * bg.g + 0.114 * bg.b > 140;
+  return fmt::format("\x1b[48;2;{};{};{}m\x1b[{}m{}\x1b[0m", bg.r, bg.g, bg.b, light ? 30 : 97,
+                     body);
+}
+
+// The lines of block row `r` (without the rules around it): as tall as its longest wrapped
+// label, at least `base_height`.
+void draw_row(const BlockGrid& g, const CellLayout& l, int64_t r, int base_height, bool color,
+              std::vector<std::string>& out) {
+  std::vector<std::vector<std::string>> labels(l.shown_cols);
+  int height = base_height;
+  for (int64_t c = 0; c < l.shown_cols; ++c) {
+    labels[c] = wrap_label(g.cells[r * g.cols + c], l.width - 2);
+    height = std::max(height, static_cast<int>(labels[c].size()));
+  }
+  for (int y = 0; y < height; ++y) {
+    std::string line = "│";
+    for (int64_t c = 0; c < l.shown_cols; ++c)
+      line += cell_line(labels[c], y, height, l.width, color, r * g.cols + c) + "│";
+    out.push_back(line);
+  }
+}
+
+// The boxed grid of the shown blocks; a 2-D view gives short grids taller cells.
+void draw_grid(const BlockGrid& g, const CellLayout& l, bool grid, bool color,
+               std::vector<std::string>& out) {
+  const int base_height = grid ? std::clamp(static_cast<int>(6 / g.rows), 1, 3) : 1;
+  out.push_back(rule(l, "┌", "┬", "┐"));
+  for (int64_t r = 0; r < l.shown_rows; ++r) {
+    draw_row(g, l, r, base_height, color, out);
+    out.push_back(r + 1 < l.shown_rows ? rule(l, "├", "┼", "┤") : rule(l, "└", "┴", "┘"));
+  }
+}
+
+}  // namespace
+
+Result<std::string> visualize_sharding(const Shape& shape, const NamedSharding& s, int dim0,
+                                       int dim1, bool color) {
+  ENG_RETURN_IF_ERROR(s.validate(shape));
+  ENG_ASSIGN_OR_RETURN(std::vector<int> dims, shown_dims(shape, s, dim0, dim1));
+  const BlockGrid g = block_grid(s, dims);
+  std::vector<std::string> out = dims_notes(shape, s, dims);
+  const CellLayout l = fit_cells(g);
+  if (l.shown_rows < g.rows)
+    out.push_back(fmt::format("showing the first {} of {} blocks along dim {}", l.shown_rows,
+                              g.rows, dims[0]));
+  if (l.shown_cols < g.cols)
+    out.push_back(fmt::format("showing the first {} of {} blocks along dim {}", l.shown_cols,
+                              g.cols, dims.back()));
+  draw_grid(g, l, dims.size() == 2, color, out);
   return fmt::format("{}\n", fmt::join(out, "\n"));
 }
 
