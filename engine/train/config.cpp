@@ -530,8 +530,8 @@ Result<size_t> read_override_token(std::string_view text, size_t i, std::string*
       out->push_back(text[j]);
     }
     if (j == text.size())
-      return invalid_argument("config: unterminated {} quote in '{}'", q == '"' ? "double" : "single",
-                              text.substr(begin));
+      return invalid_argument("config: unterminated {} quote in '{}'",
+                              q == '"' ? "double" : "single", text.substr(begin));
     i = j + 1;
   }
   *token = std::string(text.substr(begin, i - begin));
@@ -580,7 +580,8 @@ Result<ConfigValue> parse_config_value(std::string_view key, std::string_view te
       int64_t v = 0;
       auto [end, ec] = std::from_chars(first, last, v);
       if (ec == std::errc::result_out_of_range)
-        return invalid_argument("config: {} expects an integer, '{}' does not fit in 64 bits", key, s);
+        return invalid_argument("config: {} expects an integer, '{}' does not fit in 64 bits", key,
+                                s);
       if (ec != std::errc() || end != last || first == last)
         return invalid_argument("config: {} expects an integer, got '{}'", key, s);
       return ConfigValue{v};
