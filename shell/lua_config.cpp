@@ -57,11 +57,40 @@ Result<bool> set_rules_table(lua_State* L, eng::Config& c, const std::string& ke
   return true;
 }
 
+// sl.config("model=llama-tiny steps=10 run_name='a b'"): MaxText's command-line overrides, split
+// and typed as pyconfig does (engine/train/config.h). Every error names the token it is about.
+Status set_from_overrides(eng::Config& c, std::string_view text) {
+  constexpr std::string_view fn = "sl.config";
+  Result<std::vector<eng::ConfigOverride>> parsed = eng::split_config_overrides(text);
+  if (!parsed.ok()) return with_context(fn, parsed.status());
+  std::vector<eng::ConfigOverride> items = std::move(parsed).value();
+  // model_name first, so preset-dependent validation sees it (as for the table form); later
+  // tokens override earlier ones, as in MaxText's argv.
+  std::stable_partition(items.begin(), items.end(), [](const eng::ConfigOverride& o) {
+    return o.key == "model" || o.key == "model_name";
+  });
+  for (const eng::ConfigOverride& o : items) {
+    Status s = check_config_key(fn, o.key);
+    if (s.ok()) {
+      Result<eng::ConfigValue> v = eng::parse_config_value(o.key, o.value);
+      s = v.ok() ? c.set(o.key, std::move(v).value()) : v.status();
+    }
+    if (!s.ok())
+      return with_context(fn, Status(s.code(), fmt::format("{} (in '{}')", s.message(), o.token)));
+  }
+  return eng::ok_status();
+}
+
 Result<int> config_new(lua_State* L) {
   constexpr std::string_view fn = "sl.config";
   eng::Config c;
-  if (!lua_isnoneornil(L, 1)) {
-    ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "options"));
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    size_t n = 0;
+    const char* text = lua_tolstring(L, 1, &n);
+    ENG_RETURN_IF_ERROR(set_from_overrides(c, std::string_view(text, n)));
+  } else if (!lua_isnoneornil(L, 1)) {
+    if (lua_type(L, 1) != LUA_TTABLE)
+      return arg_error(L, 1, fn, "options", "table or \"key=value ...\" string");
     // Apply model_name first so preset-dependent validation sees it, then the rest sorted.
     std::vector<std::string> keys;
     lua_pushnil(L);
@@ -162,11 +191,15 @@ Result<int> config_keys_doc(lua_State* L) {
 
 constexpr Function kConfigFunctions[] = {
     {"config", lua_entry<config_new>,
-     "sl.config{model=\"llama-tiny\", steps=..., per_device_batch_size=..., ...} -> Config",
+     "sl.config{model=\"llama-tiny\", steps=..., per_device_batch_size=..., ...} | sl.config(\"key=value ...\") -> Config",
      "A training configuration keyed by MaxText's names (see sl.config_keys()). Values resolve as\n"
      "  in MaxText: base defaults, then the model preset, then these overrides. `model` is short\n"
      "  for model_name; dataset=\"synthetic\" | \"text:PATH\" | \"tokens:PATH.npy\" sets dataset_type\n"
-     "  and dataset_path. Unknown keys are errors with a did-you-mean suggestion."},
+     "  and dataset_path. Unknown keys are errors with a did-you-mean suggestion.\n"
+     "  A string takes MaxText's command-line overrides: sl.config(\"model=llama-tiny steps=10\n"
+     "  per_device_batch_size=1 run_name='my run'\"), typed by each key's type as pyconfig does\n"
+     "  (integers, numbers, true/false in any case, strings; quotes group; the last of a repeated\n"
+     "  key wins)."},
     {"config_keys", lua_entry<config_keys_doc>, "sl.config_keys() -> {key = doc}",
      "Every configuration key with its meaning and default."},
 };

@@ -14,6 +14,7 @@
 #include "engine/base/clock.h"
 #include "engine/train/config.h"
 #include "engine/train/inspect.h"
+#include "engine/train/train_step.h"
 #include "engine/train/trainer.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
@@ -37,6 +38,7 @@ struct TrainerBox {
   }
   std::unique_ptr<eng::Trainer> trainer;
   ShellContext* ctx;  // lists the live trainers (ShellContext::compiles)
+  bool warned_warmup = false;  // t:train{} printed its lr-still-warming-up warning
 };
 struct HandleBox {
   eng::StepHandle handle;  // its Trainer is kept alive by the userdata's user value
@@ -80,7 +82,17 @@ Result<int> trainer_new(lua_State* L) {
   if (!lua_isnoneornil(L, 2)) {
     ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 2, fn, "mesh"));
     mesh = *m;
+  } else {  // MaxText's mesh from the config's ici_* keys (and num_devices), if it sets any
+    ENG_ASSIGN_OR_RETURN(std::optional<int64_t> devices,
+                         with_context(fn, eng::config_num_devices(*cfg)));
+    if (devices) {
+      ENG_ASSIGN_OR_RETURN(mesh, with_context(fn, eng::mesh_from_config(*cfg, *devices)));
+    }
   }
+  // The batch on this mesh, before anything is traced: a fractional product is an error here.
+  ENG_RETURN_IF_ERROR(with_context(
+      fn, eng::global_batch_size(cfg->get_float("per_device_batch_size"), mesh.num_devices())
+              .status()));
   eng::TrainerOptions options;
   bool record = true;  // record the run in the metrics store (--db)
   if (!lua_isnoneornil(L, 3)) {
@@ -280,7 +292,8 @@ std::string progress_bar(int64_t done, int64_t total, int64_t first_step, double
                      m.tokens_per_s_per_device);
 }
 
-Result<int> trainer_train(lua_State* L) {
+// Pushes the result table and the warmup warning (a string, or nil).
+Result<int> trainer_train_body(lua_State* L) {
   constexpr std::string_view fn = "Trainer:train";
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, fn));
   int64_t steps = t->config().steps - t->current_step();
@@ -329,6 +342,29 @@ Result<int> trainer_train(lua_State* L) {
     lua_setfield(L, -2, "last");
   }
   if (interrupted) shell_take_interrupt(L);  // reported in the result, not raised
+  TrainerBox* box = to_udata<TrainerBox>(L, 1);  // arg_trainer checked it
+  const std::string warning =
+      interrupted || box->warned_warmup
+          ? std::string()
+          : eng::warmup_warning(t->config(), done, last.step, last.learning_rate);
+  box->warned_warmup = box->warned_warmup || !warning.empty();
+  if (warning.empty()) lua_pushnil(L);
+  else lua_pushstring(L, warning.c_str());
+  return 2;
+}
+
+// t:train{...}. The warmup warning goes through the user's `print` here, after the body's C++
+// frames are gone: a `print` that raises unwinds no C++ object (lua_binding.h).
+int trainer_train(lua_State* L) {
+  lua_settop(L, 2);
+  lua_entry<trainer_train_body>(L);  // raises on error; else pushes the result, warning | nil
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 1;
+  }
+  lua_getglobal(L, "print");
+  lua_insert(L, -2);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);  // a failing print loses only the warning
   return 1;
 }
 
@@ -564,10 +600,12 @@ constexpr Method kTrainerMethods[] = {
     {"step", lua_entry<trainer_step>, "t:step() -> StepHandle",
      "Dispatches one training step on the next batch and returns at once (asynchronous, as in\n"
      "  JAX); the handle's loss synchronises when read: h = t:step(); print(h.loss)."},
-    {"train", lua_entry<trainer_train>, "t:train{steps=N, quiet=false} -> {steps, last, interrupted}",
+    {"train", trainer_train, "t:train{steps=N, quiet=false} -> {steps, last, interrupted}",
      "Runs N steps (default: up to config steps); a progress bar on a terminal, MaxText step\n"
      "  lines otherwise. Ctrl-C stops cleanly after the current step: the result has\n"
-     "  interrupted = true and no error is raised (a second Ctrl-C ends the process)."},
+     "  interrupted = true and no error is raised (a second Ctrl-C ends the process). A run that\n"
+     "  ends with the learning rate still in its warmup (e.g. steps=3 of MaxText's default\n"
+     "  150001-step schedule) prints a warning, once per trainer."},
     {"program", lua_entry<trainer_program>, "t:program() -> string",
      "The traced train_step as jaxpr-like text."},
     {"config", lua_entry<trainer_config>, "t:config() -> Config", "The trainer's configuration."},

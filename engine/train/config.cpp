@@ -6,6 +6,8 @@
 #include "engine/base/text.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -69,6 +71,7 @@ const std::vector<ConfigKey> kKeys = {
     {"logical_axis_rules", V{std::string()}, "rule overrides in base.yml's form, e.g. \"[['embed', ['fsdp']], ['mlp', []]]\": merged into the defaults as MaxText does (same-name rules replaced, overrides appended)"},
     {"override_logical_axis_rules", V{false}, "logical_axis_rules replaces the default rules instead of merging"},
     {"sharding_tolerance", V{0.02}, "largest fraction of parameter elements allowed unsharded on a non-trivial axis (t:audit)"},
+    {"num_devices", V{int64_t{-1}}, "devices of the mesh sl.trainer builds from the ici_* keys when given no mesh (-1: the product of the ici_* sizes that are not -1); with a mesh it must equal the mesh's device count. Not a MaxText key: MaxText counts jax.devices()"},
     {"ici_diloco_parallelism", V{int64_t{1}}, "mesh axis 'diloco' size"},
     {"ici_data_parallelism", V{int64_t{1}}, "mesh axis 'data' size"},
     {"ici_pipeline_parallelism", V{int64_t{1}}, "mesh axis 'stage' size; > 1 traces the decoder as a pipeline (docs/sharding.md)"},
@@ -424,14 +427,12 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
 
   const double pdbs = c.get_float("per_device_batch_size");
   if (!(pdbs > 0)) return invalid_argument("config: per_device_batch_size must be positive, got {:g}", pdbs);
-  if (static_cast<double>(num_devices) * pdbs > kMaxElements)
-    return invalid_argument("config: global batch {} x {:g} is too large (limit {:.3g} sequences)",
-                            num_devices, pdbs, kMaxElements);
+  const int64_t wanted_devices = c.get_int("num_devices");
+  if (wanted_devices != -1 && wanted_devices != num_devices)
+    return invalid_argument("config: num_devices={} but the mesh has {} devices", wanted_devices,
+                            num_devices);
   r.per_device_batch_size = static_cast<int64_t>(pdbs);
-  // MaxText: micro_batch_size_to_train_on = int(num_devices * per_device_batch_size).
-  r.global_batch_size = static_cast<int64_t>(static_cast<double>(num_devices) * pdbs);
-  if (r.global_batch_size < 1)
-    return invalid_argument("config: global batch {} x {:g} rounds to 0 sequences", num_devices, pdbs);
+  ENG_ASSIGN_OR_RETURN(r.global_batch_size, global_batch_size(pdbs, num_devices));
   r.max_target_length = c.get_int("max_target_length");
   if (r.max_target_length < 1)
     return invalid_argument("config: max_target_length must be positive, got {}", r.max_target_length);
@@ -453,6 +454,160 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.remat_save_names = c.get_string("remat_save_names");
   ENG_RETURN_IF_ERROR(remat_policy(r.remat_policy, r.remat_save_names).status());
   return r;
+}
+
+// ---- batch and devices --------------------------------------------------------------------
+
+Result<int64_t> global_batch_size(double pdbs, int64_t num_devices) {
+  const double n = static_cast<double>(num_devices);
+  if (!(pdbs > 0))
+    return invalid_argument("config: per_device_batch_size must be positive, got {:g} ({} devices "
+                            "x {:g} = a global batch of {:g} sequences)",
+                            pdbs, num_devices, pdbs, n * pdbs);
+  const double global = n * pdbs;
+  if (global > kMaxElements)
+    return invalid_argument("config: global batch {} x {:g} is too large (limit {:.3g} sequences)",
+                            num_devices, pdbs, kMaxElements);
+  // 0.29 x 100 is 28.999999999999996 in double arithmetic: a product within a relative 1e-9 of
+  // a whole number is that number (MaxText's int() would make it 28).
+  const double whole = std::round(global);
+  if (whole >= 1 && std::fabs(global - whole) <= 1e-9 * whole) return static_cast<int64_t>(whole);
+  const double below = std::floor(global), above = std::ceil(global);
+  const std::string nearest =
+      below >= 1 ? fmt::format("{} (global batch {:g}) or {} (global batch {:g})", below / n,
+                               below, above / n, above)
+                 : fmt::format("{} (global batch 1)", 1 / n);  // shortest exact form
+  return invalid_argument(
+      "config: per_device_batch_size {:g} on {} devices gives a global batch of {} x {:g} = {:g} "
+      "sequences, {} (MaxText's int() would silently make it {}); use a per_device_batch_size "
+      "whose product with {} is a whole number >= 1, e.g. {}",
+      pdbs, num_devices, num_devices, pdbs, global,
+      below >= 1 ? "not a whole number" : "less than one", static_cast<int64_t>(below),
+      num_devices, nearest);
+}
+
+Result<std::optional<int64_t>> config_num_devices(const Config& c) {
+  const int64_t wanted = c.get_int("num_devices");
+  if (wanted != -1 && wanted < 1)
+    return invalid_argument("config: num_devices must be >= 1 or -1, got {}", wanted);
+  bool any = wanted != -1;
+  int64_t product = 1;
+  for (const ConfigKey& k : kKeys) {
+    if (!k.name.starts_with("ici_") || !k.name.ends_with("_parallelism")) continue;
+    any = any || c.has_override(k.name);
+    const int64_t size = c.get_int(k.name);
+    if (size == -1) continue;
+    if (size < 1)
+      return invalid_argument("config: {} must be >= 1 or -1 (fill), got {}", k.name, size);
+    if (__builtin_mul_overflow(product, size, &product))
+      return invalid_argument("config: the product of the ici_* sizes overflows at {}={}", k.name,
+                              size);
+  }
+  if (!any) return std::optional<int64_t>();
+  return std::optional<int64_t>(wanted != -1 ? wanted : product);
+}
+
+// ---- MaxText's key=value override strings -------------------------------------------------
+
+namespace {
+
+// Reads one token starting at text[i] (not whitespace) into *token (as written) and *out
+// (quotes removed); returns the index after it.
+Result<size_t> read_override_token(std::string_view text, size_t i, std::string* token,
+                                   std::string* out) {
+  const size_t begin = i;
+  while (i < text.size() && !std::isspace(static_cast<unsigned char>(text[i]))) {
+    const char q = text[i];
+    if (q != '\'' && q != '"') {
+      out->push_back(text[i++]);
+      continue;
+    }
+    size_t j = i + 1;
+    for (; j < text.size() && text[j] != q; ++j) {
+      if (q == '"' && text[j] == '\\' && j + 1 < text.size() &&
+          (text[j + 1] == '"' || text[j + 1] == '\\'))
+        ++j;  // \" and \\ inside double quotes
+      out->push_back(text[j]);
+    }
+    if (j == text.size())
+      return invalid_argument("config: unterminated {} quote in '{}'",
+                              q == '"' ? "double" : "single", text.substr(begin));
+    i = j + 1;
+  }
+  *token = std::string(text.substr(begin, i - begin));
+  return i;
+}
+
+}  // namespace
+
+Result<std::vector<ConfigOverride>> split_config_overrides(std::string_view text) {
+  std::vector<ConfigOverride> out;
+  size_t i = 0;
+  while (true) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    if (i == text.size()) return out;
+    std::string token, unquoted;
+    ENG_ASSIGN_OR_RETURN(i, read_override_token(text, i, &token, &unquoted));
+    // Split at the first '=' after quote removal, as pyconfig sees what a POSIX shell passes it
+    // (run_name='a b' and 'run_name=a b' are the same argument).
+    const size_t eq = unquoted.find('=');
+    if (eq == std::string::npos)
+      return invalid_argument("config: '{}' is not key=value (MaxText's override syntax, e.g. "
+                              "steps=10)",
+                              token);
+    const std::string key = unquoted.substr(0, eq);
+    if (key.empty())
+      return invalid_argument("config: '{}' has no key before '=' (expected key=value)", token);
+    out.push_back({key, unquoted.substr(eq + 1), token});
+  }
+}
+
+Result<ConfigValue> parse_config_value(std::string_view key, std::string_view text) {
+  if (key == "model" || key == "dataset") return ConfigValue{std::string(text)};
+  const ConfigKey* k = find_key(key);
+  if (k == nullptr) return invalid_argument("config: unknown key '{}'", key);
+  const std::string s(text);
+  const char* first = s.data() + (s.starts_with('+') && s.size() > 1 && s[1] != '-' ? 1 : 0);
+  const char* last = s.data() + s.size();
+  switch (k->default_value.index()) {
+    case 0: {  // pyconfig's string_to_bool: s.lower() == "true" / "false"
+      std::string lower = s;
+      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (lower == "true" || lower == "false") return ConfigValue{lower == "true"};
+      return invalid_argument("config: {} expects a boolean (true or false), got '{}'", key, s);
+    }
+    case 1: {
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(first, last, v);
+      if (ec == std::errc::result_out_of_range)
+        return invalid_argument("config: {} expects an integer, '{}' does not fit in 64 bits", key,
+                                s);
+      if (ec != std::errc() || end != last || first == last)
+        return invalid_argument("config: {} expects an integer, got '{}'", key, s);
+      return ConfigValue{v};
+    }
+    case 2: {
+      double v = 0;
+      auto [end, ec] = std::from_chars(first, last, v);
+      if (ec != std::errc() || end != last || first == last)
+        return invalid_argument("config: {} expects a number, got '{}'", key, s);
+      return ConfigValue{v};
+    }
+    default: return ConfigValue{s};
+  }
+}
+
+// ---- the warmup warning -------------------------------------------------------------------
+
+std::string warmup_warning(const ResolvedConfig& r, int64_t steps_run, int64_t last_step,
+                           double last_lr) {
+  if (steps_run < 1 || last_step >= r.warmup_steps) return "";
+  return fmt::format(
+      "warning: ran {} step{} (to step {}) of a {}-step learning-rate schedule: the learning "
+      "rate is still warming up (lr {:.3g} at step {}; it reaches learning_rate {:g} at step "
+      "{}). Set steps (or learning_rate_schedule_steps) to the length of the run you mean.",
+      steps_run, steps_run == 1 ? "" : "s", last_step, r.warmup_steps + r.cos_steps, last_lr,
+      last_step, r.learning_rate, r.warmup_steps);
 }
 
 }  // namespace eng

@@ -98,4 +98,38 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices);
 // Closest known key to `key` (edit distance), or "" if none is close.
 std::string suggest_config_key(std::string_view key);
 
+// The global batch of per_device_batch_size on num_devices. MaxText computes
+// int(num_devices * per_device_batch_size) and silently truncates (0.3 on 4 devices trains on 1
+// sequence); here the product must be a whole number >= 1, else the error names the value, the
+// device count and the product, with the nearest valid per_device_batch_size values.
+Result<int64_t> global_batch_size(double per_device_batch_size, int64_t num_devices);
+
+// The device count of the mesh a config asks for when the trainer is given none: the num_devices
+// key if set, else the product of the ici_*_parallelism sizes that are not -1 (a -1 axis then
+// fills to 1). nullopt when the config sets neither num_devices nor any ici_* key: the trainer
+// keeps its one-device mesh with no axes.
+Result<std::optional<int64_t>> config_num_devices(const Config& c);
+
+// MaxText's command-line overrides in one string, as pyconfig reads argv[2:]:
+// "model=llama-tiny steps=10 run_name='my run'". Tokens are split at whitespace outside quotes
+// ('...' literal, "..." with \" and \\ escapes; the quotes are removed), each at its first
+// '='. Errors name the token: an unterminated quote, a token without '=' or with an empty key.
+struct ConfigOverride {
+  std::string key;
+  std::string value;  // unquoted text, typed by parse_config_value
+  std::string token;  // as written, for error messages
+};
+Result<std::vector<ConfigOverride>> split_config_overrides(std::string_view text);
+// pyconfig's typing of a command-line value by the key's type in the key table: int() for
+// integer keys ("10", "-1", "+3"), float() for number keys ("3e-4", "1"), true/false in any case
+// for booleans, the text itself for strings ("model" and "dataset" are strings).
+Result<ConfigValue> parse_config_value(std::string_view key, std::string_view text);
+
+// The warning t:train{} prints (once per trainer) when a call ends with the learning rate still
+// in its linear warmup (last_step < warmup_steps: with the default warmup_steps_fraction 0.1,
+// fewer than a tenth of the schedule's steps were run). It names the steps run, the schedule
+// length and the lr at the last step; "" when the warmup is over.
+std::string warmup_warning(const ResolvedConfig& r, int64_t steps_run, int64_t last_step,
+                           double last_lr);
+
 }  // namespace eng
