@@ -36,11 +36,13 @@ end
 
 local result = t:train{steps = steps}
 
--- Everything is in the store (--db): one row per step, the config, the compilation.
-local best = sl.sql("select step, loss from v_best_loss order by rowid desc limit 1")[1]
-local pct = sl.sql("select p50_s, p90_s from v_step_time_pct order by rowid desc limit 1")[1]
+-- Everything is in the store (--db): one row per step, the config, the compilation. The
+-- queries name this run (t.run_id): the file may hold earlier runs too.
+local run = t.run_id
+local best = sl.sql("select step, loss from v_best_loss where run_id = ?", run)[1]
+local pct = sl.sql("select p50_s, p90_s from v_step_time_pct where run_id = ?", run)[1]
 local compiles = sl.sql([[select outcome, cache_level, count(*) as n from compilations
-                          group by outcome, cache_level order by outcome]])
+                          where run_id = ? group by outcome, cache_level order by outcome]], run)
 print(string.format("trained %d steps on %d devices: final loss %.3f, best %.3f at step %d",
                     result.steps, mesh:devices(), result.last.loss, best.loss, best.step))
 print(string.format("step time p50 %.3f s, p90 %.3f s (compile steps excluded)", pct.p50_s, pct.p90_s))
