@@ -29,6 +29,44 @@ wait_for '^sl> string\.format\($'
 type_line '"%d-%s", 7, "x")'
 wait_for '^7-x$'
 
+# Completion inside calls (issue 15): keys of sl.config{ from the engine's config keys (as
+# "key="; three start with "learn"), not in a value; strings of t:visualize/t:param/t:shardings
+# from the trainer's state paths, closed once one is left.
+type_keys 'cfg = sl.config{learn'
+T send-keys -t repl Tab
+wait_for '^sl> cfg = sl\.config\{learning_rate$'
+T send-keys -t repl Tab Tab  # Readline lists on the second Tab that changes nothing
+wait_for 'learning_rate= +learning_rate_final_fraction= +learning_rate_schedule_steps='
+type_keys '=0.001, per_device_b'
+T send-keys -t repl Tab
+wait_for '^sl> cfg = sl\.config\{learning_rate=0\.001, per_device_batch_size=$'
+type_keys '1, model=sl.me'
+T send-keys -t repl Tab
+wait_for '^sl> cfg = sl\.config\{learning_rate=0\.001, per_device_batch_size=1, model=sl\.mesh\($'
+T send-keys -t repl BSpace BSpace BSpace BSpace BSpace BSpace BSpace BSpace
+type_line '"llama-tiny", base_num_decoder_layers=1, max_target_length=16}'
+type_line 'tp = sl.trainer(cfg, nil, {shape_only=true, store=false})'
+type_line 'print("tp-ready", cfg:get("learning_rate"), tp.current_step)'
+wait_for '^tp-ready[[:space:]]+0\.001[[:space:]]+0$'
+type_keys 'tp:visualize("params/decoder/decoder_n'
+T send-keys -t repl Tab
+wait_for '^sl> tp:visualize\("params/decoder/decoder_norm/scale"$'
+type_line ')'
+wait_for '^params/decoder/decoder_norm/scale  f32\['
+type_keys "tp:shardings('opt_state/n"
+T send-keys -t repl Tab
+wait_for "^sl> tp:shardings\\('opt_state/nu/$"
+type_keys 'decoder/layers_0/mlp/wo'
+T send-keys -t repl Tab
+wait_for "^sl> tp:shardings\\('opt_state/nu/decoder/layers_0/mlp/wo/kernel'$"
+T send-keys -t repl C-c
+type_keys 'tp:param("params/tok'
+T send-keys -t repl Tab
+wait_for '^sl> tp:param\("params/token_embedder/embedding"$'
+T send-keys -t repl C-c
+type_line '8 + 8000'
+wait_for '^8008$'
+
 # Multi-line input continues on incomplete chunks.
 type_line 'function sq(x)'
 wait_for '^\.\.>'

@@ -76,6 +76,8 @@ local cfg = sl.config{model = "llama-tiny", base_num_decoder_layers = 2, max_tar
 local t = sl.trainer(cfg, m, {shape_only = true})
 local tab = t:shardings()
 assert(#tab == 3 * (1 + 2 * 9 + 2) + 1 + 6, #tab)  -- params, mu, nu; step; 6 batch arrays
+local paths = t:paths()  -- what the REPL completes t:param("/t:visualize(" strings from
+assert(#paths == #tab and paths[1] == tab[1].path and paths[#paths] == tab[#tab].path, #paths)
 local function row(path)
   local r = tab:find(path)
   assert(r, "no row " .. path)
