@@ -173,5 +173,11 @@ wait_for '^sl> marker = 31337$'
 T send-keys -t repl Enter
 type_line 'marker + 1'
 wait_for '^31338$'
+# %hist lists this session's input only, not the history file's earlier sessions.
+type_line '%hist'
+wait_for '^   3: %hist$'
+screen | grep -qE '^   1: marker = 31337$' || fail "%hist starts at this session's first input"
+screen | grep -qE '^   2: marker \+ 1$' || fail "%hist numbers the inputs"
+[[ $(count '^ +[0-9]+: sq\(12\)$') == 0 ]] || fail "%hist lists an earlier session's input"
 stop
 echo "repl_tmux_test: ok"
