@@ -99,7 +99,6 @@ type_line '%nope'
 wait_for "^unknown magic '%nope'"
 type_line '2 + 40'
 wait_for '^42$'
-T send-keys -t repl C-d
-wait_for '^SESSION-ENDED'
+stop
 grep -qx '%run nb.lua -p n=3' "$tmp/history" || fail "magics go to the history"
 echo "magic_tmux_test: ok"
