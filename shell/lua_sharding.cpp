@@ -4,6 +4,7 @@
 #include "shell/lua_sharding.h"
 
 #include <algorithm>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -315,9 +316,34 @@ Result<ShapedSharding> read_shaped_sharding(lua_State* L, std::string_view fn) {
   return out;
 }
 
-// {dims={i, j}, color=true}: 0-based dims as the grid's header and JAX number them.
+// The engine numbers dims 0-based (C++, JAX); Lua users name them 1-based, so the grid's header
+// lines ("showing dims 0 (down) and 2 (across) ...", "dim 1 is sharded too ...") are renumbered.
+std::string one_based_header(const std::string& grid) {
+  static const std::regex kDim(R"((^showing dims? |^dim | and )(\d+))");
+  std::string out;
+  for (size_t pos = 0; pos < grid.size();) {
+    const size_t nl = grid.find('\n', pos);
+    const size_t end = nl == std::string::npos ? grid.size() : nl + 1;
+    std::string line = grid.substr(pos, end - pos);
+    pos = end;
+    if (line.rfind("showing dim", 0) != 0 && line.rfind("dim ", 0) != 0) {
+      out += line;
+      continue;
+    }
+    auto last = line.cbegin();
+    for (std::sregex_iterator it(line.begin(), line.end(), kDim), e; it != e; ++it) {
+      out.append(last, (*it)[2].first);
+      out += std::to_string(std::stoll((*it)[2].str()) + 1);
+      last = (*it)[2].second;
+    }
+    out.append(last, line.cend());
+  }
+  return out;
+}
+
+// {dims={i, j}, color=true}: 1-based dims, as Lua numbers things ({1, 2}: the first two dims).
 Result<std::string> render(lua_State* L, const ShapedSharding& x, int opts, std::string_view fn) {
-  int dim0 = -1, dim1 = -1;
+  int dim0 = -1, dim1 = -1;  // 0-based for the engine; -1: its default
   bool color = context(L).color;
   if (!lua_isnoneornil(L, opts)) {
     ENG_RETURN_IF_ERROR(arg_table(L, opts, fn, "options"));
@@ -329,31 +355,35 @@ Result<std::string> render(lua_State* L, const ShapedSharding& x, int opts, std:
     if (t != LUA_TNIL) {
       const int d = lua_gettop(L);
       int ok0 = 0, ok1 = 1;
+      lua_Integer i0 = 0, i1 = 0;
       const int n = t == LUA_TTABLE ? static_cast<int>(lua_rawlen(L, d)) : 0;
       if (n >= 1) {
         lua_rawgeti(L, d, 1);
-        dim0 = static_cast<int>(lua_tointegerx(L, -1, &ok0));
+        i0 = lua_tointegerx(L, -1, &ok0);
         lua_pop(L, 1);
       }
       if (n == 2) {
         lua_rawgeti(L, d, 2);
-        dim1 = static_cast<int>(lua_tointegerx(L, -1, &ok1));
+        i1 = lua_tointegerx(L, -1, &ok1);
         lua_pop(L, 1);
       }
       lua_pop(L, 1);
       if (n < 1 || n > 2 || !ok0 || !ok1)
-        return eng::invalid_argument("{}: option 'dims' expected {{i}} or {{i, j}} (0-based dims)", fn);
+        return eng::invalid_argument("{}: option 'dims' expected {{i}} or {{i, j}} (1-based dims)", fn);
       const int rank = x.shape.rank();
-      if (dim0 < 0 || dim0 >= rank || (n == 2 && (dim1 < 0 || dim1 >= rank)))
-        return eng::invalid_argument("{}: option 'dims' {{{}{}}} out of range for rank {} (dims are 0-based)",
-                                     fn, dim0, n == 2 ? fmt::format(", {}", dim1) : "", rank);
+      auto bad = [rank](lua_Integer i) { return i < 1 || i > rank; };
+      if (bad(i0) || (n == 2 && bad(i1)))
+        return eng::invalid_argument("{}: option 'dims' {{{}{}}} out of range for rank {} (dims are 1-based: 1 to {})",
+                                     fn, i0, n == 2 ? fmt::format(", {}", i1) : "", rank, rank);
+      dim0 = static_cast<int>(i0 - 1);
+      if (n == 2) dim1 = static_cast<int>(i1 - 1);
     }
   }
   Result<std::string> grid = eng::visualize_sharding(x.shape, x.sharding, dim0, dim1, color);
   if (!grid.ok()) return with_context(fn, grid.status());
   std::string title = x.label.empty() ? "" : x.label + "  ";
   title += eng::typeof_string(x.dtype, x.shape, &x.sharding.spec, &x.sharding.mesh);
-  return title + "\n" + *grid;
+  return title + "\n" + one_based_header(*grid);
 }
 
 Result<int> visualize(lua_State* L) {
@@ -524,8 +554,8 @@ constexpr Function kShardingFunctions[] = {
      "The device grid of one array, like jax.debug.visualize_array_sharding: one cell per\n"
      "  distinct block, labelled with the devices holding it (\"CPU 0,4\": replicas share a cell).\n"
      "  Takes a row of t:shardings(), or a shape {d0, ...} with a NamedSharding, or with a\n"
-     "  PartitionSpec and a Mesh. Any rank: dims={i, j} (0-based) picks the two shown dims (default:\n"
-     "  the sharded ones); color defaults to the terminal's. Returns the text (the REPL prints it)."},
+     "  PartitionSpec and a Mesh. Any rank: dims={i, j} (1-based: {1, 2} are the first two) picks the\n"
+     "  shown dims (default: the sharded ones); color defaults to the terminal's. Returns the text (the REPL prints it)."},
     {"typeof", lua_entry<typeof_fn>, "sl.typeof(row | shape, sharding | shape, spec, mesh) -> string",
      "jax.typeof's form with the sharding in it: \"f32[256@fsdp,704@tensor]\" (size-1 axes dropped)."},
 };

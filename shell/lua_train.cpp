@@ -518,6 +518,17 @@ Result<int> trainer_shardings(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:shardings"));
   return push_trainer_shardings(L, *t);
 }
+// The paths of t:shardings() without recording anything (the REPL completes strings from them).
+Result<int> trainer_paths(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:paths"));
+  ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(*t, "Trainer:paths"));
+  lua_createtable(L, static_cast<int>(table.rows.size()), 0);
+  for (size_t i = 0; i < table.rows.size(); ++i) {
+    lua_pushstring(L, table.rows[i].path.c_str());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  return 1;
+}
 Result<int> trainer_audit(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:audit"));
   return push_trainer_audit(L, *t);
@@ -618,6 +629,9 @@ constexpr Method kTrainerMethods[] = {
      "  spec, local_shape, bytes per device. Prints aligned; tab:dump() gives MaxText's\n"
      "  debug_sharding form. `pattern` keeps paths containing it. Works on shape_only trainers.\n"
      "  Recorded in the store's tensor_shardings table (once per step) when the run is recorded."},
+    {"paths", lua_entry<trainer_paths>, "t:paths() -> {string}",
+     "The paths of the state's arrays, in t:shardings() order (params, optimizer state, step,\n"
+     "  batch); what t:param, t:visualize and t:shardings take. Records nothing."},
     {"audit", lua_entry<trainer_audit>, "t:audit([tolerance]) -> AuditReport",
      "MaxText's assert_params_sufficiently_sharded as a report: parameters not sharded on every\n"
      "  non-trivial axis (fsdp, tensor, context, stage, expert, ...), largest first, with the axes\n"

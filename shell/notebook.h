@@ -144,9 +144,13 @@ eng::Result<std::vector<std::pair<int, CellRun>>> load_resume(ShellContext& ctx,
 
 // `shardlab ... --notebook FILE ...`: parses its own options; returns the exit status.
 int run_notebook_cli(int argc, char** argv);
-// A REPL line starting with `%`: %run FILE [-p name=value ...], %timeit [-n N] [-r R] expr.
+// A REPL line starting with `%`: %run FILE [-p name=value ...], %timeit [-n N] [-r R] expr,
+// %time stmt, %hist.
 // Prints results and errors; never raises.
 void run_magic(lua_State* L, std::string_view line);
+// Appends one entered chunk (a line, a multi-line chunk, a magic) to the session's input that
+// %hist lists (the REPL calls it for every chunk it remembers).
+void note_input(lua_State* L, const std::string& chunk);
 
 // plot.show: in a running notebook, adds the SVG to the current cell's output and returns true;
 // elsewhere returns false.

@@ -1,4 +1,4 @@
-// shell/notebook_magic.cpp: the REPL's IPython-style magics: %run FILE (notebook cells) and %timeit expr (synced timing).
+// shell/notebook_magic.cpp: the REPL's IPython-style magics: %run FILE (notebook cells), %timeit expr (synced timing), %time stmt (one run) and %hist (this session's input).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -9,11 +9,15 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include <fmt/format.h>
 
 #include "shell/context.h"
 #include "shell/interrupt.h"
+#include "shell/lua_binding.h"
 #include "shell/notebook.h"
+#include "shell/pretty.h"
 
 namespace shell {
 
@@ -171,7 +175,115 @@ void magic_timeit(lua_State* L, std::string_view args) {
   lua_settop(L, top);
 }
 
+// Loads `text` as an expression (`return text;`) or else as a statement, as %timeit does.
+// Pushes the function, or reports the syntax error and pushes nothing.
+bool load_expr_or_statement(lua_State* L, const std::string& text, const char* chunk) {
+  const std::string ret = "return " + text + ";";
+  int status = luaL_loadbuffer(L, ret.data(), ret.size(), chunk);
+  if (status != LUA_OK) {
+    lua_pop(L, 1);
+    status = luaL_loadbuffer(L, text.data(), text.size(), chunk);
+  }
+  if (status == LUA_OK) return true;
+  report(L, status, nullptr);
+  return false;
+}
+
+// User and system CPU seconds of this process so far (all threads: the engine's workers too).
+std::pair<double, double> cpu_seconds() {
+  rusage u = {};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return {s(u.ru_utime), s(u.ru_stime)};
+}
+
+// IPython's %time: runs the statement once; prints CPU and wall time, then its values (which
+// become `_`). A result with a wait method (StepHandle) is waited on inside the timing, as in
+// %timeit.
+constexpr const char* kWaitSource = R"(
+local r = ...
+local tr = type(r)
+if tr == "userdata" or tr == "table" then
+  local ok, w = pcall(function() return r.wait end)
+  if ok and type(w) == "function" then w(r) end
+end
+)";
+
+void magic_time(lua_State* L, std::string_view args) {
+  const size_t b = args.find_first_not_of(' ');
+  const std::string stmt = b == std::string_view::npos ? "" : std::string(args.substr(b));
+  if (stmt.empty()) {
+    std::fprintf(stderr, "usage: %%time stmt\n");
+    return;
+  }
+  const int top = lua_gettop(L);
+  if (!load_expr_or_statement(L, stmt, "=time")) return lua_settop(L, top);
+  const auto cpu0 = cpu_seconds();
+  const auto wall0 = std::chrono::steady_clock::now();
+  int status = docall(L, 0, LUA_MULTRET);
+  if (status == LUA_OK && lua_gettop(L) > top) {
+    luaL_loadbuffer(L, kWaitSource, std::strlen(kWaitSource), "=time");
+    lua_pushvalue(L, top + 1);
+    status = docall(L, 1, 0);
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const auto cpu1 = cpu_seconds();
+  if (status != LUA_OK) {
+    report(L, status, nullptr);
+    return lua_settop(L, top);
+  }
+  const double user = cpu1.first - cpu0.first, sys = cpu1.second - cpu0.second;
+  std::printf("CPU times: user %s, sys: %s, total: %s\nWall time: %s\n", format_time(user).c_str(),
+              format_time(sys).c_str(), format_time(user + sys).c_str(), format_time(wall).c_str());
+  if (lua_gettop(L) > top) {
+    PrettyOptions o;
+    o.color = context(L).color;
+    o.rows = true;
+    std::string out;
+    for (int i = top + 1; i <= lua_gettop(L); ++i) out += (i > top + 1 ? "\t" : "") + pretty(L, i, o);
+    std::printf("%s\n", out.c_str());
+    set_global_raw(L, "_", top + 1);
+  }
+  std::fflush(stdout);
+  lua_settop(L, top);
+}
+
+constexpr const char* kInputKey = "shardlab.session_input";  // registry: this session's inputs
+
+// Pushes the registry's list of this session's inputs, creating it on first use.
+void push_inputs(lua_State* L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, kInputKey) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, kInputKey);
+}
+
+// IPython's %hist -n: this session's inputs (not the history file's older sessions), numbered
+// from 1; a multi-line chunk is one entry, its later lines indented under the first.
+void magic_hist(lua_State* L) {
+  push_inputs(L);
+  const lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L, -1));
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, -1, i);
+    std::string text = lua_tostring(L, -1) ? lua_tostring(L, -1) : "";
+    lua_pop(L, 1);
+    for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', nl + 7))
+      text.replace(nl, 1, "\n      ");
+    std::printf("%4lld: %s\n", static_cast<long long>(i), text.c_str());
+  }
+  lua_pop(L, 1);
+  std::fflush(stdout);
+}
+
 }  // namespace
+
+void note_input(lua_State* L, const std::string& chunk) {
+  push_inputs(L);
+  lua_pushlstring(L, chunk.data(), chunk.size());
+  lua_rawseti(L, -2, static_cast<lua_Integer>(lua_rawlen(L, -2)) + 1);
+  lua_pop(L, 1);
+}
 
 void run_magic(lua_State* L, std::string_view line) {
   std::istringstream in{std::string(line)};
@@ -180,7 +292,14 @@ void run_magic(lua_State* L, std::string_view line) {
   if (words.empty()) return;
   if (words[0] == "%run") return magic_run(L, words);
   if (words[0] == "%timeit") return magic_timeit(L, line.substr(line.find("%timeit") + 7));
-  std::fprintf(stderr, "unknown magic '%s' (try %%run FILE.lua or %%timeit expr)\n", words[0].c_str());
+  if (words[0] == "%time") return magic_time(L, line.substr(line.find("%time") + 5));
+  if (words[0] == "%hist" || words[0] == "%history") {
+    if (words.size() == 1) return magic_hist(L);
+    std::fprintf(stderr, "usage: %s (takes no arguments)\n", words[0].c_str());
+    return;
+  }
+  std::fprintf(stderr, "unknown magic '%s' (try %%run FILE.lua, %%timeit expr, %%time stmt or %%hist)\n",
+               words[0].c_str());
 }
 
 }  // namespace shell

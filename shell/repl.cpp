@@ -174,7 +174,9 @@ class Repl {
   }
 
   void remember(const std::string& chunk) {
-    if (!tty_ || trim(chunk).empty()) return;
+    if (trim(chunk).empty()) return;
+    note_input(L_, chunk);  // %hist
+    if (!tty_) return;
     HIST_ENTRY* last = history_length > 0 ? history_get(history_base + history_length - 1) : nullptr;
     if (last == nullptr || chunk != last->line) add_history(chunk.c_str());
     if (!history_.empty() && write_history(history_.c_str()) != 0 && !history_warned_) {
@@ -190,7 +192,7 @@ class Repl {
       remember(raw);
       return help(trim(line.substr(1)));
     }
-    if (line[0] == '%') {  // IPython-style magics: %run FILE, %timeit expr (shell/notebook.h)
+    if (line[0] == '%') {  // IPython-style magics: %run, %timeit, %time, %hist (shell/notebook.h)
       remember(raw);
       auto start = std::chrono::steady_clock::now();
       run_magic(L_, line);

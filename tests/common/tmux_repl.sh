@@ -1,7 +1,12 @@
 # tests/common/tmux_repl.sh: drive the real REPL in a pseudo-terminal (tmux send-keys /
 # capture-pane). Sourced by the tmux tests: set `bin` (the shardlab binary) and `name` (a word
 # for the tmux socket) first. Gives a temp dir $tmp and functions start/stop, type_keys,
-# type_line, wait_for REGEX [SECONDS], count REGEX, screen and fail.
+# type_line, wait_for REGEX [SECONDS], wait_prompt, count REGEX, screen and fail.
+# Every wait polls the screen for the text it needs, never a fixed sleep: under a loaded machine
+# (ctest -j2 next to a build) the REPL can take seconds to read what tmux typed. In particular
+# a C-c must wait until the text before it is on the screen: the terminal turns C-c into SIGINT
+# the moment tmux writes it and then discards the input the REPL has not read yet; a C-d
+# (stop) waits for an idle prompt.
 tmp=$(mktemp -d)
 sock="shardlab-$name-test-$$"
 T() { tmux -L "$sock" "$@"; }
@@ -10,9 +15,9 @@ trap cleanup EXIT
 
 screen() { T capture-pane -p -J -S -500 -t repl; }
 fail() { echo "FAIL: $*"; echo "--- screen:"; screen; exit 1; }
-# wait_for REGEX [SECONDS]: poll the screen every 0.05 s (5 s by default) until a line matches.
+# wait_for REGEX [SECONDS]: poll the screen every 0.05 s (60 s by default) until a line matches.
 wait_for() {
-  local tries=$(( ${2:-5} * 20 ))
+  local tries=$(( ${2:-60} * 20 ))
   for _ in $(seq 1 "$tries"); do
     if screen | grep -qE -- "$1"; then return 0; fi
     sleep 0.05
@@ -33,8 +38,20 @@ start() {
     "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm $* '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; sleep 60"
   wait_for '^sl>'
 }
+# wait_prompt [SECONDS]: until the screen ends with a bare `sl>` prompt: the REPL finished what it
+# was given and Readline reads again. Only then is C-d an end of input: sent while a chunk runs
+# (the terminal in cooked mode), it is lost.
+wait_prompt() {
+  local tries=$(( ${1:-60} * 20 ))
+  for _ in $(seq 1 "$tries"); do
+    [[ $(screen | sed 's/ *$//' | grep -v '^$' | tail -n 1) == "sl>" ]] && return 0
+    sleep 0.05
+  done
+  fail "timed out waiting for an idle sl> prompt"
+}
 stop() {
+  wait_prompt
   T send-keys -t repl C-d
-  wait_for '^SESSION-ENDED' 30  # exiting frees the trainer's arenas: slow under a parallel ctest
+  wait_for '^SESSION-ENDED' 90  # exiting frees the trainer's arenas: slow under a parallel ctest
   T kill-session -t repl
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/notebook/magic_tmux_test.sh: %run and %timeit in the real REPL (tmux send-keys / capture-pane).
+# tests/notebook/magic_tmux_test.sh: %run, %timeit, %time and %hist in the real REPL (tmux send-keys / capture-pane).
 # Usage: magic_tmux_test.sh path/to/shardlab
 set -euo pipefail
 bin=$(realpath "$1")
@@ -67,11 +67,38 @@ type_line '%timeit -r 1 -n 1 1 + 1'
 wait_for 'of 1 run, 1 loop each\)$'
 type_line '%timeit error("in timeit")'
 wait_for 'timeit:1: in timeit'
+# %time (IPython's): one run, CPU and wall time, then the value, which becomes `_`.
+unit='[0-9.]+ (ns|µs|ms|s)'
+type_line '%time 6 * 111'
+wait_for "^CPU times: user $unit, sys: $unit, total: $unit\$"
+wait_for "^Wall time: $unit\$"
+wait_for '^666$'
+type_line '_ + 1'
+wait_for '^667$'
+type_line '%time local t0 = os.clock() while os.clock() - t0 < 0.3 do end'
+wait_for '^Wall time: ([3-9][0-9]{2} ms|[0-9.]+ s)$'  # a statement; at least 0.3 s
+type_line '%time t:step()'                              # waited on, as in %timeit
+wait_for '^StepHandle\(step=9, loss=[0-9.]+\)$'  # finished, not running
+type_line 't.current_step'
+wait_for '^10$'
+type_line '%time error("in time")'
+wait_for 'time:1: in time'
+[[ $(count '^Wall time: ') == 3 ]] || fail "a %time that raised prints no time"
+type_line '%time'
+wait_for '^usage: %time stmt$'
+
+# %hist: this session's input, numbered; a multi-line chunk is one entry.
+type_line 'for i = 1, 2 do'
+type_line 'end'
+type_line '%hist'
+wait_for '^ +1: %run nb\.lua -p n=3$'
+wait_for '^ +[0-9]+: for i = 1, 2 do$'
+wait_for '^ {6}end$'
+wait_for '^ +[0-9]+: %hist$'
 type_line '%nope'
 wait_for "^unknown magic '%nope'"
 type_line '2 + 40'
 wait_for '^42$'
-T send-keys -t repl C-d
-wait_for '^SESSION-ENDED'
+stop
 grep -qx '%run nb.lua -p n=3' "$tmp/history" || fail "magics go to the history"
 echo "magic_tmux_test: ok"

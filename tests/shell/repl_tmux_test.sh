@@ -29,6 +29,44 @@ wait_for '^sl> string\.format\($'
 type_line '"%d-%s", 7, "x")'
 wait_for '^7-x$'
 
+# Completion inside calls (issue 15): keys of sl.config{ from the engine's config keys (as
+# "key="; three start with "learn"), not in a value; strings of t:visualize/t:param/t:shardings
+# from the trainer's state paths, closed once one is left.
+type_keys 'cfg = sl.config{learn'
+T send-keys -t repl Tab
+wait_for '^sl> cfg = sl\.config\{learning_rate$'
+T send-keys -t repl Tab Tab  # Readline lists on the second Tab that changes nothing
+wait_for 'learning_rate= +learning_rate_final_fraction= +learning_rate_schedule_steps='
+type_keys '=0.001, per_device_b'
+T send-keys -t repl Tab
+wait_for '^sl> cfg = sl\.config\{learning_rate=0\.001, per_device_batch_size=$'
+type_keys '1, model=sl.me'
+T send-keys -t repl Tab
+wait_for '^sl> cfg = sl\.config\{learning_rate=0\.001, per_device_batch_size=1, model=sl\.mesh\($'
+T send-keys -t repl BSpace BSpace BSpace BSpace BSpace BSpace BSpace BSpace
+type_line '"llama-tiny", base_num_decoder_layers=1, max_target_length=16}'
+type_line 'tp = sl.trainer(cfg, nil, {shape_only=true, store=false})'
+type_line 'print("tp-ready", cfg:get("learning_rate"), tp.current_step)'
+wait_for '^tp-ready[[:space:]]+0\.001[[:space:]]+0$'
+type_keys 'tp:visualize("params/decoder/decoder_n'
+T send-keys -t repl Tab
+wait_for '^sl> tp:visualize\("params/decoder/decoder_norm/scale"$'
+type_line ')'
+wait_for '^params/decoder/decoder_norm/scale  f32\['
+type_keys "tp:shardings('opt_state/n"
+T send-keys -t repl Tab
+wait_for "^sl> tp:shardings\\('opt_state/nu/$"
+type_keys 'decoder/layers_0/mlp/wo'
+T send-keys -t repl Tab
+wait_for "^sl> tp:shardings\\('opt_state/nu/decoder/layers_0/mlp/wo/kernel'$"
+T send-keys -t repl C-c
+type_keys 'tp:param("params/tok'
+T send-keys -t repl Tab
+wait_for '^sl> tp:param\("params/token_embedder/embedding"$'
+T send-keys -t repl C-c
+type_line '8 + 8000'
+wait_for '^8008$'
+
 # Multi-line input continues on incomplete chunks.
 type_line 'function sq(x)'
 wait_for '^\.\.>'
@@ -66,13 +104,14 @@ type_line '1 + 1000'
 wait_for '^1001$'
 
 # Ctrl-C while Lua runs raises "interrupted!"; Ctrl-C at the prompt clears the line.
-type_line 'while true do end'
-sleep 0.3
+type_line 'print("spin" .. "ning") while true do end'
+wait_for '^spinning$'  # Lua runs: a C-c sent before the REPL read the line would discard it
 T send-keys -t repl C-c
 wait_for 'interrupted!'
 type_line '2 + 2000'
 wait_for '^2002$'
 type_keys 'half_typed_garbage'
+wait_for '^sl> half_typed_garbage$'  # read by Readline: C-c would discard unread input
 T send-keys -t repl C-c
 wait_for '^sl> half_typed_garbage\^C$'
 type_line '3 + 3000'
@@ -86,7 +125,7 @@ wait_for '^4004$'
 # Ctrl-C during t:train{} stops after the current step and returns to the prompt.
 type_line 'tr = sl.trainer(sl.config{base_num_decoder_layers = 1, max_target_length = 64, per_device_batch_size = 2, steps = 100000}, nil, {store = false})'
 type_line 'tr:train{}'
-wait_for '\] [0-9]+/100000 loss'
+wait_for '\] [0-9]+/100000 loss' 120  # builds and compiles a trainer first
 T send-keys -t repl C-c
 wait_for 'interrupted!'
 type_line 'print("stopped at", tr.current_step, tr.current_step > 0 and tr.current_step < 100000)'
@@ -105,7 +144,7 @@ type_line '7 + 7000'
 wait_for '^7007$'
 [[ $(timers) == 0 ]] || fail "a fast command prints no timer"
 type_line "$slow"
-for _ in $(seq 1 100); do [[ $(timers) == 1 ]] && break; sleep 0.05; done
+for _ in $(seq 1 1200); do [[ $(timers) == 1 ]] && break; sleep 0.05; done  # 60 s
 [[ $(timers) == 1 ]] || fail "one timer line per slow command"
 screen | sed -n '/^timer-mark$/,$p' | grep -qE '^ {180,}\[0\.[2-9][0-9]{3}s\]$' || fail "the timer shows >= 0.2 s"
 type_line 'sl.timing(false)'
@@ -134,5 +173,11 @@ wait_for '^sl> marker = 31337$'
 T send-keys -t repl Enter
 type_line 'marker + 1'
 wait_for '^31338$'
+# %hist lists this session's input only, not the history file's earlier sessions.
+type_line '%hist'
+wait_for '^   3: %hist$'
+screen | grep -qE '^   1: marker = 31337$' || fail "%hist starts at this session's first input"
+screen | grep -qE '^   2: marker \+ 1$' || fail "%hist numbers the inputs"
+[[ $(count '^ +[0-9]+: sq\(12\)$') == 0 ]] || fail "%hist lists an earlier session's input"
 stop
 echo "repl_tmux_test: ok"

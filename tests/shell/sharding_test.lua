@@ -56,10 +56,19 @@ expect_error(function() sl.visualize({256, 768}, sl.P("fsdpp"), m) end, "fsdpp")
 expect_error(function() sl.visualize({255, 768}, s) end, "255")
 expect_error(function() sl.visualize("wi") end, "sl.visualize: argument #1 expected a row of t:shardings() or a shape")
 expect_error(function() sl.visualize({4, 4}, 7) end, "argument 'sharding' expected NamedSharding or PartitionSpec")
-expect_error(function() sl.visualize({8, 8, 8}, sl.P("fsdp"), m, {dims = {0, 3}}) end, "out of range for rank 3")
--- Rank 3: pick two dims.
-local g3 = sl.visualize({8, 8, 8}, sl.P("fsdp", nil, "tensor"), m, {dims = {0, 2}})
+-- dims are 1-based, as Lua numbers things: 0 and rank + 1 are out of range, naming the rank.
+expect_error(function() sl.visualize({8, 8, 8}, sl.P("fsdp"), m, {dims = {1, 4}}) end,
+             "sl.visualize: option 'dims' {1, 4} out of range for rank 3 (dims are 1-based: 1 to 3)")
+expect_error(function() sl.visualize({8, 8, 8}, sl.P("fsdp"), m, {dims = {0}}) end,
+             "option 'dims' {0} out of range for rank 3 (dims are 1-based: 1 to 3)")
+-- Rank 3: pick two dims; the header numbers them as they were named.
+local g3 = sl.visualize({8, 8, 8}, sl.P("fsdp", nil, "tensor"), m, {dims = {1, 3}})
 assert(count(g3, "CPU %d") == 8, g3)
+assert(g3:find("showing dims 1 (down) and 3 (across) of shape (8, 8, 8)", 1, true), g3)
+local g3b = sl.visualize({8, 8, 8}, sl.P("fsdp", nil, "tensor"), m, {dims = {3, 1}})
+assert(g3b:find("showing dims 3 (down) and 1 (across)", 1, true), g3b)
+local g3c = sl.visualize({8, 8, 8}, sl.P("fsdp", nil, "tensor"), m, {dims = {1}})
+assert(g3c:find("showing dim 1 of shape (8, 8, 8)\ndim 3 is sharded too (2 ways)", 1, true), g3c)
 
 -- A trainer on fsdp=4 x tensor=2: every row matches MaxText's worked examples.
 local cfg = sl.config{model = "llama-tiny", base_num_decoder_layers = 2, max_target_length = 32,
@@ -67,6 +76,8 @@ local cfg = sl.config{model = "llama-tiny", base_num_decoder_layers = 2, max_tar
 local t = sl.trainer(cfg, m, {shape_only = true})
 local tab = t:shardings()
 assert(#tab == 3 * (1 + 2 * 9 + 2) + 1 + 6, #tab)  -- params, mu, nu; step; 6 batch arrays
+local paths = t:paths()  -- what the REPL completes t:param("/t:visualize(" strings from
+assert(#paths == #tab and paths[1] == tab[1].path and paths[#paths] == tab[#tab].path, #paths)
 local function row(path)
   local r = tab:find(path)
   assert(r, "no row " .. path)
@@ -111,7 +122,7 @@ assert(#only == 3 * 2, #only)  -- two layers x (param, mu, nu)
 local gw = sl.visualize(wi)
 assert(gw:find("params/decoder/layers_0/mlp/wi_0/kernel  f32[256@fsdp,704@tensor]", 1, true))
 assert(count(gw, "CPU %d") == 8)
-local gq = t:visualize("params/decoder/layers_0/self_attention/query/kernel", {dims = {0, 1}})
+local gq = t:visualize("params/decoder/layers_0/self_attention/query/kernel", {dims = {1, 2}})
 assert(count(gq, "CPU %d") == 8, gq)
 expect_error(function() t:visualize("params/decoder/layers_0/mlp/wi0/kernel") end,
              "did you mean 'params/decoder/layers_0/mlp/wi_0/kernel'?")
