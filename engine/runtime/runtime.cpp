@@ -263,8 +263,9 @@ Status check_array_bytes(const Shape& shape, DType dtype, std::string_view what)
   // numel() <= kMaxTensorElements (shape.h), so the product below cannot overflow.
   const int64_t bytes = shape.numel() * dtype_size(dtype);
   if (bytes > kMaxArrayBytes)
-    return resource_exhausted("{}: array {} {} needs {} bytes, over the limit of {} bytes per array",
-                              what, dtype_name(dtype), shape.to_string(), bytes, kMaxArrayBytes);
+    return resource_exhausted(
+        "{}: array {} {} needs {} bytes, over the limit of {} bytes per array", what,
+        dtype_name(dtype), shape.to_string(), bytes, kMaxArrayBytes);
   return ok_status();
 }
 

@@ -52,7 +52,8 @@ latest_checkpoint() {
 wait_first_step() {
   local run="" n
   for _ in $(seq 1 600); do  # up to 60 s
-    run=$(q "select run_id from tags where key = 'shardlab.pid' and value = '$pid'" 2>/dev/null || true)
+    run=$(q "select run_id from tags where key = 'shardlab.pid' and value = '$pid'" \
+          2>/dev/null || true)
     if [[ -n $run ]]; then
       n=$(q "select count(*) from steps where run_id = '$run'" 2>/dev/null || echo 0)
       ((n > 0)) && { echo "$run"; return; }
@@ -71,9 +72,11 @@ check_resume() {
   ((ck < 0)) || resumes=$((resumes + 1))
   if [[ -n $killed ]]; then
     status=$(q "select status from runs where run_id = '$killed'")
-    [[ $status == KILLED ]] || fail "killed run reads '$status' after the next process opened the store"
+    [[ $status == KILLED ]] ||
+      fail "killed run reads '$status' after the next process opened the store"
     parent=$(q "select coalesce(parent_run_id, '') from runs where run_id = '$run'")
-    ((ck < 0)) || [[ $parent == "$killed" ]] || fail "resumed run names parent '$parent', not '$killed'"
+    ((ck < 0)) || [[ $parent == "$killed" ]] ||
+      fail "resumed run names parent '$parent', not '$killed'"
   fi
 }
 
@@ -111,7 +114,8 @@ run=$(wait_first_step)
 check_resume "$run" "$killed" "$ck"
 wait "$pid" || fail "the last run failed"
 pid=""
-[[ $(q "select status from runs where run_id = '$run'") == FINISHED ]] || fail "last run did not finish"
+[[ $(q "select status from runs where run_id = '$run'") == FINISHED ]] ||
+  fail "last run did not finish"
 [[ $(q "pragma integrity_check") == ok ]] || fail "integrity_check failed at the end"
 statuses=$(q "select group_concat(status || '=' || n, ' ') from
                 (select status, count(*) n from runs group by status order by status)")
