@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/base/limits.h"
 #include "engine/base/thread_pool.h"
 #include "engine/compile/memory_plan.h"
 #include "engine/ir/op_table.h"
@@ -258,8 +259,19 @@ Runtime::Runtime(Mesh mesh, int64_t device_capacity_bytes) : mesh_(std::move(mes
 
 Runtime::~Runtime() = default;
 
+Status check_array_bytes(const Shape& shape, DType dtype, std::string_view what) {
+  // numel() <= kMaxTensorElements (shape.h), so the product below cannot overflow.
+  const int64_t bytes = shape.numel() * dtype_size(dtype);
+  if (bytes > kMaxArrayBytes)
+    return resource_exhausted(
+        "{}: array {} {} needs {} bytes, over the limit of {} bytes per array", what,
+        dtype_name(dtype), shape.to_string(), bytes, kMaxArrayBytes);
+  return ok_status();
+}
+
 Result<Array> Runtime::zeros(const Shape& shape, DType dtype, const NamedSharding& sharding,
                              std::string name) {
+  ENG_RETURN_IF_ERROR(check_array_bytes(shape, dtype, "zeros '" + name + "'"));
   ENG_RETURN_IF_ERROR(check_placeable(mesh_, shape, sharding, "zeros " + name));
   Array a{shape, dtype, sharding, {}, std::move(name)};
   const int64_t bytes = sharding.local_shape(shape).numel() * dtype_size(dtype);

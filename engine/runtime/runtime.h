@@ -81,6 +81,11 @@ struct Array {
   std::string name;
 };
 
+// OK when an array of this shape and dtype fits kMaxArrayBytes (engine/base/limits.h);
+// otherwise an error naming `what`, its shape, its bytes and the limit. Runtime::zeros and
+// put check it; callers that fill a host buffer for an array check it before sizing that.
+Status check_array_bytes(const Shape& shape, DType dtype, std::string_view what);
+
 class Runtime {
  public:
   explicit Runtime(Mesh mesh, int64_t device_capacity_bytes = 0);

@@ -158,6 +158,8 @@ Status Trainer::init_state() {
     const ValueInfo& v = program_.value(args[i].value);
     const NamedSharding sharding = state_sharding(static_cast<int>(i));
     if (args[i].role == ArgRole::kParam) {
+      ENG_RETURN_IF_ERROR(
+          check_array_bytes(v.shape, v.dtype, "trainer: parameter '" + v.name + "'"));
       host.resize(static_cast<size_t>(v.shape.numel()));
       init_param(v, config_.init_weights_seed, host.data());
       ENG_ASSIGN_OR_RETURN(Array a, runtime_->put(host.data(), v.shape, v.dtype, sharding, v.name));
