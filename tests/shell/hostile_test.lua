@@ -38,7 +38,8 @@ expect_error(function() return h2.loss end, "the trainer of step 1 was already f
 expect_error(function() return h2:wait() end, "already finalised")
 expect_error(function() return tostring(t) end, "already finalised")
 
--- A C++ exception inside a binding (bad_alloc building 2^30-row embeddings) is a Lua error.
+-- A 2^30-row embedding is refused before anything is allocated (engine/base/limits.h): a Lua
+-- error, never an exception or an abort. (lua_entry also turns any C++ exception into one.)
 expect_error(function() sl.trainer(sl.config{vocab_size = 2 ^ 30}, nil, {store = false}) end,
              "sl.trainer: ")
 
