@@ -43,6 +43,14 @@ std::string got(lua_State* L, int idx) {
 
 }  // namespace
 
+void push_strings(lua_State* L, const std::vector<std::string>& xs) {
+  lua_createtable(L, static_cast<int>(xs.size()), 0);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    lua_pushstring(L, xs[i].c_str());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+}
+
 void set_global_raw(lua_State* L, const char* name, int idx) {
   idx = lua_absindex(L, idx);
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);

@@ -91,6 +91,9 @@ Status arg_table(lua_State* L, int idx, std::string_view fn, std::string_view na
 Result<std::vector<std::string>> arg_string_list(lua_State* L, int idx, std::string_view fn,
                                                  std::string_view name = {});
 
+// Pushes a Lua array of the strings: {"data", "fsdp"}.
+void push_strings(lua_State* L, const std::vector<std::string>& xs);
+
 // _G[name] = the value at idx, with raw access (no __newindex; never raises but on out-of-memory).
 // Used for `_`, `_LAST` and the like by the REPL and notebooks.
 void set_global_raw(lua_State* L, const char* name, int idx);

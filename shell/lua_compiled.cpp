@@ -43,16 +43,6 @@ Result<int> compiled_text(lua_State* L) {
   return 1;
 }
 
-// The name c:text() gives a value: a, b, ..., z, ba, bb, ... (as engine/ir/program.cpp prints).
-std::string value_name(eng::ValueId id) {
-  std::string s;
-  int64_t n = id;
-  do {
-    s.insert(s.begin(), static_cast<char>('a' + n % 26));
-    n = n / 26;
-  } while (n > 0 && s.size() < 8);
-  return s;
-}
 
 // The decoder layer a value belongs to: its remat region, else the layer of the nearest
 // parameter it is computed from (breadth-first over producers, a bounded search); "" if none.
@@ -85,7 +75,7 @@ Result<int> compiled_temps(lua_State* L) {
     const eng::TempInfo& t = temps[i];
     const eng::ValueInfo& v = p.value(t.value);
     lua_createtable(L, 0, 9);
-    std::string name = value_name(t.value);
+    std::string name = eng::value_name(t.value);
     if (!v.checkpoint_name.empty()) name += " (" + v.checkpoint_name + ")";
     lua_pushstring(L, name.c_str());
     lua_setfield(L, -2, "name");

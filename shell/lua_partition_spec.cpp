@@ -30,13 +30,6 @@ Result<int> partition_spec(lua_State* L) {
   return 1;
 }
 
-void push_strings(lua_State* L, const std::vector<std::string>& xs) {
-  lua_createtable(L, static_cast<int>(xs.size()), 0);
-  for (size_t i = 0; i < xs.size(); ++i) {
-    lua_pushstring(L, xs[i].c_str());
-    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
-  }
-}
 
 Result<int> spec_tostring(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p,

@@ -59,13 +59,6 @@ void push_ints(lua_State* L, const std::vector<int64_t>& xs) {
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
 }
-void push_strings(lua_State* L, const std::vector<std::string>& xs) {
-  lua_createtable(L, static_cast<int>(xs.size()), 0);
-  for (size_t i = 0; i < xs.size(); ++i) {
-    lua_pushstring(L, xs[i].c_str());
-    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
-  }
-}
 
 // A raw string field of the table at idx, or "" when absent or not a string.
 std::string raw_string(lua_State* L, int idx, const char* key) {

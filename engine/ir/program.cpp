@@ -42,9 +42,8 @@ int Program::find_output(std::string_view name) const {
   return -1;
 }
 
-namespace {
 // jaxpr's variable names: a..z, ba..bz, ca.., like jax.core's var naming.
-std::string var_name(ValueId id) {
+std::string value_name(ValueId id) {
   std::string s;
   int64_t n = id;
   do {
@@ -53,31 +52,30 @@ std::string var_name(ValueId id) {
   } while (n > 0 && s.size() < 8);
   return s;
 }
-}  // namespace
 
 std::string Program::to_text() const {
   std::string out;
   for (const Argument& a : args_) {
     const ValueInfo& v = values_[a.value];
-    out += fmt::format("# {}:{} {} {}\n", var_name(a.value), v.type_string(), arg_role_name(a.role),
+    out += fmt::format("# {}:{} {} {}\n", value_name(a.value), v.type_string(), arg_role_name(a.role),
                        v.name);
   }
   out += "{ lambda ; ";
   for (size_t i = 0; i < args_.size(); ++i) {
     const ValueInfo& v = values_[args_[i].value];
-    out += fmt::format("{}{}:{}", i ? " " : "", var_name(args_[i].value), v.type_string());
+    out += fmt::format("{}{}:{}", i ? " " : "", value_name(args_[i].value), v.type_string());
   }
   out += ". let\n";
   for (const Instr& in : instrs_) {
     out += "    ";
-    for (ValueId o : in.outputs) out += fmt::format("{}:{} ", var_name(o), values_[o].type_string());
+    for (ValueId o : in.outputs) out += fmt::format("{}:{} ", value_name(o), values_[o].type_string());
     out += fmt::format("= {}{}", op_name(in.kind), format_attrs(in.kind, in.attrs));
-    for (ValueId i : in.inputs) out += " " + var_name(i);
+    for (ValueId i : in.inputs) out += " " + value_name(i);
     out += "\n";
   }
   out += "  in (";
   for (size_t i = 0; i < outputs_.size(); ++i)
-    out += fmt::format("{}{}", i ? ", " : "", var_name(outputs_[i].value));
+    out += fmt::format("{}{}", i ? ", " : "", value_name(outputs_[i].value));
   out += ") }\n";
   return out;
 }

@@ -73,6 +73,9 @@ struct ProgramOutput {
   int aliased_arg = -1;     // index into args() when the output updates that argument in place
 };
 
+// The name Program::to_text gives a value: a, b, ..., z, ba, bb, ... (jaxpr's variable names).
+std::string value_name(ValueId id);
+
 class Program {
  public:
   const std::string& name() const { return name_; }
