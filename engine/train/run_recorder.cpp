@@ -141,8 +141,15 @@ Status RunRecorder::log_value(const std::string& name, int64_t step, double valu
   return flush();
 }
 
-std::pair<std::string, std::string> RunRecorder::checkpoint_run(const std::string& path) {
+std::pair<std::string, std::string> RunRecorder::checkpoint_run(const std::string& path,
+                                                                const std::string& file_run_id) {
   if (store_ == nullptr) return {};
+  if (!file_run_id.empty()) {
+    SqlValue id[] = {file_run_id};
+    Result<QueryResult> r = store_->query("SELECT run_id, name FROM runs WHERE run_id = ?", id);
+    if (r.ok() && !r->rows.empty())
+      return {std::get<std::string>(r->rows[0][0]), std::get<std::string>(r->rows[0][1])};
+  }
   SqlValue a[] = {path};
   Result<QueryResult> r = store_->query(
       "SELECT c.run_id, r.name FROM checkpoints c JOIN runs r USING (run_id) WHERE c.path = ? "

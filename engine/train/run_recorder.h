@@ -74,7 +74,11 @@ class RunRecorder {
   Status set_tag(const std::string& key, const std::string& value);
   Status log_value(const std::string& name, int64_t step, double value);
   // The run in this store that saved the checkpoint at `path` ({run_id, name}; empty if none).
-  std::pair<std::string, std::string> checkpoint_run(const std::string& path);
+  // (run id, name) of the run that wrote the checkpoint at `path`: the run the file names
+  // (`file_run_id`, its "shardlab_run_id" metadata) when this store has it, else the run its
+  // row in the checkpoints table names; {} when neither is known.
+  std::pair<std::string, std::string> checkpoint_run(const std::string& path,
+                                                     const std::string& file_run_id);
 
   // A cache lookup: one `compilations` row per consulted level, the analysis rows on the one
   // that produced the executable, and an event per note. Best effort.

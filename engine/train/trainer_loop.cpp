@@ -180,6 +180,9 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
       {"mesh", mesh_.to_string()},
       {"dataset", data_->describe()},
   };
+  // The run that wrote it, for the resumed run's parent_run_id even when this process dies
+  // between the file's rename and its row in the store's checkpoints table.
+  if (!recorder_->run_id().empty()) meta["shardlab_run_id"] = recorder_->run_id();
   CheckpointWriteOptions wopts;
   const std::vector<int64_t>& delayed = delays_.checkpoint_steps;
   if (delays_.checkpoint_s > 0 &&
@@ -256,7 +259,9 @@ Status Trainer::restore_from(const std::string& path, bool params_only) {
   restore_message_ = fmt::format("restored {} from {}; continuing at step {}",
                                  params_only ? "params" : "full state", f.path, step_);
   if (params_only) return ok_status();
-  const auto [run_id, name] = recorder_->checkpoint_run(f.path);
+  const auto it = f.metadata.find("shardlab_run_id");
+  const auto [run_id, name] =
+      recorder_->checkpoint_run(f.path, it == f.metadata.end() ? "" : it->second);
   parent_run_id_ = run_id;
   resume_note_ = name.empty() ? fmt::format("resumed from step {} of {}", step_ - 1, f.path)
                               : fmt::format("resumed from step {} of run {}", step_ - 1, name);

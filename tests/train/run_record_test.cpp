@@ -118,6 +118,30 @@ TEST(RunRecordTest, NeverSteppedLeavesNoRunAndResumeNamesItsParent) {
             "FINISHED");
 }
 
+// A process killed between a checkpoint's rename and its row in `checkpoints` (the kill soak
+// found it): the resumed run still names its parent, from the file's shardlab_run_id.
+TEST(RunRecordTest, ResumeNamesItsParentWithoutTheCheckpointRow) {
+  TempDir dir("rr_resume_norow");
+  auto store = MetricsStore::open((dir / "m.db")).value();
+  Config c = tiny_config(4);
+  ASSERT_TRUE(c.set("enable_checkpointing", true).ok());
+  ASSERT_TRUE(c.set("base_output_directory", dir.str()).ok());
+  ASSERT_TRUE(c.set("run_name", std::string("parent")).ok());
+  ASSERT_TRUE(c.set("checkpoint_period", int64_t{2}).ok());
+  std::string parent_id;
+  {
+    auto first = Trainer::create(c, Mesh(), {.store = store.get()}).value();
+    parent_id = first->run_id();
+    ASSERT_TRUE(train_ok(*first, 2));
+  }
+  ASSERT_TRUE(store->query("DELETE FROM checkpoints").ok());
+  auto second = Trainer::create(c, Mesh(), {.store = store.get()}).value();
+  EXPECT_EQ(second->resume_note(), "resumed from step 1 of run parent");
+  auto parent = q(*store, "SELECT parent_run_id FROM runs WHERE run_id = ?", second->run_id());
+  ASSERT_EQ(parent.rows.size(), 1u);
+  EXPECT_EQ(text(parent.rows[0][0]), parent_id);
+}
+
 // Issue 16 item 8: a checkpoint save that fails loses no step and ends the run FAILED.
 TEST(RunRecordTest, FailedCheckpointSaveKeepsItsStepAndFailsTheRun) {
   TempDir dir("rr_ckpt_fail");
