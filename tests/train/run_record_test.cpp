@@ -86,15 +86,21 @@ TEST(RunRecordTest, ParamsHoldEffectiveValuesAndThroughputIsNamedApart) {
   }
 }
 
+// tiny_config(4) saving a checkpoint every 2 steps under `dir`/`run_name`.
+Config checkpointing_config(const std::string& dir, const std::string& run_name) {
+  Config c = tiny_config(4);
+  EXPECT_TRUE(c.set("enable_checkpointing", true).ok());
+  EXPECT_TRUE(c.set("base_output_directory", dir).ok());
+  EXPECT_TRUE(c.set("run_name", run_name).ok());
+  EXPECT_TRUE(c.set("checkpoint_period", int64_t{2}).ok());
+  return c;
+}
+
 // Issue 15 item 2: statuses, no run for a trainer that never stepped, the parent on resume.
 TEST(RunRecordTest, NeverSteppedLeavesNoRunAndResumeNamesItsParent) {
   TempDir dir("rr_resume");
   auto store = MetricsStore::open((dir / "m.db")).value();
-  Config c = tiny_config(4);
-  ASSERT_TRUE(c.set("enable_checkpointing", true).ok());
-  ASSERT_TRUE(c.set("base_output_directory", dir.str()).ok());
-  ASSERT_TRUE(c.set("run_name", std::string("parent")).ok());
-  ASSERT_TRUE(c.set("checkpoint_period", int64_t{2}).ok());
+  const Config c = checkpointing_config(dir.str(), "parent");
   std::string idle_id, parent_id;
   {
     auto idle = Trainer::create(tiny_config(4), Mesh(), {.store = store.get()}).value();
@@ -123,11 +129,7 @@ TEST(RunRecordTest, NeverSteppedLeavesNoRunAndResumeNamesItsParent) {
 TEST(RunRecordTest, ResumeNamesItsParentWithoutTheCheckpointRow) {
   TempDir dir("rr_resume_norow");
   auto store = MetricsStore::open((dir / "m.db")).value();
-  Config c = tiny_config(4);
-  ASSERT_TRUE(c.set("enable_checkpointing", true).ok());
-  ASSERT_TRUE(c.set("base_output_directory", dir.str()).ok());
-  ASSERT_TRUE(c.set("run_name", std::string("parent")).ok());
-  ASSERT_TRUE(c.set("checkpoint_period", int64_t{2}).ok());
+  const Config c = checkpointing_config(dir.str(), "parent");
   std::string parent_id;
   {
     auto first = Trainer::create(c, Mesh(), {.store = store.get()}).value();
