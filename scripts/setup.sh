@@ -8,6 +8,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min   # a real English corpus for the quickstart (/usr/share/games/fortunes)
   tmux                    # the interactive REPL test drives the shell in a pseudo-terminal
+  libdnnl-dev             # oneDNN: bf16 matmuls (AVX-512 BF16 where the CPU has it)
+  openmpi-bin libopenmpi-dev  # real processes: mpirun and the MPI collectives backend
 )
 if [[ "${SHARDLAB_WITH_TORCH:-0}" == 1 ]]; then
   packages+=(python3-torch)  # only for bench/compare_torch.sh
