@@ -1,4 +1,6 @@
 // shell/lua_store.cpp: Lua bindings for the metrics store: sl.sql.
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/store/metrics_store.h"
@@ -43,17 +45,27 @@ void push_sql_value(lua_State* L, const eng::SqlValue& v) {
   }
 }
 
-// sl.sql(query, ...) -> rows: an array of tables keyed by column name; rows.columns (through the
-// metatable, so printing and ipairs see only the rows) lists the column names in order.
+// sl.sql(query, [{write = true},] ...) -> rows: an array of tables keyed by column name;
+// rows.columns (through the metatable, so printing and ipairs see only the rows) lists the
+// column names in order. Read-only unless the options table says write = true.
 Result<int> sql(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(std::string query, arg_string(L, 1, "sl.sql", "query"));
+  int first_arg = 2;
+  eng::SqlAccess access = eng::SqlAccess::kReadOnly;
+  if (lua_type(L, 2) == LUA_TTABLE) {  // options: parameters are never tables
+    static const std::vector<std::string> kAllowed = {"write"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, "sl.sql", kAllowed));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> write, field_bool(L, 2, "write", "sl.sql"));
+    if (write.value_or(false)) access = eng::SqlAccess::kReadWrite;
+    first_arg = 3;
+  }
   std::vector<eng::SqlValue> args;
-  for (int i = 2; i <= lua_gettop(L); ++i) {
+  for (int i = first_arg; i <= lua_gettop(L); ++i) {
     ENG_ASSIGN_OR_RETURN(eng::SqlValue v, to_sql_value(L, i));
     args.push_back(std::move(v));
   }
   ENG_ASSIGN_OR_RETURN(eng::MetricsStore * store, with_context("sl.sql", context(L).open_store()));
-  ENG_ASSIGN_OR_RETURN(eng::QueryResult r, with_context("sl.sql", store->query(query, args)));
+  ENG_ASSIGN_OR_RETURN(eng::QueryResult r, with_context("sl.sql", store->query(query, args, access)));
   lua_createtable(L, static_cast<int>(r.rows.size()), 0);
   for (size_t i = 0; i < r.rows.size(); ++i) {
     lua_createtable(L, 0, static_cast<int>(r.columns.size()));
@@ -72,8 +84,11 @@ constexpr Function kStoreFunctions[] = {
      "Runs one SQL statement on the metrics store (--db; opened on first use) with `?`\n"
      "  parameters bound from the extra arguments. Returns an array of rows, each a table keyed\n"
      "  by column name (NULL columns are absent); rows.columns lists the column names in order.\n"
-     "  Prints as an aligned table in SELECT order.\n"
-     "  Example: sl.sql('SELECT * FROM v_best_loss WHERE name = ?', 'tiny')"},
+     "  Prints as an aligned table in SELECT order. Read-only: a statement that would write\n"
+     "  (INSERT, UPDATE, DELETE, CREATE TEMP ...) is refused unless the options table before the\n"
+     "  parameters says write = true; the schema, transactions and ATTACH are refused always.\n"
+     "  Example: sl.sql('SELECT * FROM v_best_loss WHERE name = ?', 'tiny')\n"
+     "           sl.sql('DELETE FROM runs WHERE name = ?', {write = true}, 'tiny')"},
 };
 
 }  // namespace

@@ -180,6 +180,31 @@ const char* denied_action(int action, const char* a1, const char* a2) {
   }
 }
 
+// What a statement the authorizer sees would write, as "DELETE FROM steps" (for sl.sql's
+// read-only refusal); "" for actions that write nothing. Rows of SQLite's own tables
+// (sqlite_schema, written by CREATE TEMP ...) are not named: the CREATE itself is.
+std::string written_by(int action, const char* a1) {
+  const std::string what = a1 == nullptr ? "" : a1;
+  const bool internal = what.starts_with("sqlite_");
+  switch (action) {
+    case SQLITE_INSERT: return internal ? "" : "INSERT INTO " + what;
+    case SQLITE_UPDATE: return internal ? "" : "UPDATE " + what;
+    case SQLITE_DELETE: return internal ? "" : "DELETE FROM " + what;
+    case SQLITE_CREATE_TEMP_TABLE: return "CREATE TEMP TABLE " + what;
+    case SQLITE_CREATE_TEMP_VIEW: return "CREATE TEMP VIEW " + what;
+    case SQLITE_CREATE_TEMP_INDEX: return "CREATE TEMP INDEX " + what;
+    case SQLITE_CREATE_TEMP_TRIGGER: return "CREATE TEMP TRIGGER " + what;
+    case SQLITE_DROP_TEMP_TABLE: return "DROP TEMP TABLE " + what;
+    case SQLITE_DROP_TEMP_VIEW: return "DROP TEMP VIEW " + what;
+    case SQLITE_DROP_TEMP_INDEX: return "DROP TEMP INDEX " + what;
+    case SQLITE_DROP_TEMP_TRIGGER: return "DROP TEMP TRIGGER " + what;
+    case SQLITE_PRAGMA: return "PRAGMA " + what;
+    case SQLITE_ANALYZE: return "ANALYZE";
+    case SQLITE_REINDEX: return "REINDEX";
+    default: return "";
+  }
+}
+
 }  // namespace
 
 std::string new_run_id() {
@@ -574,10 +599,11 @@ Result<int64_t> MetricsStore::record_tensor_shardings(const std::string& run_id,
   return snapshot;
 }
 
-Result<QueryResult> MetricsStore::query(std::string_view sql, std::span<const SqlValue> args) {
+Result<QueryResult> MetricsStore::query(std::string_view sql, std::span<const SqlValue> args,
+                                        SqlAccess access) {
   std::lock_guard lock(mu_);
   ENG_RETURN_IF_ERROR(flush_locked());  // a query sees every row logged so far
-  return select_locked(sql, args, true);
+  return select_locked(sql, args, true, access);
 }
 
 void MetricsStore::set_interrupt_check(std::function<bool()> check) {
@@ -591,10 +617,17 @@ struct UserGuard {  // the authorizer's and progress handler's state during one 
   const char* denied = nullptr;
   const std::function<bool()>* interrupt = nullptr;
   bool interrupted = false;
+  std::string writes;  // the first write the statement asked for ("DELETE FROM steps")
+  bool reads_journal_mode = false;  // "PRAGMA journal_mode" with no value: only reads it
 };
 
 int authorize(void* p, int action, const char* a1, const char* a2, const char*, const char*) {
   auto* g = static_cast<UserGuard*>(p);
+  if (g->writes.empty()) g->writes = written_by(action, a1);
+  // SQLite marks every journal_mode PRAGMA as writing (the same PRAGMA can set the mode).
+  if (action == SQLITE_PRAGMA && a2 == nullptr && a1 != nullptr &&
+      std::string_view(a1) == "journal_mode")
+    g->reads_journal_mode = true;
   const char* why = denied_action(action, a1, a2);
   if (why == nullptr) return SQLITE_OK;
   // DDL also writes sqlite_schema; name the statement's own action rather than that write.
@@ -612,8 +645,9 @@ int progress(void* p) {
 }  // namespace
 
 Result<QueryResult> MetricsStore::select_locked(std::string_view sql,
-                                                std::span<const SqlValue> args, bool user) {
-  UserGuard guard{nullptr, &interrupt_check_, false};
+                                                std::span<const SqlValue> args, bool user,
+                                                SqlAccess access) {
+  UserGuard guard{nullptr, &interrupt_check_, false, {}};
   if (user) {
     sqlite3_set_authorizer(db_, authorize, &guard);
     sqlite3_progress_handler(db_, 1000, progress, &guard);
@@ -627,10 +661,18 @@ Result<QueryResult> MetricsStore::select_locked(std::string_view sql,
       sqlite3_progress_handler(db, 0, nullptr, nullptr);
     }
   } reset{db_, user};
-  Result<QueryResult> r = step_rows(sql, args, user ? kMaxQueryRows : 0);
+  bool writes = false;
+  Result<QueryResult> r = step_rows(sql, args, user ? kMaxQueryRows : 0,
+                                    access == SqlAccess::kReadOnly ? &writes : nullptr,
+                                    &guard.reads_journal_mode);
   if (guard.denied != nullptr)
     return failed_precondition("store: sl.sql may not {} (in \"{}\"); see docs/metrics-store.md",
                                guard.denied, sql_excerpt(sql));
+  if (writes)
+    return failed_precondition(
+        "store: sl.sql is read-only: {} would write the store (in \"{}\"); to write rows, "
+        "opt in with sl.sql(query, {{write = true}}, ...) (docs/metrics-store.md)",
+        guard.writes.empty() ? "this statement" : guard.writes, sql_excerpt(sql));
   if (!r.ok() && guard.interrupted)
     return Status(Code::kCancelled,
                   fmt::format("store: query interrupted (in \"{}\")", sql_excerpt(sql)));
@@ -639,7 +681,8 @@ Result<QueryResult> MetricsStore::select_locked(std::string_view sql,
 
 // Prepares one statement, binds args and collects its rows (at most max_rows; 0: no limit).
 Result<QueryResult> MetricsStore::step_rows(std::string_view sql, std::span<const SqlValue> args,
-                                            size_t max_rows) {
+                                            size_t max_rows, bool* writes,
+                                            const bool* read_anyway) {
   sqlite3_stmt* stmt = nullptr;
   const char* tail = nullptr;
   if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, &tail) != SQLITE_OK)
@@ -658,6 +701,12 @@ Result<QueryResult> MetricsStore::step_rows(std::string_view sql, std::span<cons
     sqlite3_finalize(next);
     return finish(invalid_argument("store: one statement per query, got more (in \"{}\")",
                                    sql_excerpt(sql)));
+  }
+  if (writes != nullptr && sqlite3_stmt_readonly(stmt) == 0 &&  // SQLite's own judgement
+      !(read_anyway != nullptr && *read_anyway)) {
+    *writes = true;
+    sqlite3_finalize(stmt);
+    return out;
   }
   int nparams = sqlite3_bind_parameter_count(stmt);
   if (nparams != static_cast<int>(args.size()))

@@ -44,6 +44,9 @@ namespace eng {
 using Blob = std::vector<uint8_t>;
 using SqlValue = std::variant<std::monostate, int64_t, double, std::string, Blob>;
 
+// What a user statement (MetricsStore::query) may do: read only, or also write rows.
+enum class SqlAccess { kReadWrite, kReadOnly };
+
 struct QueryResult {
   std::vector<std::string> columns;          // result column names, in order
   std::vector<std::vector<SqlValue>> rows;   // rows[i][j] is column j of row i
@@ -228,10 +231,13 @@ class MetricsStore {
   // Any SQL with `?` parameters bound from args; one statement. Rows keep SQLite's types.
   // This is the users' entry (sl.sql): an authorizer refuses what would damage the store or
   // another writer's transaction (ATTACH/DETACH, BEGIN/COMMIT/SAVEPOINT, schema changes to
-  // non-temporary objects, PRAGMAs that set a value); rows may be inserted, updated and
-  // deleted (autocommit). A query stops with an error when the interrupt check (if set)
-  // returns true, or past kMaxQueryRows rows.
-  Result<QueryResult> query(std::string_view sql, std::span<const SqlValue> args = {});
+  // non-temporary objects, PRAGMAs that set a value). With SqlAccess::kReadOnly (sl.sql's
+  // default) a statement that would write anything (sqlite3_stmt_readonly() is false: INSERT,
+  // UPDATE, DELETE, CREATE TEMP ...) is refused before it runs, naming what it would write;
+  // with kReadWrite rows may be inserted, updated and deleted (autocommit). A query stops with
+  // an error when the interrupt check (if set) returns true, or past kMaxQueryRows rows.
+  Result<QueryResult> query(std::string_view sql, std::span<const SqlValue> args = {},
+                            SqlAccess access = SqlAccess::kReadWrite);
   static constexpr size_t kMaxQueryRows = 1000000;
   // Polled during queries (SQLite's progress handler); true stops the query ("interrupted").
   void set_interrupt_check(std::function<bool()> check);
@@ -250,10 +256,14 @@ class MetricsStore {
   Status error(std::string_view sql) const;                 // Status from db_'s last error
   Status flush_locked();
   Status flush_once_locked();
+  // *writes (when not null) is set, and nothing runs, if the statement would write and
+  // *read_anyway (set by the authorizer during prepare) does not say it only reads.
   Result<QueryResult> step_rows(std::string_view sql, std::span<const SqlValue> args,
-                                size_t max_rows);
+                                size_t max_rows, bool* writes = nullptr,
+                                const bool* read_anyway = nullptr);
   Result<QueryResult> select_locked(std::string_view sql, std::span<const SqlValue> args,
-                                    bool user);  // user: authorizer + interrupt + row cap
+                                    bool user,  // user: authorizer + interrupt + row cap
+                                    SqlAccess access = SqlAccess::kReadWrite);
 
   sqlite3* db_ = nullptr;                                   // owned; closed in the destructor
   std::string path_;                                        // as given to open()

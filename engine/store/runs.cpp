@@ -179,7 +179,7 @@ Result<QueryResult> MetricsStore::find_runs(const RunFilter& f) {
   if (!f.where.empty()) sql += " AND (" + f.where + "\n)";
   sql += " ORDER BY start_ms DESC, run_id";
   if (f.limit >= 0) sql += " LIMIT ?", args.emplace_back(f.limit);
-  return query(sql, args);
+  return query(sql, args, SqlAccess::kReadOnly);  // `where` is user SQL
 }
 
 }  // namespace eng

@@ -15,11 +15,13 @@ assert(plot.spark{{step = 0, loss = 5}, {step = 1, loss = 1}}:find("^█▁  min
 assert(plot.spark{{0, 2}, {1, 4}}:find("last 4", 1, true))          -- {x, y} pairs
 expect_error(function() plot.spark("x") end, "plot.spark: argument 'xs' expected")
 
--- Rows from the store: x = step, y = loss (rows.columns order), NULLs skipped.
-sl.sql("CREATE TEMP TABLE t (run TEXT, step INTEGER, tokens REAL, loss REAL)")
+-- Rows from the store: x = step, y = loss (rows.columns order), NULLs skipped. (sl.sql is
+-- read-only unless asked to write.)
+local w = {write = true}
+sl.sql("CREATE TEMP TABLE t (run TEXT, step INTEGER, tokens REAL, loss REAL)", w)
 for s = 0, 9 do
-  if s == 5 then sl.sql("INSERT INTO t VALUES ('a', ?, ?, NULL)", s, s * 100)
-  else sl.sql("INSERT INTO t VALUES ('a', ?, ?, ?)", s, s * 100, 10 - s) end
+  if s == 5 then sl.sql("INSERT INTO t VALUES ('a', ?, ?, NULL)", w, s, s * 100)
+  else sl.sql("INSERT INTO t VALUES ('a', ?, ?, ?)", w, s, s * 100, 10 - s) end
 end
 local rows = sl.sql("SELECT run, step, tokens, loss FROM t ORDER BY step")
 local svg = plot.line{loss = rows}
