@@ -8,6 +8,8 @@
 
 #include <lua.hpp>
 
+#include <string>
+
 namespace shell {
 
 struct ShellContext;
@@ -27,6 +29,9 @@ void open_lua_runs(lua_State* L, int sl);   // sl.runs, sl.run
 // Creates `sl`, opens every module, sets the global and package.loaded["shardlab"].
 // Must run inside a protected call (it uses raising Lua API calls).
 void open_shardlab(lua_State* L, ShellContext* ctx);
+// An uncaught error is ending the script (or notebook) with `error`: every run a live trainer
+// records ends FAILED (lua_shell.cpp), unless Ctrl-C or SIGTERM ended it (then KILLED).
+void fail_open_runs(lua_State* L, const std::string& error);
 // Records the current global names as the system's (who() hides them); open_shardlab calls it.
 void remember_system_globals(lua_State* L);
 

@@ -248,6 +248,7 @@ int pmain(lua_State* L) { return call_guarded_main(L, pmain_body); }
 }  // namespace
 
 int run_main(int argc, char** argv) {
+  install_terminate_handler();  // SIGTERM ends runs KILLED, at once (shell/interrupt.h)
   Options o = parse(argc, argv);
   if (o.notebook) return run_notebook_cli(argc, argv);
   if (!o.error.empty()) {
@@ -278,11 +279,13 @@ int run_main(int argc, char** argv) {
   int status = lua_pcall(L, 1, 1, 0);
   bool ok = lua_toboolean(L, -1);
   report(L, status, kProgname);
+  if (!ok || status != LUA_OK) fail_open_runs(L, last_reported_error());  // runs end FAILED
   lua_close(L);  // runs __gc before ctx (and its store) goes away
   if (ctx.store) {
     eng::Status s = ctx.store->flush();
     if (!s.ok()) std::fprintf(stderr, "%s: %s\n", kProgname, s.message().c_str());
   }
+  finish_terminate();  // after SIGTERM: end by it, now that every run is recorded
   return (ok && status == LUA_OK) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

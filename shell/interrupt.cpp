@@ -1,14 +1,21 @@
 // shell/interrupt.cpp: protected calls with tracebacks, and Ctrl-C turned into "interrupted!" (lua.c's docall).
 #include "shell/interrupt.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 
 namespace shell {
 namespace {
 
-std::atomic<bool> g_interrupted{false};  // set by SIGINT while a chunk runs
+std::atomic<bool> g_interrupted{false};  // set by SIGINT while a chunk runs (and by SIGTERM)
+std::atomic<bool> g_terminate{false};    // set by SIGTERM; never cleared
+int g_wake[2] = {-1, -1};                // self-pipe: SIGTERM writes a byte to g_wake[1]
+static_assert(std::atomic<bool>::is_always_lock_free, "flags set by signal handlers");
 std::atomic<bool> g_taken{false};        // a binding took an interrupt during this chunk
 lua_State* volatile g_running = nullptr; // the state running a chunk (for the signal handler)
 
@@ -16,6 +23,30 @@ lua_State* volatile g_running = nullptr; // the state running a chunk (for the s
 void stop_hook(lua_State* L, lua_Debug*) {
   lua_sethook(L, nullptr, 0, 0);
   luaL_error(L, "interrupted!");
+}
+
+// After SIGTERM: raised at every Lua instruction (a count hook never runs inside C code, so
+// bindings and error handlers are not unwound by it), until the chunk has ended.
+void terminate_hook(lua_State* L, lua_Debug*) { luaL_error(L, "terminated (SIGTERM)"); }
+
+void on_sigalrm(int) {  // the watchdog: the shell did not end in time
+  std::signal(SIGTERM, SIG_DFL);
+  std::raise(SIGTERM);
+}
+
+void on_sigterm(int) {
+  const int saved_errno = errno;
+  std::signal(SIGTERM, SIG_DFL);  // a second SIGTERM ends the process at once
+  g_terminate.store(true);
+  g_interrupted.store(true);
+  if (g_running) lua_sethook(g_running, terminate_hook, LUA_MASKCOUNT, 1);
+  if (g_wake[1] >= 0) {
+    const char byte = 1;
+    (void)!write(g_wake[1], &byte, 1);
+  }
+  std::signal(SIGALRM, on_sigalrm);
+  alarm(kTerminateGraceSeconds);
+  errno = saved_errno;
 }
 
 void on_sigint(int sig) {
@@ -38,11 +69,33 @@ int msghandler(lua_State* L) {
 }  // namespace
 
 bool shell_interrupt_requested() { return g_interrupted.load(std::memory_order_relaxed); }
-void shell_clear_interrupt() { g_interrupted.store(false); }
+void shell_clear_interrupt() {
+  if (!g_terminate.load()) g_interrupted.store(false);
+}
+
+void install_terminate_handler() {
+  if (g_wake[0] < 0 && pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) g_wake[0] = g_wake[1] = -1;
+  struct sigaction sa = {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a read or select() waiting at the prompt wakes up
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool shell_terminate_requested() { return g_terminate.load(); }
+int shell_terminate_fd() { return g_wake[0]; }
+
+void finish_terminate() {
+  if (!g_terminate.load()) return;
+  std::fflush(nullptr);
+  std::signal(SIGTERM, SIG_DFL);
+  std::raise(SIGTERM);
+}
 
 bool shell_interrupt_was_taken() { return g_taken.exchange(false); }
 
 void shell_take_interrupt(lua_State* L) {
+  if (g_terminate.load()) return;  // SIGTERM: the chunk must still end
   g_interrupted.store(false);
   g_taken.store(true);
   if (g_running == nullptr) return;
@@ -57,7 +110,13 @@ int docall(lua_State* L, int narg, int nres) {
   lua_insert(L, base);
   shell_clear_interrupt();
   g_taken.store(false);
+  if (g_terminate.load()) {  // SIGTERM came between chunks: run nothing more
+    lua_settop(L, base - 1);
+    lua_pushliteral(L, "terminated (SIGTERM)");
+    return LUA_ERRRUN;
+  }
   g_running = L;
+  if (g_terminate.load()) lua_sethook(L, terminate_hook, LUA_MASKCOUNT, 1);  // just came
   auto previous = std::signal(SIGINT, on_sigint);
   int status = lua_pcall(L, narg, nres, base);
   std::signal(SIGINT, previous == SIG_ERR ? SIG_DFL : previous);
@@ -67,10 +126,13 @@ int docall(lua_State* L, int narg, int nres) {
   return status;
 }
 
+std::string g_last_error;  // report()'s last message (the main thread's only)
+
 int report(lua_State* L, int status, const char* progname) {
   if (status != LUA_OK) {
     const char* msg = lua_tostring(L, -1);
     if (msg == nullptr) msg = "(error object is not a string)";
+    g_last_error = msg;
     if (progname) std::fprintf(stderr, "%s: ", progname);
     std::fprintf(stderr, "%s\n", msg);
     std::fflush(stderr);
@@ -78,5 +140,7 @@ int report(lua_State* L, int status, const char* progname) {
   }
   return status;
 }
+
+const std::string& last_reported_error() { return g_last_error; }
 
 }  // namespace shell

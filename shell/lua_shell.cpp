@@ -6,8 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "engine/train/trainer.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
+#include "shell/interrupt.h"
 #include "shell/lua_binding.h"
 #include "shell/pretty.h"
 
@@ -181,6 +183,11 @@ void remember_system_globals(lua_State* L) {
   }
   lua_pop(L, 1);
   lua_setfield(L, LUA_REGISTRYINDEX, kSystemGlobalsKey);
+}
+
+void fail_open_runs(lua_State* L, const std::string& error) {
+  if (shell_interrupt_requested() || shell_terminate_requested()) return;  // KILLED, not FAILED
+  for (const eng::Trainer* t : context(L).trainers) t->recorder().set_script_error(error);
 }
 
 }  // namespace shell

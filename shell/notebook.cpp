@@ -318,7 +318,13 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
         stopped = true;
         info->ok = false;
         info->failed_at = fmt::format("In [{}] ({})", r.count, cell_label(cell));
+        fail_open_runs(L, r.error);  // the error ends the notebook: its open runs end FAILED
       }
+    }
+    if (shell_terminate_requested() && !stopped) {  // SIGTERM: no further cell runs
+      stopped = true;
+      info->ok = false;
+      info->failed_at = fmt::format("In [{}] ({}: SIGTERM)", r.count, cell_label(cell));
     }
     runs->push_back(std::move(r));
   }
@@ -518,6 +524,7 @@ int run_notebook_cli(int argc, char** argv) {
     eng::Status s = ctx.store->flush();
     if (!s.ok()) std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
   }
+  finish_terminate();  // after SIGTERM: end by it, once the report is written
   return status == LUA_OK ? m.exit_code : EXIT_FAILURE;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/select.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -66,10 +67,19 @@ Read read_tty_line(const std::string& prompt, std::string* out) {
   Read result = Read::kLine;
   while (!g_line_done) {
     int fd = fileno(rl_instream);
+    const int wake = shell_terminate_fd();  // SIGTERM (handled on any thread) writes to it
     fd_set fds;
     FD_ZERO(&fds);
     FD_SET(fd, &fds);
-    int r = select(fd + 1, &fds, nullptr, nullptr, nullptr);
+    if (wake >= 0) FD_SET(wake, &fds);
+    int r = select(std::max(fd, wake) + 1, &fds, nullptr, nullptr, nullptr);
+    if (shell_terminate_requested()) {  // leave the line as typed; the REPL ends
+      rl_callback_sigcleanup();
+      rl_callback_handler_remove();
+      std::fputs("\n", rl_outstream);
+      g_line_eof = true;
+      break;
+    }
     if (g_prompt_sigint) {  // show "^C" after the text, then drop the line
       rl_point = rl_end;
       rl_redisplay();
@@ -148,10 +158,11 @@ class Repl {
     for (;;) {
       std::string line;
       Read r = read(prompt(L_, true), &line);
-      if (r == Read::kEof) break;
+      if (r == Read::kEof || shell_terminate_requested()) break;
       if (r == Read::kInterrupted) continue;
       handle(line);
       lua_settop(L_, top);
+      if (shell_terminate_requested()) break;  // SIGTERM: end the session (docs/shell.md)
     }
     if (tty_) std::fputs("\n", stdout);
   }

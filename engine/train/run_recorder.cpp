@@ -120,9 +120,19 @@ void RunRecorder::end(RunStatus status, bool stepped) {
     Result<bool> gone = store_->discard_run_if_empty(run_id_);
     if (gone.ok() && *gone) return;
   }
-  if (!store_->flush().ok()) status = RunStatus::kFailed;  // rows that could not be written
   if (status == RunStatus::kFinished && interrupted_) status = RunStatus::kKilled;
+  if (status == RunStatus::kFinished && !script_error_.empty()) {
+    record_event("error", "error", last_step_, script_error_);
+    status = RunStatus::kFailed;
+  }
+  if (!store_->flush().ok()) status = RunStatus::kFailed;  // rows that could not be written
   (void)store_->end_run(run_id_, status);
+}
+
+void RunRecorder::set_script_error(std::string message) {
+  if (const size_t eol = message.find('\n'); eol != std::string::npos) message.resize(eol);
+  script_error_ = "the script ended with an error";
+  if (!message.empty()) script_error_ += ": " + message;
 }
 
 Status RunRecorder::set_tag(const std::string& key, const std::string& value) {
@@ -196,6 +206,7 @@ Status RunRecorder::record_step(const StepMetrics& m, double tokens, int64_t num
   StepRow row;
   row.run_id = run_id_;
   row.step = m.step;
+  last_step_ = m.step;
   row.loss = m.loss;
   row.step_time_s = m.step_time_s;
   if (m.compiled) row.compile_s = m.compile_s;

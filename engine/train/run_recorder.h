@@ -61,14 +61,19 @@ class RunRecorder {
   // the script's hash (from the file), the git revision (of the script's directory, else the
   // working directory); the host and pid are the store's.
   Status begin(RunInfo info);
-  // Ends the run: FINISHED, or FAILED when `status` says so or the last flush fails, or KILLED
-  // when marked interrupted. A run that never stepped and recorded nothing of its own (no tags,
+  // Ends the run: FINISHED, or FAILED when `status` says so, the last flush fails or the
+  // script failed (set_script_error), or KILLED when marked interrupted. A run that never stepped and recorded nothing of its own (no tags,
   // no logged values) is deleted instead (its compilations and events stay, run_id NULL).
   // Idempotent; store errors are dropped (destructor paths).
   void end(RunStatus status, bool stepped);
   // Ctrl-C stopped the loop: the run ends KILLED unless a later train() completes.
   void set_interrupted(bool interrupted) { interrupted_ = interrupted; }
   bool interrupted() const { return interrupted_; }
+  // The script that drove the run ended with an uncaught error while the run was open (the
+  // shell calls it for every live trainer before it exits): the run ends FAILED, as MLflow
+  // ends a run FAILED when an exception leaves its `with` block, even after its last step;
+  // an interrupted run stays KILLED. `message` (its first line) becomes an error event.
+  void set_script_error(std::string message);
 
   // t:tag{k=v} and t:log{name=value}: a tag, and a free-form metric at `step` (context train).
   Status set_tag(const std::string& key, const std::string& value);
@@ -104,6 +109,8 @@ class RunRecorder {
   std::string run_id_;
   bool ended_ = false;
   bool interrupted_ = false;
+  std::string script_error_;  // set_script_error: "" = none
+  int64_t last_step_ = 0;     // the last step recorded (for the script error's event)
   int64_t snapshot_step_ = -1, snapshot_id_ = 0;  // the last sharding snapshot
 };
 

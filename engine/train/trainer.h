@@ -139,7 +139,8 @@ class Trainer {
   // The loop, MaxText order: load batch -> dispatch N -> flush N-1 (sync; record) -> maybe
   // checkpoint N (barrier) -> [eval]. Runs `steps` more steps; on_step sees each step's
   // metrics once flushed and may return false to stop after the step in flight (Ctrl-C).
-  // Saves on completion when enable_checkpointing && save_checkpoint_on_completion.
+  // Saves on completion when enable_checkpointing && save_checkpoint_on_completion, and
+  // after a stop by on_step whenever enable_checkpointing.
   Status train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_step);
   // Saves the state after the last dispatched step (a barrier) under checkpoint_dir().
   Result<CheckpointInfo> save_checkpoint();

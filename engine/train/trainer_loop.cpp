@@ -136,8 +136,12 @@ Status Trainer::train(int64_t steps, FunctionRef<bool(const StepMetrics&)> on_st
     Status last = flush_step(prev_ticket, prev_step, on_step, nullptr);
     if (status.ok()) status = last;
   }
-  if (status.ok() && done == steps && steps > 0 && raw_config_.get_bool("enable_checkpointing") &&
-      raw_config_.get_bool("save_checkpoint_on_completion") && last_checkpoint_step_ != step_ - 1)
+  // On completion (save_checkpoint_on_completion), and when on_step stopped the loop (Ctrl-C):
+  // the state after the last completed step, so the run resumes where it stopped.
+  const bool stopped = !keep_going, completed = done == steps && steps > 0;
+  if (status.ok() && (stopped || completed) && raw_config_.get_bool("enable_checkpointing") &&
+      (stopped || raw_config_.get_bool("save_checkpoint_on_completion")) &&
+      last_checkpoint_step_ != step_ - 1)
     status = save_checkpoint().status();
   if (!status.ok()) {
     (void)wait_all();
