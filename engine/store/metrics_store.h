@@ -191,7 +191,8 @@ class MetricsStore {
   Result<int> user_version();
 
   // Runs: begin_run returns a new run_id (32 hex digits) with status RUNNING. The host is this
-  // machine's; the pid (tag shardlab.pid) lets a later open() tell a vanished process.
+  // machine's; the pid (tag shardlab.pid, and shardlab.pid_start: which process had it) lets a
+  // later open() tell a vanished process, even when its pid was reused.
   Result<std::string> begin_run(const RunInfo& info);
   // An adjective-noun-number name that no run in the store has ("brave-otter-17").
   Result<std::string> unique_run_name();

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -35,10 +37,30 @@ std::string host_name() {
 
 SqlValue text_or_null(const std::string& s) { return s.empty() ? SqlValue() : SqlValue(s); }
 
-// The process exists (kill(pid, 0) succeeds or is refused for permission, not ESRCH).
-bool process_alive(int64_t pid) {
+// Which process has `pid` now, as "<boot id>/<start time in clock ticks since boot>" (Linux
+// /proc); "" when unknown. A pid reused by a later process (or after a reboot) differs.
+std::string process_identity(int64_t pid) {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string boot_id, line;
+  if (!std::getline(boot, boot_id) || !std::getline(stat, line)) return "";
+  const size_t comm_end = line.rfind(')');  // the command may hold spaces and parentheses
+  if (comm_end == std::string::npos) return "";
+  std::istringstream fields(line.substr(comm_end + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)  // field 22: starttime (proc(5))
+    if (i == 22) return boot_id + "/" + field;
+  return "";
+}
+
+// The process that began the run still exists: kill(pid, 0) succeeds or is refused for
+// permission (not ESRCH), and, when the run recorded its identity, it is the same process.
+bool process_alive(int64_t pid, const std::string& identity) {
   if (pid <= 0) return true;  // unknown: never guess a run dead
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  if (identity.empty()) return true;
+  const std::string now = process_identity(pid);
+  return now.empty() || now == identity;
 }
 
 }  // namespace
@@ -76,8 +98,10 @@ Result<std::string> MetricsStore::begin_run(const RunInfo& info) {
       run("INSERT INTO runs (run_id, name, status, start_ms, host, argv, script, git_rev, "
           "parent_run_id) VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?)",
           args);
-  std::vector<std::pair<std::string, std::string>> tags = {
-      {"shardlab.pid", fmt::format("{}", info.pid != 0 ? info.pid : int64_t{::getpid()})}};
+  const int64_t pid = info.pid != 0 ? info.pid : int64_t{::getpid()};
+  std::vector<std::pair<std::string, std::string>> tags = {{"shardlab.pid", fmt::format("{}", pid)}};
+  if (std::string identity = process_identity(pid); !identity.empty())
+    tags.emplace_back("shardlab.pid_start", std::move(identity));
   if (!info.script_hash.empty()) tags.emplace_back("shardlab.script_hash", info.script_hash);
   for (size_t i = 0; s.ok() && i < tags.size(); ++i) {
     SqlValue t[] = {run_id, tags[i].first, tags[i].second};
@@ -125,13 +149,14 @@ Result<int> MetricsStore::mark_vanished_runs() {
   SqlValue host[] = {host_name()};
   ENG_ASSIGN_OR_RETURN(
       QueryResult r,
-      select_locked("SELECT r.run_id, CAST(t.value AS INTEGER) FROM runs r JOIN tags t "
-                    "ON t.run_id = r.run_id AND t.key = 'shardlab.pid' "
+      select_locked("SELECT r.run_id, CAST(t.value AS INTEGER), coalesce((SELECT s.value FROM "
+                    "tags s WHERE s.run_id = r.run_id AND s.key = 'shardlab.pid_start'), '') "
+                    "FROM runs r JOIN tags t ON t.run_id = r.run_id AND t.key = 'shardlab.pid' "
                     "WHERE r.status = 'RUNNING' AND r.host = ?",
                     host, false));
   int marked = 0;
   for (const std::vector<SqlValue>& row : r.rows) {
-    if (process_alive(std::get<int64_t>(row[1]))) continue;
+    if (process_alive(std::get<int64_t>(row[1]), std::get<std::string>(row[2]))) continue;
     SqlValue a[] = {unix_ms(), std::get<std::string>(row[0])};
     ENG_RETURN_IF_ERROR(
         run("UPDATE runs SET status = 'KILLED', end_ms = coalesce((SELECT "

@@ -428,6 +428,31 @@ TEST_F(StoreTest, SigkillAfterFlushKeepsFlushedRows) {
   EXPECT_EQ(text_of(one(*s, "PRAGMA integrity_check")), "ok");
 }
 
+// Issue 15: a RUNNING run whose pid now belongs to another process (the pid was reused) is
+// KILLED at the next open; its own live process keeps it RUNNING.
+TEST_F(StoreTest, ReusedPidDoesNotKeepADeadRunRunning) {
+  std::string path = db_path();
+  {
+    auto s = open_ok(path);
+    ASSERT_TRUE(s);
+    auto alive = s->begin_run({.name = "alive"});
+    auto reused = s->begin_run({.name = "reused"});
+    ASSERT_TRUE(alive.ok() && reused.ok());
+    SqlValue id[] = {*reused};
+    EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM tags WHERE key = 'shardlab.pid_start'")), 2);
+    // The same pid (this process, alive), but started by another process than the one now
+    // holding it.
+    ASSERT_TRUE(s->query("UPDATE tags SET value = 'another-boot/12345' WHERE run_id = ? AND "
+                         "key = 'shardlab.pid_start'", id)
+                    .ok());
+  }
+  auto s = open_ok(path);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(text_of(one(*s, "SELECT status FROM runs WHERE name = 'reused'")), "KILLED");
+  EXPECT_EQ(text_of(one(*s, "SELECT status FROM runs WHERE name = 'alive'")), "RUNNING");
+  EXPECT_EQ(int_of(one(*s, "SELECT count(*) FROM events WHERE kind = 'run_killed'")), 1);
+}
+
 // ---- issue 16 item 7: sl.sql cannot damage the store ------------------------------------
 
 TEST_F(StoreTest, UserQueriesCannotChangeSchemaPragmasTransactionsOrAttach) {
