@@ -3,6 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "engine/base/status.h"
 
 namespace eng {
 
@@ -18,5 +23,31 @@ inline constexpr int64_t kMaxArrayBytes = int64_t{1} << 36;
 inline constexpr int64_t kMaxDevices = int64_t{1} << 17;
 // Steps and data positions: 2^53, exact in a double (Lua numbers, JSON); step + 1 cannot wrap.
 inline constexpr int64_t kMaxStep = int64_t{1} << 53;
+
+// What this process may still allocate, and where the number comes from. The smallest of:
+// MemAvailable (/proc/meminfo; else sysconf's available pages), the cgroup's memory.max minus
+// memory.current (cgroup v2; the OOM killer's limit in a container), and RLIMIT_AS minus the
+// process's current VmSize. bytes = 0: unknown.
+struct AvailableMemory {
+  int64_t bytes = 0;
+  std::string source;  // "MemAvailable in /proc/meminfo", "cgroup memory.max", "RLIMIT_AS"
+};
+AvailableMemory available_memory();
+
+// One contributor to what a trainer will allocate on this host.
+struct MemoryItem {
+  std::string name;  // "params/token_embedder/embedding", "executable temps"
+  int64_t bytes = 0;
+};
+// OK when the items' total fits `available` (unknown available: OK). Otherwise a
+// resource_exhausted error naming `what`, the total, the available and its source, and the
+// largest contributors (at most five), e.g. "trainer: llama-tiny on 1 device(s) needs
+// 144.0 GiB (154670318748 bytes) of this host's memory in all, but 21.1 GiB (...) is
+// available (MemAvailable in /proc/meminfo); largest: executable temps 32.0 GiB,
+// params/token_embedder/embedding 16.0 GiB, ...; <hint>".
+Status check_memory_budget(std::string_view what, std::span<const MemoryItem> items,
+                           const AvailableMemory& available, std::string_view hint);
+// "16.0 GiB", "352.0 KiB", "12 B".
+std::string format_bytes(int64_t bytes);
 
 }  // namespace eng

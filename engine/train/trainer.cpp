@@ -13,6 +13,7 @@
 #include "engine/base/thread_pool.h"
 #include "engine/model/llama.h"
 #include "engine/runtime/dispatch.h"
+#include "engine/train/state_memory.h"
 
 namespace eng {
 
@@ -87,6 +88,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
   ENG_RETURN_IF_ERROR(t->read_options(config));
   if (!options.shape_only) {
     ENG_ASSIGN_OR_RETURN(t->data_, make_data_source(t->config_));
+    ENG_RETURN_IF_ERROR(check_trainer_memory(*t));  // the whole state fits (state_memory.h)
     ENG_RETURN_IF_ERROR(t->init_state());
     ENG_RETURN_IF_ERROR(t->restore());  // before the run: a resumed run names its parent
     ENG_RETURN_IF_ERROR(t->begin_run());
