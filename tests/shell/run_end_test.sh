@@ -142,7 +142,27 @@ ended_within "$pid" 12
 rc=0; wait "$pid" || rc=$?
 pid=""
 term_check "$rc" term_loop
-echo "sigterm: KILLED at once in t:train{}, under pcall, at the prompt and in a Lua loop"
+# A notebook: no further cell runs, the report is still written, the run KILLED.
+cat > "$tmp/nb.lua" <<'LUA'
+-- %%
+t = sl.trainer(dofile(os.getenv("CFG")))
+t:train{steps = 2, quiet = true}
+io.stderr:write("cell two\n")
+while true do end
+-- %%
+print("never runs")
+LUA
+RUN_NAME=term_nb "$bin" --db "$db" --notebook "$tmp/nb.lua" -o "$tmp/nb.report.md" > "$tmp/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do grep -q "cell two" "$tmp/log" && break; sleep 0.1; done
+kill -TERM "$pid"
+ended_within "$pid" 12
+rc=0; wait "$pid" || rc=$?
+pid=""
+term_check "$rc" term_nb
+grep -q "terminated (SIGTERM)" "$tmp/nb.report.md" || { cat "$tmp/log"; fail "notebook: no report with the error"; }
+! grep -q "^never runs" "$tmp/nb.report.md" || fail "notebook: a cell ran after SIGTERM"
+echo "sigterm: KILLED at once in t:train{}, under pcall, at the prompt, in a Lua loop and in a notebook"
 
 # ---- 3. A Lua error after training: FAILED; under pcall or at the REPL: FINISHED ---------------
 cat > "$tmp/err.lua" <<'LUA'
