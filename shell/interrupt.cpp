@@ -1,4 +1,5 @@
-// shell/interrupt.cpp: protected calls with tracebacks, and Ctrl-C turned into "interrupted!" (lua.c's docall).
+// shell/interrupt.cpp: protected calls with tracebacks, Ctrl-C turned into "interrupted!" (lua.c's
+// docall), and SIGTERM turned into a prompt, clean end of the shell.
 #include "shell/interrupt.h"
 
 #include <fcntl.h>
@@ -18,6 +19,7 @@ int g_wake[2] = {-1, -1};                // self-pipe: SIGTERM writes a byte to 
 static_assert(std::atomic<bool>::is_always_lock_free, "flags set by signal handlers");
 std::atomic<bool> g_taken{false};        // a binding took an interrupt during this chunk
 lua_State* volatile g_running = nullptr; // the state running a chunk (for the signal handler)
+std::string g_last_error;                // report()'s last message (main thread only)
 
 // Raised at the next Lua instruction after Ctrl-C, never inside C++ code.
 void stop_hook(lua_State* L, lua_Debug*) {
@@ -125,8 +127,6 @@ int docall(lua_State* L, int narg, int nres) {
   lua_remove(L, base);
   return status;
 }
-
-std::string g_last_error;  // report()'s last message (the main thread's only)
 
 int report(lua_State* L, int status, const char* progname) {
   if (status != LUA_OK) {
