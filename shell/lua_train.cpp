@@ -280,13 +280,14 @@ Result<int> handle_tostring(lua_State* L) {
 // A one-line progress bar for a terminal, counting global steps (a resumed run starts where it
 // left off): "[#####.....] 120/200 loss 2.310 0.21 s/step ETA 0:17 5124 tok/s/device".
 // `done` steps of this call took `elapsed_s`; the ETA is their mean times the steps left.
+// Ends with "erase to the end of the line": a shorter bar leaves nothing of the longer one.
 std::string progress_bar(int64_t done, int64_t total, int64_t first_step, double elapsed_s,
                          const eng::StepMetrics& m) {
   constexpr int kWidth = 30;
   int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
   const double per_step = done > 0 ? elapsed_s / static_cast<double>(done) : 0;
   const auto eta = static_cast<int64_t>(per_step * static_cast<double>(total - done) + 0.5);
-  return fmt::format("\r[{}{}] {}/{} loss {:.3f} {:.2f} s/step ETA {}:{:02d} {:.0f} tok/s/device ",
+  return fmt::format("\r[{}{}] {}/{} loss {:.3f} {:.2f} s/step ETA {}:{:02d} {:.0f} tok/s/device \033[K",
                      std::string(filled, '#'), std::string(kWidth - filled, '.'), m.step + 1,
                      first_step + total, m.loss, per_step, eta / 60, eta % 60,
                      m.tokens_per_s_per_device);
