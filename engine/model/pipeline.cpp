@@ -38,6 +38,18 @@ Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatche
   return ok_status();
 }
 
+LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules) {
+  std::vector<LogicalAxisRule> out = rules.rules();
+  for (LogicalAxisRule& r : out) {
+    if (r.logical != "activation_embed_and_logits_batch") continue;
+    std::erase(r.mesh_axes, std::string("stage"));
+    r.mesh_axes.push_back("stage");
+    r.bare = false;
+    break;  // MaxText rewrites the first such rule only
+  }
+  return LogicalAxisRules(std::move(out));
+}
+
 LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                                                std::vector<ValueId>& all) {
   const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
@@ -76,26 +88,46 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
             "pipeline: unvalidated shape (layers {}, stages {}, microbatches {}, batch {})",
             m.num_decoder_layers, S, M, B);
 
-  // Stage weights for layer j of every stage: (S, lps, ...) -> (S, ...).
+  // Stage weights for layer j of every stage: (S, lps, ...) -> (S, ...), sliced once (a local
+  // copy of each device's shard), then constrained to the stacked weight's own sharding in
+  // every use. The constraint is a no-op forward; its VJP reshards the
+  // layer's gradient (partial over the batch axes) to the weight's sharding right there, so
+  // the pad back to (S, lps, ...) and the sum over j run on sharded gradients, not on whole
+  // (S, lps, ...) partial sums (1.4 GiB per llama2-7b MLP weight on stage=4 x fsdp=64).
+  std::map<std::pair<ValueId, int64_t>, ValueId> sliced;
   auto layer_weight = [&](ValueId w, int64_t j) {
-    const Shape ws = b.info(w).shape;
-    std::vector<int64_t> d(ws.dims().begin(), ws.dims().end());
+    const ValueInfo& wi = b.info(w);
+    std::vector<int64_t> d(wi.shape.dims().begin(), wi.shape.dims().end());
+    std::vector<std::string> logical = wi.logical;
     d.erase(d.begin() + 1);
-    return b.reshape(b.slice(w, 1, j, 1), Shape(std::move(d)));
+    logical.erase(logical.begin() + 1);
+    auto it = sliced.find({w, j});
+    if (it == sliced.end()) {
+      const ValueId layer = b.reshape(b.slice(w, 1, j, 1), Shape(std::move(d)));
+      it = sliced.emplace(std::pair{w, j}, layer).first;
+    }
+    return b.constraint(it->second, std::move(logical));
   };
-  std::vector<LlamaLayerParams> layers;
-  for (int64_t j = 0; j < lps; ++j) {
+  // A fresh constraint in every iteration, as MaxText's scan body selects each stage's
+  // weights per iteration: one value per (iteration, layer), so the fsdp all_gather of a
+  // layer's weights lives within its iteration (one shared value kept every gathered layer
+  // alive across the whole loop: 6 GiB on llama2-7b stage=4 x fsdp=64; slicing afresh each
+  // iteration instead kept M + S - 1 local copies of the stage's weights: 0.7 GiB).
+  auto layer_weights = [&](int64_t j) -> LlamaLayerParams {
     const LlamaLayerParams& s = p.stacked;
-    layers.push_back({layer_weight(s.pre_norm, j), layer_weight(s.query, j),
-                      layer_weight(s.key, j), layer_weight(s.value, j), layer_weight(s.out, j),
-                      layer_weight(s.post_norm, j), layer_weight(s.wi_0, j),
-                      layer_weight(s.wi_1, j), layer_weight(s.wo, j)});
-  }
+    return {layer_weight(s.pre_norm, j), layer_weight(s.query, j), layer_weight(s.key, j),
+            layer_weight(s.value, j),    layer_weight(s.out, j),   layer_weight(s.post_norm, j),
+            layer_weight(s.wi_0, j),     layer_weight(s.wi_1, j),  layer_weight(s.wo, j)};
+  };
 
   // Microbatch i = rows {r * M + i}: (B, ...) viewed as (micro, M, ...), so a batch sharded
   // on dim 0 stays sharded on micro (a local reshape).
   const ValueId xm = b.reshape(x, Shape{mb, M, T, E});
-  const ValueId pm = b.reshape(positions, Shape{mb, M, T});
+  // Positions come in with the input batch's sharding (`stage` minor-most), which the reshape
+  // cannot keep on `micro`; dropping `stage` first (an all_gather over it) keeps them split
+  // over data/fsdp. (MaxText all-gathers positions and segment ids to replicated here.)
+  const ValueId pm = b.reshape(
+      b.constraint(positions, {"activation_batch", "activation_norm_length"}), Shape{mb, M, T});
   std::map<int64_t, ValueId> pos_cache;
   auto micro_positions = [&](int64_t i) {
     auto it = pos_cache.find(i);
@@ -119,18 +151,31 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
     for (int64_t s = 0; s < S; ++s) pos.push_back(micro_positions(std::clamp<int64_t>(t - s, 0, M - 1)));
     const ValueId stage_pos = b.concat(pos, 0);  // (S, micro, T)
 
-    b.set_vmap_logical("activation_stage");
-    b.set_vmap(S);  // jax.vmap over stages, spmd_axis_name="stage"
     ValueId y = state;
-    for (int64_t j = 0; j < lps; ++j)
-      y = trace_decoder_layer(b, m, layers[j], y, stage_pos, static_cast<int32_t>(t * lps + j));
-    b.set_vmap(0);
+    for (int64_t j = 0; j < lps; ++j) {
+      const LlamaLayerParams lw = layer_weights(j);
+      b.set_vmap_logical("activation_stage");
+      b.set_vmap(S);  // jax.vmap over stages, spmd_axis_name="stage"
+      y = trace_decoder_layer(b, m, lw, y, stage_pos, static_cast<int32_t>(t * lps + j));
+      b.set_vmap(0);
+    }
 
     if (t >= S - 1)  // the last stage finished microbatch t - (S - 1)
       outputs.push_back(b.reshape(b.slice(y, 0, S - 1, 1), Shape{mb, 1, T, E}));
     if (t + 1 < iterations) shifted = b.shift(y, 0, 1);  // _shift_right over `stage`
   }
-  return b.reshape(b.concat(outputs, 1), Shape{B, T, E});
+  // Leaving the pipeline: (B, T, E) sharded over the batch axes without `stage`
+  // (activation_batch, MaxText's output_sharding), then constrained to the loss head's batch
+  // sharding, which adds `stage` minor-most (pipeline_logical_axis_rules): a local slice, so
+  // the final norm and the logits run on 1/S of those rows instead of computing S times the
+  // logits and slicing after. Backward, the first constraint's VJP all_gathers the cotangent
+  // over `stage` only (back to activation_batch) before the reshape's VJP, which cannot keep
+  // (data, fsdp, stage) on `micro` and would otherwise gather the whole batch.
+  const ValueId out =
+      b.constraint(b.reshape(b.concat(outputs, 1), Shape{B, T, E}),
+                   {"activation_batch", "activation_norm_length", "activation_embed"});
+  return b.constraint(out, {"activation_embed_and_logits_batch", "activation_norm_length",
+                            "activation_embed"});
 }
 
 }  // namespace eng

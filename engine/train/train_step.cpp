@@ -119,6 +119,8 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
                                 r.to_string(), a, fmt::join(known, ", "));
   o.rules = LogicalAxisRules::maxtext_default().merged(
       overrides, config.get_bool("override_logical_axis_rules"));
+  if (config.get_int("ici_pipeline_parallelism") > 1)
+    o.rules = pipeline_logical_axis_rules(o.rules);
   return o;
 }
 

@@ -140,7 +140,12 @@ TEST_P(Pipeline, EqualsSequentialOneDevice) {
   Result<ResolvedConfig> cfg = resolve_config(small(S, c.microbatches), 8);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   Mesh mesh = *Mesh::create(c.axes, c.sizes);
+  // The rules a pipelined config compiles with (compile_options_from_config: MaxText's rule-2
+  // rewrite, engine/model/pipeline.h).
+  Result<CompileOptions> from_config = compile_options_from_config(small(S, c.microbatches));
+  ASSERT_TRUE(from_config.ok()) << from_config.status().message();
   CompileOptions o;
+  o.rules = from_config->rules;
   o.shard_mode = explicit_mode ? ShardMode::kExplicit : ShardMode::kAuto;
   o.shard_optimizer_over_data = c.zero1;
   Result<TrainRun> r = train(*cfg, mesh, o);
@@ -246,6 +251,47 @@ TEST(PipelineInterpreter, GlobalProgramEqualsSequential) {
   ASSERT_EQ(pipe.size(), 2u);
   EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]);
   EXPECT_NEAR(pipe[1], seq[1], 1e-9 * seq[1]);
+}
+
+// Issue 11 item 3: llama2-7b, batch 1 x 2048 per device on 256 devices, shape-only. After the
+// pipeline loop the final norm, logits and loss ran on the global batch on every device
+// (f32[256,2048,32000] all_gather, 66 GiB peak). Now no temporary has the global batch (256)
+// as a dim, and stage=4 x fsdp=64 / stage=2 x fsdp=128 peak within 1.5x of fsdp=256.
+TEST(PipelineShapeOnly, Llama2_7bKeepsTheBatchSharded) {
+  auto plan = [](int64_t stages, int64_t fsdp) -> std::shared_ptr<const Executable> {
+    Config c;
+    EXPECT_TRUE(c.set("model_name", "llama2-7b").ok());
+    EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
+    EXPECT_TRUE(c.set("max_target_length", int64_t{2048}).ok());
+    EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
+    Result<ResolvedConfig> r = resolve_config(c, 256);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    Result<CompileOptions> o = compile_options_from_config(c);
+    EXPECT_TRUE(o.ok()) << o.status().message();
+    if (!r.ok() || !o.ok()) return nullptr;
+    TrainStepLayout layout;
+    const Program p = build_train_step(*r, &layout);
+    Result<std::shared_ptr<const Executable>> exe =
+        compile(p, *Mesh::create({"stage", "fsdp"}, {stages, fsdp}), *o);
+    EXPECT_TRUE(exe.ok()) << exe.status().message();
+    if (!exe.ok()) return nullptr;
+    fmt::print("[7b] stage={} fsdp={}: {}\n", stages, fsdp, (*exe)->memory().to_string());
+    return *exe;
+  };
+  const auto base = plan(1, 256);
+  ASSERT_NE(base, nullptr);
+  for (auto [stages, fsdp] : {std::pair<int64_t, int64_t>{4, 64}, {2, 128}}) {
+    const auto exe = plan(stages, fsdp);
+    ASSERT_NE(exe, nullptr);
+    EXPECT_LE(exe->memory().peak_bytes(), 1.5 * base->memory().peak_bytes())
+        << "stage=" << stages << " fsdp=" << fsdp;
+    for (const TempInfo& t : exe->largest_temps(1 << 20)) {
+      const Shape& s = exe->program().value(t.value).shape;
+      for (int d = 0; d < s.rank(); ++d)
+        EXPECT_NE(s[d], 256) << "stage=" << stages << ": a temporary of global-batch size "
+                             << exe->program().value(t.value).type_string();
+    }
+  }
 }
 
 TEST(PipelineErrors, BadShapesNameBothNumbers) {
