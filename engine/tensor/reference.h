@@ -229,14 +229,17 @@ void adamw_update(T* p, const T* grad, T* mu, T* nu, int64_t n, T lr, T clip, T 
 // ---- scalar functions shared by the executor and the interpreter --------------------------
 
 // MaxText's create_learning_rate_schedule: linear warmup 0 -> lr over warmup_steps, cosine
-// from lr to lr * final_fraction over cos_steps, then 0 for the remaining steps.
+// from lr to lr * final_fraction over cos_steps, then 0 for the remaining steps. The cosine's
+// pct divides by cos_steps - 1 (MaxText's make_cos_schedule, since learning_rate_final_fraction),
+// so its last step, warmup_steps + cos_steps - 1, is exactly lr * final_fraction; a one-step
+// cosine is that step alone.
 inline double learning_rate_at(int64_t step, double lr, int64_t warmup_steps, int64_t cos_steps,
                                double final_fraction) {
   const double kPi = 3.14159265358979323846;
   if (step < warmup_steps) return lr * static_cast<double>(step) / static_cast<double>(warmup_steps);
   int64_t s = step - warmup_steps;
   if (s < cos_steps || cos_steps == 0) {
-    double pct = cos_steps == 0 ? 1.0 : static_cast<double>(s) / static_cast<double>(cos_steps);
+    double pct = cos_steps <= 1 ? 1.0 : static_cast<double>(s) / static_cast<double>(cos_steps - 1);
     double a = 0.5 * (std::cos(kPi * std::min(pct, 1.0)) + 1.0);
     double fin = lr * final_fraction;
     return cos_steps == 0 ? fin : lr * a + fin * (1.0 - a);
