@@ -68,7 +68,7 @@ const std::vector<ConfigKey> kKeys = {
     {"shard_mode", V{std::string("auto")}, "auto | explicit (explicit: constraints assert, ambiguous matmuls need out_sharding)"},
     {"shard_optimizer_over_data", V{false}, "ZeRO-1: optimizer state also sharded over the data axis"},
     {"skip_trivial_specs", V{false}, "an all-replicated sharding constraint emits nothing (MaxText PR 3 proposal)"},
-    {"logical_axis_rules", V{std::string()}, "rule overrides in base.yml's form, e.g. \"[['embed', ['fsdp']], ['mlp', []]]\": merged into the defaults as MaxText does (same-name rules replaced, overrides appended)"},
+    {"logical_axis_rules", V{std::string()}, "rule overrides in base.yml's form, e.g. \"[['embed', ['fsdp']], ['mlp', []]]\": merged as MaxText's pyconfig does: into the defaults after the model's own rules (llama2-*: ['norm', 'fsdp']; same-name rules replaced, overrides appended)"},
     {"override_logical_axis_rules", V{false}, "logical_axis_rules replaces the default rules instead of merging"},
     {"sharding_tolerance", V{0.02}, "largest fraction of parameter elements allowed unsharded on a non-trivial axis (t:audit)"},
     {"num_devices", V{int64_t{-1}}, "devices of the mesh sl.trainer builds from the ici_* keys when given no mesh (-1: the product of the ici_* sizes that are not -1); with a mesh it must equal the mesh's device count. Not a MaxText key: MaxText counts jax.devices()"},
@@ -133,6 +133,16 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
   }
   return out;
 }
+
+}  // namespace
+
+LogicalAxisRules model_logical_axis_rules(const std::string& model_name) {
+  if (model_name == "llama2-7b" || model_name == "llama2-13b" || model_name == "llama2-70b")
+    return LogicalAxisRules({LogicalAxisRule{"norm", {"fsdp"}, true}});  // ['norm', 'fsdp']
+  return LogicalAxisRules();
+}
+
+namespace {
 
 const ConfigKey* find_key(std::string_view name) {
   for (const ConfigKey& k : kKeys)
