@@ -92,6 +92,7 @@ const std::vector<ConfigKey> kKeys = {
     {"max_inflight_steps", V{int64_t{2}}, "steps the host may dispatch ahead of the devices (0: synchronous)"},
     {"enable_checkpointing", V{false}, "save checkpoints (MaxText default true; off here so a REPL writes no files)"},
     {"checkpoint_period", V{int64_t{10000}}, "save a checkpoint after every step N with N % period == 0"},
+    {"save_checkpoint_on_start", V{true}, "save step 0 (the state after the first step) when checkpointing is on, as MaxText does"},
     {"save_checkpoint_on_completion", V{true}, "save the last step when train() completes"},
     {"max_num_checkpoints_to_keep", V{int64_t{-1}}, "keep only the newest N checkpoints (-1: all)"},
     {"base_output_directory", V{std::string()}, "checkpoints go to <this>/<run_name>/checkpoints/<step>/"},
