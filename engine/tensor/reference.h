@@ -94,28 +94,36 @@ void rope(const T* x, const int32_t* pos, T* y, int64_t B, int64_t T_, int64_t H
       }
 }
 
+// Causal attention; with segment_ids (B, T) key u is visible to query t only when
+// segment_ids[b,u] == segment_ids[b,t] too (kernels.h).
 template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* o, T* lse, int64_t B, int64_t T_,
-                       int64_t H, int64_t D, T scale) {
+                       int64_t H, int64_t D, T scale, const int32_t* segment_ids = nullptr) {
   std::vector<T> s(T_);
   auto at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T_ + t) * H + h) * D; };
+  auto visible = [&](int64_t b, int64_t t, int64_t u) {
+    return segment_ids == nullptr || segment_ids[b * T_ + u] == segment_ids[b * T_ + t];
+  };
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T_; ++t) {
         T mx = -std::numeric_limits<T>::infinity();
         for (int64_t u = 0; u <= t; ++u) {
+          if (!visible(b, t, u)) continue;
           T dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += q[at(b, t, h) + d] * k[at(b, u, h) + d];
           s[u] = scale * dot;
           mx = std::max(mx, s[u]);
         }
         T z = 0;
-        for (int64_t u = 0; u <= t; ++u) z += std::exp(s[u] - mx);
+        for (int64_t u = 0; u <= t; ++u)
+          if (visible(b, t, u)) z += std::exp(s[u] - mx);
         T l = mx + std::log(z);
         lse[(b * H + h) * T_ + t] = l;
         for (int64_t d = 0; d < D; ++d) {
           T acc = 0;
-          for (int64_t u = 0; u <= t; ++u) acc += std::exp(s[u] - l) * v[at(b, u, h) + d];
+          for (int64_t u = 0; u <= t; ++u)
+            if (visible(b, t, u)) acc += std::exp(s[u] - l) * v[at(b, u, h) + d];
           o[at(b, t, h) + d] = acc;
         }
       }
@@ -126,7 +134,7 @@ void attention_forward(const T* q, const T* k, const T* v, T* o, T* lse, int64_t
 template <typename T>
 void attention_backward(const T* q, const T* k, const T* v, const T* o, const T* lse,
                         const T* dout, T* dq, T* dk, T* dv, int64_t B, int64_t T_, int64_t H,
-                        int64_t D, T scale) {
+                        int64_t D, T scale, const int32_t* segment_ids = nullptr) {
   auto at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T_ + t) * H + h) * D; };
   for (int64_t i = 0; i < B * T_ * H * D; ++i) dq[i] = dk[i] = dv[i] = 0;
   for (int64_t b = 0; b < B; ++b)
@@ -135,6 +143,8 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const T*
         T delta = 0;
         for (int64_t d = 0; d < D; ++d) delta += dout[at(b, t, h) + d] * o[at(b, t, h) + d];
         for (int64_t u = 0; u <= t; ++u) {
+          if (segment_ids != nullptr && segment_ids[b * T_ + u] != segment_ids[b * T_ + t])
+            continue;
           T dot = 0, dp = 0;
           for (int64_t d = 0; d < D; ++d) {
             dot += q[at(b, t, h) + d] * k[at(b, u, h) + d];
