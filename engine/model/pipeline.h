@@ -30,9 +30,10 @@ struct LlamaLayerParams;
 LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                                                std::vector<ValueId>& all);
 
-// The decoder layers as a pipeline: x (B, T, E), positions (B, T) -> (B, T, E).
+// The decoder layers as a pipeline: x (B, T, E), positions (B, T)[, segment_ids (B, T)]
+// -> (B, T, E).
 ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaParams& p, ValueId x,
-                               ValueId positions);
+                               ValueId positions, ValueId segment_ids = kNoValue);
 
 // "params/decoder/layers/mlp/wo/kernel" -> "mlp/wo/kernel"; nullopt for other names.
 std::optional<std::string> pipeline_param_subpath(const std::string& name);

@@ -56,6 +56,7 @@ const std::vector<ConfigKey> kKeys = {
     {"gradient_clipping_threshold", V{1.0}, "clip by global norm (0 disables)"},
     {"dataset_type", V{std::string("synthetic")}, "synthetic | text | tokens"},
     {"dataset_path", V{std::string()}, "text file (byte-level) or .npy token file"},
+    {"packing", V{true}, "text datasets: pack the file's documents (split at its '%' lines, as fortune files have) into rows, with segment ids that attention respects and positions restarting per document (MaxText's packing); a file without '%' lines is one stream of windows; .npy tokens have no document boundaries (packing=true set explicitly is an error)"},
     {"init_weights_seed", V{int64_t{0}}, "seed of the parameter initialisation"},
     {"data_shuffle_seed", V{int64_t{0}}, "seed of the data order"},
     {"log_period", V{int64_t{1}}, "steps per metrics-store transaction (MaxText default 100; 1 here so every step is durable once synced; queries, checkpoints and the end of train() flush too)"},
@@ -404,6 +405,17 @@ Status resolve_data(const Config& c, ResolvedConfig& r) {
         "config: dataset_path '{}' is set but dataset_type is synthetic, which "
         "reads no file (use dataset=\"text:PATH\" or \"tokens:PATH\")",
         r.dataset_path);
+  // MaxText's packing: documents of a text file packed into rows (engine/train/data.h); the
+  // attention then masks across the rows' segments. A .npy token stream has no boundaries.
+  const bool packing = c.get_bool("packing");
+  if (r.dataset_type == "tokens" && packing && c.has_override("packing"))
+    return invalid_argument(
+        "config: packing=true needs document boundaries, but the tokens file '{}' is one stream "
+        "of token ids with none; set packing=false (the default for tokens files reads it as a "
+        "stream)",
+        r.dataset_path);
+  r.packing = packing && r.dataset_type == "text";
+  r.model.attention_segment_ids = r.packing;
   return ok_status();
 }
 

@@ -83,6 +83,7 @@ struct ResolvedConfig {
   // Data.
   std::string dataset_type;  // synthetic | text | tokens
   std::string dataset_path;
+  bool packing = false;  // text dataset with packing: documents packed, segment ids (data.h)
   uint64_t init_weights_seed = 0, data_shuffle_seed = 0;
   std::string run_name;
   // Rematerialisation (engine/ir/remat.h): remat_policy and, for save_only_these_names /

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
@@ -210,43 +211,72 @@ TEST(PipelineSchedule, IterationsAndPerStageWeights) {
     EXPECT_EQ(b, 4 * (other + m.num_decoder_layers / 4 * per_layer));
 }
 
+// Loss and raw gradient norm of one train_step on the config's first batch, in the
+// double-precision reference interpreter.
+std::vector<double> interpreter_metrics(const Config& c) {
+  Result<ResolvedConfig> cfg = resolve_config(c, 8);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+  TrainStepLayout layout;
+  Program p = build_train_step(*cfg, &layout);
+  auto data = make_data_source(*cfg);
+  EXPECT_TRUE(data.ok());
+  HostBatch batch;
+  (*data)->next(batch);
+  std::vector<HostTensor> args;
+  std::vector<float> host;
+  for (size_t i = 0; i < p.args().size(); ++i) {
+    const ValueInfo& v = p.value(p.args()[i].value);
+    HostTensor t;
+    t.shape = v.shape;
+    t.dtype = v.dtype;
+    t.data.assign(v.shape.numel(), 0.0);
+    if (p.args()[i].role == ArgRole::kParam) {
+      host.resize(v.shape.numel());
+      init_param(v, cfg->init_weights_seed, host.data());
+      t.data.assign(host.begin(), host.end());
+    } else if (static_cast<int>(i) >= layout.first_batch_arg) {
+      const auto& a = *batch.arrays()[i - layout.first_batch_arg];
+      t.data.assign(a.begin(), a.end());
+    }
+    args.push_back(std::move(t));
+  }
+  Result<std::vector<HostTensor>> out = interpret(p, args);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  if (!out.ok()) return {};
+  const int m = layout.first_metric_output;
+  return {(*out)[m].data[0], (*out)[m + 2].data[0]};  // loss, raw_grad_norm
+}
+
 // The global pipeline program (vmapped ops, shifts, slices) in the double-precision
 // reference interpreter gives the sequential program's loss and gradient norm.
 TEST(PipelineInterpreter, GlobalProgramEqualsSequential) {
-  auto metrics = [](const Config& c) -> std::vector<double> {
-    Result<ResolvedConfig> cfg = resolve_config(c, 8);
-    EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-    TrainStepLayout layout;
-    Program p = build_train_step(*cfg, &layout);
-    auto data = make_data_source(*cfg);
-    EXPECT_TRUE(data.ok());
-    HostBatch batch;
-    (*data)->next(batch);
-    std::vector<HostTensor> args;
-    std::vector<float> host;
-    for (size_t i = 0; i < p.args().size(); ++i) {
-      const ValueInfo& v = p.value(p.args()[i].value);
-      HostTensor t;
-      t.shape = v.shape;
-      t.dtype = v.dtype;
-      t.data.assign(v.shape.numel(), 0.0);
-      if (p.args()[i].role == ArgRole::kParam) {
-        host.resize(v.shape.numel());
-        init_param(v, cfg->init_weights_seed, host.data());
-        t.data.assign(host.begin(), host.end());
-      } else if (static_cast<int>(i) >= layout.first_batch_arg) {
-        const auto& a = *batch.arrays()[i - layout.first_batch_arg];
-        t.data.assign(a.begin(), a.end());
-      }
-      args.push_back(std::move(t));
-    }
-    Result<std::vector<HostTensor>> out = interpret(p, args);
-    EXPECT_TRUE(out.ok()) << out.status().message();
-    if (!out.ok()) return {};
-    const int m = layout.first_metric_output;
-    return {(*out)[m].data[0], (*out)[m + 2].data[0]};  // loss, raw_grad_norm
+  const std::vector<double> seq = interpreter_metrics(small(1, -1)),
+                            pipe = interpreter_metrics(small(2, 4));
+  ASSERT_EQ(seq.size(), 2u);
+  ASSERT_EQ(pipe.size(), 2u);
+  EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]);
+  EXPECT_NEAR(pipe[1], seq[1], 1e-9 * seq[1]);
+}
+
+// Packed documents (segment ids in every stage's attention, positions restarting) through the
+// pipeline equal the sequential model on the same packed batch.
+TEST(PipelineInterpreter, PackedBatchEqualsSequential) {
+  const std::string path = ::testing::TempDir() + "shardlab_pipeline_fortunes.txt";
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 40; ++i)  // documents of 4..14 bytes between '%' lines
+      f << std::string(3 + (i * 5) % 11, static_cast<char>('a' + i % 26)) << "\n%\n";
+  }
+  auto packed = [&](int64_t stages, int64_t microbatches) {
+    Config c = small(stages, microbatches);
+    EXPECT_TRUE(c.set("dataset", "text:" + path).ok());
+    return c;
   };
-  const std::vector<double> seq = metrics(small(1, -1)), pipe = metrics(small(2, 4));
+  Result<ResolvedConfig> r = resolve_config(packed(2, 4), 8);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->model.attention_segment_ids);
+  const std::vector<double> seq = interpreter_metrics(packed(1, -1)),
+                            pipe = interpreter_metrics(packed(2, 4));
   ASSERT_EQ(seq.size(), 2u);
   ASSERT_EQ(pipe.size(), 2u);
   EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]);
