@@ -13,6 +13,7 @@
 #include "engine/sharding/logical_rules.h"
 #include "engine/sharding/visualize.h"
 #include "engine/train/inspect.h"
+#include "engine/train/train_step.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/lua_types.h"
@@ -23,8 +24,15 @@ template <>
 struct LuaType<eng::NamedSharding> {
   static constexpr const char* kName = "NamedSharding";
 };
+// t:shardings()'s value: the engine's table and, per row and dim, how the rules resolved it.
+struct ShardingView {
+  eng::ShardingTable table;
+  std::vector<std::vector<eng::DimResolution>> why;  // per row; empty: rules not shown
+  eng::LogicalAxisRules rules;                       // what `why` numbers refer to
+  bool show_skipped = false;
+};
 template <>
-struct LuaType<eng::ShardingTable> {
+struct LuaType<ShardingView> {
   static constexpr const char* kName = "ShardingTable";
 };
 
@@ -397,8 +405,71 @@ Result<int> typeof_fn(lua_State* L) {
 
 // ---- Rows and tables ----------------------------------------------------------------------
 
-void push_row(lua_State* L, const eng::ShardingRow& r, const eng::Mesh& mesh) {
-  lua_createtable(L, 0, 12);
+// "#51" (1-based, as base.yml's rows are numbered) and the rule itself.
+std::string rule_ref(const eng::LogicalAxisRules& rules, int k) {
+  return fmt::format("#{} {}", k + 1, rules[k].to_string());
+}
+
+// One dim's resolution as the row's `rules` field: {logical=, fired=, rule=, axes={...},
+// skipped={{rule=, reason=}, ...}} (fired/rule nil when no rule settled the dim).
+void push_resolution(lua_State* L, const eng::DimResolution& d,
+                     const eng::LogicalAxisRules& rules) {
+  lua_createtable(L, 0, 5);
+  if (d.logical) set_string(L, "logical", *d.logical);
+  if (d.fired >= 0) {
+    set_int(L, "fired", d.fired + 1);
+    set_string(L, "rule", rules[d.fired].to_string());
+  }
+  push_strings(L, d.axes);
+  lua_setfield(L, -2, "axes");
+  lua_createtable(L, static_cast<int>(d.skipped.size()), 0);
+  for (size_t i = 0; i < d.skipped.size(); ++i) {
+    lua_createtable(L, 0, 3);
+    set_int(L, "rule", d.skipped[i].rule + 1);
+    set_string(L, "text", rules[d.skipped[i].rule].to_string());
+    set_string(L, "reason", d.skipped[i].reason);
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  lua_setfield(L, -2, "skipped");
+}
+
+// The rules column of a row: "('embed' #51, 'mlp' #48)"; "None" dims and names no rule
+// settled print as such ("'foo' -").
+std::string fired_column(const std::vector<eng::DimResolution>& dims) {
+  if (dims.empty()) return "-";
+  std::vector<std::string> parts;
+  for (const eng::DimResolution& d : dims) {
+    if (!d.logical) parts.push_back("None");
+    else if (d.fired < 0) parts.push_back(fmt::format("'{}' -", *d.logical));
+    else parts.push_back(fmt::format("'{}' #{}", *d.logical, d.fired + 1));
+  }
+  return parts.size() == 1 ? fmt::format("({},)", parts[0])
+                           : fmt::format("({})", fmt::join(parts, ", "));
+}
+
+// The show_skipped lines under a row: per named dim, the rule that fired (what it assigned and
+// what size-1 removal left) and every rule of that name that did not, with the reason.
+std::string skipped_lines(const std::vector<eng::DimResolution>& dims,
+                          const eng::LogicalAxisRules& rules) {
+  std::string out;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const eng::DimResolution& d = dims[i];
+    if (!d.logical) continue;
+    if (d.fired < 0)
+      out += fmt::format("    dim {} '{}': no rule fired: None\n", i, *d.logical);
+    else
+      out += fmt::format("    dim {} '{}': fired {} -> {}\n", i, *d.logical,
+                         rule_ref(rules, d.fired), eng::dim_axes_string(d.axes));
+    for (const eng::SkippedRule& s : d.skipped)
+      out += fmt::format("      skipped {}: {}\n", rule_ref(rules, s.rule), s.reason);
+  }
+  return out;
+}
+
+void push_row(lua_State* L, const eng::ShardingRow& r, const eng::Mesh& mesh,
+              const std::vector<eng::DimResolution>* why = nullptr,
+              const eng::LogicalAxisRules* rules = nullptr) {
+  lua_createtable(L, 0, 13);
   set_string(L, "path", r.path);
   set_string(L, "role", r.role);
   set_string(L, "dtype", std::string(eng::dtype_name(r.dtype)));
@@ -414,6 +485,14 @@ void push_row(lua_State* L, const eng::ShardingRow& r, const eng::Mesh& mesh) {
   set_int(L, "bytes", r.bytes_per_device);
   push_udata(L, mesh);
   lua_setfield(L, -2, "mesh");
+  if (why != nullptr && rules != nullptr) {
+    lua_createtable(L, static_cast<int>(why->size()), 0);
+    for (size_t i = 0; i < why->size(); ++i) {
+      push_resolution(L, (*why)[i], *rules);
+      lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+    }
+    lua_setfield(L, -2, "rules");
+  }
   luaL_setmetatable(L, kRowType);
 }
 
@@ -445,12 +524,47 @@ Result<int> row_tostring(lua_State* L) {
   return 1;
 }
 
-Result<eng::ShardingTable*> arg_table_udata(lua_State* L, std::string_view fn) {
-  return arg_udata<eng::ShardingTable>(L, 1, fn);
+Result<ShardingView*> arg_view(lua_State* L, std::string_view fn) {
+  return arg_udata<ShardingView>(L, 1, fn);
 }
+Result<eng::ShardingTable*> arg_table_udata(lua_State* L, std::string_view fn) {
+  ENG_ASSIGN_OR_RETURN(ShardingView * v, arg_view(L, fn));
+  return &v->table;
+}
+void push_view_row(lua_State* L, const ShardingView& v, size_t i) {
+  if (v.why.empty()) push_row(L, v.table.rows[i], v.table.mesh);
+  else push_row(L, v.table.rows[i], v.table.mesh, &v.why[i], &v.rules);
+}
+
+// The engine's table (mesh line, header, one line per row, total) with a rules column
+// appended to the header and the rows, and the skipped-rule lines under each row on request.
+std::string view_string(const ShardingView& v) {
+  const std::string base = v.table.to_string();
+  if (v.why.empty()) return base;
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < base.size();) {
+    const size_t nl = base.find('\n', at);
+    lines.push_back(base.substr(at, nl - at));
+    at = nl == std::string::npos ? base.size() : nl + 1;
+  }
+  std::string out;
+  for (size_t k = 0; k < lines.size(); ++k) {
+    const size_t row = k - 2;  // lines: mesh, header, rows..., total
+    if (k == 1) out += lines[k] + "  rules\n";
+    else if (k >= 2 && row < v.why.size()) {
+      out += lines[k] + "  " + fired_column(v.why[row]) + "\n";
+      if (v.show_skipped) out += skipped_lines(v.why[row], v.rules);
+    } else {
+      out += lines[k] + "\n";
+    }
+  }
+  return out;
+}
+
 Result<int> table_tostring(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable:__tostring"));
-  lua_pushstring(L, t->to_string().c_str());
+  ENG_ASSIGN_OR_RETURN(ShardingView * v, arg_view(L, "ShardingTable:__tostring"));
+  const std::string s = view_string(*v);
+  lua_pushlstring(L, s.data(), s.size());
   return 1;
 }
 Result<int> table_len(lua_State* L) {
@@ -460,11 +574,11 @@ Result<int> table_len(lua_State* L) {
 }
 // rows[i] (1-based) is a row table; other keys are nil.
 Result<int> table_property(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable"));
+  ENG_ASSIGN_OR_RETURN(ShardingView * v, arg_view(L, "ShardingTable"));
   int ok = 0;
   lua_Integer i = lua_type(L, 2) == LUA_TNUMBER ? lua_tointegerx(L, 2, &ok) : 0;
-  if (ok && i >= 1 && i <= static_cast<lua_Integer>(t->rows.size()))
-    push_row(L, t->rows[static_cast<size_t>(i - 1)], t->mesh);
+  if (ok && i >= 1 && i <= static_cast<lua_Integer>(v->table.rows.size()))
+    push_view_row(L, *v, static_cast<size_t>(i - 1));
   else
     lua_pushnil(L);
   return 1;
@@ -475,10 +589,12 @@ Result<int> table_dump(lua_State* L) {
   return 1;
 }
 Result<int> table_find(lua_State* L) {
-  ENG_ASSIGN_OR_RETURN(eng::ShardingTable * t, arg_table_udata(L, "ShardingTable:find"));
+  ENG_ASSIGN_OR_RETURN(ShardingView * v, arg_view(L, "ShardingTable:find"));
   ENG_ASSIGN_OR_RETURN(std::string path, arg_string(L, 2, "ShardingTable:find", "path"));
-  if (const eng::ShardingRow* r = t->find(path)) push_row(L, *r, t->mesh);
-  else lua_pushnil(L);
+  if (const eng::ShardingRow* r = v->table.find(path))
+    push_view_row(L, *v, static_cast<size_t>(r - v->table.rows.data()));
+  else
+    lua_pushnil(L);
   return 1;
 }
 Result<int> table_bytes(lua_State* L) {
@@ -573,7 +689,38 @@ Result<std::string> render_sharding(lua_State* L, const ShapedSharding& x, int o
 
 void push_audit_report(lua_State* L, const eng::ReplicationReport& r) { push_report(L, r); }
 
-void push_sharding_table(lua_State* L, eng::ShardingTable table) { push_udata(L, std::move(table)); }
+void push_sharding_table(lua_State* L, eng::ShardingTable table) {
+  push_udata(L, ShardingView{std::move(table), {}, {}, false});
+}
+
+void push_sharding_table(lua_State* L, eng::ShardingTable table, const eng::LogicalAxisRules& rules,
+                         bool show_skipped) {
+  ShardingView v{std::move(table), {}, rules, show_skipped};
+  for (const eng::ShardingRow& r : v.table.rows) {
+    Result<std::vector<eng::DimResolution>> why =
+        eng::explain_logical_to_mesh(r.logical, v.table.mesh, rules);
+    v.why.push_back(why.ok() ? std::move(*why) : std::vector<eng::DimResolution>{});
+  }
+  push_udata(L, std::move(v));
+}
+
+Result<int> push_trainer_sharding_table(lua_State* L, eng::ShardingTable table,
+                                        const eng::Config& config, int opts_idx,
+                                        std::string_view fn) {
+  bool skipped = false;
+  if (!lua_isnoneornil(L, opts_idx)) {
+    if (lua_type(L, opts_idx) != LUA_TTABLE)
+      return arg_error(L, opts_idx, fn, "options", "a table {skipped = true}");
+    static const std::string kAllowed[] = {"skipped"};
+    ENG_RETURN_IF_ERROR(check_keys(L, opts_idx, fn, kAllowed));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> s, field_bool(L, opts_idx, "skipped", fn));
+    skipped = s.value_or(false);
+  }
+  Result<eng::CompileOptions> o = eng::compile_options_from_config(config);
+  if (!o.ok()) return with_context(fn, o.status());
+  push_sharding_table(L, std::move(table), o->rules, skipped);
+  return 1;
+}
 
 Result<eng::LogicalAxisRules> rules_from_table(lua_State* L, int idx, std::string_view fn) {
   return read_rules(L, idx, fn, "logical_axis_rules");
@@ -588,7 +735,7 @@ void open_lua_sharding(lua_State* L, int sl) {
                   "The arrays of a trainer's state and how each is split: rows[i] (path, role, dtype,\n"
                   "  shape, type, logical, spec, physical, local_shape, bytes, mesh); #rows; ipairs.\n"
                   "  Prints one aligned line per array.",
-                  lua_entry<table_tostring>, nullptr, udata_gc<eng::ShardingTable>, kTableMethods,
+                  lua_entry<table_tostring>, nullptr, udata_gc<ShardingView>, kTableMethods,
                   lua_entry<table_property>});
   luaL_getmetatable(L, "ShardingTable");
   lua_pushcfunction(L, lua_entry<table_len>);

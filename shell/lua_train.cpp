@@ -469,7 +469,12 @@ Result<eng::ShardingTable> table_of(const eng::Trainer& t, std::string_view fn) 
 
 Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t) {
   constexpr std::string_view fn = "Trainer:shardings";
-  ENG_ASSIGN_OR_RETURN(std::optional<std::string> pattern, opt_string(L, 2, fn, "pattern"));
+  // t:shardings([pattern] [, {skipped = true}]), or t:shardings{skipped = true}.
+  const int opts = lua_type(L, 2) == LUA_TTABLE ? 2 : 3;
+  std::optional<std::string> pattern;
+  if (opts == 3) {
+    ENG_ASSIGN_OR_RETURN(pattern, opt_string(L, 2, fn, "pattern"));
+  }
   ENG_ASSIGN_OR_RETURN(eng::ShardingTable table, table_of(t, fn));
   ENG_RETURN_IF_ERROR(maybe_snapshot(t, table));
   if (pattern) {
@@ -477,8 +482,7 @@ Result<int> push_trainer_shardings(lua_State* L, const eng::Trainer& t) {
       return r.path.find(*pattern) == std::string::npos;
     });
   }
-  push_sharding_table(L, std::move(table));
-  return 1;
+  return push_trainer_sharding_table(L, std::move(table), t.raw_config(), opts, fn);
 }
 
 Result<int> push_trainer_audit(lua_State* L, const eng::Trainer& t) {
@@ -624,10 +628,13 @@ constexpr Method kTrainerMethods[] = {
     {"param", lua_entry<trainer_param>, "t:param(name) -> {number}",
      "Host copy of a parameter or optimizer-state array by its path (e.g. \"params/decoder/decoder_norm/scale\"):\n"
      "  a Lua array of its values (row-major); a.path, a.type, a.shape; prints as a summary."},
-    {"shardings", lua_entry<trainer_shardings>, "t:shardings([pattern]) -> ShardingTable",
+    {"shardings", lua_entry<trainer_shardings>,
+     "t:shardings([pattern] [, {skipped = true}]) -> ShardingTable",
      "How every array of the state is split (params, optimizer state, step, batch), as compile()\n"
      "  places it: rows of path, type (jax.typeof form \"f32[256@fsdp,704@tensor]\"), logical,\n"
-     "  spec, local_shape, bytes per device. Prints aligned; tab:dump() gives MaxText's\n"
+     "  spec, local_shape, bytes per device, and the logical-axis rule that fired for each dim\n"
+     "  (#n in the merged rule list; row.rules). {skipped = true} also prints, per dim, the rules\n"
+     "  of its name that did not fire and why. Prints aligned; tab:dump() gives MaxText's\n"
      "  debug_sharding form. `pattern` keeps paths containing it. Works on shape_only trainers.\n"
      "  Recorded in the store's tensor_shardings table (once per step) when the run is recorded."},
     {"paths", lua_entry<trainer_paths>, "t:paths() -> {string}",

@@ -408,6 +408,7 @@ class Partitioner {
   Status not_global(const Instr& in);
   Status reshape(const Instr& in);
   Status shift(const Instr& in);
+  Status attention(const Instr& in);  // attention and its grad, with or without segment ids
   Status repeat_kv(const Instr& in);
   ValueId local_reshape(ValueId x, const Shape& local) {
     OpAttrs a;
@@ -661,12 +662,21 @@ using Pt = Partitioner;
 constexpr SpmdRule factors(const char* text, FactorMap::Source source = FactorMap::kAgree) {
   return {nullptr, {text, source}};
 }
-constexpr SpmdRule kAttentionRule =
-    factors("(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)->(b,t!,h,d!),(b,h,t!)", FactorMap::kFirstInput);
-constexpr SpmdRule kAttentionGradRule = factors(
+constexpr FactorMap kAttentionFactors{"(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)->(b,t!,h,d!),(b,h,t!)",
+                                      FactorMap::kFirstInput};
+constexpr FactorMap kAttentionGradFactors{
     "(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,h,t!),(b,t!,h,d!)"
     "->(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)",
-    FactorMap::kFirstInput);
+    FactorMap::kFirstInput};
+// With segment ids (B, T): they follow the batch, their sequence dim whole like q's.
+constexpr FactorMap kSegAttentionFactors{
+    "(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,t!)->(b,t!,h,d!),(b,h,t!)", FactorMap::kFirstInput};
+constexpr FactorMap kSegAttentionGradFactors{
+    "(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!),(b,h,t!),(b,t!,h,d!),(b,t!)"
+    "->(b,t!,h,d!),(b,t!,h,d!),(b,t!,h,d!)",
+    FactorMap::kFirstInput};
+constexpr SpmdRule kAttentionRule = {&Pt::attention};
+constexpr SpmdRule kAttentionGradRule = {&Pt::attention};
 
 // The SPMD rule of each op (engine/ir/op_table.h).
 constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
@@ -814,6 +824,14 @@ Status Partitioner::reshape(const Instr& in) {
   const PartitionSpec out(od);
   set(y, local_reshape(lx, local_shape(ys, out)), out);
   return ok_status();
+}
+
+// Attention and its grad: the factor map for the inputs present (optional segment ids).
+Status Partitioner::attention(const Instr& in) {
+  const bool grad = in.kind == OpKind::kAttentionGrad;
+  const bool seg = in.inputs.size() == (grad ? 7u : 4u);
+  if (grad) return by_factors(in, seg ? kSegAttentionGradFactors : kAttentionGradFactors);
+  return by_factors(in, seg ? kSegAttentionFactors : kAttentionFactors);
 }
 
 // MaxText's _shift_right: over a dim sharded one row per member it is a collective permute

@@ -176,9 +176,10 @@ class Differentiator {
     if (!cot_[y].present()) return;
     OpAttrs a;
     a.scale = in.attrs.scale;
-    auto g = b_.emit(
-        OpKind::kAttentionGrad,
-        {in.inputs[0], in.inputs[1], in.inputs[2], in.outputs[0], in.outputs[1], tensor(in, y)}, a);
+    std::vector<ValueId> ins = {in.inputs[0],  in.inputs[1],  in.inputs[2],
+                                in.outputs[0], in.outputs[1], tensor(in, y)};
+    if (in.inputs.size() == 4) ins.push_back(in.inputs[3]);  // segment ids: a mask, no cotangent
+    auto g = b_.emit(OpKind::kAttentionGrad, ins, a);
     for (int k = 0; k < 3; ++k) accumulate(in.inputs[k], fresh(g[k], in.inputs[k]));
   }
 

@@ -118,13 +118,33 @@ Outs infer_rope(OpKind kind, const In& in, const OpAttrs&) {
   return {like(*in[0])};
 }
 
+// The optional trailing segment ids of attention (op.h): i32 (B, T) of q (B, T, H, D).
+bool has_segment_ids(const In& in, size_t n) {
+  if (in.size() == n) return false;
+  const Shape& q = in[0]->shape;
+  ENG_CHECK(in.size() == n + 1 && in[n]->dtype == DType::kI32 && q.rank() == 4 &&
+                in[n]->shape == Shape({q[0], q[1]}),
+            "attention: segment ids must be i32 (B, T) of q {}, got {} inputs", q.to_string(),
+            in.size());
+  return true;
+}
+
 Outs infer_attention(OpKind kind, const In& in, const OpAttrs&) {
-  n_in(kind, in, 3);
+  ENG_CHECK(in.size() >= 3, "attention: expected (q, k, v[, segment_ids]), got {} inputs",
+            in.size());
+  has_segment_ids(in, 3);
   check_rank(kind, *in[0], 4, "q");
   check_same_shape(kind, *in[0], *in[1]);
   check_same_shape(kind, *in[0], *in[2]);
   const Shape& q = in[0]->shape;
   return {like(*in[0]), make(Shape{q[0], q[2], q[1]})};
+}
+
+Outs infer_attention_grad(OpKind, const In& in, const OpAttrs&) {
+  ENG_CHECK(in.size() >= 6, "attention_grad: expected (q, k, v, o, lse, do[, segment_ids]), got "
+            "{} inputs", in.size());
+  has_segment_ids(in, 6);
+  return {like(*in[0]), like(*in[1]), like(*in[2])};
 }
 
 Outs infer_repeat_kv(OpKind kind, const In& in,
@@ -356,7 +376,7 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kMaskedMeanLoss, infer_masked_mean_loss},
         {OpKind::kEmbedLookupGrad, infer_embed_lookup_grad},
         {OpKind::kRmsNormGrad, infer_like<4, 0, 1>},
-        {OpKind::kAttentionGrad, infer_like<6, 0, 1, 2>},
+        {OpKind::kAttentionGrad, infer_attention_grad},
         {OpKind::kSwigluGrad, infer_like<3, 0, 1>},
         {OpKind::kSoftmaxCrossEntropyGrad, infer_xent_grad},
         {OpKind::kAxisIndex,
@@ -550,10 +570,13 @@ ValueId Builder::rope(ValueId x, ValueId positions, double min_ts, double max_ts
   return emit(OpKind::kRope, {x, positions}, a)[0];
 }
 
-std::pair<ValueId, ValueId> Builder::attention(ValueId q, ValueId k, ValueId v, double scale) {
+std::pair<ValueId, ValueId> Builder::attention(ValueId q, ValueId k, ValueId v, double scale,
+                                               ValueId segment_ids) {
   OpAttrs a;
   a.scale = scale;
-  auto o = emit(OpKind::kAttention, {q, k, v}, a);
+  std::vector<ValueId> in = {q, k, v};
+  if (segment_ids != kNoValue) in.push_back(segment_ids);
+  auto o = emit(OpKind::kAttention, in, a);
   return {o[0], o[1]};
 }
 

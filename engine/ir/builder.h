@@ -58,7 +58,9 @@ class Builder {
   std::pair<ValueId, ValueId> rmsnorm(ValueId x, ValueId scale, double eps);  // y, rstd
   ValueId rope(ValueId x, ValueId positions, double min_timescale, double max_timescale,
                bool inverse = false);
-  std::pair<ValueId, ValueId> attention(ValueId q, ValueId k, ValueId v, double scale);  // o, lse
+  // o, lse; segment_ids (B, T) i32 masks keys of other segments (packing), kNoValue: none.
+  std::pair<ValueId, ValueId> attention(ValueId q, ValueId k, ValueId v, double scale,
+                                        ValueId segment_ids = kNoValue);
   ValueId swiglu(ValueId g, ValueId u);
   // Grouped-query attention (op.h): (B,T,Hkv,D) -> (B,T,Hkv*repeats,D), head h = kv h / repeats.
   // heads_logical: the logical name of the result's heads dim (the model's); "" keeps x's.

@@ -208,8 +208,10 @@ class Evaluator {
 
   Status attention(const Instr& i) {
     const Shape& q = in(i, 0).shape;
+    const std::vector<int32_t> seg =
+        i.inputs.size() == 4 ? as_i32(in(i, 3)) : std::vector<int32_t>{};
     ref::attention_forward(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), q[0], q[1],
-                           q[2], q[3], i.attrs.scale);
+                           q[2], q[3], i.attrs.scale, seg.empty() ? nullptr : seg.data());
     return ok_status();
   }
 
@@ -294,9 +296,11 @@ class Evaluator {
 
   Status attention_grad(const Instr& i) {
     const Shape& q = in(i, 0).shape;
+    const std::vector<int32_t> seg =
+        i.inputs.size() == 7 ? as_i32(in(i, 6)) : std::vector<int32_t>{};
     ref::attention_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), ind(i, 4), ind(i, 5),
                             outd(i, 0), outd(i, 1), outd(i, 2), q[0], q[1], q[2], q[3],
-                            i.attrs.scale);
+                            i.attrs.scale, seg.empty() ? nullptr : seg.data());
     return ok_status();
   }
 

@@ -78,7 +78,7 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kMatmul, {kMatmul}},
         {K::kRmsNorm, {kEps}},
         {K::kRope, ints(0b10, kRope)},
-        {K::kAttention, {kAttention}},
+        {K::kAttention, ints(0b1000, kAttention)},  // [segment_ids]
         {K::kSwiglu, kNone},
         {K::kAdd, kNone},
         {K::kMul, kNone},
@@ -89,7 +89,7 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kMaskedMeanLoss, ints(0b10, kUnnormalized)},
         {K::kEmbedLookupGrad, ints(0b101, kDepth)},  // ids[, offset]
         {K::kRmsNormGrad, kNone},
-        {K::kAttentionGrad, {kAttention}},
+        {K::kAttentionGrad, ints(0b1000000, kAttention)},  // [segment_ids]
         {K::kSwigluGrad, kNone},
         {K::kSoftmaxCrossEntropyGrad, ints(0b10010)},  // targets[, offset]
         {K::kMaskedMeanLossGrad, ints(0b1, kScaleUnlessOne)},

@@ -22,7 +22,9 @@
 //                    e.g. x (B,T,E) . wq (E,H,D): a_split=2, b_split=1 -> (B,T,H,D)
 //   kRmsNorm       (x (...,E), scale (E)) [eps] -> y (...,E), rstd f32 (prod ...) saved
 //   kRope          (x (B,T,H,D), positions i32 (B,T)) [min_timescale, max_timescale, inverse]
-//   kAttention     (q, k, v (B,T,H,D)) [scale] -> o (B,T,H,D), lse (B,H,T) saved; causal
+//   kAttention     (q, k, v (B,T,H,D)[, segment_ids i32 (B,T)]) [scale] -> o (B,T,H,D),
+//                    lse (B,H,T) saved; causal, and with segment ids key s is visible to query
+//                    t only within t's segment (packed sequences: ids[b,s] == ids[b,t])
 //   kSwiglu        (g, u) -> silu(g) * u
 //   kRepeatKv      (x (B,T,Hkv,D)) [size=R, printed repeats=R] -> (B,T,Hkv*R,D): grouped-query
 //                    attention's key/value heads for the query heads, each kv head repeated R
@@ -57,7 +59,7 @@
 //   -- backward --
 //   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
-//   kAttentionGrad (q, k, v, o, lse, do) [scale] -> dq, dk, dv
+//   kAttentionGrad (q, k, v, o, lse, do[, segment_ids]) [scale] -> dq, dk, dv
 //   kSwigluGrad    (g, u, dy) -> dg, du
 //   kRepeatKvGrad  (dy (B,T,H,D)) [size=R] -> dx (B,T,H/R,D): the transpose of kRepeatKv,
 //                    dx[b,t,j,d] = sum_{r<R} dy[b,t,j*R + r,d] (summed in r order), f32

@@ -149,7 +149,7 @@ BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len) {
 }
 
 ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
-                            ValueId positions, int32_t remat_scope) {
+                            ValueId positions, int32_t remat_scope, ValueId segment_ids) {
   const Logical kActivation = {"activation_batch", "activation_norm_length", "activation_embed"};
   const Logical kHeads = {"activation_batch", "activation_length", "activation_heads",
                           "activation_kv"};
@@ -180,7 +180,8 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
     k = b.constraint(b.repeat_kv(k, repeats, kHeads[2]), kHeads);
     v = b.constraint(b.repeat_kv(v, repeats, kHeads[2]), kHeads);
   }
-  ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale).first, "context");  // (B, T, H, D)
+  ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale, segment_ids).first,
+                                "context");  // (B, T, H, D)
   ValueId attn = b.checkpoint_name(
       b.matmul(o, lp.out, 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)
   x = b.constraint(b.add(x, attn), kActivation);
@@ -225,11 +226,13 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   // Remat tags (engine/ir/remat.h): each layer is a remat region (MaxText's nn.remat around
   // the decoder layer); its input is tagged decoder_layer_input and its output, the next
   // layer's input, is emitted outside the region (always saved, like a scan carry).
+  const ValueId seg = m.attention_segment_ids ? batch.inputs_segmentation : kNoValue;
   if (m.pipeline_stages > 1) {
-    x = trace_pipeline_decoder(b, m, p, x, batch.inputs_position);
+    x = trace_pipeline_decoder(b, m, p, x, batch.inputs_position, seg);
   } else {
     for (size_t l = 0; l < p.layers.size(); ++l)
-      x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l));
+      x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l),
+                              seg);
   }
   ValueId y = b.rmsnorm(x, p.decoder_norm, eps).first;                  // (B, T, E)
   ValueId logits = b.constraint(b.matmul(y, p.logits_dense, 2, 1, false, false, kLogits), kLogits);  // (B, T, V)

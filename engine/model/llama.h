@@ -55,6 +55,9 @@ struct ModelConfig {
   // MaxText's non-circular pipeline over the `stage` mesh axis with this many microbatches.
   int64_t pipeline_stages = 1;
   int64_t pipeline_microbatches = 1;
+  // Packed sequences (MaxText's packing): attention takes inputs_segmentation and masks keys
+  // of other segments. Off: plain causal attention (the program has no segment-id input).
+  bool attention_segment_ids = false;
 
   // Every size positive, kv heads divide query heads, head_dim even; errors name the value.
   Status validate() const;
@@ -99,8 +102,10 @@ struct LossValues {
 };
 // One decoder layer (attention + MLP blocks) on x (B, T, E), as remat region remat_scope.
 // Under Builder::set_vmap(S) every operand carries a leading stage dim (the pipeline body).
+// segment_ids (B, T) i32: packed sequences' segments for the attention mask; kNoValue: none.
 ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
-                            ValueId positions, int32_t remat_scope);
+                            ValueId positions, int32_t remat_scope,
+                            ValueId segment_ids = kNoValue);
 
 LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
                             const BatchArgs& batch);

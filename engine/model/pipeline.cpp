@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -38,6 +39,18 @@ Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatche
   return ok_status();
 }
 
+LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules) {
+  std::vector<LogicalAxisRule> out = rules.rules();
+  for (LogicalAxisRule& r : out) {
+    if (r.logical != "activation_embed_and_logits_batch") continue;
+    std::erase(r.mesh_axes, std::string("stage"));
+    r.mesh_axes.push_back("stage");
+    r.bare = false;
+    break;  // MaxText rewrites the first such rule only
+  }
+  return LogicalAxisRules(std::move(out));
+}
+
 LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                                                std::vector<ValueId>& all) {
   const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
@@ -66,8 +79,106 @@ LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
   return lp;
 }
 
+namespace {
+
+// Stage weights for layer j of every stage: (S, lps, ...) -> (S, ...), sliced once (a local
+// copy of each device's shard), then constrained to the stacked weight's own sharding in
+// every use. The constraint is a no-op forward; its VJP reshards the layer's gradient
+// (partial over the batch axes) to the weight's sharding right there, so the pad back to
+// (S, lps, ...) and the sum over j run on sharded gradients, not on whole (S, lps, ...)
+// partial sums (1.4 GiB per llama2-7b MLP weight on stage=4 x fsdp=64).
+//
+// A fresh constraint in every iteration, as MaxText's scan body selects each stage's weights
+// per iteration: one value per (iteration, layer), so the fsdp all_gather of a layer's weights
+// lives within its iteration (one shared value kept every gathered layer alive across the
+// whole loop: 6 GiB on llama2-7b stage=4 x fsdp=64; slicing afresh each iteration instead
+// kept M + S - 1 local copies of the stage's weights: 0.7 GiB).
+class StageWeights {
+ public:
+  StageWeights(Builder& b, const LlamaLayerParams& stacked) : b_(b), stacked_(stacked) {}
+
+  LlamaLayerParams layer(int64_t j) {
+    const LlamaLayerParams& s = stacked_;
+    return {weight(s.pre_norm, j), weight(s.query, j), weight(s.key, j),
+            weight(s.value, j),    weight(s.out, j),   weight(s.post_norm, j),
+            weight(s.wi_0, j),     weight(s.wi_1, j),  weight(s.wo, j)};
+  }
+
+ private:
+  ValueId weight(ValueId w, int64_t j) {
+    const ValueInfo& wi = b_.info(w);
+    std::vector<int64_t> d(wi.shape.dims().begin(), wi.shape.dims().end());
+    std::vector<std::string> logical = wi.logical;
+    d.erase(d.begin() + 1);
+    logical.erase(logical.begin() + 1);
+    auto it = sliced_.find({w, j});
+    if (it == sliced_.end()) {
+      const ValueId layer = b_.reshape(b_.slice(w, 1, j, 1), Shape(std::move(d)));
+      it = sliced_.emplace(std::pair{w, j}, layer).first;
+    }
+    return b_.constraint(it->second, std::move(logical));
+  }
+
+  Builder& b_;
+  const LlamaLayerParams& stacked_;
+  std::map<std::pair<ValueId, int64_t>, ValueId> sliced_;  // (stacked weight, j) -> slice
+};
+
+// A per-row i32 batch array (positions, segment ids) as the stages see it: at iteration t,
+// stage s runs microbatch t - s, so the stage body gets (S, micro, T) of those microbatches
+// (bubble slots: any valid microbatch; their input is zeros and their output unused).
+class StageRows {
+ public:
+  StageRows(Builder& b, ValueId rows, int64_t S, int64_t M) : b_(b), S_(S), M_(M) {
+    const Shape& s = b.info(rows).shape;
+    mb_ = s[0] / M;
+    T_ = s[1];
+    // The input batch's sharding has `stage` minor-most, which the reshape cannot keep on
+    // `micro`; dropping `stage` first (an all_gather over it) keeps the rows split over
+    // data/fsdp. (MaxText all-gathers positions and segment ids to replicated here.)
+    view_ = b.reshape(b.constraint(rows, {"activation_batch", "activation_norm_length"}),
+                      Shape{mb_, M, T_});
+  }
+
+  ValueId at_iteration(int64_t t) {
+    std::vector<ValueId> per_stage;
+    for (int64_t s = 0; s < S_; ++s)
+      per_stage.push_back(micro(std::clamp<int64_t>(t - s, 0, M_ - 1)));
+    return b_.concat(per_stage, 0);  // (S, micro, T)
+  }
+
+ private:
+  ValueId micro(int64_t i) {
+    auto it = cache_.find(i);
+    if (it != cache_.end()) return it->second;
+    return cache_[i] = b_.reshape(b_.slice(view_, 1, i, 1), Shape{1, mb_, T_});
+  }
+
+  Builder& b_;
+  int64_t S_, M_, mb_ = 0, T_ = 0;
+  ValueId view_ = kNoValue;           // (micro, M, T)
+  std::map<int64_t, ValueId> cache_;  // microbatch -> (1, micro, T)
+};
+
+// Leaving the pipeline: (B, T, E) sharded over the batch axes without `stage`
+// (activation_batch, MaxText's output_sharding), then constrained to the loss head's batch
+// sharding, which adds `stage` minor-most (pipeline_logical_axis_rules): a local slice, so the
+// final norm and the logits run on 1/S of those rows instead of computing S times the logits
+// and slicing after. Backward, the first constraint's VJP all_gathers the cotangent over
+// `stage` only (back to activation_batch) before the reshape's VJP, which cannot keep
+// (data, fsdp, stage) on `micro` and would otherwise gather the whole batch.
+ValueId pipeline_output(Builder& b, const std::vector<ValueId>& outputs, const Shape& xs) {
+  const ValueId out =
+      b.constraint(b.reshape(b.concat(outputs, 1), xs),
+                   {"activation_batch", "activation_norm_length", "activation_embed"});
+  return b.constraint(out, {"activation_embed_and_logits_batch", "activation_norm_length",
+                            "activation_embed"});
+}
+
+}  // namespace
+
 ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaParams& p, ValueId x,
-                               ValueId positions) {
+                               ValueId positions, ValueId segment_ids) {
   const Shape xs = b.info(x).shape;
   const int64_t B = xs[0], T = xs[1], E = xs[2];
   const int64_t S = m.pipeline_stages, M = m.pipeline_microbatches;
@@ -75,35 +186,13 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
   ENG_CHECK(validate_pipeline(m.num_decoder_layers, S, M, B).ok(),
             "pipeline: unvalidated shape (layers {}, stages {}, microbatches {}, batch {})",
             m.num_decoder_layers, S, M, B);
-
-  // Stage weights for layer j of every stage: (S, lps, ...) -> (S, ...).
-  auto layer_weight = [&](ValueId w, int64_t j) {
-    const Shape ws = b.info(w).shape;
-    std::vector<int64_t> d(ws.dims().begin(), ws.dims().end());
-    d.erase(d.begin() + 1);
-    return b.reshape(b.slice(w, 1, j, 1), Shape(std::move(d)));
-  };
-  std::vector<LlamaLayerParams> layers;
-  for (int64_t j = 0; j < lps; ++j) {
-    const LlamaLayerParams& s = p.stacked;
-    layers.push_back({layer_weight(s.pre_norm, j), layer_weight(s.query, j),
-                      layer_weight(s.key, j), layer_weight(s.value, j), layer_weight(s.out, j),
-                      layer_weight(s.post_norm, j), layer_weight(s.wi_0, j),
-                      layer_weight(s.wi_1, j), layer_weight(s.wo, j)});
-  }
-
+  StageWeights weights(b, p.stacked);
   // Microbatch i = rows {r * M + i}: (B, ...) viewed as (micro, M, ...), so a batch sharded
   // on dim 0 stays sharded on micro (a local reshape).
   const ValueId xm = b.reshape(x, Shape{mb, M, T, E});
-  const ValueId pm = b.reshape(positions, Shape{mb, M, T});
-  std::map<int64_t, ValueId> pos_cache;
-  auto micro_positions = [&](int64_t i) {
-    auto it = pos_cache.find(i);
-    if (it != pos_cache.end()) return it->second;
-    ValueId v = b.reshape(b.slice(pm, 1, i, 1), Shape{1, mb, T});
-    pos_cache[i] = v;
-    return v;
-  };
+  StageRows pos(b, positions, S, M);
+  std::optional<StageRows> seg;
+  if (segment_ids != kNoValue) seg.emplace(b, segment_ids, S, M);
 
   std::vector<ValueId> outputs;  // the last stage's output per microbatch, (micro, 1, T, E)
   ValueId shifted = kNoValue;
@@ -115,22 +204,22 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
       state = state == kNoValue ? in : b.add(state, in);
     }
     b.checkpoint_name(state, "iteration_input");
-    std::vector<ValueId> pos;  // stage s runs microbatch t - s (bubble: any valid positions)
-    for (int64_t s = 0; s < S; ++s) pos.push_back(micro_positions(std::clamp<int64_t>(t - s, 0, M - 1)));
-    const ValueId stage_pos = b.concat(pos, 0);  // (S, micro, T)
-
-    b.set_vmap_logical("activation_stage");
-    b.set_vmap(S);  // jax.vmap over stages, spmd_axis_name="stage"
+    const ValueId stage_pos = pos.at_iteration(t);                   // (S, micro, T)
+    const ValueId stage_seg = seg ? seg->at_iteration(t) : kNoValue;  // (S, micro, T)
     ValueId y = state;
-    for (int64_t j = 0; j < lps; ++j)
-      y = trace_decoder_layer(b, m, layers[j], y, stage_pos, static_cast<int32_t>(t * lps + j));
-    b.set_vmap(0);
-
+    for (int64_t j = 0; j < lps; ++j) {
+      const LlamaLayerParams lw = weights.layer(j);
+      b.set_vmap_logical("activation_stage");
+      b.set_vmap(S);  // jax.vmap over stages, spmd_axis_name="stage"
+      y = trace_decoder_layer(b, m, lw, y, stage_pos, static_cast<int32_t>(t * lps + j),
+                              stage_seg);
+      b.set_vmap(0);
+    }
     if (t >= S - 1)  // the last stage finished microbatch t - (S - 1)
       outputs.push_back(b.reshape(b.slice(y, 0, S - 1, 1), Shape{mb, 1, T, E}));
     if (t + 1 < iterations) shifted = b.shift(y, 0, 1);  // _shift_right over `stage`
   }
-  return b.reshape(b.concat(outputs, 1), Shape{B, T, E});
+  return pipeline_output(b, outputs, xs);
 }
 
 }  // namespace eng

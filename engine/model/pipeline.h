@@ -18,6 +18,7 @@
 
 #include "engine/base/status.h"
 #include "engine/ir/builder.h"
+#include "engine/sharding/logical_rules.h"
 
 namespace eng {
 
@@ -29,9 +30,10 @@ struct LlamaLayerParams;
 LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                                                std::vector<ValueId>& all);
 
-// The decoder layers as a pipeline: x (B, T, E), positions (B, T) -> (B, T, E).
+// The decoder layers as a pipeline: x (B, T, E), positions (B, T)[, segment_ids (B, T)]
+// -> (B, T, E).
 ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaParams& p, ValueId x,
-                               ValueId positions);
+                               ValueId positions, ValueId segment_ids = kNoValue);
 
 // "params/decoder/layers/mlp/wo/kernel" -> "mlp/wo/kernel"; nullopt for other names.
 std::optional<std::string> pipeline_param_subpath(const std::string& name);
@@ -40,6 +42,18 @@ std::optional<std::string> pipeline_param_subpath(const std::string& name);
 // divisible by stages; errors name both numbers.
 Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatches,
                          int64_t global_batch);
+
+// The rules a pipelined plan uses (MaxText's types.py rewrites rule 2 when pipelining): the
+// batch of the embedding, logits and loss (`activation_embed_and_logits_batch`, also the
+// input batch's sharding) gets `stage`, so the loss head is split over stages as well as over
+// data/fsdp. MaxText puts `stage` first (and swaps `stage` ahead of `data` in its mesh); here
+// `stage` goes LAST, minor-most: the decoder layers' `activation_batch` (data, fsdp, ...
+// without stage) is then a prefix of it, so entering the pipeline is an all_gather over
+// `stage` of a per-device batch slice and leaving it is a local slice, and no value of
+// global-batch size exists on one device (with `stage` first that reshard is not a prefix
+// change and gathers the whole batch). Only which device holds which rows differs from
+// MaxText; every value is the same. Rules without that name are returned unchanged.
+LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules);
 
 // Iterations of the schedule: M + S - 1 (MaxText's total_iterations with R = 1, delay 1).
 inline int64_t pipeline_iterations(int64_t stages, int64_t microbatches) {

@@ -264,7 +264,8 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kAttention, {[](A a) {
            const Shape& q = a.shape(0);
            kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), q[0], q[1], q[2],
-                                   q[3], static_cast<float>(a.in.attrs.scale));
+                                   q[3], static_cast<float>(a.in.attrs.scale),
+                                   a.in.inputs.size() == 4 ? a.ids(3) : nullptr);
          }}},
         {OpKind::kSwiglu,
          {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
@@ -306,7 +307,8 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
            const Shape& q = a.shape(0);
            kern::attention_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0),
                                     a.out(1), a.out(2), q[0], q[1], q[2], q[3],
-                                    static_cast<float>(a.in.attrs.scale));
+                                    static_cast<float>(a.in.attrs.scale),
+                                    a.in.inputs.size() == 7 ? a.ids(6) : nullptr);
          }}},
         {OpKind::kRepeatKvGrad, {[](A a) {
            const Shape& dy = a.shape(0);

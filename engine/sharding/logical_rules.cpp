@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <set>
 
 #include "engine/base/hash.h"
@@ -299,6 +300,55 @@ Result<PartitionSpec> logical_to_mesh_axes(const LogicalAxes& names,
     used.insert(rule.mesh_axes.begin(), rule.mesh_axes.end());
   }
   return PartitionSpec(std::move(dims));
+}
+
+namespace {
+
+// Why rule `r` (name at dim `pos`) does not fire, or "" when it does: the same test as
+// logical_to_mesh_axes's walk, with the dim and rule that own the conflict.
+std::string skip_reason(const LogicalAxisRule& r, int pos, const LogicalAxes& names,
+                        const std::vector<DimResolution>& out,
+                        const std::map<std::string, int>& owner) {
+  if (out[pos].fired >= 0) return fmt::format("dim {} is already settled by #{}", pos,
+                                              out[pos].fired + 1);
+  for (const std::string& a : r.mesh_axes) {
+    auto it = owner.find(a);
+    if (it == owner.end()) continue;
+    const int d = it->second;
+    return fmt::format("mesh axis '{}' is already used by dim {} ({}, #{})", a, d,
+                       names[d] ? quoted(*names[d]) : "None", out[d].fired + 1);
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<std::vector<DimResolution>> explain_logical_to_mesh(const LogicalAxes& names,
+                                                           const Mesh& mesh,
+                                                           const LogicalAxisRules& rules) {
+  ENG_ASSIGN_OR_RETURN(PartitionSpec spec, logical_to_mesh(names, mesh, rules));  // checks names
+  std::vector<DimResolution> out(names.size());
+  std::map<std::string, int> owner;  // mesh axis -> the dim that took it
+  for (int k = 0; k < rules.size(); ++k) {
+    const LogicalAxisRule& r = rules[k];
+    int pos = -1;
+    for (size_t i = 0; i < names.size() && pos < 0; ++i)
+      if (names[i] && *names[i] == r.logical) pos = static_cast<int>(i);
+    if (pos < 0) continue;
+    std::string why = skip_reason(r, pos, names, out, owner);
+    if (!why.empty()) {
+      out[pos].skipped.push_back({k, std::move(why)});
+      continue;
+    }
+    out[pos].fired = k;
+    out[pos].raw_axes = r.mesh_axes;
+    for (const std::string& a : r.mesh_axes) owner[a] = pos;
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    out[i].logical = names[i];
+    out[i].axes = spec.dim_or_none(static_cast<int>(i));
+  }
+  return out;
 }
 
 Result<PartitionSpec> logical_to_mesh(const LogicalAxes& names, const Mesh& mesh,

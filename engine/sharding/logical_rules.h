@@ -90,6 +90,24 @@ Result<LogicalAxisRules> parse_logical_axis_rules(std::string_view text);
 Result<PartitionSpec> logical_to_mesh_axes(
     const LogicalAxes& names, const LogicalAxisRules& rules = LogicalAxisRules::maxtext_default());
 
+// Why each dim resolved as it did: logical_to_mesh's walk, rule by rule, for t:shardings().
+struct SkippedRule {
+  int rule = -1;       // index in the rule list (0-based; printed 1-based, "#51")
+  std::string reason;  // "mesh axis 'fsdp_transpose' is already used by dim 1 ('mlp', #48)"
+};
+struct DimResolution {
+  std::optional<std::string> logical;  // the dim's name; nullopt: None (no rule applies)
+  int fired = -1;                      // the rule that settled the dim; -1: none did (None)
+  std::vector<std::string> raw_axes;   // what that rule assigned (size-1 axes kept)
+  std::vector<std::string> axes;       // after remove_size_one_mesh_axis: the spec's entry
+  std::vector<SkippedRule> skipped;    // rules of this name that did not fire, in list order
+};
+// One entry per dim; resolve(names) == logical_to_mesh(names, mesh, rules) entry by entry.
+// Errors as logical_to_mesh_axes (a name used by two dims).
+Result<std::vector<DimResolution>> explain_logical_to_mesh(
+    const LogicalAxes& names, const Mesh& mesh,
+    const LogicalAxisRules& rules = LogicalAxisRules::maxtext_default());
+
 // MaxText's sharding.logical_to_mesh_axes(names, mesh, rules): resolution, then
 // remove_size_one_mesh_axis (shard_geometry.h). This is the one activations, batches and the
 // loss use.

@@ -3,6 +3,11 @@
 //
 // A head's rows are strided by H*D in (B, T, H, D), which sgemm takes as a leading dimension,
 // so q/k/v/o are never copied. Scratch is per thread, grown on first use.
+//
+// Segment ids (packed sequences, MaxText's inputs_segmentation): key s is visible to query t
+// iff s <= t and seg[s] == seg[t]; the scores of other keys in the causal prefix are masked to
+// -inf (forward) and their probabilities to 0 (backward). Query t's own key is always visible,
+// so every row keeps a finite max.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -64,9 +69,22 @@ float softmax_step(float* s, int64_t nk, int64_t valid, float m_old, float* l, f
   return m_new;
 }
 
-// One query block [q0, q0 + nq) of one head: o rows and lse entries.
+// Masks s[j] (key k0 + j) of query t to -inf where the segments differ; returns how many of
+// the first `valid` stay visible.
+int64_t mask_segments(float* s, int64_t valid, const int32_t* seg, int64_t t, int64_t k0) {
+  int64_t visible = 0;
+  for (int64_t j = 0; j < valid; ++j) {
+    if (seg[k0 + j] == seg[t]) ++visible;
+    else s[j] = kNegInf;
+  }
+  return visible;
+}
+
+// One query block [q0, q0 + nq) of one head: o rows and lse entries. seg: the batch row's
+// segment ids (T), or null.
 void forward_block(const float* qh, const float* kh, const float* vh, float* oh, float* lh,
-                   int64_t q0, int64_t nq, int64_t ld, int64_t D, float scale) {
+                   const int32_t* seg, int64_t q0, int64_t nq, int64_t ld, int64_t D,
+                   float scale) {
   float* S = scratch(kQBlock * kKChunk + 2 * kQBlock);  // (nq, kKChunk) scores, m, l
   float* mrow = S + kQBlock * kKChunk;                  // (nq)
   float* lrow = mrow + kQBlock;                         // (nq)
@@ -79,7 +97,8 @@ void forward_block(const float* qh, const float* kh, const float* vh, float* oh,
     for (int64_t i = 0; i < nq; ++i) {
       float* s = S + i * kKChunk;
       const int64_t valid = std::min(nk, q0 + i - k0 + 1);
-      if (valid <= 0) {  // every key of this chunk is after query t
+      // every key of this chunk is after query t, or in another segment
+      if (valid <= 0 || (seg != nullptr && mask_segments(s, valid, seg, q0 + i, k0) == 0)) {
         std::memset(s, 0, sizeof(float) * nk);
         continue;
       }
@@ -99,7 +118,8 @@ void forward_block(const float* qh, const float* kh, const float* vh, float* oh,
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, float* o, float* lse,
-                       int64_t B, int64_t T, int64_t H, int64_t D, float scale) {
+                       int64_t B, int64_t T, int64_t H, int64_t D, float scale,
+                       const int32_t* segment_ids) {
   const int64_t ld = H * D;  // row stride of one head's (T, D) slice
   const int64_t nqb = (T + kQBlock - 1) / kQBlock;
   parallel_for(B * H * nqb, 1, [&](int64_t lo, int64_t hi) {
@@ -108,8 +128,9 @@ void attention_forward(const float* q, const float* k, const float* v, float* o,
       const int64_t b = bh / H, h = bh % H;
       const int64_t off = b * T * ld + h * D;
       const int64_t q0 = qb * kQBlock;
-      forward_block(q + off, k + off, v + off, o + off, lse + bh * T, q0, std::min(kQBlock, T - q0),
-                    ld, D, scale);
+      const int32_t* seg = segment_ids == nullptr ? nullptr : segment_ids + b * T;
+      forward_block(q + off, k + off, v + off, o + off, lse + bh * T, seg, q0,
+                    std::min(kQBlock, T - q0), ld, D, scale);
     }
   });
 }
@@ -119,8 +140,8 @@ namespace {
 // One head, FlashAttention-2 style: per key block, recompute P = exp(scale q.k - lse) for the
 // queries at or after it, then dV, dK (owned by the block) and dQ (accumulated) by sgemm.
 void backward_head(const float* qh, const float* kh, const float* vh, const float* oh,
-                   const float* lh, const float* doh, float* dqh, float* dkh, float* dvh,
-                   int64_t T, int64_t ld, int64_t D, float scale) {
+                   const float* lh, const float* doh, const int32_t* seg, float* dqh, float* dkh,
+                   float* dvh, int64_t T, int64_t ld, int64_t D, float scale) {
   float* P = scratch(2 * kQChunk * kKBlock + T);  // (nq, kKBlock) probabilities
   float* dS = P + kQChunk * kKBlock;              // (nq, kKBlock) dP, then dS
   float* delta = dS + kQChunk * kKBlock;          // (T) rowsum(dO * O)
@@ -150,6 +171,9 @@ void backward_head(const float* qh, const float* kh, const float* vh, const floa
           std::memset(p + valid, 0, sizeof(float) * (nk - valid));
           std::memset(ds + valid, 0, sizeof(float) * (nk - valid));
         }
+        if (seg != nullptr)  // keys of other segments: no probability, no gradient
+          for (int64_t j = 0; j < valid; ++j)
+            if (seg[k0 + j] != seg[qc + i]) p[j] = ds[j] = 0.f;
       }
       blas::sgemm(true, false, nk, D, nq, 1.f, P, kKBlock, doh + qc * ld, ld, beta, dvh + k0 * ld, ld);
       blas::sgemm(true, false, nk, D, nq, scale, dS, kKBlock, qh + qc * ld, ld, beta, dkh + k0 * ld, ld);
@@ -162,14 +186,16 @@ void backward_head(const float* qh, const float* kh, const float* vh, const floa
 
 void attention_backward(const float* q, const float* k, const float* v, const float* o,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                        int64_t B, int64_t T, int64_t H, int64_t D, float scale) {
+                        int64_t B, int64_t T, int64_t H, int64_t D, float scale,
+                        const int32_t* segment_ids) {
   const int64_t ld = H * D;
   // Parallel over (batch, head): dQ sums over key blocks, so one head stays on one thread.
   parallel_for(B * H, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t bh = lo; bh < hi; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       const int64_t off = b * T * ld + h * D;
-      backward_head(q + off, k + off, v + off, o + off, lse + bh * T, dout + off, dq + off,
+      const int32_t* seg = segment_ids == nullptr ? nullptr : segment_ids + b * T;
+      backward_head(q + off, k + off, v + off, o + off, lse + bh * T, dout + off, seg, dq + off,
                     dk + off, dv + off, T, ld, D, scale);
     }
   });

@@ -52,15 +52,19 @@ void rope(const float* x /*(B, T, H, D)*/, const int32_t* pos /*(B, T)*/, float*
           bool inverse);
 
 // ---- causal attention (flash-style: no (T, T) tensor is materialised) ---------------------
-// o[b,t,h,:] = sum_{s<=t} softmax_s(scale * q[b,t,h,:].k[b,s,h,:]) v[b,s,h,:]
-// lse[b,h,t] = log sum_{s<=t} exp(scale * q.k): saved for the backward pass.
+// o[b,t,h,:] = sum_{s visible to t} softmax_s(scale * q[b,t,h,:].k[b,s,h,:]) v[b,s,h,:]
+// lse[b,h,t] = log sum_{s visible to t} exp(scale * q.k): saved for the backward pass.
+// Visible: s <= t, and with segment_ids (B, T) (packed sequences; null: one segment)
+// segment_ids[b,s] == segment_ids[b,t].
 void attention_forward(const float* q, const float* k, const float* v /*(B, T, H, D) each*/,
                        float* o /*(B, T, H, D)*/, float* lse /*(B, H, T)*/, int64_t B, int64_t T,
-                       int64_t H, int64_t D, float scale);
+                       int64_t H, int64_t D, float scale,
+                       const int32_t* segment_ids /*(B, T)*/ = nullptr);
 // dq, dk, dv are overwritten.
 void attention_backward(const float* q, const float* k, const float* v, const float* o,
                         const float* lse, const float* dout /*(B, T, H, D)*/, float* dq, float* dk,
-                        float* dv, int64_t B, int64_t T, int64_t H, int64_t D, float scale);
+                        float* dv, int64_t B, int64_t T, int64_t H, int64_t D, float scale,
+                        const int32_t* segment_ids /*(B, T)*/ = nullptr);
 
 // ---- elementwise ---------------------------------------------------------------------------
 void add(const float* a, const float* b, float* y, int64_t n);           // y = a + b

@@ -94,28 +94,36 @@ void rope(const T* x, const int32_t* pos, T* y, int64_t B, int64_t T_, int64_t H
       }
 }
 
+// Causal attention; with segment_ids (B, T) key u is visible to query t only when
+// segment_ids[b,u] == segment_ids[b,t] too (kernels.h).
 template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* o, T* lse, int64_t B, int64_t T_,
-                       int64_t H, int64_t D, T scale) {
+                       int64_t H, int64_t D, T scale, const int32_t* segment_ids = nullptr) {
   std::vector<T> s(T_);
   auto at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T_ + t) * H + h) * D; };
+  auto visible = [&](int64_t b, int64_t t, int64_t u) {
+    return segment_ids == nullptr || segment_ids[b * T_ + u] == segment_ids[b * T_ + t];
+  };
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T_; ++t) {
         T mx = -std::numeric_limits<T>::infinity();
         for (int64_t u = 0; u <= t; ++u) {
+          if (!visible(b, t, u)) continue;
           T dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += q[at(b, t, h) + d] * k[at(b, u, h) + d];
           s[u] = scale * dot;
           mx = std::max(mx, s[u]);
         }
         T z = 0;
-        for (int64_t u = 0; u <= t; ++u) z += std::exp(s[u] - mx);
+        for (int64_t u = 0; u <= t; ++u)
+          if (visible(b, t, u)) z += std::exp(s[u] - mx);
         T l = mx + std::log(z);
         lse[(b * H + h) * T_ + t] = l;
         for (int64_t d = 0; d < D; ++d) {
           T acc = 0;
-          for (int64_t u = 0; u <= t; ++u) acc += std::exp(s[u] - l) * v[at(b, u, h) + d];
+          for (int64_t u = 0; u <= t; ++u)
+            if (visible(b, t, u)) acc += std::exp(s[u] - l) * v[at(b, u, h) + d];
           o[at(b, t, h) + d] = acc;
         }
       }
@@ -126,7 +134,7 @@ void attention_forward(const T* q, const T* k, const T* v, T* o, T* lse, int64_t
 template <typename T>
 void attention_backward(const T* q, const T* k, const T* v, const T* o, const T* lse,
                         const T* dout, T* dq, T* dk, T* dv, int64_t B, int64_t T_, int64_t H,
-                        int64_t D, T scale) {
+                        int64_t D, T scale, const int32_t* segment_ids = nullptr) {
   auto at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T_ + t) * H + h) * D; };
   for (int64_t i = 0; i < B * T_ * H * D; ++i) dq[i] = dk[i] = dv[i] = 0;
   for (int64_t b = 0; b < B; ++b)
@@ -135,6 +143,8 @@ void attention_backward(const T* q, const T* k, const T* v, const T* o, const T*
         T delta = 0;
         for (int64_t d = 0; d < D; ++d) delta += dout[at(b, t, h) + d] * o[at(b, t, h) + d];
         for (int64_t u = 0; u <= t; ++u) {
+          if (segment_ids != nullptr && segment_ids[b * T_ + u] != segment_ids[b * T_ + t])
+            continue;
           T dot = 0, dp = 0;
           for (int64_t d = 0; d < D; ++d) {
             dot += q[at(b, t, h) + d] * k[at(b, u, h) + d];
@@ -229,14 +239,17 @@ void adamw_update(T* p, const T* grad, T* mu, T* nu, int64_t n, T lr, T clip, T 
 // ---- scalar functions shared by the executor and the interpreter --------------------------
 
 // MaxText's create_learning_rate_schedule: linear warmup 0 -> lr over warmup_steps, cosine
-// from lr to lr * final_fraction over cos_steps, then 0 for the remaining steps.
+// from lr to lr * final_fraction over cos_steps, then 0 for the remaining steps. The cosine's
+// pct divides by cos_steps - 1 (MaxText's make_cos_schedule, since learning_rate_final_fraction),
+// so its last step, warmup_steps + cos_steps - 1, is exactly lr * final_fraction; a one-step
+// cosine is that step alone.
 inline double learning_rate_at(int64_t step, double lr, int64_t warmup_steps, int64_t cos_steps,
                                double final_fraction) {
   const double kPi = 3.14159265358979323846;
   if (step < warmup_steps) return lr * static_cast<double>(step) / static_cast<double>(warmup_steps);
   int64_t s = step - warmup_steps;
   if (s < cos_steps || cos_steps == 0) {
-    double pct = cos_steps == 0 ? 1.0 : static_cast<double>(s) / static_cast<double>(cos_steps);
+    double pct = cos_steps <= 1 ? 1.0 : static_cast<double>(s) / static_cast<double>(cos_steps - 1);
     double a = 0.5 * (std::cos(kPi * std::min(pct, 1.0)) + 1.0);
     double fin = lr * final_fraction;
     return cos_steps == 0 ? fin : lr * a + fin * (1.0 - a);

@@ -56,6 +56,7 @@ const std::vector<ConfigKey> kKeys = {
     {"gradient_clipping_threshold", V{1.0}, "clip by global norm (0 disables)"},
     {"dataset_type", V{std::string("synthetic")}, "synthetic | text | tokens"},
     {"dataset_path", V{std::string()}, "text file (byte-level) or .npy token file"},
+    {"packing", V{true}, "text datasets: pack the file's documents (split at its '%' lines, as fortune files have) into rows, with segment ids that attention respects and positions restarting per document (MaxText's packing); a file without '%' lines is one stream of windows; .npy tokens have no document boundaries (packing=true set explicitly is an error)"},
     {"init_weights_seed", V{int64_t{0}}, "seed of the parameter initialisation"},
     {"data_shuffle_seed", V{int64_t{0}}, "seed of the data order"},
     {"log_period", V{int64_t{1}}, "steps per metrics-store transaction (MaxText default 100; 1 here so every step is durable once synced; queries, checkpoints and the end of train() flush too)"},
@@ -68,7 +69,7 @@ const std::vector<ConfigKey> kKeys = {
     {"shard_mode", V{std::string("auto")}, "auto | explicit (explicit: constraints assert, ambiguous matmuls need out_sharding)"},
     {"shard_optimizer_over_data", V{false}, "ZeRO-1: optimizer state also sharded over the data axis"},
     {"skip_trivial_specs", V{false}, "an all-replicated sharding constraint emits nothing (MaxText PR 3 proposal)"},
-    {"logical_axis_rules", V{std::string()}, "rule overrides in base.yml's form, e.g. \"[['embed', ['fsdp']], ['mlp', []]]\": merged into the defaults as MaxText does (same-name rules replaced, overrides appended)"},
+    {"logical_axis_rules", V{std::string()}, "rule overrides in base.yml's form, e.g. \"[['embed', ['fsdp']], ['mlp', []]]\": merged as MaxText's pyconfig does: into the defaults after the model's own rules (llama2-*: ['norm', 'fsdp']; same-name rules replaced, overrides appended)"},
     {"override_logical_axis_rules", V{false}, "logical_axis_rules replaces the default rules instead of merging"},
     {"sharding_tolerance", V{0.02}, "largest fraction of parameter elements allowed unsharded on a non-trivial axis (t:audit)"},
     {"num_devices", V{int64_t{-1}}, "devices of the mesh sl.trainer builds from the ici_* keys when given no mesh (-1: the product of the ici_* sizes that are not -1); with a mesh it must equal the mesh's device count. Not a MaxText key: MaxText counts jax.devices()"},
@@ -92,6 +93,7 @@ const std::vector<ConfigKey> kKeys = {
     {"max_inflight_steps", V{int64_t{2}}, "steps the host may dispatch ahead of the devices (0: synchronous)"},
     {"enable_checkpointing", V{false}, "save checkpoints (MaxText default true; off here so a REPL writes no files)"},
     {"checkpoint_period", V{int64_t{10000}}, "save a checkpoint after every step N with N % period == 0"},
+    {"save_checkpoint_on_start", V{true}, "save step 0 (the state after the first step) when checkpointing is on, as MaxText does"},
     {"save_checkpoint_on_completion", V{true}, "save the last step when train() completes"},
     {"max_num_checkpoints_to_keep", V{int64_t{-1}}, "keep only the newest N checkpoints (-1: all)"},
     {"base_output_directory", V{std::string()}, "checkpoints go to <this>/<run_name>/checkpoints/<step>/"},
@@ -133,6 +135,16 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
   }
   return out;
 }
+
+}  // namespace
+
+LogicalAxisRules model_logical_axis_rules(const std::string& model_name) {
+  if (model_name == "llama2-7b" || model_name == "llama2-13b" || model_name == "llama2-70b")
+    return LogicalAxisRules({LogicalAxisRule{"norm", {"fsdp"}, true}});  // ['norm', 'fsdp']
+  return LogicalAxisRules();
+}
+
+namespace {
 
 const ConfigKey* find_key(std::string_view name) {
   for (const ConfigKey& k : kKeys)
@@ -393,6 +405,17 @@ Status resolve_data(const Config& c, ResolvedConfig& r) {
         "config: dataset_path '{}' is set but dataset_type is synthetic, which "
         "reads no file (use dataset=\"text:PATH\" or \"tokens:PATH\")",
         r.dataset_path);
+  // MaxText's packing: documents of a text file packed into rows (engine/train/data.h); the
+  // attention then masks across the rows' segments. A .npy token stream has no boundaries.
+  const bool packing = c.get_bool("packing");
+  if (r.dataset_type == "tokens" && packing && c.has_override("packing"))
+    return invalid_argument(
+        "config: packing=true needs document boundaries, but the tokens file '{}' is one stream "
+        "of token ids with none; set packing=false (the default for tokens files reads it as a "
+        "stream)",
+        r.dataset_path);
+  r.packing = packing && r.dataset_type == "text";
+  r.model.attention_segment_ids = r.packing;
   return ok_status();
 }
 

@@ -83,6 +83,7 @@ struct ResolvedConfig {
   // Data.
   std::string dataset_type;  // synthetic | text | tokens
   std::string dataset_path;
+  bool packing = false;  // text dataset with packing: documents packed, segment ids (data.h)
   uint64_t init_weights_seed = 0, data_shuffle_seed = 0;
   std::string run_name;
   // Rematerialisation (engine/ir/remat.h): remat_policy and, for save_only_these_names /
@@ -94,6 +95,11 @@ struct ResolvedConfig {
 // Validates and derives; errors name the key and value (e.g. "per_device_batch_size must be
 // positive, got -1").
 Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices);
+
+// The per-model logical_axis_rules of MaxText's configs/models/<model>.yml: llama2-7b, -13b
+// and -70b carry [['norm', 'fsdp']]; other presets none. compile_options_from_config merges
+// them into base.yml's rules first and the user's logical_axis_rules after (pyconfig.py).
+LogicalAxisRules model_logical_axis_rules(const std::string& model_name);
 
 // Closest known key to `key` (edit distance), or "" if none is close.
 std::string suggest_config_key(std::string_view key);

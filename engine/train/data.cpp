@@ -81,6 +81,90 @@ class StreamSource : public DataSource {
   std::string what_;
 };
 
+// One document of a packed text source: bytes [begin, begin + size) of the file.
+struct Document {
+  int64_t begin, size;
+};
+
+// The documents of a text file whose documents are separated by lines holding only '%' (the
+// fortune/strfile format): the text between separator lines, each at least 2 bytes (one
+// input and its target). No separator line: empty (the file is one stream).
+std::vector<Document> split_documents(const std::string& raw) {
+  std::vector<Document> docs;
+  bool separated = false;
+  int64_t begin = 0;
+  const int64_t n = static_cast<int64_t>(raw.size());
+  for (int64_t line = 0; line < n;) {
+    int64_t end = line;
+    while (end < n && raw[static_cast<size_t>(end)] != '\n') ++end;
+    if (end - line == 1 && raw[static_cast<size_t>(line)] == '%') {
+      separated = true;
+      if (line - begin >= 2) docs.push_back({begin, line - begin});
+      begin = end + 1;
+    }
+    line = end + 1;
+  }
+  if (!separated) return {};
+  if (n - begin >= 2) docs.push_back({begin, n - begin});
+  return docs;
+}
+
+// MaxText's packing (input_pipeline/packing/sequence_packing.py) of byte-level documents:
+// a document of n bytes is n - 1 (input, target) pairs, truncated to T; row r of batch i starts
+// at a document drawn from (seed, i, r) and takes the following documents (in file order,
+// wrapping) while they fit whole; the rest of the row is padding (token 0, position 0,
+// segment 0, which the loss masks). Segment ids count 1, 2, ... within a row; positions restart
+// at 0 in every document; targets carry the same segments and positions as their inputs.
+class PackedTextSource : public DataSource {
+ public:
+  PackedTextSource(std::string raw, std::vector<Document> docs, int64_t b, int64_t t,
+                   uint64_t seed, std::string what)
+      : raw_(std::move(raw)), docs_(std::move(docs)), b_(b), t_(t), seed_(seed),
+        what_(std::move(what)) {}
+
+  void next(HostBatch& out) override {
+    out.resize(b_, t_);
+    for (auto* v : {&out.inputs, &out.inputs_position, &out.inputs_segmentation, &out.targets,
+                    &out.targets_position, &out.targets_segmentation})
+      std::fill(v->begin(), v->end(), 0);
+    for (int64_t r = 0; r < b_; ++r) {
+      const uint64_t h =
+          hash_mix(hash_mix(seed_, static_cast<uint64_t>(position_)), static_cast<uint64_t>(r));
+      fill_row(out, r, static_cast<size_t>(h % docs_.size()));
+    }
+    ++position_;
+  }
+  std::string describe() const override { return what_; }
+
+ private:
+  void fill_row(HostBatch& out, int64_t r, size_t first) const {
+    int64_t t = 0;
+    for (size_t k = 0; k < docs_.size() && t < t_; ++k) {
+      const Document& d = docs_[(first + k) % docs_.size()];
+      int64_t len = d.size - 1;  // (input, target) pairs
+      if (t + len > t_) {
+        if (t > 0) break;  // starts the next row instead (MaxText's pack_dataset)
+        len = t_;          // longer than a row: truncated, as MaxText truncates examples
+      }
+      const int32_t seg = static_cast<int32_t>(k + 1);
+      for (int64_t j = 0; j < len; ++j) {
+        const size_t i = static_cast<size_t>(r * t_ + t + j);
+        out.inputs[i] = static_cast<unsigned char>(raw_[static_cast<size_t>(d.begin + j)]);
+        out.targets[i] = static_cast<unsigned char>(raw_[static_cast<size_t>(d.begin + j + 1)]);
+        out.inputs_position[i] = out.targets_position[i] = static_cast<int32_t>(j);
+        out.inputs_segmentation[i] = out.targets_segmentation[i] = seg;
+      }
+      t += len;
+    }
+  }
+
+  std::string raw_;
+  std::vector<Document> docs_;
+  int64_t b_, t_;
+  uint64_t seed_;
+  std::string what_;
+};
+
 // Datasets are read whole (as tokens: 4 bytes each), so their size is bounded; a FIFO or a
 // device (/dev/zero, /dev/urandom) is refused instead of read forever.
 constexpr int64_t kMaxDatasetBytes = int64_t{1} << 30;
@@ -159,6 +243,15 @@ Result<std::unique_ptr<DataSource>> make_data_source(const ResolvedConfig& c) {
     if (c.model.vocab_size < 256)
       return invalid_argument("data: byte-level text needs vocab_size >= 256, got {}",
                               c.model.vocab_size);
+    if (c.packing) {
+      std::vector<Document> docs = split_documents(raw);
+      if (!docs.empty()) {
+        std::string what = fmt::format("text:{} ({} bytes, {} documents, packed)",
+                                       c.dataset_path, raw.size(), docs.size());
+        return std::unique_ptr<DataSource>(new PackedTextSource(
+            std::move(raw), std::move(docs), B, T, c.data_shuffle_seed, std::move(what)));
+      }
+    }
     tokens.resize(raw.size());
     for (size_t i = 0; i < raw.size(); ++i) tokens[i] = static_cast<unsigned char>(raw[i]);
     what = fmt::format("text:{} ({} bytes)", c.dataset_path, raw.size());

@@ -1,6 +1,16 @@
 // engine/train/data.h: the input pipeline: synthetic (MaxText semantics), byte-level text
 // from any file, and pre-tokenized .npy token files. Deterministic and seekable: batch i
 // depends only on (seed, i), so a resumed run sees the same data as an uninterrupted one.
+//
+// Text with `packing` (MaxText's key, default true): a file with document separators, lines
+// holding only '%' (fortune files), is packed as MaxText packs examples: each row holds whole
+// documents (a document longer than a row is truncated to it), segment ids 1, 2, ... per
+// document and 0 for the padding after the last one, positions restarting at 0 in each
+// document; the model's attention then masks keys of other segments (ModelConfig::
+// attention_segment_ids) and the loss ignores segment 0. A text file without '%' lines (or
+// packing=false) is one stream: rows are windows at random offsets, segment 1 throughout.
+// .npy token files have no document boundaries: always one stream; packing=true set
+// explicitly with one is a config error.
 #pragma once
 
 #include <cstdint>

@@ -117,8 +117,13 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
         return invalid_argument("config: logical_axis_rules: rule {} names mesh axis '{}', which is "
                                 "not one of MaxText's mesh axes ({})",
                                 r.to_string(), a, fmt::join(known, ", "));
-  o.rules = LogicalAxisRules::maxtext_default().merged(
-      overrides, config.get_bool("override_logical_axis_rules"));
+  // pyconfig.py: base.yml's rules, then the model yml's (merged), then the user's (merged, or
+  // replacing everything with override_logical_axis_rules).
+  o.rules = LogicalAxisRules::maxtext_default()
+                .merged(model_logical_axis_rules(config.get_string("model_name")))
+                .merged(overrides, config.get_bool("override_logical_axis_rules"));
+  if (config.get_int("ici_pipeline_parallelism") > 1)
+    o.rules = pipeline_logical_axis_rules(o.rules);
   return o;
 }
 

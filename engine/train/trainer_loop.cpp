@@ -91,8 +91,11 @@ Status Trainer::flush_step(int64_t ticket, int64_t step,
   return ok_status();
 }
 
+// MaxText's _should_save_checkpoint_at_step: every checkpoint_period steps; step 0 (always a
+// multiple) only with save_checkpoint_on_start; never a step already saved or restored.
 bool Trainer::checkpoint_due(int64_t step) const {
-  if (!raw_config_.get_bool("enable_checkpointing") || step <= 0) return false;
+  if (!raw_config_.get_bool("enable_checkpointing") || step < 0) return false;
+  if (step == 0 && !raw_config_.get_bool("save_checkpoint_on_start")) return false;
   if (step == last_checkpoint_step_) return false;
   return step % raw_config_.get_int("checkpoint_period") == 0;
 }

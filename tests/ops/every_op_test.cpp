@@ -96,11 +96,12 @@ void add_backward_cases(std::map<OpKind, Case>& c) {
     const Shape s{z.B, z.T, z.H, z.D};
     OpAttrs a;
     a.scale = 0.5;
+    // Random segment ids (packed sequences; any ids: the mask need not be contiguous).
     return b.emit(
         K::kAttentionGrad,
         {arg(b, "q", s, kBTHD), arg(b, "k", s, kBTHD), arg(b, "v", s, kBTHD), arg(b, "o", s, kBTHD),
          arg(b, "lse", Shape{z.B, z.H, z.T}, {"B", "activation_heads", ""}),
-         arg(b, "do", s, kBTHD)},
+         arg(b, "do", s, kBTHD), ids(b, z, "segment_ids")},
         a);
   }};
   c[K::kSwigluGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
@@ -219,7 +220,8 @@ std::map<OpKind, Case> forward_cases() {
       [](Builder& b, const Sizes& z, V& w) -> V {
         const Shape s{z.B, z.T, z.H, z.D};
         auto x = wrt_all(w, {arg(b, "q", s, kBTHD), arg(b, "k", s, kBTHD), arg(b, "v", s, kBTHD)});
-        auto [o, lse] = b.attention(x[0], x[1], x[2], 0.5);
+        // With random segment ids: the masked (packed) form, a superset of plain causal.
+        auto [o, lse] = b.attention(x[0], x[1], x[2], 0.5, ids(b, z, "segment_ids"));
         return {o, lse};
       },
       true};

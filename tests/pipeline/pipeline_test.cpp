@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
@@ -140,7 +141,12 @@ TEST_P(Pipeline, EqualsSequentialOneDevice) {
   Result<ResolvedConfig> cfg = resolve_config(small(S, c.microbatches), 8);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   Mesh mesh = *Mesh::create(c.axes, c.sizes);
+  // The rules a pipelined config compiles with (compile_options_from_config: MaxText's rule-2
+  // rewrite, engine/model/pipeline.h).
+  Result<CompileOptions> from_config = compile_options_from_config(small(S, c.microbatches));
+  ASSERT_TRUE(from_config.ok()) << from_config.status().message();
   CompileOptions o;
+  o.rules = from_config->rules;
   o.shard_mode = explicit_mode ? ShardMode::kExplicit : ShardMode::kAuto;
   o.shard_optimizer_over_data = c.zero1;
   Result<TrainRun> r = train(*cfg, mesh, o);
@@ -205,47 +211,117 @@ TEST(PipelineSchedule, IterationsAndPerStageWeights) {
     EXPECT_EQ(b, 4 * (other + m.num_decoder_layers / 4 * per_layer));
 }
 
+// Loss and raw gradient norm of one train_step on the config's first batch, in the
+// double-precision reference interpreter.
+std::vector<double> interpreter_metrics(const Config& c) {
+  Result<ResolvedConfig> cfg = resolve_config(c, 8);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+  TrainStepLayout layout;
+  Program p = build_train_step(*cfg, &layout);
+  auto data = make_data_source(*cfg);
+  EXPECT_TRUE(data.ok());
+  HostBatch batch;
+  (*data)->next(batch);
+  std::vector<HostTensor> args;
+  std::vector<float> host;
+  for (size_t i = 0; i < p.args().size(); ++i) {
+    const ValueInfo& v = p.value(p.args()[i].value);
+    HostTensor t;
+    t.shape = v.shape;
+    t.dtype = v.dtype;
+    t.data.assign(v.shape.numel(), 0.0);
+    if (p.args()[i].role == ArgRole::kParam) {
+      host.resize(v.shape.numel());
+      init_param(v, cfg->init_weights_seed, host.data());
+      t.data.assign(host.begin(), host.end());
+    } else if (static_cast<int>(i) >= layout.first_batch_arg) {
+      const auto& a = *batch.arrays()[i - layout.first_batch_arg];
+      t.data.assign(a.begin(), a.end());
+    }
+    args.push_back(std::move(t));
+  }
+  Result<std::vector<HostTensor>> out = interpret(p, args);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  if (!out.ok()) return {};
+  const int m = layout.first_metric_output;
+  return {(*out)[m].data[0], (*out)[m + 2].data[0]};  // loss, raw_grad_norm
+}
+
 // The global pipeline program (vmapped ops, shifts, slices) in the double-precision
 // reference interpreter gives the sequential program's loss and gradient norm.
 TEST(PipelineInterpreter, GlobalProgramEqualsSequential) {
-  auto metrics = [](const Config& c) -> std::vector<double> {
-    Result<ResolvedConfig> cfg = resolve_config(c, 8);
-    EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-    TrainStepLayout layout;
-    Program p = build_train_step(*cfg, &layout);
-    auto data = make_data_source(*cfg);
-    EXPECT_TRUE(data.ok());
-    HostBatch batch;
-    (*data)->next(batch);
-    std::vector<HostTensor> args;
-    std::vector<float> host;
-    for (size_t i = 0; i < p.args().size(); ++i) {
-      const ValueInfo& v = p.value(p.args()[i].value);
-      HostTensor t;
-      t.shape = v.shape;
-      t.dtype = v.dtype;
-      t.data.assign(v.shape.numel(), 0.0);
-      if (p.args()[i].role == ArgRole::kParam) {
-        host.resize(v.shape.numel());
-        init_param(v, cfg->init_weights_seed, host.data());
-        t.data.assign(host.begin(), host.end());
-      } else if (static_cast<int>(i) >= layout.first_batch_arg) {
-        const auto& a = *batch.arrays()[i - layout.first_batch_arg];
-        t.data.assign(a.begin(), a.end());
-      }
-      args.push_back(std::move(t));
-    }
-    Result<std::vector<HostTensor>> out = interpret(p, args);
-    EXPECT_TRUE(out.ok()) << out.status().message();
-    if (!out.ok()) return {};
-    const int m = layout.first_metric_output;
-    return {(*out)[m].data[0], (*out)[m + 2].data[0]};  // loss, raw_grad_norm
-  };
-  const std::vector<double> seq = metrics(small(1, -1)), pipe = metrics(small(2, 4));
+  const std::vector<double> seq = interpreter_metrics(small(1, -1)),
+                            pipe = interpreter_metrics(small(2, 4));
   ASSERT_EQ(seq.size(), 2u);
   ASSERT_EQ(pipe.size(), 2u);
   EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]);
   EXPECT_NEAR(pipe[1], seq[1], 1e-9 * seq[1]);
+}
+
+// Packed documents (segment ids in every stage's attention, positions restarting) through the
+// pipeline equal the sequential model on the same packed batch.
+TEST(PipelineInterpreter, PackedBatchEqualsSequential) {
+  const std::string path = ::testing::TempDir() + "shardlab_pipeline_fortunes.txt";
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 40; ++i)  // documents of 4..14 bytes between '%' lines
+      f << std::string(3 + (i * 5) % 11, static_cast<char>('a' + i % 26)) << "\n%\n";
+  }
+  auto packed = [&](int64_t stages, int64_t microbatches) {
+    Config c = small(stages, microbatches);
+    EXPECT_TRUE(c.set("dataset", "text:" + path).ok());
+    return c;
+  };
+  Result<ResolvedConfig> r = resolve_config(packed(2, 4), 8);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->model.attention_segment_ids);
+  const std::vector<double> seq = interpreter_metrics(packed(1, -1)),
+                            pipe = interpreter_metrics(packed(2, 4));
+  ASSERT_EQ(seq.size(), 2u);
+  ASSERT_EQ(pipe.size(), 2u);
+  EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]);
+  EXPECT_NEAR(pipe[1], seq[1], 1e-9 * seq[1]);
+}
+
+// Issue 11 item 3: llama2-7b, batch 1 x 2048 per device on 256 devices, shape-only. After the
+// pipeline loop the final norm, logits and loss ran on the global batch on every device
+// (f32[256,2048,32000] all_gather, 66 GiB peak). Now no temporary has the global batch (256)
+// as a dim, and stage=4 x fsdp=64 / stage=2 x fsdp=128 peak within 1.5x of fsdp=256.
+TEST(PipelineShapeOnly, Llama2_7bKeepsTheBatchSharded) {
+  auto plan = [](int64_t stages, int64_t fsdp) -> std::shared_ptr<const Executable> {
+    Config c;
+    EXPECT_TRUE(c.set("model_name", "llama2-7b").ok());
+    EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
+    EXPECT_TRUE(c.set("max_target_length", int64_t{2048}).ok());
+    EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
+    Result<ResolvedConfig> r = resolve_config(c, 256);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    Result<CompileOptions> o = compile_options_from_config(c);
+    EXPECT_TRUE(o.ok()) << o.status().message();
+    if (!r.ok() || !o.ok()) return nullptr;
+    TrainStepLayout layout;
+    const Program p = build_train_step(*r, &layout);
+    Result<std::shared_ptr<const Executable>> exe =
+        compile(p, *Mesh::create({"stage", "fsdp"}, {stages, fsdp}), *o);
+    EXPECT_TRUE(exe.ok()) << exe.status().message();
+    if (!exe.ok()) return nullptr;
+    fmt::print("[7b] stage={} fsdp={}: {}\n", stages, fsdp, (*exe)->memory().to_string());
+    return *exe;
+  };
+  const auto base = plan(1, 256);
+  ASSERT_NE(base, nullptr);
+  for (auto [stages, fsdp] : {std::pair<int64_t, int64_t>{4, 64}, {2, 128}}) {
+    const auto exe = plan(stages, fsdp);
+    ASSERT_NE(exe, nullptr);
+    EXPECT_LE(exe->memory().peak_bytes(), 1.5 * base->memory().peak_bytes())
+        << "stage=" << stages << " fsdp=" << fsdp;
+    for (const TempInfo& t : exe->largest_temps(1 << 20)) {
+      const Shape& s = exe->program().value(t.value).shape;
+      for (int d = 0; d < s.rank(); ++d)
+        EXPECT_NE(s[d], 256) << "stage=" << stages << ": a temporary of global-batch size "
+                             << exe->program().value(t.value).type_string();
+    }
+  }
 }
 
 TEST(PipelineErrors, BadShapesNameBothNumbers) {

@@ -162,6 +162,46 @@ TEST(Resolution, EmptyRuleBlocksFallbacks) {
   EXPECT_EQ(resolve_raw({"activation_kv_length", "kv"}), P({{}, {}}));
 }
 
+// explain_logical_to_mesh (t:shardings()'s rules column): the rule that fired per dim, the
+// rules of that name that did not, and why; its axes equal logical_to_mesh's spec.
+TEST_F(WorkedExamples, ExplainNamesTheRuleThatFiredAndWhyOthersDidNot) {
+  const std::vector<DimResolution> wo = explain_logical_to_mesh({"mlp", "embed"}, mesh_).value();
+  ASSERT_EQ(wo.size(), 2u);
+  EXPECT_EQ(wo[0].fired, 47);  // #48
+  EXPECT_EQ(wo[0].axes, std::vector<std::string>{"tensor"});
+  EXPECT_EQ(wo[1].fired, 50);  // #51: #50 wanted fsdp_transpose, which mlp holds
+  EXPECT_EQ(wo[1].raw_axes,
+            (std::vector<std::string>{"fsdp", "context", "context_usp_ulysses", "expert"}));
+  ASSERT_EQ(wo[1].skipped.size(), 1u);
+  EXPECT_EQ(wo[1].skipped[0].rule, 49);
+  EXPECT_EQ(wo[1].skipped[0].reason,
+            "mesh axis 'fsdp_transpose' is already used by dim 0 ('mlp', #48)");
+  // A fallback after the firing rule: skipped as settled; an [] rule fires and blocks.
+  const LogicalAxisRules r = Rules({{"x", {}}, {"x", {"fsdp"}}});
+  const std::vector<DimResolution> x = explain_logical_to_mesh({"x"}, mesh_, r).value();
+  EXPECT_EQ(x[0].fired, 0);
+  ASSERT_EQ(x[0].skipped.size(), 1u);
+  EXPECT_EQ(x[0].skipped[0].reason, "dim 0 is already settled by #1");
+  // Unknown names and None: nothing fired.
+  const std::vector<DimResolution> u =
+      explain_logical_to_mesh({"no_such_axis", std::nullopt}, mesh_).value();
+  EXPECT_EQ(u[0].fired, -1);
+  EXPECT_FALSE(u[1].logical.has_value());
+  // Agrees with logical_to_mesh on every weight and activation name tuple of the model.
+  const std::vector<LogicalAxes> all = {
+      {"embed", "mlp"}, {"embed", "q_heads", "kv"}, {"heads", "kv", "embed"},
+      {"vocab", "embed_vocab"}, {"embed_vocab", "vocab"}, {"norm"}, {"embed", "layers", "mlp"},
+      {"activation_batch", "activation_norm_length", "activation_embed"},
+      {"activation_embed_and_logits_batch", "activation_length", "activation_vocab"}};
+  for (const LogicalAxes& names : all) {
+    const PartitionSpec spec = resolve(names, mesh_);
+    const std::vector<DimResolution> e = explain_logical_to_mesh(names, mesh_).value();
+    for (size_t i = 0; i < names.size(); ++i)
+      EXPECT_EQ(e[i].axes, spec.dim_or_none(static_cast<int>(i))) << logical_axes_string(names);
+  }
+  EXPECT_FALSE(explain_logical_to_mesh({"embed", "embed"}, mesh_).ok());
+}
+
 TEST(Resolution, UnknownAndNonePassThrough) {
   EXPECT_EQ(resolve_raw({"no_such_axis", std::nullopt, "norm"}), P({{}, {}, {"tensor"}}));
   EXPECT_EQ(resolve_raw({}), PartitionSpec());

@@ -178,4 +178,36 @@ assert(stored[1].bytes_per_device == 128 * 352 * 4)
 assert(stored[1].repr:find("'data': 2", 1, true))
 local ra = run:audit()
 assert(#ra.offenders > 0 and ra.offenders[1].unsharded_axes[1] == "fsdp")
+-- The rule that fired for each dim (issue 11): MaxText's worked example wo (mlp, embed) on
+-- fsdp=4, tensor=2: 'mlp' #48 takes fsdp_transpose, so 'embed' #50 is skipped and #51 fires.
+local tr = sl.trainer(sl.config{model = "llama-tiny", per_device_batch_size = 1},
+                      sl.mesh{fsdp = 4, tensor = 2, devices = 8}, {shape_only = true})
+local wo = tr:shardings():find("params/decoder/layers_0/mlp/wo/kernel")
+assert(wo.rules[1].logical == "mlp" and wo.rules[1].fired == 48, wo.rules[1].fired)
+assert(wo.rules[1].rule == "['mlp', ['fsdp_transpose', 'tensor', 'tensor_sequence', 'autoregressive']]")
+assert(wo.rules[1].axes[1] == "tensor" and #wo.rules[1].axes == 1)
+assert(wo.rules[2].logical == "embed" and wo.rules[2].fired == 51 and wo.rules[2].axes[1] == "fsdp")
+assert(#wo.rules[2].skipped == 1 and wo.rules[2].skipped[1].rule == 50)
+assert(wo.rules[2].skipped[1].reason == "mesh axis 'fsdp_transpose' is already used by dim 0 ('mlp', #48)",
+       wo.rules[2].skipped[1].reason)
+local plain = tostring(tr:shardings("layers_0/mlp/wo"))
+assert(plain:find("bytes/device  rules\n", 1, true), plain)
+assert(plain:find("('mlp' #48, 'embed' #51)", 1, true), plain)
+assert(not plain:find("skipped", 1, true))
+local why = tostring(tr:shardings("layers_0/mlp/wo", {skipped = true}))
+assert(why:find("    dim 1 'embed': fired #51 ['embed', ['fsdp', 'context', 'context_usp_ulysses', 'expert']] -> 'fsdp'\n", 1, true), why)
+assert(why:find("      skipped #50 ['embed', ['fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', 'expert']]: " ..
+                "mesh axis 'fsdp_transpose' is already used by dim 0 ('mlp', #48)", 1, true), why)
+assert(tostring(tr:shardings{skipped = true}):find("dim 0 'norm': fired #52 ['norm', ['tensor']] -> 'tensor'", 1, true))
+-- A later rule of a settled name is skipped as such; the step counter has no names.
+local seq = tr:shardings():find("inputs")
+assert(seq.rules[1].fired == 2 and seq.rules[2].logical == "activation_norm_length")
+assert(tostring(tr:shardings("step")):find("  -\n", 1, true))
+-- The merged list numbers: llama2-7b's ['norm', 'fsdp'] is appended last (#76).
+local t7 = sl.trainer(sl.config{model = "llama2-7b", per_device_batch_size = 1},
+                      sl.mesh{fsdp = 4, devices = 4}, {shape_only = true})
+local norm = t7:shardings():find("params/decoder/decoder_norm/scale")
+assert(norm.rules[1].fired == 76 and norm.rules[1].rule == "['norm', 'fsdp']" and tostring(norm.spec) == "P('fsdp')")
+expect_error(function() tr:shardings("wo", {skiped = true}) end, "unknown key 'skiped' (did you mean 'skipped'?)")
+expect_error(function() tr:shardings("wo", 3) end, "Trainer:shardings: argument 'options' expected a table {skipped = true}")
 print("sharding_test ok")

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/base/clock.h"
+#include "engine/store/metrics_store.h"
 #include "engine/train/checkpoint.h"
 #include "tests/train/tiny_trainer.h"
 
@@ -31,6 +32,9 @@ Config ckpt_config(const std::string& base, int64_t period) {
   EXPECT_TRUE(c.set("run_name", "resume").ok());
   EXPECT_TRUE(c.set("checkpoint_period", period).ok());
   EXPECT_TRUE(c.set("save_checkpoint_on_completion", false).ok());
+  // Pinned: these tests count the period's checkpoints (MaxText's default, true, also saves
+  // step 0; CheckpointTest.SaveCheckpointOnStartSavesStepZeroOnce covers it).
+  EXPECT_TRUE(c.set("save_checkpoint_on_start", false).ok());
   return c;
 }
 
@@ -65,6 +69,50 @@ TEST(CheckpointTest, ResumeFromStep5IsBitwiseEqual) {
   EXPECT_EQ(t->data()->position(), 6);
   std::vector<double> rest = losses(*t, 4);  // steps 6..9
   EXPECT_EQ(rest, std::vector<double>(full.begin() + 6, full.end()));
+}
+
+// MaxText's save_checkpoint_on_start (default true): step 0 is saved when checkpointing is on,
+// once (a one-step run's completion save does not repeat it); a resumed run still continues
+// from the latest checkpoint and saves nothing it restored.
+TEST(CheckpointTest, SaveCheckpointOnStartSavesStepZeroOnce) {
+  const std::vector<double> full = uninterrupted(10);
+  TempDir dir("onstart");
+  auto store = MetricsStore::open(dir / "m.db").value();
+  Config c = ckpt_config(dir.str(), 5);
+  ASSERT_TRUE(c.set("save_checkpoint_on_start", true).ok());
+  ASSERT_TRUE(c.set("save_checkpoint_on_completion", true).ok());
+  const fs::path ckpts = dir / "resume/checkpoints";
+  {
+    auto t = Trainer::create(c, Mesh(), {.store = store.get()}).value();
+    EXPECT_EQ(losses(*t, 1), std::vector<double>(full.begin(), full.begin() + 1));
+  }
+  EXPECT_EQ(list_checkpoints(ckpts), (std::vector<int64_t>{0}));
+  {
+    auto t = Trainer::create(c, Mesh(), {.store = store.get()}).value();  // resumes after 0
+    EXPECT_EQ(t->restored_from(), checkpoint_path(ckpts, 0));
+    EXPECT_EQ(t->current_step(), 1);
+    EXPECT_EQ(losses(*t, 6), std::vector<double>(full.begin() + 1, full.begin() + 7));
+  }
+  EXPECT_EQ(list_checkpoints(ckpts), (std::vector<int64_t>{0, 5, 6}));  // 5: period, 6: last
+  {
+    auto t = Trainer::create(c, Mesh(), {.store = store.get()}).value();
+    EXPECT_EQ(t->current_step(), 7);
+    EXPECT_EQ(losses(*t, 3), std::vector<double>(full.begin() + 7, full.end()));
+  }
+  EXPECT_EQ(list_checkpoints(ckpts), (std::vector<int64_t>{0, 5, 6, 9}));
+  // Every save is a row of the checkpoints table: four saves, none of a step twice.
+  QueryResult rows = store->query("SELECT step FROM checkpoints ORDER BY step").value();
+  ASSERT_EQ(rows.rows.size(), 4u);
+  for (size_t i = 0; i < rows.rows.size(); ++i)
+    EXPECT_EQ(std::get<int64_t>(rows.rows[i][0]), (std::vector<int64_t>{0, 5, 6, 9})[i]);
+
+  // Off: no step 0.
+  TempDir off("onstart_off");
+  Config o = ckpt_config(off.str(), 5);
+  ASSERT_TRUE(o.set("save_checkpoint_on_start", false).ok());
+  auto u = Trainer::create(o, Mesh()).value();
+  losses(*u, 3);
+  EXPECT_EQ(list_checkpoints(off / "resume/checkpoints"), (std::vector<int64_t>{}));
 }
 
 TEST(CheckpointTest, KeepsOnlyTheNewest) {

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "engine/ir/interpret.h"
+#include "engine/model/llama.h"
 #include "engine/train/data.h"
 
 namespace eng {
@@ -137,6 +139,150 @@ TEST(DataTest, NonRegularFilesAreRefusedAtOnce) {
   auto dir = make_data_source(tiny("text", fs::temp_directory_path().string()));
   ASSERT_FALSE(dir.ok());
   EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos);
+}
+
+// MaxText's packing on a fortune-format file: documents between '%' lines, packed whole into
+// rows, segment ids 1, 2, ... per document and 0 for padding, positions restarting at 0.
+TEST(DataTest, PackingFortuneDocumentsRestartsPositions) {
+  const std::vector<std::string> docs = {"ab cd\n", "hello\n", "a longer fortune than a row\n",
+                                         "xy\n", "q\n"};
+  std::string text = "%\n";  // a leading separator line is allowed
+  for (const std::string& d : docs) text += d + "%\n";
+  const std::string path = temp_file("fortunes", text);
+  ResolvedConfig cfg = tiny("text", path, 4, 8);
+  ASSERT_TRUE(cfg.packing);
+  EXPECT_TRUE(cfg.model.attention_segment_ids);
+  auto src = make_data_source(cfg).value();
+  EXPECT_NE(src->describe().find("5 documents, packed"), std::string::npos) << src->describe();
+  HostBatch b;
+  for (int batch = 0; batch < 3; ++batch) {
+    src->next(b);
+    for (int64_t r = 0; r < 4; ++r) {
+      int32_t seg = 0;
+      std::string run;  // the current segment's input bytes, then its last target
+      auto close = [&] {
+        if (seg == 0) return;
+        // A segment is a prefix (the first min(n - 1, 8) bytes) of exactly one document.
+        bool found = false;
+        for (const std::string& d : docs) found |= d.compare(0, run.size(), run) == 0;
+        EXPECT_TRUE(found) << "row " << r << " segment " << seg << ": '" << run << "'";
+      };
+      for (int64_t t = 0; t < 8; ++t) {
+        const size_t i = static_cast<size_t>(r * 8 + t);
+        const int32_t s = b.inputs_segmentation[i];
+        EXPECT_EQ(b.targets_segmentation[i], s);
+        EXPECT_EQ(b.targets_position[i], b.inputs_position[i]);
+        if (s != seg) {  // a new segment starts at position 0 (padding: 0 after the last)
+          EXPECT_TRUE(s == seg + 1 || s == 0) << s << " after " << seg;
+          EXPECT_EQ(b.inputs_position[i], 0);
+          close();
+          seg = s;
+          run.clear();
+        } else if (s != 0) {
+          EXPECT_EQ(b.inputs_position[i], b.inputs_position[i - 1] + 1);
+        }
+        if (s == 0) {
+          EXPECT_EQ(b.inputs[i], 0);
+          EXPECT_EQ(b.targets[i], 0);
+          continue;
+        }
+        if (run.empty()) run += static_cast<char>(b.inputs[i]);
+        EXPECT_EQ(static_cast<char>(b.inputs[i]), run.back());  // inputs then targets chain
+        run += static_cast<char>(b.targets[i]);
+      }
+      close();
+      EXPECT_EQ(b.inputs_segmentation[r * 8], 1);  // every row starts with a document
+    }
+  }
+  // Seekable: batch 2 again from a fresh source.
+  auto again = make_data_source(cfg).value();
+  again->set_position(2);
+  HostBatch b2;
+  again->next(b2);
+  EXPECT_EQ(b2.inputs, b.inputs);
+  EXPECT_EQ(b2.inputs_segmentation, b.inputs_segmentation);
+
+  // packing=false: one stream, segment 1 everywhere, the model without segment ids.
+  Config c;
+  ASSERT_TRUE(c.set("dataset", "text:" + path).ok());
+  ASSERT_TRUE(c.set("packing", false).ok());
+  ASSERT_TRUE(c.set("per_device_batch_size", 4.0).ok());
+  ASSERT_TRUE(c.set("max_target_length", int64_t{8}).ok());
+  ResolvedConfig off = resolve_config(c, 1).value();
+  EXPECT_FALSE(off.model.attention_segment_ids);
+  auto stream = make_data_source(off).value();
+  stream->next(b);
+  EXPECT_EQ(b.inputs_segmentation, std::vector<int32_t>(32, 1));
+}
+
+// A .npy token file has no document boundaries: packing=true set explicitly is an error naming
+// the file and the fix; by default a tokens file is read as one stream.
+TEST(DataTest, PackingATokensFileIsAClearError) {
+  const std::string payload(64, '\x05');
+  const std::string path = temp_file("tokens.npy", npy("|u1", payload, 64));
+  Config c;
+  ASSERT_TRUE(c.set("dataset", "tokens:" + path).ok());
+  ASSERT_TRUE(c.set("max_target_length", int64_t{8}).ok());
+  Result<ResolvedConfig> by_default = resolve_config(c, 1);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().message();
+  EXPECT_FALSE(by_default->packing);
+  EXPECT_FALSE(by_default->model.attention_segment_ids);
+  auto stream = make_data_source(*by_default);
+  EXPECT_TRUE(stream.ok()) << stream.status().message();
+  ASSERT_TRUE(c.set("packing", true).ok());
+  Result<ResolvedConfig> r = resolve_config(c, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("packing=true needs document boundaries"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find(path), std::string::npos);
+  EXPECT_NE(r.status().message().find("packing=false"), std::string::npos);
+}
+
+// Through the whole model (reference interpreter, double): in a packed row [doc A | doc B]
+// whose loss counts doc B's targets only, doc A's tokens do not change the loss: doc B never
+// attends to doc A. Without segment ids it does (the test can fail).
+TEST(DataTest, PackedDocumentsDoNotAttendAcrossEachOtherInTheModel) {
+  ModelConfig m = model_preset("llama-tiny").value();
+  m.emb_dim = 16;
+  m.num_query_heads = m.num_kv_heads = 2;
+  m.head_dim = 8;
+  m.mlp_dim = 32;
+  m.num_decoder_layers = 2;
+  const int64_t T = 12, TA = 5;
+  auto loss_of = [&](bool segments, int32_t doc_a_token) {
+    m.attention_segment_ids = segments;
+    Builder b("packed");
+    LlamaParams p = declare_llama_params(b, m);
+    BatchArgs batch = declare_batch(b, 1, T);
+    b.output(trace_llama_loss(b, m, p, batch).loss, "loss");
+    const Program prog = std::move(b).finish();
+    std::vector<HostTensor> args;
+    for (const Argument& a : prog.args()) {
+      const ValueInfo& v = prog.value(a.value);
+      HostTensor h{v.shape, v.dtype, std::vector<double>(v.shape.numel())};
+      if (a.role == ArgRole::kParam) {
+        std::vector<float> f(v.shape.numel());
+        init_param(v, 7, f.data());
+        h.data.assign(f.begin(), f.end());
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        const bool in_a = t < TA;
+        const int64_t pos = in_a ? t : t - TA;
+        if (v.name == "inputs") h.data[t] = in_a ? doc_a_token + t : 100 + 3 * t;
+        if (v.name == "targets") h.data[t] = 50 + t;
+        if (v.name == "inputs_position" || v.name == "targets_position") h.data[t] = pos;
+        if (v.name == "inputs_segmentation") h.data[t] = in_a ? 1 : 2;
+        if (v.name == "targets_segmentation") h.data[t] = in_a ? 0 : 2;  // doc B's loss only
+      }
+      args.push_back(std::move(h));
+    }
+    Result<std::vector<HostTensor>> out = interpret(prog, args);
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return out.ok() ? (*out)[0].data[0] : 0.0;
+  };
+  const double base = loss_of(true, 10);
+  EXPECT_EQ(loss_of(true, 60), base);   // doc A's tokens changed: doc B's loss is the same
+  EXPECT_NE(loss_of(false, 60), loss_of(false, 10));  // plain causal: doc B sees doc A
 }
 
 }  // namespace

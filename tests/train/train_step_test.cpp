@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/compile/spmd.h"
 #include "engine/train/train_step.h"
 
 namespace eng {
@@ -82,6 +83,51 @@ TEST(TrainStepTest, Llama7bTracesInWellUnderASecond) {
   int64_t params = 0;
   for (int i = 0; i < layout.num_params; ++i) params += p.value(p.args()[i].value).shape.numel();
   EXPECT_EQ(params, r.model.num_params());
+}
+
+// MaxText's configs/models/llama2-{7b,13b,70b}.yml override ['norm', 'fsdp']; pyconfig merges
+// base.yml's rules, then the model's, then the user's (same-name rules removed, new ones
+// appended). The norm scales follow fsdp on those presets, tensor elsewhere.
+TEST(TrainStepTest, Llama2PresetsShardNormScalesOverFsdp) {
+  const Mesh mesh = *Mesh::create({"fsdp", "tensor"}, {2, 2});
+  auto norm_spec = [&](const std::string& model, const std::string& user_rules) {
+    Config c;
+    EXPECT_TRUE(c.set("model_name", model).ok());
+    EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
+    if (!user_rules.empty()) {
+      EXPECT_TRUE(c.set("logical_axis_rules", user_rules).ok());
+    }
+    Result<CompileOptions> o = compile_options_from_config(c);
+    EXPECT_TRUE(o.ok()) << o.status().message();
+    Result<ResolvedConfig> r = resolve_config(c, 4);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (!o.ok() || !r.ok()) return std::string();
+    TrainStepLayout layout;
+    const Program p = build_train_step(*r, &layout);
+    auto shardings = argument_shardings(p, mesh, *o);
+    EXPECT_TRUE(shardings.ok()) << shardings.status().message();
+    if (!shardings.ok()) return std::string();
+    for (size_t i = 0; i < p.args().size(); ++i)
+      if (p.value(p.args()[i].value).name == "params/decoder/decoder_norm/scale")
+        return (*shardings)[i].spec.to_string();
+    return std::string("(no norm)");
+  };
+  for (const char* model : {"llama2-7b", "llama2-13b", "llama2-70b"}) {
+    EXPECT_EQ(norm_spec(model, ""), "P('fsdp')") << model;
+    const LogicalAxisRules rules = model_logical_axis_rules(model);
+    ASSERT_EQ(rules.size(), 1) << model;
+    EXPECT_EQ(rules[0].to_string(), "['norm', 'fsdp']");
+  }
+  EXPECT_EQ(norm_spec("llama-tiny", ""), "P('tensor')");  // base.yml's norm rule
+  // The user's rules merge after the model's: the last word on `norm` is theirs.
+  EXPECT_EQ(norm_spec("llama2-7b", "[['norm', ['tensor']]]"), "P('tensor')");
+  // And the merged list has the model rule where MaxText puts it: base norm rule gone, appended.
+  Config c;
+  ASSERT_TRUE(c.set("model_name", std::string("llama2-7b")).ok());
+  const LogicalAxisRules merged = compile_options_from_config(c)->rules;
+  EXPECT_EQ(merged.size(), LogicalAxisRules::maxtext_default().size());
+  EXPECT_EQ(merged[merged.size() - 1].to_string(), "['norm', 'fsdp']");
+  ASSERT_EQ(merged.find("norm").size(), 1u);
 }
 
 }  // namespace

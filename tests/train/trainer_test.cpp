@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/tensor/reference.h"
 #include "engine/train/trainer.h"
 #include "tests/train/tiny_trainer.h"
 
@@ -50,6 +51,28 @@ TEST(TrainerTest, StepMetricsFollowMaxText) {
   std::string line = step_line(m1);
   EXPECT_EQ(line.rfind("completed step: 1, seconds: ", 0), 0u) << line;
   EXPECT_NE(line.find("total_weights: 256, loss: "), std::string::npos) << line;
+}
+
+// MaxText's cosine divides by its length - 1 (make_cos_schedule), so the last step's learning
+// rate is exactly learning_rate * learning_rate_final_fraction; dividing by the length left
+// it above (3.81e-4 here instead of 3e-4).
+TEST(TrainerTest, CosineScheduleEndsAtTheFinalFraction) {
+  Config c = small_config(10);
+  ASSERT_TRUE(c.set("learning_rate_final_fraction", 0.1).ok());
+  auto t = Trainer::create(c, Mesh()).value();
+  std::vector<double> lrs;
+  ASSERT_TRUE(t->train(10, [&](const StepMetrics& m) {
+                 lrs.push_back(m.learning_rate);
+                 return true;
+               }).ok());
+  ASSERT_EQ(lrs.size(), 10u);
+  EXPECT_EQ(lrs[9], static_cast<float>(3e-3 * 0.1));  // the last step: the final fraction
+  EXPECT_EQ(lrs[1], static_cast<float>(3e-3));        // the cosine's first step: the peak
+  for (size_t i = 2; i < lrs.size(); ++i) EXPECT_LT(lrs[i], lrs[i - 1]) << i;
+  // The reference oracle itself, in double: exact at the end, and a one-step cosine is the end.
+  EXPECT_EQ(ref::learning_rate_at(9, 3e-3, 1, 9, 0.1), 3e-3 * 0.1);
+  EXPECT_EQ(ref::learning_rate_at(1, 3e-3, 1, 1, 0.1), 3e-3 * 0.1);
+  EXPECT_EQ(ref::learning_rate_at(10, 3e-3, 1, 9, 0.1), 0.0);  // past the schedule: 0
 }
 
 TEST(TrainerTest, ShapeOnlyLlama7bCompilesWithoutAllocating) {
