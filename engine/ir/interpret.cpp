@@ -44,7 +44,18 @@ class Evaluator {
     if (vocab_block)  // op.h: the vocab-offset forms exist only in per-device programs
       return unimplemented("interpret: the vocab-block form of {} appears only in per-device "
                            "(partitioned) programs; interpret the global program", op_name(in.kind));
-    return (this->*kEvals[op_index(in.kind)])(in);
+    ENG_RETURN_IF_ERROR((this->*kEvals[op_index(in.kind)])(in));
+    round_bf16_outputs(in);
+    return ok_status();
+  }
+
+  // docs/precision.md: every kernel computes in f32 (here: double) from its inputs' values and
+  // rounds each bf16 output once, when it stores it. So does the reference, here.
+  void round_bf16_outputs(const Instr& in) {
+    for (ValueId o : in.outputs) {
+      if (p_.value(o).dtype != DType::kBF16) continue;
+      for (double& x : vals_[o].data) x = bf16_to_f32(f32_to_bf16(static_cast<float>(x)));
+    }
   }
 
   // ---- one reference evaluation per op (the kEvals table below) ----

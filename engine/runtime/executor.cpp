@@ -3,6 +3,7 @@
 #include "engine/runtime/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -377,15 +378,77 @@ Status check_executable_dtypes(const Program& p) {
           i, op_name(in.kind), in.attrs.vmap);
     for (size_t k = 0; k < in.inputs.size(); ++k) {
       const DType have = p.value(in.inputs[k]).dtype;
-      const DType want = is_int_input(in.kind, k) ? DType::kI32 : DType::kF32;
-      if (have != want)
-        return unimplemented(
-            "executor: instruction {} ({}) input {} is {} but the CPU kernels take {}{}", i,
-            op_name(in.kind), k, dtype_name(have), dtype_name(want),
-            want == DType::kF32 ? " (convert to f32 first)" : "");
+      const bool want_int = is_int_input(in.kind, k);
+      if (want_int ? have == DType::kI32 : have != DType::kI32) continue;
+      return unimplemented("executor: instruction {} ({}) input {} is {} but the CPU kernels take {}",
+                           i, op_name(in.kind), k, dtype_name(have),
+                           want_int ? "i32" : "f32 or bf16");
     }
   }
   return ok_status();
+}
+
+namespace {
+
+constexpr int64_t kWidenAlign = 64;
+int64_t widened_bytes(const ValueInfo& v) {
+  return (v.shape.numel() * 4 + kWidenAlign - 1) / kWidenAlign * kWidenAlign;
+}
+
+// The f32 scratch `in` needs to run widened (0: it runs on its own buffers). A value used
+// twice as an input is widened once.
+int64_t widen_bytes(const Program& p, const Instr& in) {
+  if (kKernels[op_index(in.kind)].any_dtype) return 0;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < in.inputs.size(); ++k) {
+    const ValueId v = in.inputs[k];
+    const bool seen = std::find(in.inputs.begin(), in.inputs.begin() + k, v) !=
+                      in.inputs.begin() + k;
+    if (!seen && p.value(v).dtype == DType::kBF16) bytes += widened_bytes(p.value(v));
+  }
+  for (ValueId o : in.outputs)
+    if (p.value(o).dtype == DType::kBF16) bytes += widened_bytes(p.value(o));
+  return bytes;
+}
+
+// The widening path: bf16 operands are pointed at f32 copies for the f32 kernel (ptrs is
+// the device's table; every entry changed here is restored before returning).
+void run_widened(const Args& a, void** ptrs, char* scratch) {
+  constexpr int kMax = 16;
+  std::array<std::pair<ValueId, void*>, kMax> saved;
+  int n = 0;
+  auto widen = [&](ValueId v, bool load) {
+    const ValueInfo& info = a.p.value(v);
+    if (info.dtype != DType::kBF16) return;
+    for (int j = 0; j < n; ++j)
+      if (saved[j].first == v) return;
+    ENG_CHECK(n < kMax, "executor: {} has more than {} bf16 operands", op_name(a.in.kind), kMax);
+    saved[n++] = {v, ptrs[v]};
+    if (load)
+      kern::convert_bf16_to_f32(static_cast<const uint16_t*>(ptrs[v]),
+                                reinterpret_cast<float*>(scratch), info.shape.numel());
+    ptrs[v] = scratch;
+    scratch += widened_bytes(info);
+  };
+  for (ValueId v : a.in.inputs) widen(v, true);
+  const int first_output = n;
+  for (ValueId o : a.in.outputs) widen(o, false);
+  kKernels[op_index(a.in.kind)].run(a);
+  for (int j = n - 1; j >= 0; --j) {
+    const auto& [v, original] = saved[j];
+    if (j >= first_output)  // round the f32 result into the real bf16 output
+      kern::convert_f32_to_bf16(static_cast<const float*>(ptrs[v]),
+                                static_cast<uint16_t*>(original), a.p.value(v).shape.numel());
+    ptrs[v] = original;
+  }
+}
+
+}  // namespace
+
+int64_t widen_scratch_bytes(const Program& p) {
+  int64_t most = 0;
+  for (const Instr& in : p.instrs()) most = std::max(most, widen_bytes(p, in));
+  return most;
 }
 
 // kAxisIndex: the device's rank along `axes` (major to minor; collectives' member order),
@@ -395,9 +458,16 @@ int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::strin
   return AxesGroup(*mesh, axes).rank(device);
 }
 
-void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh* mesh,
-               int64_t device) {
-  kKernels[op_index(in.kind)].run(Args{p, in, ptrs, mesh, device});
+void run_instr(const Program& p, const Instr& in, void** ptrs, const Mesh* mesh, int64_t device,
+               void* widen_scratch) {
+  const Args a{p, in, ptrs, mesh, device};
+  if (widen_bytes(p, in) == 0) {
+    kKernels[op_index(in.kind)].run(a);
+    return;
+  }
+  ENG_CHECK(widen_scratch != nullptr, "executor: {} has bf16 operands but no widening scratch",
+            op_name(in.kind));
+  run_widened(a, ptrs, static_cast<char*>(widen_scratch));
 }
 
 }  // namespace eng

@@ -184,6 +184,7 @@ struct Runtime::Prepared {
   std::vector<int> ordinal;               // per program output: index into `outputs`, or -1
   int num_outputs = 0;                    // non-aliased program outputs
   std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
+  std::vector<DeviceBuffer> widen;        // per device: f32 copies of bf16 operands (executor.h)
   std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
   kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
 };
@@ -328,6 +329,9 @@ Status Runtime::prepare(const Executable& exe) {
     ENG_ASSIGN_OR_RETURN(DeviceBuffer arena,
                          dev->allocate(exe.arena_bytes(), "arena:" + exe.program().name()));
     prep->arenas.push_back(std::move(arena));
+    ENG_ASSIGN_OR_RETURN(DeviceBuffer widen, dev->allocate(widen_scratch_bytes(exe.program()),
+                                                           "bf16 widening:" + exe.program().name()));
+    prep->widen.push_back(std::move(widen));
     prep->ptrs.emplace_back(exe.program().values().size(), nullptr);
   }
   int next = 0;
@@ -417,9 +421,11 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
     if (is_collective(in.kind)) {
       comm_->run(p, in, tables_);  // one instruction across every device's buffers
     } else if (n == 1) {
-      run_instr(p, in, prep.ptrs[0].data(), &mesh_, 0);  // kernels parallelise internally
+      run_instr(p, in, prep.ptrs[0].data(), &mesh_, 0, prep.widen[0].data());  // kernels parallelise internally
     } else {
-      default_pool().run(n, [&](int64_t d) { run_instr(p, in, prep.ptrs[d].data(), &mesh_, d); });
+      default_pool().run(n, [&](int64_t d) {
+        run_instr(p, in, prep.ptrs[d].data(), &mesh_, d, prep.widen[d].data());
+      });
     }
   }
   // Outputs not produced in place (an argument or a value returned twice) are copied.
