@@ -257,5 +257,41 @@ TEST(Bf16WeightDtype, TrainsAndPlansAtTwoBytes) {
   EXPECT_EQ((*e16)->memory().argument_bytes, state / 2 + batch);
 }
 
+std::vector<double> train_n(Trainer& t, int64_t steps) {
+  std::vector<double> out;
+  Status s = t.train(steps, [&](const StepMetrics& m) {
+    out.push_back(m.loss);
+    return true;
+  });
+  EXPECT_TRUE(s.ok()) << s.message();
+  return out;
+}
+
+// bf16 parameters and moments go to the checkpoint as safetensors BF16 and come back
+// bitwise: a run resumed from step 3 continues with the uninterrupted run's losses.
+TEST(Bf16Checkpoint, WeightDtypeBf16ResumesBitwise) {
+  const Config base = text_config({{"dtype", "bfloat16"}, {"weight_dtype", "bfloat16"}});
+  std::vector<double> full;
+  {
+    auto t = Trainer::create(base, Mesh()).value();
+    full = train_n(*t, 6);
+  }
+  testing::TempDir dir("bf16ckpt");
+  Config c = base;
+  ASSERT_TRUE(c.set("enable_checkpointing", true).ok());
+  ASSERT_TRUE(c.set("base_output_directory", dir.str()).ok());
+  ASSERT_TRUE(c.set("run_name", std::string("bf16")).ok());
+  ASSERT_TRUE(c.set("checkpoint_period", int64_t{3}).ok());
+  ASSERT_TRUE(c.set("save_checkpoint_on_completion", false).ok());
+  {
+    auto t = Trainer::create(c, Mesh()).value();
+    EXPECT_EQ(train_n(*t, 4), std::vector<double>(full.begin(), full.begin() + 4));
+  }
+  auto t = Trainer::create(c, Mesh()).value();
+  EXPECT_NE(t->restored_from(), "");
+  EXPECT_EQ(t->current_step(), 4);
+  EXPECT_EQ(train_n(*t, 2), std::vector<double>(full.begin() + 4, full.end()));
+}
+
 }  // namespace
 }  // namespace eng
