@@ -4,6 +4,7 @@
 // the formula from kernels.h's comment and nothing else.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -248,6 +249,24 @@ inline double learning_rate_at(int64_t step, double lr, int64_t warmup_steps, in
 inline double clip_factor(double global_norm, double max_norm) {
   if (max_norm <= 0 || global_norm < max_norm) return 1.0;
   return max_norm / global_norm;
+}
+
+// ---- bf16 (mixed precision) ------------------------------------------------------------------
+// Oracles of kernels.h's bf16 section: the arithmetic runs in T (double in the tests) and
+// round_bf16 is applied exactly where the kernel (and MaxText) rounds to bf16.
+
+// x rounded to the nearest bf16 (8 significant bits, ties to even, f32's exponent range with
+// subnormals down to 2^-133, overflow to inf, NaN stays NaN), computed directly from x.
+template <typename T>
+T round_bf16(T x) {
+  if (!std::isfinite(x) || x == T(0)) return x;
+  int e = 0;
+  std::frexp(static_cast<double>(x), &e);  // |x| = m 2^e, m in [0.5, 1)
+  const double q = std::ldexp(1.0, std::max(e - 8, -133));
+  const double r = std::nearbyint(static_cast<double>(x) / q) * q;  // ties to even
+  const double kMax = std::ldexp(255.0, 120);                        // 0x7f7f
+  if (std::abs(r) > kMax) return static_cast<T>(r > 0 ? INFINITY : -INFINITY);
+  return static_cast<T>(r);
 }
 
 }  // namespace eng::ref
