@@ -191,9 +191,23 @@ class Evaluator {
     return ok_status();
   }
 
+  // kernels.h's bf16 section: these ops round where MaxText does (program.h uses_bf16_kernel);
+  // ref::*_bf16 are their float64 oracles.
+  bool bf16(const Instr& i) const { return uses_bf16_kernel(p_, i); }
+  // Segment ids of attention: its i32 input, if it has one (null: causal only).
+  std::vector<int32_t> segment_ids(const Instr& i) const {
+    for (size_t k = 0; k < i.inputs.size(); ++k)
+      if (p_.value(i.inputs[k]).dtype == DType::kI32) return as_i32(in(i, static_cast<int>(k)));
+    return {};
+  }
+
   Status rmsnorm(const Instr& i) {
     const Shape& x = in(i, 0).shape;
     const int64_t E = x.dim(-1), N = x.prod(0, x.rank() - 1);
+    if (bf16(i)) {
+      ref::rmsnorm_forward_bf16(ind(i, 0), ind(i, 1), outd(i, 0), outd(i, 1), N, E, i.attrs.eps);
+      return ok_status();
+    }
     ref::rmsnorm_forward(ind(i, 0), ind(i, 1), outd(i, 0), outd(i, 1), N, E, i.attrs.eps);
     return ok_status();
   }
@@ -201,6 +215,11 @@ class Evaluator {
   Status rope(const Instr& i) {
     const Shape& x = in(i, 0).shape;
     std::vector<int32_t> pos = as_i32(in(i, 1));
+    if (bf16(i)) {
+      ref::rope_bf16(ind(i, 0), pos.data(), outd(i, 0), x[0], x[1], x[2], x[3],
+                     i.attrs.min_timescale, i.attrs.max_timescale, i.attrs.inverse);
+      return ok_status();
+    }
     ref::rope(ind(i, 0), pos.data(), outd(i, 0), x[0], x[1], x[2], x[3], i.attrs.min_timescale,
               i.attrs.max_timescale, i.attrs.inverse);
     return ok_status();
@@ -219,6 +238,12 @@ class Evaluator {
 
   Status attention(const Instr& i) {
     const Shape& q = in(i, 0).shape;
+    if (bf16(i)) {
+      const std::vector<int32_t> seg = segment_ids(i);
+      ref::attention_forward_bf16(ind(i, 0), ind(i, 1), ind(i, 2), seg.empty() ? nullptr : seg.data(),
+                                  outd(i, 0), outd(i, 1), q[0], q[1], q[2], q[3], i.attrs.scale);
+      return ok_status();
+    }
     ref::attention_forward(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), q[0], q[1],
                            q[2], q[3], i.attrs.scale);
     return ok_status();
@@ -233,6 +258,11 @@ class Evaluator {
     return ok_status();
   }
   Status swiglu(const Instr& i) {
+    if (bf16(i)) {
+      ref::swiglu_forward_bf16(ind(i, 0), ind(i, 1), outd(i, 0),
+                               static_cast<int64_t>(out(i, 0).data.size()));
+      return ok_status();
+    }
     ref::swiglu_forward(ind(i, 0), ind(i, 1), outd(i, 0),
                         static_cast<int64_t>(out(i, 0).data.size()));
     return ok_status();
@@ -299,12 +329,26 @@ class Evaluator {
   Status rmsnorm_grad(const Instr& i) {
     const Shape& x = in(i, 0).shape;
     const int64_t E = x.dim(-1), N = x.prod(0, x.rank() - 1);
+    if (bf16(i)) {
+      ref::rmsnorm_backward_bf16(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), outd(i, 0),
+                                 outd(i, 1), N, E);
+      return ok_status();
+    }
     ref::rmsnorm_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), outd(i, 0), outd(i, 1), N, E);
     return ok_status();
   }
 
   Status attention_grad(const Instr& i) {
     const Shape& q = in(i, 0).shape;
+    if (bf16(i)) {
+      const std::vector<int32_t> seg = segment_ids(i);
+      int d = static_cast<int>(i.inputs.size()) - 1;  // do: the last float input
+      while (p_.value(i.inputs[d]).dtype == DType::kI32) --d;
+      ref::attention_backward_bf16(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), ind(i, 4),
+                                   seg.empty() ? nullptr : seg.data(), ind(i, d), outd(i, 0),
+                                   outd(i, 1), outd(i, 2), q[0], q[1], q[2], q[3], i.attrs.scale);
+      return ok_status();
+    }
     ref::attention_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), ind(i, 4), ind(i, 5),
                             outd(i, 0), outd(i, 1), outd(i, 2), q[0], q[1], q[2], q[3],
                             i.attrs.scale);
@@ -313,6 +357,10 @@ class Evaluator {
 
   Status swiglu_grad(const Instr& i) {
     const int64_t n = static_cast<int64_t>(in(i, 0).data.size());
+    if (bf16(i)) {
+      ref::swiglu_backward_bf16(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), n);
+      return ok_status();
+    }
     ref::swiglu_backward(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), n);
     return ok_status();
   }

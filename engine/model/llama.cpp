@@ -175,7 +175,10 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   b.set_remat_scope(remat_scope);
   // Attention block: x + out(attention(rope(q), rope(k), v)) over rmsnorm(x).
   auto w = [&](ValueId p) { return as_dtype(b, p, m.dtype); };          // weights as dtype
-  ValueId h = b.rmsnorm(x, w(lp.pre_norm), eps).first;                // (B, T, E)
+  // RMSNorm scales go in as f32: the op casts them to x's dtype itself (its bf16 kernel's
+  // rb(scale), MaxText's jnp.asarray(scale, dtype)), and their gradient comes back in f32.
+  auto s = [&](ValueId p) { return as_dtype(b, p, DType::kF32); };
+  ValueId h = b.rmsnorm(x, s(lp.pre_norm), eps).first;                // (B, T, E)
   ValueId q = b.checkpoint_name(
       b.constraint(b.matmul(h, w(lp.query), 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
   ValueId k = b.checkpoint_name(  // (B, T, Hkv, D)
@@ -194,7 +197,7 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   x = b.constraint(b.add(x, attn), kActivation);
 
   // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
-  ValueId h2 = b.rmsnorm(x, w(lp.post_norm), eps).first;              // (B, T, E)
+  ValueId h2 = b.rmsnorm(x, s(lp.post_norm), eps).first;              // (B, T, E)
   ValueId gate = b.checkpoint_name(b.matmul(h2, w(lp.wi_0), 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
   ValueId up = b.checkpoint_name(b.matmul(h2, w(lp.wi_1), 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
   ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
@@ -239,7 +242,7 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
     for (size_t l = 0; l < p.layers.size(); ++l)
       x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l));
   }
-  ValueId y = b.rmsnorm(x, as_dtype(b, p.decoder_norm, m.dtype), eps).first;  // (B, T, E)
+  ValueId y = b.rmsnorm(x, as_dtype(b, p.decoder_norm, DType::kF32), eps).first;  // (B, T, E)
   ValueId logits = b.constraint(
       b.matmul(y, as_dtype(b, p.logits_dense, m.dtype), 2, 1, false, false, kLogits), kLogits);  // (B, T, V)
   logits = as_dtype(b, logits, DType::kF32);  // MaxText cast_logits_to_fp32 (default true)

@@ -10,6 +10,7 @@
 #include "engine/ir/op_table.h"
 #include "engine/sharding/shard_geometry.h"
 #include "engine/tensor/kernels.h"
+#include "engine/tensor/onednn_matmul.h"
 #include "engine/tensor/reference.h"
 
 namespace eng {
@@ -59,6 +60,7 @@ struct Args {
   void* const* ptrs;
   const Mesh* mesh;  // where it runs (kAxisIndex); null: one device
   int64_t device;
+  const kern::Bf16MatmulPlan* plan = nullptr;  // a bf16 matmul's (executor.h)
 
   const float* f(size_t i) const { return static_cast<const float*>(ptrs[in.inputs[i]]); }
   const int32_t* ids(size_t i) const { return static_cast<const int32_t*>(ptrs[in.inputs[i]]); }
@@ -67,7 +69,59 @@ struct Args {
   int64_t numel(size_t i) const { return shape(i).numel(); }
   int64_t last_dim(size_t i) const { return shape(i).dim(-1); }
   float scalar(size_t i) const { return *f(i); }
+  const uint16_t* h(size_t i) const { return static_cast<const uint16_t*>(ptrs[in.inputs[i]]); }
+  uint16_t* hout(size_t o) const { return static_cast<uint16_t*>(ptrs[in.outputs[o]]); }
+  // Attention's segment ids: its i32 input, if any (null: causal only).
+  const int32_t* segment_ids() const {
+    for (size_t k = 0; k < in.inputs.size(); ++k)
+      if (p.value(in.inputs[k]).dtype == DType::kI32) return ids(k);
+    return nullptr;
+  }
 };
+
+// ---- bf16 kernels (kernels.h's bf16 section; program.h uses_bf16_kernel picks them) ----------
+void run_matmul_bf16(const Args& a) {
+  ENG_CHECK(a.plan != nullptr, "executor: bf16 matmul without a plan (Runtime::prepare makes them)");
+  a.plan->run(a.h(0), a.h(1), a.hout(0));
+}
+void run_rmsnorm_bf16(const Args& a) {
+  const int64_t E = a.last_dim(0);
+  kern::rmsnorm_forward_bf16(a.h(0), a.f(1), a.hout(0), a.out(1), a.numel(0) / E, E,
+                             static_cast<float>(a.in.attrs.eps));
+}
+void run_rmsnorm_grad_bf16(const Args& a) {
+  const int64_t E = a.last_dim(0);
+  kern::rmsnorm_backward_bf16(a.h(0), a.f(1), a.f(2), a.h(3), a.hout(0), a.out(1),
+                              a.numel(0) / E, E);
+}
+void run_rope_bf16(const Args& a) {
+  const Shape& x = a.shape(0);
+  const OpAttrs& at = a.in.attrs;
+  kern::rope_bf16(a.h(0), a.ids(1), a.hout(0), x[0], x[1], x[2], x[3],
+                  static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
+                  at.inverse);
+}
+void run_attention_bf16(const Args& a) {
+  const Shape& q = a.shape(0);
+  kern::attention_forward_bf16(a.h(0), a.h(1), a.h(2), a.segment_ids(), a.hout(0), a.out(1), q[0],
+                               q[1], q[2], q[3], static_cast<float>(a.in.attrs.scale));
+}
+void run_attention_grad_bf16(const Args& a) {  // (q, k, v, o, lse, do[, segment ids])
+  const Shape& q = a.shape(0);
+  size_t d = a.in.inputs.size() - 1;  // do: the last float input
+  while (a.p.value(a.in.inputs[d]).dtype == DType::kI32) --d;
+  kern::attention_backward_bf16(a.h(0), a.h(1), a.h(2), a.h(3), a.f(4), a.segment_ids(), a.h(d),
+                                a.hout(0), a.hout(1), a.hout(2), q[0], q[1], q[2], q[3],
+                                static_cast<float>(a.in.attrs.scale));
+}
+void run_swiglu_bf16(const Args& a) {
+  kern::swiglu_forward_bf16(a.h(0), a.h(1), a.hout(0), a.numel(0));
+}
+void run_swiglu_grad_bf16(const Args& a) {
+  kern::swiglu_backward_bf16(a.h(0), a.h(1), a.h(2), a.hout(0), a.hout(1), a.numel(0));
+}
+void run_add_bf16(const Args& a) { kern::add_bf16(a.h(0), a.h(1), a.hout(0), a.numel(0)); }
+void run_mul_bf16(const Args& a) { kern::mul_bf16(a.h(0), a.h(1), a.hout(0), a.numel(0)); }
 
 void run_matmul(const Args& a) {  // one GEMM on op.h's 2D views (DotDims)
   const OpAttrs& at = a.in.attrs;
@@ -207,9 +261,11 @@ void run_collective(const Args& a) {  // runtime.cpp runs these across devices
 }
 
 // One kernel per op. any_dtype: data movement and casts, exempt from the f32/i32 check.
+// run_bf16: the op's bf16 kernel, run when program.h's uses_bf16_kernel says so.
 struct Kernel {
   void (*run)(const Args&) = nullptr;
   bool any_dtype = false;
+  void (*run_bf16)(const Args&) = nullptr;
 };
 using A = const Args&;
 
@@ -248,29 +304,36 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
          }}},
         {OpKind::kOneHot,
          {[](A a) { kern::one_hot(a.ids(0), a.out(0), a.numel(0), a.in.attrs.depth); }}},
-        {OpKind::kMatmul, {run_matmul}},
+        {OpKind::kMatmul, {run_matmul, false, run_matmul_bf16}},
         {OpKind::kRmsNorm,
          {[](A a) {  // x (N, E) viewed
-           const int64_t E = a.last_dim(0);
-           kern::rmsnorm_forward(a.f(0), a.f(1), a.out(0), a.out(1), a.numel(0) / E, E,
-                                 static_cast<float>(a.in.attrs.eps));
-         }}},
+            const int64_t E = a.last_dim(0);
+            kern::rmsnorm_forward(a.f(0), a.f(1), a.out(0), a.out(1), a.numel(0) / E, E,
+                                  static_cast<float>(a.in.attrs.eps));
+          },
+          false, run_rmsnorm_bf16}},
         {OpKind::kRope, {[](A a) {
-           const Shape& x = a.shape(0);
-           const OpAttrs& at = a.in.attrs;
-           kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
-                      static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
-                      at.inverse);
-         }}},
+                           const Shape& x = a.shape(0);
+                           const OpAttrs& at = a.in.attrs;
+                           kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
+                                      static_cast<float>(at.min_timescale),
+                                      static_cast<float>(at.max_timescale), at.inverse);
+                         },
+                         false, run_rope_bf16}},
         {OpKind::kAttention, {[](A a) {
-           const Shape& q = a.shape(0);
-           kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), q[0], q[1], q[2],
-                                   q[3], static_cast<float>(a.in.attrs.scale));
-         }}},
+                                const Shape& q = a.shape(0);
+                                kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1),
+                                                        q[0], q[1], q[2], q[3],
+                                                        static_cast<float>(a.in.attrs.scale));
+                              },
+                              false, run_attention_bf16}},
         {OpKind::kSwiglu,
-         {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
-        {OpKind::kAdd, {[](A a) { kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
-        {OpKind::kMul, {[](A a) { kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
+         {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }, false,
+          run_swiglu_bf16}},
+        {OpKind::kAdd,
+         {[](A a) { kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); }, false, run_add_bf16}},
+        {OpKind::kMul,
+         {[](A a) { kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); }, false, run_mul_bf16}},
         {OpKind::kScale, {[](A a) {
            kern::scale(a.f(0), static_cast<float>(a.in.attrs.scale), a.out(0), a.numel(0));
          }}},
@@ -299,24 +362,29 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
                                    offset_input(a, 2));
          }}},
         {OpKind::kRmsNormGrad, {[](A a) {
-           const int64_t E = a.last_dim(0);
-           kern::rmsnorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.out(0), a.out(1),
-                                  a.numel(0) / E, E);
-         }}},
+                                  const int64_t E = a.last_dim(0);
+                                  kern::rmsnorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.out(0),
+                                                         a.out(1), a.numel(0) / E, E);
+                                },
+                                false, run_rmsnorm_grad_bf16}},
         {OpKind::kAttentionGrad, {[](A a) {
-           const Shape& q = a.shape(0);
-           kern::attention_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0),
-                                    a.out(1), a.out(2), q[0], q[1], q[2], q[3],
-                                    static_cast<float>(a.in.attrs.scale));
-         }}},
+                                    const Shape& q = a.shape(0);
+                                    kern::attention_backward(
+                                        a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0),
+                                        a.out(1), a.out(2), q[0], q[1], q[2], q[3],
+                                        static_cast<float>(a.in.attrs.scale));
+                                  },
+                                  false, run_attention_grad_bf16}},
         {OpKind::kRepeatKvGrad, {[](A a) {
            const Shape& dy = a.shape(0);
            const int64_t R = a.in.attrs.size;
            kern::repeat_kv_grad(a.f(0), a.out(0), dy[0] * dy[1], dy[2] / R, dy[3], R);
          }}},
         {OpKind::kSwigluGrad, {[](A a) {
-           kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), a.numel(0));
-         }}},
+                                 kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1),
+                                                       a.numel(0));
+                               },
+                               false, run_swiglu_grad_bf16}},
         {OpKind::kSoftmaxCrossEntropyGrad, {[](A a) {
            const int64_t V = a.last_dim(0);
            kern::softmax_cross_entropy_backward(a.f(0), a.ids(1), a.f(2), a.f(3), a.out(0),
@@ -398,7 +466,7 @@ int64_t widened_bytes(const ValueInfo& v) {
 // The f32 scratch `in` needs to run widened (0: it runs on its own buffers). A value used
 // twice as an input is widened once.
 int64_t widen_bytes(const Program& p, const Instr& in) {
-  if (kKernels[op_index(in.kind)].any_dtype) return 0;
+  if (kKernels[op_index(in.kind)].any_dtype || uses_bf16_kernel(p, in)) return 0;
   int64_t bytes = 0;
   for (size_t k = 0; k < in.inputs.size(); ++k) {
     const ValueId v = in.inputs[k];
@@ -445,6 +513,18 @@ void run_widened(const Args& a, void** ptrs, char* scratch) {
 
 }  // namespace
 
+Result<std::unique_ptr<kern::Bf16MatmulPlan>> make_bf16_matmul_plan(const Program& p,
+                                                                    const Instr& in,
+                                                                    kern::MatmulBackend backend) {
+  if (in.kind != OpKind::kMatmul || !uses_bf16_kernel(p, in))
+    return std::unique_ptr<kern::Bf16MatmulPlan>();
+  const DotDims d = dot_dims(in.attrs, p.value(in.inputs[0]).shape, p.value(in.inputs[1]).shape);
+  kern::Bf16MatmulShape s{.trans_a = in.attrs.trans_a, .trans_b = in.attrs.trans_b, .M = d.M,
+                          .N = d.N, .K = d.K, .lda = d.lda, .ldb = d.ldb, .ldc = d.N,
+                          .c_dtype = DType::kBF16};
+  return kern::Bf16MatmulPlan::create(s, backend);
+}
+
 int64_t widen_scratch_bytes(const Program& p) {
   int64_t most = 0;
   for (const Instr& in : p.instrs()) most = std::max(most, widen_bytes(p, in));
@@ -459,15 +539,19 @@ int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::strin
 }
 
 void run_instr(const Program& p, const Instr& in, void** ptrs, const Mesh* mesh, int64_t device,
-               void* widen_scratch) {
-  const Args a{p, in, ptrs, mesh, device};
+               const InstrScratch& scratch) {
+  const Args a{p, in, ptrs, mesh, device, scratch.matmul};
+  if (uses_bf16_kernel(p, in)) {
+    kKernels[op_index(in.kind)].run_bf16(a);
+    return;
+  }
   if (widen_bytes(p, in) == 0) {
     kKernels[op_index(in.kind)].run(a);
     return;
   }
-  ENG_CHECK(widen_scratch != nullptr, "executor: {} has bf16 operands but no widening scratch",
+  ENG_CHECK(scratch.widen != nullptr, "executor: {} has bf16 operands but no widening scratch",
             op_name(in.kind));
-  run_widened(a, ptrs, static_cast<char*>(widen_scratch));
+  run_widened(a, ptrs, static_cast<char*>(scratch.widen));
 }
 
 }  // namespace eng

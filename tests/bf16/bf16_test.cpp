@@ -147,14 +147,17 @@ std::vector<std::vector<double>> run_on_runtime(const Program& p,
   return got;
 }
 
-// The kernels (f32 math, each bf16 output rounded once) against the float64 interpreter with
-// the same rounding points (engine/ir/interpret.cpp), one train step from zero moments (so
-// mu' and nu' are the gradient's alone). Tolerance, relative L2 per output: 1e-5. The two
-// round the same real number computed to ~1e-7 (f32 sums of <= 256 terms) vs ~1e-16; the
-// roundings agree except within that distance of a bf16 rounding boundary, where they differ
-// by one bf16 ulp (2^-8 relative), rare enough that the measured error is 3e-7 (the f32
-// error alone). The same comparison between the bf16 and the f32 programs is 5e-3 to 1.4e-2
-// on the moments: the test sees bf16 rounding 100 times smaller than what bf16 changes.
+// The kernels (kernels.h's bf16 section and oneDNN matmuls where program.h's uses_bf16_kernel
+// says so, f32 math rounded once per bf16 output elsewhere) against the float64 interpreter
+// with bf16 rounding at the same points (engine/ir/interpret.cpp, reference.h's ref::*_bf16),
+// one train step from zero moments (so mu' and nu' are the gradient's alone). Tolerance,
+// relative L2 per output: 5e-5. Both round the same real numbers, computed to ~1e-7 (f32 sums
+// in the kernels' order) vs ~1e-16; the roundings agree except within that distance of a
+// bf16 rounding boundary, where one element differs by a bf16 ulp (2^-8 = 3.9e-3 relative).
+// k such elements of n give ~3.9e-3 sqrt(k/n): 5e-5 allows 1.6e-4 of the elements to flip.
+// Measured: 6e-6 on the logits kernel's moment (a few of its 16384 elements), under 1e-6
+// elsewhere. The same comparison between the bf16 and the f32 programs is 5e-3 to 1.5e-2:
+// the test sees bf16 rounding 100 times smaller than what bf16 changes.
 TEST(Bf16TrainStep, KernelsMatchTheInterpreterWithBf16Rounding) {
   const Config base = small({{"remat_policy", "full"}});
   TrainStepLayout layout;
@@ -174,13 +177,13 @@ TEST(Bf16TrainStep, KernelsMatchTheInterpreterWithBf16Rounding) {
   double worst = 0, bf16_effect = 0;
   for (size_t j = 0; j < bf.outputs().size(); ++j) {
     const double e = rel_l2(got[j], (*want)[j].data);
-    EXPECT_LT(e, 1e-5) << bf.outputs()[j].name;
+    EXPECT_LT(e, 5e-5) << bf.outputs()[j].name;
     worst = std::max(worst, e);
     bf16_effect = std::max(bf16_effect, rel_l2((*want_f32)[j].data, (*want)[j].data));
   }
   const int loss = layout.first_metric_output;
   EXPECT_LT(std::fabs(got[loss][0] - (*want)[loss].data[0]), 1e-5 * std::fabs((*want)[loss].data[0]));
-  EXPECT_GT(bf16_effect, 100 * 1e-5);
+  EXPECT_GT(bf16_effect, 100 * 5e-5);
   fmt::print("[bf16] kernels vs interpreter: worst rel L2 {:.2e}; bf16 vs f32 programs {:.2e}\n",
              worst, bf16_effect);
 }
