@@ -4,9 +4,9 @@
 // (engine/tensor/onednn_matmul.h): with the convert+sgemm backend (SHARDLAB_BF16_MATMUL=sgemm)
 // a step allocates nothing; with oneDNN, every step allocates the same small count.
 // The global allocator is replaced by tests/common/alloc_counter.cpp (linked into this binary).
-#include <cstdlib>
-
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "tests/common/alloc_counter.h"
 #include "tests/train/tiny_trainer.h"

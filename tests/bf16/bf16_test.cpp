@@ -2,15 +2,15 @@
 // config errors, the value types of the traced program, a bf16 train step against the
 // float64 interpreter with bf16 rounding at the kernels' points, sharded bf16 against one
 // device, weight_dtype=bfloat16 training and planning.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "engine/train/trainer.h"
 #include "engine/train/train_step.h"
+#include "engine/train/trainer.h"
 #include "tests/common/tiny_config.h"
 #include "tests/runtime/runtime_harness.h"
 #include "tests/train/tiny_trainer.h"
@@ -78,8 +78,8 @@ DType arg_dtype(const Program& p, const std::string& name) {
 // MaxText: parameters and moments in weight_dtype; activations (each layer's input, the
 // projections) in dtype; logits cast to f32 for the loss; f32 gradients cast to grad_dtype.
 TEST(Bf16Program, ValueTypesFollowMaxText) {
-  Program p = build_train_step(resolved(small({{"dtype", "bfloat16"}, {"remat_policy", "none"}})),
-                               nullptr);
+  Program p =
+      build_train_step(resolved(small({{"dtype", "bfloat16"}, {"remat_policy", "none"}})), nullptr);
   EXPECT_EQ(arg_dtype(p, "params/decoder/layers_0/mlp/wi_0/kernel"), DType::kF32);
   EXPECT_EQ(arg_dtype(p, "opt_state/mu/decoder/layers_0/mlp/wi_0/kernel"), DType::kF32);
   int bf16_matmuls = 0, f32_matmuls = 0, layer_inputs = 0, f32_xent = 0;
@@ -98,9 +98,12 @@ TEST(Bf16Program, ValueTypesFollowMaxText) {
   EXPECT_GT(bf16_matmuls, 0);
   EXPECT_EQ(layer_inputs, 2);
   EXPECT_EQ(f32_xent, 1);  // cast_logits_to_fp32
+  // The program text shows the bf16 values, e.g. a layer's saved input (B, T, E).
+  EXPECT_NE(p.to_text().find("bf16[2,16,64]"), std::string::npos);
 
   Program w = build_train_step(
-      resolved(small({{"dtype", "bfloat16"}, {"weight_dtype", "bfloat16"}, {"grad_dtype", "float32"}})),
+      resolved(
+          small({{"dtype", "bfloat16"}, {"weight_dtype", "bfloat16"}, {"grad_dtype", "float32"}})),
       nullptr);
   EXPECT_EQ(arg_dtype(w, "params/decoder/layers_0/mlp/wi_0/kernel"), DType::kBF16);
   EXPECT_EQ(arg_dtype(w, "opt_state/nu/decoder/layers_0/mlp/wi_0/kernel"), DType::kBF16);
@@ -182,7 +185,8 @@ TEST(Bf16TrainStep, KernelsMatchTheInterpreterWithBf16Rounding) {
     bf16_effect = std::max(bf16_effect, rel_l2((*want_f32)[j].data, (*want)[j].data));
   }
   const int loss = layout.first_metric_output;
-  EXPECT_LT(std::fabs(got[loss][0] - (*want)[loss].data[0]), 1e-5 * std::fabs((*want)[loss].data[0]));
+  EXPECT_LT(std::fabs(got[loss][0] - (*want)[loss].data[0]),
+            1e-5 * std::fabs((*want)[loss].data[0]));
   EXPECT_GT(bf16_effect, 100 * 5e-5);
   fmt::print("[bf16] kernels vs interpreter: worst rel L2 {:.2e}; bf16 vs f32 programs {:.2e}\n",
              worst, bf16_effect);
@@ -235,8 +239,9 @@ TEST(Bf16Sharded, MatchesOneDevice) {
     }
     for (int s = 0; s < 5; ++s) EXPECT_NEAR(got[s], ref[s], 2e-3 * ref[s]) << s;
     EXPECT_LT(diff, 1e-2 * norm);
-    fmt::print("[bf16] {} vs one device: losses {:.5f}..{:.5f} vs {:.5f}..{:.5f}, param rel {:.2e}\n",
-               Mesh::create(axes, sizes)->to_string(), got[0], got[4], ref[0], ref[4], diff / norm);
+    fmt::print(
+        "[bf16] {} vs one device: losses {:.5f}..{:.5f} vs {:.5f}..{:.5f}, param rel {:.2e}\n",
+        Mesh::create(axes, sizes)->to_string(), got[0], got[4], ref[0], ref[4], diff / norm);
   }
   for (int s = 0; s < 5; ++s) EXPECT_NEAR(want[s], ref[s], 2e-3 * ref[s]) << s;  // data=4
 }
@@ -263,8 +268,9 @@ TEST(Bf16GradDtype, ReducesInBf16) {
   const std::vector<double> got = train_losses(c, mesh, 5);
   ASSERT_EQ(got.size(), 5u);
   for (int s = 0; s < 5; ++s) EXPECT_NEAR(got[s], ref[s], 2e-3 * ref[s]) << s;
-  fmt::print("[bf16] grad_dtype=bfloat16 on {}: {} bf16 and {} f32 reductions; losses {:.5f} vs {:.5f}\n",
-             mesh.to_string(), bf16_reductions, f32_reductions, got[4], ref[4]);
+  fmt::print(
+      "[bf16] grad_dtype=bfloat16 on {}: {} bf16 and {} f32 reductions; losses {:.5f} vs {:.5f}\n",
+      mesh.to_string(), bf16_reductions, f32_reductions, got[4], ref[4]);
 }
 
 // weight_dtype=bfloat16 (MaxText allows it): parameters and both moments in bf16; it trains,

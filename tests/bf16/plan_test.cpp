@@ -1,9 +1,9 @@
 // tests/bf16/plan_test.cpp: llama2-7b, fsdp=256, dtype=bfloat16, full remat, batch 1 x 2048,
 // unscanned, shape-only: argument, temp and peak bytes per device against docs/memory.md's
 // hand calculation (within 5%).
-#include <algorithm>
-
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "engine/compile/executable.h"
 #include "engine/train/train_step.h"
@@ -40,13 +40,13 @@ TEST(Bf16Plan, Llama7bFsdp256MatchesTheHandCalculation) {
   const double norms = (2 * L + 1) * E;  // RMSNorm scales: 'norm' maps to no mesh axis
   const double one_copy = 4 * ((P - norms) / 256 + norms);
   const double args = 3 * one_copy + 6 * T * 4 + 4;  // params, mu, nu (f32); batch; step
-  const double saved = (L + 1) * T * E * 2;           // each layer's input + the last output, bf16
-  const double logits_grad = E * V * 2 + E * V * 4;   // d(logits kernel) bf16, then f32
+  const double saved = (L + 1) * T * E * 2;          // each layer's input + the last output, bf16
+  const double logits_grad = E * V * 2 + E * V * 4;  // d(logits kernel) bf16, then f32
   const double temp = saved + logits_grad + T * E * 2;  // + d(final norm output), bf16
   const double peak = args + temp + 6 * 4;              // + the six f32 metrics (outputs)
-  fmt::print("[bf16 plan] args {} (hand {:.0f}); temp {} (hand {:.0f}, live {}); peak {} (hand {:.0f})\n",
-             m.argument_bytes, args, m.temp_bytes, temp, max_live_temp_bytes(**exe),
-             m.peak_bytes(), peak);
+  fmt::print(
+      "[bf16 plan] args {} (hand {:.0f}); temp {} (hand {:.0f}, live {}); peak {} (hand {:.0f})\n",
+      m.argument_bytes, args, m.temp_bytes, temp, max_live_temp_bytes(**exe), m.peak_bytes(), peak);
   EXPECT_NEAR(m.argument_bytes, args, 0.05 * args);
   EXPECT_NEAR(m.temp_bytes, temp, 0.05 * temp);
   EXPECT_NEAR(m.peak_bytes(), peak, 0.05 * peak);
@@ -54,6 +54,10 @@ TEST(Bf16Plan, Llama7bFsdp256MatchesTheHandCalculation) {
   // The largest temporary: the logits kernel's gradient in grad_dtype before its reduce-scatter.
   const TempInfo big = (*exe)->largest_temps(1)[0];
   EXPECT_EQ((*exe)->program().value(big.value).type_string(), "f32[4096,32000]");
+  int bf16_temps = 0;  // c:temps() types: the gathered weights and activations are bf16
+  for (const TempInfo& t : (*exe)->largest_temps(8))
+    bf16_temps += (*exe)->program().value(t.value).dtype == DType::kBF16;
+  EXPECT_GE(bf16_temps, 3);
 
   auto f32 = plan_7b("float32");
   ASSERT_TRUE(f32.ok()) << f32.status().message();
