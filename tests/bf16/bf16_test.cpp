@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/ir/autodiff.h"
 #include "engine/train/train_step.h"
 #include "engine/train/trainer.h"
 #include "tests/common/tiny_config.h"
@@ -118,6 +119,27 @@ TEST(Bf16Program, Float32EmitsNoCast) {
   Program p = build_train_step(resolved(small()), nullptr);
   for (const Instr& in : p.instrs()) EXPECT_NE(in.kind, OpKind::kConvert);
   for (const ValueInfo& v : p.values()) EXPECT_NE(v.dtype, DType::kBF16) << v.type_string();
+}
+
+// JAX's rule: a cotangent has its primal's dtype. x (f32) is cast to bf16 and multiplied by a
+// bf16 w: d(w) comes back bf16, d(x) f32 through convert's VJP, and the bf16 product's
+// cotangent is bf16 all the way.
+TEST(Bf16Autodiff, CotangentsKeepTheirPrimalsDtype) {
+  Builder b("mixed");
+  ValueId x = b.argument("x", Shape{2, 3, 4}, DType::kF32, {}, ArgRole::kParam);
+  ValueId w = b.argument("w", Shape{4, 5}, DType::kBF16, {}, ArgRole::kParam);
+  ValueId targets = b.argument("targets", Shape{2, 3}, DType::kI32, {}, ArgRole::kBatch);
+  ValueId y = b.matmul(b.convert(x, DType::kBF16), w, 2, 1, false, false);  // (2, 3, 5) bf16
+  EXPECT_EQ(b.info(y).dtype, DType::kBF16);
+  auto [xent, lse] = b.softmax_cross_entropy(b.convert(y, DType::kF32), targets);
+  ValueId loss = b.masked_mean_loss(xent, targets).first;
+  const std::vector<ValueId> g = append_gradients(b, loss, {x, w});
+  EXPECT_EQ(b.info(g[0]).dtype, DType::kF32);
+  EXPECT_EQ(b.info(g[1]).dtype, DType::kBF16);
+  for (const Instr& in : b.program().instrs())
+    if (in.kind == OpKind::kMatmul) {
+      EXPECT_EQ(b.info(in.outputs[0]).dtype, DType::kBF16);
+    }
 }
 
 double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
