@@ -14,6 +14,7 @@
 #include "engine/train/trainer.h"
 #include "tests/common/tiny_config.h"
 #include "tests/runtime/runtime_harness.h"
+#include "tests/spmd/spmd_run.h"
 #include "tests/train/tiny_trainer.h"
 
 namespace eng {
@@ -293,6 +294,17 @@ TEST(Bf16GradDtype, ReducesInBf16) {
   fmt::print(
       "[bf16] grad_dtype=bfloat16 on {}: {} bf16 and {} f32 reductions; losses {:.5f} vs {:.5f}\n",
       mesh.to_string(), bf16_reductions, f32_reductions, got[4], ref[4]);
+}
+
+// The compiler's collective bytes (bf16 values at 2 bytes) equal the bytes the devices
+// receive, on a mesh with all-gathers of bf16 weights and bf16 activation reductions.
+TEST(Bf16Sharded, CollectiveBytesAreTheBytesMoved) {
+  const ResolvedConfig cfg = resolved(small({{"dtype", "bfloat16"}}), 4);
+  auto run =
+      testing::run_train_steps(cfg, *Mesh::create({"fsdp", "tensor"}, {2, 2}), CompileOptions{}, 2);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->max_collective_mismatch, 0);
+  EXPECT_TRUE(std::isfinite(run->losses.back()));
 }
 
 // weight_dtype=bfloat16 (MaxText allows it): parameters and both moments in bf16; it trains,
