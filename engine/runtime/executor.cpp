@@ -261,11 +261,9 @@ void run_collective(const Args& a) {  // runtime.cpp runs these across devices
 }
 
 // One kernel per op. any_dtype: data movement and casts, exempt from the f32/i32 check.
-// run_bf16: the op's bf16 kernel, run when program.h's uses_bf16_kernel says so.
 struct Kernel {
   void (*run)(const Args&) = nullptr;
   bool any_dtype = false;
-  void (*run_bf16)(const Args&) = nullptr;
 };
 using A = const Args&;
 
@@ -304,36 +302,29 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
          }}},
         {OpKind::kOneHot,
          {[](A a) { kern::one_hot(a.ids(0), a.out(0), a.numel(0), a.in.attrs.depth); }}},
-        {OpKind::kMatmul, {run_matmul, false, run_matmul_bf16}},
+        {OpKind::kMatmul, {run_matmul}},
         {OpKind::kRmsNorm,
          {[](A a) {  // x (N, E) viewed
-            const int64_t E = a.last_dim(0);
-            kern::rmsnorm_forward(a.f(0), a.f(1), a.out(0), a.out(1), a.numel(0) / E, E,
-                                  static_cast<float>(a.in.attrs.eps));
-          },
-          false, run_rmsnorm_bf16}},
+           const int64_t E = a.last_dim(0);
+           kern::rmsnorm_forward(a.f(0), a.f(1), a.out(0), a.out(1), a.numel(0) / E, E,
+                                 static_cast<float>(a.in.attrs.eps));
+         }}},
         {OpKind::kRope, {[](A a) {
-                           const Shape& x = a.shape(0);
-                           const OpAttrs& at = a.in.attrs;
-                           kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
-                                      static_cast<float>(at.min_timescale),
-                                      static_cast<float>(at.max_timescale), at.inverse);
-                         },
-                         false, run_rope_bf16}},
+           const Shape& x = a.shape(0);
+           const OpAttrs& at = a.in.attrs;
+           kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
+                      static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
+                      at.inverse);
+         }}},
         {OpKind::kAttention, {[](A a) {
-                                const Shape& q = a.shape(0);
-                                kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1),
-                                                        q[0], q[1], q[2], q[3],
-                                                        static_cast<float>(a.in.attrs.scale));
-                              },
-                              false, run_attention_bf16}},
+           const Shape& q = a.shape(0);
+           kern::attention_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), q[0], q[1], q[2],
+                                   q[3], static_cast<float>(a.in.attrs.scale));
+         }}},
         {OpKind::kSwiglu,
-         {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }, false,
-          run_swiglu_bf16}},
-        {OpKind::kAdd,
-         {[](A a) { kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); }, false, run_add_bf16}},
-        {OpKind::kMul,
-         {[](A a) { kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); }, false, run_mul_bf16}},
+         {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
+        {OpKind::kAdd, {[](A a) { kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
+        {OpKind::kMul, {[](A a) { kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
         {OpKind::kScale, {[](A a) {
            kern::scale(a.f(0), static_cast<float>(a.in.attrs.scale), a.out(0), a.numel(0));
          }}},
@@ -362,29 +353,24 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
                                    offset_input(a, 2));
          }}},
         {OpKind::kRmsNormGrad, {[](A a) {
-                                  const int64_t E = a.last_dim(0);
-                                  kern::rmsnorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.out(0),
-                                                         a.out(1), a.numel(0) / E, E);
-                                },
-                                false, run_rmsnorm_grad_bf16}},
+           const int64_t E = a.last_dim(0);
+           kern::rmsnorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.out(0), a.out(1),
+                                  a.numel(0) / E, E);
+         }}},
         {OpKind::kAttentionGrad, {[](A a) {
-                                    const Shape& q = a.shape(0);
-                                    kern::attention_backward(
-                                        a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0),
-                                        a.out(1), a.out(2), q[0], q[1], q[2], q[3],
-                                        static_cast<float>(a.in.attrs.scale));
-                                  },
-                                  false, run_attention_grad_bf16}},
+           const Shape& q = a.shape(0);
+           kern::attention_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.out(0),
+                                    a.out(1), a.out(2), q[0], q[1], q[2], q[3],
+                                    static_cast<float>(a.in.attrs.scale));
+         }}},
         {OpKind::kRepeatKvGrad, {[](A a) {
            const Shape& dy = a.shape(0);
            const int64_t R = a.in.attrs.size;
            kern::repeat_kv_grad(a.f(0), a.out(0), dy[0] * dy[1], dy[2] / R, dy[3], R);
          }}},
         {OpKind::kSwigluGrad, {[](A a) {
-                                 kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1),
-                                                       a.numel(0));
-                               },
-                               false, run_swiglu_grad_bf16}},
+           kern::swiglu_backward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), a.numel(0));
+         }}},
         {OpKind::kSoftmaxCrossEntropyGrad, {[](A a) {
            const int64_t V = a.last_dim(0);
            kern::softmax_cross_entropy_backward(a.f(0), a.ids(1), a.f(2), a.f(3), a.out(0),
@@ -432,6 +418,24 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kReduceScatter, {run_collective}},
     },
     {run_unary}, {run_unary_grad});
+
+// The bf16 kernel of an op that uses_bf16_kernel (program.h); null for any other op.
+using RunFn = void (*)(const Args&);
+RunFn bf16_kernel(OpKind kind) {
+  switch (kind) {
+    case OpKind::kMatmul: return run_matmul_bf16;
+    case OpKind::kRmsNorm: return run_rmsnorm_bf16;
+    case OpKind::kRmsNormGrad: return run_rmsnorm_grad_bf16;
+    case OpKind::kRope: return run_rope_bf16;
+    case OpKind::kAttention: return run_attention_bf16;
+    case OpKind::kAttentionGrad: return run_attention_grad_bf16;
+    case OpKind::kSwiglu: return run_swiglu_bf16;
+    case OpKind::kSwigluGrad: return run_swiglu_grad_bf16;
+    case OpKind::kAdd: return run_add_bf16;
+    case OpKind::kMul: return run_mul_bf16;
+    default: return nullptr;
+  }
+}
 
 }  // namespace
 
@@ -542,7 +546,10 @@ void run_instr(const Program& p, const Instr& in, void** ptrs, const Mesh* mesh,
                const InstrScratch& scratch) {
   const Args a{p, in, ptrs, mesh, device, scratch.matmul};
   if (uses_bf16_kernel(p, in)) {
-    kKernels[op_index(in.kind)].run_bf16(a);
+    const RunFn run = bf16_kernel(in.kind);
+    ENG_CHECK(run != nullptr, "executor: {} has no bf16 kernel (program.h's list)",
+              op_name(in.kind));
+    run(a);
     return;
   }
   if (widen_bytes(p, in) == 0) {
