@@ -1,5 +1,9 @@
 // bench/kernels_bench.cpp: kernel throughput at LM shapes: sgemm split over the pool vs one
-// call, flash attention forward/backward, fused cross-entropy, a few elementwise kernels.
+// call, flash attention forward/backward, fused cross-entropy, a few elementwise kernels; and
+// the bf16 twins: oneDNN bf16 matmul plans (onednn_matmul.h) beside sgemm at the same shapes,
+// and each fused bf16 kernel (kernels.h, bf16 section) beside its f32 kernel.
+//
+//   kernels_bench --benchmark_filter='Bf16Matmul|Sgemm/pool' (bf16 vs fp32 matmul peak)
 //
 //   kernels_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
@@ -16,7 +20,9 @@
 
 #include "engine/base/thread_pool.h"
 #include "engine/tensor/blas.h"
+#include "engine/tensor/dtype.h"
 #include "engine/tensor/kernels.h"
+#include "engine/tensor/onednn_matmul.h"
 
 namespace {
 
@@ -67,6 +73,30 @@ BENCHMARK_CAPTURE(BM_Sgemm, pool_split_nn, true, false)->Apply(sgemm_shapes);
 BENCHMARK_CAPTURE(BM_Sgemm, pool_split_nt, true, true)->Apply(sgemm_shapes);
 BENCHMARK_CAPTURE(BM_Sgemm, single_call_1thread_nn, false, false)->Apply(sgemm_shapes);
 
+// ---- bf16 matmul (oneDNN plans): the same shapes and layouts, bf16 A and B, f32 or bf16 C -----
+
+std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  auto f = random_floats(n, seed, lo, hi);
+  std::vector<uint16_t> b(n);
+  eng::kern::convert_f32_to_bf16(f.data(), b.data(), n);
+  return b;
+}
+
+void BM_Bf16Matmul(benchmark::State& state, bool trans_b, eng::DType c_dtype) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  eng::kern::Bf16MatmulShape s{false, trans_b, M, N, K, K, trans_b ? K : N, N, c_dtype};
+  auto plan = eng::kern::Bf16MatmulPlan::create(s);
+  if (!plan.ok()) return state.SkipWithError(plan.status().message().c_str());
+  auto A = random_bf16(M * K, 1), B = random_bf16(K * N, 2);
+  std::vector<float> C(M * N);  // large enough for either output dtype
+  eng::kern::reserve_bf16_matmul_scratch((*plan)->scratch_bytes());
+  timed_loop(state, 2.0 * M * N * K, [&] { (*plan)->run(A.data(), B.data(), C.data()); });
+  state.SetLabel((*plan)->describe());
+}
+BENCHMARK_CAPTURE(BM_Bf16Matmul, nn_f32out, false, eng::DType::kF32)->Apply(sgemm_shapes);
+BENCHMARK_CAPTURE(BM_Bf16Matmul, nt_f32out, true, eng::DType::kF32)->Apply(sgemm_shapes);
+BENCHMARK_CAPTURE(BM_Bf16Matmul, nn_bf16out, false, eng::DType::kBF16)->Apply(sgemm_shapes);
+
 // ---- attention ------------------------------------------------------------------------------
 
 struct AttnBuffers {
@@ -109,6 +139,42 @@ void attention_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_Attention, fwd, 0)->Apply(attention_shapes);
 BENCHMARK_CAPTURE(BM_Attention, bwd, 1)->Apply(attention_shapes);
 BENCHMARK_CAPTURE(BM_Attention, fwd_bwd, 2)->Apply(attention_shapes);
+
+// bf16 attention (exact softmax per 64-query block, MaxText's bf16 roundings; packed segments
+// cost the same work): GFLOP/s counted as for the f32 kernel above.
+struct AttnBuffersBf16 {
+  int64_t B, T, H, D;
+  std::vector<uint16_t> q, k, v, o, dout, dq, dk, dv;
+  std::vector<float> lse;
+  AttnBuffersBf16(int64_t b, int64_t t, int64_t h, int64_t d) : B(b), T(t), H(h), D(d) {
+    const int64_t n = B * T * H * D;
+    q = random_bf16(n, 1), k = random_bf16(n, 2), v = random_bf16(n, 3), dout = random_bf16(n, 4);
+    o.resize(n), dq.resize(n), dk.resize(n), dv.resize(n), lse.resize(B * H * T);
+  }
+  void forward() {
+    eng::kern::attention_forward_bf16(q.data(), k.data(), v.data(), nullptr, o.data(), lse.data(),
+                                      B, T, H, D, 1.f / std::sqrt(float(D)));
+  }
+  void backward() {
+    eng::kern::attention_backward_bf16(q.data(), k.data(), v.data(), o.data(), lse.data(), nullptr,
+                                       dout.data(), dq.data(), dk.data(), dv.data(), B, T, H, D,
+                                       1.f / std::sqrt(float(D)));
+  }
+};
+
+void BM_AttentionBf16(benchmark::State& state, int mode) {
+  AttnBuffersBf16 a(state.range(0), state.range(1), state.range(2), state.range(3));
+  a.forward();
+  const double mm = 2.0 * a.B * a.H * a.T * a.T * a.D / 2;
+  const double flops = mode == 0 ? 2 * mm : mode == 1 ? 5 * mm : 7 * mm;
+  timed_loop(state, flops, [&] {
+    if (mode != 1) a.forward();
+    if (mode != 0) a.backward();
+  });
+}
+BENCHMARK_CAPTURE(BM_AttentionBf16, fwd, 0)->Apply(attention_shapes);
+BENCHMARK_CAPTURE(BM_AttentionBf16, bwd, 1)->Apply(attention_shapes);
+BENCHMARK_CAPTURE(BM_AttentionBf16, fwd_bwd, 2)->Apply(attention_shapes);
 
 // ---- cross-entropy and elementwise ------------------------------------------------------------
 
@@ -162,6 +228,43 @@ void BM_Rope(benchmark::State& state) {
 }
 BENCHMARK(BM_Rope)->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// The bf16 twins of the three kernels above, same sizes.
+void BM_SwigluBf16(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  auto g = random_bf16(n, 6), u = random_bf16(n, 7), dy = random_bf16(n, 8);
+  std::vector<uint16_t> y(n), dg(n), du(n);
+  timed_loop(state, 0, [&] {
+    eng::kern::swiglu_forward_bf16(g.data(), u.data(), y.data(), n);
+    eng::kern::swiglu_backward_bf16(g.data(), u.data(), dy.data(), dg.data(), du.data(), n);
+  });
+}
+BENCHMARK(BM_SwigluBf16)->Arg(4096 * 1408)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_RmsNormBf16(benchmark::State& state) {
+  const int64_t N = state.range(0), E = state.range(1);
+  auto x = random_bf16(N * E, 9), dy = random_bf16(N * E, 11);
+  auto s = random_floats(E, 10);
+  std::vector<uint16_t> y(N * E), dx(N * E);
+  std::vector<float> r(N), ds(E);
+  timed_loop(state, 0, [&] {
+    eng::kern::rmsnorm_forward_bf16(x.data(), s.data(), y.data(), r.data(), N, E, 1e-5f);
+    eng::kern::rmsnorm_backward_bf16(x.data(), s.data(), r.data(), dy.data(), dx.data(), ds.data(), N, E);
+  });
+}
+BENCHMARK(BM_RmsNormBf16)->Args({4096, 512})->ArgNames({"N", "E"})->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_RopeBf16(benchmark::State& state) {
+  const int64_t B = 8, T = 512, H = 8, D = 64;
+  auto x = random_bf16(B * T * H * D, 12);
+  std::vector<uint16_t> y(x.size());
+  std::vector<int32_t> pos(B * T);
+  for (int64_t i = 0; i < B * T; ++i) pos[i] = static_cast<int32_t>(i % T);
+  timed_loop(state, 0, [&] {
+    eng::kern::rope_bf16(x.data(), pos.data(), y.data(), B, T, H, D, 1.f, 10000.f, false);
+  });
+}
+BENCHMARK(BM_RopeBf16)->UseManualTime()->Unit(benchmark::kMillisecond);
+
 void BM_AdamW(benchmark::State& state) {
   const int64_t n = state.range(0);
   auto p = random_floats(n, 13), g = random_floats(n, 14);
@@ -182,6 +285,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("openblas_threads", fmt::format("{}", info.num_threads));
   benchmark::AddCustomContext("openblas_env", info.env_note);
   benchmark::AddCustomContext("pool_threads", fmt::format("{}", eng::default_pool().num_threads()));
+  benchmark::AddCustomContext("avx512_bf16", eng::kern::cpu_has_avx512_bf16() ? "yes" : "no");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

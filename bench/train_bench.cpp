@@ -1,8 +1,10 @@
 // bench/train_bench.cpp: training throughput of a preset (tokens/s, TFLOP/s per device, MFU
-// against the sgemm peak measured in the same process), as one JSON line plus a summary.
+// against the sgemm peak and the bf16 matmul peak measured in the same process), as one JSON
+// line plus a summary.
 //
 //   train_bench --model llama-tiny --steps 10 --warmup 3      (synthetic data, one device)
-//   train_bench --peak-only                                   (just the sgemm peak)
+//   train_bench --model llama-small --dtype bfloat16          (MaxText's mixed precision)
+//   train_bench --peak-only                                   (just the two matmul peaks)
 //
 // Model FLOPs for MFU use the PyTorch reference's formula, so the numbers compare with
 // the PyTorch reference like for like: flops/token = 6 * N_matmul + 12 * L * T * d_model
@@ -23,6 +25,7 @@
 #include "engine/base/thread_pool.h"
 #include "engine/tensor/blas.h"
 #include "engine/tensor/kernels.h"
+#include "engine/tensor/onednn_matmul.h"
 #include "engine/train/trainer.h"
 
 namespace {
@@ -34,16 +37,22 @@ double median(std::vector<double> v) {
 
 // Median GFLOP/s of kern::matmul (our pool split over single-threaded OpenBLAS) at the
 // matmul shapes of a llama LM step; the peak is the best of those medians.
+struct PeakShape {
+  int64_t M, N, K;
+  bool ta, tb;
+  const char* name;
+};
+const PeakShape kPeakShapes[] = {
+    {4096, 2048, 512, false, false, "BT=4096 x 512 -> 2048 NN"},
+    {4096, 512, 2048, false, false, "BT=4096 x 2048 -> 512 NN"},
+    {4096, 8192, 512, false, false, "BT=4096 x 512 -> 8192 NN"},
+    {512, 2048, 4096, true, false, "dW 512x2048 over K=4096 TN"},
+};
+
 double measure_sgemm_peak(bool verbose) {
-  struct S { int64_t M, N, K; bool ta, tb; const char* name; };
-  const S shapes[] = {
-      {4096, 2048, 512, false, false, "BT=4096 x 512 -> 2048 NN"},
-      {4096, 512, 2048, false, false, "BT=4096 x 2048 -> 512 NN"},
-      {4096, 8192, 512, false, false, "BT=4096 x 512 -> 8192 NN"},
-      {512, 2048, 4096, true, false, "dW 512x2048 over K=4096 TN"},
-  };
+  using S = PeakShape;
   double best = 0;
-  for (const S& s : shapes) {
+  for (const S& s : kPeakShapes) {
     std::vector<float> A(s.M * s.K), B(s.K * s.N), C(s.M * s.N);
     for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.f - 0.5f;
     for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>((i * 40503u) % 1000) / 1000.f - 0.5f;
@@ -62,6 +71,37 @@ double measure_sgemm_peak(bool verbose) {
   return best;
 }
 
+// The same for bf16 matmul plans (oneDNN, onednn_matmul.h) at the same shapes: activations out
+// in bf16 (MaxText's dtype), the weight gradient in f32 (grad_dtype). 0 if none can be planned.
+double measure_bf16_peak(bool verbose) {
+  double best = 0;
+  for (const PeakShape& s : kPeakShapes) {
+    const eng::DType out = s.ta ? eng::DType::kF32 : eng::DType::kBF16;
+    eng::kern::Bf16MatmulShape shape{s.ta, s.tb, s.M, s.N, s.K, s.ta ? s.M : s.K, s.tb ? s.K : s.N, s.N, out};
+    auto plan = eng::kern::Bf16MatmulPlan::create(shape);
+    if (!plan.ok()) {
+      fmt::print("bf16 {:<28} cannot plan: {}\n", s.name, plan.status().message());
+      continue;
+    }
+    std::vector<uint16_t> A(s.M * s.K), B(s.K * s.N);
+    std::vector<float> C(s.M * s.N);
+    for (size_t i = 0; i < A.size(); ++i) A[i] = eng::f32_to_bf16(static_cast<float>((i * 2654435761u) % 1000) / 1000.f - 0.5f);
+    for (size_t i = 0; i < B.size(); ++i) B[i] = eng::f32_to_bf16(static_cast<float>((i * 40503u) % 1000) / 1000.f - 0.5f);
+    eng::default_pool().run_on_every_thread([&] { eng::kern::reserve_bf16_matmul_scratch((*plan)->scratch_bytes()); });
+    std::vector<double> g;
+    for (int it = 0; it < 9; ++it) {
+      double t0 = eng::now_seconds();
+      (*plan)->run(A.data(), B.data(), C.data());
+      double t = eng::now_seconds() - t0;
+      if (it >= 2) g.push_back(2.0 * s.M * s.N * s.K / t * 1e-9);
+    }
+    double med = median(g);
+    if (verbose) fmt::print("bf16  {:<28} median {:6.1f} GFLOP/s ({})\n", s.name, med, (*plan)->describe());
+    best = std::max(best, med);
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,7 +109,8 @@ int main(int argc, char** argv) {
   int steps = 10, warmup = 3;
   bool peak_only = false;
   std::string remat = "none";  // like the PyTorch reference: keep every activation
-  double peak = 0;
+  std::string dtype = "float32";
+  double peak = 0, bf16_peak = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -85,8 +126,10 @@ int main(int argc, char** argv) {
     else if (a == "--peak-only") peak_only = true;
     else if (a == "--remat") remat = next();
     else if (a == "--peak-gflops") peak = std::atof(next());
+    else if (a == "--bf16-peak-gflops") bf16_peak = std::atof(next());
+    else if (a == "--dtype") dtype = next();
     else {
-      fmt::print(stderr, "usage: train_bench [--model NAME] [--steps N] [--warmup N] [--remat POLICY] [--peak-only] [--peak-gflops G]\n");
+      fmt::print(stderr, "usage: train_bench [--model NAME] [--steps N] [--warmup N] [--remat POLICY] [--dtype float32|bfloat16] [--peak-only] [--peak-gflops G] [--bf16-peak-gflops G]\n");
       return 2;
     }
   }
@@ -95,8 +138,11 @@ int main(int argc, char** argv) {
              blas.num_threads, blas.env_note, eng::default_pool().num_threads());
   if (peak <= 0) peak = measure_sgemm_peak(true);
   fmt::print("sgemm peak (best median): {:.1f} GFLOP/s\n", peak);
+  if (bf16_peak <= 0) bf16_peak = measure_bf16_peak(true);
+  fmt::print("bf16 matmul peak (best median; avx512_bf16: {}): {:.1f} GFLOP/s\n",
+             eng::kern::cpu_has_avx512_bf16() ? "yes" : "no", bf16_peak);
   if (peak_only) {
-    fmt::print("{{\"sgemm_peak_gflops\": {:.1f}}}\n", peak);
+    fmt::print("{{\"sgemm_peak_gflops\": {:.1f}, \"bf16_peak_gflops\": {:.1f}}}\n", peak, bf16_peak);
     return 0;
   }
 
@@ -105,6 +151,7 @@ int main(int argc, char** argv) {
   if (s.ok()) s = c.set("steps", static_cast<int64_t>(steps + warmup));
   if (s.ok()) s = c.set("learning_rate", 3e-4);
   if (s.ok()) s = c.set("remat_policy", remat);
+  if (s.ok()) s = c.set("dtype", dtype);
   if (!s.ok()) {
     fmt::print(stderr, "train_bench: {}\n", s.message());
     return 1;
@@ -144,15 +191,18 @@ int main(int argc, char** argv) {
   const double gflops = flops_per_token * tps / 1e9;
   const double maxtext_tflops_s = t->tflops().total / med;
   fmt::print(
-      "RESULT model={} remat={} median_step_ms={:.1f} tokens_per_s={:.0f} model_GFLOPs={:.1f} mfu={:.1f}% "
-      "maxtext_TFLOP/s/device={:.3f} (min_ms={:.1f} max_ms={:.1f} n={})\n",
-      model, remat, med * 1e3, tps, gflops, 100 * gflops / peak, maxtext_tflops_s,
+      "RESULT model={} dtype={} remat={} median_step_ms={:.1f} tokens_per_s={:.0f} model_GFLOPs={:.1f} "
+      "mfu={:.1f}% mfu_bf16_peak={:.1f}% maxtext_TFLOP/s/device={:.3f} (min_ms={:.1f} max_ms={:.1f} n={})\n",
+      model, dtype, remat, med * 1e3, tps, gflops, 100 * gflops / peak,
+      bf16_peak > 0 ? 100 * gflops / bf16_peak : 0.0, maxtext_tflops_s,
       *std::min_element(times.begin(), times.end()) * 1e3,
       *std::max_element(times.begin(), times.end()) * 1e3, times.size());
   fmt::print(
-      "{{\"model\": \"{}\", \"median_step_ms\": {:.2f}, \"tokens_per_s\": {:.1f}, \"model_gflops\": "
-      "{:.2f}, \"sgemm_peak_gflops\": {:.1f}, \"mfu\": {:.4f}, \"flops_per_token\": {:.0f}, "
+      "{{\"model\": \"{}\", \"dtype\": \"{}\", \"median_step_ms\": {:.2f}, \"tokens_per_s\": {:.1f}, "
+      "\"model_gflops\": {:.2f}, \"sgemm_peak_gflops\": {:.1f}, \"bf16_peak_gflops\": {:.1f}, "
+      "\"mfu\": {:.4f}, \"mfu_bf16_peak\": {:.4f}, \"flops_per_token\": {:.0f}, "
       "\"maxtext_tflops_per_s_per_device\": {:.4f}}}\n",
-      model, med * 1e3, tps, gflops, peak, gflops / peak, flops_per_token, maxtext_tflops_s);
+      model, dtype, med * 1e3, tps, gflops, peak, bf16_peak, gflops / peak,
+      bf16_peak > 0 ? gflops / bf16_peak : 0.0, flops_per_token, maxtext_tflops_s);
   return 0;
 }

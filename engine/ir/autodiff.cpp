@@ -122,6 +122,10 @@ class Differentiator {
               b_.info(c.value).shape.to_string(), p.shape.to_string());
     ENG_CHECK(!c.has_constant || p.shape.rank() == 0,
               "autodiff: a constant cotangent for the non-scalar {}", p.type_string());
+    // A cotangent has its primal's dtype (JAX's rule): a VJP that computed it in another
+    // dtype (a bf16 weight's gradient from an f32 product, say) is converted here.
+    if (c.value != kNoValue && b_.info(c.value).dtype != b_.info(primal).dtype)
+      c.value = fresh(b_.convert(c.value, b_.info(primal).dtype), primal);
     Cot& acc = cot_[primal];
     acc.value = sum(acc.value, c.value, primal);
     if (c.has_constant) acc.constant = (acc.has_constant ? acc.constant : 0.0) + c.constant;

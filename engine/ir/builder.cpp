@@ -40,6 +40,18 @@ ValueInfo make(Shape shape, DType dtype = DType::kF32, Logical logical = {}) {
 
 ValueInfo scalar(DType dtype = DType::kF32) { return make(Shape{}, dtype); }
 
+// JAX's promotion among the float types here: bf16 only when every float operand is bf16
+// (bf16 . bf16 -> bf16, accumulated in f32 by the kernels; bf16 + f32 -> f32); i32 ignored.
+DType promote(const std::vector<const ValueInfo*>& in) {
+  bool any_float = false;
+  for (const ValueInfo* v : in) {
+    if (v->dtype == DType::kI32) continue;
+    any_float = true;
+    if (v->dtype != DType::kBF16) return DType::kF32;
+  }
+  return any_float ? DType::kBF16 : DType::kF32;
+}
+
 void check_same_shape(OpKind kind, const ValueInfo& a, const ValueInfo& b) {
   ENG_CHECK(a.shape == b.shape, "{}: shapes differ: {} vs {}", op_name(kind), a.shape.to_string(),
             b.shape.to_string());
@@ -64,7 +76,7 @@ ValueInfo infer_matmul(const ValueInfo& a, const ValueInfo& b, const OpAttrs& at
   Shape sb = b.shape.slice(d.b_free_begin, d.b_free_end);
   Logical la = logical_slice(a, d.a_free_begin, d.a_free_end);
   Logical lb = logical_slice(b, d.b_free_begin, d.b_free_end);
-  return make(sa.concat(sb), DType::kF32, concat(la, lb));
+  return make(sa.concat(sb), promote({&a, &b}), concat(la, lb));
 }
 
 using In = std::vector<const ValueInfo*>;
@@ -170,7 +182,9 @@ template <size_t N>
 Outs infer_same_shape(OpKind kind, const In& in, const OpAttrs&) {
   n_in(kind, in, N);
   for (size_t i = 1; i < N; ++i) check_same_shape(kind, *in[0], *in[i]);
-  return {like(*in[0])};
+  ValueInfo out = like(*in[0]);
+  if (out.dtype != DType::kI32) out.dtype = promote(in);  // kIncrement stays i32
+  return {out};
 }
 
 Outs infer_convert(OpKind kind, const In& in, const OpAttrs& at) {
@@ -211,7 +225,7 @@ Outs infer_embed_lookup_grad(OpKind, const In& in, const OpAttrs& at) {
             "embed_lookup_grad: expected (ids, dy[, offset i32 ()]), got {} inputs", in.size());
   const Shape& dy = in[1]->shape;
   Logical l{"", dy.rank() > 0 && !in[1]->logical.empty() ? in[1]->logical.back() : ""};
-  return {make(Shape{at.depth, dy.dim(-1)}, DType::kF32, l)};
+  return {make(Shape{at.depth, dy.dim(-1)}, in[1]->dtype, l)};  // a cotangent: dy's dtype
 }
 
 // The outputs like inputs `Like...` (rmsnorm_grad, attention_grad, swiglu_grad, ...).

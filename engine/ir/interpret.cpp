@@ -44,7 +44,18 @@ class Evaluator {
     if (vocab_block)  // op.h: the vocab-offset forms exist only in per-device programs
       return unimplemented("interpret: the vocab-block form of {} appears only in per-device "
                            "(partitioned) programs; interpret the global program", op_name(in.kind));
-    return (this->*kEvals[op_index(in.kind)])(in);
+    ENG_RETURN_IF_ERROR((this->*kEvals[op_index(in.kind)])(in));
+    round_bf16_outputs(in);
+    return ok_status();
+  }
+
+  // docs/precision.md: every kernel computes in f32 (here: double) from its inputs' values and
+  // rounds each bf16 output once, when it stores it. So does the reference, here.
+  void round_bf16_outputs(const Instr& in) {
+    for (ValueId o : in.outputs) {
+      if (p_.value(o).dtype != DType::kBF16) continue;
+      for (double& x : vals_[o].data) x = bf16_to_f32(f32_to_bf16(static_cast<float>(x)));
+    }
   }
 
   // ---- one reference evaluation per op (the kEvals table below) ----
@@ -180,9 +191,17 @@ class Evaluator {
     return ok_status();
   }
 
+  // kernels.h's bf16 section: these ops round where MaxText does (program.h uses_bf16_kernel);
+  // ref::*_bf16 are their float64 oracles.
+  bool bf16(const Instr& i) const { return uses_bf16_kernel(p_, i); }
+
   Status rmsnorm(const Instr& i) {
     const Shape& x = in(i, 0).shape;
     const int64_t E = x.dim(-1), N = x.prod(0, x.rank() - 1);
+    if (bf16(i)) {
+      ref::rmsnorm_forward_bf16(ind(i, 0), ind(i, 1), outd(i, 0), outd(i, 1), N, E, i.attrs.eps);
+      return ok_status();
+    }
     ref::rmsnorm_forward(ind(i, 0), ind(i, 1), outd(i, 0), outd(i, 1), N, E, i.attrs.eps);
     return ok_status();
   }
@@ -190,6 +209,11 @@ class Evaluator {
   Status rope(const Instr& i) {
     const Shape& x = in(i, 0).shape;
     std::vector<int32_t> pos = as_i32(in(i, 1));
+    if (bf16(i)) {
+      ref::rope_bf16(ind(i, 0), pos.data(), outd(i, 0), x[0], x[1], x[2], x[3],
+                     i.attrs.min_timescale, i.attrs.max_timescale, i.attrs.inverse);
+      return ok_status();
+    }
     ref::rope(ind(i, 0), pos.data(), outd(i, 0), x[0], x[1], x[2], x[3], i.attrs.min_timescale,
               i.attrs.max_timescale, i.attrs.inverse);
     return ok_status();
@@ -210,6 +234,11 @@ class Evaluator {
     const Shape& q = in(i, 0).shape;
     const std::vector<int32_t> seg =
         i.inputs.size() == 4 ? as_i32(in(i, 3)) : std::vector<int32_t>{};
+    if (bf16(i)) {
+      ref::attention_forward_bf16(ind(i, 0), ind(i, 1), ind(i, 2), seg.empty() ? nullptr : seg.data(),
+                                  outd(i, 0), outd(i, 1), q[0], q[1], q[2], q[3], i.attrs.scale);
+      return ok_status();
+    }
     ref::attention_forward(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), q[0], q[1],
                            q[2], q[3], i.attrs.scale, seg.empty() ? nullptr : seg.data());
     return ok_status();
@@ -224,6 +253,11 @@ class Evaluator {
     return ok_status();
   }
   Status swiglu(const Instr& i) {
+    if (bf16(i)) {
+      ref::swiglu_forward_bf16(ind(i, 0), ind(i, 1), outd(i, 0),
+                               static_cast<int64_t>(out(i, 0).data.size()));
+      return ok_status();
+    }
     ref::swiglu_forward(ind(i, 0), ind(i, 1), outd(i, 0),
                         static_cast<int64_t>(out(i, 0).data.size()));
     return ok_status();
@@ -290,6 +324,11 @@ class Evaluator {
   Status rmsnorm_grad(const Instr& i) {
     const Shape& x = in(i, 0).shape;
     const int64_t E = x.dim(-1), N = x.prod(0, x.rank() - 1);
+    if (bf16(i)) {
+      ref::rmsnorm_backward_bf16(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), outd(i, 0),
+                                 outd(i, 1), N, E);
+      return ok_status();
+    }
     ref::rmsnorm_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), outd(i, 0), outd(i, 1), N, E);
     return ok_status();
   }
@@ -298,6 +337,12 @@ class Evaluator {
     const Shape& q = in(i, 0).shape;
     const std::vector<int32_t> seg =
         i.inputs.size() == 7 ? as_i32(in(i, 6)) : std::vector<int32_t>{};
+    if (bf16(i)) {
+      ref::attention_backward_bf16(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), ind(i, 4),
+                                   seg.empty() ? nullptr : seg.data(), ind(i, 5), outd(i, 0),
+                                   outd(i, 1), outd(i, 2), q[0], q[1], q[2], q[3], i.attrs.scale);
+      return ok_status();
+    }
     ref::attention_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), ind(i, 4), ind(i, 5),
                             outd(i, 0), outd(i, 1), outd(i, 2), q[0], q[1], q[2], q[3],
                             i.attrs.scale, seg.empty() ? nullptr : seg.data());
@@ -306,6 +351,10 @@ class Evaluator {
 
   Status swiglu_grad(const Instr& i) {
     const int64_t n = static_cast<int64_t>(in(i, 0).data.size());
+    if (bf16(i)) {
+      ref::swiglu_backward_bf16(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), n);
+      return ok_status();
+    }
     ref::swiglu_backward(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), n);
     return ok_status();
   }

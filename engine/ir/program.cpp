@@ -106,4 +106,36 @@ uint64_t Program::fingerprint() const {
   return h;
 }
 
+namespace {
+// Operand slots the bf16 kernels keep in f32 (input slots, output slots), as bit masks.
+struct Bf16Slots {
+  OpKind kind;
+  uint32_t f32_inputs, f32_outputs;
+};
+constexpr Bf16Slots kBf16Kernels[] = {
+    {OpKind::kMatmul, 0, 0},           {OpKind::kRmsNorm, 0b10, 0b10},
+    {OpKind::kRmsNormGrad, 0b110, 0b10}, {OpKind::kRope, 0, 0},
+    {OpKind::kAttention, 0, 0b10},     {OpKind::kAttentionGrad, 0b10000, 0},
+    {OpKind::kSwiglu, 0, 0},           {OpKind::kSwigluGrad, 0, 0},
+    {OpKind::kAdd, 0, 0},              {OpKind::kMul, 0, 0},
+};
+
+bool slot_ok(const Program& p, ValueId v, bool f32_slot) {
+  const DType d = p.value(v).dtype;
+  return d == DType::kI32 || d == (f32_slot ? DType::kF32 : DType::kBF16);
+}
+}  // namespace
+
+bool uses_bf16_kernel(const Program& p, const Instr& in) {
+  for (const Bf16Slots& k : kBf16Kernels) {
+    if (k.kind != in.kind) continue;
+    for (size_t i = 0; i < in.inputs.size(); ++i)
+      if (!slot_ok(p, in.inputs[i], i < 32 && ((k.f32_inputs >> i) & 1u))) return false;
+    for (size_t o = 0; o < in.outputs.size(); ++o)
+      if (!slot_ok(p, in.outputs[o], o < 32 && ((k.f32_outputs >> o) & 1u))) return false;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace eng

@@ -103,4 +103,13 @@ class Program {
   std::vector<ProgramOutput> outputs_; // program results
 };
 
+// True when `in` runs MaxText's bf16 arithmetic (docs/precision.md): it is one of the ops
+// with a bf16 kernel (engine/tensor/kernels.h's bf16 section, onednn_matmul.h: matmul,
+// rmsnorm(_grad), rope, attention(_grad), swiglu(_grad), add, mul) and its float operands
+// are bf16, except the f32 slots those kernels define (rmsnorm's scale and rstd, attention's
+// lse). Such an op rounds where MaxText's JAX code rounds; every other op with bf16 operands
+// computes in f32 and rounds each bf16 output once. The interpreter and the executor both
+// decide with this function, so they round at the same points.
+bool uses_bf16_kernel(const Program& p, const Instr& in);
+
 }  // namespace eng

@@ -103,7 +103,7 @@ LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
                 D = m.head_dim, M = m.mlp_dim;
   LlamaParams p;
   auto param = [&](std::string path, Shape shape, Logical logical) {
-    ValueId v = b.argument("params/" + path, std::move(shape), DType::kF32, std::move(logical),
+    ValueId v = b.argument("params/" + path, std::move(shape), m.weight_dtype, std::move(logical),
                            ArgRole::kParam);
     p.all.push_back(v);
     return v;
@@ -148,6 +148,13 @@ BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len) {
   return a;
 }
 
+// x as `dtype`: the value itself when it already is (so float32 models emit no cast). MaxText
+// casts every weight to dtype where it is used (DenseGeneral, RMSNorm, Embed: jnp.asarray(w,
+// dtype)); docs/precision.md.
+static ValueId as_dtype(Builder& b, ValueId x, DType dtype) {
+  return b.info(x).dtype == dtype ? x : b.convert(x, dtype);
+}
+
 ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
                             ValueId positions, int32_t remat_scope, ValueId segment_ids) {
   const Logical kActivation = {"activation_batch", "activation_norm_length", "activation_embed"};
@@ -167,13 +174,17 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   b.checkpoint_name(x, "decoder_layer_input");
   b.set_remat_scope(remat_scope);
   // Attention block: x + out(attention(rope(q), rope(k), v)) over rmsnorm(x).
-  ValueId h = b.rmsnorm(x, lp.pre_norm, eps).first;                   // (B, T, E)
+  auto w = [&](ValueId p) { return as_dtype(b, p, m.dtype); };          // weights as dtype
+  // RMSNorm scales go in as f32: the op casts them to x's dtype itself (its bf16 kernel's
+  // rb(scale), MaxText's jnp.asarray(scale, dtype)), and their gradient comes back in f32.
+  auto s = [&](ValueId p) { return as_dtype(b, p, DType::kF32); };
+  ValueId h = b.rmsnorm(x, s(lp.pre_norm), eps).first;                // (B, T, E)
   ValueId q = b.checkpoint_name(
-      b.constraint(b.matmul(h, lp.query, 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
+      b.constraint(b.matmul(h, w(lp.query), 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
   ValueId k = b.checkpoint_name(  // (B, T, Hkv, D)
-      b.constraint(b.matmul(h, lp.key, 2, 1, false, false, kKvHeads), kKvHeads), "key_proj");
+      b.constraint(b.matmul(h, w(lp.key), 2, 1, false, false, kKvHeads), kKvHeads), "key_proj");
   ValueId v = b.checkpoint_name(  // (B, T, Hkv, D)
-      b.constraint(b.matmul(h, lp.value, 2, 1, false, false, kKvHeads), kKvHeads), "value_proj");
+      b.constraint(b.matmul(h, w(lp.value), 2, 1, false, false, kKvHeads), kKvHeads), "value_proj");
   q = b.rope(q, positions, m.rope_min_timescale, m.rope_max_timescale);
   k = b.rope(k, positions, m.rope_min_timescale, m.rope_max_timescale);
   if (repeats > 1) {  // (B, T, Hkv, D) -> (B, T, H, D): query head h reads kv head h / repeats
@@ -183,16 +194,16 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale, segment_ids).first,
                                 "context");  // (B, T, H, D)
   ValueId attn = b.checkpoint_name(
-      b.matmul(o, lp.out, 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)
+      b.matmul(o, w(lp.out), 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)
   x = b.constraint(b.add(x, attn), kActivation);
 
   // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
-  ValueId h2 = b.rmsnorm(x, lp.post_norm, eps).first;                 // (B, T, E)
-  ValueId gate = b.checkpoint_name(b.matmul(h2, lp.wi_0, 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
-  ValueId up = b.checkpoint_name(b.matmul(h2, lp.wi_1, 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
+  ValueId h2 = b.rmsnorm(x, s(lp.post_norm), eps).first;              // (B, T, E)
+  ValueId gate = b.checkpoint_name(b.matmul(h2, w(lp.wi_0), 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
+  ValueId up = b.checkpoint_name(b.matmul(h2, w(lp.wi_1), 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
   ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
   ValueId mlp = b.checkpoint_name(
-      b.matmul(act, lp.wo, 2, 1, false, false, kActivation), "mlpwo");                     // (B, T, E)
+      b.matmul(act, w(lp.wo), 2, 1, false, false, kActivation), "mlpwo");                     // (B, T, E)
   ValueId out = b.add(x, mlp);
   b.set_remat_scope(-1);
   return b.constraint(out, kActivation);
@@ -216,10 +227,10 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   const Shape& ids = b.info(batch.inputs).shape;
   const int64_t one_hot_bytes = ids.numel() * m.vocab_size * dtype_size(DType::kF32);
   if (m.use_iota_embed && one_hot_bytes <= m.iota_embed_max_bytes) {
-    ValueId onehot = b.one_hot(batch.inputs, m.vocab_size, "vocab");  // (B, T, V)
-    x = b.matmul(onehot, p.embedding, 2, 1, false, false, kActivation);  // (B,T,V).(V,E)
+    ValueId onehot = as_dtype(b, b.one_hot(batch.inputs, m.vocab_size, "vocab"), m.dtype);  // (B, T, V)
+    x = b.matmul(onehot, as_dtype(b, p.embedding, m.dtype), 2, 1, false, false, kActivation);  // (B,T,V).(V,E)
   } else {
-    x = b.embed_lookup(p.embedding, batch.inputs);
+    x = b.embed_lookup(as_dtype(b, p.embedding, m.dtype), batch.inputs);  // MaxText Embed: table as dtype
   }
   x = b.constraint(x, kActivation);
 
@@ -234,8 +245,10 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
       x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l),
                               seg);
   }
-  ValueId y = b.rmsnorm(x, p.decoder_norm, eps).first;                  // (B, T, E)
-  ValueId logits = b.constraint(b.matmul(y, p.logits_dense, 2, 1, false, false, kLogits), kLogits);  // (B, T, V)
+  ValueId y = b.rmsnorm(x, as_dtype(b, p.decoder_norm, DType::kF32), eps).first;  // (B, T, E)
+  ValueId logits = b.constraint(
+      b.matmul(y, as_dtype(b, p.logits_dense, m.dtype), 2, 1, false, false, kLogits), kLogits);  // (B, T, V)
+  logits = as_dtype(b, logits, DType::kF32);  // MaxText cast_logits_to_fp32 (default true)
   ValueId xent = b.softmax_cross_entropy(logits, batch.targets).first;  // (B, T)
   auto [loss, total_weights] = b.masked_mean_loss(xent, batch.targets_segmentation);
   return {loss, total_weights};

@@ -51,6 +51,10 @@ struct ModelConfig {
   // this many bytes (MaxText PR #3922: 2 GiB).
   int64_t iota_embed_max_bytes = int64_t{2} << 30;
   std::vector<std::string> mlp_activations = {"silu", "linear"};
+  // MaxText's dtype (activations, matmul inputs) and weight_dtype (parameters); the casts
+  // are docs/precision.md's. float32/float32 emits no cast at all.
+  DType dtype = DType::kF32;
+  DType weight_dtype = DType::kF32;
   // Pipeline parallelism (engine/model/pipeline.h): stages > 1 traces the decoder as
   // MaxText's non-circular pipeline over the `stage` mesh axis with this many microbatches.
   int64_t pipeline_stages = 1;

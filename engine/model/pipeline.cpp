@@ -60,7 +60,7 @@ LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                    std::vector<std::string> logical) {
     dims.insert(dims.begin(), {S, lps});
     logical.insert(logical.begin(), {"layers", ""});
-    ValueId v = b.argument(kPrefix + sub, Shape(std::move(dims)), DType::kF32, std::move(logical),
+    ValueId v = b.argument(kPrefix + sub, Shape(std::move(dims)), m.weight_dtype, std::move(logical),
                            ArgRole::kParam);
     all.push_back(v);
     return v;

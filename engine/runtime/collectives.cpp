@@ -101,42 +101,58 @@ class LocalCommunicator final : public Communicator {
              });
   }
 
-  // Member r: block r of the sum, in rank order.
+  // Member r: block r of the sum, in rank order. bf16 (grad_dtype=bfloat16): each member's
+  // addition is done in f32 and rounded to bf16 (docs/precision.md).
   void reduce_scatter(const Group& c) {
-    ENG_CHECK(c.p.value(c.x()).dtype == DType::kF32, "reduce_scatter: f32 only");
+    const bool bf16 = c.p.value(c.x()).dtype == DType::kBF16;
+    ENG_CHECK(bf16 || c.p.value(c.x()).dtype == DType::kF32, "reduce_scatter: f32 or bf16 only");
     int64_t outer, mid, inner;
     split3(c.p.value(c.x()).shape, c.in.attrs.dim, outer, mid, inner);
-    const int64_t blk = mid / c.g.size() * inner;
+    const int64_t blk = mid / c.g.size() * inner, elem = bf16 ? 2 : 4;
     exchange(c.g, c.leader, c.buf, c.x(), c.y(), c.p.value(c.y()).bytes(),
              [&](int64_t r, int64_t m, void* dst, const void* src) {
-               float* out = static_cast<float*>(dst);
-               const float* inp = static_cast<const float*>(src);
                for (int64_t o = 0; o < outer; ++o) {
-                 const float* s = inp + o * mid * inner + r * blk;
-                 float* d = out + o * blk;
+                 const char* s = static_cast<const char*>(src) + (o * mid * inner + r * blk) * elem;
+                 char* d = static_cast<char*>(dst) + o * blk * elem;
                  if (m == 0)
-                   std::memcpy(d, s, blk * sizeof(float));
+                   std::memcpy(d, s, blk * elem);
                  else
-                   for (int64_t i = 0; i < blk; ++i) d[i] += s[i];
+                   accumulate(d, s, blk, bf16, false);
                }
              });
   }
 
+  // d[i] += s[i] (or max), n elements of f32, or of bf16 with f32 math rounded once per call.
+  static void accumulate(void* d, const void* s, int64_t n, bool bf16, bool reduce_max) {
+    if (!bf16) {
+      float* out = static_cast<float*>(d);
+      const float* in = static_cast<const float*>(s);
+      if (reduce_max)
+        for (int64_t i = 0; i < n; ++i) out[i] = out[i] < in[i] ? in[i] : out[i];
+      else
+        for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+      return;
+    }
+    uint16_t* out = static_cast<uint16_t*>(d);
+    const uint16_t* in = static_cast<const uint16_t*>(s);
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = bf16_to_f32(out[i]), b = bf16_to_f32(in[i]);
+      out[i] = reduce_max ? (a < b ? in[i] : out[i]) : f32_to_bf16(a + b);
+    }
+  }
+
   // Every member sums (or maxes) all members' inputs in rank order.
   void all_reduce(const Group& c) {
-    ENG_CHECK(c.p.value(c.x()).dtype == DType::kF32, "all_reduce: f32 only");
+    const bool bf16 = c.p.value(c.x()).dtype == DType::kBF16;
+    ENG_CHECK(bf16 || c.p.value(c.x()).dtype == DType::kF32, "all_reduce: f32 or bf16 only");
     const int64_t n = c.p.value(c.x()).shape.numel();
     const bool reduce_max = c.in.attrs.reduce_max;
     exchange(c.g, c.leader, c.buf, c.x(), c.y(), c.p.value(c.x()).bytes(),
              [&](int64_t, int64_t m, void* dst, const void* src) {
-               float* out = static_cast<float*>(dst);
-               const float* s = static_cast<const float*>(src);
                if (m == 0)
-                 std::memcpy(out, s, n * sizeof(float));
-               else if (reduce_max)
-                 for (int64_t i = 0; i < n; ++i) out[i] = out[i] < s[i] ? s[i] : out[i];
+                 std::memcpy(dst, src, c.p.value(c.x()).bytes());
                else
-                 for (int64_t i = 0; i < n; ++i) out[i] += s[i];
+                 accumulate(dst, src, n, bf16, reduce_max);
              });
   }
 

@@ -3,12 +3,14 @@
 #include "engine/runtime/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
 #include "engine/ir/op_table.h"
 #include "engine/sharding/shard_geometry.h"
 #include "engine/tensor/kernels.h"
+#include "engine/tensor/onednn_matmul.h"
 #include "engine/tensor/reference.h"
 
 namespace eng {
@@ -58,6 +60,7 @@ struct Args {
   void* const* ptrs;
   const Mesh* mesh;  // where it runs (kAxisIndex); null: one device
   int64_t device;
+  const kern::Bf16MatmulPlan* plan = nullptr;  // a bf16 matmul's (executor.h)
 
   const float* f(size_t i) const { return static_cast<const float*>(ptrs[in.inputs[i]]); }
   const int32_t* ids(size_t i) const { return static_cast<const int32_t*>(ptrs[in.inputs[i]]); }
@@ -66,7 +69,59 @@ struct Args {
   int64_t numel(size_t i) const { return shape(i).numel(); }
   int64_t last_dim(size_t i) const { return shape(i).dim(-1); }
   float scalar(size_t i) const { return *f(i); }
+  const uint16_t* h(size_t i) const { return static_cast<const uint16_t*>(ptrs[in.inputs[i]]); }
+  uint16_t* hout(size_t o) const { return static_cast<uint16_t*>(ptrs[in.outputs[o]]); }
+  // Attention's segment ids: its i32 input, if any (null: causal only).
+  const int32_t* segment_ids() const {
+    for (size_t k = 0; k < in.inputs.size(); ++k)
+      if (p.value(in.inputs[k]).dtype == DType::kI32) return ids(k);
+    return nullptr;
+  }
 };
+
+// ---- bf16 kernels (kernels.h's bf16 section; program.h uses_bf16_kernel picks them) ----------
+void run_matmul_bf16(const Args& a) {
+  ENG_CHECK(a.plan != nullptr, "executor: bf16 matmul without a plan (Runtime::prepare makes them)");
+  a.plan->run(a.h(0), a.h(1), a.hout(0));
+}
+void run_rmsnorm_bf16(const Args& a) {
+  const int64_t E = a.last_dim(0);
+  kern::rmsnorm_forward_bf16(a.h(0), a.f(1), a.hout(0), a.out(1), a.numel(0) / E, E,
+                             static_cast<float>(a.in.attrs.eps));
+}
+void run_rmsnorm_grad_bf16(const Args& a) {
+  const int64_t E = a.last_dim(0);
+  kern::rmsnorm_backward_bf16(a.h(0), a.f(1), a.f(2), a.h(3), a.hout(0), a.out(1),
+                              a.numel(0) / E, E);
+}
+void run_rope_bf16(const Args& a) {
+  const Shape& x = a.shape(0);
+  const OpAttrs& at = a.in.attrs;
+  kern::rope_bf16(a.h(0), a.ids(1), a.hout(0), x[0], x[1], x[2], x[3],
+                  static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
+                  at.inverse);
+}
+void run_attention_bf16(const Args& a) {
+  const Shape& q = a.shape(0);
+  kern::attention_forward_bf16(a.h(0), a.h(1), a.h(2), a.segment_ids(), a.hout(0), a.out(1), q[0],
+                               q[1], q[2], q[3], static_cast<float>(a.in.attrs.scale));
+}
+void run_attention_grad_bf16(const Args& a) {  // (q, k, v, o, lse, do[, segment ids])
+  const Shape& q = a.shape(0);
+  size_t d = a.in.inputs.size() - 1;  // do: the last float input
+  while (a.p.value(a.in.inputs[d]).dtype == DType::kI32) --d;
+  kern::attention_backward_bf16(a.h(0), a.h(1), a.h(2), a.h(3), a.f(4), a.segment_ids(), a.h(d),
+                                a.hout(0), a.hout(1), a.hout(2), q[0], q[1], q[2], q[3],
+                                static_cast<float>(a.in.attrs.scale));
+}
+void run_swiglu_bf16(const Args& a) {
+  kern::swiglu_forward_bf16(a.h(0), a.h(1), a.hout(0), a.numel(0));
+}
+void run_swiglu_grad_bf16(const Args& a) {
+  kern::swiglu_backward_bf16(a.h(0), a.h(1), a.h(2), a.hout(0), a.hout(1), a.numel(0));
+}
+void run_add_bf16(const Args& a) { kern::add_bf16(a.h(0), a.h(1), a.hout(0), a.numel(0)); }
+void run_mul_bf16(const Args& a) { kern::mul_bf16(a.h(0), a.h(1), a.hout(0), a.numel(0)); }
 
 void run_matmul(const Args& a) {  // one GEMM on op.h's 2D views (DotDims)
   const OpAttrs& at = a.in.attrs;
@@ -366,6 +421,24 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
     },
     {run_unary}, {run_unary_grad});
 
+// The bf16 kernel of an op that uses_bf16_kernel (program.h); null for any other op.
+using RunFn = void (*)(const Args&);
+RunFn bf16_kernel(OpKind kind) {
+  switch (kind) {
+    case OpKind::kMatmul: return run_matmul_bf16;
+    case OpKind::kRmsNorm: return run_rmsnorm_bf16;
+    case OpKind::kRmsNormGrad: return run_rmsnorm_grad_bf16;
+    case OpKind::kRope: return run_rope_bf16;
+    case OpKind::kAttention: return run_attention_bf16;
+    case OpKind::kAttentionGrad: return run_attention_grad_bf16;
+    case OpKind::kSwiglu: return run_swiglu_bf16;
+    case OpKind::kSwigluGrad: return run_swiglu_grad_bf16;
+    case OpKind::kAdd: return run_add_bf16;
+    case OpKind::kMul: return run_mul_bf16;
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 
 Status check_executable_dtypes(const Program& p) {
@@ -379,15 +452,89 @@ Status check_executable_dtypes(const Program& p) {
           i, op_name(in.kind), in.attrs.vmap);
     for (size_t k = 0; k < in.inputs.size(); ++k) {
       const DType have = p.value(in.inputs[k]).dtype;
-      const DType want = is_int_input(in.kind, k) ? DType::kI32 : DType::kF32;
-      if (have != want)
-        return unimplemented(
-            "executor: instruction {} ({}) input {} is {} but the CPU kernels take {}{}", i,
-            op_name(in.kind), k, dtype_name(have), dtype_name(want),
-            want == DType::kF32 ? " (convert to f32 first)" : "");
+      const bool want_int = is_int_input(in.kind, k);
+      if (want_int ? have == DType::kI32 : have != DType::kI32) continue;
+      return unimplemented("executor: instruction {} ({}) input {} is {} but the CPU kernels take {}",
+                           i, op_name(in.kind), k, dtype_name(have),
+                           want_int ? "i32" : "f32 or bf16");
     }
   }
   return ok_status();
+}
+
+namespace {
+
+constexpr int64_t kWidenAlign = 64;
+int64_t widened_bytes(const ValueInfo& v) {
+  return (v.shape.numel() * 4 + kWidenAlign - 1) / kWidenAlign * kWidenAlign;
+}
+
+// The f32 scratch `in` needs to run widened (0: it runs on its own buffers). A value used
+// twice as an input is widened once.
+int64_t widen_bytes(const Program& p, const Instr& in) {
+  if (kKernels[op_index(in.kind)].any_dtype || uses_bf16_kernel(p, in)) return 0;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < in.inputs.size(); ++k) {
+    const ValueId v = in.inputs[k];
+    const bool seen = std::find(in.inputs.begin(), in.inputs.begin() + k, v) !=
+                      in.inputs.begin() + k;
+    if (!seen && p.value(v).dtype == DType::kBF16) bytes += widened_bytes(p.value(v));
+  }
+  for (ValueId o : in.outputs)
+    if (p.value(o).dtype == DType::kBF16) bytes += widened_bytes(p.value(o));
+  return bytes;
+}
+
+// The widening path: bf16 operands are pointed at f32 copies for the f32 kernel (ptrs is
+// the device's table; every entry changed here is restored before returning).
+void run_widened(const Args& a, void** ptrs, char* scratch) {
+  constexpr int kMax = 16;
+  std::array<std::pair<ValueId, void*>, kMax> saved;
+  int n = 0;
+  auto widen = [&](ValueId v, bool load) {
+    const ValueInfo& info = a.p.value(v);
+    if (info.dtype != DType::kBF16) return;
+    for (int j = 0; j < n; ++j)
+      if (saved[j].first == v) return;
+    ENG_CHECK(n < kMax, "executor: {} has more than {} bf16 operands", op_name(a.in.kind), kMax);
+    saved[n++] = {v, ptrs[v]};
+    if (load)
+      kern::convert_bf16_to_f32(static_cast<const uint16_t*>(ptrs[v]),
+                                reinterpret_cast<float*>(scratch), info.shape.numel());
+    ptrs[v] = scratch;
+    scratch += widened_bytes(info);
+  };
+  for (ValueId v : a.in.inputs) widen(v, true);
+  const int first_output = n;
+  for (ValueId o : a.in.outputs) widen(o, false);
+  kKernels[op_index(a.in.kind)].run(a);
+  for (int j = n - 1; j >= 0; --j) {
+    const auto& [v, original] = saved[j];
+    if (j >= first_output)  // round the f32 result into the real bf16 output
+      kern::convert_f32_to_bf16(static_cast<const float*>(ptrs[v]),
+                                static_cast<uint16_t*>(original), a.p.value(v).shape.numel());
+    ptrs[v] = original;
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<kern::Bf16MatmulPlan>> make_bf16_matmul_plan(const Program& p,
+                                                                    const Instr& in,
+                                                                    kern::MatmulBackend backend) {
+  if (in.kind != OpKind::kMatmul || !uses_bf16_kernel(p, in))
+    return std::unique_ptr<kern::Bf16MatmulPlan>();
+  const DotDims d = dot_dims(in.attrs, p.value(in.inputs[0]).shape, p.value(in.inputs[1]).shape);
+  kern::Bf16MatmulShape s{.trans_a = in.attrs.trans_a, .trans_b = in.attrs.trans_b, .M = d.M,
+                          .N = d.N, .K = d.K, .lda = d.lda, .ldb = d.ldb, .ldc = d.N,
+                          .c_dtype = DType::kBF16};
+  return kern::Bf16MatmulPlan::create(s, backend);
+}
+
+int64_t widen_scratch_bytes(const Program& p) {
+  int64_t most = 0;
+  for (const Instr& in : p.instrs()) most = std::max(most, widen_bytes(p, in));
+  return most;
 }
 
 // kAxisIndex: the device's rank along `axes` (major to minor; collectives' member order),
@@ -397,9 +544,23 @@ int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::strin
   return AxesGroup(*mesh, axes).rank(device);
 }
 
-void run_instr(const Program& p, const Instr& in, void* const* ptrs, const Mesh* mesh,
-               int64_t device) {
-  kKernels[op_index(in.kind)].run(Args{p, in, ptrs, mesh, device});
+void run_instr(const Program& p, const Instr& in, void** ptrs, const Mesh* mesh, int64_t device,
+               const InstrScratch& scratch) {
+  const Args a{p, in, ptrs, mesh, device, scratch.matmul};
+  if (uses_bf16_kernel(p, in)) {
+    const RunFn run = bf16_kernel(in.kind);
+    ENG_CHECK(run != nullptr, "executor: {} has no bf16 kernel (program.h's list)",
+              op_name(in.kind));
+    run(a);
+    return;
+  }
+  if (widen_bytes(p, in) == 0) {
+    kKernels[op_index(in.kind)].run(a);
+    return;
+  }
+  ENG_CHECK(scratch.widen != nullptr, "executor: {} has bf16 operands but no widening scratch",
+            op_name(in.kind));
+  run_widened(a, ptrs, static_cast<char*>(scratch.widen));
 }
 
 }  // namespace eng

@@ -184,6 +184,10 @@ struct Runtime::Prepared {
   std::vector<int> ordinal;               // per program output: index into `outputs`, or -1
   int num_outputs = 0;                    // non-aliased program outputs
   std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
+  std::vector<DeviceBuffer> widen;        // per device: f32 copies of bf16 operands (executor.h)
+  // Per instruction: a bf16 matmul's oneDNN plan (one shared by every device), or one per
+  // device for the convert+sgemm fallback, whose f32 copies belong to the plan; else none.
+  std::vector<std::vector<std::unique_ptr<kern::Bf16MatmulPlan>>> plans;
   std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
   kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
 };
@@ -196,6 +200,7 @@ using ScratchFn = bool (*)(const Instr&, const Shape& x, kern::ScratchNeeds&);
 bool no_scratch(const Instr&, const Shape&, kern::ScratchNeeds&) { return false; }
 bool attention_scratch(const Instr&, const Shape& x, kern::ScratchNeeds& k) {
   k.attention_seq = x[1];
+  k.attention_head_dim = x[3];  // the bf16 kernels' per-thread blocks
   return true;
 }
 
@@ -316,6 +321,33 @@ Runtime::Prepared* Runtime::find_prepared(const Executable& exe) {
   return nullptr;
 }
 
+namespace {
+// SHARDLAB_BF16_MATMUL=sgemm|onednn forces a backend (default: oneDNN where it builds).
+kern::MatmulBackend bf16_matmul_backend() {
+  const char* v = std::getenv("SHARDLAB_BF16_MATMUL");
+  if (v && std::string_view(v) == "sgemm") return kern::MatmulBackend::kConvertSgemm;
+  if (v && std::string_view(v) == "onednn") return kern::MatmulBackend::kOnednn;
+  return kern::MatmulBackend::kAuto;
+}
+}  // namespace
+
+Status Runtime::make_plans(const Program& p, Prepared& prep) {
+  const kern::MatmulBackend backend = bf16_matmul_backend();
+  prep.plans.resize(p.instrs().size());
+  for (size_t i = 0; i < p.instrs().size(); ++i) {
+    ENG_ASSIGN_OR_RETURN(auto plan, make_bf16_matmul_plan(p, p.instrs()[i], backend));
+    if (!plan) continue;
+    const bool per_device = plan->backend() == kern::MatmulBackend::kConvertSgemm;
+    prep.scratch.bf16_matmul_bytes = std::max(prep.scratch.bf16_matmul_bytes, plan->scratch_bytes());
+    prep.plans[i].push_back(std::move(plan));
+    for (int d = 1; per_device && d < num_devices(); ++d) {
+      ENG_ASSIGN_OR_RETURN(auto copy, make_bf16_matmul_plan(p, p.instrs()[i], backend));
+      prep.plans[i].push_back(std::move(copy));
+    }
+  }
+  return ok_status();
+}
+
 Status Runtime::prepare(const Executable& exe) {
   if (find_prepared(exe)) return ok_status();
   if (!(exe.mesh() == mesh_))
@@ -328,6 +360,9 @@ Status Runtime::prepare(const Executable& exe) {
     ENG_ASSIGN_OR_RETURN(DeviceBuffer arena,
                          dev->allocate(exe.arena_bytes(), "arena:" + exe.program().name()));
     prep->arenas.push_back(std::move(arena));
+    ENG_ASSIGN_OR_RETURN(DeviceBuffer widen, dev->allocate(widen_scratch_bytes(exe.program()),
+                                                           "bf16 widening:" + exe.program().name()));
+    prep->widen.push_back(std::move(widen));
     prep->ptrs.emplace_back(exe.program().values().size(), nullptr);
   }
   int next = 0;
@@ -336,6 +371,7 @@ Status Runtime::prepare(const Executable& exe) {
   prep->num_outputs = next;
   // Reserve kernel scratch on every pool thread now, so no step allocates it later.
   prep->scratch = scratch_needs(exe.program());
+  ENG_RETURN_IF_ERROR(make_plans(exe.program(), *prep));
   const kern::ScratchNeeds& needs = prep->scratch;
   default_pool().run_on_every_thread([&] { kern::reserve_scratch(needs); });
   prepared_.push_back(std::move(prep));
@@ -413,13 +449,21 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   const Program& p = exe.program();
   const int n = num_devices();
   for (int d = 0; d < n; ++d) tables_[d] = prep.ptrs[d].data();
-  for (const Instr& in : p.instrs()) {
+  for (size_t i = 0; i < p.instrs().size(); ++i) {
+    const Instr& in = p.instrs()[i];
+    const auto& plans = prep.plans[i];
+    auto scratch = [&](int64_t d) {
+      return InstrScratch{prep.widen[d].data(),
+                          plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d].get()};
+    };
     if (is_collective(in.kind)) {
       comm_->run(p, in, tables_);  // one instruction across every device's buffers
     } else if (n == 1) {
-      run_instr(p, in, prep.ptrs[0].data(), &mesh_, 0);  // kernels parallelise internally
+      run_instr(p, in, prep.ptrs[0].data(), &mesh_, 0, scratch(0));  // kernels parallelise internally
     } else {
-      default_pool().run(n, [&](int64_t d) { run_instr(p, in, prep.ptrs[d].data(), &mesh_, d); });
+      default_pool().run(n, [&](int64_t d) {
+        run_instr(p, in, prep.ptrs[d].data(), &mesh_, d, scratch(d));
+      });
     }
   }
   // Outputs not produced in place (an argument or a value returned twice) are copied.

@@ -126,6 +126,7 @@ class Runtime {
  private:
   struct Prepared;  // per-executable arenas
   Prepared* find_prepared(const Executable& exe);
+  Status make_plans(const Program& p, Prepared& prep);  // bf16 matmul plans (executor.h)
   Status bind(const Executable& exe, std::span<Array* const> args, std::vector<Array>& outputs,
               Prepared& prep);
   Mesh mesh_;

@@ -250,6 +250,18 @@ void rope(const float* x, const int32_t* pos, float* y, int64_t B, int64_t T, in
   });
 }
 
+// This thread's cos/sin row for position p (cos for i < D/2, then sin), as rope() uses it;
+// for the bf16 rope in kernels_bf16.cpp, which shares the table.
+const float* rope_table_row(int64_t p, int64_t D, float min_timescale, float max_timescale) {
+  RopeTable& table = t_rope_table;
+  if (table.D != D || table.min_ts != min_timescale || table.max_ts != max_timescale)
+    table = RopeTable{D, min_timescale, max_timescale, 0, std::move(table.cs)};
+  if (p >= 0 && p < kRopeMaxCachedPos) return table.row(p);
+  t_rope_odd.resize(D);
+  RopeTable::fill_row(t_rope_odd.data(), p, D, min_timescale, max_timescale);
+  return t_rope_odd.data();
+}
+
 // ---- reductions -----------------------------------------------------------------------------
 namespace {
 
@@ -311,6 +323,8 @@ void ScratchNeeds::merge(const ScratchNeeds& o) {
   rmsnorm_rows = std::max(rmsnorm_rows, o.rmsnorm_rows);
   rmsnorm_width = std::max(rmsnorm_width, o.rmsnorm_width);
   sum_elements = std::max(sum_elements, o.sum_elements);
+  attention_head_dim = std::max(attention_head_dim, o.attention_head_dim);
+  bf16_matmul_bytes = std::max(bf16_matmul_bytes, o.bf16_matmul_bytes);
   if (o.rope_dim > 0) {
     rope_positions = std::max(rope_positions, o.rope_positions);
     rope_dim = o.rope_dim;
@@ -320,8 +334,10 @@ void ScratchNeeds::merge(const ScratchNeeds& o) {
 }
 
 void reserve_attention_scratch(int64_t T);  // attention.cpp
+void reserve_bf16_scratch(const ScratchNeeds& n);  // kernels_bf16.cpp
 
 void reserve_scratch(const ScratchNeeds& n) {
+  reserve_bf16_scratch(n);
   if (n.attention_seq > 0) reserve_attention_scratch(n.attention_seq);
   const int64_t blocks = (n.rmsnorm_rows + kNormRows - 1) / kNormRows;
   if (static_cast<int64_t>(t_rmsnorm_partials.size()) < blocks * n.rmsnorm_width)

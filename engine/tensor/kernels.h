@@ -124,9 +124,71 @@ struct ScratchNeeds {
   int64_t rope_positions = 0;       // rope: positions 0..rope_positions-1 are tabulated
   int64_t rope_dim = 0;             //   for this head dim
   float rope_min_timescale = 1, rope_max_timescale = 10000;
+  int64_t attention_head_dim = 0;   // bf16 attention: its D (with attention_seq)
+  int64_t bf16_matmul_bytes = 0;    // largest Bf16MatmulPlan::scratch_bytes() (onednn_matmul.h)
   void merge(const ScratchNeeds& o);  // element-wise max (rope: the last non-empty one)
 };
 // Grows the calling thread's scratch to `needs`; allocates nothing when already large enough.
 void reserve_scratch(const ScratchNeeds& needs);
+
+
+// ---- bf16 (MaxText's dtype=bfloat16) -------------------------------------------------------------
+// Storage is bf16 (uint16_t bits, dtype.h); math and accumulation are f32; results are rounded
+// to bf16 exactly where MaxText's JAX code rounds them (each op on bf16 arrays rounds its
+// result; files read: MaxText src/maxtext/layers/normalizations.py RMSNorm, embeddings.py
+// RotaryEmbedding, linears.py MlpBlock, attention_op.py apply_attention_dot, at commit e591f30c,
+// 2026-08). rb(v) below is "round to bf16". The rounding bits are eng::f32_to_bf16's on every
+// CPU (vcvtneps2bf16 where there is avx512_bf16, denormal lanes fixed up; software elsewhere),
+// so results do not depend on the CPU. Same pool and scratch rules as the f32 kernels;
+// ref::*_bf16 (reference.h) are the float64 oracles with rb at the same points.
+//
+// RMSNorm: x -> f32; rstd = 1/sqrt(mean(x^2) + eps); y = rb(rb(x * rstd) * rb(scale)).
+void rmsnorm_forward_bf16(const uint16_t* x /*(N, E)*/, const float* scale /*(E)*/,
+                          uint16_t* y /*(N, E)*/, float* rstd /*(N)*/, int64_t N, int64_t E,
+                          float eps);
+// Its VJP (JAX autodiff of the forward's ops): g = rb(dy * rb(scale)) (the bf16 product's
+// cotangent); dx = rb(rstd * g - x * rstd^3 / E * sum_e(g * x)) (f32 math, as MaxText's);
+// dscale = rb(sum_n dy * rb(x * rstd)), stored f32 (the cotangent of the scale's bf16 cast).
+void rmsnorm_backward_bf16(const uint16_t* x, const float* scale, const float* rstd,
+                           const uint16_t* dy /*(N, E)*/, uint16_t* dx /*(N, E)*/,
+                           float* dscale /*(E)*/, int64_t N, int64_t E);
+
+// RoPE as rope() with c = rb(cos), s = rb(sin) (MaxText casts sin/cos to the input dtype):
+//   y[i] = rb(rb(x[i] c) - rb(x[i+D/2] s)),  y[i+D/2] = rb(rb(x[i+D/2] c) + rb(x[i] s)).
+// inverse = true negates s: that is exactly the VJP (each product's cotangent rounded, summed
+// and rounded as JAX's transpose of the forward does).
+void rope_bf16(const uint16_t* x /*(B, T, H, D)*/, const int32_t* pos /*(B, T)*/,
+               uint16_t* y /*(B, T, H, D)*/, int64_t B, int64_t T, int64_t H, int64_t D,
+               float min_timescale, float max_timescale, bool inverse);
+
+// Causal attention with segments: key s is visible to query t iff s <= t and (segment_ids is
+// null or seg[b, s] == seg[b, t]). MaxText's dot-product attention (what it runs on CPU) with
+// float32_qk_product = float32_logits = false, per (b, h, t):
+//   z_s = rb(scale * sum_d q.k) (f32 sum);  m = max_s z_s;  p_s = rb(exp(rb(z_s - m)));
+//   l = rb(sum_s p_s);  u = rb(sum_s p_s v_s) (f32 sums);  o = rb(u / l);
+//   lse[b,h,t] = m + log(l) (f32), saved for the backward pass.
+// No (T, T) tensor: one block of query rows' scores at a time (per-thread scratch).
+void attention_forward_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v /*(B,T,H,D)*/,
+                            const int32_t* segment_ids /*(B, T) or null*/, uint16_t* o /*(B,T,H,D)*/,
+                            float* lse /*(B, H, T)*/, int64_t B, int64_t T, int64_t H, int64_t D,
+                            float scale);
+// Flash-style backward in f32 from the bf16 inputs: P = exp(z - lse) with z as above;
+// dv = P^T do; ds = P * (do v^T - rowsum(do * o)); dq = scale ds k; dk = scale ds^T q; each
+// summed in f32 and rounded to bf16 once (JAX's VJP would round its intermediates too: the
+// difference is within the tolerance tests/tensor/kernels_bf16_test.cpp states). Overwritten.
+void attention_backward_bf16(const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                             const uint16_t* o, const float* lse, const int32_t* segment_ids,
+                             const uint16_t* dout, uint16_t* dq, uint16_t* dk, uint16_t* dv,
+                             int64_t B, int64_t T, int64_t H, int64_t D, float scale);
+
+// SwiGLU (MlpBlock: silu(wi_0 x) * (wi_1 x), silu = x * sigmoid(x), all bf16):
+//   sg = rb(sigmoid(g)); a = rb(g * sg); y = rb(a * u).
+void swiglu_forward_bf16(const uint16_t* g, const uint16_t* u, uint16_t* y, int64_t n);
+// JAX's VJP of those ops: du = rb(dy a); da = rb(dy u); dg = rb(rb(da sg) + rb(rb(da g) *
+// rb(sg rb(1 - sg)))) (lax.logistic's derivative is ans * (1 - ans)).
+void swiglu_backward_bf16(const uint16_t* g, const uint16_t* u, const uint16_t* dy, uint16_t* dg,
+                          uint16_t* du, int64_t n);
+void add_bf16(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n);  // y = rb(a + b)
+void mul_bf16(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n);  // y = rb(a * b)
 
 }  // namespace eng::kern

@@ -4,6 +4,7 @@
 // the formula from kernels.h's comment and nothing else.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -261,6 +262,170 @@ inline double learning_rate_at(int64_t step, double lr, int64_t warmup_steps, in
 inline double clip_factor(double global_norm, double max_norm) {
   if (max_norm <= 0 || global_norm < max_norm) return 1.0;
   return max_norm / global_norm;
+}
+
+// ---- bf16 (mixed precision) ------------------------------------------------------------------
+// Oracles of kernels.h's bf16 section: the arithmetic runs in T (double in the tests) and
+// round_bf16 is applied exactly where the kernel (and MaxText) rounds to bf16.
+
+// x rounded to the nearest bf16 (8 significant bits, ties to even, f32's exponent range with
+// subnormals down to 2^-133, overflow to inf, NaN stays NaN), computed directly from x.
+template <typename T>
+T round_bf16(T x) {
+  if (!std::isfinite(x) || x == T(0)) return x;
+  int e = 0;
+  std::frexp(static_cast<double>(x), &e);  // |x| = m 2^e, m in [0.5, 1)
+  const double q = std::ldexp(1.0, std::max(e - 8, -133));
+  const double r = std::nearbyint(static_cast<double>(x) / q) * q;  // ties to even
+  const double kMax = std::ldexp(255.0, 120);                        // 0x7f7f
+  if (std::abs(r) > kMax) return static_cast<T>(r > 0 ? INFINITY : -INFINITY);
+  return static_cast<T>(r);
+}
+
+template <typename T>
+void rmsnorm_forward_bf16(const T* x, const T* scale, T* y, T* rstd, int64_t N, int64_t E, T eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    T ss = 0;
+    for (int64_t e = 0; e < E; ++e) ss += x[n * E + e] * x[n * E + e];
+    T r = T(1) / std::sqrt(ss / T(E) + eps);
+    rstd[n] = r;
+    for (int64_t e = 0; e < E; ++e)
+      y[n * E + e] = round_bf16(round_bf16(x[n * E + e] * r) * round_bf16(scale[e]));
+  }
+}
+
+// g = rb(dy * rb(s)); dx = rb(r g - x r^3 / E sum_e(g x)); dscale = rb(sum_n dy rb(x r)).
+template <typename T>
+void rmsnorm_backward_bf16(const T* x, const T* scale, const T* rstd, const T* dy, T* dx,
+                           T* dscale, int64_t N, int64_t E) {
+  for (int64_t e = 0; e < E; ++e) dscale[e] = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T r = rstd[n];
+    T gx = 0;
+    for (int64_t e = 0; e < E; ++e) gx += round_bf16(dy[n * E + e] * round_bf16(scale[e])) * x[n * E + e];
+    for (int64_t e = 0; e < E; ++e) {
+      const T g = round_bf16(dy[n * E + e] * round_bf16(scale[e]));
+      dx[n * E + e] = round_bf16(r * g - x[n * E + e] * r * r * r / T(E) * gx);
+      dscale[e] += dy[n * E + e] * round_bf16(x[n * E + e] * r);
+    }
+  }
+  for (int64_t e = 0; e < E; ++e) dscale[e] = round_bf16(dscale[e]);
+}
+
+template <typename T>
+void rope_bf16(const T* x, const int32_t* pos, T* y, int64_t B, int64_t T_, int64_t H, int64_t D,
+               T min_ts, T max_ts, bool inverse) {
+  const int64_t half = D / 2;
+  for (int64_t bth = 0; bth < B * T_ * H; ++bth) {
+    const T* xr = x + bth * D;
+    T* yr = y + bth * D;
+    for (int64_t i = 0; i < half; ++i) {
+      const T ts = min_ts * std::pow(max_ts / min_ts, T(2 * i) / T(D));
+      const T ang = T(pos[bth / H]) / ts;
+      const T c = round_bf16(std::cos(ang)), s = (inverse ? -1 : 1) * round_bf16(std::sin(ang));
+      const T x1 = xr[i], x2 = xr[i + half];
+      yr[i] = round_bf16(round_bf16(x1 * c) - round_bf16(x2 * s));
+      yr[i + half] = round_bf16(round_bf16(x2 * c) + round_bf16(x1 * s));
+    }
+  }
+}
+
+// Key s visible to query t of batch b: causal, and the same segment when ids are given.
+inline bool attention_visible(const int32_t* seg, int64_t b, int64_t T_, int64_t s, int64_t t) {
+  return s <= t && (seg == nullptr || seg[b * T_ + s] == seg[b * T_ + t]);
+}
+
+// z = rb(scale q.k); m = max z; p = rb(exp(rb(z - m))); l = rb(sum p); o = rb(rb(sum p v) / l).
+template <typename T>
+void attention_forward_bf16(const T* q, const T* k, const T* v, const int32_t* seg, T* o, T* lse,
+                            int64_t B, int64_t T_, int64_t H, int64_t D, T scale) {
+  std::vector<T> z(T_);
+  auto at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T_ + t) * H + h) * D; };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T_; ++t) {
+        T m = -std::numeric_limits<T>::infinity(), l = 0;
+        for (int64_t s = 0; s < T_; ++s) {
+          if (!attention_visible(seg, b, T_, s, t)) continue;
+          T dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += q[at(b, t, h) + d] * k[at(b, s, h) + d];
+          z[s] = round_bf16(scale * dot);
+          m = std::max(m, z[s]);
+        }
+        for (int64_t s = 0; s < T_; ++s)
+          if (attention_visible(seg, b, T_, s, t)) l += z[s] = round_bf16(std::exp(round_bf16(z[s] - m)));
+        l = round_bf16(l);
+        for (int64_t d = 0; d < D; ++d) {
+          T u = 0;
+          for (int64_t s = 0; s < T_; ++s)
+            if (attention_visible(seg, b, T_, s, t)) u += z[s] * v[at(b, s, h) + d];
+          o[at(b, t, h) + d] = round_bf16(round_bf16(u) / l);
+        }
+        lse[(b * H + h) * T_ + t] = m + std::log(l);
+      }
+}
+
+// P = exp(z - lse) (z as forward); dv = P^T do; ds = P (do.v - do.o); dq = scale ds k;
+// dk = scale ds^T q; each rounded to bf16 once.
+template <typename T>
+void attention_backward_bf16(const T* q, const T* k, const T* v, const T* o, const T* lse,
+                             const int32_t* seg, const T* dout, T* dq, T* dk, T* dv, int64_t B,
+                             int64_t T_, int64_t H, int64_t D, T scale) {
+  const int64_t n = B * T_ * H * D;
+  std::vector<T> aq(n, T(0)), ak(n, T(0)), av(n, T(0));
+  auto at = [&](int64_t b, int64_t t, int64_t h) { return ((b * T_ + t) * H + h) * D; };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T_; ++t) {
+        const int64_t qt = at(b, t, h);
+        T delta = 0;
+        for (int64_t d = 0; d < D; ++d) delta += dout[qt + d] * o[qt + d];
+        for (int64_t s = 0; s <= t; ++s) {
+          if (!attention_visible(seg, b, T_, s, t)) continue;
+          const int64_t ks = at(b, s, h);
+          T dot = 0, dp = 0;
+          for (int64_t d = 0; d < D; ++d) dot += q[qt + d] * k[ks + d], dp += dout[qt + d] * v[ks + d];
+          const T p = std::exp(round_bf16(scale * dot) - lse[(b * H + h) * T_ + t]);
+          const T ds = p * (dp - delta);
+          for (int64_t d = 0; d < D; ++d) {
+            av[ks + d] += p * dout[qt + d];
+            aq[qt + d] += scale * ds * k[ks + d];
+            ak[ks + d] += scale * ds * q[qt + d];
+          }
+        }
+      }
+  for (int64_t i = 0; i < n; ++i)
+    dq[i] = round_bf16(aq[i]), dk[i] = round_bf16(ak[i]), dv[i] = round_bf16(av[i]);
+}
+
+template <typename T>
+T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+
+// sg = rb(sigmoid(g)); y = rb(rb(g sg) u).
+template <typename T>
+void swiglu_forward_bf16(const T* g, const T* u, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = round_bf16(round_bf16(g[i] * round_bf16(sigmoid(g[i]))) * u[i]);
+}
+
+// du = rb(dy a); da = rb(dy u); dg = rb(rb(da sg) + rb(rb(da g) rb(sg rb(1 - sg)))).
+template <typename T>
+void swiglu_backward_bf16(const T* g, const T* u, const T* dy, T* dg, T* du, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T sg = round_bf16(sigmoid(g[i])), a = round_bf16(g[i] * sg);
+    du[i] = round_bf16(dy[i] * a);
+    const T da = round_bf16(dy[i] * u[i]);
+    const T dlogistic = round_bf16(sg * round_bf16(T(1) - sg));
+    dg[i] = round_bf16(round_bf16(da * sg) + round_bf16(round_bf16(da * g[i]) * dlogistic));
+  }
+}
+
+template <typename T>
+void add_bf16(const T* a, const T* b, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = round_bf16(a[i] + b[i]);
+}
+template <typename T>
+void mul_bf16(const T* a, const T* b, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = round_bf16(a[i] * b[i]);
 }
 
 }  // namespace eng::ref

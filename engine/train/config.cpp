@@ -42,8 +42,8 @@ const std::vector<ConfigKey> kKeys = {
     {"base_num_decoder_layers", V{int64_t{16}}, "decoder layers L"},
     {"normalization_layer_epsilon", V{1e-5}, "RMSNorm epsilon"},
     {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
-    {"dtype", V{std::string("float32")}, "activation dtype (MaxText default bfloat16; float32 here)"},
-    {"weight_dtype", V{std::string("float32")}, "parameter dtype"},
+    {"dtype", V{std::string("float32")}, "activation and matmul-input dtype: float32 | bfloat16 (MaxText default bfloat16; docs/precision.md)"},
+    {"weight_dtype", V{std::string("float32")}, "parameter and optimizer-moment dtype: float32 | bfloat16"},
     {"learning_rate", V{3e-5}, "peak learning rate"},
     {"warmup_steps_fraction", V{0.1}, "fraction of the schedule spent in linear warmup"},
     {"learning_rate_final_fraction", V{0.1}, "cosine decays to learning_rate x this"},
@@ -64,7 +64,7 @@ const std::vector<ConfigKey> kKeys = {
     {"remat_save_names", V{std::string()}, "checkpoint names saved by remat_policy save_only_these_names/custom, comma-separated (e.g. \"query_proj,key_proj,value_proj,out_proj\")"},
     {"iota_embed_max_bytes", V{int64_t{2} << 30}, "use_iota_embed falls back to the gather above this one-hot (B,T,V) f32 size (MaxText PR #3922: 2 GiB)"},
     {"remove_size_one_mesh_axis_from_type", V{true}, "size-1 mesh axes are dropped from shardings (MaxText default true; always the case here, false is unsupported)"},
-    {"grad_dtype", V{std::string("float32")}, "gradient dtype; float32 (no cast op is emitted, MaxText PR #3922 item 8); others unsupported"},
+    {"grad_dtype", V{std::string("float32")}, "float32 gradients are cast to this before clipping and the update: float32 | bfloat16 (MaxText train.py)"},
     // Sharding (docs/sharding.md): MaxText's names.
     {"shard_mode", V{std::string("auto")}, "auto | explicit (explicit: constraints assert, ambiguous matmuls need out_sharding)"},
     {"shard_optimizer_over_data", V{false}, "ZeRO-1: optimizer state also sharded over the data axis"},
@@ -421,6 +421,22 @@ Status resolve_data(const Config& c, ResolvedConfig& r) {
 
 }  // namespace
 
+// dtype, weight_dtype, grad_dtype: the float types the kernels run (docs/precision.md).
+static Result<DType> config_float_dtype(const Config& c, const char* key) {
+  const std::string v = c.get_string(key);
+  Result<DType> d = parse_dtype(v);
+  if (!d.ok()) {
+    if (v == "float16" || v == "fp16" || v == "f16" || v == "float64" || v == "fp8")
+      return unimplemented("config: {}={} is not supported: the CPU kernels run float32 and "
+                           "bfloat16 only", key, v);
+    return invalid_argument("config: {}={} is not a dtype: expected float32 or bfloat16", key, v);
+  }
+  if (*d == DType::kI32)
+    return invalid_argument("config: {}={} is not a float dtype: expected float32 or bfloat16",
+                            key, v);
+  return *d;
+}
+
 Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   ResolvedConfig r;
   r.num_devices = num_devices;
@@ -441,10 +457,9 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
                             r.model.iota_embed_max_bytes);
   ENG_RETURN_IF_ERROR(r.model.validate());
 
-  for (const char* key : {"dtype", "weight_dtype", "grad_dtype"})
-    if (c.get_string(key) != "float32")
-      return unimplemented("config: {}={} is not supported yet; the engine computes in float32",
-                           key, c.get_string(key));
+  ENG_ASSIGN_OR_RETURN(r.model.dtype, config_float_dtype(c, "dtype"));
+  ENG_ASSIGN_OR_RETURN(r.model.weight_dtype, config_float_dtype(c, "weight_dtype"));
+  ENG_ASSIGN_OR_RETURN(r.grad_dtype, config_float_dtype(c, "grad_dtype"));
   if (c.get_string("opt_type") != "adamw")
     return unimplemented("config: opt_type={} is not supported; only adamw", c.get_string("opt_type"));
 

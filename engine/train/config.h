@@ -80,6 +80,9 @@ struct ResolvedConfig {
   int64_t warmup_steps = 0, cos_steps = 0;
   double adam_b1 = 0, adam_b2 = 0, adam_eps = 0, adam_weight_decay = 0;
   double gradient_clipping_threshold = 0;
+  // float32 gradients are cast to grad_dtype (MaxText train.py); dtype and weight_dtype live
+  // in model (docs/precision.md).
+  DType grad_dtype = DType::kF32;
   // Data.
   std::string dataset_type;  // synthetic | text | tokens
   std::string dataset_path;

@@ -43,7 +43,11 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
   LossValues loss = trace_llama_loss(b, c.model, params, batch);
   const int forward_end = static_cast<int>(b.program().instrs().size());
   std::vector<ValueId> grads = append_gradients(b, loss.loss, params.all);
-  // Gradients stay float32 (grad_dtype): no cast op, as MaxText PR #3922 item 8 proposes.
+  // MaxText train.py: float32 gradients are cast to grad_dtype (others keep theirs); with
+  // grad_dtype float32 no op is emitted (MaxText PR #3922 item 8). Partial sums pass through
+  // the cast, so the cross-device reduction happens in grad_dtype (docs/precision.md).
+  for (ValueId& g : grads)
+    if (b.info(g).dtype == DType::kF32 && c.grad_dtype != DType::kF32) g = b.convert(g, c.grad_dtype);
 
   // Global-norm clipping (optax.clip_by_global_norm) folded into the AdamW update.
   std::vector<ValueId> grad_sq;

@@ -164,7 +164,13 @@ Status Trainer::init_state() {
           check_array_bytes(v.shape, v.dtype, "trainer: parameter '" + v.name + "'"));
       host.resize(static_cast<size_t>(v.shape.numel()));
       init_param(v, config_.init_weights_seed, host.data());
-      ENG_ASSIGN_OR_RETURN(Array a, runtime_->put(host.data(), v.shape, v.dtype, sharding, v.name));
+      std::vector<uint16_t> host16;  // weight_dtype=bfloat16: the initial values, rounded
+      if (v.dtype == DType::kBF16) {
+        host16.resize(host.size());
+        for (size_t k = 0; k < host.size(); ++k) host16[k] = f32_to_bf16(host[k]);
+      }
+      const void* data = host16.empty() ? static_cast<const void*>(host.data()) : host16.data();
+      ENG_ASSIGN_OR_RETURN(Array a, runtime_->put(data, v.shape, v.dtype, sharding, v.name));
       state_.push_back(std::move(a));
     } else {
       ENG_ASSIGN_OR_RETURN(Array a, runtime_->zeros(v.shape, v.dtype, sharding, v.name));
@@ -324,10 +330,14 @@ Result<std::vector<float>> Trainer::fetch_argument(const std::string& name) cons
   int i = program_.find_arg(name);
   if (i < 0) return not_found("trainer: no argument named '{}'", name);
   const ValueInfo& v = program_.value(program_.args()[i].value);
-  if (v.dtype != DType::kF32) return invalid_argument("trainer: '{}' is not f32", name);
+  if (v.dtype == DType::kI32) return invalid_argument("trainer: '{}' is not a float array", name);
   ENG_RETURN_IF_ERROR(const_cast<Trainer*>(this)->wait_all());
   std::vector<float> host(static_cast<size_t>(v.shape.numel()));
   ENG_RETURN_IF_ERROR(runtime_->fetch(state_[i], host.data()));
+  if (v.dtype == DType::kBF16) {  // the first half holds the bf16 bits: widen back to front
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(host.data());
+    for (size_t k = host.size(); k-- > 0;) host[k] = bf16_to_f32(h[k]);
+  }
   return host;
 }
 

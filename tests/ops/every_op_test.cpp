@@ -48,9 +48,13 @@ using Names = std::vector<std::string>;
 const Names kBTE = {"activation_batch", "activation_length", "activation_embed"};
 const Names kBTHD = {"activation_batch", "activation_length", "activation_heads", ""};
 
+// The float arguments' dtype: f32, or bf16 for EveryOpBf16 (tests/bf16 covers the rest).
+DType g_float = DType::kF32;
+
 // Arguments: kParam with explicit logical names, so a test mesh shards exactly those dims.
 ValueId arg(Builder& b, const std::string& name, Shape s, Names logical = {},
             DType dtype = DType::kF32) {
+  if (dtype == DType::kF32) dtype = g_float;
   if (logical.empty()) logical.assign(s.rank(), "");
   if (!logical.empty() && logical[0] == "B") logical[0] = "activation_batch";
   return b.argument(name, std::move(s), dtype, std::move(logical), ArgRole::kParam);
@@ -362,7 +366,7 @@ void expect_costs_valid(const Program& p) {
 
 // One device (the executor), 2 and 4 devices: each equals the interpreter.
 void expect_runs_match(const Program& p, const std::vector<HostTensor>& args, OpKind kind,
-                       bool want_in_local) {
+                       bool want_in_local, double rtol = 1e-4, double atol = 1e-5) {
   auto want = interpret(p, args);
   ASSERT_TRUE(want.ok()) << want.status().message();
   expect_costs_valid(p);
@@ -372,7 +376,7 @@ void expect_runs_match(const Program& p, const std::vector<HostTensor>& args, Op
     auto got = run_on(p, args, mesh, &exe);
     ASSERT_EQ(got.size(), p.outputs().size()) << mesh.to_string();
     for (size_t j = 0; j < got.size(); ++j)
-      testing::expect_close(got[j], (*want)[j].data, 1e-4, 1e-5,
+      testing::expect_close(got[j], (*want)[j].data, rtol, atol,
                             fmt::format("{} on {}: output {} '{}'", op_name(kind), mesh.to_string(),
                                         j, p.outputs()[j].name));
     expect_costs_valid(exe->program());
@@ -435,6 +439,64 @@ TEST_P(EveryOp, MatchesReferenceGradientsCostAndShardedRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::Range(0, kNumOps),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(op_name(static_cast<OpKind>(info.param)));
+                         });
+
+// Every op with bf16 float arguments (docs/precision.md): shape and dtype inference accept
+// it, the executor runs it (its bf16 kernel, or widened through f32) on 1, 2 and 4 devices,
+// and each run equals the interpreter, which rounds at the same points. Tolerance 2^-5 of the
+// output's largest magnitude: the sharded runs round partial sums to bf16 (2^-9 each) before
+// reducing them, a handful of such roundings; a wrong partition or kernel is off by O(1).
+class EveryOpBf16 : public ::testing::TestWithParam<int> {};
+
+std::vector<HostTensor> bf16_args(const Program& p, uint64_t seed) {
+  std::vector<HostTensor> args = irtest::make_args(p, seed);
+  for (HostTensor& t : args)
+    if (t.dtype == DType::kBF16)
+      for (double& x : t.data) x = bf16_to_f32(f32_to_bf16(static_cast<float>(x)));
+  return args;
+}
+
+void expect_bf16_runs_match(const Program& p, OpKind kind, bool want_in_local) {
+  const std::vector<HostTensor> args = bf16_args(p, 11);
+  auto want = interpret(p, args);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  double scale = 1;
+  for (const HostTensor& t : *want)
+    for (double x : t.data) scale = std::isfinite(x) ? std::max(scale, std::abs(x)) : scale;
+  expect_runs_match(p, args, kind, want_in_local, 0, scale / 32);
+}
+
+TEST_P(EveryOpBf16, MatchesTheInterpreterWithBf16Rounding) {
+  const OpKind kind = static_cast<OpKind>(GetParam());
+  struct Bf16Args {  // restores f32 however the test ends
+    Bf16Args() { g_float = DType::kBF16; }
+    ~Bf16Args() { g_float = DType::kF32; }
+  } bf16_args_while_here;
+  static const std::map<OpKind, Case> cases = forward_cases();
+  const auto it = cases.find(kind);
+  if (it == cases.end()) {
+    for (const auto& build : per_device_programs()) {
+      Builder b("per_device");
+      build(b, Sizes{2, 4, 2, 4, 4, 5, 4});
+      const Program p = std::move(b).finish();
+      auto exe = compile(p, mesh4(), CompileOptions{});
+      ASSERT_TRUE(exe.ok()) << exe.status().message();
+      if (!contains_op((*exe)->program(), kind)) continue;
+      expect_bf16_runs_match(p, kind, true);
+      return;
+    }
+  } else {
+    Builder b(std::string(op_name(kind)));
+    std::vector<ValueId> wrt;
+    const std::vector<ValueId> outs = it->second.build(b, random_sizes(1000 + GetParam()), wrt);
+    for (size_t j = 0; j < outs.size(); ++j) b.output(outs[j], fmt::format("out{}", j));
+    expect_bf16_runs_match(std::move(b).finish(), kind, false);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, EveryOpBf16, ::testing::Range(0, kNumOps),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::string(op_name(static_cast<OpKind>(info.param)));
                          });

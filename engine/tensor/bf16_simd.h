@@ -1,0 +1,88 @@
+// engine/tensor/bf16_simd.h: bf16 loads, stores and in-register rounding for simd::Vec;
+// private to engine/tensor/*.cpp (the bf16 kernels).
+//
+// Rounding is eng::f32_to_bf16's rule (dtype.h: nearest, ties to even, NaN stays NaN, denormals
+// rounded, not flushed) on every CPU. Where the CPU has avx512_bf16 the rounding is one
+// vcvtneps2bf16; that instruction flushes denormal inputs to zero, so lanes holding f32
+// denormals are redone in software: the bits never depend on the CPU.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/simd.h"
+
+namespace eng::kern::bf16 {
+
+// Whether this process uses vcvtneps2bf16 (cpu_has_avx512_bf16() and a build that can emit it).
+bool use_hw_convert();
+
+#if ENG_AVX512 && !(defined(__AVX512BW__) && defined(__AVX512VL__))
+#error "bf16 kernels: an AVX-512 build needs AVX512BW and AVX512VL (every AVX-512 CPU since 2017)"
+#endif
+
+#if ENG_AVX512
+// Lanes whose bits are f32 rounded to bf16, still as f32 (low 16 bits zero); software rule.
+inline __m512i round_bits_sw(__m512i u) {
+  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000), man_mask = _mm512_set1_epi32(0x7fffff);
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exp_mask), exp_mask) &
+                        _mm512_test_epi32_mask(u, man_mask);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));  // quiet NaN, same payload
+  return _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+}
+
+inline __m512i round_bits(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+#if defined(__AVX512BF16__)
+  if (use_hw_convert()) {
+    __m512i r = _mm512_slli_epi32(
+        _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16);
+    const __mmask16 denormal =
+        _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
+        _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7fffff));
+    if (denormal) r = _mm512_mask_mov_epi32(r, denormal, round_bits_sw(u));
+    return r;
+  }
+#endif
+  return round_bits_sw(u);
+}
+
+// v rounded to bf16 and widened back: a rounding point inside a kernel.
+inline simd::Vec round(simd::Vec v) { return {_mm512_castsi512_ps(round_bits(v.v))}; }
+
+inline simd::Vec load(const uint16_t* p, simd::Mask m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+}
+
+// v where m is set, 0 elsewhere.
+inline simd::Vec select(simd::Mask m, simd::Vec v) { return {_mm512_maskz_mov_ps(m, v.v)}; }
+
+// Lanes [s, s + 16) of a score row that query t may see: s < valid (causal) and, with
+// segment ids, seg[s] == seg_t.
+inline simd::Mask visible(const int32_t* seg, int64_t s, int64_t valid, int32_t seg_t) {
+  if (s >= valid) return 0;  // mask_for wants a positive count
+  const simd::Mask m = simd::mask_for(valid - s);
+  if (seg == nullptr) return m;
+  return _mm512_mask_cmpeq_epi32_mask(m, _mm512_maskz_loadu_epi32(m, seg + s), _mm512_set1_epi32(seg_t));
+}
+
+inline void store(uint16_t* p, simd::Vec v, simd::Mask m) {
+  const __m512i r = _mm512_srli_epi32(round_bits(v.v), 16);
+  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
+}
+#else
+inline simd::Vec round(simd::Vec v) { return {bf16_to_f32(f32_to_bf16(v.v))}; }
+inline simd::Vec load(const uint16_t* p, simd::Mask) { return {bf16_to_f32(*p)}; }
+inline void store(uint16_t* p, simd::Vec v, simd::Mask) { *p = f32_to_bf16(v.v); }
+inline simd::Vec select(simd::Mask m, simd::Vec v) { return {m ? v.v : 0.f}; }
+inline simd::Mask visible(const int32_t* seg, int64_t s, int64_t valid, int32_t seg_t) {
+  return s < valid && (seg == nullptr || seg[s] == seg_t);
+}
+#endif
+
+inline float round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+}  // namespace eng::kern::bf16

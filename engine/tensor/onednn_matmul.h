@@ -1,0 +1,94 @@
+// engine/tensor/onednn_matmul.h: bf16 matmuls (f32 accumulation) through oneDNN, planned once.
+//
+//   Bf16MatmulShape s{.trans_b = true, .M = 4096, .N = 1408, .K = 512, .lda = 512,
+//                     .ldb = 512, .ldc = 1408, .c_dtype = DType::kBF16};
+//   ENG_ASSIGN_OR_RETURN(auto plan, Bf16MatmulPlan::create(s));   // when preparing
+//   plan->run(A, B, C);                                              // every step
+//
+// C[M,N] = op(A) * op(B) (+ C when accumulating), A and B bf16 (uint16_t storage), C f32 or
+// bf16, products summed in f32, C rounded to bf16 once at the end. Row-major with leading
+// dims (row strides) and trans_a / trans_b exactly as kern::matmul (kernels.h).
+//
+// Threads: the plan splits C into row (or column) blocks at create() time, one single-threaded
+// oneDNN primitive per block size, and run() hands the blocks to the engine's one pool
+// (engine/base/thread_pool.h), as kern::matmul does with sgemm. Debian's oneDNN uses OpenMP;
+// every thread that creates or runs a primitive has its OpenMP thread count set to 1, so
+// oneDNN never starts a second pool. The split depends only on the shape and the pool's
+// thread count: run() inside a parallel region does the same blocks inline, bitwise equal.
+//
+// Memory: primitives are built by create(). run() allocates no buffers: oneDNN's scratchpad is
+// per pool thread (reserve_bf16_matmul_scratch, grown on first use otherwise). oneDNN's own
+// execute() still makes a few small bookkeeping allocations per call (its argument map; its
+// public API has no way around that): see tests/tensor/onednn_matmul_test.cpp.
+//
+// CPUs without avx512_bf16: oneDNN runs bf16 with its own emulation (avx512_core) when it can;
+// below that, or with MatmulBackend::kConvertSgemm, the plan converts A and B to f32 (exact)
+// and runs kern::matmul (sgemm). Every backend gives the f32-accumulated product of the same
+// bf16 values; they differ only in summation order (last bits of f32), i.e. not bitwise.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/base/status.h"
+#include "engine/tensor/dtype.h"
+
+namespace eng::kern {
+
+// True when this CPU (CPUID) has AVX512_BF16 (vcvtneps2bf16, vdpbf16ps) and the OS saves
+// AVX-512 state. SHARDLAB_DISABLE_AVX512_BF16=1 in the environment makes it false, and caps
+// oneDNN at avx512_core, so the fallback paths can be tested on any machine (read once).
+bool cpu_has_avx512_bf16();
+
+enum class MatmulBackend : uint8_t {
+  kAuto,          // oneDNN when it can build the primitive, else kConvertSgemm
+  kOnednn,        // oneDNN or an error from create()
+  kConvertSgemm,  // bf16 -> f32 copies (owned by the plan), then kern::matmul
+};
+
+struct Bf16MatmulShape {
+  bool trans_a = false;  // A is (K, M) with row stride lda
+  bool trans_b = false;  // B is (N, K) with row stride ldb
+  int64_t M = 0, N = 0, K = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;  // row strides, in elements
+  DType c_dtype = DType::kF32;        // kF32 or kBF16
+  bool accumulate = false;            // C = op(A) op(B) + C (a bf16 C is read, summed in f32)
+};
+
+class Bf16MatmulPlan {
+ public:
+  // Builds the primitives (or the fallback's buffers). Errors name the shape: a C dtype other
+  // than f32/bf16, negative sizes, leading dims smaller than a row, or a backend oneDNN
+  // cannot build for this shape (kOnednn only).
+  static Result<std::unique_ptr<Bf16MatmulPlan>> create(const Bf16MatmulShape& shape,
+                                                       MatmulBackend backend = MatmulBackend::kAuto);
+  ~Bf16MatmulPlan();
+  Bf16MatmulPlan(const Bf16MatmulPlan&) = delete;
+  Bf16MatmulPlan& operator=(const Bf16MatmulPlan&) = delete;
+
+  // C (f32 or bf16, as planned) = op(A) op(B) [+ C]. Reentrant (device-parallel callers may
+  // share a plan), except with kConvertSgemm, whose f32 copies belong to the plan.
+  void run(const uint16_t* A, const uint16_t* B, void* C) const;
+
+  const Bf16MatmulShape& shape() const { return shape_; }
+  MatmulBackend backend() const { return backend_; }
+  int64_t parts() const;          // blocks of C handed to the pool
+  int64_t scratch_bytes() const;  // per-thread oneDNN scratchpad that run() needs
+  // e.g. "onednn brg:avx512_core_bf16 x2 (rows)" or "convert+sgemm": for logs and benchmarks.
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  Bf16MatmulPlan(const Bf16MatmulShape& shape, MatmulBackend backend, std::unique_ptr<Impl> impl);
+  Bf16MatmulShape shape_;
+  MatmulBackend backend_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Grows the calling thread's oneDNN scratchpad to `bytes` (and sets its OpenMP thread count to
+// 1); allocates nothing when already large enough. The runtime calls it on every pool thread
+// with the largest scratch_bytes() of an executable's plans, as with kern::reserve_scratch.
+void reserve_bf16_matmul_scratch(int64_t bytes);
+
+}  // namespace eng::kern
