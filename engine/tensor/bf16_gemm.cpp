@@ -74,12 +74,11 @@ void pack_b_panel(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, uint16
 void pack_a_rows(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, uint16_t* dst) {
   const int64_t mm = std::min(kMR, s.M - m0), P = pairs(s.K);
   if (!s.trans_a && mm == kMR && s.K % 2 == 0) {  // whole pairs: a transpose of 32-bit words
-    const uint32_t* rows[kMR];
-    for (int64_t r = 0; r < kMR; ++r) rows[r] = reinterpret_cast<const uint32_t*>(A + (m0 + r) * s.lda);
-    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+    const uint16_t* rows[kMR];
+    for (int64_t r = 0; r < kMR; ++r) rows[r] = A + (m0 + r) * s.lda;
     for (int64_t p = 0; p < P; ++p)
 #pragma GCC unroll 8
-      for (int64_t r = 0; r < kMR; ++r) d[p * kMR + r] = rows[r][p];
+      for (int64_t r = 0; r < kMR; ++r) std::memcpy(dst + (p * kMR + r) * 2, rows[r] + 2 * p, 4);
     return;
   }
   if (s.trans_a && mm == kMR && s.K % 2 == 0) {  // 8 contiguous m of rows k, k+1: interleave
@@ -112,13 +111,14 @@ void micro_kernel(const Bf16MatmulShape& s, const uint16_t* pa, const uint16_t* 
 #pragma GCC unroll 8
   for (int64_t r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const int64_t P = pairs(s.K);
-  const uint32_t* a32 = reinterpret_cast<const uint32_t*>(pa);
   for (int64_t p = 0; p < P; ++p) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(pb + p * 2 * kNR);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(pb + p * 2 * kNR + kNR);
 #pragma GCC unroll 8
     for (int64_t r = 0; r < kMR; ++r) {
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(a32[p * kMR + r]));
+      int32_t pair;  // (a[r][2p], a[r][2p+1]) as one 32-bit lane, broadcast
+      std::memcpy(&pair, pa + (p * kMR + r) * 2, 4);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
     }
