@@ -61,6 +61,17 @@ void pack_b_panel(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, uint16
     }
     return;
   }
+  if (s.trans_b && nn == kNR && s.K % 2 == 0 && s.ldb % 2 == 0 && s.ldb < (int64_t{1} << 28)) {
+    // Rows n of B hold whole pairs: gather word p of 16 rows at a time (32-bit offsets).
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(static_cast<int>(s.ldb * 2)));
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t h = 0; h < 2; ++h) {
+        const uint16_t* base = B + (n0 + 16 * h) * s.ldb + 2 * p;
+        _mm512_storeu_si512(dst + p * 2 * kNR + 32 * h, _mm512_i32gather_epi32(rows, base, 1));
+      }
+    return;
+  }
   for (int64_t p = 0; p < P; ++p)
     for (int64_t c = 0; c < kNR; ++c)
       for (int64_t h = 0; h < 2; ++h) {
