@@ -14,16 +14,18 @@ fp32 parameters and optimizer. PyTorch runs with its best allocator setting on t
 tunables for llama-tiny (--torch-alloc overrides; falls back to the tunables when tcmalloc is
 not installed). An engine that allocates nothing in a step needs no such setting.
 
-The sgemm peak and the bf16 matmul peak (oneDNN) are measured once at the start by
-train_bench --peak-only and passed to every run, so MFU uses the same denominators: MFU is
-reported over both (model FLOPs of torch_llama.py's formula / peak).
+The sgemm peak and the bf16 matmul peak (Bf16MatmulPlan: the engine's avx512_bf16 GEMM, or
+oneDNN) are measured once at the start by train_bench --peak-only and passed to every run, so
+MFU uses the same denominators: it is reported over both (model FLOPs of torch_llama.py's
+formula / peak).
 
 A shardlab run that fails (e.g. an engine without dtype=bfloat16) is reported as such in its
 row, with train_bench's message; the other rows still run.
 
 usage: bench/compare_torch.py [--build build] [--reps 3] [--presets tiny,small]
        [--dtypes f32,bf16] [--torch-alloc best|glibc|tunables|tcmalloc]
-       [--torch-script PATH]   (default: ../shared/bench/torch_llama.py beside the repo)
+       [--torch-script PATH]   (default: shared/bench/torch_llama.py in the repo's parent or
+                                its parent, i.e. beside the checkout or beside its worktree dir)
 """
 import argparse
 import ctypes.util
@@ -96,8 +98,10 @@ def main():
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--torch-alloc", default="best",
                     choices=["best", "glibc", "tunables", "tcmalloc"])
+    candidates = [os.path.join(REPO, up, "shared", "bench", "torch_llama.py")
+                  for up in ("..", os.path.join("..", ".."))]
     ap.add_argument("--torch-script",
-                    default=os.path.join(REPO, "..", "shared", "bench", "torch_llama.py"))
+                    default=next((c for c in candidates if os.path.exists(c)), candidates[0]))
     ap.add_argument("--python", default="/usr/bin/python3")
     a = ap.parse_args()
     bench = os.path.join(a.build, "bench", "train_bench")
@@ -109,7 +113,7 @@ def main():
         sys.exit(f"train_bench --peak-only failed: {peaks['error']}")
     peak, bf16_peak = peaks["sgemm_peak_gflops"], peaks.get("bf16_peak_gflops", 0.0)
     print(f"sgemm peak (kern::matmul, 2 threads, best median of LM shapes): {peak:.1f} GFLOP/s")
-    print(f"bf16 matmul peak (oneDNN plans, same shapes): {bf16_peak:.1f} GFLOP/s", flush=True)
+    print(f"bf16 matmul peak (Bf16MatmulPlan, same shapes): {bf16_peak:.1f} GFLOP/s", flush=True)
 
     rows, notes = [], []
     for preset in a.presets.split(","):
@@ -145,20 +149,20 @@ def main():
             rows.append((preset, dt, alloc, med[("shardlab", dt)], med[("torch", dt)], fpt))
         for (who, dt), e in errors.items():
             notes.append(f"llama-{preset} {who} {dt}: {e}")
-        if "f32" in dtypes and "bf16" in dtypes and med[("shardlab", "f32")]:
+        if "f32" in dtypes and "bf16" in dtypes and med[("shardlab", "f32")] and med[("shardlab", "bf16")]:
             s = med[("shardlab", "bf16")] / med[("shardlab", "f32")]
             notes.append(f"llama-{preset}: shardlab bf16 / shardlab fp32 = {s:.2f}x")
 
     print()
     print("| model | dtype | shardlab tok/s | MFU fp32 peak | MFU bf16 peak | torch tok/s "
-          "(alloc) | torch MFU fp32 peak | shardlab / torch |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "(alloc) | torch MFU fp32 peak | torch MFU bf16 peak | shardlab / torch |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for preset, dt, alloc, mo, mt, fpt in rows:
         g = lambda v: v * fpt / 1e9 if fpt else 0.0  # noqa: E731
         mfu = lambda v, p: f"{100 * g(v) / p:.0f}%" if v and p else "n/a"  # noqa: E731
         ratio = f"{mo / mt:.2f}x" if mo and mt else "n/a"
         print(f"| llama-{preset} | {dt} | {fmt_tps(mo)} | {mfu(mo, peak)} | {mfu(mo, bf16_peak)} | "
-              f"{fmt_tps(mt)} ({alloc}) | {mfu(mt, peak)} | {ratio} |")
+              f"{fmt_tps(mt)} ({alloc}) | {mfu(mt, peak)} | {mfu(mt, bf16_peak)} | {ratio} |")
     print(f"\n(medians of {a.reps} alternating runs; sgemm peak {peak:.0f} GFLOP/s, bf16 matmul "
           f"peak {bf16_peak:.0f} GFLOP/s; MFU = model FLOPs (torch_llama.py formula) / peak)")
     for note in notes:

@@ -82,20 +82,25 @@ std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed, float lo = -1.f, flo
   return b;
 }
 
-void BM_Bf16Matmul(benchmark::State& state, bool trans_b, eng::DType c_dtype) {
+void BM_Bf16Matmul(benchmark::State& state, bool trans_b, eng::DType c_dtype,
+                   eng::kern::MatmulBackend backend) {
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   eng::kern::Bf16MatmulShape s{false, trans_b, M, N, K, K, trans_b ? K : N, N, c_dtype};
-  auto plan = eng::kern::Bf16MatmulPlan::create(s);
+  auto plan = eng::kern::Bf16MatmulPlan::create(s, backend);
   if (!plan.ok()) return state.SkipWithError(plan.status().message().c_str());
   auto A = random_bf16(M * K, 1), B = random_bf16(K * N, 2);
   std::vector<float> C(M * N);  // large enough for either output dtype
-  eng::kern::reserve_bf16_matmul_scratch((*plan)->scratch_bytes());
+  eng::default_pool().run_on_every_thread(
+      [&] { eng::kern::reserve_bf16_matmul_scratch((*plan)->scratch_bytes()); });
   timed_loop(state, 2.0 * M * N * K, [&] { (*plan)->run(A.data(), B.data(), C.data()); });
   state.SetLabel((*plan)->describe());
 }
-BENCHMARK_CAPTURE(BM_Bf16Matmul, nn_f32out, false, eng::DType::kF32)->Apply(sgemm_shapes);
-BENCHMARK_CAPTURE(BM_Bf16Matmul, nt_f32out, true, eng::DType::kF32)->Apply(sgemm_shapes);
-BENCHMARK_CAPTURE(BM_Bf16Matmul, nn_bf16out, false, eng::DType::kBF16)->Apply(sgemm_shapes);
+using eng::kern::MatmulBackend;
+BENCHMARK_CAPTURE(BM_Bf16Matmul, nn_f32out, false, eng::DType::kF32, MatmulBackend::kAuto)->Apply(sgemm_shapes);
+BENCHMARK_CAPTURE(BM_Bf16Matmul, nt_f32out, true, eng::DType::kF32, MatmulBackend::kAuto)->Apply(sgemm_shapes);
+BENCHMARK_CAPTURE(BM_Bf16Matmul, nn_bf16out, false, eng::DType::kBF16, MatmulBackend::kAuto)->Apply(sgemm_shapes);
+BENCHMARK_CAPTURE(BM_Bf16Matmul, onednn_nn_f32out, false, eng::DType::kF32, MatmulBackend::kOnednn)->Apply(sgemm_shapes);
+BENCHMARK_CAPTURE(BM_Bf16Matmul, onednn_nt_f32out, true, eng::DType::kF32, MatmulBackend::kOnednn)->Apply(sgemm_shapes);
 
 // ---- attention ------------------------------------------------------------------------------
 

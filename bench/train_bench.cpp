@@ -71,7 +71,7 @@ double measure_sgemm_peak(bool verbose) {
   return best;
 }
 
-// The same for bf16 matmul plans (oneDNN, onednn_matmul.h) at the same shapes: activations out
+// The same for bf16 matmul plans (Bf16MatmulPlan, onednn_matmul.h) at the same shapes: activations out
 // in bf16 (MaxText's dtype), the weight gradient in f32 (grad_dtype). 0 if none can be planned.
 double measure_bf16_peak(bool verbose) {
   double best = 0;

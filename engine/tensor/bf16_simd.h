@@ -14,19 +14,20 @@
 
 namespace eng::kern::bf16 {
 
-// Whether this process uses vcvtneps2bf16 (cpu_has_avx512_bf16() and a build that can emit it).
-bool use_hw_convert();
+// Whether this process uses vcvtneps2bf16 (cpu_has_avx512_bf16() and a build that can emit it):
+// set once when the library loads (kernels_bf16.cpp), read inline in every rounding.
+extern const bool g_hw_convert;
+inline bool use_hw_convert() { return g_hw_convert; }
 
-#if ENG_AVX512 && !(defined(__AVX512BW__) && defined(__AVX512VL__))
-#error "bf16 kernels: an AVX-512 build needs AVX512BW and AVX512VL (every AVX-512 CPU since 2017)"
+#if ENG_AVX512 && !(defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__))
+#error "bf16 kernels: an AVX-512 build needs AVX512BW, VL and DQ (every AVX-512 CPU since 2017)"
 #endif
 
 #if ENG_AVX512
 // Lanes whose bits are f32 rounded to bf16, still as f32 (low 16 bits zero); software rule.
 inline __m512i round_bits_sw(__m512i u) {
-  const __m512i exp_mask = _mm512_set1_epi32(0x7f800000), man_mask = _mm512_set1_epi32(0x7fffff);
-  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exp_mask), exp_mask) &
-                        _mm512_test_epi32_mask(u, man_mask);
+  const __m512 f = _mm512_castsi512_ps(u);
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
   r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));  // quiet NaN, same payload
@@ -39,9 +40,7 @@ inline __m512i round_bits(__m512 v) {
   if (use_hw_convert()) {
     __m512i r = _mm512_slli_epi32(
         _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16);
-    const __mmask16 denormal =
-        _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
-        _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7fffff));
+    const __mmask16 denormal = _mm512_fpclass_ps_mask(v, 0x20);  // 0x20: denormal
     if (denormal) r = _mm512_mask_mov_epi32(r, denormal, round_bits_sw(u));
     return r;
   }

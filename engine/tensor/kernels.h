@@ -140,7 +140,9 @@ void reserve_scratch(const ScratchNeeds& needs);
 // 2026-08). rb(v) below is "round to bf16". The rounding bits are eng::f32_to_bf16's on every
 // CPU (vcvtneps2bf16 where there is avx512_bf16, denormal lanes fixed up; software elsewhere),
 // so results do not depend on the CPU. Same pool and scratch rules as the f32 kernels;
-// ref::*_bf16 (reference.h) are the float64 oracles with rb at the same points.
+// ref::*_bf16 (reference.h) are the float64 oracles with rb at the same points. bf16 matmuls
+// are planned objects: Bf16MatmulPlan in onednn_matmul.h. Cross-entropy stays f32 (MaxText's
+// cast_logits_to_fp32: true): the f32 kernels above, after convert_bf16_to_f32 of the logits.
 //
 // RMSNorm: x -> f32; rstd = 1/sqrt(mean(x^2) + eps); y = rb(rb(x * rstd) * rb(scale)).
 void rmsnorm_forward_bf16(const uint16_t* x /*(N, E)*/, const float* scale /*(E)*/,

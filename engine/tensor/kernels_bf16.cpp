@@ -16,14 +16,11 @@ const float* rope_table_row(int64_t p, int64_t D, float min_timescale, float max
 void reserve_attention_bf16_scratch(int64_t T, int64_t D);  // attention_bf16.cpp
 
 namespace bf16 {
-bool use_hw_convert() {
 #if defined(__AVX512BF16__)
-  static const bool hw = cpu_has_avx512_bf16();
-  return hw;
+const bool g_hw_convert = cpu_has_avx512_bf16();
 #else
-  return false;
+const bool g_hw_convert = false;
 #endif
-}
 }  // namespace bf16
 
 namespace {
@@ -143,13 +140,13 @@ void rope_bf16(const uint16_t* x, const int32_t* pos, uint16_t* y, int64_t B, in
   parallel_for(B * T, row_grain(row), [&](int64_t lo, int64_t hi) {
     for (int64_t bt = lo; bt < hi; ++bt) {
       const float* cs = rope_table_row(pos[bt], D, min_timescale, max_timescale);  // cos | sin
-      for (int64_t h = 0; h < H; ++h) {
-        const uint16_t* xr = x + bt * row + h * D;  // (D)
-        uint16_t* yr = y + bt * row + h * D;        // (D)
-        for (int64_t i = 0; i < half; i += kW) {
-          const Mask m = simd::mask_for(half - i);
-          const Vec c = bf16::round(simd::load(cs + i, m));
-          const Vec s = sign * bf16::round(simd::load(cs + half + i, m));
+      for (int64_t i = 0; i < half; i += kW) {  // c, s rounded once per position, for all heads
+        const Mask m = simd::mask_for(half - i);
+        const Vec c = bf16::round(simd::load(cs + i, m));
+        const Vec s = sign * bf16::round(simd::load(cs + half + i, m));
+        for (int64_t h = 0; h < H; ++h) {
+          const uint16_t* xr = x + bt * row + h * D;  // (D)
+          uint16_t* yr = y + bt * row + h * D;        // (D)
           const Vec x1 = bf16::load(xr + i, m), x2 = bf16::load(xr + half + i, m);
           bf16::store(yr + i, bf16::round(x1 * c) - bf16::round(x2 * s), m);
           bf16::store(yr + half + i, bf16::round(x2 * c) + bf16::round(x1 * s), m);

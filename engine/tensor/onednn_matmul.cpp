@@ -19,6 +19,13 @@
 #include "engine/tensor/kernels.h"
 
 namespace eng::kern {
+namespace detail {  // bf16_gemm.cpp
+bool native_bf16_gemm_available();
+int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s);
+void reserve_native_gemm_scratch(int64_t bytes);
+void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C);
+}  // namespace detail
+
 namespace {
 
 bool env_disables_bf16() {
@@ -221,6 +228,13 @@ Result<std::unique_ptr<Bf16MatmulPlan>> Bf16MatmulPlan::create(const Bf16MatmulS
   ENG_RETURN_IF_ERROR(validate(s));
   auto im = std::make_unique<Impl>();
   const bool empty = s.M == 0 || s.N == 0 || s.K == 0;
+  const bool native = detail::native_bf16_gemm_available();
+  if (backend == MatmulBackend::kNative && !native)
+    return unimplemented("bf16 matmul: the native backend needs avx512_bf16 (this CPU or build has none)");
+  if ((backend == MatmulBackend::kNative || backend == MatmulBackend::kAuto) && native) {
+    im->scratch_bytes = detail::native_gemm_scratch_bytes(s);
+    return std::unique_ptr<Bf16MatmulPlan>(new Bf16MatmulPlan(s, MatmulBackend::kNative, std::move(im)));
+  }
   if (backend != MatmulBackend::kConvertSgemm && !empty) {
     im->split = plan_split(s.M, s.N, s.K);
     const Split& sp = im->split;
@@ -247,10 +261,14 @@ Result<std::unique_ptr<Bf16MatmulPlan>> Bf16MatmulPlan::create(const Bf16MatmulS
   return std::unique_ptr<Bf16MatmulPlan>(new Bf16MatmulPlan(s, MatmulBackend::kConvertSgemm, std::move(im)));
 }
 
-int64_t Bf16MatmulPlan::parts() const { return backend_ == MatmulBackend::kOnednn ? impl_->split.parts : 1; }
+int64_t Bf16MatmulPlan::parts() const {
+  if (backend_ == MatmulBackend::kNative) return (shape_.M + 63) / 64;
+  return backend_ == MatmulBackend::kOnednn ? impl_->split.parts : 1;
+}
 int64_t Bf16MatmulPlan::scratch_bytes() const { return impl_->scratch_bytes; }
 
 std::string Bf16MatmulPlan::describe() const {
+  if (backend_ == MatmulBackend::kNative) return "native avx512_bf16 (vdpbf16ps 8x32)";
   if (backend_ != MatmulBackend::kOnednn) return "convert+sgemm";
   return fmt::format("onednn {} x{} ({})", impl_->full.impl, impl_->split.parts,
                      impl_->split.by_rows ? "rows" : "columns");
@@ -260,6 +278,7 @@ void Bf16MatmulPlan::run(const uint16_t* A, const uint16_t* B, void* C) const {
   const Bf16MatmulShape& s = shape_;
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) return run_empty_k(s, C);
+  if (backend_ == MatmulBackend::kNative) return detail::native_gemm(s, A, B, C);
   if (backend_ == MatmulBackend::kConvertSgemm) return run_convert_sgemm(s, {impl_->a32.data(), impl_->b32.data(), impl_->c32.data()}, A, B, C);
   const Split& sp = impl_->split;
   const int64_t dim = sp.by_rows ? s.M : s.N;
@@ -299,6 +318,7 @@ void Bf16MatmulPlan::run(const uint16_t* A, const uint16_t* B, void* C) const {
 }
 
 void reserve_bf16_matmul_scratch(int64_t bytes) {
+  if (detail::native_bf16_gemm_available()) return detail::reserve_native_gemm_scratch(bytes);
   pin_openmp_to_one_thread();
   dnnl_stream();
   if (bytes > 0) scratch_for(bytes);

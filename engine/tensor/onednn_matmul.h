@@ -1,4 +1,5 @@
-// engine/tensor/onednn_matmul.h: bf16 matmuls (f32 accumulation) through oneDNN, planned once.
+// engine/tensor/onednn_matmul.h: bf16 matmuls (f32 accumulation) through the engine's own
+// avx512_bf16 GEMM or oneDNN, planned once.
 //
 //   Bf16MatmulShape s{.trans_b = true, .M = 4096, .N = 1408, .K = 512, .lda = 512,
 //                     .ldb = 512, .ldc = 1408, .c_dtype = DType::kBF16};
@@ -16,10 +17,12 @@
 // oneDNN never starts a second pool. The split depends only on the shape and the pool's
 // thread count: run() inside a parallel region does the same blocks inline, bitwise equal.
 //
-// Memory: primitives are built by create(). run() allocates no buffers: oneDNN's scratchpad is
-// per pool thread (reserve_bf16_matmul_scratch, grown on first use otherwise). oneDNN's own
-// execute() still makes a few small bookkeeping allocations per call (its argument map; its
-// public API has no way around that): see tests/tensor/onednn_matmul_test.cpp.
+// Memory: primitives are built by create(). run() allocates no buffers: oneDNN's scratchpad and
+// the native GEMM's packing buffers are per pool thread (reserve_bf16_matmul_scratch, grown on
+// first use otherwise). oneDNN's own execute() still makes 32 small bookkeeping allocations per
+// block of C per call (its memory handles and argument maps; its public API has no way around
+// that), which is why kAuto prefers the native GEMM where the CPU has avx512_bf16: with it a
+// step allocates nothing (tests/tensor/bf16_alloc_test.cpp).
 //
 // CPUs without avx512_bf16: oneDNN runs bf16 with its own emulation (avx512_core) when it can;
 // below that, or with MatmulBackend::kConvertSgemm, the plan converts A and B to f32 (exact)
@@ -42,7 +45,8 @@ namespace eng::kern {
 bool cpu_has_avx512_bf16();
 
 enum class MatmulBackend : uint8_t {
-  kAuto,          // oneDNN when it can build the primitive, else kConvertSgemm
+  kAuto,          // kNative on avx512_bf16, else oneDNN when it can build it, else kConvertSgemm
+  kNative,        // the engine's vdpbf16ps GEMM (bf16_gemm.cpp): allocates nothing in run()
   kOnednn,        // oneDNN or an error from create()
   kConvertSgemm,  // bf16 -> f32 copies (owned by the plan), then kern::matmul
 };
@@ -73,7 +77,7 @@ class Bf16MatmulPlan {
 
   const Bf16MatmulShape& shape() const { return shape_; }
   MatmulBackend backend() const { return backend_; }
-  int64_t parts() const;          // blocks of C handed to the pool
+  int64_t parts() const;          // blocks of C handed to the pool (oneDNN), row tiles (native)
   int64_t scratch_bytes() const;  // per-thread oneDNN scratchpad that run() needs
   // e.g. "onednn brg:avx512_core_bf16 x2 (rows)" or "convert+sgemm": for logs and benchmarks.
   std::string describe() const;
@@ -86,9 +90,11 @@ class Bf16MatmulPlan {
   std::unique_ptr<Impl> impl_;
 };
 
-// Grows the calling thread's oneDNN scratchpad to `bytes` (and sets its OpenMP thread count to
-// 1); allocates nothing when already large enough. The runtime calls it on every pool thread
-// with the largest scratch_bytes() of an executable's plans, as with kern::reserve_scratch.
+// Grows the calling thread's scratch for the backend kAuto picks on this CPU (the native GEMM's
+// packing buffer, or oneDNN's scratchpad; and sets its OpenMP thread count to 1) to `bytes`;
+// allocates nothing when already large enough. The runtime calls it on every pool thread with
+// the largest scratch_bytes() of an executable's plans, as with kern::reserve_scratch (field
+// ScratchNeeds::bf16_matmul_bytes does it through reserve_scratch).
 void reserve_bf16_matmul_scratch(int64_t bytes);
 
 }  // namespace eng::kern

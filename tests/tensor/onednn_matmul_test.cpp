@@ -18,6 +18,7 @@
 #include "engine/tensor/dtype.h"
 #include "engine/tensor/onednn_matmul.h"
 #include "engine/tensor/reference.h"
+#include "engine/tensor/simd.h"
 #include "tests/tensor/test_util.h"
 
 namespace eng {
@@ -92,10 +93,10 @@ void check(const Case& c, bool ta, bool tb, DType cd, bool acc, MatmulBackend be
 
 TEST(Bf16Matmul, EveryLayoutDtypeAndBackendMatchesFloat64) {
   const Case cases[] = {{1, 1, 1, 0}, {7, 13, 5, 3}, {33, 17, 65, 0}, {200, 300, 64, 5},
-                        {24, 900, 130, 1}, {3, 5, 0, 1}};
+                        {24, 900, 130, 1}, {64, 96, 40, 2}, {3, 5, 0, 1}};
   uint32_t seed = 11;
   for (const Case& c : cases)
-    for (MatmulBackend be : {MatmulBackend::kAuto, MatmulBackend::kConvertSgemm})
+    for (MatmulBackend be : {MatmulBackend::kAuto, MatmulBackend::kOnednn, MatmulBackend::kConvertSgemm})
       for (int ta = 0; ta < 2; ++ta)
         for (int tb = 0; tb < 2; ++tb)
           for (DType cd : {DType::kF32, DType::kBF16})
@@ -158,6 +159,13 @@ TEST(Bf16Matmul, CpuFlagMatchesCompilerAndEnvironment) {
   } else {
     EXPECT_EQ(kern::cpu_has_avx512_bf16(), __builtin_cpu_supports("avx512bf16") != 0);
   }
+  // kAuto prefers the allocation-free native GEMM wherever it can run.
+  auto plan = Bf16MatmulPlan::create({false, false, 64, 64, 64, 64, 64, 64});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ((*plan)->backend() == MatmulBackend::kNative, kern::cpu_has_avx512_bf16() && ENG_AVX512)
+      << (*plan)->describe();
+  EXPECT_EQ(Bf16MatmulPlan::create({false, false, 8, 8, 8, 8, 8, 8}, MatmulBackend::kNative).ok(),
+            (*plan)->backend() == MatmulBackend::kNative);
 }
 
 }  // namespace

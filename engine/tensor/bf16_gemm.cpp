@@ -1,0 +1,212 @@
+// engine/tensor/bf16_gemm.cpp: the engine's own bf16 GEMM on avx512_bf16 (vdpbf16ps), the
+// allocation-free backend of Bf16MatmulPlan (onednn_matmul.h: MatmulBackend::kNative).
+//
+// GotoBLAS-style: for each chunk of kNC columns, B's chunk is packed (in parallel) into
+// 32-column panels of bf16 pairs (k, k+1) in the calling thread's scratch; then tiles of kMC
+// rows go to the pool, each packing its rows of A and running an 8 x 32 micro-kernel
+// over the whole K (16 f32 accumulators), so every element of C is one f32 sum in a fixed
+// order: bitwise the same for any thread count. vdpbf16ps treats bf16 denormal inputs as zero and flushes f32 denormal
+// results (< 1.2e-38): the only difference from an exact-product f32 sum besides order.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/base/check.h"
+#include "engine/base/thread_pool.h"
+#include "engine/tensor/bf16_simd.h"
+#include "engine/tensor/onednn_matmul.h"
+#include "engine/tensor/simd.h"
+
+namespace eng::kern::detail {
+
+#if defined(__AVX512BF16__)
+namespace {
+
+constexpr int64_t kMR = 8;    // micro-kernel rows
+constexpr int64_t kNR = 32;   // micro-kernel columns (two zmm of f32)
+constexpr int64_t kMC = 64;   // rows per pool task
+constexpr int64_t kNC = 512;  // columns per packed chunk of B (16 panels)
+
+// Per thread: [packed A: kMC rows | packed B chunk: the calling thread's, read by the workers].
+thread_local std::vector<uint16_t> t_pack;
+
+int64_t pairs(int64_t K) { return (K + 1) / 2; }
+int64_t packed_a_elems(const Bf16MatmulShape& s) { return pairs(s.K) * 2 * kMC; }
+int64_t packed_b_elems(const Bf16MatmulShape& s) {
+  return (std::min(s.N, kNC) + kNR - 1) / kNR * pairs(s.K) * 2 * kNR;
+}
+
+uint16_t* grown(std::vector<uint16_t>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+// Panel j of B: for pair p, 32 columns x (b[2p][n], b[2p+1][n]), zero past K and N.
+void pack_b_panel(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, uint16_t* dst) {
+  const int64_t n0 = j * kNR, nn = std::min(kNR, s.N - n0), P = pairs(s.K);
+  if (!s.trans_b && nn == kNR) {  // rows of 32 contiguous columns: interleave two rows
+    __m512i lo_idx, hi_idx;
+    alignas(64) uint16_t lo[32], hi[32];
+    for (int i = 0; i < 32; ++i) {
+      lo[i] = static_cast<uint16_t>((i & 1) * 32 + i / 2);
+      hi[i] = static_cast<uint16_t>((i & 1) * 32 + 16 + i / 2);
+    }
+    lo_idx = _mm512_load_si512(lo), hi_idx = _mm512_load_si512(hi);
+    for (int64_t p = 0; p < P; ++p) {
+      const __m512i r0 = _mm512_loadu_si512(B + 2 * p * s.ldb + n0);
+      const __m512i r1 = 2 * p + 1 < s.K ? _mm512_loadu_si512(B + (2 * p + 1) * s.ldb + n0)
+                                         : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + p * 2 * kNR, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+      _mm512_storeu_si512(dst + p * 2 * kNR + kNR, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+    }
+    return;
+  }
+  if (s.trans_b && nn == kNR && s.K % 2 == 0 && s.ldb % 2 == 0 && s.ldb < (int64_t{1} << 28)) {
+    // Rows n of B hold whole pairs: gather word p of 16 rows at a time (32-bit offsets).
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(static_cast<int>(s.ldb * 2)));
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t h = 0; h < 2; ++h) {
+        const uint16_t* base = B + (n0 + 16 * h) * s.ldb + 2 * p;
+        _mm512_storeu_si512(dst + p * 2 * kNR + 32 * h, _mm512_i32gather_epi32(rows, base, 1));
+      }
+    return;
+  }
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t c = 0; c < kNR; ++c)
+      for (int64_t h = 0; h < 2; ++h) {
+        const int64_t k = 2 * p + h, n = n0 + c;
+        dst[p * 2 * kNR + 2 * c + h] =
+            (c < nn && k < s.K) ? (s.trans_b ? B[n * s.ldb + k] : B[k * s.ldb + n]) : 0;
+      }
+}
+
+// Rows [m0, m0 + 8) of op(A) as pairs: dst[p][r] = (a[r][2p], a[r][2p+1]), zero past M and K.
+void pack_a_rows(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, uint16_t* dst) {
+  const int64_t mm = std::min(kMR, s.M - m0), P = pairs(s.K);
+  if (!s.trans_a && mm == kMR && s.K % 2 == 0) {  // whole pairs: a transpose of 32-bit words
+    const uint16_t* rows[kMR];
+    for (int64_t r = 0; r < kMR; ++r) rows[r] = A + (m0 + r) * s.lda;
+    for (int64_t p = 0; p < P; ++p)
+#pragma GCC unroll 8
+      for (int64_t r = 0; r < kMR; ++r) std::memcpy(dst + (p * kMR + r) * 2, rows[r] + 2 * p, 4);
+    return;
+  }
+  if (s.trans_a && mm == kMR && s.K % 2 == 0) {  // 8 contiguous m of rows k, k+1: interleave
+    for (int64_t p = 0; p < P; ++p) {
+      const __m128i k0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(A + 2 * p * s.lda + m0));
+      const __m128i k1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(A + (2 * p + 1) * s.lda + m0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + p * 2 * kMR), _mm_unpacklo_epi16(k0, k1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + p * 2 * kMR + 8), _mm_unpackhi_epi16(k0, k1));
+    }
+    return;
+  }
+  if (!s.trans_a) {
+    for (int64_t r = 0; r < kMR; ++r) {
+      const uint16_t* row = r < mm ? A + (m0 + r) * s.lda : A;
+      for (int64_t k = 0; k < 2 * P; ++k)
+        dst[(k / 2) * 2 * kMR + 2 * r + (k & 1)] = (r < mm && k < s.K) ? row[k] : 0;
+    }
+    return;
+  }
+  for (int64_t k = 0; k < 2 * P; ++k) {
+    const uint16_t* col = A + std::min(k, s.K - 1) * s.lda + m0;  // a[m0 + r][k] = A[k * lda + m0 + r]
+    for (int64_t r = 0; r < kMR; ++r) dst[(k / 2) * 2 * kMR + 2 * r + (k & 1)] = (r < mm && k < s.K) ? col[r] : 0;
+  }
+}
+
+// C[m0 + r][n0 + c] (+)= sum_p a-pairs . b-pairs for r < mm, c < nn.
+void micro_kernel(const Bf16MatmulShape& s, const uint16_t* pa, const uint16_t* pb, void* C,
+                  int64_t m0, int64_t mm, int64_t n0, int64_t nn) {
+  __m512 acc[kMR][2];  // 16 zmm accumulators: the loops are unrolled so they stay in registers
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const int64_t P = pairs(s.K);
+  for (int64_t p = 0; p < P; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(pb + p * 2 * kNR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(pb + p * 2 * kNR + kNR);
+#pragma GCC unroll 8
+    for (int64_t r = 0; r < kMR; ++r) {
+      int32_t pair;  // (a[r][2p], a[r][2p+1]) as one 32-bit lane, broadcast
+      std::memcpy(&pair, pa + (p * kMR + r) * 2, 4);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+    }
+  }
+  const bool f32 = s.c_dtype == DType::kF32;
+  for (int64_t r = 0; r < mm; ++r)
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t c0 = h * 16;
+      if (c0 >= nn) break;
+      const simd::Mask m = simd::mask_for(nn - c0);
+      const int64_t at = (m0 + r) * s.ldc + n0 + c0;
+      simd::Vec v{acc[r][h]};
+      if (f32) {
+        float* c = static_cast<float*>(C) + at;
+        if (s.accumulate) v = v + simd::load(c, m);
+        simd::store(c, v, m);
+      } else {
+        uint16_t* c = static_cast<uint16_t*>(C) + at;
+        if (s.accumulate) v = v + bf16::load(c, m);
+        bf16::store(c, v, m);
+      }
+    }
+}
+
+// One pool task: rows [m0, m0 + kMC) x the packed chunk's columns [n0, n1) of C. Panel-major:
+// a 32-column panel of B (32 KiB at K = 512) stays in L1 while the task's 8-row groups of A
+// (packed once, from L2) pass over it.
+void tile(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b, void* C,
+          int64_t m0, int64_t n0, int64_t n1) {
+  uint16_t* pa = grown(t_pack, packed_a_elems(s));
+  const int64_t m1 = std::min(s.M, m0 + kMC);
+  const int64_t panel_elems = pairs(s.K) * 2 * kNR, group_elems = pairs(s.K) * 2 * kMR;
+  for (int64_t m = m0; m < m1; m += kMR) pack_a_rows(s, A, m, pa + (m - m0) / kMR * group_elems);
+  for (int64_t n = n0; n < n1; n += kNR)
+    for (int64_t m = m0; m < m1; m += kMR)
+      micro_kernel(s, pa + (m - m0) / kMR * group_elems, packed_b + ((n - n0) / kNR) * panel_elems,
+                   C, m, std::min(kMR, m1 - m), n, std::min(kNR, n1 - n));
+}
+
+}  // namespace
+
+bool native_bf16_gemm_available() { return bf16::use_hw_convert(); }
+
+int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s) {
+  return 2 * (packed_b_elems(s) + packed_a_elems(s));
+}
+
+void reserve_native_gemm_scratch(int64_t bytes) { grown(t_pack, bytes / 2); }
+
+void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C) {
+  // The caller's buffer: its B chunk is read by the workers while the caller waits in run().
+  uint16_t* pb = grown(t_pack, packed_a_elems(s) + packed_b_elems(s)) + packed_a_elems(s);
+  const int64_t panel_elems = pairs(s.K) * 2 * kNR, mt = (s.M + kMC - 1) / kMC;
+  const bool inline_only = ThreadPool::in_parallel_region() || default_pool().num_threads() <= 1;
+  for (int64_t n0 = 0; n0 < s.N; n0 += kNC) {
+    const int64_t n1 = std::min(s.N, n0 + kNC), np = (n1 - n0 + kNR - 1) / kNR;
+    auto pack = [&](int64_t j) { pack_b_panel(s, B, n0 / kNR + j, pb + j * panel_elems); };
+    auto work = [&](int64_t t) { tile(s, A, pb, C, t * kMC, n0, n1); };
+    if (inline_only) {
+      for (int64_t j = 0; j < np; ++j) pack(j);
+      for (int64_t t = 0; t < mt; ++t) work(t);
+    } else {
+      default_pool().run(np, pack);
+      default_pool().run(mt, work);
+    }
+  }
+}
+
+#else  // no avx512_bf16 in this build: Bf16MatmulPlan uses oneDNN or convert+sgemm
+
+bool native_bf16_gemm_available() { return false; }
+int64_t native_gemm_scratch_bytes(const Bf16MatmulShape&) { return 0; }
+void reserve_native_gemm_scratch(int64_t) {}
+void native_gemm(const Bf16MatmulShape&, const uint16_t*, const uint16_t*, void*) {
+  ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
+}
+
+#endif
+
+}  // namespace eng::kern::detail
