@@ -3,6 +3,8 @@
 // device and sharded; the program never holds a stacked-size temporary per layer.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <fmt/format.h>
 
 #include "engine/compile/spmd.h"
@@ -54,13 +56,15 @@ struct Case {
   int64_t axis = 1;
   std::string remat = "full";
   ShardMode mode = ShardMode::kAuto;
+  bool zero1 = false;  // shard_optimizer_over_data
 };
 
 std::string case_name(const Case& c) {
   std::string n;
   for (const auto& [a, s] : c.axes) n += fmt::format("{}{}_", a, s);
-  return fmt::format("{}axis{}_{}_{}", n.empty() ? "one_device_" : n, c.axis, c.remat,
-                     c.mode == ShardMode::kExplicit ? "explicit" : "auto");
+  return fmt::format("{}axis{}_{}_{}{}", n.empty() ? "one_device_" : n, c.axis, c.remat,
+                     c.mode == ShardMode::kExplicit ? "explicit" : "auto",
+                     c.zero1 ? "_zero1" : "");
 }
 
 class ScanParity : public ::testing::TestWithParam<Case> {};
@@ -83,6 +87,7 @@ TEST_P(ScanParity, BitwiseEqualToUnscanned) {
   }
   CompileOptions opts;
   opts.shard_mode = c.mode;
+  opts.shard_optimizer_over_data = c.zero1;
   const ResolvedConfig flat = config(false, c.axis, c.remat), scan = config(true, c.axis, c.remat);
   Result<testing::SpmdRun> a = testing::run_train_steps(flat, mesh, opts, kSteps);
   ASSERT_TRUE(a.ok()) << a.status().message();
@@ -109,7 +114,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{{"data", 2}}}, Case{{{"fsdp", 2}}}, Case{{{"tensor", 2}}},
                       Case{{{"fsdp", 4}}, 0}, Case{{{"fsdp", 2}, {"tensor", 2}}},
                       Case{{{"data", 2}, {"fsdp", 2}, {"tensor", 2}}},
-                      Case{{{"fsdp", 2}, {"tensor", 2}}, 1, "full", ShardMode::kExplicit}),
+                      Case{{{"fsdp", 2}, {"tensor", 2}}, 1, "full", ShardMode::kExplicit},
+                      Case{{{"data", 2}, {"fsdp", 2}}, 1, "full", ShardMode::kAuto, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
 }  // namespace
@@ -125,6 +131,37 @@ Config llama2_7b(bool scan) {
   EXPECT_TRUE(c.set("max_target_length", int64_t{2048}).ok());
   EXPECT_TRUE(c.set("scan_layers", scan).ok());
   return c;
+}
+
+// The stacked gradients accumulate in place: every add_index_in_dim that adds into an
+// accumulator writes the accumulator's own buffer, and the per-device program holds no
+// more stacked-size buffers for them than the nine stacked gradients (fsdp=2).
+TEST(ScanProgram, StackedGradientsAccumulateInPlace) {
+  const ResolvedConfig scan = config(true);
+  const Program p = build_train_step(scan, nullptr);
+  const Mesh mesh = Mesh::create({"fsdp"}, {2}).value();
+  auto exe = compile(p, mesh, CompileOptions{});
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  const Program& local = (*exe)->program();
+  const auto& slots = (*exe)->slots();
+  int adds = 0, accumulating = 0;
+  for (const Instr& in : local.instrs()) {
+    if (in.kind != OpKind::kAddIndexInDim) continue;
+    ++adds;
+    if (in.inputs.size() < 2) continue;
+    ++accumulating;
+    const BufferSlot& acc = slots[in.inputs[1]], &out = slots[in.outputs[0]];
+    EXPECT_EQ(out.kind, BufferSlot::Kind::kTemp);
+    EXPECT_EQ(out.offset, acc.offset) << "add_index_in_dim copied its accumulator";
+  }
+  const int64_t L = scan.model.num_decoder_layers;
+  EXPECT_EQ(adds, 9 * L);
+  EXPECT_EQ(accumulating, 9 * (L - 1));
+  // The add_index_in_dim results live in nine buffers: one per stacked gradient.
+  std::set<int64_t> stacked_offsets;
+  for (const Instr& in : local.instrs())
+    if (in.kind == OpKind::kAddIndexInDim) stacked_offsets.insert(slots[in.outputs[0]].offset);
+  EXPECT_EQ(stacked_offsets.size(), 9u);
 }
 
 // t:shardings() on llama2-7b with scan_layers, fsdp=256 (shape-only): MaxText's paths,
