@@ -42,7 +42,7 @@ const std::vector<ConfigKey> kKeys = {
     {"base_num_decoder_layers", V{int64_t{16}}, "decoder layers L"},
     {"normalization_layer_epsilon", V{1e-5}, "RMSNorm epsilon"},
     {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
-    {"scan_layers", V{false}, "stack each decoder-layer weight kind into one params/decoder/layers/... array with a 'layers' dim (MaxText default true; docs/sharding.md)"},
+    {"scan_layers", V{true}, "stack each decoder-layer weight kind into one params/decoder/layers/... array with a 'layers' dim (MaxText's default; false: params/decoder/layers_<l>/...; pipelines keep their own (stages, layers_per_stage, ...) stacking; docs/sharding.md)"},
     {"param_scan_axis", V{int64_t{1}}, "where the layer dim goes in every stacked weight with scan_layers: 0 or 1 (MaxText default 1)"},
     {"dtype", V{std::string("float32")}, "activation dtype (MaxText default bfloat16; float32 here)"},
     {"weight_dtype", V{std::string("float32")}, "parameter dtype"},
@@ -454,6 +454,9 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
         "shardings never carry size-1 mesh axes (docs/memory.md)");
   ENG_RETURN_IF_ERROR(check_tensor_sizes(r));
   ENG_RETURN_IF_ERROR(resolve_pipeline(c, r));
+  // The default (MaxText's true) leaves a pipeline its own (stages, layers_per_stage, ...)
+  // stacking; asking for scan_layers=true with stages explicitly is refused.
+  if (r.model.pipeline_stages > 1 && !c.has_override("scan_layers")) r.model.scan_layers = false;
   if (r.model.scan_layers && r.model.pipeline_stages > 1)
     return unimplemented("config: scan_layers=true with ici_pipeline_parallelism={} is not "
                          "supported yet (the pipeline stacks its own (stages, layers_per_stage, "
