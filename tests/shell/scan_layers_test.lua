@@ -1,10 +1,11 @@
--- tests/shell/scan_layers_test.lua: scanned layers (MaxText's default scan_layers) through the
+-- tests/shell/scan_layers_test.lua: scanned layers (MaxText's scan_layers) through the
 -- shell: the llama2-7b shape-only plan on fsdp=256 shows the stacked weights in t:shardings,
 -- t:paths and t:visualize, with the same memory as the per-layer plan; a small scanned
 -- trainer steps to the per-layer trainer's loss; scan_layers with pipeline stages is an error
 -- naming both keys.
-local cfg = sl.config{model = "llama2-7b", per_device_batch_size = 1, max_target_length = 2048}
-assert(cfg:get("scan_layers") == true and cfg:get("param_scan_axis") == 1)
+local cfg = sl.config{model = "llama2-7b", per_device_batch_size = 1, max_target_length = 2048,
+                      scan_layers = true}
+assert(cfg:get("param_scan_axis") == 1)  -- MaxText's default
 local t = sl.trainer(cfg, sl.mesh{fsdp = 256, devices = 256}, {shape_only = true})
 local wi = t:shardings():find("params/decoder/layers/mlp/wi_0/kernel")
 assert(wi.type == "f32[4096@fsdp,32,11008]", wi.type)
