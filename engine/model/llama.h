@@ -88,7 +88,7 @@ struct LlamaLayerParams {
 
 struct LlamaParams {
   ValueId embedding = kNoValue;
-  std::vector<LlamaLayerParams> layers;  // per layer (no pipeline)
+  std::vector<LlamaLayerParams> layers;  // per layer (unscanned, no pipeline)
   // Pipeline: one (stages, layers_per_stage, ...) weight per kind (engine/model/pipeline.h);
   // scan_layers: one weight per kind with the layer dim at param_scan_axis.
   LlamaLayerParams stacked{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
