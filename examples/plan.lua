@@ -66,15 +66,16 @@ for _, h in ipairs(hbm_gib) do
   end)
 end
 
--- How an MLP weight and a (grouped-query) key weight are split on each mesh.
+-- How an MLP weight and a (grouped-query) key weight are split on each mesh: scanned layers
+-- (MaxText's default scan_layers): one array per weight kind, the layer dim second.
 print()
 for _, p in ipairs(plans) do
-  local r = p.trainer:shardings():find("params/decoder/layers_0/mlp/wi_0/kernel")
-  print(string.format("%-20s wi_0: %-28s %-18s local (%d, %d)", p.name, r.type, tostring(r.spec),
-                      r.local_shape[1], r.local_shape[2]))
-  local k = p.trainer:shardings():find("params/decoder/layers_0/self_attention/key/kernel")
-  print(string.format("%-20s key:  %-28s %-18s local (%d, %d, %d)", p.name, k.type,
-                      tostring(k.spec), k.local_shape[1], k.local_shape[2], k.local_shape[3]))
+  local r = p.trainer:shardings():find("params/decoder/layers/mlp/wi_0/kernel")
+  print(string.format("%-20s wi_0: %-34s %-32s local (%s)", p.name, r.type, tostring(r.spec),
+                      table.concat(r.local_shape, ", ")))
+  local k = p.trainer:shardings():find("params/decoder/layers/self_attention/key/kernel")
+  print(string.format("%-20s key:  %-34s %-32s local (%s)", p.name, k.type, tostring(k.spec),
+                      table.concat(k.local_shape, ", ")))
 end
 print()
 print(plans[1].compiled.memory.summary)

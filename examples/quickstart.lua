@@ -18,6 +18,7 @@ local cfg = sl.config{
   learning_rate = 3e-3,
   warmup_steps_fraction = 0.05,
   remat_policy = "none",             -- keep activations (MaxText's default "full" recomputes)
+  scan_layers = false,               -- one array per layer (MaxText's default stacks them)
 }
 print(cfg)
 

@@ -4,7 +4,7 @@
 --   shardlab examples/shardings.lua
 local mesh = sl.mesh{data = 2, fsdp = 2, tensor = 2}
 local cfg = sl.config{model = "llama-tiny", base_num_decoder_layers = 2, max_target_length = 64,
-                      per_device_batch_size = 2}
+                      per_device_batch_size = 2, scan_layers = false}  -- layers_<l> paths
 local t = sl.trainer(cfg, mesh, {shape_only = true})
 
 print(mesh)

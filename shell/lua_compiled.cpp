@@ -52,6 +52,13 @@ std::string layer_of(const eng::Program& p, eng::ValueId v) {
   std::set<eng::ValueId> seen = {v};
   for (size_t i = 0; i < queue.size() && i < 256; ++i) {
     const eng::ValueInfo& info = p.value(queue[i]);
+    if (info.producer >= 0) {  // scanned layers: a stacked weight's slice, a stacked gradient
+      const eng::Instr& in = p.instrs()[static_cast<size_t>(info.producer)];
+      if (in.kind == eng::OpKind::kAddIndexInDim) return "layers";
+      if (in.kind == eng::OpKind::kIndexInDim &&
+          p.value(in.inputs[0]).name.find("/layers/") != std::string::npos)
+        return fmt::format("layers_{}", in.attrs.start);
+    }
     if (info.producer < 0) {
       const size_t at = info.name.find("/layers_");
       if (at != std::string::npos) return info.name.substr(at + 1, info.name.find('/', at + 1) - at - 1);
@@ -170,7 +177,8 @@ constexpr Method kCompiledMethods[] = {
      "c:temps([n]) -> rows {name, type, size, bytes, first, last, op, layer, offset}",
      "The n largest temporaries (default 10), printed as a table: the value's name in c:text()\n"
      "  (with its checkpoint_name), type, size, live range (first..last instruction), producing op,\n"
-     "  decoder layer (layers_N, for values of a layer's remat region) and arena offset."},
+     "  decoder layer (layers_N, for values of a layer's remat region; layers for a stacked\n"
+     "  scan_layers gradient) and arena offset."},
 };
 constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "cache", "name", "mesh"};
 

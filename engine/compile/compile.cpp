@@ -115,7 +115,8 @@ class Assigner {
     const ValueId w = in.outputs[o];
     const bool is_output = last_read_[w] == n_;
     const int target = alias_of_[w];  // argument w updates in place, or -1
-    const int inplace = in_place_input(in.kind, static_cast<int>(o));
+    int inplace = in_place_input(in.kind, static_cast<int>(o));
+    if (inplace >= static_cast<int>(in.inputs.size())) inplace = -1;  // an optional input absent
     const int via = inplace >= 0 ? inplace : in.kind == OpKind::kConstraint ? 0 : -1;
     if (via >= 0) {
       const int s = storage_of_[in.inputs[via]];

@@ -134,6 +134,8 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
         {OpKind::kPad, zero_flops},
         {OpKind::kConcat, zero_flops},
         {OpKind::kShift, zero_flops},
+        {OpKind::kIndexInDim, zero_flops},
+        {OpKind::kAddIndexInDim, per_input_element},  // one add per update element
         {OpKind::kAdamW,
          [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
     },

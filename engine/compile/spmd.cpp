@@ -179,6 +179,7 @@ class Partitioner {
       if (in.kind == OpKind::kAdamW && g_.value(in.inputs[2]).spec)
         desired_[in.inputs[1]] =
             normalize(*g_.value(in.inputs[2]).spec, rank(in.inputs[1]), mesh_);
+    desire_stacked_slices();
     for (size_t i = 0; i < g_.instrs().size(); ++i) {
       Status s = instr(g_.instrs()[i]);
       if (!s.ok())
@@ -410,6 +411,9 @@ class Partitioner {
   Status shift(const Instr& in);
   Status attention(const Instr& in);  // attention and its grad, with or without segment ids
   Status repeat_kv(const Instr& in);
+  Status index_in_dim(const Instr& in);
+  Status add_index_in_dim(const Instr& in);
+  void desire_stacked_slices();
   ValueId local_reshape(ValueId x, const Shape& local) {
     OpAttrs a;
     a.new_shape.assign(local.dims().begin(), local.dims().end());
@@ -643,6 +647,53 @@ Status Partitioner::rows(const Instr& in) {  // slice, pad: the sliced (padded) 
   return simple(in, {d}, {d}, in.attrs);
 }
 
+// Scanned layers (op.h). index_in_dim: the indexed dim whole (a stacked weight's `layers` dim
+// is unsharded unless mapped to a mesh axis), the other dims and partial sums pass through.
+Status Partitioner::index_in_dim(const Instr& in) {
+  const PartitionSpec& s = spec_[in.inputs[0]];
+  Dims d = whole(s.dims(), {in.attrs.dim});
+  const PartitionSpec src(d, s.partial());
+  d.erase(d.begin() + in.attrs.dim);
+  return simple(in, {src}, {PartitionSpec(std::move(d), s.partial())}, in.attrs);
+}
+
+// add_index_in_dim (update[, acc]): the result keeps acc's sharding (without acc: the
+// gradient's target, its state's sharding), slot dim whole; the update is resharded to
+// that sharding without the slot dim (its partial sum reduce-scattered, as a gradient is).
+Status Partitioner::add_index_in_dim(const Instr& in) {
+  const int dim = in.attrs.dim;
+  Dims t;
+  if (in.inputs.size() > 1) {
+    t = dims_only(spec_[in.inputs[1]]).dims();
+  } else if (vm_.empty() && desired_[in.outputs[0]]) {
+    t = dims_only(*desired_[in.outputs[0]]).dims();
+  } else {
+    t = dims_only(spec_[in.inputs[0]]).dims();
+    t.insert(t.begin() + dim, Axes{});
+  }
+  t = whole(std::move(t), {dim});
+  Dims u = t;
+  u.erase(u.begin() + dim);
+  std::vector<PartitionSpec> ins = {PartitionSpec(u)};
+  if (in.inputs.size() > 1) ins.push_back(PartitionSpec(t));
+  return simple(in, ins, {PartitionSpec(t)}, in.attrs);
+}
+
+// The gradient targets (desired_) of AdamW's gradients, carried back through the
+// add_index_in_dim chains that build stacked gradients: each layer's slice is reduced
+// straight into its state's sharding, as an unscanned layer's gradient is.
+void Partitioner::desire_stacked_slices() {
+  for (size_t k = g_.instrs().size(); k-- > 0;) {
+    const Instr& in = g_.instrs()[k];
+    if (in.kind != OpKind::kAddIndexInDim || !desired_[in.outputs[0]]) continue;
+    const PartitionSpec& want = *desired_[in.outputs[0]];
+    if (in.inputs.size() > 1 && !desired_[in.inputs[1]]) desired_[in.inputs[1]] = want;
+    Dims u = whole(want.dims(), {in.attrs.dim});
+    u.erase(u.begin() + in.attrs.dim);
+    if (!desired_[in.inputs[0]]) desired_[in.inputs[0]] = PartitionSpec(std::move(u));
+  }
+}
+
 Status Partitioner::concat(const Instr& in) {
   const PartitionSpec d(whole(dims_only(spec_[in.inputs[0]]).dims(), {in.attrs.dim}));
   return simple(in, std::vector<PartitionSpec>(in.inputs.size(), d), {d}, in.attrs);
@@ -726,6 +777,8 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kVocabMax, {&Pt::not_global}},
         {OpKind::kVocabStats, {&Pt::not_global}},
         {OpKind::kXentFromStats, {&Pt::not_global}},
+        {OpKind::kIndexInDim, {&Pt::index_in_dim}},
+        {OpKind::kAddIndexInDim, {&Pt::add_index_in_dim}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

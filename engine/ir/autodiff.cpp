@@ -283,6 +283,27 @@ class Differentiator {
                fresh(b_.shift(tensor(in, y), in.attrs.dim, -in.attrs.shift), in.inputs[0]));
   }
 
+  // Scanned layers: layer l's slice of a stacked weight. Its transpose adds dy into slot l
+  // of the stacked cotangent in place (add_index_in_dim), so the stacked gradient is one
+  // buffer that every layer's backward writes its slice into; the first contribution
+  // creates it (zeros elsewhere). No stacked-size temporary per layer.
+  void vjp_index_in_dim(const Instr& in) {
+    const ValueId x = in.inputs[0];
+    if (!needs(x)) return;
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const int64_t size = b_.info(x).shape[in.attrs.dim];
+    const ValueId acc = cot_[x].value;
+    cot_[x].value = fresh(b_.add_index_in_dim(dy, acc, in.attrs.dim, in.attrs.start, size), x);
+  }
+
+  void vjp_add_index_in_dim(const Instr& in) {  // d update = dy[slot]; d acc = dy
+    const ValueId dy = tensor(in, in.outputs[0]);
+    if (needs(in.inputs[0]))
+      accumulate(in.inputs[0],
+                 fresh(b_.index_in_dim(dy, in.attrs.dim, in.attrs.start), in.inputs[0]));
+    if (in.inputs.size() > 1) accumulate(in.inputs[1], cot_[in.outputs[0]]);
+  }
+
   void vjp_unary(const Instr& in) {  // dx = dy * f'(x): the op's kUnaryGrad partner (op.h)
     const ValueId dx =
         b_.emit(unary_math(in.kind).grad, {in.inputs[0], tensor(in, in.outputs[0])})[0];
@@ -409,6 +430,8 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kVocabStats, &D::not_differentiable},
         {OpKind::kXentFromStats, &D::not_differentiable},
         {OpKind::kRepeatKvGrad, &D::not_differentiable},
+        {OpKind::kIndexInDim, &D::vjp_index_in_dim},
+        {OpKind::kAddIndexInDim, &D::vjp_add_index_in_dim},
     },
     &D::vjp_unary, &D::not_differentiable);
 

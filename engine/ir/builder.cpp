@@ -344,6 +344,34 @@ Outs infer_rows(OpKind kind, const In& in, const OpAttrs& at) {
   return {out};
 }
 
+// index_in_dim (x) -> x without dim; add_index_in_dim (update[, acc]) -> acc's shape.
+Outs infer_index_in_dim(OpKind kind, const In& in, const OpAttrs& at) {
+  const bool add = kind == OpKind::kAddIndexInDim;
+  ENG_CHECK(in.size() == 1 || (add && in.size() == 2), "{}: {} inputs", op_name(kind), in.size());
+  const ValueInfo& x = *in[0];
+  std::vector<int64_t> dims(x.shape.dims().begin(), x.shape.dims().end());
+  Logical logical = x.logical;
+  if (!add) {
+    ENG_CHECK(at.dim >= 0 && at.dim < x.shape.rank() && at.start >= 0 && at.start < dims[at.dim],
+              "index_in_dim: index {} of dim {} out of range for {}", at.start, at.dim,
+              x.shape.to_string());
+    dims.erase(dims.begin() + at.dim);
+    if (!logical.empty()) logical.erase(logical.begin() + at.dim);
+    return {make(Shape(dims), x.dtype, std::move(logical))};
+  }
+  ENG_CHECK(at.dim >= 0 && at.dim <= x.shape.rank() && at.start >= 0 && at.start < at.size,
+            "add_index_in_dim: index {} of size {} at dim {} out of range for update {}", at.start,
+            at.size, at.dim, x.shape.to_string());
+  dims.insert(dims.begin() + at.dim, at.size);
+  if (!logical.empty()) logical.insert(logical.begin() + at.dim, "");
+  ValueInfo out = make(Shape(dims), x.dtype, std::move(logical));
+  if (in.size() == 2) {
+    check_same_shape(kind, out, *in[1]);
+    out.logical = in[1]->logical;
+  }
+  return {out};
+}
+
 Outs infer_concat(OpKind, const In& in, const OpAttrs& at) {
   ENG_CHECK(!in.empty(), "concatenate: needs at least one input");
   ValueInfo out = like(*in[0]);
@@ -420,6 +448,8 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kPad, infer_rows},
         {OpKind::kShift, infer_rows},
         {OpKind::kConcat, infer_concat},
+        {OpKind::kIndexInDim, infer_index_in_dim},
+        {OpKind::kAddIndexInDim, infer_index_in_dim},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 
@@ -525,6 +555,23 @@ ValueId Builder::pad(ValueId x, int dim, int64_t start, int64_t size) {
   a.start = start;
   a.size = size;
   return emit(OpKind::kPad, {x}, a)[0];
+}
+
+ValueId Builder::index_in_dim(ValueId x, int dim, int64_t index) {
+  OpAttrs a;
+  a.dim = dim;
+  a.start = index;
+  return emit(OpKind::kIndexInDim, {x}, a)[0];
+}
+
+ValueId Builder::add_index_in_dim(ValueId update, ValueId acc, int dim, int64_t index,
+                                  int64_t size) {
+  OpAttrs a;
+  a.dim = dim;
+  a.start = index;
+  a.size = size;
+  if (acc == kNoValue) return emit(OpKind::kAddIndexInDim, {update}, a)[0];
+  return emit(OpKind::kAddIndexInDim, {update, acc}, a)[0];
 }
 
 ValueId Builder::concat(std::vector<ValueId> xs, int dim) {

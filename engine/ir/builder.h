@@ -45,6 +45,10 @@ class Builder {
   ValueId pad(ValueId x, int dim, int64_t start, int64_t size);
   ValueId concat(std::vector<ValueId> xs, int dim);
   ValueId shift(ValueId x, int dim, int64_t shift);
+  // ---- scanned layers (op.h) ----
+  ValueId index_in_dim(ValueId x, int dim, int64_t index);  // x[..., index, ...], dim removed
+  // acc (or zeros with dim of length size) with update added into slot index along dim.
+  ValueId add_index_in_dim(ValueId update, ValueId acc, int dim, int64_t index, int64_t size);
 
   // ---- forward ----
   ValueId embed_lookup(ValueId table, ValueId ids);

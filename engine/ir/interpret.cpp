@@ -154,6 +154,23 @@ class Evaluator {
     return ok_status();
   }
 
+  // index_in_dim / add_index_in_dim: slot `start` of the stacked (outer, L, inner) view.
+  Status index_in_dim(const Instr& i) {
+    const bool add = i.kind == OpKind::kAddIndexInDim;
+    const Shape& stacked = p_.value(add ? i.outputs[0] : i.inputs[0]).shape;
+    const int64_t outer = stacked.prod(0, i.attrs.dim), L = stacked[i.attrs.dim];
+    const int64_t inner = stacked.prod(i.attrs.dim + 1, stacked.rank());
+    if (add && i.inputs.size() > 1) out(i, 0).data = in(i, 1).data;
+    double* y = outd(i, 0);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < inner; ++k) {
+        const int64_t at = (o * L + i.attrs.start) * inner + k, slot = o * inner + k;
+        if (add) y[at] += ind(i, 0)[slot];
+        else y[slot] = ind(i, 0)[at];
+      }
+    return ok_status();
+  }
+
   const HostTensor& in(const Instr& i, int k) const { return vals_[i.inputs[k]]; }
   HostTensor& out(const Instr& i, int k) { return vals_[i.outputs[k]]; }
   const double* ind(const Instr& i, int k) const { return in(i, k).data.data(); }
@@ -474,6 +491,8 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kVocabMax, &E::per_device_only},
         {OpKind::kVocabStats, &E::per_device_only},
         {OpKind::kXentFromStats, &E::per_device_only},
+        {OpKind::kIndexInDim, &E::index_in_dim},
+        {OpKind::kAddIndexInDim, &E::index_in_dim},
     },
     &E::unary, &E::unary_grad);
 

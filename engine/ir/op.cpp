@@ -53,6 +53,8 @@ constexpr AttrField kPermute[] = {
 constexpr AttrField kReshape[] = {{"new_shape", &A::new_shape}};
 constexpr AttrField kDimStartSize[] = {{"dim", &A::dim}, {"start", &A::start}, {"size", &A::size}};
 constexpr AttrField kDim[] = {{"dim", &A::dim}};
+constexpr AttrField kDimIndex[] = {{"dim", &A::dim}, {"index", &A::start}};
+constexpr AttrField kDimIndexSize[] = {{"dim", &A::dim}, {"index", &A::start}, {"size", &A::size}};
 constexpr AttrField kShift[] = {{"dim", &A::dim}, {"shift", &A::shift}};
 constexpr AttrField kRepeats[] = {{"repeats", &A::size}};
 constexpr AttrField kAxisIndex[] = {{"axes", &A::mesh_axes}, {"size", &A::size}};
@@ -117,6 +119,8 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kXentFromStats, kNone},
         {K::kRepeatKv, {kRepeats}},
         {K::kRepeatKvGrad, {kRepeats}},
+        {K::kIndexInDim, {kDimIndex}},
+        {K::kAddIndexInDim, {kDimIndexSize, false, 0, {1, -1, -1}}},  // updates acc (input 1)
     },
     kNone, kNone);
 

@@ -51,6 +51,15 @@
 //                    i - shift is out of range (MaxText's _shift_right for shift = 1); its
 //                    transpose is kShift by -shift. Partitioned over a sharded dim with one
 //                    row per member it is a kCollectivePermute with fill_zero.
+//   -- scanned layers (scan_layers, engine/model/llama.cpp) --
+//   kIndexInDim    (x) [dim, index=start] -> x[..., start, ...] along dim, that dim removed
+//                    (jax.lax.index_in_dim, keepdims=False): layer l's weight of a stacked
+//                    (..., L, ...) parameter. Any dtype (data movement).
+//   kAddIndexInDim (update[, acc]) [dim, index=start, size] -> acc with update added into
+//                    slot start along dim (acc.at[..., start, ...].add(update)); without acc,
+//                    zeros of dim length size: the transpose of kIndexInDim. The output
+//                    updates acc in place, so a stacked gradient accumulates its layers'
+//                    slices in one buffer. f32.
 //   vmap (any op, attrs.vmap = S > 0): jax.vmap over a leading dim of size S that every
 //                    input and output carries: out[s] = op(in_0[s], in_1[s], ...), the
 //                    other attributes describing the per-slice op. The partitioner maps
@@ -181,7 +190,9 @@ namespace eng {
   X(RepeatKv, "repeat_kv", kCustom)                                 \
   X(RepeatKvGrad, "repeat_kv_grad", kCustom)                        \
   X(Gelu, "gelu", kUnary)                                           \
-  X(GeluGrad, "gelu_grad", kUnaryGrad)
+  X(GeluGrad, "gelu_grad", kUnaryGrad)                              \
+  X(IndexInDim, "index_in_dim", kCustom)                            \
+  X(AddIndexInDim, "add_index_in_dim", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

@@ -1,6 +1,8 @@
 // engine/model/llama.cpp: presets, parameter declaration, the traced forward pass and init.
 #include "engine/model/llama.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <optional>
 
@@ -55,6 +57,10 @@ Status ModelConfig::validate() const {
   if (!(normalization_layer_epsilon > 0))
     return invalid_argument("model {}: normalization_layer_epsilon must be positive, got {}", name,
                             normalization_layer_epsilon);
+  if (param_scan_axis < 0 || param_scan_axis > 1)  // the norm scales are rank 1: (E, L) at most
+    return invalid_argument("model {}: param_scan_axis must be 0 or 1 (the layer dim's place in "
+                            "every stacked weight; the norm scales have one dim), got {}",
+                            name, param_scan_axis);
   if (mlp_activations != std::vector<std::string>{"silu", "linear"})
     return unimplemented("model {}: mlp_activations [{}] not supported; only [silu, linear]", name,
                          fmt::join(mlp_activations, ", "));
@@ -98,9 +104,55 @@ const std::vector<std::string>& input_data_logical_axes() {
   return axes;
 }
 
+namespace {
+
+// The nine weights of one decoder layer (LlamaLayerParams order): path under the layer,
+// per-layer shape and logical names.
+struct LayerWeight {
+  const char* sub;
+  std::vector<int64_t> dims;
+  Logical logical;
+};
+
+std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
+  const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
+                M = m.mlp_dim;
+  return {{"pre_self_attention_layer_norm/scale", {E}, {"norm"}},
+          {"self_attention/query/kernel", {E, H, D}, {"embed", "q_heads", "kv"}},
+          {"self_attention/key/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"}},
+          {"self_attention/value/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"}},
+          {"self_attention/out/kernel", {H, D, E}, {"heads", "kv", "embed"}},
+          {"post_self_attention_layer_norm/scale", {E}, {"norm"}},
+          {"mlp/wi_0/kernel", {E, M}, {"embed", "mlp"}},
+          {"mlp/wi_1/kernel", {E, M}, {"embed", "mlp"}},
+          {"mlp/wo/kernel", {M, E}, {"mlp", "embed"}}};
+}
+
+LlamaLayerParams layer_from_list(const std::vector<ValueId>& v) {
+  ENG_CHECK(v.size() == 9, "llama: {} layer weights, expected 9", v.size());
+  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+}
+
+constexpr const char* kScannedPart = "decoder/layers/";
+constexpr const char* kLayerPart = "decoder/layers_";
+
+}  // namespace
+
+std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp) {
+  return {lp.pre_norm, lp.query, lp.key, lp.value, lp.out, lp.post_norm, lp.wi_0, lp.wi_1, lp.wo};
+}
+
+const std::vector<std::string>& layer_param_subpaths() {
+  static const std::vector<std::string> subs = [] {
+    std::vector<std::string> out;
+    for (const LayerWeight& w : layer_weights(ModelConfig{})) out.push_back(w.sub);
+    return out;
+  }();
+  return subs;
+}
+
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
-  const int64_t V = m.vocab_size, E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads,
-                D = m.head_dim, M = m.mlp_dim;
+  const int64_t V = m.vocab_size, E = m.emb_dim, L = m.num_decoder_layers;
   LlamaParams p;
   auto param = [&](std::string path, Shape shape, Logical logical) {
     ValueId v = b.argument("params/" + path, std::move(shape), m.weight_dtype, std::move(logical),
@@ -111,26 +163,65 @@ LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
   p.embedding = param("token_embedder/embedding", Shape{V, E}, {"vocab", "embed_vocab"});
   if (m.pipeline_stages > 1) {
     p.stacked = declare_pipeline_layer_params(b, m, p.all);
-  }
-  for (int64_t l = 0; m.pipeline_stages <= 1 && l < m.num_decoder_layers; ++l) {
-    const std::string pre = fmt::format("decoder/layers_{}/", l);
-    LlamaLayerParams lp;
-    lp.pre_norm = param(pre + "pre_self_attention_layer_norm/scale", Shape{E}, {"norm"});
-    lp.query = param(pre + "self_attention/query/kernel", Shape{E, H, D}, {"embed", "q_heads", "kv"});
-    lp.key = param(pre + "self_attention/key/kernel", Shape{E, Hkv, D},
-                   {"embed", "kv_heads", "kv_head_dim"});
-    lp.value = param(pre + "self_attention/value/kernel", Shape{E, Hkv, D},
-                     {"embed", "kv_heads", "kv_head_dim"});
-    lp.out = param(pre + "self_attention/out/kernel", Shape{H, D, E}, {"heads", "kv", "embed"});
-    lp.post_norm = param(pre + "post_self_attention_layer_norm/scale", Shape{E}, {"norm"});
-    lp.wi_0 = param(pre + "mlp/wi_0/kernel", Shape{E, M}, {"embed", "mlp"});
-    lp.wi_1 = param(pre + "mlp/wi_1/kernel", Shape{E, M}, {"embed", "mlp"});
-    lp.wo = param(pre + "mlp/wo/kernel", Shape{M, E}, {"mlp", "embed"});
-    p.layers.push_back(lp);
+  } else if (m.scan_layers) {  // (..., L at param_scan_axis, ...), logical "layers" there
+    std::vector<ValueId> stacked;
+    for (LayerWeight& w : layer_weights(m)) {
+      w.dims.insert(w.dims.begin() + m.param_scan_axis, L);
+      w.logical.insert(w.logical.begin() + m.param_scan_axis, "layers");
+      stacked.push_back(param(std::string(kScannedPart) + w.sub, Shape(w.dims), w.logical));
+    }
+    p.stacked = layer_from_list(stacked);
+  } else {
+    for (int64_t l = 0; l < L; ++l) {
+      std::vector<ValueId> layer;
+      for (const LayerWeight& w : layer_weights(m))
+        layer.push_back(
+            param(fmt::format("{}{}/{}", kLayerPart, l, w.sub), Shape(w.dims), w.logical));
+      p.layers.push_back(layer_from_list(layer));
+    }
   }
   p.decoder_norm = param("decoder/decoder_norm/scale", Shape{E}, {"norm"});
   p.logits_dense = param("decoder/logits_dense/kernel", Shape{E, V}, {"embed_vocab", "vocab"});
   return p;
+}
+
+std::vector<ValueId> per_layer_sum_squares(Builder& b, const ModelConfig& m, const LlamaParams& p,
+                                           const std::vector<ValueId>& values) {
+  ENG_CHECK(values.size() == p.all.size(), "per_layer_sum_squares: {} values for {} params",
+            values.size(), p.all.size());
+  std::vector<ValueId> out;
+  if (!m.scan_layers || m.pipeline_stages > 1) {
+    for (ValueId v : values) out.push_back(b.sum_squares(v));
+    return out;
+  }
+  // p.all: embedding, the nine stacked weights, decoder norm, logits.
+  out.push_back(b.sum_squares(values[0]));
+  const int axis = static_cast<int>(m.param_scan_axis);
+  for (int64_t l = 0; l < m.num_decoder_layers; ++l)
+    for (size_t k = 1; k <= 9; ++k) out.push_back(b.sum_squares(b.index_in_dim(values[k], axis, l)));
+  for (size_t k = 10; k < values.size(); ++k) out.push_back(b.sum_squares(values[k]));
+  return out;
+}
+
+std::optional<std::string> unscanned_name(const std::string& scanned, int64_t layer) {
+  const size_t at = scanned.find(kScannedPart);
+  if (at == std::string::npos) return std::nullopt;
+  return scanned.substr(0, at) + fmt::format("{}{}/", kLayerPart, layer) +
+         scanned.substr(at + std::string_view(kScannedPart).size());
+}
+
+std::optional<ScannedName> scanned_name(const std::string& unscanned) {
+  const size_t at = unscanned.find(kLayerPart);
+  if (at == std::string::npos) return std::nullopt;
+  size_t i = at + std::string_view(kLayerPart).size(), digits = 0;
+  int64_t layer = 0;
+  while (i < unscanned.size() && std::isdigit(static_cast<unsigned char>(unscanned[i])) &&
+         digits < 9) {
+    layer = layer * 10 + (unscanned[i++] - '0');
+    ++digits;
+  }
+  if (digits == 0 || i >= unscanned.size() || unscanned[i] != '/') return std::nullopt;
+  return ScannedName{unscanned.substr(0, at) + kScannedPart + unscanned.substr(i + 1), layer};
 }
 
 BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len) {
@@ -240,6 +331,18 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   const ValueId seg = m.attention_segment_ids ? batch.inputs_segmentation : kNoValue;
   if (m.pipeline_stages > 1) {
     x = trace_pipeline_decoder(b, m, p, x, batch.inputs_position, seg);
+  } else if (m.scan_layers) {
+    // nn.scan over the layers: layer l's weights are slice l of the stacked parameters,
+    // taken inside its remat region (recomputed in the backward, never kept across layers).
+    const std::vector<ValueId> stacked = layer_param_list(p.stacked);
+    const int axis = static_cast<int>(m.param_scan_axis);
+    for (int64_t l = 0; l < m.num_decoder_layers; ++l) {
+      b.set_remat_scope(static_cast<int32_t>(l));
+      std::vector<ValueId> w;
+      for (ValueId s : stacked) w.push_back(b.index_in_dim(s, axis, l));
+      x = trace_decoder_layer(b, m, layer_from_list(w), x, batch.inputs_position,
+                              static_cast<int32_t>(l), seg);
+    }
   } else {
     for (size_t l = 0; l < p.layers.size(); ++l)
       x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l),
@@ -276,7 +379,39 @@ inline double normal_at(uint64_t key, uint64_t i) {
 }
 }  // namespace
 
+namespace {
+// The layer dim of a scanned parameter (logical "layers", not the pipeline's (S, lps, ...)
+// form whose second dim has no name), or -1.
+int scanned_axis(const ValueInfo& param) {
+  if (!pipeline_param_subpath(param.name)) return -1;
+  const auto& lg = param.logical;
+  for (size_t i = 0; i < lg.size(); ++i) {
+    if (lg[i] != "layers") continue;
+    return i == 0 && lg.size() > 1 && lg[1].empty() ? -1 : static_cast<int>(i);
+  }
+  return -1;
+}
+}  // namespace
+
 void init_param(const ValueInfo& param, uint64_t seed, float* out) {
+  // Scanned weights (..., L, ...): slice l is layer l's own (unscanned) values, so both
+  // layouts start from the same weights.
+  if (const int a = scanned_axis(param); a >= 0) {
+    int64_t outer = param.shape.prod(0, a), L = param.shape[a];
+    int64_t inner = param.shape.prod(a + 1, param.shape.rank());
+    ValueInfo layer = param;
+    std::vector<int64_t> dims(param.shape.dims().begin(), param.shape.dims().end());
+    dims.erase(dims.begin() + a);
+    layer.shape = Shape(dims);
+    std::vector<float> buf(static_cast<size_t>(outer * inner));
+    for (int64_t l = 0; l < L; ++l) {
+      layer.name = *unscanned_name(param.name, l);
+      init_param(layer, seed, buf.data());
+      for (int64_t o = 0; o < outer; ++o)
+        std::copy_n(buf.data() + o * inner, inner, out + (o * L + l) * inner);
+    }
+    return;
+  }
   // Pipeline weights (S, layers_per_stage, ...): slice [s, j] is layer s * lps + j, with
   // that layer's own (unstacked) values, so a pipeline run starts where the sequential does.
   if (std::optional<std::string> sub = pipeline_param_subpath(param.name)) {

@@ -22,9 +22,21 @@
 //   params/decoder/layers_{l}/mlp/wo/kernel                  (M, E)    (mlp, embed)
 //   params/decoder/decoder_norm/scale                        (E)       (norm,)
 //   params/decoder/logits_dense/kernel                       (E, V)    (embed_vocab, vocab)
+// Scanned (scan_layers=true, MaxText's nn.scan over the decoder layers with
+// metadata_params={nn.PARTITION_NAME: "layers"}): each layer kind is ONE parameter
+// params/decoder/layers/<sub> with the layer dim L inserted at param_scan_axis a and the
+// logical name "layers" there, e.g. with a = 1 (MaxText's default)
+//   params/decoder/layers/mlp/wi_0/kernel                    (E, L, M) (embed, layers, mlp)
+//   params/decoder/layers/pre_self_attention_layer_norm/scale (E, L)   (norm, layers)
+//   params/decoder/layers/self_attention/out/kernel          (H, L, D, E)
+//                                                            (heads, layers, kv, embed)
+// Layer l reads its slice with index_in_dim (op.h) inside its remat region; the stacked
+// gradient accumulates the layers' slices in place (add_index_in_dim). Slice l holds exactly
+// the unscanned layer l's values, so both layouts train bitwise alike.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +74,9 @@ struct ModelConfig {
   // Packed sequences (MaxText's packing): attention takes inputs_segmentation and masks keys
   // of other segments. Off: plain causal attention (the program has no segment-id input).
   bool attention_segment_ids = false;
+  // Scanned layers (MaxText's scan_layers / param_scan_axis; layout above).
+  bool scan_layers = false;
+  int64_t param_scan_axis = 1;  // 0 or 1: where the layer dim goes in every stacked weight
 
   // Every size positive, kv heads divide query heads, head_dim even; errors name the value.
   Status validate() const;
@@ -80,8 +95,9 @@ struct LlamaLayerParams {
 
 struct LlamaParams {
   ValueId embedding = kNoValue;
-  std::vector<LlamaLayerParams> layers;  // per layer (no pipeline)
-  // Pipeline: one (stages, layers_per_stage, ...) weight per kind (engine/model/pipeline.h).
+  std::vector<LlamaLayerParams> layers;  // per layer (unscanned, no pipeline)
+  // Pipeline: one (stages, layers_per_stage, ...) weight per kind (engine/model/pipeline.h);
+  // scan_layers: one weight per kind with the layer dim at param_scan_axis.
   LlamaLayerParams stacked{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
                            kNoValue, kNoValue, kNoValue, kNoValue};
   ValueId decoder_norm = kNoValue, logits_dense = kNoValue;
@@ -98,6 +114,28 @@ struct BatchArgs {
 const std::vector<std::string>& input_data_logical_axes();
 
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m);
+
+// The nine weights of a layer in LlamaLayerParams order, and their paths under layers_{l}/
+// (unscanned) or layers/ (scanned).
+std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp);
+const std::vector<std::string>& layer_param_subpaths();
+
+// The sum of squares of every parameter-shaped value (gradients, updated parameters; one
+// per entry of p.all, in p.all's order), as one scalar per UNSCANNED parameter, in the
+// unscanned argument order: a stacked value contributes one term per layer (its slice).
+// Their sum (global_norm) is then bitwise the same for either layout.
+std::vector<ValueId> per_layer_sum_squares(Builder& b, const ModelConfig& m, const LlamaParams& p,
+                                           const std::vector<ValueId>& values);
+
+// For a scanned parameter name "<prefix>decoder/layers/<sub>" (any prefix: params/,
+// opt_state/mu/, ...) and the layer index: "<prefix>decoder/layers_<l>/<sub>"; and back.
+// nullopt when the name has no such part.
+std::optional<std::string> unscanned_name(const std::string& scanned, int64_t layer);
+struct ScannedName {
+  std::string name;  // "<prefix>decoder/layers/<sub>"
+  int64_t layer;
+};
+std::optional<ScannedName> scanned_name(const std::string& unscanned);
 BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len);
 
 struct LossValues {

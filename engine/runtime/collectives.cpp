@@ -289,7 +289,8 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
         ENG_NOT_COLLECTIVE(kConcat) ENG_NOT_COLLECTIVE(kShift) ENG_NOT_COLLECTIVE(kAxisIndex)
         ENG_NOT_COLLECTIVE(kVocabMax) ENG_NOT_COLLECTIVE(kVocabStats)
         ENG_NOT_COLLECTIVE(kXentFromStats) ENG_NOT_COLLECTIVE(kRepeatKv)
-        ENG_NOT_COLLECTIVE(kRepeatKvGrad)
+        ENG_NOT_COLLECTIVE(kRepeatKvGrad) ENG_NOT_COLLECTIVE(kIndexInDim)
+        ENG_NOT_COLLECTIVE(kAddIndexInDim)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE

@@ -234,6 +234,27 @@ void run_concat(const Args& a) {
   }
 }
 
+// index_in_dim / add_index_in_dim (op.h): slot attrs.start of the stacked (outer, L, inner) view.
+void run_index_in_dim(const Args& a) {
+  const Bytes b(a);
+  int64_t outer, L, inner;
+  split3(b.xv.shape, a.in.attrs.dim, outer, L, inner);
+  const int64_t row = inner * b.elem;
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(b.y + o * row, b.x + (o * L + a.in.attrs.start) * row, row);
+}
+void run_add_index_in_dim(const Args& a) {  // (update[, acc]): in place on acc
+  const Shape& stacked = a.p.value(a.in.outputs[0]).shape;
+  int64_t outer, L, inner;
+  split3(stacked, a.in.attrs.dim, outer, L, inner);
+  float* y = a.out(0);
+  if (a.in.inputs.size() > 1) copy_if_distinct(y, a.f(1), stacked.numel() * 4);
+  else std::memset(y, 0, stacked.numel() * 4);
+  for (int64_t o = 0; o < outer; ++o)
+    kern::add(y + (o * L + a.in.attrs.start) * inner, a.f(0) + o * inner,
+              y + (o * L + a.in.attrs.start) * inner, inner);
+}
+
 // The optional vocab-block offset input (op.h: 3-input embed_lookup(_grad), 5-input xent grad).
 int64_t offset_input(const Args& a, size_t i) {
   return a.in.inputs.size() > i ? static_cast<int64_t>(*a.ids(i)) : 0;
@@ -411,6 +432,8 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kShift, {run_rows, true}},
         {OpKind::kConcat, {run_concat, true}},
         {OpKind::kRepeatKv, {run_repeat_kv, true}},
+        {OpKind::kIndexInDim, {run_index_in_dim, true}},
+        {OpKind::kAddIndexInDim, {run_add_index_in_dim}},
         // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
         {OpKind::kAllGather, {run_collective, true}},
         {OpKind::kAllToAll, {run_collective, true}},

@@ -238,6 +238,8 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
                                  ENG_NO_SCRATCH(kAxisIndex) ENG_NO_SCRATCH(kVocabMax)
                                      ENG_NO_SCRATCH(kVocabStats) ENG_NO_SCRATCH(kXentFromStats)
                                          ENG_NO_SCRATCH(kRepeatKv) ENG_NO_SCRATCH(kRepeatKvGrad)
+                                             ENG_NO_SCRATCH(kIndexInDim)
+                                                 ENG_NO_SCRATCH(kAddIndexInDim)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

@@ -90,6 +90,20 @@ Result<CheckpointFile> read_checkpoint(const std::string& path);
 // target tests/fuzz/safetensors_fuzz.cpp drives it.
 Result<CheckpointFile> parse_checkpoint(const std::string& path, std::string_view bytes);
 
+// The bytes of state tensor `name` (dtype, shape) from a checkpoint of either decoder-layer
+// layout (engine/model/llama.h): the tensor itself when the file holds it with that dtype
+// and shape; else, for a scanned name ".../decoder/layers/<sub>" with the layer dim at
+// param_scan_axis, the file's ".../decoder/layers_<l>/<sub>" tensors stacked (or a stacked
+// tensor with its layer dim elsewhere, restacked); for an unscanned ".../layers_<l>/<sub>",
+// slice l of the file's stacked tensor. The stacked tensor's layer dim in the file is its
+// "param_scan_axis" metadata (written by scanned runs), else the one dim whose removal gives
+// the layer's shape. param_scan_axis < 0: the model is not scanned (a pipeline's stacked
+// weights are never converted). Converted bytes go to `scratch`. Errors name the file, the
+// tensor and both shapes (or the layer tensor that is missing).
+Result<const void*> checkpoint_tensor(const CheckpointFile& f, const std::string& name,
+                                      DType dtype, const Shape& shape, int64_t param_scan_axis,
+                                      std::vector<char>& scratch);
+
 // <base>/<run>/checkpoints
 std::string checkpoint_root(const std::string& base_output_directory, const std::string& run_name);
 // <root>/<step>/state.safetensors

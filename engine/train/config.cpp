@@ -42,6 +42,8 @@ const std::vector<ConfigKey> kKeys = {
     {"base_num_decoder_layers", V{int64_t{16}}, "decoder layers L"},
     {"normalization_layer_epsilon", V{1e-5}, "RMSNorm epsilon"},
     {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
+    {"scan_layers", V{true}, "stack each decoder-layer weight kind into one params/decoder/layers/... array with a 'layers' dim (MaxText's default; false: params/decoder/layers_<l>/...; pipelines keep their own (stages, layers_per_stage, ...) stacking; docs/sharding.md)"},
+    {"param_scan_axis", V{int64_t{1}}, "where the layer dim goes in every stacked weight with scan_layers: 0 or 1 (MaxText default 1)"},
     {"dtype", V{std::string("float32")}, "activation and matmul-input dtype: float32 | bfloat16 (MaxText default bfloat16; docs/precision.md)"},
     {"weight_dtype", V{std::string("float32")}, "parameter and optimizer-moment dtype: float32 | bfloat16"},
     {"learning_rate", V{3e-5}, "peak learning rate"},
@@ -451,6 +453,8 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.num_decoder_layers = c.get_int("base_num_decoder_layers");
   r.model.normalization_layer_epsilon = c.get_float("normalization_layer_epsilon");
   r.model.use_iota_embed = c.get_bool("use_iota_embed");
+  r.model.scan_layers = c.get_bool("scan_layers");
+  r.model.param_scan_axis = c.get_int("param_scan_axis");
   r.model.iota_embed_max_bytes = c.get_int("iota_embed_max_bytes");
   if (r.model.iota_embed_max_bytes < 0)
     return invalid_argument("config: iota_embed_max_bytes must be >= 0, got {}",
@@ -488,6 +492,14 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
         "shardings never carry size-1 mesh axes (docs/memory.md)");
   ENG_RETURN_IF_ERROR(check_tensor_sizes(r));
   ENG_RETURN_IF_ERROR(resolve_pipeline(c, r));
+  // The default (MaxText's true) leaves a pipeline its own (stages, layers_per_stage, ...)
+  // stacking; asking for scan_layers=true with stages explicitly is refused.
+  if (r.model.pipeline_stages > 1 && !c.has_override("scan_layers")) r.model.scan_layers = false;
+  if (r.model.scan_layers && r.model.pipeline_stages > 1)
+    return unimplemented("config: scan_layers=true with ici_pipeline_parallelism={} is not "
+                         "supported yet (the pipeline stacks its own (stages, layers_per_stage, "
+                         "...) weights); set scan_layers=false or ici_pipeline_parallelism=1",
+                         r.model.pipeline_stages);
   r.remat_policy = c.get_string("remat_policy");
   r.remat_save_names = c.get_string("remat_save_names");
   ENG_RETURN_IF_ERROR(remat_policy(r.remat_policy, r.remat_save_names).status());

@@ -50,8 +50,8 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     if (b.info(g).dtype == DType::kF32 && c.grad_dtype != DType::kF32) g = b.convert(g, c.grad_dtype);
 
   // Global-norm clipping (optax.clip_by_global_norm) folded into the AdamW update.
-  std::vector<ValueId> grad_sq;
-  for (ValueId g : grads) grad_sq.push_back(b.sum_squares(g));
+  // One term per unscanned parameter, in the unscanned order (scan_layers: per layer slice).
+  std::vector<ValueId> grad_sq = per_layer_sum_squares(b, c.model, params, grads);
   ValueId raw_norm = b.global_norm(grad_sq);
   ValueId clip = b.clip_factor(raw_norm, c.gradient_clipping_threshold);
   ValueId grad_norm = b.mul(raw_norm, clip);
@@ -66,8 +66,7 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     new_mu[i] = upd[1];
     new_nu[i] = upd[2];
   }
-  std::vector<ValueId> param_sq;
-  for (ValueId p : new_params) param_sq.push_back(b.sum_squares(p));
+  std::vector<ValueId> param_sq = per_layer_sum_squares(b, c.model, params, new_params);
   ValueId param_norm = b.global_norm(param_sq);
   ValueId new_step = b.increment(step);
 

@@ -187,6 +187,8 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
       {"mesh", mesh_.to_string()},
       {"dataset", data_->describe()},
   };
+  if (config_.model.scan_layers)  // where the stacked weights keep their layer dim
+    meta["param_scan_axis"] = fmt::format("{}", config_.model.param_scan_axis);
   // The run that wrote it, for the resumed run's parent_run_id even when this process dies
   // between the file's rename and its row in the store's checkpoints table.
   if (!recorder_->run_id().empty()) meta["shardlab_run_id"] = recorder_->run_id();
@@ -243,16 +245,14 @@ Status Trainer::restore_from(const std::string& path, bool params_only) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (!is_state_arg(args[i].role) || (params_only && args[i].role != ArgRole::kParam)) continue;
     const ValueInfo& v = program_.value(args[i].value);
-    const CheckpointFile::Entry* e = f.find(v.name);
-    if (e == nullptr)
-      return not_found("restore: checkpoint '{}' has no tensor '{}' (saved from another model config?)",
-                       f.path, v.name);
-    if (e->spec.dtype != v.dtype || !(e->spec.shape == v.shape))
-      return invalid_argument("restore: '{}' in checkpoint '{}' is {}{} but the model expects {}{}",
-                              v.name, f.path, dtype_name(e->spec.dtype), e->spec.shape.to_string(),
-                              dtype_name(v.dtype), v.shape.to_string());
+    // Either layer layout (scan_layers) restores into this one (checkpoint.h).
+    std::vector<char> converted;
+    const ModelConfig& m = config_.model;
+    ENG_ASSIGN_OR_RETURN(const void* bytes,
+                         checkpoint_tensor(f, v.name, v.dtype, v.shape,
+                                           m.scan_layers ? m.param_scan_axis : -1, converted));
     // Written with this array's own sharding: restoring onto another mesh reshards.
-    ENG_RETURN_IF_ERROR(runtime_->write(state_[i], f.bytes(*e)));
+    ENG_RETURN_IF_ERROR(runtime_->write(state_[i], bytes));
   }
   if (!params_only) {
     ENG_ASSIGN_OR_RETURN(int64_t step, f.metadata_int("step"));

@@ -36,7 +36,8 @@ for _, name in ipairs(names) do print(name, meshes[name]) end
 function make_config()
   return sl.config{model = "llama-tiny", steps = steps, base_num_decoder_layers = layers,
                    max_target_length = seq, per_device_batch_size = batch,
-                   dataset = "text:" .. corpus, learning_rate = 3e-3, log_period = 5}
+                   dataset = "text:" .. corpus, learning_rate = 3e-3, log_period = 5,
+                   scan_layers = false}
 end
 trainers, compiled = {}, {}
 for _, name in ipairs(names) do

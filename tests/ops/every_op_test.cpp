@@ -184,6 +184,20 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
   c[K::kRepeatKv] =
       one([](Builder& b, const Sizes&, ValueId x) { return b.repeat_kv(x, 2); }, true);
   c[K::kGelu] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kGelu, {x})[0]; });
+  // Scanned layers: a stacked (B, T, 3, E) read at index 1 of dim 2, and its transpose: the
+  // 1-input form (zeros elsewhere) accumulated into by the 2-input form.
+  c[K::kIndexInDim] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                         ValueId x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, 3, z.E})})[0];
+                         return {b.index_in_dim(x, 2, 1)};
+                       },
+                       true};
+  c[K::kAddIndexInDim] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto u = wrt_all(w, {act(b, "u", Shape{z.B, z.T, z.E}), act(b, "v", Shape{z.B, z.T, z.E})});
+        ValueId acc = b.add_index_in_dim(u[0], kNoValue, 2, 0, 3);
+        return {b.add_index_in_dim(u[1], acc, 2, 2, 3)};
+      },
+      true};
   c[K::kConcat] = {
       [](Builder& b, const Sizes& z, V& w) -> V {
         auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), act(b, "y", Shape{z.B, z.T, 2})});

@@ -42,6 +42,9 @@ Config small(int64_t stages, int64_t microbatches) {
                                          .warmup_steps_fraction = 0.2,
                                          .adam_eps = 1e-4});
   EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
+  if (stages == 1) {  // the sequential reference: layers_<l> weights (compared per layer)
+    EXPECT_TRUE(c.set("scan_layers", false).ok());
+  }
   if (microbatches > 0) {
     EXPECT_TRUE(c.set("num_pipeline_microbatches", microbatches).ok());
   }

@@ -44,7 +44,7 @@ type_keys '1, model=sl.me'
 T send-keys -t repl Tab
 wait_for '^sl> cfg = sl\.config\{learning_rate=0\.001, per_device_batch_size=1, model=sl\.mesh\($'
 T send-keys -t repl BSpace BSpace BSpace BSpace BSpace BSpace BSpace BSpace
-type_line '"llama-tiny", base_num_decoder_layers=1, max_target_length=16}'
+type_line '"llama-tiny", base_num_decoder_layers=1, max_target_length=16, scan_layers=false}'
 type_line 'tp = sl.trainer(cfg, nil, {shape_only=true, store=false})'
 type_line 'print("tp-ready", cfg:get("learning_rate"), tp.current_step)'
 wait_for '^tp-ready[[:space:]]+0\.001[[:space:]]+0$'

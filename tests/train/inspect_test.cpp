@@ -17,6 +17,7 @@ std::unique_ptr<Trainer> tiny(const Mesh& mesh, const std::string& rules = "") {
   EXPECT_TRUE(c.set("base_num_decoder_layers", int64_t{1}).ok());
   EXPECT_TRUE(c.set("max_target_length", int64_t{32}).ok());
   EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
+  EXPECT_TRUE(c.set("scan_layers", false).ok());  // asserts the layers_<l> rows
   if (!rules.empty()) {
     EXPECT_TRUE(c.set("logical_axis_rules", rules).ok());
   }

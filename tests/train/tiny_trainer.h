@@ -36,18 +36,21 @@ inline std::string tiny_corpus_path() {
 }
 
 // 2 layers, emb 64, seq 32, batch 2: a step takes a few ms.
+// scan_layers=false: the tests read layers_<l> arrays by name.
 inline Config tiny_config(int64_t steps) {
-  return tiny_llama_config({.dataset = "text:" + tiny_corpus_path(),
-                            .emb_dim = 64,
-                            .query_heads = 2,
-                            .kv_heads = 2,
-                            .head_dim = 32,
-                            .mlp_dim = 128,
-                            .layers = 2,
-                            .seq = 32,
-                            .per_device_batch = 2.0,
-                            .learning_rate = 3e-3,
-                            .steps = steps});
+  Config c = tiny_llama_config({.dataset = "text:" + tiny_corpus_path(),
+                                .emb_dim = 64,
+                                .query_heads = 2,
+                                .kv_heads = 2,
+                                .head_dim = 32,
+                                .mlp_dim = 128,
+                                .layers = 2,
+                                .seq = 32,
+                                .per_device_batch = 2.0,
+                                .learning_rate = 3e-3,
+                                .steps = steps});
+  EXPECT_TRUE(c.set("scan_layers", false).ok());
+  return c;
 }
 
 // A fresh directory under the system temp dir, removed when the object goes.

@@ -1,0 +1,121 @@
+// engine/train/checkpoint_layout.cpp: restoring a checkpoint saved with the other
+// decoder-layer layout (scan_layers true <-> false; checkpoint.h's checkpoint_tensor).
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "engine/model/llama.h"
+#include "engine/train/checkpoint.h"
+
+namespace eng {
+
+namespace {
+
+Shape without_dim(const Shape& s, int dim) {
+  std::vector<int64_t> d(s.dims().begin(), s.dims().end());
+  d.erase(d.begin() + dim);
+  return Shape(d);
+}
+
+// Row-major copy of slot l along `dim` of a stacked (outer, L, inner) array from/to a
+// layer's (outer, inner) array.
+void copy_slot(const char* from, char* to, const Shape& stacked, int dim, int64_t l,
+               int64_t elem, bool into_stacked) {
+  const int64_t outer = stacked.prod(0, dim), L = stacked[dim];
+  const int64_t row = stacked.prod(dim + 1, stacked.rank()) * elem;
+  for (int64_t o = 0; o < outer; ++o) {
+    char* s = const_cast<char*>(into_stacked ? to : from) + (o * L + l) * row;
+    if (into_stacked) std::memcpy(s, from + o * row, row);
+    else std::memcpy(to + o * row, s, row);
+  }
+}
+
+// The layer dim of the file's stacked entry e whose layers have shape `layer`.
+Result<int> file_scan_axis(const CheckpointFile& f, const CheckpointFile::Entry& e,
+                           const Shape& layer) {
+  const Shape& s = e.spec.shape;
+  std::vector<int> fits;
+  for (int a = 0; a < s.rank(); ++a)
+    if (without_dim(s, a) == layer) fits.push_back(a);
+  auto it = f.metadata.find("param_scan_axis");
+  if (it != f.metadata.end())
+    for (int a : fits)
+      if (fmt::format("{}", a) == it->second) return a;
+  if (fits.size() == 1) return fits[0];
+  return invalid_argument("restore: checkpoint '{}': stacked '{}' {} {} layers of shape {} "
+                          "(no param_scan_axis metadata says which dim holds the layers)",
+                          f.path, e.spec.name, s.to_string(),
+                          fits.empty() ? "does not hold" : "ambiguously holds",
+                          layer.to_string());
+}
+
+// Layer l of a layer weight (shape `layer`) from the file: its layers_<l> tensor, or slot l
+// of the stacked tensor. Appends the bytes to out.
+Status read_layer(const CheckpointFile& f, const std::string& stacked_name, int64_t l,
+                  DType dtype, const Shape& layer, std::vector<char>& out) {
+  const std::string flat = *unscanned_name(stacked_name, l);
+  const int64_t n = layer.numel() * dtype_size(dtype);
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(n));
+  if (const CheckpointFile::Entry* e = f.find(flat)) {
+    if (e->spec.dtype != dtype || !(e->spec.shape == layer))
+      return invalid_argument("restore: '{}' in checkpoint '{}' is {}{} but the model expects {}{}",
+                              flat, f.path, dtype_name(e->spec.dtype), e->spec.shape.to_string(),
+                              dtype_name(dtype), layer.to_string());
+    std::memcpy(out.data() + at, f.bytes(*e), static_cast<size_t>(n));
+    return ok_status();
+  }
+  const CheckpointFile::Entry* e = f.find(stacked_name);
+  if (e == nullptr || e->spec.dtype != dtype)
+    return not_found("restore: checkpoint '{}' has no tensor '{}' (nor a stacked '{}'; saved "
+                     "from another model config?)", f.path, flat, stacked_name);
+  ENG_ASSIGN_OR_RETURN(int b, file_scan_axis(f, *e, layer));
+  if (l >= e->spec.shape[b])
+    return invalid_argument("restore: checkpoint '{}': stacked '{}' {} has {} layers, the model "
+                            "wants layer {}", f.path, stacked_name, e->spec.shape.to_string(),
+                            e->spec.shape[b], l);
+  copy_slot(static_cast<const char*>(f.bytes(*e)), out.data() + at, e->spec.shape, b, l,
+            dtype_size(dtype), false);
+  return ok_status();
+}
+
+}  // namespace
+
+Result<const void*> checkpoint_tensor(const CheckpointFile& f, const std::string& name,
+                                      DType dtype, const Shape& shape, int64_t param_scan_axis,
+                                      std::vector<char>& scratch) {
+  const CheckpointFile::Entry* e = f.find(name);
+  const int axis = static_cast<int>(param_scan_axis);
+  // A stacked tensor saved with its layer dim elsewhere may still have the wanted shape
+  // ((H, L, D, E) vs (L, H, D, E) when H == L): the file's param_scan_axis decides.
+  auto meta = f.metadata.find("param_scan_axis");
+  const bool restack = axis >= 0 && unscanned_name(name, 0) && meta != f.metadata.end() &&
+                       meta->second != fmt::format("{}", axis);
+  if (e != nullptr && e->spec.dtype == dtype && e->spec.shape == shape && !restack)
+    return f.bytes(*e);
+  scratch.clear();
+  if (std::optional<ScannedName> sn = scanned_name(name)) {  // unscanned model, layer sn->layer
+    if (e == nullptr) {
+      ENG_RETURN_IF_ERROR(read_layer(f, sn->name, sn->layer, dtype, shape, scratch));
+      return static_cast<const void*>(scratch.data());
+    }
+  } else if (unscanned_name(name, 0) && axis >= 0 && axis < shape.rank()) {  // scanned model
+    const Shape layer = without_dim(shape, axis);
+    std::vector<char> one;
+    scratch.resize(static_cast<size_t>(shape.numel() * dtype_size(dtype)));
+    for (int64_t l = 0; l < shape[axis]; ++l) {
+      one.clear();
+      ENG_RETURN_IF_ERROR(read_layer(f, name, l, dtype, layer, one));
+      copy_slot(one.data(), scratch.data(), shape, axis, l, dtype_size(dtype), true);
+    }
+    return static_cast<const void*>(scratch.data());
+  }
+  if (e == nullptr)
+    return not_found("restore: checkpoint '{}' has no tensor '{}' (saved from another model "
+                     "config?)", f.path, name);
+  return invalid_argument("restore: '{}' in checkpoint '{}' is {}{} but the model expects {}{}",
+                          name, f.path, dtype_name(e->spec.dtype), e->spec.shape.to_string(),
+                          dtype_name(dtype), shape.to_string());
+}
+
+}  // namespace eng
