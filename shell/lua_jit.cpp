@@ -15,6 +15,7 @@
 #include "engine/frontend/numpy.h"
 #include "engine/ir/autodiff.h"
 #include "engine/sharding/shard_geometry.h"
+#include "shell/context.h"
 #include "shell/lua_array.h"
 #include "shell/lua_types.h"
 
@@ -35,6 +36,7 @@ struct JitBox {
   std::vector<std::vector<std::string>> seen;            // per compiled signature: arg types
   int64_t compiles = 0;
   std::string last_miss;                                 // the last miss's explanation
+  std::set<std::string> hit_logged;                      // signatures whose first hit has a row
 };
 template <>
 struct LuaType<JitBox> {
@@ -99,8 +101,13 @@ Result<CallArgs> read_args(lua_State* L, const JitBox& j, int first, int n, std:
             "{}: argument {} is a {}: arguments must be Arrays, or numbers, strings, booleans "
             "(static: each value traces anew)", fn, i + 1, luaL_typename(L, idx));
       c.arrays.push_back(nullptr);
-      c.types.push_back(fmt::format("static {}={}", luaL_typename(L, idx),
-                                    t == LUA_TNIL ? "nil" : lua_tostring(L, idx) ? lua_tostring(L, idx) : (lua_toboolean(L, idx) ? "true" : "false")));
+      std::string value = t == LUA_TNIL ? "nil" : t == LUA_TBOOLEAN ? (lua_toboolean(L, idx) ? "true" : "false") : "";
+      if (value.empty()) {  // a copy: lua_tostring turns a number on the stack into a string
+        lua_pushvalue(L, idx);
+        value = lua_tostring(L, -1);
+        lua_pop(L, 1);
+      }
+      c.types.push_back(fmt::format("static {}={}", luaL_typename(L, idx), value));
       continue;
     }
     const eng::Mesh& m = a->is_tracer() ? a->trace->mesh() : a->data->array.sharding.mesh;
@@ -306,16 +313,51 @@ bool has_tracer(lua_State* L, int first, int n) {
   return false;
 }
 
+// A `compilations` row (and on a miss its memory analysis) in the shell's store, under the
+// function's name, outside any run. Rows are written for every compile and for the first
+// cache hit of each signature (a row per call would cost a transaction per call). A store
+// that cannot be written does not stop the computation.
+void record(lua_State* L, const JitBox& j, const fe::Compiled& c, const std::string& signature,
+            bool hit, const std::string& reason_kind, const std::string& reason_text) {
+  Result<eng::MetricsStore*> store = context(L).open_store();
+  if (!store.ok()) return;
+  eng::CompilationRow row;
+  row.fn_name = j.name;
+  row.module_name = "jit_" + j.name;
+  row.outcome = hit ? "hit" : "miss";
+  row.cache_level = "tracing";
+  row.reason_kind = reason_kind;
+  row.reason_text = reason_text;
+  row.in_signature = signature;
+  row.cache_key = c.info().key;
+  if (!hit) row.compile_s = c.info().compile_s;
+  Result<int64_t> id = (*store)->record_compilation(row);
+  if (!id.ok() || hit) return;
+  const eng::MemoryAnalysis& m = c.executable()->memory();
+  eng::MemoryAnalysisRow mr;
+  mr.argument_size_in_bytes = m.argument_bytes;
+  mr.output_size_in_bytes = m.output_bytes;
+  mr.alias_size_in_bytes = m.alias_bytes;
+  mr.temp_size_in_bytes = m.temp_bytes;
+  mr.peak_memory_in_bytes = m.peak_bytes();
+  (void)(*store)->record_memory_analysis(*id, mr);
+}
+
 // The compiled program for this call's signature: from the cache, else traced and compiled.
 Result<std::shared_ptr<fe::Compiled>> lookup(lua_State* L, JitBox& j, int fidx, int first, int n,
                                              const CallArgs& args) {
   const std::string key = fmt::format("{}", fmt::join(args.types, "; ")) + " on " + args.mesh.repr();
-  if (auto it = j.cache.find(key); it != j.cache.end()) return it->second;
+  const std::string signature = fmt::format("{}", fmt::join(args.types, ", "));
+  if (auto it = j.cache.find(key); it != j.cache.end()) {
+    if (j.hit_logged.insert(key).second) record(L, j, *it->second, signature, true, "", "");
+    return it->second;
+  }
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<fe::Compiled> c, trace_and_compile(L, j, fidx, first, n, args));
   j.last_miss = explain(j, args.types, param_names(L, fidx, n));
+  record(L, j, *c, signature, false, j.seen.empty() ? "never_seen" : "types", j.last_miss);
   j.seen.push_back(args.types);
   ++j.compiles;
-  if (j.cache.size() >= 256) j.cache.clear();
+  if (j.cache.size() >= 256) j.cache.clear(), j.hit_logged.clear();
   j.cache.emplace(key, c);
   return c;
 }

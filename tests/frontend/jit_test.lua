@@ -167,3 +167,18 @@ h.expect_error(function() sl.jit(function(t) return t end)({}) end, "argument 1 
 h.expect_error(function() sl.jit(function(t) return t end, {in_sharding = {}}) end, "did you mean 'in_shardings'")
 assert(sl.jit(function(t) return t end)(a):totable()[2][3] == a:totable()[2][3], "identity")
 print("jit_test ok")
+
+-- The store's compilations table: the jitted function's compiles under its name, miss then
+-- hit; the recompile's explanation names the argument.
+local rows = sl.sql("select outcome, reason_kind, reason_text, in_signature from compilations " ..
+                    "where fn_name = 'matmul_rep' order by compile_id")
+assert(#rows == 3, #rows)
+assert(rows[1].outcome == "miss" and rows[1].reason_kind == "never_seen")
+assert(rows[2].outcome == "hit")
+assert(rows[3].outcome == "miss" and rows[3].reason_kind == "types")
+assert(rows[3].reason_text:find("at args[0] (x), now f32[8@X,16] and before f32[8@X,16@Y]", 1, true))
+assert(rows[1].in_signature == "f32[8@X,16@Y], f32[16@Y,4]", rows[1].in_signature)
+local mem = sl.sql("select peak_memory_in_bytes from memory_analysis m join compilations c " ..
+                   "on m.compile_id = c.compile_id where c.fn_name = 'matmul_rep'")
+assert(#mem == 2 and mem[1].peak_memory_in_bytes > 0)
+print("jit_test store ok")
