@@ -588,12 +588,16 @@ Result<int> key_tostring(lua_State* L) {
 
 // ---- printing ---------------------------------------------------------------------------
 
-std::string format_number(double v, eng::DType d, bool all_integral) {
+// One element as NumPy prints it (floatmode "maxprec"): at most 8 fractional digits, trailing
+// zeros dropped ("0.5", "2."); scientific for magnitudes NumPy prints so (>= 1e8, < 1e-4).
+std::string format_number(double v, eng::DType d, bool scientific) {
   if (d == eng::DType::kI32) return fmt::format("{}", static_cast<int64_t>(v));
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  if (all_integral) return fmt::format("{}.", static_cast<int64_t>(v));
-  return fmt::format("{}", static_cast<float>(v));
+  if (scientific) return fmt::format("{:.8e}", v);
+  std::string t = fmt::format("{:.8f}", static_cast<double>(static_cast<float>(v)));
+  while (!t.empty() && t.back() == '0') t.pop_back();
+  return t;  // ends with "." when integral
 }
 
 // numpy's array2string: nested brackets, elements right-aligned to one width, rows of a
@@ -604,8 +608,8 @@ struct Printer {
   const eng::Shape& shape;
   eng::DType dtype;
   bool summarize;
-  int width = 1;
-  bool integral = true;
+  bool scientific = false;
+  size_t int_width = 1, frac_width = 0;  // columns before and after the decimal point
   static constexpr int64_t kEdge = 3;
 
   std::vector<int64_t> shown(int dim) const {
@@ -616,13 +620,28 @@ struct Printer {
     return idx;
   }
   void measure() {
-    for (double x : v) integral = integral && std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e15;
-    for (double x : v) width = std::max<int>(width, static_cast<int>(format_number(x, dtype, integral).size()));
+    for (double x : v) {
+      const double a = std::fabs(x);
+      scientific = scientific || (std::isfinite(a) && (a >= 1e8 || (a > 0 && a < 1e-4)));
+    }
+    for (double x : v) {
+      const std::string s = format_number(x, dtype, scientific);
+      const size_t dot = s.find('.');
+      int_width = std::max(int_width, dot == std::string::npos ? s.size() : dot);
+      if (dot != std::string::npos && !scientific) frac_width = std::max(frac_width, s.size() - dot);
+    }
+  }
+  std::string cell(double x) const {
+    std::string s = format_number(x, dtype, scientific);
+    const size_t dot = s.find('.');
+    const size_t head = dot == std::string::npos || scientific ? s.size() : dot;
+    const size_t tail = dot == std::string::npos || scientific ? 0 : s.size() - dot;
+    return std::string(int_width > head ? int_width - head : 0, ' ') + s +
+           std::string(frac_width > tail ? frac_width - tail : 0, ' ');
   }
   void print(std::string& out, int dim, int64_t offset, int indent) const {
     if (dim == shape.rank()) {
-      std::string s = format_number(v[offset], dtype, integral);
-      out += std::string(static_cast<size_t>(std::max<int>(0, width - static_cast<int>(s.size()))), ' ') + s;
+      out += cell(v[offset]);
       return;
     }
     const int64_t stride = shape.prod(dim + 1, shape.rank());

@@ -51,7 +51,7 @@ assert(grid:find("f32[8@X,4@Y]", 1, true), grid)
 -- Printing: small arrays show values as NumPy does, large ones a summary.
 assert(tostring(sl.array({{1, 2}, {3, 4}})) == "Array([[1., 2.],\n       [3., 4.]], dtype=float32)",
        tostring(sl.array({{1, 2}, {3, 4}})))
-assert(tostring(sl.array({0.5, -1.25})) == "Array([  0.5, -1.25], dtype=float32)",
+assert(tostring(sl.array({0.5, -1.25})) == "Array([ 0.5 , -1.25], dtype=float32)",
        tostring(sl.array({0.5, -1.25})))
 assert(tostring(sl.arange(3)) == "Array([0, 1, 2], dtype=int32)", tostring(sl.arange(3)))
 local big = tostring(sl.zeros({100, 100}))
