@@ -397,7 +397,7 @@ Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape
     return eng::invalid_argument("{}: ragged values: a list of {} at depth {}, expected {}", fn, n,
                                  depth, shape[depth]);
   }
-  if (static_cast<int64_t>(out.size()) + n > eng::kMaxTensorElements)
+  if (static_cast<int64_t>(out.size()) + n > fe::kMaxHostValues)
     return eng::invalid_argument("{}: too many values", fn);
   for (int64_t i = 1; i <= n; ++i) {
     lua_rawgeti(L, idx, i);
@@ -453,6 +453,7 @@ Result<int> filled(lua_State* L, std::string_view fn, double value, int opts) {
   ENG_ASSIGN_OR_RETURN(eng::Shape s, read_dims(L, 1, fn));
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, opts, fn));
   ENG_RETURN_IF_ERROR(with_context(fn, eng::check_array_bytes(s, p.dtype, "array")));
+  ENG_RETURN_IF_ERROR(fe::check_host_values(s, fn));
   return put_values(L, fn, std::vector<double>(static_cast<size_t>(s.numel()), value), s, p);
 }
 Result<int> zeros(lua_State* L) { return filled(L, "sl.zeros", 0.0, 2); }
@@ -481,7 +482,7 @@ Result<int> arange(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, n + 1, fn));
   if (!p.dtype_given) p.dtype = ints ? eng::DType::kI32 : eng::DType::kF32;
   const double count = std::max(0.0, std::ceil((stop - start) / step));
-  if (count > static_cast<double>(eng::kMaxTensorElements))
+  if (count > static_cast<double>(fe::kMaxHostValues))
     return eng::invalid_argument("{}: {} elements is too many", fn, count);
   std::vector<double> v(static_cast<size_t>(count));
   for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<double>(i) * step;
@@ -570,6 +571,7 @@ Result<int> random_fill(lua_State* L, std::string_view fn, bool normal) {
   ENG_ASSIGN_OR_RETURN(eng::Shape s, read_dims(L, 2, fn));
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, 3, fn));
   ENG_RETURN_IF_ERROR(with_context(fn, eng::check_array_bytes(s, p.dtype, "array")));
+  ENG_RETURN_IF_ERROR(fe::check_host_values(s, fn));
   std::vector<double> v(static_cast<size_t>(s.numel()));
   for (size_t i = 0; i < v.size(); ++i) {
     const double u1 = uniform01(seed, 2 * i), u2 = uniform01(seed, 2 * i + 1);

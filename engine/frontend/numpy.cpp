@@ -72,6 +72,18 @@ Shape without_dim(const Shape& s, int axis, bool keepdims) {
   return Shape(std::move(d));
 }
 
+// n copies of x (size 1 along dim) concatenated along dim, in O(log n) concatenations of the
+// doubled pieces (no instruction with n inputs).
+ValueId repeat_along(Trace& tr, ValueId x, int dim, int64_t n) {
+  std::vector<ValueId> parts;
+  ValueId doubled = x;  // 2^k copies
+  for (int64_t rest = n; rest > 0; rest >>= 1) {
+    if (rest & 1) parts.push_back(doubled);
+    if (rest > 1) doubled = tr.builder().concat({doubled, doubled}, dim);
+  }
+  return parts.size() == 1 ? parts[0] : tr.builder().concat(parts, dim);
+}
+
 }  // namespace
 
 std::string py_shape(const Shape& s) { return s.to_string(); }
@@ -108,7 +120,7 @@ Result<ValueId> broadcast_to(Trace& tr, ValueId x, const Shape& shape) {
     if (shape[i] == 0)
       return invalid_argument("broadcast_to: {} to {}: a dimension of size 0 is not supported",
                               py_shape(s), py_shape(shape));
-    x = tr.builder().concat(std::vector<ValueId>(static_cast<size_t>(shape[i]), x), i);
+    x = repeat_along(tr, x, i, shape[i]);
   }
   return x;
 }

@@ -8,6 +8,7 @@
 //
 // How each op maps onto the op set (there is no broadcast, reduce or transpose op):
 //   broadcasting   reshape to the common rank, then concatenate copies along each dim of size 1
+//                  (doubling: log2(n) concatenations)
 //   sum(axis)      one matmul with a vector of ones (a captured constant) for a leading or
 //                  trailing axis or all axes (a sharded axis becomes a partial sum: the
 //                  partitioner's all-reduce / reduce-scatter); a middle axis adds its slices

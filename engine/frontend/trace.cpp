@@ -36,6 +36,14 @@ ShardMode shard_mode_of(const Mesh& mesh) {
   return mesh.axis_type() == AxisType::kExplicit ? ShardMode::kExplicit : ShardMode::kAuto;
 }
 
+Status check_host_values(const Shape& shape, std::string_view what) {
+  if (shape.numel() > kMaxHostValues)
+    return invalid_argument("{}: shape {} has {} elements, over the front-end's limit of {} per "
+                            "array (engine/frontend/trace.h kMaxHostValues)", what,
+                            shape.to_string(), shape.numel(), kMaxHostValues);
+  return ok_status();
+}
+
 Result<ArrayRef> device_put(const std::vector<double>& host, const Shape& shape, DType dtype,
                             const NamedSharding& sharding) {
   ENG_RETURN_IF_ERROR(check_array_bytes(shape, dtype, "device_put"));
@@ -60,6 +68,7 @@ Result<ArrayRef> device_put(const std::vector<double>& host, const Shape& shape,
 }
 
 Result<std::vector<double>> fetch(const DeviceArray& a) {
+  ENG_RETURN_IF_ERROR(check_host_values(a.array.shape, "fetch"));
   const int64_t n = a.array.shape.numel();
   std::vector<char> bytes(static_cast<size_t>(n * dtype_size(a.array.dtype)));
   ENG_RETURN_IF_ERROR(a.rt->fetch(a.array, bytes.data()));

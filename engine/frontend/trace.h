@@ -41,6 +41,12 @@ struct DeviceArray {
 };
 using ArrayRef = std::shared_ptr<const DeviceArray>;
 
+// The most values a front-end array may be staged through the host with (as doubles: 2 GiB):
+// sl.zeros({2^30}) is refused with its shape instead of exhausting the machine's memory.
+inline constexpr int64_t kMaxHostValues = int64_t{1} << 28;
+// Ok when `shape` is within kMaxHostValues, else an error naming `what` and the shape.
+Status check_host_values(const Shape& shape, std::string_view what);
+
 // Places host values (row-major, numel of shape, as doubles) with `sharding`.
 Result<ArrayRef> device_put(const std::vector<double>& host, const Shape& shape, DType dtype,
                             const NamedSharding& sharding);
