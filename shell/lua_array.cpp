@@ -597,8 +597,16 @@ std::string format_number(double v, eng::DType d, bool scientific) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   if (scientific) return fmt::format("{:.8e}", v);
-  std::string t = fmt::format("{:.8f}", static_cast<double>(static_cast<float>(v)));
-  while (!t.empty() && t.back() == '0') t.pop_back();
+  // The shortest text that reads back as the same float32 (NumPy's "unique"), unless it needs
+  // more than 8 fractional digits or an exponent: then rounded to 8.
+  std::string t = fmt::format("{}", static_cast<float>(v));
+  const size_t dot = t.find('.');
+  if (t.find_first_of("eE") != std::string::npos || (dot != std::string::npos && t.size() - dot - 1 > 8)) {
+    t = fmt::format("{:.8f}", static_cast<double>(static_cast<float>(v)));
+    while (!t.empty() && t.back() == '0') t.pop_back();
+  } else if (dot == std::string::npos) {
+    t += ".";
+  }
   return t;  // ends with "." when integral
 }
 

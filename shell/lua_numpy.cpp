@@ -52,16 +52,56 @@ Result<int> multiply(lua_State* L) {
   return binary(L, "multiply", np::multiply);
 }
 
+Result<int> unary_op(lua_State* L, const char* name) {
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, name, "x"));
+  if (!x.array) return arg_error(L, 1, name, "x", "Array");
+  return apply(L, name, "", {x}, [name](fe::Trace& tr, Ins in) { return one(np::unary(tr, name, in[0])); });
+}
+Result<int> exp(lua_State* L) { return unary_op(L, "exp"); }
+Result<int> log(lua_State* L) { return unary_op(L, "log"); }
+Result<int> tanh(lua_State* L) { return unary_op(L, "tanh"); }
+Result<int> reciprocal(lua_State* L) { return unary_op(L, "reciprocal"); }
+
+// x1 / x2: by a number, one scale op; otherwise x1 * reciprocal(x2), broadcast.
 Result<int> divide(lua_State* L) {
   constexpr std::string_view fn = "divide";
-  ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn, "x1"));
-  if (lua_type(L, 2) != LUA_TNUMBER)
-    return eng::invalid_argument(
-        "{}: only division by a number is supported (the engine's op table has no reciprocal; "
-        "engine/ir/op.h), got {}", fn, to_udata<ArrayBox>(L, 2) ? "an Array" : luaL_typename(L, 2));
-  const double c = lua_tonumber(L, 2);
-  if (c == 0) return eng::invalid_argument("{}: division by zero", fn);
-  return scaled(L, fn, a, 1.0 / c);
+  ArrayBox* a = to_udata<ArrayBox>(L, 1);
+  if (a && lua_type(L, 2) == LUA_TNUMBER) {
+    const double c = lua_tonumber(L, 2);
+    if (c == 0) return eng::invalid_argument("{}: division by zero", fn);
+    return scaled(L, fn, a, 1.0 / c);
+  }
+  ENG_ASSIGN_OR_RETURN(Operand x1, arg_operand(L, 1, fn, "x1"));
+  ENG_ASSIGN_OR_RETURN(Operand x2, arg_operand(L, 2, fn, "x2"));
+  if (!x1.array && !x2.array) return arg_error(L, 1, fn, "x1", "Array (one operand at least)");
+  return apply(L, fn, "", {x1, x2}, [](fe::Trace& tr, Ins in) -> Result<Values> {
+    ENG_ASSIGN_OR_RETURN(eng::ValueId r, np::unary(tr, "reciprocal", in[1]));
+    return one(np::multiply(tr, in[0], r));
+  });
+}
+
+// sigmoid(x) = (tanh(x / 2) + 1) / 2; silu(x) = x * sigmoid(x) (jax.nn's).
+Result<eng::ValueId> sigmoid_of(fe::Trace& tr, eng::ValueId x) {
+  ENG_ASSIGN_OR_RETURN(eng::ValueId h, np::scale(tr, x, 0.5));
+  ENG_ASSIGN_OR_RETURN(eng::ValueId t, np::unary(tr, "tanh", h));
+  ENG_ASSIGN_OR_RETURN(eng::ValueId t2, np::scale(tr, t, 0.5));
+  eng::ValueId half = tr.scalar(0.5, tr.info(x).dtype);
+  return np::add(tr, t2, half);
+}
+Result<int> sigmoid(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(ArrayBox * x, arg_array(L, 1, "sigmoid", "x"));
+  Operand o;
+  o.array = x;
+  return apply(L, "sigmoid", "", {o}, [](fe::Trace& tr, Ins in) { return one(sigmoid_of(tr, in[0])); });
+}
+Result<int> silu(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(ArrayBox * x, arg_array(L, 1, "silu", "x"));
+  Operand o;
+  o.array = x;
+  return apply(L, "silu", "", {o}, [](fe::Trace& tr, Ins in) -> Result<Values> {
+    ENG_ASSIGN_OR_RETURN(eng::ValueId s, sigmoid_of(tr, in[0]));
+    return one(np::multiply(tr, in[0], s));
+  });
 }
 
 Result<int> negative(lua_State* L) {
@@ -217,7 +257,7 @@ Result<int> with_sharding_constraint(lua_State* L) {
 
 // ---- operators --------------------------------------------------------------------------
 
-Result<int> op_div(lua_State* L) { return divide(L); }
+Result<int> op_div(lua_State* L) { return divide(L); }  // also number / Array
 Result<int> op_unm(lua_State* L) { return negative(L); }
 
 constexpr Function kNumpyFunctions[] = {
@@ -225,8 +265,12 @@ constexpr Function kNumpyFunctions[] = {
     {"subtract", lua_entry<subtract>, "np.subtract(x1, x2) -> Array", "x1 - x2 (also x1 - x2)."},
     {"multiply", lua_entry<multiply>, "np.multiply(x1, x2) -> Array",
      "Elementwise product with broadcasting (also x1 * x2); by a number: one scale op."},
-    {"divide", lua_entry<divide>, "np.divide(x, c) -> Array",
-     "x / c for a number c (also x / c). Array / Array is not in the op set (no reciprocal op)."},
+    {"divide", lua_entry<divide>, "np.divide(x1, x2) -> Array",
+     "x1 / x2 (also x1 / x2): by a number one scale op, else x1 * reciprocal(x2), broadcast."},
+    {"exp", lua_entry<exp>, "np.exp(x) -> Array", "e^x (the engine's exp op)."},
+    {"log", lua_entry<log>, "np.log(x) -> Array", "Natural logarithm (the engine's log op)."},
+    {"tanh", lua_entry<tanh>, "np.tanh(x) -> Array", "tanh (the engine's tanh op)."},
+    {"reciprocal", lua_entry<reciprocal>, "np.reciprocal(x) -> Array", "1 / x (the engine's op)."},
     {"negative", lua_entry<negative>, "np.negative(x) -> Array", "-x (also -x)."},
     {"matmul", lua_entry<matmul>, "np.matmul(a, b [, {out_sharding = sl.P(...)}]) -> Array",
      "numpy.matmul for a of rank >= 1 and b of rank 1 or 2 (the engine's matmul has no batch\n"
@@ -246,6 +290,8 @@ constexpr Function kNumpyFunctions[] = {
 constexpr Function kNnFunctions[] = {
     {"gelu", lua_entry<gelu>, "sl.nn.gelu(x) -> Array",
      "jax.nn.gelu (approximate=True): the engine's gelu op."},
+    {"sigmoid", lua_entry<sigmoid>, "sl.nn.sigmoid(x) -> Array", "(tanh(x / 2) + 1) / 2."},
+    {"silu", lua_entry<silu>, "sl.nn.silu(x) -> Array", "x * sigmoid(x)."},
 };
 
 constexpr Function kLaxFunctions[] = {

@@ -138,6 +138,12 @@ sl.use_mesh(one, function()
   end)
   close(d1(w1, x1):totable(), dwt, 1e-4)
 end)
+-- Through the unary ops: d/dx sum(log(x^2 + 1) + tanh(x)) = 2x / (x^2 + 1) + 1 - tanh(x)^2.
+local xs = sl.array({-1.5, -0.2, 0.3, 2.0})
+local dx = sl.grad(function(t) return np.sum(np.log(t * t + 1) + np.tanh(t)) end)(xs):totable()
+for i, v in ipairs({-1.5, -0.2, 0.3, 2.0}) do
+  close(dx[i], 2 * v / (v * v + 1) + 1 - math.tanh(v) ^ 2, 1e-5)
+end
 -- A gradient for an input the loss does not use is zeros (as JAX's).
 local z = sl.grad(function(u, v_) return np.sum(u * 2) end, 1)(w, w)
 close(z:totable(), (w * 0):totable())
