@@ -3,12 +3,12 @@
 // sl.device_put, the Array type, and `apply` (eager dispatch cache and tracing).
 #include "shell/lua_array.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "engine/frontend/numpy.h"
 #include "engine/sharding/shard_geometry.h"
@@ -21,8 +21,8 @@ namespace fe = eng::frontend;
 
 namespace {
 
-std::optional<eng::Mesh> g_mesh;                       // sl.set_mesh's; none: one device
-std::vector<std::shared_ptr<fe::Trace>> g_traces;      // active sl.jit traces, innermost last
+std::optional<eng::Mesh> g_mesh;                   // sl.set_mesh's; none: one device
+std::vector<std::shared_ptr<fe::Trace>> g_traces;  // active sl.jit traces, innermost last
 
 // The eager dispatch cache: one Compiled per (op, static arguments, operand types), as JAX's
 // eager ops compile once per signature. Bounded: cleared when full (recompiling is cheap).
@@ -168,11 +168,13 @@ Result<std::shared_ptr<fe::Compiled>> eager_compiled(std::string_view fn, const 
   for (size_t i = 0; i < ops.size(); ++i) {
     const Operand& o = ops[i];
     const std::string name = fmt::format("x{}", i);
-    ins.push_back(o.array ? tr.input(name, o.array->shape, o.array->dtype, o.array->data->array.sharding.spec)
-                          : tr.input(name, eng::Shape{}, num, eng::PartitionSpec()));
+    ins.push_back(
+        o.array ? tr.input(name, o.array->shape, o.array->dtype, o.array->data->array.sharding.spec)
+                : tr.input(name, eng::Shape{}, num, eng::PartitionSpec()));
   }
   ENG_ASSIGN_OR_RETURN(std::vector<eng::ValueId> outs, with_context(fn, op(tr, ins)));
-  ENG_ASSIGN_OR_RETURN(auto c, with_context(fn, fe::Compiled::create(std::move(tr), outs, {std::string(fn), {}})));
+  ENG_ASSIGN_OR_RETURN(
+      auto c, with_context(fn, fe::Compiled::create(std::move(tr), outs, {std::string(fn), {}})));
   if (cache.size() >= kEagerCacheCapacity) cache.clear();
   cache.emplace(key, c);
   return c;
@@ -219,7 +221,8 @@ Result<int> apply(lua_State* L, std::string_view fn, const std::string& key,
     if (o.array->trace != active_trace())
       return eng::invalid_argument(
           "{}: Encountered an unexpected tracer: an array traced by a jit that has returned (or "
-          "by another jit) was used here; return it from the function instead", fn);
+          "by another jit) was used here; return it from the function instead",
+          fn);
     tr = o.array->trace;
   }
   if (!tr && active_trace()) tr = active_trace();  // constants inside jit are traced too
@@ -255,16 +258,17 @@ Result<eng::AxisType> read_axis_types(lua_State* L, int opts, size_t n, std::str
     ENG_ASSIGN_OR_RETURN(type, parse_axis_type(L, at, fn));
   } else if (t == LUA_TTABLE) {
     const size_t m = lua_rawlen(L, at);
-    if (m != n)
-      return eng::invalid_argument("{}: {} axis_types for {} axes", fn, m, n);
+    if (m != n) return eng::invalid_argument("{}: {} axis_types for {} axes", fn, m, n);
     for (size_t i = 1; i <= m; ++i) {
       lua_rawgeti(L, at, static_cast<lua_Integer>(i));
       Result<eng::AxisType> ti = parse_axis_type(L, lua_gettop(L), fn);
       lua_pop(L, 1);
       if (!ti.ok()) return ti.status();
       if (i > 1 && *ti != type)
-        return eng::invalid_argument("{}: mixed axis_types are not supported (every axis of an "
-                                     "engine mesh has one type)", fn);
+        return eng::invalid_argument(
+            "{}: mixed axis_types are not supported (every axis of an "
+            "engine mesh has one type)",
+            fn);
       type = *ti;
     }
   } else if (t != LUA_TNIL) {
@@ -292,7 +296,8 @@ Result<int> make_mesh(lua_State* L) {
   }
   ENG_ASSIGN_OR_RETURN(std::vector<std::string> names, arg_string_list(L, 2, fn, "axis_names"));
   if (names.size() != sizes.size())
-    return eng::invalid_argument("{}: {} axis_shapes but {} axis_names", fn, sizes.size(), names.size());
+    return eng::invalid_argument("{}: {} axis_shapes but {} axis_names", fn, sizes.size(),
+                                 names.size());
   ENG_ASSIGN_OR_RETURN(eng::AxisType type, read_axis_types(L, 3, sizes.size(), fn));
   ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::create(names, sizes, type)));
   push_udata(L, std::move(m));
@@ -363,8 +368,10 @@ Result<Placement> read_placement(lua_State* L, int idx, std::string_view fn) {
   push_field(L, idx, "sharding");
   const int s = lua_gettop(L);
   Status st = eng::ok_status();
-  if (auto* spec = to_udata<eng::PartitionSpec>(L, s)) p.sharding.spec = *spec;
-  else if (!lua_isnil(L, s)) st = arg_error(L, s, fn, "sharding", "PartitionSpec (sl.P(...))");
+  if (auto* spec = to_udata<eng::PartitionSpec>(L, s))
+    p.sharding.spec = *spec;
+  else if (!lua_isnil(L, s))
+    st = arg_error(L, s, fn, "sharding", "PartitionSpec (sl.P(...))");
   lua_pop(L, 1);
   ENG_RETURN_IF_ERROR(st);
   return p;
@@ -376,8 +383,10 @@ Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape
   if (depth > 16) return eng::invalid_argument("{}: values nested deeper than 16", fn);
   if (lua_type(L, idx) == LUA_TNUMBER) {
     if (depth != static_cast<int>(shape.size()))
-      return eng::invalid_argument("{}: ragged values: a number at depth {} where the shape {} "
-                                   "needs a list", fn, depth, eng::Shape(shape).to_string());
+      return eng::invalid_argument(
+          "{}: ragged values: a number at depth {} where the shape {} "
+          "needs a list",
+          fn, depth, eng::Shape(shape).to_string());
     out.push_back(lua_tonumber(L, idx));
     return eng::ok_status();
   }
@@ -391,7 +400,8 @@ Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape
   const int64_t n = static_cast<int64_t>(lua_rawlen(L, idx));
   if (depth == static_cast<int>(shape.size())) {
     if (!out.empty())
-      return eng::invalid_argument("{}: ragged values: a list at depth {} where numbers were", fn, depth);
+      return eng::invalid_argument("{}: ragged values: a list at depth {} where numbers were", fn,
+                                   depth);
     shape.push_back(n);
   } else if (shape[depth] != n) {
     return eng::invalid_argument("{}: ragged values: a list of {} at depth {}, expected {}", fn, n,
@@ -410,7 +420,8 @@ Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape
 
 Result<int> put_values(lua_State* L, std::string_view fn, const std::vector<double>& values,
                        const eng::Shape& shape, const Placement& p) {
-  ENG_ASSIGN_OR_RETURN(fe::ArrayRef a, with_context(fn, fe::device_put(values, shape, p.dtype, p.sharding)));
+  ENG_ASSIGN_OR_RETURN(fe::ArrayRef a,
+                       with_context(fn, fe::device_put(values, shape, p.dtype, p.sharding)));
   push_concrete(L, std::move(a));
   return 1;
 }
@@ -436,7 +447,8 @@ Result<eng::Shape> read_dims(lua_State* L, int idx, std::string_view fn) {
     ENG_ASSIGN_OR_RETURN(int64_t d, arg_int(L, idx, fn, "shape"));
     dims.push_back(d);
   } else {
-    if (lua_type(L, idx) != LUA_TTABLE) return arg_error(L, idx, fn, "shape", "a shape {d0, d1, ...}");
+    if (lua_type(L, idx) != LUA_TTABLE)
+      return arg_error(L, idx, fn, "shape", "a shape {d0, d1, ...}");
     for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
       lua_rawgeti(L, idx, i);
       int ok = 0;
@@ -493,7 +505,8 @@ Result<int> arange(lua_State* L) {
 // on `mesh` (default: x's mesh, else the current one).
 Result<int> device_put(lua_State* L) {
   constexpr std::string_view fn = "sl.device_put";
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec, arg_udata<eng::PartitionSpec>(L, 2, fn, "sharding"));
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec,
+                       arg_udata<eng::PartitionSpec>(L, 2, fn, "sharding"));
   ArrayBox* a = to_udata<ArrayBox>(L, 1);
   eng::Mesh mesh = a && !a->is_tracer() ? a->data->array.sharding.mesh : current_mesh();
   if (!lua_isnoneornil(L, 3)) {
@@ -505,7 +518,8 @@ Result<int> device_put(lua_State* L) {
     return eng::invalid_argument("{}: inside jit use sl.reshard(x, spec)", fn);
   if (a) {
     ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a->data));
-    ENG_ASSIGN_OR_RETURN(fe::ArrayRef r, with_context(fn, fe::device_put(v, a->shape, a->dtype, target)));
+    ENG_ASSIGN_OR_RETURN(fe::ArrayRef r,
+                         with_context(fn, fe::device_put(v, a->shape, a->dtype, target)));
     push_concrete(L, std::move(r));
     return 1;
   }
@@ -555,7 +569,8 @@ Result<int> random_split(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(KeyBox * k, arg_udata<KeyBox>(L, 1, "sl.random.split", "key"));
   ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "sl.random.split", "num"));
   const int64_t num = n.value_or(2);
-  if (num < 1 || num > 1 << 20) return eng::invalid_argument("sl.random.split: num must be in 1..2^20, got {}", num);
+  if (num < 1 || num > 1 << 20)
+    return eng::invalid_argument("sl.random.split: num must be in 1..2^20, got {}", num);
   const uint64_t seed = k->seed;
   lua_createtable(L, static_cast<int>(num), 0);
   for (int64_t i = 0; i < num; ++i) {
@@ -601,7 +616,8 @@ std::string format_number(double v, eng::DType d, bool scientific) {
   // more than 8 fractional digits or an exponent: then rounded to 8.
   std::string t = fmt::format("{}", static_cast<float>(v));
   const size_t dot = t.find('.');
-  if (t.find_first_of("eE") != std::string::npos || (dot != std::string::npos && t.size() - dot - 1 > 8)) {
+  if (t.find_first_of("eE") != std::string::npos ||
+      (dot != std::string::npos && t.size() - dot - 1 > 8)) {
     t = fmt::format("{:.8f}", static_cast<double>(static_cast<float>(v)));
     while (!t.empty() && t.back() == '0') t.pop_back();
   } else if (dot == std::string::npos) {
@@ -638,7 +654,8 @@ struct Printer {
       const std::string s = format_number(x, dtype, scientific);
       const size_t dot = s.find('.');
       int_width = std::max(int_width, dot == std::string::npos ? s.size() : dot);
-      if (dot != std::string::npos && !scientific) frac_width = std::max(frac_width, s.size() - dot);
+      if (dot != std::string::npos && !scientific)
+        frac_width = std::max(frac_width, s.size() - dot);
     }
   }
   std::string cell(double x) const {
@@ -660,13 +677,19 @@ struct Printer {
     for (size_t k = 0; k < idx.size(); ++k) {
       if (k > 0) {
         out += ",";
-        if (dim == shape.rank() - 1) out += " ";
-        else out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') + std::string(indent + 1, ' ');
+        if (dim == shape.rank() - 1)
+          out += " ";
+        else
+          out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') +
+                 std::string(indent + 1, ' ');
       }
       if (summarize && k > 0 && idx[k] != idx[k - 1] + 1) {
         out += "...,";
-        if (dim == shape.rank() - 1) out += " ";
-        else out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') + std::string(indent + 1, ' ');
+        if (dim == shape.rank() - 1)
+          out += " ";
+        else
+          out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') +
+                 std::string(indent + 1, ' ');
       }
       print(out, dim + 1, offset + idx[k] * stride, indent + 1);
     }
@@ -677,9 +700,11 @@ struct Printer {
 Result<std::string> array_repr(const ArrayBox& a) {
   if (a.is_tracer()) {
     Result<eng::NamedSharding> s = array_sharding(a);
-    eng::PartitionSpec spec = s.ok() ? eng::remove_size_one_mesh_axis(s->spec, s->mesh) : eng::PartitionSpec();
-    return fmt::format("Traced<{}>with<DynamicJaxprTrace>",
-                       eng::typeof_string(eng::dtype_name(a.dtype), a.shape, &spec, &a.trace->mesh()));
+    eng::PartitionSpec spec =
+        s.ok() ? eng::remove_size_one_mesh_axis(s->spec, s->mesh) : eng::PartitionSpec();
+    return fmt::format(
+        "Traced<{}>with<DynamicJaxprTrace>",
+        eng::typeof_string(eng::dtype_name(a.dtype), a.shape, &spec, &a.trace->mesh()));
   }
   ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a.data));
   // Only the shown elements are gathered for printing big arrays? fetch gathers all; the
@@ -704,15 +729,18 @@ Status not_traced(const ArrayBox& a, std::string_view fn) {
   if (a.is_tracer())
     return eng::invalid_argument(
         "{}: this is a traced array (inside sl.jit it has no values yet; ConcretizationTypeError "
-        "in JAX): return it from the function and read the result", fn);
+        "in JAX): return it from the function and read the result",
+        fn);
   return eng::ok_status();
 }
 
 void push_nested(lua_State* L, const std::vector<double>& v, const eng::Shape& s, int dim,
                  int64_t offset, bool ints) {
   if (dim == s.rank()) {
-    if (ints) lua_pushinteger(L, static_cast<lua_Integer>(v[offset]));
-    else lua_pushnumber(L, v[offset]);
+    if (ints)
+      lua_pushinteger(L, static_cast<lua_Integer>(v[offset]));
+    else
+      lua_pushnumber(L, v[offset]);
     return;
   }
   const int64_t stride = s.prod(dim + 1, s.rank());
@@ -740,8 +768,9 @@ Result<int> array_item(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn));
   ENG_RETURN_IF_ERROR(not_traced(*a, fn));
   if (a->shape.numel() != 1)
-    return eng::invalid_argument("{}: can only convert an array of size 1 to a number, got shape {}",
-                                 fn, a->shape.to_string());
+    return eng::invalid_argument(
+        "{}: can only convert an array of size 1 to a number, got shape {}", fn,
+        a->shape.to_string());
   ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a->data));
   lua_pushnumber(L, v[0]);
   return 1;
@@ -783,12 +812,19 @@ Result<int> array_shards(lua_State* L) {
     std::vector<double> v(static_cast<size_t>(local.numel()));
     for (size_t i = 0; i < v.size(); ++i) {
       switch (arr.dtype) {
-        case eng::DType::kF32: v[i] = static_cast<const float*>(buf.data())[i]; break;
-        case eng::DType::kBF16: v[i] = eng::bf16_to_f32(static_cast<const uint16_t*>(buf.data())[i]); break;
-        case eng::DType::kI32: v[i] = static_cast<const int32_t*>(buf.data())[i]; break;
+        case eng::DType::kF32:
+          v[i] = static_cast<const float*>(buf.data())[i];
+          break;
+        case eng::DType::kBF16:
+          v[i] = eng::bf16_to_f32(static_cast<const uint16_t*>(buf.data())[i]);
+          break;
+        case eng::DType::kI32:
+          v[i] = static_cast<const int32_t*>(buf.data())[i];
+          break;
       }
     }
-    ENG_ASSIGN_OR_RETURN(fe::ArrayRef block, fe::device_put(v, local, arr.dtype, {eng::Mesh(), eng::PartitionSpec()}));
+    ENG_ASSIGN_OR_RETURN(fe::ArrayRef block,
+                         fe::device_put(v, local, arr.dtype, {eng::Mesh(), eng::PartitionSpec()}));
     push_concrete(L, std::move(block));
     lua_setfield(L, -2, "data");
     lua_rawseti(L, -2, d + 1);
@@ -825,7 +861,8 @@ Result<int> array_property(lua_State* L) {
   } else if (key == "type") {
     ENG_ASSIGN_OR_RETURN(eng::NamedSharding s, array_sharding(*a));
     eng::PartitionSpec spec = eng::remove_size_one_mesh_axis(s.spec, s.mesh);
-    lua_pushstring(L, eng::typeof_string(eng::dtype_name(a->dtype), a->shape, &spec, &s.mesh).c_str());
+    lua_pushstring(L,
+                   eng::typeof_string(eng::dtype_name(a->dtype), a->shape, &spec, &s.mesh).c_str());
   } else {
     lua_pushnil(L);
   }
@@ -836,9 +873,11 @@ constexpr Function kArrayFunctions[] = {
     {"make_mesh", lua_entry<make_mesh>,
      "sl.make_mesh(axis_shapes, axis_names [, {axis_types = \"Explicit\"|\"Auto\"|{...}}]) -> Mesh",
      "A mesh with any axis names, like jax.make_mesh: sl.make_mesh({4, 2}, {\"X\", \"Y\"}).\n"
-     "  Explicit axes by default (as JAX's); prints Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))."},
+     "  Explicit axes by default (as JAX's); prints Mesh('X': 4, 'Y': 2, axis_types=(Explicit, "
+     "Explicit))."},
     {"set_mesh", lua_entry<set_mesh>, "sl.set_mesh(mesh | nil)",
-     "The mesh arrays are placed on when no mesh is named (jax.sharding.set_mesh); nil: one device."},
+     "The mesh arrays are placed on when no mesh is named (jax.sharding.set_mesh); nil: one "
+     "device."},
     {"get_mesh", lua_entry<get_mesh>, "sl.get_mesh() -> Mesh", "The current mesh (sl.set_mesh's)."},
     {"use_mesh", lua_entry<use_mesh>, "sl.use_mesh(mesh, f, ...) -> f(...)",
      "Runs f with mesh as the current mesh and restores the previous one (Python's `with\n"
@@ -856,7 +895,8 @@ constexpr Function kArrayFunctions[] = {
      "sl.arange([start,] stop [, step] [, {dtype, sharding, mesh}]) -> Array",
      "Evenly spaced values (jnp.arange): int32 for integer arguments, float32 otherwise."},
     {"device_put", lua_entry<device_put>, "sl.device_put(x, spec [, mesh]) -> Array",
-     "x (an Array or values) placed with sharding spec on mesh (default: x's mesh or the current)."},
+     "x (an Array or values) placed with sharding spec on mesh (default: x's mesh or the "
+     "current)."},
 };
 
 constexpr Function kRandomFunctions[] = {
@@ -882,20 +922,26 @@ constexpr Method kArrayMethods[] = {
     {"block_until_ready", lua_entry<array_block>, "x:block_until_ready() -> x",
      "Returns x (execution is synchronous)."},
 };
-constexpr const char* kArrayProperties[] = {"shape", "dtype", "ndim", "size", "sharding", "mesh", "type"};
+constexpr const char* kArrayProperties[] = {"shape",    "dtype", "ndim", "size",
+                                            "sharding", "mesh",  "type"};
 
 }  // namespace
 
 void open_lua_array(lua_State* L, int sl) {
-  define_type(L, {"Array",
-                  "An array on a mesh's simulated devices (each holds only its shards), or inside\n"
-                  "  sl.jit a traced value. Fields: x.shape, x.dtype, x.ndim, x.size, x.sharding (the\n"
-                  "  PartitionSpec), x.mesh, x.type (sl.typeof's f32[8@X,4]). Operators + - * / and\n"
-                  "  unary - are sl.numpy's; methods also include sl.numpy's reshape, sum, mean, astype.",
-                  lua_entry<array_tostring>, nullptr, udata_gc<ArrayBox>, kArrayMethods,
-                  lua_entry<array_property>, kArrayProperties});
-  define_type(L, {"PRNGKey", "A counter-based random key (sl.random.key).", lua_entry<key_tostring>,
-                  nullptr, udata_gc<KeyBox>, {}});
+  define_type(
+      L, {"Array",
+          "An array on a mesh's simulated devices (each holds only its shards), or inside\n"
+          "  sl.jit a traced value. Fields: x.shape, x.dtype, x.ndim, x.size, x.sharding (the\n"
+          "  PartitionSpec), x.mesh, x.type (sl.typeof's f32[8@X,4]). Operators + - * / and\n"
+          "  unary - are sl.numpy's; methods also include sl.numpy's reshape, sum, mean, astype.",
+          lua_entry<array_tostring>, nullptr, udata_gc<ArrayBox>, kArrayMethods,
+          lua_entry<array_property>, kArrayProperties});
+  define_type(L, {"PRNGKey",
+                  "A counter-based random key (sl.random.key).",
+                  lua_entry<key_tostring>,
+                  nullptr,
+                  udata_gc<KeyBox>,
+                  {}});
   add_functions(L, sl, "sl", kArrayFunctions);
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.random", kRandomFunctions);

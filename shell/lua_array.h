@@ -17,9 +17,9 @@
 namespace shell {
 
 struct ArrayBox {
-  eng::frontend::ArrayRef data;                  // concrete: the shards (null for a tracer)
-  std::shared_ptr<eng::frontend::Trace> trace;   // a tracer: the trace it belongs to
-  eng::ValueId value = eng::kNoValue;            // ... and its value there
+  eng::frontend::ArrayRef data;                 // concrete: the shards (null for a tracer)
+  std::shared_ptr<eng::frontend::Trace> trace;  // a tracer: the trace it belongs to
+  eng::ValueId value = eng::kNoValue;           // ... and its value there
   eng::Shape shape;
   eng::DType dtype = eng::DType::kF32;
   bool is_tracer() const { return trace != nullptr; }
@@ -54,7 +54,7 @@ Result<Operand> arg_operand(lua_State* L, int idx, std::string_view fn, std::str
 
 // The op on traced values; returns its results.
 using OpFn = std::function<Result<std::vector<eng::ValueId>>(eng::frontend::Trace&,
-                                                              std::span<const eng::ValueId>)>;
+                                                             std::span<const eng::ValueId>)>;
 // Applies op to operands and pushes its results (arrays). `key` names the op and its static
 // arguments (axis, shape, ...): with the operands' types it is the eager cache key.
 Result<int> apply(lua_State* L, std::string_view fn, const std::string& key,

@@ -3,14 +3,14 @@
 // (shapes, dtypes, shardings, static arguments), compiles it (engine/frontend/trace.h) and
 // runs it on the mesh's simulated devices; f:lower(...) shows the traced program and
 // :compile() gives the Compiled object t:compile() gives (lua_compiled.cpp).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "engine/frontend/numpy.h"
 #include "engine/ir/autodiff.h"
@@ -26,17 +26,17 @@ namespace fe = eng::frontend;
 enum class Transform : uint8_t { kNone, kGrad, kValueAndGrad };
 
 struct JitBox {
-  std::string name;                                      // the Lua function's name, or "fn"
+  std::string name;  // the Lua function's name, or "fn"
   std::vector<std::optional<eng::PartitionSpec>> in_specs;
   std::vector<std::optional<eng::PartitionSpec>> out_specs;
-  std::set<int> static_argnums;                          // 0-based, as JAX's
+  std::set<int> static_argnums;  // 0-based, as JAX's
   Transform transform = Transform::kNone;
-  std::vector<int> argnums = {0};                        // grad: which inputs (0-based)
+  std::vector<int> argnums = {0};                              // grad: which inputs (0-based)
   std::map<std::string, std::shared_ptr<fe::Compiled>> cache;  // signature -> compiled
-  std::vector<std::vector<std::string>> seen;            // per compiled signature: arg types
+  std::vector<std::vector<std::string>> seen;                  // per compiled signature: arg types
   int64_t compiles = 0;
-  std::string last_miss;                                 // the last miss's explanation
-  std::set<std::string> hit_logged;                      // signatures whose first hit has a row
+  std::string last_miss;             // the last miss's explanation
+  std::set<std::string> hit_logged;  // signatures whose first hit has a row
 };
 template <>
 struct LuaType<JitBox> {
@@ -62,12 +62,25 @@ bool differentiable(eng::OpKind k) {
   using eng::OpKind;
   if (eng::op_class(k) == eng::OpClass::kUnary) return true;
   switch (k) {
-    case OpKind::kMatmul: case OpKind::kAdd: case OpKind::kMul: case OpKind::kScale:
-    case OpKind::kConvert: case OpKind::kConstraint: case OpKind::kReshape: case OpKind::kSlice:
-    case OpKind::kPad: case OpKind::kConcat: case OpKind::kShift: case OpKind::kRmsNorm:
-    case OpKind::kRope: case OpKind::kAttention: case OpKind::kSwiglu: case OpKind::kRepeatKv:
+    case OpKind::kMatmul:
+    case OpKind::kAdd:
+    case OpKind::kMul:
+    case OpKind::kScale:
+    case OpKind::kConvert:
+    case OpKind::kConstraint:
+    case OpKind::kReshape:
+    case OpKind::kSlice:
+    case OpKind::kPad:
+    case OpKind::kConcat:
+    case OpKind::kShift:
+    case OpKind::kRmsNorm:
+    case OpKind::kRope:
+    case OpKind::kAttention:
+    case OpKind::kSwiglu:
+    case OpKind::kRepeatKv:
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -99,9 +112,12 @@ Result<CallArgs> read_args(lua_State* L, const JitBox& j, int first, int n, std:
       if (t != LUA_TNUMBER && t != LUA_TSTRING && t != LUA_TBOOLEAN && t != LUA_TNIL)
         return eng::invalid_argument(
             "{}: argument {} is a {}: arguments must be Arrays, or numbers, strings, booleans "
-            "(static: each value traces anew)", fn, i + 1, luaL_typename(L, idx));
+            "(static: each value traces anew)",
+            fn, i + 1, luaL_typename(L, idx));
       c.arrays.push_back(nullptr);
-      std::string value = t == LUA_TNIL ? "nil" : t == LUA_TBOOLEAN ? (lua_toboolean(L, idx) ? "true" : "false") : "";
+      std::string value = t == LUA_TNIL       ? "nil"
+                          : t == LUA_TBOOLEAN ? (lua_toboolean(L, idx) ? "true" : "false")
+                                              : "";
       if (value.empty()) {  // a copy: lua_tostring turns a number on the stack into a string
         lua_pushvalue(L, idx);
         value = lua_tostring(L, -1);
@@ -138,8 +154,10 @@ std::string explain(const JitBox& j, const std::vector<std::string>& now,
     for (size_t i = 0; i < std::min(s.size(), now.size()); ++i) d += s[i] != now[i];
     if (!best || d < best_diffs) best = &s, best_diffs = d;
   }
-  std::string text = head + fmt::format("  for {}: all previously seen cache keys differ. For the "
-                                        "closest previous key:", j.name);
+  std::string text = head + fmt::format(
+                                "  for {}: all previously seen cache keys differ. For the "
+                                "closest previous key:",
+                                j.name);
   if (best->size() != now.size())
     return text + fmt::format("\n  * {} arguments now and {} before", now.size(), best->size());
   for (size_t i = 0; i < now.size(); ++i)
@@ -155,8 +173,9 @@ Result<std::vector<eng::ValueId>> append_grad(const JitBox& j, fe::Trace& tr,
                                               const std::vector<eng::ValueId>& by_position) {
   const std::string_view what = j.transform == Transform::kGrad ? "grad" : "value_and_grad";
   if (results.size() != 1)
-    return eng::invalid_argument("{}: the function must return one scalar (the loss), it returned {} values",
-                                 what, results.size());
+    return eng::invalid_argument(
+        "{}: the function must return one scalar (the loss), it returned {} values", what,
+        results.size());
   const eng::ValueId loss = results[0];
   const eng::ValueInfo& li = tr.info(loss);
   if (li.shape.rank() != 0)
@@ -168,10 +187,12 @@ Result<std::vector<eng::ValueId>> append_grad(const JitBox& j, fe::Trace& tr,
   std::vector<eng::ValueId> wrt;
   for (int a : j.argnums) {
     if (a < 0 || a >= static_cast<int>(by_position.size()) || by_position[a] == eng::kNoValue)
-      return eng::invalid_argument("{}: argnums {} is not an Array argument (the function got {} arguments)",
-                                   what, a, by_position.size());
+      return eng::invalid_argument(
+          "{}: argnums {} is not an Array argument (the function got {} arguments)", what, a,
+          by_position.size());
     if (tr.info(by_position[a]).dtype == eng::DType::kI32)
-      return eng::invalid_argument("{}: argument {} is int32; only float arrays have gradients", what, a);
+      return eng::invalid_argument("{}: argument {} is int32; only float arrays have gradients",
+                                   what, a);
     wrt.push_back(by_position[a]);
   }
   for (const eng::Instr& in : tr.builder().program().instrs())
@@ -220,8 +241,8 @@ Result<std::shared_ptr<fe::Compiled>> trace_and_compile(lua_State* L, JitBox& j,
     }
     eng::PartitionSpec spec = a->is_tracer() ? eng::PartitionSpec() : a->data->array.sharding.spec;
     if (i < static_cast<int>(j.in_specs.size()) && j.in_specs[i]) spec = *j.in_specs[i];
-    ENG_RETURN_IF_ERROR(eng::frontend::np::check_spec(*tr, spec, a->shape,
-                                                     fmt::format("{}: in_shardings[{}]", j.name, i + 1)));
+    ENG_RETURN_IF_ERROR(eng::frontend::np::check_spec(
+        *tr, spec, a->shape, fmt::format("{}: in_shardings[{}]", j.name, i + 1)));
     ArrayBox box;
     box.trace = tr;
     box.value = tr->input(names[i], a->shape, a->dtype, spec);
@@ -253,7 +274,8 @@ Result<std::shared_ptr<fe::Compiled>> trace_and_compile(lua_State* L, JitBox& j,
   }
   lua_settop(L, base);
   if (results.empty())
-    return eng::invalid_argument("{}: the function returned nothing (it must return Arrays)", j.name);
+    return eng::invalid_argument("{}: the function returned nothing (it must return Arrays)",
+                                 j.name);
   if (j.transform != Transform::kNone) {
     ENG_ASSIGN_OR_RETURN(results, append_grad(j, *tr, results, by_position));
   }
@@ -273,7 +295,8 @@ Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
   lua_pushvalue(L, fidx);
   for (int i = 0; i < n; ++i) {
     lua_pushvalue(L, first + i);
-    if (ArrayBox* a = to_udata<ArrayBox>(L, first + i); a && a->trace == tr) by_position[i] = a->value;
+    if (ArrayBox* a = to_udata<ArrayBox>(L, first + i); a && a->trace == tr)
+      by_position[i] = a->value;
   }
   push_trace(tr);  // counts the depth; the same trace
   const int rc = lua_pcall(L, n, LUA_MULTRET, 0);
@@ -290,7 +313,8 @@ Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
     ArrayBox* r = to_udata<ArrayBox>(L, base + k);
     if (!r || r->trace != tr) {
       lua_settop(L, base);
-      return eng::invalid_argument("{}: the function must return a traced Array (result {})", j.name, k);
+      return eng::invalid_argument("{}: the function must return a traced Array (result {})",
+                                   j.name, k);
     }
     results.push_back(r->value);
   }
@@ -346,13 +370,15 @@ void record(lua_State* L, const JitBox& j, const fe::Compiled& c, const std::str
 // The compiled program for this call's signature: from the cache, else traced and compiled.
 Result<std::shared_ptr<fe::Compiled>> lookup(lua_State* L, JitBox& j, int fidx, int first, int n,
                                              const CallArgs& args) {
-  const std::string key = fmt::format("{}", fmt::join(args.types, "; ")) + " on " + args.mesh.repr();
+  const std::string key =
+      fmt::format("{}", fmt::join(args.types, "; ")) + " on " + args.mesh.repr();
   const std::string signature = fmt::format("{}", fmt::join(args.types, ", "));
   if (auto it = j.cache.find(key); it != j.cache.end()) {
     if (j.hit_logged.insert(key).second) record(L, j, *it->second, signature, true, "", "");
     return it->second;
   }
-  ENG_ASSIGN_OR_RETURN(std::shared_ptr<fe::Compiled> c, trace_and_compile(L, j, fidx, first, n, args));
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<fe::Compiled> c,
+                       trace_and_compile(L, j, fidx, first, n, args));
   j.last_miss = explain(j, args.types, param_names(L, fidx, n));
   record(L, j, *c, signature, false, j.seen.empty() ? "never_seen" : "types", j.last_miss);
   j.seen.push_back(args.types);
@@ -362,7 +388,8 @@ Result<std::shared_ptr<fe::Compiled>> lookup(lua_State* L, JitBox& j, int fidx, 
   return c;
 }
 
-Result<std::vector<fe::ArrayRef>> run(const JitBox& j, const fe::Compiled& c, const CallArgs& args) {
+Result<std::vector<fe::ArrayRef>> run(const JitBox& j, const fe::Compiled& c,
+                                      const CallArgs& args) {
   std::vector<fe::ArrayRef> ins;
   size_t k = 0;
   for (ArrayBox* a : args.arrays) {
@@ -387,8 +414,8 @@ Result<int> jit_call(lua_State* L) {
   const int fidx = lua_gettop(L);
   if (active_trace() && has_tracer(L, 2, n)) return call_inline(L, *j, fidx, 2, n);
   if (has_tracer(L, 2, n))
-    return eng::invalid_argument("{}: Encountered an unexpected tracer (from a jit that has returned)",
-                                 j->name);
+    return eng::invalid_argument(
+        "{}: Encountered an unexpected tracer (from a jit that has returned)", j->name);
   ENG_ASSIGN_OR_RETURN(CallArgs args, read_args(L, *j, 2, n, j->name));
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<fe::Compiled> c, lookup(L, *j, fidx, 2, n, args));
   ENG_ASSIGN_OR_RETURN(std::vector<fe::ArrayRef> outs, run(*j, *c, args));
@@ -402,7 +429,8 @@ Result<int> jit_lower(lua_State* L) {
   lua_getiuservalue(L, 1, 1);
   const int fidx = lua_gettop(L);
   if (has_tracer(L, 2, n))
-    return eng::invalid_argument("{}:lower: takes concrete Arrays (or numbers), not tracers", j->name);
+    return eng::invalid_argument("{}:lower: takes concrete Arrays (or numbers), not tracers",
+                                 j->name);
   ENG_ASSIGN_OR_RETURN(CallArgs args, read_args(L, *j, 2, n, j->name));
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<fe::Compiled> c, lookup(L, *j, fidx, 2, n, args));
   push_udata(L, LoweredBox{c});
@@ -423,10 +451,12 @@ Result<int> jit_cache_info(lua_State* L) {
 
 Result<int> jit_tostring(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(JitBox * j, arg_jit(L, "Jitted:__tostring"));
-  const char* kind = j->transform == Transform::kNone ? "jit"
-                     : j->transform == Transform::kGrad ? "grad" : "value_and_grad";
+  const char* kind = j->transform == Transform::kNone   ? "jit"
+                     : j->transform == Transform::kGrad ? "grad"
+                                                        : "value_and_grad";
   lua_pushstring(L, fmt::format("<{} {}: {} compiled signature{}>", kind, j->name, j->cache.size(),
-                                j->cache.size() == 1 ? "" : "s").c_str());
+                                j->cache.size() == 1 ? "" : "s")
+                        .c_str());
   return 1;
 }
 
@@ -441,7 +471,8 @@ Result<int> lowered_text(lua_State* L) {
 }
 Result<int> lowered_compile(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(LoweredBox * l, arg_lowered(L, "Lowered:compile"));
-  push_udata(L, CompiledBox{l->compiled->executable(), l->compiled->traced().name(), l->compiled->info()});
+  push_udata(
+      L, CompiledBox{l->compiled->executable(), l->compiled->traced().name(), l->compiled->info()});
   return 1;
 }
 
@@ -457,7 +488,8 @@ Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(lua_State* L, 
     out.assign(64, *p);
     return out;
   }
-  if (lua_type(L, idx) != LUA_TTABLE) return arg_error(L, idx, fn, name, "PartitionSpec or table of them");
+  if (lua_type(L, idx) != LUA_TTABLE)
+    return arg_error(L, idx, fn, name, "PartitionSpec or table of them");
   for (lua_Integer i = 1; i <= 64; ++i) {
     lua_rawgeti(L, idx, i);
     auto* p = to_udata<eng::PartitionSpec>(L, -1);
@@ -469,14 +501,16 @@ Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(lua_State* L, 
   return out;
 }
 
-Result<std::vector<int>> read_ints(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+Result<std::vector<int>> read_ints(lua_State* L, int idx, std::string_view fn,
+                                   std::string_view name) {
   std::vector<int> out;
   if (lua_type(L, idx) == LUA_TNUMBER) {
     ENG_ASSIGN_OR_RETURN(int64_t v, arg_int(L, idx, fn, name));
     out.push_back(static_cast<int>(std::clamp<int64_t>(v, -1, 1 << 20)));
     return out;
   }
-  if (lua_type(L, idx) != LUA_TTABLE) return arg_error(L, idx, fn, name, "integer or table of integers");
+  if (lua_type(L, idx) != LUA_TTABLE)
+    return arg_error(L, idx, fn, name, "integer or table of integers");
   for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
     lua_rawgeti(L, idx, i);
     int ok = 0;
@@ -491,7 +525,8 @@ Result<std::vector<int>> read_ints(lua_State* L, int idx, std::string_view fn, s
 Status read_jit_options(lua_State* L, int idx, JitBox& j, std::string_view fn) {
   if (lua_isnoneornil(L, idx)) return eng::ok_status();
   ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
-  static const std::vector<std::string> kKeys = {"in_shardings", "out_shardings", "static_argnums", "name"};
+  static const std::vector<std::string> kKeys = {"in_shardings", "out_shardings", "static_argnums",
+                                                 "name"};
   ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, kKeys));
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, idx, "name", fn));
   if (name) j.name = *name;
@@ -558,9 +593,12 @@ constexpr Function kJitFunctions[] = {
     {"jit", lua_entry<jit>,
      "sl.jit(f [, {in_shardings, out_shardings, static_argnums, name}]) -> Jitted",
      "jax.jit for a Lua function of Arrays: traced into an engine program once per signature\n"
-     "  (shapes, dtypes, shardings, static values), compiled for the mesh and cached; f(x, w) runs\n"
-     "  it on the simulated devices. f:lower(x, w) -> Lowered (:as_text(), :compile() -> Compiled),\n"
-     "  f:cache_info(). Numbers and other non-Array arguments are static. Shardings are sl.P specs\n"
+     "  (shapes, dtypes, shardings, static values), compiled for the mesh and cached; f(x, w) "
+     "runs\n"
+     "  it on the simulated devices. f:lower(x, w) -> Lowered (:as_text(), :compile() -> "
+     "Compiled),\n"
+     "  f:cache_info(). Numbers and other non-Array arguments are static. Shardings are sl.P "
+     "specs\n"
      "  (a table of them per argument / result, or one for all); argument numbers are 0-based."},
     {"grad", lua_entry<grad>, "sl.grad(f [, argnums=0 | {i, ...}]) -> Jitted",
      "d f / d args[argnums] (0-based) by the engine's autodiff (reverse mode, per-op VJP rules),\n"
@@ -586,8 +624,9 @@ constexpr Method kLoweredMethods[] = {
 }  // namespace
 
 void open_lua_jit(lua_State* L, int sl) {
-  define_type(L, {"Jitted", "A function transformed by sl.jit / sl.grad / sl.value_and_grad; call it.",
-                  lua_entry<jit_tostring>, nullptr, udata_gc<JitBox>, kJitMethods});
+  define_type(L,
+              {"Jitted", "A function transformed by sl.jit / sl.grad / sl.value_and_grad; call it.",
+               lua_entry<jit_tostring>, nullptr, udata_gc<JitBox>, kJitMethods});
   luaL_getmetatable(L, "Jitted");
   lua_pushcfunction(L, lua_entry<jit_call>);
   lua_setfield(L, -2, "__call");

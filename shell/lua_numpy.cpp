@@ -1,12 +1,12 @@
 // shell/lua_numpy.cpp: sl.numpy (also sl.np): numpy-like ops on Arrays, each a sequence of the
 // engine's ops (engine/frontend/numpy.h), eager or traced through `apply` (lua_array.h); the
 // Array operators; sl.reshard and sl.with_sharding_constraint. Axes are 0-based, as in JAX.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "engine/frontend/numpy.h"
 #include "shell/lua_array.h"
@@ -55,7 +55,8 @@ Result<int> multiply(lua_State* L) {
 Result<int> unary_op(lua_State* L, const char* name) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, name, "x"));
   if (!x.array) return arg_error(L, 1, name, "x", "Array");
-  return apply(L, name, "", {x}, [name](fe::Trace& tr, Ins in) { return one(np::unary(tr, name, in[0])); });
+  return apply(L, name, "", {x},
+               [name](fe::Trace& tr, Ins in) { return one(np::unary(tr, name, in[0])); });
 }
 Result<int> exp(lua_State* L) { return unary_op(L, "exp"); }
 Result<int> log(lua_State* L) { return unary_op(L, "log"); }
@@ -92,7 +93,8 @@ Result<int> sigmoid(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * x, arg_array(L, 1, "sigmoid", "x"));
   Operand o;
   o.array = x;
-  return apply(L, "sigmoid", "", {o}, [](fe::Trace& tr, Ins in) { return one(sigmoid_of(tr, in[0])); });
+  return apply(L, "sigmoid", "", {o},
+               [](fe::Trace& tr, Ins in) { return one(sigmoid_of(tr, in[0])); });
 }
 Result<int> silu(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * x, arg_array(L, 1, "silu", "x"));
@@ -111,7 +113,8 @@ Result<int> negative(lua_State* L) {
 
 Result<int> gelu(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, "gelu", "x"));
-  return apply(L, "gelu", "", {x}, [](fe::Trace& tr, Ins in) { return one(np::unary(tr, "gelu", in[0])); });
+  return apply(L, "gelu", "", {x},
+               [](fe::Trace& tr, Ins in) { return one(np::unary(tr, "gelu", in[0])); });
 }
 
 // np.matmul(a, b [, {out_sharding = sl.P(...)}])
@@ -186,12 +189,14 @@ Result<std::pair<std::optional<int>, bool>> read_axis(lua_State* L, int idx, std
 }
 
 Result<int> reduction(lua_State* L, std::string_view fn,
-                      Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, std::optional<int>, bool)) {
+                      Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, std::optional<int>,
+                                                bool)) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "a"));
   ENG_ASSIGN_OR_RETURN(auto ak, read_axis(L, 2, fn));
   const auto [axis, keepdims] = ak;
-  return apply(L, fn, fmt::format("axis={} keepdims={}", axis ? *axis : 9999, keepdims), {x},
-               [f, axis, keepdims](fe::Trace& tr, Ins in) { return one(f(tr, in[0], axis, keepdims)); });
+  return apply(
+      L, fn, fmt::format("axis={} keepdims={}", axis ? *axis : 9999, keepdims), {x},
+      [f, axis, keepdims](fe::Trace& tr, Ins in) { return one(f(tr, in[0], axis, keepdims)); });
 }
 Result<int> sum(lua_State* L) { return reduction(L, "sum", np::sum); }
 Result<int> mean(lua_State* L) { return reduction(L, "mean", np::mean); }
@@ -226,9 +231,8 @@ Result<int> slice_in_dim(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(int64_t stop, arg_int(L, 3, fn, "limit_index"));
   ENG_ASSIGN_OR_RETURN(std::optional<int64_t> axis, opt_int(L, 4, fn, "axis"));
   const int ax = static_cast<int>(std::clamp<int64_t>(axis.value_or(0), -1000, 1000));
-  return apply(L, fn, fmt::format("{}:{}@{}", start, stop, ax), {x}, [=](fe::Trace& tr, Ins in) {
-    return one(np::slice(tr, in[0], ax, start, stop));
-  });
+  return apply(L, fn, fmt::format("{}:{}@{}", start, stop, ax), {x},
+               [=](fe::Trace& tr, Ins in) { return one(np::slice(tr, in[0], ax, start, stop)); });
 }
 
 Result<int> astype(lua_State* L) {
@@ -242,7 +246,8 @@ Result<int> astype(lua_State* L) {
 
 Result<int> constraint(lua_State* L, std::string_view fn, bool assert_) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * x, arg_array(L, 1, fn, "x"));
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec, arg_udata<eng::PartitionSpec>(L, 2, fn, "shardings"));
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec,
+                       arg_udata<eng::PartitionSpec>(L, 2, fn, "shardings"));
   Operand o;
   o.array = x;
   const eng::PartitionSpec s = *spec;
@@ -261,7 +266,8 @@ Result<int> op_div(lua_State* L) { return divide(L); }  // also number / Array
 Result<int> op_unm(lua_State* L) { return negative(L); }
 
 constexpr Function kNumpyFunctions[] = {
-    {"add", lua_entry<add>, "np.add(x1, x2) -> Array", "x1 + x2 with numpy broadcasting (also x1 + x2)."},
+    {"add", lua_entry<add>, "np.add(x1, x2) -> Array",
+     "x1 + x2 with numpy broadcasting (also x1 + x2)."},
     {"subtract", lua_entry<subtract>, "np.subtract(x1, x2) -> Array", "x1 - x2 (also x1 - x2)."},
     {"multiply", lua_entry<multiply>, "np.multiply(x1, x2) -> Array",
      "Elementwise product with broadcasting (also x1 * x2); by a number: one scale op."},
@@ -280,7 +286,8 @@ constexpr Function kNumpyFunctions[] = {
      "numpy.reshape (shape a table or integers; one dim may be -1)."},
     {"sum", lua_entry<sum>, "np.sum(a [, axis | {axis=, keepdims=}]) -> Array",
      "Sum over one axis (0-based, negative from the end) or all; float32."},
-    {"mean", lua_entry<mean>, "np.mean(a [, axis | {axis=, keepdims=}]) -> Array", "Mean, as np.sum."},
+    {"mean", lua_entry<mean>, "np.mean(a [, axis | {axis=, keepdims=}]) -> Array",
+     "Mean, as np.sum."},
     {"concatenate", lua_entry<concatenate>, "np.concatenate({a, b, ...} [, axis=0]) -> Array",
      "Arrays joined along an existing axis."},
     {"astype", lua_entry<astype>, "np.astype(x, dtype) -> Array",
@@ -340,9 +347,11 @@ void open_lua_numpy(lua_State* L, int sl, int mt) {
     lua_setfield(L, -2, m.name);
   }
   lua_pop(L, 1);
-  const std::pair<const char*, lua_CFunction> ops[] = {
-      {"__add", lua_entry<add>}, {"__sub", lua_entry<subtract>}, {"__mul", lua_entry<multiply>},
-      {"__div", lua_entry<op_div>}, {"__unm", lua_entry<op_unm>}};
+  const std::pair<const char*, lua_CFunction> ops[] = {{"__add", lua_entry<add>},
+                                                       {"__sub", lua_entry<subtract>},
+                                                       {"__mul", lua_entry<multiply>},
+                                                       {"__div", lua_entry<op_div>},
+                                                       {"__unm", lua_entry<op_unm>}};
   for (const auto& [name, f] : ops) {
     lua_pushcfunction(L, f);
     lua_setfield(L, mt, name);

@@ -1,9 +1,9 @@
 // engine/frontend/numpy.cpp: numpy-like operations as checked sequences of the engine's ops.
 #include "engine/frontend/numpy.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "engine/sharding/shard_geometry.h"
 
@@ -32,7 +32,8 @@ int normalize_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 Result<int> checked_axis(std::string_view op, int axis, int rank) {
   const int a = normalize_axis(axis, rank);
   if (a < 0 || a >= rank)
-    return invalid_argument("{}: axis {} is out of bounds for array of dimension {}", op, axis, rank);
+    return invalid_argument("{}: axis {} is out of bounds for array of dimension {}", op, axis,
+                            rank);
   return a;
 }
 
@@ -67,8 +68,10 @@ Result<std::vector<std::string>> kept_logical(Trace& tr, ValueId x, int axis, in
 
 Shape without_dim(const Shape& s, int axis, bool keepdims) {
   std::vector<int64_t> d = s.dims();
-  if (keepdims) d[axis] = 1;
-  else d.erase(d.begin() + axis);
+  if (keepdims)
+    d[axis] = 1;
+  else
+    d.erase(d.begin() + axis);
   return Shape(std::move(d));
 }
 
@@ -125,7 +128,9 @@ Result<ValueId> broadcast_to(Trace& tr, ValueId x, const Shape& shape) {
   return x;
 }
 
-Result<ValueId> add(Trace& tr, ValueId a, ValueId b) { return elementwise(tr, "add", OpKind::kAdd, a, b); }
+Result<ValueId> add(Trace& tr, ValueId a, ValueId b) {
+  return elementwise(tr, "add", OpKind::kAdd, a, b);
+}
 Result<ValueId> multiply(Trace& tr, ValueId a, ValueId b) {
   return elementwise(tr, "multiply", OpKind::kMul, a, b);
 }
@@ -170,22 +175,26 @@ Result<ValueId> matmul(Trace& tr, ValueId a, ValueId b, const std::optional<Part
   if (sb.rank() > 2)
     return invalid_argument(
         "matmul: a batched right operand {} is not supported (the engine's matmul has no batch "
-        "dims; left operand {})", py_shape(sb), py_shape(sa));
+        "dims; left operand {})",
+        py_shape(sb), py_shape(sa));
   if (sa[sa.rank() - 1] != sb[0])
     return invalid_argument(
         "dot_general requires contracting dimensions to have the same shape, got ({},) and "
-        "({},): matmul of {} and {}", sa[sa.rank() - 1], sb[0], py_shape(sa), py_shape(sb));
+        "({},): matmul of {} and {}",
+        sa[sa.rank() - 1], sb[0], py_shape(sa), py_shape(sb));
   // The op wants rank >= 2 on both sides: vectors become (1, K) and (K, 1), removed after.
   const bool va = sa.rank() == 1, vb = sb.rank() == 1;
   std::vector<int64_t> result(sa.dims().begin(), sa.dims().end() - 1);
   if (!vb) result.push_back(sb[1]);
   if (out && (va || vb))
-    return invalid_argument("matmul: out_sharding is supported for operands of rank >= 2, got {} and {}",
-                            py_shape(sa), py_shape(sb));
+    return invalid_argument(
+        "matmul: out_sharding is supported for operands of rank >= 2, got {} and {}", py_shape(sa),
+        py_shape(sb));
   std::vector<std::string> out_logical;
   if (out) {
     ENG_RETURN_IF_ERROR(check_spec(tr, *out, Shape(result), "matmul out_sharding"));
-    for (size_t i = 0; i < result.size(); ++i) out_logical.push_back(tr.logical_name(out->dim_or_none(static_cast<int>(i))));
+    for (size_t i = 0; i < result.size(); ++i)
+      out_logical.push_back(tr.logical_name(out->dim_or_none(static_cast<int>(i))));
   }
   if (va) a = tr.builder().reshape(a, Shape{1, sa[0]});
   if (vb) b = tr.builder().reshape(b, Shape{sb[0], 1});
@@ -200,7 +209,10 @@ Result<ValueId> reshape(Trace& tr, ValueId x, std::vector<int64_t> dims) {
   int fill = -1;
   int64_t known = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] == -1 && fill < 0) { fill = static_cast<int>(i); continue; }
+    if (dims[i] == -1 && fill < 0) {
+      fill = static_cast<int>(i);
+      continue;
+    }
     if (dims[i] < 0)
       return invalid_argument("reshape: cannot reshape {} into shape ({}): bad dimension {}",
                               py_shape(s), fmt::join(dims, ", "), dims[i]);
@@ -211,8 +223,8 @@ Result<ValueId> reshape(Trace& tr, ValueId x, std::vector<int64_t> dims) {
   if (fill >= 0 && known != 0 && s.numel() % known == 0) dims[fill] = s.numel() / known;
   Shape target(dims);
   if ((fill >= 0 && dims[fill] < 0) || target.numel() != s.numel())
-    return invalid_argument("cannot reshape array of shape {} (size {}) into shape ({})", py_shape(s),
-                            s.numel(), fmt::join(dims, ", "));
+    return invalid_argument("cannot reshape array of shape {} (size {}) into shape ({})",
+                            py_shape(s), s.numel(), fmt::join(dims, ", "));
   if (target == s) return x;
   return tr.builder().reshape(x, target);
 }
@@ -268,12 +280,13 @@ Result<ValueId> concatenate(Trace& tr, const std::vector<ValueId>& xs, int axis_
   for (size_t k = 1; k < xs.size(); ++k) {
     const ValueInfo& v = info(tr, xs[k]);
     bool ok = v.shape.rank() == first.shape.rank() && v.dtype == first.dtype;
-    for (int i = 0; ok && i < first.shape.rank(); ++i) ok = i == axis || v.shape[i] == first.shape[i];
+    for (int i = 0; ok && i < first.shape.rank(); ++i)
+      ok = i == axis || v.shape[i] == first.shape[i];
     if (!ok)
       return invalid_argument(
           "concatenate: all the input arrays must have the same dtype and the same shape except "
-          "along axis {}: array 1 is {}, array {} is {}", axis_arg, first.type_string(), k + 1,
-          v.type_string());
+          "along axis {}: array 1 is {}, array {} is {}",
+          axis_arg, first.type_string(), k + 1, v.type_string());
   }
   if (xs.size() == 1) return xs[0];
   return tr.builder().concat(xs, axis);

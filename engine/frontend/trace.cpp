@@ -2,11 +2,11 @@
 // (output shardings, output buffers, the Jit), runtimes per mesh, device_put and fetch.
 #include "engine/frontend/trace.h"
 
-#include <atomic>
-#include <mutex>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <atomic>
+#include <mutex>
 
 #include "engine/compile/spmd.h"
 #include "engine/sharding/shard_geometry.h"
@@ -16,7 +16,9 @@ namespace {
 
 std::atomic<int64_t> g_next_trace_id{1};
 
-std::string axes_name(const PartitionSpec::DimAxes& axes) { return fmt::format("{}", fmt::join(axes, ",")); }
+std::string axes_name(const PartitionSpec::DimAxes& axes) {
+  return fmt::format("{}", fmt::join(axes, ","));
+}
 
 }  // namespace
 
@@ -38,9 +40,10 @@ ShardMode shard_mode_of(const Mesh& mesh) {
 
 Status check_host_values(const Shape& shape, std::string_view what) {
   if (shape.numel() > kMaxHostValues)
-    return invalid_argument("{}: shape {} has {} elements, over the front-end's limit of {} per "
-                            "array (engine/frontend/trace.h kMaxHostValues)", what,
-                            shape.to_string(), shape.numel(), kMaxHostValues);
+    return invalid_argument(
+        "{}: shape {} has {} elements, over the front-end's limit of {} per "
+        "array (engine/frontend/trace.h kMaxHostValues)",
+        what, shape.to_string(), shape.numel(), kMaxHostValues);
   return ok_status();
 }
 
@@ -56,11 +59,15 @@ Result<ArrayRef> device_put(const std::vector<double>& host, const Shape& shape,
   std::vector<char> bytes(static_cast<size_t>(shape.numel() * dtype_size(dtype)));
   for (size_t i = 0; i < host.size(); ++i) {
     switch (dtype) {
-      case DType::kF32: reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(host[i]); break;
+      case DType::kF32:
+        reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(host[i]);
+        break;
       case DType::kBF16:
         reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_bf16(static_cast<float>(host[i]));
         break;
-      case DType::kI32: reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(host[i]); break;
+      case DType::kI32:
+        reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(host[i]);
+        break;
     }
   }
   ENG_ASSIGN_OR_RETURN(out->array, out->rt->put(bytes.data(), shape, dtype, sharding, "array"));
@@ -75,9 +82,15 @@ Result<std::vector<double>> fetch(const DeviceArray& a) {
   std::vector<double> out(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     switch (a.array.dtype) {
-      case DType::kF32: out[i] = reinterpret_cast<const float*>(bytes.data())[i]; break;
-      case DType::kBF16: out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]); break;
-      case DType::kI32: out[i] = reinterpret_cast<const int32_t*>(bytes.data())[i]; break;
+      case DType::kF32:
+        out[i] = reinterpret_cast<const float*>(bytes.data())[i];
+        break;
+      case DType::kBF16:
+        out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+        break;
+      case DType::kI32:
+        out[i] = reinterpret_cast<const int32_t*>(bytes.data())[i];
+        break;
     }
   }
   return out;
@@ -112,7 +125,8 @@ ValueId Trace::capture(ArrayRef a) {
 }
 
 ValueId Trace::scalar(double value, DType dtype) {
-  ValueId v = b_.argument(fmt::format("const{}", sources_.size()), Shape{}, dtype, {}, ArgRole::kBatch);
+  ValueId v =
+      b_.argument(fmt::format("const{}", sources_.size()), Shape{}, dtype, {}, ArgRole::kBatch);
   b_.mutable_info(v).spec = PartitionSpec();
   sources_.push_back({Source::Kind::kScalar, 0, nullptr, value});
   return v;
@@ -209,8 +223,8 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
   }
   for (size_t i = 0; i < results.size() && i < req.out_specs.size(); ++i) {
     if (!req.out_specs[i]) continue;
-    ENG_ASSIGN_OR_RETURN(specs[i], checked_out_spec(c->mesh_, *req.out_specs[i],
-                                                    b.info(results[i]).shape, i));
+    ENG_ASSIGN_OR_RETURN(
+        specs[i], checked_out_spec(c->mesh_, *req.out_specs[i], b.info(results[i]).shape, i));
   }
   for (size_t i = 0; i < results.size(); ++i) {
     if (needs_copy(b.program(), results[i], std::span(results.data(), i)))
@@ -236,8 +250,10 @@ Status Compiled::compile(const CompileRequest& req, const LogicalAxisRules& rule
   opts.shard_mode = shard_mode_of(mesh_);
   jit_ = std::make_unique<Jit>(req.fn_name, &program_, mesh_, opts, JitOptions{});
   std::vector<NamedSharding> shardings;
-  for (const Argument& a : program_.args()) shardings.push_back({mesh_, *program_.value(a.value).spec});
-  ENG_ASSIGN_OR_RETURN(CompileEvent ev, jit_->lookup(signature_of(program_, shardings), req.fn_name));
+  for (const Argument& a : program_.args())
+    shardings.push_back({mesh_, *program_.value(a.value).spec});
+  ENG_ASSIGN_OR_RETURN(CompileEvent ev,
+                       jit_->lookup(signature_of(program_, shardings), req.fn_name));
   exe_ = ev.exe;
   info_ = jit_->last();
   return ok_status();
@@ -260,22 +276,27 @@ Result<std::vector<ArrayRef>> Compiled::run(std::span<const ArrayRef> inputs) co
         if (a.array.shape != v.shape || a.array.dtype != v.dtype ||
             !(a.array.sharding.mesh == mesh_))
           return invalid_argument("{}: input {} is {} on {}, the program was traced for {}", name_,
-                                  s.index + 1, typeof_string(dtype_name(a.array.dtype), a.array.shape,
-                                                             &a.array.sharding.spec, &a.array.sharding.mesh),
+                                  s.index + 1,
+                                  typeof_string(dtype_name(a.array.dtype), a.array.shape,
+                                                &a.array.sharding.spec, &a.array.sharding.mesh),
                                   a.array.sharding.mesh.to_string(), v.type_string(&mesh_));
         held.push_back(inputs[s.index]);
         break;
       }
-      case Trace::Source::Kind::kCaptured: held.push_back(s.captured); break;
+      case Trace::Source::Kind::kCaptured:
+        held.push_back(s.captured);
+        break;
       case Trace::Source::Kind::kScalar: {
-        ENG_ASSIGN_OR_RETURN(ArrayRef a, device_put({s.scalar}, Shape{}, v.dtype, {mesh_, PartitionSpec()}));
+        ENG_ASSIGN_OR_RETURN(ArrayRef a,
+                             device_put({s.scalar}, Shape{}, v.dtype, {mesh_, PartitionSpec()}));
         held.push_back(std::move(a));
         break;
       }
       case Trace::Source::Kind::kOutBuffer: {
         auto o = std::make_shared<DeviceArray>();
         o->rt = rt;
-        ENG_ASSIGN_OR_RETURN(o->array, rt->zeros(v.shape, v.dtype, out_shardings_[s.index], "result"));
+        ENG_ASSIGN_OR_RETURN(o->array,
+                             rt->zeros(v.shape, v.dtype, out_shardings_[s.index], "result"));
         outs[s.index] = o;
         held.push_back(o);
         break;

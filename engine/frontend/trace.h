@@ -90,22 +90,22 @@ class Trace {
   friend class Compiled;
   struct Source {  // where one program argument comes from at run time
     enum class Kind : uint8_t { kInput, kCaptured, kScalar, kOutBuffer } kind;
-    int index = 0;       // kInput: call position; kOutBuffer: result index
-    ArrayRef captured;   // kCaptured
-    double scalar = 0;   // kScalar
+    int index = 0;      // kInput: call position; kOutBuffer: result index
+    ArrayRef captured;  // kCaptured
+    double scalar = 0;  // kScalar
   };
   std::string name_;
   Mesh mesh_;
   Builder b_;
   int64_t id_;
   int num_inputs_ = 0;
-  std::vector<Source> sources_;  // per program argument
+  std::vector<Source> sources_;                            // per program argument
   std::map<std::string, PartitionSpec::DimAxes> logical_;  // logical name -> mesh axes
 };
 
 // Options a caller (sl.jit) gives a compilation.
 struct CompileRequest {
-  std::string fn_name;                               // "f" (the cache key's and store's name)
+  std::string fn_name;                                  // "f" (the cache key's and store's name)
   std::vector<std::optional<PartitionSpec>> out_specs;  // per result; nullopt: propagated
 };
 
@@ -120,8 +120,8 @@ class Compiled {
   // Runs the program on inputs (one per Trace::input, with the shardings traced).
   Result<std::vector<ArrayRef>> run(std::span<const ArrayRef> inputs) const;
 
-  const Program& traced() const { return traced_; }       // the user's program (lower())
-  const Program& program() const { return program_; }     // with the output buffers
+  const Program& traced() const { return traced_; }    // the user's program (lower())
+  const Program& program() const { return program_; }  // with the output buffers
   const std::shared_ptr<const Executable>& executable() const { return exe_; }
   const CompileInfo& info() const { return info_; }
   const Mesh& mesh() const { return mesh_; }

@@ -44,7 +44,8 @@ TEST(Frontend, ShardedRunEqualsInterpreter) {
   const Program& traced = one->compiled->traced();
   for (size_t k = 2; k < traced.args().size(); ++k) {  // the captured vector of ones
     const ValueInfo& v = traced.value(traced.args()[k].value);
-    args.push_back({v.shape, v.dtype, std::vector<double>(static_cast<size_t>(v.shape.numel()), 1.0)});
+    args.push_back(
+        {v.shape, v.dtype, std::vector<double>(static_cast<size_t>(v.shape.numel()), 1.0)});
   }
   Result<std::vector<HostTensor>> want = interpret(traced, args);
   ASSERT_TRUE(want.ok()) << want.status().message();
@@ -54,8 +55,10 @@ TEST(Frontend, ShardedRunEqualsInterpreter) {
     ASSERT_TRUE(b.ok()) << b.status().message();
     // sum over axis 1 keeps dim 0 where it was: on X.
     EXPECT_EQ(b->compiled->out_shardings()[0].spec, PartitionSpec({{"X"}}));
-    Result<ArrayRef> x = device_put(xv, Shape{8, 6}, DType::kF32, {mesh, PartitionSpec({{"X"}, {"Y"}})});
-    Result<ArrayRef> w = device_put(wv, Shape{6, 4}, DType::kF32, {mesh, PartitionSpec({{"Y"}, {}})});
+    Result<ArrayRef> x =
+        device_put(xv, Shape{8, 6}, DType::kF32, {mesh, PartitionSpec({{"X"}, {"Y"}})});
+    Result<ArrayRef> w =
+        device_put(wv, Shape{6, 4}, DType::kF32, {mesh, PartitionSpec({{"Y"}, {}})});
     ASSERT_TRUE(x.ok() && w.ok());
     std::vector<ArrayRef> ins = {*x, *w};
     Result<std::vector<ArrayRef>> out = b->compiled->run(ins);
@@ -64,7 +67,8 @@ TEST(Frontend, ShardedRunEqualsInterpreter) {
     ASSERT_TRUE(got.ok());
     ASSERT_EQ(got->size(), (*want)[0].data.size());
     for (size_t i = 0; i < got->size(); ++i)
-      EXPECT_NEAR((*got)[i], (*want)[0].data[i], 1e-4 * std::max(1.0, std::abs((*want)[0].data[i])));
+      EXPECT_NEAR((*got)[i], (*want)[0].data[i],
+                  1e-4 * std::max(1.0, std::abs((*want)[0].data[i])));
   }
 }
 
