@@ -75,6 +75,7 @@ bool differentiable(eng::OpKind k) {
     case OpKind::kShift:
     case OpKind::kRmsNorm:
     case OpKind::kRope:
+    case OpKind::kSoftmaxCrossEntropy:
     case OpKind::kAttention:
     case OpKind::kSwiglu:
     case OpKind::kRepeatKv:

@@ -260,6 +260,57 @@ Result<int> with_sharding_constraint(lua_State* L) {
   return constraint(L, "with_sharding_constraint", true);
 }
 
+// sl.nn.rmsnorm(x, scale [, eps=1e-5])
+Result<int> rmsnorm(lua_State* L) {
+  constexpr std::string_view fn = "rmsnorm";
+  ENG_ASSIGN_OR_RETURN(ArrayBox * x, arg_array(L, 1, fn, "x"));
+  ENG_ASSIGN_OR_RETURN(ArrayBox * scale, arg_array(L, 2, fn, "scale"));
+  ENG_ASSIGN_OR_RETURN(std::optional<double> eps, opt_number(L, 3, fn, "eps"));
+  const double e = eps.value_or(1e-5);
+  Operand a, b;
+  a.array = x;
+  b.array = scale;
+  return apply(L, fn, fmt::format("eps={}", e), {a, b},
+               [e](fe::Trace& tr, Ins in) { return one(np::rmsnorm(tr, in[0], in[1], e)); });
+}
+
+// sl.nn.softmax_cross_entropy_with_integer_labels(logits, labels)
+Result<int> cross_entropy(lua_State* L) {
+  constexpr std::string_view fn = "softmax_cross_entropy_with_integer_labels";
+  ENG_ASSIGN_OR_RETURN(ArrayBox * logits, arg_array(L, 1, fn, "logits"));
+  ENG_ASSIGN_OR_RETURN(ArrayBox * labels, arg_array(L, 2, fn, "labels"));
+  Operand a, b;
+  a.array = logits;
+  b.array = labels;
+  return apply(L, fn, "", {a, b}, [](fe::Trace& tr, Ins in) {
+    return one(np::softmax_cross_entropy(tr, in[0], in[1]));
+  });
+}
+
+// sl.nn.dot_product_attention(q, k, v, {is_causal = true})
+Result<int> attention(lua_State* L) {
+  constexpr std::string_view fn = "dot_product_attention";
+  std::vector<Operand> ops(3);
+  const char* names[] = {"query", "key", "value"};
+  for (int i = 0; i < 3; ++i) {
+    ENG_ASSIGN_OR_RETURN(ops[i].array, arg_array(L, i + 1, fn, names[i]));
+  }
+  bool causal = false;
+  if (!lua_isnoneornil(L, 4)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 4, fn, "options"));
+    static const std::vector<std::string> kKeys = {"is_causal"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 4, fn, kKeys));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> c, field_bool(L, 4, "is_causal", fn));
+    causal = c.value_or(false);
+  }
+  if (!causal)
+    return eng::invalid_argument(
+        "{}: only causal attention is in the engine's op set: pass {{is_causal = true}}", fn);
+  return apply(L, fn, "causal", ops, [](fe::Trace& tr, Ins in) {
+    return one(np::causal_attention(tr, in[0], in[1], in[2]));
+  });
+}
+
 // ---- operators --------------------------------------------------------------------------
 
 Result<int> op_div(lua_State* L) { return divide(L); }  // also number / Array
@@ -299,6 +350,16 @@ constexpr Function kNnFunctions[] = {
      "jax.nn.gelu (approximate=True): the engine's gelu op."},
     {"sigmoid", lua_entry<sigmoid>, "sl.nn.sigmoid(x) -> Array", "(tanh(x / 2) + 1) / 2."},
     {"silu", lua_entry<silu>, "sl.nn.silu(x) -> Array", "x * sigmoid(x)."},
+    {"rmsnorm", lua_entry<rmsnorm>, "sl.nn.rmsnorm(x, scale [, eps=1e-5]) -> Array",
+     "x / sqrt(mean(x^2, last axis) + eps) * scale: the engine's fused rmsnorm (x rank >= 2)."},
+    {"softmax_cross_entropy_with_integer_labels", lua_entry<cross_entropy>,
+     "sl.nn.softmax_cross_entropy_with_integer_labels(logits, labels) -> Array",
+     "optax's: -log softmax(logits)[label] per row (labels int32, logits' shape without the\n"
+     "  last dim); the engine's fused, stable softmax cross-entropy."},
+    {"dot_product_attention", lua_entry<attention>,
+     "sl.nn.dot_product_attention(q, k, v, {is_causal = true}) -> Array",
+     "Causal attention over (B, T, N, H) arrays, scale 1/sqrt(H): the engine's fused\n"
+     "  (flash-style) attention op. Only is_causal = true is in the op set."},
 };
 
 constexpr Function kLaxFunctions[] = {

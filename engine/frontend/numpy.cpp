@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/sharding/shard_geometry.h"
 
@@ -309,6 +310,39 @@ Result<ValueId> slice(Trace& tr, ValueId x, int axis_arg, int64_t start, int64_t
 Result<ValueId> astype(Trace& tr, ValueId x, DType dtype) {
   if (info(tr, x).dtype == dtype) return x;
   return tr.builder().convert(x, dtype);
+}
+
+Result<ValueId> rmsnorm(Trace& tr, ValueId x, ValueId scale, double eps) {
+  ENG_RETURN_IF_ERROR(need_f32(tr, "rmsnorm", x));
+  ENG_RETURN_IF_ERROR(need_f32(tr, "rmsnorm", scale));
+  const Shape xs = info(tr, x).shape, ss = info(tr, scale).shape;
+  if (xs.rank() < 2 || ss != Shape{xs.dim(-1)})
+    return invalid_argument("rmsnorm: x {} must have rank >= 2 and scale {} be ({},)", py_shape(xs),
+                            py_shape(ss), xs.rank() ? xs.dim(-1) : 0);
+  if (!(eps > 0)) return invalid_argument("rmsnorm: eps must be > 0, got {}", eps);
+  return tr.builder().rmsnorm(x, scale, eps).first;
+}
+
+Result<ValueId> softmax_cross_entropy(Trace& tr, ValueId logits, ValueId labels) {
+  ENG_RETURN_IF_ERROR(need_f32(tr, "softmax_cross_entropy", logits));
+  const Shape ls = info(tr, logits).shape, ts = info(tr, labels).shape;
+  if (ls.rank() < 2 || ts != ls.slice(0, ls.rank() - 1) || info(tr, labels).dtype != DType::kI32)
+    return invalid_argument(
+        "softmax_cross_entropy: labels {} must be int32 of the logits' shape {} without its "
+        "last dim (and logits of rank >= 2)",
+        info(tr, labels).type_string(), py_shape(ls));
+  return tr.builder().softmax_cross_entropy(logits, labels).first;
+}
+
+Result<ValueId> causal_attention(Trace& tr, ValueId q, ValueId k, ValueId v) {
+  for (ValueId x : {q, k, v}) ENG_RETURN_IF_ERROR(need_f32(tr, "dot_product_attention", x));
+  const Shape qs = info(tr, q).shape;
+  if (qs.rank() != 4 || info(tr, k).shape != qs || info(tr, v).shape != qs)
+    return invalid_argument(
+        "dot_product_attention: query, key and value must be (B, T, N, H) of one shape, got {}, "
+        "{} and {}",
+        py_shape(qs), py_shape(info(tr, k).shape), py_shape(info(tr, v).shape));
+  return tr.builder().attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(qs[3]))).first;
 }
 
 Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& spec, bool assert_) {

@@ -52,6 +52,14 @@ Result<ValueId> concatenate(Trace& tr, const std::vector<ValueId>& xs, int axis)
 Result<ValueId> slice(Trace& tr, ValueId x, int axis, int64_t start, int64_t stop);
 Result<ValueId> astype(Trace& tr, ValueId x, DType dtype);
 
+// The engine's fused ops. rmsnorm: x (..., E) of rank >= 2, scale (E), f32. The softmax cross
+// entropy with integer labels (optax's): logits (..., V) of rank >= 2, f32; labels i32 (...).
+// Causal dot-product attention (jax.nn.dot_product_attention with is_causal): q, k, v
+// (B, T, N, H) f32, scale 1/sqrt(H).
+Result<ValueId> rmsnorm(Trace& tr, ValueId x, ValueId scale, double eps);
+Result<ValueId> softmax_cross_entropy(Trace& tr, ValueId logits, ValueId labels);
+Result<ValueId> causal_attention(Trace& tr, ValueId q, ValueId k, ValueId v);
+
 // jax.lax.with_sharding_constraint (assert = true: an equality assert in explicit mode, a hint
 // in auto mode) and jax.sharding.reshard (assert = false: moves the data in both modes).
 Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& spec, bool assert_);
