@@ -212,7 +212,17 @@ Result<std::vector<eng::ValueId>> append_grad(const JitBox& j, fe::Trace& tr,
   if (j.transform == Transform::kValueAndGrad) out.push_back(loss);
   for (size_t k = 0; k < grads.size(); ++k) {
     if (grads[k] != eng::kNoValue) {
-      out.push_back(grads[k]);
+      // Cotangent types follow primal types ("Autodiff and sharding"): a gradient is resharded
+      // to its input's sharding when the backward pass left it elsewhere.
+      eng::ValueId g = grads[k];
+      if (const auto& spec = tr.info(wrt[k]).spec) {
+        ENG_ASSIGN_OR_RETURN(eng::PartitionSpec now, tr.sharding_of(g));
+        if (!(eng::remove_size_one_mesh_axis(now, tr.mesh()) ==
+              eng::remove_size_one_mesh_axis(*spec, tr.mesh()))) {
+          ENG_ASSIGN_OR_RETURN(g, fe::np::sharding_constraint(tr, g, *spec, false));
+        }
+      }
+      out.push_back(g);
       continue;
     }
     // The loss does not depend on this input: its gradient is zeros (as JAX's).
