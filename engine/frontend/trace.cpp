@@ -172,7 +172,7 @@ namespace {
 
 // A result the per-device program might not produce with an instruction of its own (an
 // argument, a sharding constraint that moves nothing, a value returned twice) gets a copy
-// (scale by 1), so it can be written into its output buffer.
+// (copy_value), so it can be written into its output buffer.
 bool needs_copy(const Program& p, ValueId v, std::span<const ValueId> earlier) {
   const ValueInfo& info = p.value(v);
   if (info.producer < 0) return true;
@@ -180,6 +180,15 @@ bool needs_copy(const Program& p, ValueId v, std::span<const ValueId> earlier) {
   for (ValueId e : earlier)
     if (e == v) return true;
   return false;
+}
+
+// A copy of v made by an instruction: scale by 1 for floats; for int32 (no arithmetic kernels)
+// a one-input concatenation, the data-movement op that takes any dtype.
+ValueId copy_value(Builder& b, ValueId v) {
+  if (b.info(v).dtype != DType::kI32) return b.scale(v, 1.0);
+  const Shape s = b.info(v).shape;
+  if (s.rank() > 0) return b.concat({v}, 0);
+  return b.reshape(b.concat({b.reshape(v, Shape{1})}, 0), Shape{});
 }
 
 Result<PartitionSpec> checked_out_spec(const Mesh& mesh, const PartitionSpec& s, const Shape& shape,
@@ -228,7 +237,7 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
   }
   for (size_t i = 0; i < results.size(); ++i) {
     if (needs_copy(b.program(), results[i], std::span(results.data(), i)))
-      results[i] = b.scale(results[i], 1.0);
+      results[i] = copy_value(b, results[i]);
     const ValueInfo& r = b.info(results[i]);
     PartitionSpec s = remove_size_one_mesh_axis(specs[i], c->mesh_);
     ValueId buf = b.argument(fmt::format("out{}", i), r.shape, r.dtype, {}, ArgRole::kBatch);

@@ -175,6 +175,13 @@ h.expect_error(function() return np.concatenate({x, sl.ones({8, 3})}, 0) end, "e
 h.expect_error(function() return sl.reshard(x, sl.P("Q")) end, "names axis 'Q'")
 h.expect_error(function() return sl.reshard(x, sl.P(nil, nil, "X")) end, "has 3 entries")
 
+-- int32 arrays move (reshard, identity jit, results returned twice) without arithmetic.
+local iy = sl.arange(8, {sharding = sl.P("X")})
+assert(sl.typeof(sl.reshard(iy, sl.P())) == "i32[8]" and sl.reshard(iy, sl.P()):totable()[8] == 7)
+local i1, i2 = sl.jit(function(t) return t, t end)(iy)
+assert(i1:totable()[3] == 2 and i2:totable()[3] == 2 and sl.typeof(i2) == "i32[8@X]")
+assert(sl.jit(function(t) return t end)(sl.full({}, 3, {dtype = "int32"})):item() == 3)
+
 -- The eager cache: the same signature reuses its compilation (JAX's eager dispatch).
 local t0 = os.clock()
 for _ = 1, 200 do local _ = x * 3 end
