@@ -37,6 +37,8 @@ struct JitBox {
   int64_t compiles = 0;
   std::string last_miss;             // the last miss's explanation
   std::set<std::string> hit_logged;  // signatures whose first hit has a row
+  bool manual = false;  // sl.shard_map: f sees per-device blocks (of in_specs) on `mesh`
+  eng::Mesh mesh;
 };
 template <>
 struct LuaType<JitBox> {
@@ -138,7 +140,7 @@ Result<CallArgs> read_args(lua_State* L, const JitBox& j, int first, int n, std:
     c.arrays.push_back(a);
     c.types.push_back(eng::typeof_string(eng::dtype_name(a->dtype), a->shape, &spec, &m));
   }
-  c.mesh = mesh ? *mesh : current_mesh();
+  c.mesh = j.manual ? j.mesh : mesh ? *mesh : current_mesh();
   return c;
 }
 
@@ -241,7 +243,7 @@ Result<std::shared_ptr<fe::Compiled>> trace_and_compile(lua_State* L, JitBox& j,
     return eng::invalid_argument("{}: jit traced {} levels deep: recursion through jit", j.name,
                                  kMaxTraceDepth);
   const std::vector<std::string> names = param_names(L, fidx, n);
-  auto tr = std::make_shared<fe::Trace>(j.name, args.mesh);
+  auto tr = std::make_shared<fe::Trace>(j.name, args.mesh, j.manual);
   std::vector<eng::ValueId> by_position(static_cast<size_t>(n), eng::kNoValue);
   lua_pushvalue(L, fidx);
   for (int i = 0; i < n; ++i) {
@@ -252,12 +254,17 @@ Result<std::shared_ptr<fe::Compiled>> trace_and_compile(lua_State* L, JitBox& j,
     }
     eng::PartitionSpec spec = a->is_tracer() ? eng::PartitionSpec() : a->data->array.sharding.spec;
     if (i < static_cast<int>(j.in_specs.size()) && j.in_specs[i]) spec = *j.in_specs[i];
+    if (j.manual && !(i < static_cast<int>(j.in_specs.size()) && j.in_specs[i]))
+      return eng::invalid_argument("shard_map: in_specs has no spec for argument {}", i + 1);
     ENG_RETURN_IF_ERROR(eng::frontend::np::check_spec(
-        *tr, spec, a->shape, fmt::format("{}: in_shardings[{}]", j.name, i + 1)));
+        *tr, spec, a->shape,
+        fmt::format("{}: {}[{}]", j.name, j.manual ? "in_specs" : "in_shardings", i + 1)));
+    // shard_map's body sees each device's block.
+    const eng::Shape shape = j.manual ? eng::local_shape(args.mesh, spec, a->shape) : a->shape;
     ArrayBox box;
     box.trace = tr;
-    box.value = tr->input(names[i], a->shape, a->dtype, spec);
-    box.shape = a->shape;
+    box.value = tr->input(names[i], shape, a->dtype, spec);
+    box.shape = shape;
     box.dtype = a->dtype;
     by_position[i] = box.value;
     push_array(L, std::move(box));
@@ -423,6 +430,11 @@ Result<int> jit_call(lua_State* L) {
   const int n = lua_gettop(L) - 1;
   lua_getiuservalue(L, 1, 1);
   const int fidx = lua_gettop(L);
+  if (active_trace() && j->manual)
+    return eng::invalid_argument(
+        "{}: sl.shard_map inside sl.jit (or grad) is not supported yet: "
+        "call it on concrete arrays",
+        j->name);
   if (active_trace() && has_tracer(L, 2, n)) return call_inline(L, *j, fidx, 2, n);
   if (has_tracer(L, 2, n))
     return eng::invalid_argument(
@@ -600,7 +612,48 @@ Result<int> value_and_grad(lua_State* L) {
   return grad_common(L, "sl.value_and_grad", Transform::kValueAndGrad);
 }
 
+// sl.shard_map(f, {mesh, in_specs, out_specs})
+Result<int> shard_map(lua_State* L) {
+  constexpr std::string_view fn = "sl.shard_map";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+  static const std::vector<std::string> kKeys = {"mesh", "in_specs", "out_specs", "name"};
+  ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kKeys));
+  JitBox j;
+  j.name = "shard_map";
+  j.manual = true;
+  j.mesh = current_mesh();
+  if (push_field(L, 2, "mesh") != LUA_TNIL) {
+    Result<eng::Mesh*> m = arg_udata<eng::Mesh>(L, lua_gettop(L), fn, "mesh");
+    lua_pop(L, 1);
+    if (!m.ok()) return m.status();
+    j.mesh = **m;
+  } else {
+    lua_pop(L, 1);
+  }
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
+  if (name) j.name = *name;
+  for (const char* key : {"in_specs", "out_specs"}) {
+    if (push_field(L, 2, key) == LUA_TNIL) {
+      lua_pop(L, 1);
+      return eng::invalid_argument("{}: {} is required", fn, key);
+    }
+    auto specs = read_specs(L, lua_gettop(L), fn, key);
+    lua_pop(L, 1);
+    if (!specs.ok()) return specs.status();
+    (std::string_view(key) == "in_specs" ? j.in_specs : j.out_specs) = std::move(*specs);
+  }
+  push_jit(L, std::move(j), 1);
+  return 1;
+}
+
 constexpr Function kJitFunctions[] = {
+    {"shard_map", lua_entry<shard_map>, "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted",
+     "jax.shard_map: f runs on each device's blocks (argument i split by in_specs[i]) and\n"
+     "  communicates with sl.lax.psum, all_gather, psum_scatter, ppermute, axis_index; its "
+     "results\n"
+     "  are the blocks of arrays laid out by out_specs. Compiled once per signature, without SPMD\n"
+     "  partitioning (the program is per-device already). mesh: default sl.get_mesh()."},
     {"jit", lua_entry<jit>,
      "sl.jit(f [, {in_shardings, out_shardings, static_argnums, name}]) -> Jitted",
      "jax.jit for a Lua function of Arrays: traced into an engine program once per signature\n"

@@ -311,6 +311,93 @@ Result<int> attention(lua_State* L) {
   });
 }
 
+// ---- jax.lax collectives (inside sl.shard_map) -------------------------------------------
+
+// An axis name or a list of them.
+Result<std::vector<std::string>> read_axis_names(lua_State* L, int idx, std::string_view fn) {
+  if (lua_type(L, idx) == LUA_TSTRING) return std::vector<std::string>{lua_tostring(L, idx)};
+  return arg_string_list(L, idx, fn, "axis_name");
+}
+
+// {key = integer, tiled = bool} at idx.
+Result<std::pair<int, bool>> read_dim_tiled(lua_State* L, int idx, std::string_view fn,
+                                            const char* key) {
+  int dim = 0;
+  bool tiled = false;
+  if (lua_isnoneornil(L, idx)) return std::make_pair(dim, tiled);
+  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
+  const std::vector<std::string> keys = {key, "tiled"};
+  ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, keys));
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> d, field_int(L, idx, key, fn));
+  ENG_ASSIGN_OR_RETURN(std::optional<bool> t, field_bool(L, idx, "tiled", fn));
+  dim = static_cast<int>(std::clamp<int64_t>(d.value_or(0), -1000, 1000));
+  return std::make_pair(dim, t.value_or(false));
+}
+
+Result<int> psum(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, "psum", "x"));
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, read_axis_names(L, 2, "psum"));
+  return apply(L, "psum", fmt::format("{}", fmt::join(axes, ",")), {x},
+               [axes](fe::Trace& tr, Ins in) { return one(np::psum(tr, in[0], axes)); });
+}
+
+Result<int> all_gather(lua_State* L) {
+  constexpr std::string_view fn = "all_gather";
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, read_axis_names(L, 2, fn));
+  ENG_ASSIGN_OR_RETURN(auto at, read_dim_tiled(L, 3, fn, "axis"));
+  const auto [axis, tiled] = at;
+  return apply(L, fn, "", {x}, [axes, axis, tiled](fe::Trace& tr, Ins in) {
+    return one(np::all_gather(tr, in[0], axes, axis, tiled));
+  });
+}
+
+Result<int> psum_scatter(lua_State* L) {
+  constexpr std::string_view fn = "psum_scatter";
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, read_axis_names(L, 2, fn));
+  ENG_ASSIGN_OR_RETURN(auto at, read_dim_tiled(L, 3, fn, "scatter_dimension"));
+  const auto [dim, tiled] = at;
+  return apply(L, fn, "", {x}, [axes, dim, tiled](fe::Trace& tr, Ins in) {
+    return one(np::psum_scatter(tr, in[0], axes, dim, tiled));
+  });
+}
+
+// sl.lax.ppermute(x, axis_name, {{src, dst}, ...})
+Result<int> ppermute(lua_State* L) {
+  constexpr std::string_view fn = "ppermute";
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
+  ENG_ASSIGN_OR_RETURN(std::string axis, arg_string(L, 2, fn, "axis_name"));
+  ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "perm"));
+  std::vector<std::pair<int64_t, int64_t>> perm;
+  const lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L, 3));
+  for (lua_Integer i = 1; i <= n && i <= 1 << 20; ++i) {
+    lua_rawgeti(L, 3, i);
+    int ok0 = 0, ok1 = 0;
+    lua_Integer a = 0, b = 0;
+    if (lua_type(L, -1) == LUA_TTABLE) {
+      lua_rawgeti(L, -1, 1);
+      a = lua_tointegerx(L, -1, &ok0);
+      lua_rawgeti(L, -2, 2);
+      b = lua_tointegerx(L, -1, &ok1);
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    if (!ok0 || !ok1)
+      return eng::invalid_argument("{}: perm[{}] is not a pair {{src, dst}}", fn, i);
+    perm.emplace_back(a, b);
+  }
+  return apply(L, fn, "", {x}, [axis, perm](fe::Trace& tr, Ins in) {
+    return one(np::ppermute(tr, in[0], axis, perm));
+  });
+}
+
+Result<int> axis_index(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(std::string axis, arg_string(L, 1, "axis_index", "axis_name"));
+  return apply(L, "axis_index", axis, {},
+               [axis](fe::Trace& tr, Ins) { return one(np::axis_index(tr, axis)); });
+}
+
 // ---- operators --------------------------------------------------------------------------
 
 Result<int> op_div(lua_State* L) { return divide(L); }  // also number / Array
@@ -363,6 +450,20 @@ constexpr Function kNnFunctions[] = {
 };
 
 constexpr Function kLaxFunctions[] = {
+    {"psum", lua_entry<psum>, "sl.lax.psum(x, axis_name | {names}) -> Array",
+     "Inside sl.shard_map: the sum over the devices along the named axes (an all-reduce)."},
+    {"all_gather", lua_entry<all_gather>,
+     "sl.lax.all_gather(x, axis_name [, {axis = 0, tiled = false}]) -> Array",
+     "Inside sl.shard_map: every member's block, stacked along a new axis (tiled: concatenated\n"
+     "  along axis)."},
+    {"psum_scatter", lua_entry<psum_scatter>,
+     "sl.lax.psum_scatter(x, axis_name [, {scatter_dimension = 0, tiled = false}]) -> Array",
+     "Inside sl.shard_map: the sum over the group, member r keeping block r (a reduce-scatter)."},
+    {"ppermute", lua_entry<ppermute>, "sl.lax.ppermute(x, axis_name, {{src, dst}, ...}) -> Array",
+     "Inside sl.shard_map: x sent from src to dst along the axis (shifts: cyclic, or partial with\n"
+     "  zeros where nothing arrives)."},
+    {"axis_index", lua_entry<axis_index>, "sl.lax.axis_index(axis_name) -> Array",
+     "Inside sl.shard_map: this device's index along the axis (int32)."},
     {"slice_in_dim", lua_entry<slice_in_dim>,
      "sl.lax.slice_in_dim(x, start, stop [, axis=0]) -> Array",
      "x[start:stop] along axis (0-based; stop exclusive), as jax.lax.slice_in_dim."},

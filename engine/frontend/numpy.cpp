@@ -345,7 +345,122 @@ Result<ValueId> causal_attention(Trace& tr, ValueId q, ValueId k, ValueId v) {
   return tr.builder().attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(qs[3]))).first;
 }
 
+// ---- manual mode ------------------------------------------------------------------------
+
+namespace {
+
+// The axes sorted major to minor (mesh order), checked: inside shard_map, in the mesh, once.
+Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,
+                                            const std::vector<std::string>& axes) {
+  if (!tr.manual())
+    return invalid_argument("{}: unbound axis name {}: collectives run inside sl.shard_map", op,
+                            axes.empty() ? "(none)" : "'" + axes[0] + "'");
+  if (axes.empty()) return invalid_argument("{}: needs at least one axis name", op);
+  std::vector<std::string> out = axes;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!tr.mesh().has_axis(out[i]))
+      return invalid_argument("{}: axis '{}' is not in {}", op, out[i], tr.mesh().to_string());
+    for (size_t j = 0; j < i; ++j)
+      if (out[j] == out[i]) return invalid_argument("{}: axis '{}' named twice", op, out[i]);
+  }
+  std::sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) {
+    return tr.mesh().axis_index(a) < tr.mesh().axis_index(b);
+  });
+  return out;
+}
+
+ValueId collective(Trace& tr, OpKind kind, ValueId x, const std::vector<std::string>& axes, int dim,
+                   int64_t shift = 0, bool fill_zero = false) {
+  OpAttrs a;
+  a.dim = dim;
+  a.mesh_axes = axes;
+  a.group_size = axes_size(tr.mesh(), axes);
+  a.shift = shift;
+  a.fill_zero = fill_zero;
+  return tr.builder().emit(kind, {x}, a)[0];
+}
+
+Shape with_dim(const Shape& s, int axis, int64_t size) {
+  std::vector<int64_t> d = s.dims();
+  d.insert(d.begin() + axis, size);
+  return Shape(std::move(d));
+}
+
+}  // namespace
+
+Result<ValueId> psum(Trace& tr, ValueId x, const std::vector<std::string>& axes_in) {
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "psum", axes_in));
+  ENG_RETURN_IF_ERROR(need_f32(tr, "psum", x));
+  return collective(tr, OpKind::kAllReduce, x, axes, 0);
+}
+
+Result<ValueId> all_gather(Trace& tr, ValueId x, const std::vector<std::string>& axes_in, int axis,
+                           bool tiled) {
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "all_gather", axes_in));
+  const Shape s = info(tr, x).shape;
+  ENG_ASSIGN_OR_RETURN(const int a, checked_axis("all_gather", axis, s.rank() + (tiled ? 0 : 1)));
+  if (!tiled) x = tr.builder().reshape(x, with_dim(s, a, 1));
+  return collective(tr, OpKind::kAllGather, x, axes, a);
+}
+
+Result<ValueId> psum_scatter(Trace& tr, ValueId x, const std::vector<std::string>& axes_in,
+                             int scatter_dimension, bool tiled) {
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "psum_scatter", axes_in));
+  ENG_RETURN_IF_ERROR(need_f32(tr, "psum_scatter", x));
+  const Shape s = info(tr, x).shape;
+  ENG_ASSIGN_OR_RETURN(const int d, checked_axis("psum_scatter", scatter_dimension, s.rank()));
+  const int64_t g = axes_size(tr.mesh(), axes);
+  if (tiled ? s[d] % g != 0 : s[d] != g)
+    return invalid_argument("psum_scatter: dimension {} of {} is {}, {} the group size {}", d,
+                            py_shape(s), s[d], tiled ? "not divisible by" : "not equal to", g);
+  ValueId y = collective(tr, OpKind::kReduceScatter, x, axes, d);
+  if (tiled) return y;
+  return tr.builder().reshape(y, without_dim(info(tr, y).shape, d, false));
+}
+
+Result<ValueId> ppermute(Trace& tr, ValueId x, const std::string& axis,
+                         const std::vector<std::pair<int64_t, int64_t>>& perm) {
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "ppermute", {axis}));
+  const int64_t g = axes_size(tr.mesh(), axes);
+  if (perm.empty()) return invalid_argument("ppermute: perm is empty");
+  const int64_t shift = ((perm[0].second - perm[0].first) % g + g) % g;
+  std::vector<bool> src(g, false), dst(g, false);
+  bool cyclic = true, partial = true;  // every pair moves by `shift` mod g / by exactly it
+  for (const auto& [from, to] : perm) {
+    if (from < 0 || from >= g || to < 0 || to >= g || src[from] || dst[to])
+      return invalid_argument(
+          "ppermute: perm pair ({}, {}) is out of range 0..{} or repeats a "
+          "source or destination",
+          from, to, g - 1);
+    src[from] = dst[to] = true;
+    cyclic = cyclic && ((to - from) % g + g) % g == shift;
+    partial = partial && to - from == perm[0].second - perm[0].first;
+  }
+  const bool full = static_cast<int64_t>(perm.size()) == g;
+  const int64_t step = perm[0].second - perm[0].first;
+  if (full && cyclic) return collective(tr, OpKind::kCollectivePermute, x, axes, 0, shift);
+  // A partial shift: every member whose destination r + step is in range sends.
+  if (partial && static_cast<int64_t>(perm.size()) == g - std::abs(step))
+    return collective(tr, OpKind::kCollectivePermute, x, axes, 0, step, true);
+  return invalid_argument(
+      "ppermute: only shifts are in the op set (every i -> (i + s) mod {} or "
+      "every i -> i + s in range), got a perm of {} pairs",
+      g, perm.size());
+}
+
+Result<ValueId> axis_index(Trace& tr, const std::string& axis) {
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "axis_index", {axis}));
+  OpAttrs a;
+  a.mesh_axes = axes;
+  a.group_size = axes_size(tr.mesh(), axes);
+  a.size = 1;
+  return tr.builder().emit(OpKind::kAxisIndex, {}, a)[0];
+}
+
 Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& spec, bool assert_) {
+  if (tr.manual())
+    return invalid_argument("{}: inside sl.shard_map values are per-device blocks",
+                            assert_ ? "with_sharding_constraint" : "reshard");
   const Shape& s = info(tr, x).shape;
   ENG_RETURN_IF_ERROR(check_spec(tr, spec, s, assert_ ? "with_sharding_constraint" : "reshard"));
   std::vector<std::string> logical;

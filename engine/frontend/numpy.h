@@ -60,6 +60,25 @@ Result<ValueId> rmsnorm(Trace& tr, ValueId x, ValueId scale, double eps);
 Result<ValueId> softmax_cross_entropy(Trace& tr, ValueId logits, ValueId labels);
 Result<ValueId> causal_attention(Trace& tr, ValueId q, ValueId k, ValueId v);
 
+// ---- manual mode (inside shard_map: per-device values, tr.manual()) ----------------------
+// jax.lax's collectives over named mesh axes, as the engine's per-device collective ops
+// (engine/ir/op.h): members of a group are ranked by their coordinates along `axes`, listed
+// major to minor. Outside shard_map an axis name is unbound: an error.
+Result<ValueId> psum(Trace& tr, ValueId x, const std::vector<std::string>& axes);
+// tiled: concatenated along `axis`; untiled: stacked along a new axis `axis` (JAX's default).
+Result<ValueId> all_gather(Trace& tr, ValueId x, const std::vector<std::string>& axes, int axis,
+                           bool tiled);
+// The sum over the group, member r keeping block r along scatter_dimension (tiled), or with
+// that dim (of size = group size) removed (untiled, JAX's default).
+Result<ValueId> psum_scatter(Trace& tr, ValueId x, const std::vector<std::string>& axes,
+                             int scatter_dimension, bool tiled);
+// jax.lax.ppermute with perm pairs {source, destination} over one axis; the op set moves by a
+// shift: every member (cyclic) or those with a destination in range (others receive zeros).
+Result<ValueId> ppermute(Trace& tr, ValueId x, const std::string& axis,
+                         const std::vector<std::pair<int64_t, int64_t>>& perm);
+// jax.lax.axis_index: this device's rank along `axis` (int32 scalar).
+Result<ValueId> axis_index(Trace& tr, const std::string& axis);
+
 // jax.lax.with_sharding_constraint (assert = true: an equality assert in explicit mode, a hint
 // in auto mode) and jax.sharding.reshard (assert = false: moves the data in both modes).
 Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& spec, bool assert_);

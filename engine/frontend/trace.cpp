@@ -106,8 +106,12 @@ Result<ArrayRef> reshard_on_host(const DeviceArray& a, const NamedSharding& shar
 
 // ---- Trace ------------------------------------------------------------------------------
 
-Trace::Trace(std::string name, Mesh mesh)
-    : name_(name), mesh_(std::move(mesh)), b_(std::move(name)), id_(g_next_trace_id++) {}
+Trace::Trace(std::string name, Mesh mesh, bool manual)
+    : name_(name),
+      mesh_(std::move(mesh)),
+      b_(std::move(name)),
+      id_(g_next_trace_id++),
+      manual_(manual) {}
 
 ValueId Trace::input(std::string name, const Shape& shape, DType dtype, const PartitionSpec& spec) {
   ValueId v = b_.argument(std::move(name), shape, dtype, {}, ArgRole::kBatch);
@@ -153,6 +157,7 @@ LogicalAxisRules Trace::rules() const {
 }
 
 Result<PartitionSpec> Trace::sharding_of(ValueId v) const {
+  if (manual_) return PartitionSpec();  // shard_map's values are per-device blocks
   const ValueInfo& info = b_.info(v);
   if (info.spec) return *info.spec;
   if (mesh_.num_devices() == 1) return PartitionSpec();
@@ -191,14 +196,21 @@ ValueId copy_value(Builder& b, ValueId v) {
   return b.reshape(b.concat({b.reshape(v, Shape{1})}, 0), Shape{});
 }
 
+// The global shape of per-device blocks `local` placed by `spec` (shard_map's results).
+Shape global_of(const Mesh& mesh, const PartitionSpec& spec, const Shape& local) {
+  std::vector<int64_t> d = local.dims();
+  for (int i = 0; i < spec.rank() && i < local.rank(); ++i) d[i] *= axes_size(mesh, spec.dim(i));
+  return Shape(std::move(d));
+}
+
 Result<PartitionSpec> checked_out_spec(const Mesh& mesh, const PartitionSpec& s, const Shape& shape,
-                                       size_t index) {
+                                       size_t index, std::string_view what) {
   if (s.rank() > shape.rank())
-    return invalid_argument("out_shardings[{}]: {} is longer than the result's rank {} (shape {})",
+    return invalid_argument("{}[{}]: {} is longer than the result's rank {} (shape {})", what,
                             index + 1, s.to_string(), shape.rank(), shape.to_string());
   NamedSharding ns{mesh, s};
   Status st = ns.validate(shape);
-  if (!st.ok()) return invalid_argument("out_shardings[{}]: {}", index + 1, st.message());
+  if (!st.ok()) return invalid_argument("{}[{}]: {}", what, index + 1, st.message());
   return s;
 }
 
@@ -210,6 +222,7 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
   c->name_ = req.fn_name;
   c->mesh_ = tr.mesh();
   c->sources_ = tr.sources_;
+  c->manual_ = tr.manual();
   const LogicalAxisRules rules = tr.rules();
   Builder& b = tr.builder();
   for (const Argument& a : b.program().args())
@@ -220,30 +233,17 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
     for (size_t i = 0; i < results.size(); ++i) shown.output(results[i], fmt::format("out{}", i));
     c->traced_ = std::move(shown).finish();
   }
-  // The results' shardings: the caller's, else what the partitioner propagates.
-  CompileOptions opts;
-  opts.rules = rules;
-  opts.shard_mode = shard_mode_of(c->mesh_);
-  std::vector<PartitionSpec> specs(results.size());
-  if (c->mesh_.num_devices() > 1) {
-    ENG_ASSIGN_OR_RETURN(Partitioned part, partition(c->traced_, c->mesh_, opts));
-    for (size_t i = 0; i < results.size(); ++i)
-      specs[i] = PartitionSpec(part.value_specs[results[i]].dims());  // partial sums reduced
-  }
-  for (size_t i = 0; i < results.size() && i < req.out_specs.size(); ++i) {
-    if (!req.out_specs[i]) continue;
-    ENG_ASSIGN_OR_RETURN(
-        specs[i], checked_out_spec(c->mesh_, *req.out_specs[i], b.info(results[i]).shape, i));
-  }
+  ENG_ASSIGN_OR_RETURN(std::vector<PartitionSpec> specs, c->result_specs(tr, results, req));
   for (size_t i = 0; i < results.size(); ++i) {
     if (needs_copy(b.program(), results[i], std::span(results.data(), i)))
       results[i] = copy_value(b, results[i]);
-    const ValueInfo& r = b.info(results[i]);
+    const ValueInfo r = b.info(results[i]);  // a copy: argument() below grows the values
     PartitionSpec s = remove_size_one_mesh_axis(specs[i], c->mesh_);
     ValueId buf = b.argument(fmt::format("out{}", i), r.shape, r.dtype, {}, ArgRole::kBatch);
     b.mutable_info(buf).spec = s;
     c->sources_.push_back({Trace::Source::Kind::kOutBuffer, static_cast<int>(i), nullptr, 0});
     c->out_shardings_.push_back({c->mesh_, s});
+    c->out_shapes_.push_back(c->manual_ ? global_of(c->mesh_, s, r.shape) : r.shape);
   }
   const int first_buffer = static_cast<int>(b.program().args().size() - results.size());
   for (size_t i = 0; i < results.size(); ++i)
@@ -253,10 +253,40 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
   return c;
 }
 
+// The results' shardings: the caller's, else what the partitioner propagates (a manual
+// trace has no propagation: its out_specs say how the per-device blocks form each result).
+Result<std::vector<PartitionSpec>> Compiled::result_specs(const Trace& tr,
+                                                          const std::vector<ValueId>& results,
+                                                          const CompileRequest& req) const {
+  std::vector<PartitionSpec> specs(results.size());
+  if (mesh_.num_devices() > 1 && !manual_) {
+    CompileOptions opts;
+    opts.rules = tr.rules();
+    opts.shard_mode = shard_mode_of(mesh_);
+    ENG_ASSIGN_OR_RETURN(Partitioned part, partition(traced_, mesh_, opts));
+    for (size_t i = 0; i < results.size(); ++i)
+      specs[i] = PartitionSpec(part.value_specs[results[i]].dims());  // partial sums reduced
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    const bool given = i < req.out_specs.size() && req.out_specs[i];
+    if (!given && manual_)
+      return invalid_argument("shard_map: out_specs gives {} specs for {} results",
+                              std::min(req.out_specs.size(), results.size() - 1), results.size());
+    if (!given) continue;
+    const Shape& shape = tr.info(results[i]).shape;  // manual: the block's (local) shape
+    const PartitionSpec& want = *req.out_specs[i];
+    ENG_ASSIGN_OR_RETURN(
+        specs[i], checked_out_spec(mesh_, want, manual_ ? global_of(mesh_, want, shape) : shape, i,
+                                   manual_ ? "out_specs" : "out_shardings"));
+  }
+  return specs;
+}
+
 Status Compiled::compile(const CompileRequest& req, const LogicalAxisRules& rules) {
   CompileOptions opts;
   opts.rules = rules;
   opts.shard_mode = shard_mode_of(mesh_);
+  opts.manual = manual_;
   jit_ = std::make_unique<Jit>(req.fn_name, &program_, mesh_, opts, JitOptions{});
   std::vector<NamedSharding> shardings;
   for (const Argument& a : program_.args())
@@ -282,8 +312,8 @@ Result<std::vector<ArrayRef>> Compiled::run(std::span<const ArrayRef> inputs) co
           return invalid_argument("{}: {} inputs given, the program takes {}", name_, inputs.size(),
                                   in_shardings_.size());
         const DeviceArray& a = *inputs[s.index];
-        if (a.array.shape != v.shape || a.array.dtype != v.dtype ||
-            !(a.array.sharding.mesh == mesh_))
+        const Shape want = manual_ ? a.array.sharding.local_shape(a.array.shape) : a.array.shape;
+        if (want != v.shape || a.array.dtype != v.dtype || !(a.array.sharding.mesh == mesh_))
           return invalid_argument("{}: input {} is {} on {}, the program was traced for {}", name_,
                                   s.index + 1,
                                   typeof_string(dtype_name(a.array.dtype), a.array.shape,
@@ -304,8 +334,8 @@ Result<std::vector<ArrayRef>> Compiled::run(std::span<const ArrayRef> inputs) co
       case Trace::Source::Kind::kOutBuffer: {
         auto o = std::make_shared<DeviceArray>();
         o->rt = rt;
-        ENG_ASSIGN_OR_RETURN(o->array,
-                             rt->zeros(v.shape, v.dtype, out_shardings_[s.index], "result"));
+        ENG_ASSIGN_OR_RETURN(
+            o->array, rt->zeros(out_shapes_[s.index], v.dtype, out_shardings_[s.index], "result"));
         outs[s.index] = o;
         held.push_back(o);
         break;

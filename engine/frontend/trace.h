@@ -57,7 +57,10 @@ Result<ArrayRef> reshard_on_host(const DeviceArray& a, const NamedSharding& shar
 
 class Trace {
  public:
-  Trace(std::string name, Mesh mesh);
+  // manual: a shard_map body: values have per-device (local) shapes and collectives are
+  // explicit (np::psum, ...); the program is compiled without SPMD partitioning.
+  Trace(std::string name, Mesh mesh, bool manual = false);
+  bool manual() const { return manual_; }
   const std::string& name() const { return name_; }
   const Mesh& mesh() const { return mesh_; }
   Builder& builder() { return b_; }
@@ -98,6 +101,7 @@ class Trace {
   Mesh mesh_;
   Builder b_;
   int64_t id_;
+  bool manual_ = false;
   int num_inputs_ = 0;
   std::vector<Source> sources_;                            // per program argument
   std::map<std::string, PartitionSpec::DimAxes> logical_;  // logical name -> mesh axes
@@ -107,6 +111,7 @@ class Trace {
 struct CompileRequest {
   std::string fn_name;                                  // "f" (the cache key's and store's name)
   std::vector<std::optional<PartitionSpec>> out_specs;  // per result; nullopt: propagated
+                                                        // (a manual trace needs every one)
 };
 
 class Compiled {
@@ -130,6 +135,9 @@ class Compiled {
 
  private:
   Compiled() = default;
+  Result<std::vector<PartitionSpec>> result_specs(const Trace& tr,
+                                                  const std::vector<ValueId>& results,
+                                                  const CompileRequest& req) const;
   Status compile(const CompileRequest& req, const LogicalAxisRules& rules);
   std::string name_;
   Mesh mesh_;
@@ -138,6 +146,8 @@ class Compiled {
   std::vector<Trace::Source> sources_;
   std::vector<NamedSharding> in_shardings_;   // per input
   std::vector<NamedSharding> out_shardings_;  // per result
+  std::vector<Shape> out_shapes_;             // per result: its global shape
+  bool manual_ = false;                       // a shard_map body (per-device program)
   std::unique_ptr<Jit> jit_;
   std::shared_ptr<const Executable> exe_;
   CompileInfo info_;
