@@ -1,6 +1,6 @@
 -- examples/notebooks/sharding_tour.lua: JAX's sharding tutorials ("Distributed arrays and
--- automatic parallelization", "Explicit sharding", "Autodiff and sharding") redone in Lua on
--- simulated devices, showing what the compiler did.
+-- automatic parallelization", "Explicit sharding", "Autodiff and sharding", "Manual
+-- parallelism with shard_map") redone in Lua on simulated devices, showing what the compiler did.
 -- Run: shardlab --notebook examples/notebooks/sharding_tour.lua -o tour.md --html
 -- Cells are jupytext percent cells (`-- %%`); docs/frontend.md describes the API.
 
@@ -94,3 +94,27 @@ end
 print(string.format("loss %.3f -> %.3f; compiled %d time(s)", losses[1], losses[#losses],
                     step:cache_info().compiles))
 print(plot.spark(losses))
+
+-- %% [markdown]
+-- ## Manual parallelism with shard_map
+--
+-- The same matmul written per device: each device multiplies its blocks, and we choose the
+-- collective ourselves (`psum` is an all-reduce, `psum_scatter` a reduce-scatter).
+
+-- %% matmul_basic and matmul_reduce_scatter
+b = sl.device_put(b, sl.P("Y", nil))
+matmul_basic = sl.shard_map(function(ab, bb)
+  print("per-device blocks:", sl.typeof(ab), sl.typeof(bb))
+  return sl.lax.psum(sl.np.dot(ab, bb), "Y")
+end, {mesh = mesh, in_specs = {sl.P("X", "Y"), sl.P("Y", nil)}, out_specs = sl.P("X", nil)})
+matmul_rs = sl.shard_map(function(ab, bb)
+  return sl.lax.psum_scatter(sl.np.dot(ab, bb), "Y", {scatter_dimension = 1, tiled = true})
+end, {mesh = mesh, in_specs = {sl.P("X", "Y"), sl.P("Y", nil)}, out_specs = sl.P("X", "Y")})
+c1, c2 = matmul_basic(a, b), matmul_rs(a, b)
+print(sl.typeof(c1), sl.typeof(c2), "same values:", c1:totable()[8][4] == c2:totable()[8][4])
+print(matmul_rs:lower(a, b):compile():text())
+
+-- %% ppermute: a ring shift along X
+ring = sl.shard_map(function(blk) return sl.lax.ppermute(blk, "X", {{0, 1}, {1, 2}, {2, 3}, {3, 0}}) end,
+                    {mesh = mesh, in_specs = {sl.P("X")}, out_specs = sl.P("X")})
+print(ring(sl.arange(8.0, {sharding = sl.P("X")})))
