@@ -10,6 +10,7 @@
 #include "engine/train/trainer.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
+#include "shell/lua_array.h"
 #include "shell/lua_binding.h"
 
 namespace shell {
@@ -33,6 +34,7 @@ constexpr Module kModules[] = {
     {"sharding", open_lua_sharding},
     {"plot", open_lua_plot},
     {"runs", open_lua_runs},
+    {"array", open_lua_array},  // users' own programs: make_mesh, arrays, numpy, jit
 };
 
 }  // namespace

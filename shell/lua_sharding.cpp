@@ -12,6 +12,7 @@
 
 #include "engine/sharding/logical_rules.h"
 #include "engine/sharding/visualize.h"
+#include "shell/lua_array.h"
 #include "engine/train/inspect.h"
 #include "engine/train/train_step.h"
 #include "shell/bindings.h"
@@ -280,6 +281,10 @@ Result<eng::Shape> read_shape(lua_State* L, int idx, std::string_view fn, std::s
 
 Result<ShapedSharding> read_shaped_sharding(lua_State* L, std::string_view fn) {
   ShapedSharding out;
+  if (array_type_parts(L, 1, &out.shape, &out.sharding, &out.dtype)) {  // an sl.array Array
+    out.next = 2;
+    return out;
+  }
   const bool row = lua_type(L, 1) == LUA_TTABLE && has_metatable(L, 1, kRowType);
   if (row) {
     push_field(L, 1, "shape");

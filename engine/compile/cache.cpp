@@ -122,7 +122,7 @@ std::string compile_options_string(const CompileOptions& o) {
       "logical_axis_rules=[{}]\nshard_mode={}\nshard_optimizer_over_data={}\n"
       "skip_trivial_specs={}\nverify_plan={}\npartition_axes={}\n",
       rules, shard_mode_name(o.shard_mode), o.shard_optimizer_over_data,
-      o.skip_trivial_specs, o.verify_plan, o.axes.to_string());
+      o.skip_trivial_specs, o.verify_plan, o.axes.to_string()) + (o.manual ? "manual=true\n" : "");
 }
 
 std::string CacheKey::text() const {

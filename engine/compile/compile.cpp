@@ -222,12 +222,16 @@ std::vector<TempInfo> Executable::largest_temps(int n) const {
 
 Result<std::shared_ptr<const Executable>> compile(const Program& program, const Mesh& mesh,
                                                   const CompileOptions& options) {
-  ENG_RETURN_IF_ERROR(check_mesh(program, mesh));
+  if (!options.manual) ENG_RETURN_IF_ERROR(check_mesh(program, mesh));  // manual: local shapes
   auto exe = std::make_shared<Executable>();
   exe->id_ = g_next_executable_id.fetch_add(1);
   exe->mesh_ = mesh;
   exe->global_ = program;
-  if (mesh.num_devices() > 1) {
+  if (options.manual) {
+    exe->program_ = program;
+    for (const Argument& a : program.args())
+      exe->arg_shardings_.push_back({mesh, program.value(a.value).spec.value_or(PartitionSpec())});
+  } else if (mesh.num_devices() > 1) {
     // SPMD: shardings for the arguments, then the per-device program (spmd.h).
     ENG_RETURN_IF_ERROR(assign_argument_shardings(exe->global_, mesh, options));
     ENG_ASSIGN_OR_RETURN(Partitioned part, partition(exe->global_, mesh, options));

@@ -31,6 +31,9 @@ namespace eng {
 // skip_trivial_specs) are inherited; see spmd.h.
 struct CompileOptions : SpmdOptions {
   bool verify_plan = true;            // check the memory plan's no-overlap invariant
+  // The program is already per-device (local shapes, explicit collectives: the front-end's
+  // shard_map, docs/frontend.md): no SPMD partitioning; argument k is placed by its spec.
+  bool manual = false;
 };
 
 struct MemoryAnalysis {

@@ -194,6 +194,7 @@ class Partitioner {
       b_.output(lv, o.name, o.aliased_arg);
       out.out_specs.push_back(target);
     }
+    out.value_specs = spec_;
     out.local = std::move(b_).finish();
     return out;
   }

@@ -51,6 +51,9 @@ struct Partitioned {
   Program local;                        // per-device program; value specs = global shardings
   std::vector<PartitionSpec> arg_specs; // per argument, normalised
   std::vector<PartitionSpec> out_specs; // per output (non-aliased outputs are replicated)
+  // Per GLOBAL value, the sharding the walk gave it (before outputs are resharded): what the
+  // front-end (engine/frontend) makes a result's sharding, as jax.jit's output shardings.
+  std::vector<PartitionSpec> value_specs;
 };
 
 // Walks the global program once (its argument specs must be set) and emits the per-device

@@ -133,8 +133,23 @@ double gelu_grad(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluA * x * x);
 }
 
+double exp_(double x) { return std::exp(x); }
+double log_(double x) { return std::log(x); }
+double log_grad(double x) { return 1.0 / x; }
+double tanh_(double x) { return std::tanh(x); }
+double tanh_grad(double x) {
+  const double t = std::tanh(x);
+  return 1.0 - t * t;
+}
+double reciprocal(double x) { return 1.0 / x; }
+double reciprocal_grad(double x) { return -1.0 / (x * x); }
+
 constexpr auto kUnaryOps = std::to_array<UnaryMath>({
     {OpKind::kGelu, OpKind::kGeluGrad, gelu, gelu_grad, 8, 14},
+    {OpKind::kExp, OpKind::kExpGrad, exp_, exp_, 4, 5},
+    {OpKind::kLog, OpKind::kLogGrad, log_, log_grad, 4, 2},
+    {OpKind::kTanh, OpKind::kTanhGrad, tanh_, tanh_grad, 6, 8},
+    {OpKind::kReciprocal, OpKind::kReciprocalGrad, reciprocal, reciprocal_grad, 1, 3},
 });
 
 // Every kUnary op has exactly one row, every kUnaryGrad op is exactly one row's grad.

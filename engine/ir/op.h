@@ -33,6 +33,8 @@
 //                    it only when Hkv < H. Any dtype (data movement).
 //   kGelu          (x) -> x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   jax.nn.gelu's default
 //                    (approximate=True); kGeluGrad (x, dy) -> dy * gelu'(x). A kUnary op.
+//   kExp, kLog, kTanh, kReciprocal (x) -> exp(x), log(x), tanh(x), 1/x: kUnary ops (the
+//                    front-end's np.exp, np.log, np.tanh and division; docs/frontend.md)
 //   kAdd, kMul     (a, b) same shape -> elementwise
 //   kScale         (x) [scale] -> scale * x
 //   kConvert       (x) [dtype] -> x cast to dtype
@@ -192,7 +194,15 @@ namespace eng {
   X(Gelu, "gelu", kUnary)                                           \
   X(GeluGrad, "gelu_grad", kUnaryGrad)                              \
   X(IndexInDim, "index_in_dim", kCustom)                            \
-  X(AddIndexInDim, "add_index_in_dim", kCustom)
+  X(AddIndexInDim, "add_index_in_dim", kCustom)                     \
+  X(Exp, "exp", kUnary)                                             \
+  X(ExpGrad, "exp_grad", kUnaryGrad)                                \
+  X(Log, "log", kUnary)                                             \
+  X(LogGrad, "log_grad", kUnaryGrad)                                \
+  X(Tanh, "tanh", kUnary)                                           \
+  X(TanhGrad, "tanh_grad", kUnaryGrad)                              \
+  X(Reciprocal, "reciprocal", kUnary)                               \
+  X(ReciprocalGrad, "reciprocal_grad", kUnaryGrad)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

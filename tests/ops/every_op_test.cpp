@@ -131,6 +131,15 @@ void add_backward_cases(std::map<OpKind, Case>& c) {
     const Shape s{z.B, z.T, z.E};
     return b.emit(K::kGeluGrad, {act(b, "x", s), act(b, "dy", s)});
   }};
+  // The front-end's unary ops (docs/frontend.md); log's and 1/x's inputs made positive by exp.
+  for (K grad : {K::kExpGrad, K::kLogGrad, K::kTanhGrad, K::kReciprocalGrad}) {
+    c[grad] = {[grad](Builder& b, const Sizes& z, V&) -> V {
+      const Shape s{z.B, z.T, z.E};
+      ValueId x = act(b, "x", s);
+      if (grad == K::kLogGrad || grad == K::kReciprocalGrad) x = b.emit(K::kExp, {x})[0];
+      return b.emit(grad, {x, act(b, "dy", s)});
+    }};
+  }
 }
 
 // Optimizer and metric ops (scalars replicated).
@@ -198,6 +207,12 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
         return {b.add_index_in_dim(u[1], acc, 2, 2, 3)};
       },
       true};
+  c[K::kExp] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kExp, {x})[0]; });
+  c[K::kTanh] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kTanh, {x})[0]; });
+  for (K k : {K::kLog, K::kReciprocal})  // on exp(x): inputs > 0
+    c[k] = one([k](Builder& b, const Sizes&, ValueId x) {
+      return b.emit(k, {b.emit(K::kExp, {x})[0]})[0];
+    });
   c[K::kConcat] = {
       [](Builder& b, const Sizes& z, V& w) -> V {
         auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), act(b, "y", Shape{z.B, z.T, 2})});

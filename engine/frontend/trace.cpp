@@ -1,0 +1,351 @@
+// engine/frontend/trace.cpp: Trace (a Builder plus where each argument comes from), Compiled
+// (output shardings, output buffers, the Jit), runtimes per mesh, device_put and fetch.
+#include "engine/frontend/trace.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "engine/compile/spmd.h"
+#include "engine/sharding/shard_geometry.h"
+
+namespace eng::frontend {
+namespace {
+
+std::atomic<int64_t> g_next_trace_id{1};
+
+std::string axes_name(const PartitionSpec::DimAxes& axes) {
+  return fmt::format("{}", fmt::join(axes, ","));
+}
+
+}  // namespace
+
+std::shared_ptr<Runtime> runtime_for(const Mesh& mesh) {
+  static std::mutex mu;
+  static std::vector<std::weak_ptr<Runtime>> runtimes;  // one live Runtime per mesh
+  std::lock_guard<std::mutex> lock(mu);
+  std::erase_if(runtimes, [](const std::weak_ptr<Runtime>& w) { return w.expired(); });
+  for (const auto& w : runtimes)
+    if (auto rt = w.lock(); rt && rt->mesh() == mesh) return rt;
+  auto rt = std::make_shared<Runtime>(mesh);
+  runtimes.push_back(rt);
+  return rt;
+}
+
+ShardMode shard_mode_of(const Mesh& mesh) {
+  return mesh.axis_type() == AxisType::kExplicit ? ShardMode::kExplicit : ShardMode::kAuto;
+}
+
+Status check_host_values(const Shape& shape, std::string_view what) {
+  if (shape.numel() > kMaxHostValues)
+    return invalid_argument(
+        "{}: shape {} has {} elements, over the front-end's limit of {} per "
+        "array (engine/frontend/trace.h kMaxHostValues)",
+        what, shape.to_string(), shape.numel(), kMaxHostValues);
+  return ok_status();
+}
+
+Result<ArrayRef> device_put(const std::vector<double>& host, const Shape& shape, DType dtype,
+                            const NamedSharding& sharding) {
+  ENG_RETURN_IF_ERROR(check_array_bytes(shape, dtype, "device_put"));
+  if (static_cast<int64_t>(host.size()) != shape.numel())
+    return invalid_argument("device_put: {} values for shape {} ({} elements)", host.size(),
+                            shape.to_string(), shape.numel());
+  ENG_RETURN_IF_ERROR(sharding.validate(shape));
+  auto out = std::make_shared<DeviceArray>();
+  out->rt = runtime_for(sharding.mesh);
+  std::vector<char> bytes(static_cast<size_t>(shape.numel() * dtype_size(dtype)));
+  for (size_t i = 0; i < host.size(); ++i) {
+    switch (dtype) {
+      case DType::kF32:
+        reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(host[i]);
+        break;
+      case DType::kBF16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_bf16(static_cast<float>(host[i]));
+        break;
+      case DType::kI32:
+        reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(host[i]);
+        break;
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(out->array, out->rt->put(bytes.data(), shape, dtype, sharding, "array"));
+  return ArrayRef(std::move(out));
+}
+
+Result<std::vector<double>> fetch(const DeviceArray& a) {
+  ENG_RETURN_IF_ERROR(check_host_values(a.array.shape, "fetch"));
+  const int64_t n = a.array.shape.numel();
+  std::vector<char> bytes(static_cast<size_t>(n * dtype_size(a.array.dtype)));
+  ENG_RETURN_IF_ERROR(a.rt->fetch(a.array, bytes.data()));
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (a.array.dtype) {
+      case DType::kF32:
+        out[i] = reinterpret_cast<const float*>(bytes.data())[i];
+        break;
+      case DType::kBF16:
+        out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+        break;
+      case DType::kI32:
+        out[i] = reinterpret_cast<const int32_t*>(bytes.data())[i];
+        break;
+    }
+  }
+  return out;
+}
+
+Result<ArrayRef> reshard_on_host(const DeviceArray& a, const NamedSharding& sharding) {
+  if (!(sharding.mesh == a.array.sharding.mesh))
+    return invalid_argument("device_put: the array lives on {} but the sharding's mesh is {}",
+                            a.array.sharding.mesh.to_string(), sharding.mesh.to_string());
+  ENG_ASSIGN_OR_RETURN(std::vector<double> host, fetch(a));
+  return device_put(host, a.array.shape, a.array.dtype, sharding);
+}
+
+// ---- Trace ------------------------------------------------------------------------------
+
+Trace::Trace(std::string name, Mesh mesh, bool manual)
+    : name_(name),
+      mesh_(std::move(mesh)),
+      b_(std::move(name)),
+      id_(g_next_trace_id++),
+      manual_(manual) {}
+
+ValueId Trace::input(std::string name, const Shape& shape, DType dtype, const PartitionSpec& spec) {
+  ValueId v = b_.argument(std::move(name), shape, dtype, {}, ArgRole::kBatch);
+  b_.mutable_info(v).spec = spec;
+  sources_.push_back({Source::Kind::kInput, num_inputs_++, nullptr, 0});
+  return v;
+}
+
+ValueId Trace::capture(ArrayRef a) {
+  ValueId v = b_.argument(fmt::format("const{}", sources_.size()), a->array.shape, a->array.dtype,
+                          {}, ArgRole::kBatch);
+  b_.mutable_info(v).spec = a->array.sharding.spec;
+  sources_.push_back({Source::Kind::kCaptured, 0, std::move(a), 0});
+  return v;
+}
+
+ValueId Trace::scalar(double value, DType dtype) {
+  ValueId v =
+      b_.argument(fmt::format("const{}", sources_.size()), Shape{}, dtype, {}, ArgRole::kBatch);
+  b_.mutable_info(v).spec = PartitionSpec();
+  sources_.push_back({Source::Kind::kScalar, 0, nullptr, value});
+  return v;
+}
+
+Result<ValueId> Trace::constant(const std::vector<double>& host, const Shape& shape, DType dtype) {
+  ENG_ASSIGN_OR_RETURN(ArrayRef a, device_put(host, shape, dtype, {mesh_, PartitionSpec()}));
+  return capture(std::move(a));
+}
+
+std::string Trace::logical_name(const PartitionSpec::DimAxes& axes) {
+  if (axes.empty()) return "";
+  std::string n = axes_name(axes);
+  logical_[n] = axes;
+  return n;
+}
+
+LogicalAxisRules Trace::rules() const {
+  std::vector<LogicalAxisRule> rules;
+  for (const std::string& a : mesh_.axis_names()) rules.push_back({a, {a}});
+  for (const auto& [name, axes] : logical_)
+    if (axes.size() > 1) rules.push_back({name, axes});
+  return LogicalAxisRules(std::move(rules));
+}
+
+Result<PartitionSpec> Trace::sharding_of(ValueId v) const {
+  if (manual_) return PartitionSpec();  // shard_map's values are per-device blocks
+  const ValueInfo& info = b_.info(v);
+  if (info.spec) return *info.spec;
+  if (mesh_.num_devices() == 1) return PartitionSpec();
+  Builder b = b_;
+  b.output(v, "x");
+  Program p = std::move(b).finish();
+  CompileOptions o;
+  o.rules = rules();
+  o.shard_mode = shard_mode_of(mesh_);
+  ENG_ASSIGN_OR_RETURN(Partitioned part, partition(p, mesh_, o));
+  return PartitionSpec(part.value_specs[v].dims());
+}
+
+// ---- Compiled ---------------------------------------------------------------------------
+
+namespace {
+
+// A result the per-device program might not produce with an instruction of its own (an
+// argument, a sharding constraint that moves nothing, a value returned twice) gets a copy
+// (copy_value), so it can be written into its output buffer.
+bool needs_copy(const Program& p, ValueId v, std::span<const ValueId> earlier) {
+  const ValueInfo& info = p.value(v);
+  if (info.producer < 0) return true;
+  if (p.instrs()[static_cast<size_t>(info.producer)].kind == OpKind::kConstraint) return true;
+  for (ValueId e : earlier)
+    if (e == v) return true;
+  return false;
+}
+
+// A copy of v made by an instruction: scale by 1 for floats; for int32 (no arithmetic kernels)
+// a one-input concatenation, the data-movement op that takes any dtype.
+ValueId copy_value(Builder& b, ValueId v) {
+  if (b.info(v).dtype != DType::kI32) return b.scale(v, 1.0);
+  const Shape s = b.info(v).shape;
+  if (s.rank() > 0) return b.concat({v}, 0);
+  return b.reshape(b.concat({b.reshape(v, Shape{1})}, 0), Shape{});
+}
+
+// The global shape of per-device blocks `local` placed by `spec` (shard_map's results).
+Shape global_of(const Mesh& mesh, const PartitionSpec& spec, const Shape& local) {
+  std::vector<int64_t> d = local.dims();
+  for (int i = 0; i < spec.rank() && i < local.rank(); ++i) d[i] *= axes_size(mesh, spec.dim(i));
+  return Shape(std::move(d));
+}
+
+Result<PartitionSpec> checked_out_spec(const Mesh& mesh, const PartitionSpec& s, const Shape& shape,
+                                       size_t index, std::string_view what) {
+  if (s.rank() > shape.rank())
+    return invalid_argument("{}[{}]: {} is longer than the result's rank {} (shape {})", what,
+                            index + 1, s.to_string(), shape.rank(), shape.to_string());
+  NamedSharding ns{mesh, s};
+  Status st = ns.validate(shape);
+  if (!st.ok()) return invalid_argument("{}[{}]: {}", what, index + 1, st.message());
+  return s;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId> results,
+                                                   const CompileRequest& req) {
+  std::shared_ptr<Compiled> c(new Compiled());
+  c->name_ = req.fn_name;
+  c->mesh_ = tr.mesh();
+  c->sources_ = tr.sources_;
+  c->manual_ = tr.manual();
+  const LogicalAxisRules rules = tr.rules();
+  Builder& b = tr.builder();
+  for (const Argument& a : b.program().args())
+    if (c->sources_[&a - b.program().args().data()].kind == Trace::Source::Kind::kInput)
+      c->in_shardings_.push_back({c->mesh_, *b.info(a.value).spec});
+  {
+    Builder shown = b;  // the user's program, as lower() prints it
+    for (size_t i = 0; i < results.size(); ++i) shown.output(results[i], fmt::format("out{}", i));
+    c->traced_ = std::move(shown).finish();
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<PartitionSpec> specs, c->result_specs(tr, results, req));
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (needs_copy(b.program(), results[i], std::span(results.data(), i)))
+      results[i] = copy_value(b, results[i]);
+    const ValueInfo r = b.info(results[i]);  // a copy: argument() below grows the values
+    PartitionSpec s = remove_size_one_mesh_axis(specs[i], c->mesh_);
+    ValueId buf = b.argument(fmt::format("out{}", i), r.shape, r.dtype, {}, ArgRole::kBatch);
+    b.mutable_info(buf).spec = s;
+    c->sources_.push_back({Trace::Source::Kind::kOutBuffer, static_cast<int>(i), nullptr, 0});
+    c->out_shardings_.push_back({c->mesh_, s});
+    c->out_shapes_.push_back(c->manual_ ? global_of(c->mesh_, s, r.shape) : r.shape);
+  }
+  const int first_buffer = static_cast<int>(b.program().args().size() - results.size());
+  for (size_t i = 0; i < results.size(); ++i)
+    b.output(results[i], fmt::format("out{}", i), first_buffer + static_cast<int>(i));
+  c->program_ = std::move(b).finish();
+  ENG_RETURN_IF_ERROR(c->compile(req, rules));
+  return c;
+}
+
+// The results' shardings: the caller's, else what the partitioner propagates (a manual
+// trace has no propagation: its out_specs say how the per-device blocks form each result).
+Result<std::vector<PartitionSpec>> Compiled::result_specs(const Trace& tr,
+                                                          const std::vector<ValueId>& results,
+                                                          const CompileRequest& req) const {
+  std::vector<PartitionSpec> specs(results.size());
+  if (mesh_.num_devices() > 1 && !manual_) {
+    CompileOptions opts;
+    opts.rules = tr.rules();
+    opts.shard_mode = shard_mode_of(mesh_);
+    ENG_ASSIGN_OR_RETURN(Partitioned part, partition(traced_, mesh_, opts));
+    for (size_t i = 0; i < results.size(); ++i)
+      specs[i] = PartitionSpec(part.value_specs[results[i]].dims());  // partial sums reduced
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    const bool given = i < req.out_specs.size() && req.out_specs[i];
+    if (!given && manual_)
+      return invalid_argument("shard_map: out_specs gives {} specs for {} results",
+                              std::min(req.out_specs.size(), results.size() - 1), results.size());
+    if (!given) continue;
+    const Shape& shape = tr.info(results[i]).shape;  // manual: the block's (local) shape
+    const PartitionSpec& want = *req.out_specs[i];
+    ENG_ASSIGN_OR_RETURN(
+        specs[i], checked_out_spec(mesh_, want, manual_ ? global_of(mesh_, want, shape) : shape, i,
+                                   manual_ ? "out_specs" : "out_shardings"));
+  }
+  return specs;
+}
+
+Status Compiled::compile(const CompileRequest& req, const LogicalAxisRules& rules) {
+  CompileOptions opts;
+  opts.rules = rules;
+  opts.shard_mode = shard_mode_of(mesh_);
+  opts.manual = manual_;
+  jit_ = std::make_unique<Jit>(req.fn_name, &program_, mesh_, opts, JitOptions{});
+  std::vector<NamedSharding> shardings;
+  for (const Argument& a : program_.args())
+    shardings.push_back({mesh_, *program_.value(a.value).spec});
+  ENG_ASSIGN_OR_RETURN(CompileEvent ev,
+                       jit_->lookup(signature_of(program_, shardings), req.fn_name));
+  exe_ = ev.exe;
+  info_ = jit_->last();
+  return ok_status();
+}
+
+Result<std::vector<ArrayRef>> Compiled::run(std::span<const ArrayRef> inputs) const {
+  std::shared_ptr<Runtime> rt = runtime_for(mesh_);
+  std::vector<ArrayRef> held;  // scalars and output buffers made for this call
+  std::vector<std::shared_ptr<DeviceArray>> outs(out_shardings_.size());
+  std::vector<Array*> args;
+  for (size_t k = 0; k < sources_.size(); ++k) {
+    const Trace::Source& s = sources_[k];
+    const ValueInfo& v = program_.value(program_.args()[k].value);
+    switch (s.kind) {
+      case Trace::Source::Kind::kInput: {
+        if (s.index >= static_cast<int>(inputs.size()))
+          return invalid_argument("{}: {} inputs given, the program takes {}", name_, inputs.size(),
+                                  in_shardings_.size());
+        const DeviceArray& a = *inputs[s.index];
+        const Shape want = manual_ ? a.array.sharding.local_shape(a.array.shape) : a.array.shape;
+        if (want != v.shape || a.array.dtype != v.dtype || !(a.array.sharding.mesh == mesh_))
+          return invalid_argument("{}: input {} is {} on {}, the program was traced for {}", name_,
+                                  s.index + 1,
+                                  typeof_string(dtype_name(a.array.dtype), a.array.shape,
+                                                &a.array.sharding.spec, &a.array.sharding.mesh),
+                                  a.array.sharding.mesh.to_string(), v.type_string(&mesh_));
+        held.push_back(inputs[s.index]);
+        break;
+      }
+      case Trace::Source::Kind::kCaptured:
+        held.push_back(s.captured);
+        break;
+      case Trace::Source::Kind::kScalar: {
+        ENG_ASSIGN_OR_RETURN(ArrayRef a,
+                             device_put({s.scalar}, Shape{}, v.dtype, {mesh_, PartitionSpec()}));
+        held.push_back(std::move(a));
+        break;
+      }
+      case Trace::Source::Kind::kOutBuffer: {
+        auto o = std::make_shared<DeviceArray>();
+        o->rt = rt;
+        ENG_ASSIGN_OR_RETURN(
+            o->array, rt->zeros(out_shapes_[s.index], v.dtype, out_shardings_[s.index], "result"));
+        outs[s.index] = o;
+        held.push_back(o);
+        break;
+      }
+    }
+    args.push_back(const_cast<Array*>(&held.back()->array));  // outputs update their buffers
+  }
+  std::vector<Array> none;
+  ENG_RETURN_IF_ERROR(rt->execute(*exe_, args, none));
+  return std::vector<ArrayRef>(outs.begin(), outs.end());
+}
+
+}  // namespace eng::frontend

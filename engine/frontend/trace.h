@@ -1,0 +1,159 @@
+// engine/frontend/trace.h: users' own programs (JAX's front-end, issue 13): a Trace records
+// numpy-like calls into an engine/ir Program; a Compiled is that program compiled for its
+// argument shardings (cached like jax.jit) and run on a Runtime's simulated devices.
+//
+//   Trace tr("f", mesh);
+//   ValueId x = tr.input("x", Shape{8, 4}, DType::kF32, P("X", "Y"));
+//   ENG_ASSIGN_OR_RETURN(ValueId y, np::add(tr, x, x));           // engine/frontend/numpy.h
+//   ENG_ASSIGN_OR_RETURN(auto c, Compiled::create(std::move(tr), {y}, {}, "f"));
+//   ENG_ASSIGN_OR_RETURN(std::vector<ArrayRef> out, c->run({xa}));
+//
+// A program's arguments are the function's inputs, then the arrays it captured (JAX's
+// constvars: concrete arrays and Lua numbers used inside a traced function), then one output
+// buffer per result: each result is written in place into a buffer placed with the result's
+// sharding (what the partitioner propagated, or the caller's out_shardings), because the
+// engine's non-aliased outputs are replicated. lower() shows the program without them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/compile/jit.h"
+#include "engine/ir/builder.h"
+#include "engine/runtime/runtime.h"
+
+namespace eng::frontend {
+
+// The Runtime (simulated devices) of a mesh: one per distinct mesh in the process, shared by
+// every array placed on it (arrays hold it, so devices outlive their buffers).
+std::shared_ptr<Runtime> runtime_for(const Mesh& mesh);
+
+// A concrete array: its shards on the devices of `rt`. Immutable once made.
+struct DeviceArray {
+  std::shared_ptr<Runtime> rt;
+  Array array;
+};
+using ArrayRef = std::shared_ptr<const DeviceArray>;
+
+// The most values a front-end array may be staged through the host with (as doubles: 2 GiB):
+// sl.zeros({2^30}) is refused with its shape instead of exhausting the machine's memory.
+inline constexpr int64_t kMaxHostValues = int64_t{1} << 28;
+// Ok when `shape` is within kMaxHostValues, else an error naming `what` and the shape.
+Status check_host_values(const Shape& shape, std::string_view what);
+
+// Places host values (row-major, numel of shape, as doubles) with `sharding`.
+Result<ArrayRef> device_put(const std::vector<double>& host, const Shape& shape, DType dtype,
+                            const NamedSharding& sharding);
+// The global values of `a`, gathered from its shards.
+Result<std::vector<double>> fetch(const DeviceArray& a);
+// `a` re-placed with another sharding on the same mesh (through the host: device_put's path).
+Result<ArrayRef> reshard_on_host(const DeviceArray& a, const NamedSharding& sharding);
+
+class Trace {
+ public:
+  // manual: a shard_map body: values have per-device (local) shapes and collectives are
+  // explicit (np::psum, ...); the program is compiled without SPMD partitioning.
+  Trace(std::string name, Mesh mesh, bool manual = false);
+  bool manual() const { return manual_; }
+  const std::string& name() const { return name_; }
+  const Mesh& mesh() const { return mesh_; }
+  Builder& builder() { return b_; }
+  const ValueInfo& info(ValueId v) const { return b_.info(v); }
+  int64_t id() const { return id_; }
+
+  // A function input (program argument in call order), sharded by `spec` on the mesh.
+  ValueId input(std::string name, const Shape& shape, DType dtype, const PartitionSpec& spec);
+  // A captured concrete array (a constvar), placed as it is.
+  ValueId capture(ArrayRef a);
+  // A captured scalar (a Lua number), replicated, of dtype.
+  ValueId scalar(double value, DType dtype);
+  // A constant array (np.sum's vector of ones), placed replicated at trace time.
+  Result<ValueId> constant(const std::vector<double>& host, const Shape& shape, DType dtype);
+
+  // The logical name the engine's rules resolve to `axes` on this trace's mesh ("" = None):
+  // kConstraint and kMatmul's out_sharding take logical names; compile() gets rules mapping
+  // each name back to its axes.
+  std::string logical_name(const PartitionSpec::DimAxes& axes);
+  LogicalAxisRules rules() const;
+
+  int num_inputs() const { return num_inputs_; }
+
+  // The sharding the partitioner gives v in the program traced so far (an argument: its spec;
+  // one device: replicated); partial sums count as reduced. What sl.typeof shows for a tracer
+  // (explicit mode: shardings are part of the type) and what reductions keep.
+  Result<PartitionSpec> sharding_of(ValueId v) const;
+
+ private:
+  friend class Compiled;
+  struct Source {  // where one program argument comes from at run time
+    enum class Kind : uint8_t { kInput, kCaptured, kScalar, kOutBuffer } kind;
+    int index = 0;      // kInput: call position; kOutBuffer: result index
+    ArrayRef captured;  // kCaptured
+    double scalar = 0;  // kScalar
+  };
+  std::string name_;
+  Mesh mesh_;
+  Builder b_;
+  int64_t id_;
+  bool manual_ = false;
+  int num_inputs_ = 0;
+  std::vector<Source> sources_;                            // per program argument
+  std::map<std::string, PartitionSpec::DimAxes> logical_;  // logical name -> mesh axes
+};
+
+// Options a caller (sl.jit) gives a compilation.
+struct CompileRequest {
+  std::string fn_name;                                  // "f" (the cache key's and store's name)
+  std::vector<std::optional<PartitionSpec>> out_specs;  // per result; nullopt: propagated
+                                                        // (a manual trace needs every one)
+};
+
+class Compiled {
+ public:
+  // Finishes `tr` with `results` (values of tr) and compiles it. Errors: the partitioner's
+  // (explicit-mode asserts, ambiguous matmuls, indivisible out_specs), out_specs naming axes
+  // the mesh lacks or of the wrong rank.
+  static Result<std::shared_ptr<Compiled>> create(Trace tr, std::vector<ValueId> results,
+                                                  const CompileRequest& req);
+
+  // Runs the program on inputs (one per Trace::input, with the shardings traced).
+  Result<std::vector<ArrayRef>> run(std::span<const ArrayRef> inputs) const;
+
+  const Program& traced() const { return traced_; }    // the user's program (lower())
+  const Program& program() const { return program_; }  // with the output buffers
+  const std::shared_ptr<const Executable>& executable() const { return exe_; }
+  const CompileInfo& info() const { return info_; }
+  const Mesh& mesh() const { return mesh_; }
+  const std::vector<NamedSharding>& out_shardings() const { return out_shardings_; }
+  const std::vector<NamedSharding>& in_shardings() const { return in_shardings_; }
+
+ private:
+  Compiled() = default;
+  Result<std::vector<PartitionSpec>> result_specs(const Trace& tr,
+                                                  const std::vector<ValueId>& results,
+                                                  const CompileRequest& req) const;
+  Status compile(const CompileRequest& req, const LogicalAxisRules& rules);
+  std::string name_;
+  Mesh mesh_;
+  Program traced_;
+  Program program_;
+  std::vector<Trace::Source> sources_;
+  std::vector<NamedSharding> in_shardings_;   // per input
+  std::vector<NamedSharding> out_shardings_;  // per result
+  std::vector<Shape> out_shapes_;             // per result: its global shape
+  bool manual_ = false;                       // a shard_map body (per-device program)
+  std::unique_ptr<Jit> jit_;
+  std::shared_ptr<const Executable> exe_;
+  CompileInfo info_;
+};
+
+// The shard mode a mesh implies for users' programs: Explicit axes make explicit mode.
+ShardMode shard_mode_of(const Mesh& mesh);
+
+}  // namespace eng::frontend

@@ -1,0 +1,961 @@
+// shell/lua_array.cpp: users' meshes and arrays (issue 13; docs/frontend.md): sl.make_mesh,
+// sl.set_mesh / sl.use_mesh, sl.array, sl.arange, sl.zeros, sl.ones, sl.full, sl.random,
+// sl.device_put, the Array type, and `apply` (eager dispatch cache and tracing).
+#include "shell/lua_array.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "engine/frontend/numpy.h"
+#include "engine/sharding/shard_geometry.h"
+#include "shell/bindings.h"
+#include "shell/lua_types.h"
+
+namespace shell {
+
+namespace fe = eng::frontend;
+
+namespace {
+
+std::optional<eng::Mesh> g_mesh;                   // sl.set_mesh's; none: one device
+std::vector<std::shared_ptr<fe::Trace>> g_traces;  // active sl.jit traces, innermost last
+
+// The eager dispatch cache: one Compiled per (op, static arguments, operand types), as JAX's
+// eager ops compile once per signature. Bounded: cleared when full (recompiling is cheap).
+constexpr size_t kEagerCacheCapacity = 512;
+std::map<std::string, std::shared_ptr<fe::Compiled>>& eager_cache() {
+  static std::map<std::string, std::shared_ptr<fe::Compiled>> cache;
+  return cache;
+}
+
+std::string spec_key(const eng::NamedSharding& s) {
+  return eng::remove_size_one_mesh_axis(s.spec, s.mesh).to_string();
+}
+
+}  // namespace
+
+const eng::Mesh& current_mesh() {
+  static const eng::Mesh kOneDevice;
+  return g_mesh ? *g_mesh : kOneDevice;
+}
+void set_current_mesh(std::optional<eng::Mesh> mesh) { g_mesh = std::move(mesh); }
+
+std::shared_ptr<fe::Trace> active_trace() { return g_traces.empty() ? nullptr : g_traces.back(); }
+void push_trace(std::shared_ptr<fe::Trace> tr) { g_traces.push_back(std::move(tr)); }
+void pop_trace() {
+  if (!g_traces.empty()) g_traces.pop_back();
+}
+int trace_depth() { return static_cast<int>(g_traces.size()); }
+
+Result<ArrayBox*> arg_array(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+  return arg_udata<ArrayBox>(L, idx, fn, name);
+}
+
+void push_array(lua_State* L, ArrayBox box) { push_udata(L, std::move(box)); }
+
+void push_concrete(lua_State* L, fe::ArrayRef a) {
+  ArrayBox box;
+  box.shape = a->array.shape;
+  box.dtype = a->array.dtype;
+  box.data = std::move(a);
+  push_array(L, std::move(box));
+}
+
+Result<eng::NamedSharding> array_sharding(const ArrayBox& a) {
+  if (!a.is_tracer()) return a.data->array.sharding;
+  const eng::Mesh& mesh = a.trace->mesh();
+  const eng::ValueInfo& v = a.trace->info(a.value);
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec spec, a.trace->sharding_of(a.value));
+  (void)v;
+  return eng::NamedSharding{mesh, spec};
+}
+
+Result<Operand> arg_operand(lua_State* L, int idx, std::string_view fn, std::string_view name) {
+  Operand o;
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    o.number = lua_tonumber(L, idx);
+    return o;
+  }
+  if (ArrayBox* a = to_udata<ArrayBox>(L, idx)) {
+    o.array = a;
+    return o;
+  }
+  return arg_error(L, idx, fn, name, "Array or number");
+}
+
+Result<std::optional<eng::PartitionSpec>> opt_spec(lua_State* L, int idx, std::string_view fn,
+                                                   std::string_view name) {
+  if (lua_isnoneornil(L, idx)) return std::optional<eng::PartitionSpec>();
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p, arg_udata<eng::PartitionSpec>(L, idx, fn, name));
+  return std::optional<eng::PartitionSpec>(*p);
+}
+
+bool array_type_parts(lua_State* L, int idx, eng::Shape* shape, eng::NamedSharding* sharding,
+                      std::string* dtype) {
+  ArrayBox* a = to_udata<ArrayBox>(L, idx);
+  if (!a) return false;
+  Result<eng::NamedSharding> s = array_sharding(*a);
+  *shape = a->shape;
+  *sharding = s.ok() ? *s : eng::NamedSharding{};
+  *dtype = std::string(eng::dtype_name(a->dtype));
+  return true;
+}
+
+// ---- apply: eager or traced -------------------------------------------------------------
+
+namespace {
+
+std::string operand_key(const Operand& o) {
+  if (!o.array) return "num";
+  const eng::NamedSharding& s = o.array->data->array.sharding;
+  return fmt::format("{}[{}]{}@{}", eng::dtype_name(o.array->dtype), o.array->shape.to_list(),
+                     spec_key(s), s.mesh.repr());
+}
+
+// The dtype a Lua number takes next to these operands: the first array's (float32 if none).
+eng::DType number_dtype(const std::vector<Operand>& ops) {
+  for (const Operand& o : ops)
+    if (o.array) return o.array->dtype == eng::DType::kI32 ? eng::DType::kF32 : o.array->dtype;
+  return eng::DType::kF32;
+}
+
+Result<int> push_tracers(lua_State* L, const std::shared_ptr<fe::Trace>& tr,
+                         const std::vector<eng::ValueId>& outs) {
+  for (eng::ValueId v : outs) {
+    ArrayBox box;
+    box.trace = tr;
+    box.value = v;
+    box.shape = tr->info(v).shape;
+    box.dtype = tr->info(v).dtype;
+    push_array(L, std::move(box));
+  }
+  return static_cast<int>(outs.size());
+}
+
+Result<int> apply_traced(lua_State* L, std::string_view fn, const std::vector<Operand>& ops,
+                         const OpFn& op) {
+  std::shared_ptr<fe::Trace> tr = active_trace();
+  std::vector<eng::ValueId> ins;
+  for (const Operand& o : ops) {
+    if (!o.array) {
+      ins.push_back(tr->scalar(o.number, number_dtype(ops)));
+    } else if (o.array->is_tracer()) {
+      ins.push_back(o.array->value);
+    } else {
+      if (!(o.array->data->array.sharding.mesh == tr->mesh()))
+        return eng::invalid_argument("{}: an array on {} used inside a function traced on {}", fn,
+                                     o.array->data->array.sharding.mesh.to_string(),
+                                     tr->mesh().to_string());
+      ins.push_back(tr->capture(o.array->data));  // a constvar
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<eng::ValueId> outs, with_context(fn, op(*tr, ins)));
+  return push_tracers(L, tr, outs);
+}
+
+Result<std::shared_ptr<fe::Compiled>> eager_compiled(std::string_view fn, const std::string& key,
+                                                     const std::vector<Operand>& ops,
+                                                     const eng::Mesh& mesh, const OpFn& op) {
+  auto& cache = eager_cache();
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  fe::Trace tr(std::string(fn), mesh);
+  std::vector<eng::ValueId> ins;
+  const eng::DType num = number_dtype(ops);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Operand& o = ops[i];
+    const std::string name = fmt::format("x{}", i);
+    ins.push_back(
+        o.array ? tr.input(name, o.array->shape, o.array->dtype, o.array->data->array.sharding.spec)
+                : tr.input(name, eng::Shape{}, num, eng::PartitionSpec()));
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<eng::ValueId> outs, with_context(fn, op(tr, ins)));
+  ENG_ASSIGN_OR_RETURN(
+      auto c, with_context(fn, fe::Compiled::create(std::move(tr), outs, {std::string(fn), {}})));
+  if (cache.size() >= kEagerCacheCapacity) cache.clear();
+  cache.emplace(key, c);
+  return c;
+}
+
+Result<int> apply_eager(lua_State* L, std::string_view fn, const std::string& key,
+                        const std::vector<Operand>& ops, const OpFn& op) {
+  const eng::Mesh* mesh = nullptr;
+  std::string full = fmt::format("{}|{}", fn, key);
+  for (const Operand& o : ops) {
+    full += "|" + operand_key(o);
+    if (!o.array) continue;
+    const eng::Mesh& m = o.array->data->array.sharding.mesh;
+    if (mesh && !(*mesh == m))
+      return eng::invalid_argument("{}: operands live on different meshes: {} and {}", fn,
+                                   mesh->to_string(), m.to_string());
+    mesh = &m;
+  }
+  if (!mesh) mesh = &current_mesh();
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<fe::Compiled> c, eager_compiled(fn, full, ops, *mesh, op));
+  std::vector<fe::ArrayRef> ins;
+  const eng::DType num = number_dtype(ops);
+  for (const Operand& o : ops) {
+    if (o.array) {
+      ins.push_back(o.array->data);
+    } else {
+      ENG_ASSIGN_OR_RETURN(fe::ArrayRef a, fe::device_put({o.number}, eng::Shape{}, num,
+                                                          {*mesh, eng::PartitionSpec()}));
+      ins.push_back(std::move(a));
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<fe::ArrayRef> outs, with_context(fn, c->run(ins)));
+  for (fe::ArrayRef& a : outs) push_concrete(L, std::move(a));
+  return static_cast<int>(outs.size());
+}
+
+}  // namespace
+
+Result<int> apply(lua_State* L, std::string_view fn, const std::string& key,
+                  const std::vector<Operand>& ops, const OpFn& op) {
+  std::shared_ptr<fe::Trace> tr;
+  for (const Operand& o : ops) {
+    if (!o.array || !o.array->is_tracer()) continue;
+    if (o.array->trace != active_trace())
+      return eng::invalid_argument(
+          "{}: Encountered an unexpected tracer: an array traced by a jit that has returned (or "
+          "by another jit) was used here; return it from the function instead",
+          fn);
+    tr = o.array->trace;
+  }
+  if (!tr && active_trace()) tr = active_trace();  // constants inside jit are traced too
+  if (tr) return apply_traced(L, fn, ops, op);
+  return apply_eager(L, fn, key, ops, op);
+}
+
+namespace {
+
+// ---- meshes -----------------------------------------------------------------------------
+
+Result<eng::AxisType> parse_axis_type(lua_State* L, int idx, std::string_view fn) {
+  ENG_ASSIGN_OR_RETURN(std::string s, arg_string(L, idx, fn, "axis_types"));
+  std::string lower = s;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  if (lower == "explicit") return eng::AxisType::kExplicit;
+  if (lower == "auto") return eng::AxisType::kAuto;
+  return eng::invalid_argument("{}: axis type '{}' is not Explicit or Auto (Manual is shard_map's)",
+                               fn, s);
+}
+
+// {axis_types = sl.AxisType.Explicit | {"Explicit", "Explicit"}}: one type for every axis
+// (the engine's meshes have one type).
+Result<eng::AxisType> read_axis_types(lua_State* L, int opts, size_t n, std::string_view fn) {
+  if (lua_isnoneornil(L, opts)) return eng::AxisType::kExplicit;  // jax.make_mesh's default
+  ENG_RETURN_IF_ERROR(arg_table(L, opts, fn, "options"));
+  static const std::vector<std::string> kKeys = {"axis_types"};
+  ENG_RETURN_IF_ERROR(check_keys(L, opts, fn, kKeys));
+  const int t = push_field(L, opts, "axis_types");
+  const int at = lua_gettop(L);
+  eng::AxisType type = eng::AxisType::kExplicit;
+  if (t == LUA_TSTRING) {
+    ENG_ASSIGN_OR_RETURN(type, parse_axis_type(L, at, fn));
+  } else if (t == LUA_TTABLE) {
+    const size_t m = lua_rawlen(L, at);
+    if (m != n) return eng::invalid_argument("{}: {} axis_types for {} axes", fn, m, n);
+    for (size_t i = 1; i <= m; ++i) {
+      lua_rawgeti(L, at, static_cast<lua_Integer>(i));
+      Result<eng::AxisType> ti = parse_axis_type(L, lua_gettop(L), fn);
+      lua_pop(L, 1);
+      if (!ti.ok()) return ti.status();
+      if (i > 1 && *ti != type)
+        return eng::invalid_argument(
+            "{}: mixed axis_types are not supported (every axis of an "
+            "engine mesh has one type)",
+            fn);
+      type = *ti;
+    }
+  } else if (t != LUA_TNIL) {
+    return arg_error(L, at, fn, "axis_types", "string or table of strings");
+  }
+  lua_settop(L, at - 1);
+  return type;
+}
+
+Result<int> make_mesh(lua_State* L) {
+  constexpr std::string_view fn = "sl.make_mesh";
+  ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "axis_shapes"));
+  std::vector<int64_t> sizes;
+  int64_t product = 1;
+  for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, 1)); ++i) {
+    lua_rawgeti(L, 1, i);
+    int ok = 0;
+    const lua_Integer v = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok || v < 1)
+      return eng::invalid_argument("{}: axis_shapes[{}] must be a positive integer", fn, i);
+    if (__builtin_mul_overflow(product, v, &product) || product > 4096)
+      return eng::invalid_argument("{}: more than 4096 simulated devices", fn);
+    sizes.push_back(v);
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> names, arg_string_list(L, 2, fn, "axis_names"));
+  if (names.size() != sizes.size())
+    return eng::invalid_argument("{}: {} axis_shapes but {} axis_names", fn, sizes.size(),
+                                 names.size());
+  ENG_ASSIGN_OR_RETURN(eng::AxisType type, read_axis_types(L, 3, sizes.size(), fn));
+  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::create(names, sizes, type)));
+  push_udata(L, std::move(m));
+  return 1;
+}
+
+Result<int> set_mesh(lua_State* L) {
+  if (lua_isnil(L, 1)) {
+    set_current_mesh(std::nullopt);
+    return 0;
+  }
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "sl.set_mesh", "mesh"));
+  set_current_mesh(*m);
+  return 0;
+}
+
+Result<int> get_mesh(lua_State* L) {
+  push_udata(L, current_mesh());
+  return 1;
+}
+
+// sl.use_mesh(m, f, ...): f(...) with m as the current mesh, restored afterwards (also when f
+// raises: the error is re-raised).
+Result<int> use_mesh(lua_State* L) {
+  constexpr std::string_view fn = "sl.use_mesh";
+  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, fn, "mesh"));
+  if (lua_type(L, 2) != LUA_TFUNCTION) return arg_error(L, 2, fn, "f", "function");
+  std::optional<eng::Mesh> saved = g_mesh;
+  set_current_mesh(*m);
+  const int base = 1;
+  const int rc = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
+  set_current_mesh(saved);
+  if (rc != LUA_OK) {
+    std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error object)";
+    return eng::invalid_argument("{}", msg);
+  }
+  return lua_gettop(L) - base;
+}
+
+// ---- reading values and options ---------------------------------------------------------
+
+struct Placement {
+  eng::DType dtype = eng::DType::kF32;
+  bool dtype_given = false;
+  eng::NamedSharding sharding;
+};
+
+// {dtype=, sharding = sl.P(...) | NamedSharding, mesh=} at idx (may be none).
+Result<Placement> read_placement(lua_State* L, int idx, std::string_view fn) {
+  Placement p;
+  p.sharding.mesh = current_mesh();
+  if (lua_isnoneornil(L, idx)) return p;
+  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
+  static const std::vector<std::string> kKeys = {"dtype", "sharding", "mesh"};
+  ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, kKeys));
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> dt, field_string(L, idx, "dtype", fn));
+  if (dt) {
+    ENG_ASSIGN_OR_RETURN(p.dtype, with_context(fn, eng::parse_dtype(*dt)));
+    p.dtype_given = true;
+  }
+  push_field(L, idx, "mesh");
+  if (!lua_isnil(L, -1)) {
+    Result<eng::Mesh*> m = arg_udata<eng::Mesh>(L, lua_gettop(L), fn, "mesh");
+    if (!m.ok()) return m.status();
+    p.sharding.mesh = **m;
+  }
+  lua_pop(L, 1);
+  push_field(L, idx, "sharding");
+  const int s = lua_gettop(L);
+  Status st = eng::ok_status();
+  if (auto* spec = to_udata<eng::PartitionSpec>(L, s))
+    p.sharding.spec = *spec;
+  else if (!lua_isnil(L, s))
+    st = arg_error(L, s, fn, "sharding", "PartitionSpec (sl.P(...))");
+  lua_pop(L, 1);
+  ENG_RETURN_IF_ERROR(st);
+  return p;
+}
+
+// Values of a nested Lua table (rectangular), row-major, and its shape.
+Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape,
+                   std::vector<double>& out, std::string_view fn) {
+  if (depth > 16) return eng::invalid_argument("{}: values nested deeper than 16", fn);
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    if (depth != static_cast<int>(shape.size()))
+      return eng::invalid_argument(
+          "{}: ragged values: a number at depth {} where the shape {} "
+          "needs a list",
+          fn, depth, eng::Shape(shape).to_string());
+    out.push_back(lua_tonumber(L, idx));
+    return eng::ok_status();
+  }
+  if (lua_type(L, idx) == LUA_TBOOLEAN) {
+    out.push_back(lua_toboolean(L, idx) ? 1 : 0);
+    return eng::ok_status();
+  }
+  if (lua_type(L, idx) != LUA_TTABLE)
+    return eng::invalid_argument("{}: values must be numbers or (nested) lists, got {}", fn,
+                                 luaL_typename(L, idx));
+  const int64_t n = static_cast<int64_t>(lua_rawlen(L, idx));
+  if (depth == static_cast<int>(shape.size())) {
+    if (!out.empty())
+      return eng::invalid_argument("{}: ragged values: a list at depth {} where numbers were", fn,
+                                   depth);
+    shape.push_back(n);
+  } else if (shape[depth] != n) {
+    return eng::invalid_argument("{}: ragged values: a list of {} at depth {}, expected {}", fn, n,
+                                 depth, shape[depth]);
+  }
+  if (static_cast<int64_t>(out.size()) + n > fe::kMaxHostValues)
+    return eng::invalid_argument("{}: too many values", fn);
+  for (int64_t i = 1; i <= n; ++i) {
+    lua_rawgeti(L, idx, i);
+    Status s = read_nested(L, lua_gettop(L), depth + 1, shape, out, fn);
+    lua_pop(L, 1);
+    ENG_RETURN_IF_ERROR(s);
+  }
+  return eng::ok_status();
+}
+
+Result<int> put_values(lua_State* L, std::string_view fn, const std::vector<double>& values,
+                       const eng::Shape& shape, const Placement& p) {
+  ENG_ASSIGN_OR_RETURN(fe::ArrayRef a,
+                       with_context(fn, fe::device_put(values, shape, p.dtype, p.sharding)));
+  push_concrete(L, std::move(a));
+  return 1;
+}
+
+Result<int> array(lua_State* L) {
+  constexpr std::string_view fn = "sl.array";
+  ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, 2, fn));
+  if (ArrayBox* a = to_udata<ArrayBox>(L, 1); a && !a->is_tracer()) {
+    ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a->data));
+    if (!p.dtype_given) p.dtype = a->dtype;
+    return put_values(L, fn, v, a->shape, p);
+  }
+  std::vector<int64_t> shape;
+  std::vector<double> values;
+  ENG_RETURN_IF_ERROR(read_nested(L, 1, 0, shape, values, fn));
+  ENG_ASSIGN_OR_RETURN(eng::Shape s, with_context(fn, eng::Shape::checked(shape)));
+  return put_values(L, fn, values, s, p);
+}
+
+Result<eng::Shape> read_dims(lua_State* L, int idx, std::string_view fn) {
+  std::vector<int64_t> dims;
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    ENG_ASSIGN_OR_RETURN(int64_t d, arg_int(L, idx, fn, "shape"));
+    dims.push_back(d);
+  } else {
+    if (lua_type(L, idx) != LUA_TTABLE)
+      return arg_error(L, idx, fn, "shape", "a shape {d0, d1, ...}");
+    for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
+      lua_rawgeti(L, idx, i);
+      int ok = 0;
+      const lua_Integer d = lua_tointegerx(L, -1, &ok);
+      lua_pop(L, 1);
+      if (!ok) return eng::invalid_argument("{}: shape[{}] is not an integer", fn, i);
+      dims.push_back(d);
+    }
+  }
+  return with_context(fn, eng::Shape::checked(std::move(dims)));
+}
+
+Result<int> filled(lua_State* L, std::string_view fn, double value, int opts) {
+  ENG_ASSIGN_OR_RETURN(eng::Shape s, read_dims(L, 1, fn));
+  ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, opts, fn));
+  ENG_RETURN_IF_ERROR(with_context(fn, eng::check_array_bytes(s, p.dtype, "array")));
+  ENG_RETURN_IF_ERROR(fe::check_host_values(s, fn));
+  return put_values(L, fn, std::vector<double>(static_cast<size_t>(s.numel()), value), s, p);
+}
+Result<int> zeros(lua_State* L) { return filled(L, "sl.zeros", 0.0, 2); }
+Result<int> ones(lua_State* L) { return filled(L, "sl.ones", 1.0, 2); }
+Result<int> full(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(double v, arg_number(L, 2, "sl.full", "fill_value"));
+  return filled(L, "sl.full", v, 3);
+}
+
+// sl.arange(stop) / sl.arange(start, stop [, step]) [, options]: int32 for integer arguments
+// (as jnp.arange), float32 otherwise.
+Result<int> arange(lua_State* L) {
+  constexpr std::string_view fn = "sl.arange";
+  int n = 0;
+  double a[3] = {0, 0, 1};
+  bool ints = true;
+  while (n < 3 && lua_type(L, n + 1) == LUA_TNUMBER) {
+    ints = ints && lua_isinteger(L, n + 1);
+    a[n] = lua_tonumber(L, n + 1);
+    ++n;
+  }
+  if (n == 0) return arg_error(L, 1, fn, "stop", "number");
+  double start = n == 1 ? 0 : a[0], stop = n == 1 ? a[0] : a[1], step = n == 3 ? a[2] : 1;
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    return eng::invalid_argument("{}: step must be finite and nonzero", fn);
+  ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, n + 1, fn));
+  if (!p.dtype_given) p.dtype = ints ? eng::DType::kI32 : eng::DType::kF32;
+  const double count = std::max(0.0, std::ceil((stop - start) / step));
+  if (count > static_cast<double>(fe::kMaxHostValues))
+    return eng::invalid_argument("{}: {} elements is too many", fn, count);
+  std::vector<double> v(static_cast<size_t>(count));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<double>(i) * step;
+  return put_values(L, fn, v, eng::Shape{static_cast<int64_t>(v.size())}, p);
+}
+
+// sl.device_put(x, sharding [, mesh]): x an Array (re-placed) or values; sharding sl.P(...)
+// on `mesh` (default: x's mesh, else the current one).
+Result<int> device_put(lua_State* L) {
+  constexpr std::string_view fn = "sl.device_put";
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec,
+                       arg_udata<eng::PartitionSpec>(L, 2, fn, "sharding"));
+  ArrayBox* a = to_udata<ArrayBox>(L, 1);
+  eng::Mesh mesh = a && !a->is_tracer() ? a->data->array.sharding.mesh : current_mesh();
+  if (!lua_isnoneornil(L, 3)) {
+    ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 3, fn, "mesh"));
+    mesh = *m;
+  }
+  const eng::NamedSharding target{mesh, *spec};
+  if (a && a->is_tracer())
+    return eng::invalid_argument("{}: inside jit use sl.reshard(x, spec)", fn);
+  if (a) {
+    ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a->data));
+    ENG_ASSIGN_OR_RETURN(fe::ArrayRef r,
+                         with_context(fn, fe::device_put(v, a->shape, a->dtype, target)));
+    push_concrete(L, std::move(r));
+    return 1;
+  }
+  std::vector<int64_t> shape;
+  std::vector<double> values;
+  ENG_RETURN_IF_ERROR(read_nested(L, 1, 0, shape, values, fn));
+  ENG_ASSIGN_OR_RETURN(eng::Shape s, with_context(fn, eng::Shape::checked(shape)));
+  Placement p;
+  p.sharding = target;
+  return put_values(L, fn, values, s, p);
+}
+
+// ---- random: counter-based (a key and an element index give each value) -----------------
+
+struct KeyBox {
+  uint64_t seed = 0;
+};
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser: a bijection with good avalanche
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+double uniform01(uint64_t key, uint64_t counter) {  // in (0, 1)
+  return (static_cast<double>(mix(key ^ mix(counter)) >> 11) + 0.5) * 0x1.0p-53;
+}
+
+}  // namespace
+}  // namespace shell
+
+template <>
+struct shell::LuaType<shell::KeyBox> {
+  static constexpr const char* kName = "PRNGKey";
+};
+
+namespace shell {
+namespace {
+
+Result<int> random_key(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(int64_t seed, arg_int(L, 1, "sl.random.key", "seed"));
+  push_udata(L, KeyBox{mix(static_cast<uint64_t>(seed))});
+  return 1;
+}
+
+Result<int> random_split(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(KeyBox * k, arg_udata<KeyBox>(L, 1, "sl.random.split", "key"));
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "sl.random.split", "num"));
+  const int64_t num = n.value_or(2);
+  if (num < 1 || num > 1 << 20)
+    return eng::invalid_argument("sl.random.split: num must be in 1..2^20, got {}", num);
+  const uint64_t seed = k->seed;
+  lua_createtable(L, static_cast<int>(num), 0);
+  for (int64_t i = 0; i < num; ++i) {
+    push_udata(L, KeyBox{mix(seed ^ mix(0x5eedull + static_cast<uint64_t>(i)))});
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+Result<int> random_fill(lua_State* L, std::string_view fn, bool normal) {
+  ENG_ASSIGN_OR_RETURN(KeyBox * k, arg_udata<KeyBox>(L, 1, fn, "key"));
+  const uint64_t seed = k->seed;
+  ENG_ASSIGN_OR_RETURN(eng::Shape s, read_dims(L, 2, fn));
+  ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, 3, fn));
+  ENG_RETURN_IF_ERROR(with_context(fn, eng::check_array_bytes(s, p.dtype, "array")));
+  ENG_RETURN_IF_ERROR(fe::check_host_values(s, fn));
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double u1 = uniform01(seed, 2 * i), u2 = uniform01(seed, 2 * i + 1);
+    v[i] = normal ? std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) : u1;
+  }
+  return put_values(L, fn, v, s, p);
+}
+Result<int> random_normal(lua_State* L) { return random_fill(L, "sl.random.normal", true); }
+Result<int> random_uniform(lua_State* L) { return random_fill(L, "sl.random.uniform", false); }
+
+Result<int> key_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(KeyBox * k, arg_udata<KeyBox>(L, 1, "PRNGKey:__tostring"));
+  lua_pushstring(L, fmt::format("PRNGKey({:016x})", k->seed).c_str());
+  return 1;
+}
+
+// ---- printing ---------------------------------------------------------------------------
+
+// One element as NumPy prints it (floatmode "maxprec"): at most 8 fractional digits, trailing
+// zeros dropped ("0.5", "2."); scientific for magnitudes NumPy prints so (>= 1e8, < 1e-4).
+std::string format_number(double v, eng::DType d, bool scientific) {
+  if (d == eng::DType::kI32) return fmt::format("{}", static_cast<int64_t>(v));
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (scientific) return fmt::format("{:.8e}", v);
+  // The shortest text that reads back as the same float32 (NumPy's "unique"), unless it needs
+  // more than 8 fractional digits or an exponent: then rounded to 8.
+  std::string t = fmt::format("{}", static_cast<float>(v));
+  const size_t dot = t.find('.');
+  if (t.find_first_of("eE") != std::string::npos ||
+      (dot != std::string::npos && t.size() - dot - 1 > 8)) {
+    t = fmt::format("{:.8f}", static_cast<double>(static_cast<float>(v)));
+    while (!t.empty() && t.back() == '0') t.pop_back();
+  } else if (dot == std::string::npos) {
+    t += ".";
+  }
+  return t;  // ends with "." when integral
+}
+
+// numpy's array2string: nested brackets, elements right-aligned to one width, rows of a
+// rank-k array separated by k-1 blank lines; over 1000 elements, only `edge` items at each
+// end of every dim with "..." between (numpy's threshold and edgeitems).
+struct Printer {
+  const std::vector<double>& v;
+  const eng::Shape& shape;
+  eng::DType dtype;
+  bool summarize;
+  bool scientific = false;
+  size_t int_width = 1, frac_width = 0;  // columns before and after the decimal point
+  static constexpr int64_t kEdge = 3;
+
+  std::vector<int64_t> shown(int dim) const {
+    std::vector<int64_t> idx;
+    const int64_t n = shape[dim];
+    for (int64_t i = 0; i < n; ++i)
+      if (!summarize || n <= 2 * kEdge || i < kEdge || i >= n - kEdge) idx.push_back(i);
+    return idx;
+  }
+  void measure() {
+    for (double x : v) {
+      const double a = std::fabs(x);
+      scientific = scientific || (std::isfinite(a) && (a >= 1e8 || (a > 0 && a < 1e-4)));
+    }
+    for (double x : v) {
+      const std::string s = format_number(x, dtype, scientific);
+      const size_t dot = s.find('.');
+      int_width = std::max(int_width, dot == std::string::npos ? s.size() : dot);
+      if (dot != std::string::npos && !scientific)
+        frac_width = std::max(frac_width, s.size() - dot);
+    }
+  }
+  std::string cell(double x) const {
+    std::string s = format_number(x, dtype, scientific);
+    const size_t dot = s.find('.');
+    const size_t head = dot == std::string::npos || scientific ? s.size() : dot;
+    const size_t tail = dot == std::string::npos || scientific ? 0 : s.size() - dot;
+    return std::string(int_width > head ? int_width - head : 0, ' ') + s +
+           std::string(frac_width > tail ? frac_width - tail : 0, ' ');
+  }
+  void print(std::string& out, int dim, int64_t offset, int indent) const {
+    if (dim == shape.rank()) {
+      out += cell(v[offset]);
+      return;
+    }
+    const int64_t stride = shape.prod(dim + 1, shape.rank());
+    const std::vector<int64_t> idx = shown(dim);
+    out += "[";
+    for (size_t k = 0; k < idx.size(); ++k) {
+      if (k > 0) {
+        out += ",";
+        if (dim == shape.rank() - 1)
+          out += " ";
+        else
+          out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') +
+                 std::string(indent + 1, ' ');
+      }
+      if (summarize && k > 0 && idx[k] != idx[k - 1] + 1) {
+        out += "...,";
+        if (dim == shape.rank() - 1)
+          out += " ";
+        else
+          out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') +
+                 std::string(indent + 1, ' ');
+      }
+      print(out, dim + 1, offset + idx[k] * stride, indent + 1);
+    }
+    out += "]";
+  }
+};
+
+Result<std::string> array_repr(const ArrayBox& a) {
+  if (a.is_tracer()) {
+    Result<eng::NamedSharding> s = array_sharding(a);
+    eng::PartitionSpec spec =
+        s.ok() ? eng::remove_size_one_mesh_axis(s->spec, s->mesh) : eng::PartitionSpec();
+    return fmt::format(
+        "Traced<{}>with<DynamicJaxprTrace>",
+        eng::typeof_string(eng::dtype_name(a.dtype), a.shape, &spec, &a.trace->mesh()));
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a.data));
+  // Only the shown elements are gathered for printing big arrays? fetch gathers all; the
+  // array limit (engine/base/limits.h) bounds it.
+  Printer p{v, a.shape, a.dtype, a.shape.numel() > 1000};
+  p.measure();
+  std::string body;
+  const std::string prefix = "Array(";
+  p.print(body, 0, 0, static_cast<int>(prefix.size()));
+  if (a.shape.numel() == 0) body = fmt::format("[], shape={}", a.shape.to_string());
+  return fmt::format("{}{}, dtype={})", prefix, body, eng::dtype_long_name(a.dtype));
+}
+
+Result<int> array_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, "Array:__tostring"));
+  ENG_ASSIGN_OR_RETURN(std::string s, array_repr(*a));
+  lua_pushlstring(L, s.data(), s.size());
+  return 1;
+}
+
+Status not_traced(const ArrayBox& a, std::string_view fn) {
+  if (a.is_tracer())
+    return eng::invalid_argument(
+        "{}: this is a traced array (inside sl.jit it has no values yet; ConcretizationTypeError "
+        "in JAX): return it from the function and read the result",
+        fn);
+  return eng::ok_status();
+}
+
+void push_nested(lua_State* L, const std::vector<double>& v, const eng::Shape& s, int dim,
+                 int64_t offset, bool ints) {
+  if (dim == s.rank()) {
+    if (ints)
+      lua_pushinteger(L, static_cast<lua_Integer>(v[offset]));
+    else
+      lua_pushnumber(L, v[offset]);
+    return;
+  }
+  const int64_t stride = s.prod(dim + 1, s.rank());
+  lua_createtable(L, static_cast<int>(s[dim]), 0);
+  for (int64_t i = 0; i < s[dim]; ++i) {
+    push_nested(L, v, s, dim + 1, offset + i * stride, ints);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+Result<int> array_totable(lua_State* L) {
+  constexpr std::string_view fn = "Array:totable";
+  ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn));
+  ENG_RETURN_IF_ERROR(not_traced(*a, fn));
+  if (a->shape.numel() > (int64_t{1} << 24))
+    return eng::invalid_argument("{}: {} elements is more than a Lua table should hold (2^24)", fn,
+                                 a->shape.numel());
+  ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a->data));
+  push_nested(L, v, a->shape, 0, 0, a->dtype == eng::DType::kI32);
+  return 1;
+}
+
+Result<int> array_item(lua_State* L) {
+  constexpr std::string_view fn = "Array:item";
+  ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn));
+  ENG_RETURN_IF_ERROR(not_traced(*a, fn));
+  if (a->shape.numel() != 1)
+    return eng::invalid_argument(
+        "{}: can only convert an array of size 1 to a number, got shape {}", fn,
+        a->shape.to_string());
+  ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a->data));
+  lua_pushnumber(L, v[0]);
+  return 1;
+}
+
+// x:addressable_shards(): per device {device, index = {{start, stop}, ...} (0-based, stop
+// exclusive, as Python slices), shape = local shape, data = the block as a one-device Array}.
+Result<int> array_shards(lua_State* L) {
+  constexpr std::string_view fn = "Array:addressable_shards";
+  ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn));
+  ENG_RETURN_IF_ERROR(not_traced(*a, fn));
+  const eng::Array& arr = a->data->array;
+  const eng::Mesh& mesh = arr.sharding.mesh;
+  const eng::Shape local = arr.sharding.local_shape(arr.shape);
+  lua_createtable(L, static_cast<int>(mesh.num_devices()), 0);
+  for (int64_t d = 0; d < mesh.num_devices(); ++d) {
+    const std::vector<int64_t> off = arr.sharding.local_offset(arr.shape, d);
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, d);
+    lua_setfield(L, -2, "device");
+    lua_createtable(L, arr.shape.rank(), 0);
+    for (int i = 0; i < arr.shape.rank(); ++i) {
+      lua_createtable(L, 2, 0);
+      lua_pushinteger(L, off[i]);
+      lua_rawseti(L, -2, 1);
+      lua_pushinteger(L, off[i] + local[i]);
+      lua_rawseti(L, -2, 2);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "index");
+    lua_createtable(L, local.rank(), 0);
+    for (int i = 0; i < local.rank(); ++i) {
+      lua_pushinteger(L, local[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "shape");
+    // The device's own bytes (each device holds only its block), onto one device.
+    const eng::DeviceBuffer& buf = arr.shards[static_cast<size_t>(d)];
+    std::vector<double> v(static_cast<size_t>(local.numel()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      switch (arr.dtype) {
+        case eng::DType::kF32:
+          v[i] = static_cast<const float*>(buf.data())[i];
+          break;
+        case eng::DType::kBF16:
+          v[i] = eng::bf16_to_f32(static_cast<const uint16_t*>(buf.data())[i]);
+          break;
+        case eng::DType::kI32:
+          v[i] = static_cast<const int32_t*>(buf.data())[i];
+          break;
+      }
+    }
+    ENG_ASSIGN_OR_RETURN(fe::ArrayRef block,
+                         fe::device_put(v, local, arr.dtype, {eng::Mesh(), eng::PartitionSpec()}));
+    push_concrete(L, std::move(block));
+    lua_setfield(L, -2, "data");
+    lua_rawseti(L, -2, d + 1);
+  }
+  return 1;
+}
+
+Result<int> array_block(lua_State* L) {
+  ENG_RETURN_IF_ERROR(arg_array(L, 1, "Array:block_until_ready").status());
+  lua_settop(L, 1);  // execution is synchronous: the array is ready
+  return 1;
+}
+
+Result<int> array_property(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, "Array"));
+  const std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+  if (key == "shape") {
+    lua_createtable(L, a->shape.rank(), 0);
+    for (int i = 0; i < a->shape.rank(); ++i) {
+      lua_pushinteger(L, a->shape[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+  } else if (key == "dtype") {
+    lua_pushstring(L, std::string(eng::dtype_long_name(a->dtype)).c_str());
+  } else if (key == "ndim") {
+    lua_pushinteger(L, a->shape.rank());
+  } else if (key == "size") {
+    lua_pushinteger(L, a->shape.numel());
+  } else if (key == "sharding") {
+    ENG_ASSIGN_OR_RETURN(eng::NamedSharding s, array_sharding(*a));
+    push_udata(L, s.spec);  // as the spec; x.mesh gives the mesh
+  } else if (key == "mesh") {
+    push_udata(L, a->is_tracer() ? a->trace->mesh() : a->data->array.sharding.mesh);
+  } else if (key == "type") {
+    ENG_ASSIGN_OR_RETURN(eng::NamedSharding s, array_sharding(*a));
+    eng::PartitionSpec spec = eng::remove_size_one_mesh_axis(s.spec, s.mesh);
+    lua_pushstring(L,
+                   eng::typeof_string(eng::dtype_name(a->dtype), a->shape, &spec, &s.mesh).c_str());
+  } else {
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
+constexpr Function kArrayFunctions[] = {
+    {"make_mesh", lua_entry<make_mesh>,
+     "sl.make_mesh(axis_shapes, axis_names [, {axis_types = \"Explicit\"|\"Auto\"|{...}}]) -> Mesh",
+     "A mesh with any axis names, like jax.make_mesh: sl.make_mesh({4, 2}, {\"X\", \"Y\"}).\n"
+     "  Explicit axes by default (as JAX's); prints Mesh('X': 4, 'Y': 2, axis_types=(Explicit, "
+     "Explicit))."},
+    {"set_mesh", lua_entry<set_mesh>, "sl.set_mesh(mesh | nil)",
+     "The mesh arrays are placed on when no mesh is named (jax.sharding.set_mesh); nil: one "
+     "device."},
+    {"get_mesh", lua_entry<get_mesh>, "sl.get_mesh() -> Mesh", "The current mesh (sl.set_mesh's)."},
+    {"use_mesh", lua_entry<use_mesh>, "sl.use_mesh(mesh, f, ...) -> f(...)",
+     "Runs f with mesh as the current mesh and restores the previous one (Python's `with\n"
+     "  jax.set_mesh(mesh):`), also when f raises."},
+    {"array", lua_entry<array>,
+     "sl.array(values [, {dtype=\"float32\", sharding=sl.P(...), mesh=m}]) -> Array",
+     "An array from (nested) Lua lists of numbers, placed on the simulated devices of the mesh\n"
+     "  (default sl.get_mesh()): each device holds only its shards. dtype float32 (default),\n"
+     "  bfloat16 or int32."},
+    {"zeros", lua_entry<zeros>, "sl.zeros(shape [, {dtype, sharding, mesh}]) -> Array", "Zeros."},
+    {"ones", lua_entry<ones>, "sl.ones(shape [, {dtype, sharding, mesh}]) -> Array", "Ones."},
+    {"full", lua_entry<full>, "sl.full(shape, value [, {dtype, sharding, mesh}]) -> Array",
+     "An array filled with value."},
+    {"arange", lua_entry<arange>,
+     "sl.arange([start,] stop [, step] [, {dtype, sharding, mesh}]) -> Array",
+     "Evenly spaced values (jnp.arange): int32 for integer arguments, float32 otherwise."},
+    {"device_put", lua_entry<device_put>, "sl.device_put(x, spec [, mesh]) -> Array",
+     "x (an Array or values) placed with sharding spec on mesh (default: x's mesh or the "
+     "current)."},
+};
+
+constexpr Function kRandomFunctions[] = {
+    {"key", lua_entry<random_key>, "sl.random.key(seed) -> PRNGKey",
+     "A counter-based key (like jax.random.key): the same key gives the same values."},
+    {"split", lua_entry<random_split>, "sl.random.split(key [, num=2]) -> {PRNGKey}",
+     "num new independent keys."},
+    {"normal", lua_entry<random_normal>,
+     "sl.random.normal(key, shape [, {dtype, sharding, mesh}]) -> Array",
+     "Standard normal values: element i depends only on the key and i (not on the sharding).\n"
+     "  Not JAX's threefry bits: same key and shape give the same values here, not JAX's."},
+    {"uniform", lua_entry<random_uniform>,
+     "sl.random.uniform(key, shape [, {dtype, sharding, mesh}]) -> Array", "Uniform in (0, 1)."},
+};
+
+constexpr Method kArrayMethods[] = {
+    {"totable", lua_entry<array_totable>, "x:totable() -> nested Lua lists", "The values."},
+    {"item", lua_entry<array_item>, "x:item() -> number", "The value of a one-element array."},
+    {"addressable_shards", lua_entry<array_shards>,
+     "x:addressable_shards() -> {{device, index, shape, data}}",
+     "Each device's shard: device id, index ranges per dim ({start, stop}, 0-based, stop\n"
+     "  exclusive), local shape, and data (the device's block as a one-device Array)."},
+    {"block_until_ready", lua_entry<array_block>, "x:block_until_ready() -> x",
+     "Returns x (execution is synchronous)."},
+};
+constexpr const char* kArrayProperties[] = {"shape",    "dtype", "ndim", "size",
+                                            "sharding", "mesh",  "type"};
+
+}  // namespace
+
+void open_lua_array(lua_State* L, int sl) {
+  define_type(
+      L, {"Array",
+          "An array on a mesh's simulated devices (each holds only its shards), or inside\n"
+          "  sl.jit a traced value. Fields: x.shape, x.dtype, x.ndim, x.size, x.sharding (the\n"
+          "  PartitionSpec), x.mesh, x.type (sl.typeof's f32[8@X,4]). Operators + - * / and\n"
+          "  unary - are sl.numpy's; methods also include sl.numpy's reshape, sum, mean, astype.",
+          lua_entry<array_tostring>, nullptr, udata_gc<ArrayBox>, kArrayMethods,
+          lua_entry<array_property>, kArrayProperties});
+  define_type(L, {"PRNGKey",
+                  "A counter-based random key (sl.random.key).",
+                  lua_entry<key_tostring>,
+                  nullptr,
+                  udata_gc<KeyBox>,
+                  {}});
+  add_functions(L, sl, "sl", kArrayFunctions);
+  lua_newtable(L);
+  add_functions(L, lua_gettop(L), "sl.random", kRandomFunctions);
+  lua_setfield(L, sl, "random");
+  lua_createtable(L, 0, 2);  // sl.AxisType.Explicit / .Auto, as jax.sharding.AxisType
+  lua_pushstring(L, "Explicit");
+  lua_setfield(L, -2, "Explicit");
+  lua_pushstring(L, "Auto");
+  lua_setfield(L, -2, "Auto");
+  lua_setfield(L, sl, "AxisType");
+  luaL_getmetatable(L, "Array");
+  open_lua_numpy(L, sl, lua_gettop(L));
+  lua_pop(L, 1);
+  open_lua_jit(L, sl);
+}
+
+}  // namespace shell
