@@ -27,7 +27,7 @@ Config with(Config c, std::initializer_list<std::pair<const char*, const char*>>
 
 // 2 layers, emb 64, 4 heads of 16, mlp 128, vocab 256, seq 16, batch 2 (one device).
 Config small(std::initializer_list<std::pair<const char*, const char*>> keys = {}) {
-  return with(testing::tiny_llama_config({.model_name = "llama-tiny",
+  Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
                                           .emb_dim = 64,
                                           .query_heads = 4,
                                           .kv_heads = 4,
@@ -39,8 +39,9 @@ Config small(std::initializer_list<std::pair<const char*, const char*>> keys = {
                                           .per_device_batch = 2.0,
                                           .learning_rate = 1e-3,
                                           .steps = 10,
-                                          .adam_eps = 1e-4}),
-              keys);
+                                          .adam_eps = 1e-4});
+  EXPECT_TRUE(c.set("scan_layers", false).ok());  // the paths below are the per-layer ones
+  return with(c, keys);
 }
 
 ResolvedConfig resolved(const Config& c, int64_t devices = 1) {
