@@ -167,7 +167,8 @@ expect_error(function() unparsable:shardings() end, "logical_axis_rules: expecte
 local count_snaps = "SELECT count(DISTINCT snapshot_id) AS n, count(*) AS rows FROM tensor_shardings"
 local before = sl.sql(count_snaps)[1]
 local run = sl.trainer(sl.config{model = "llama-tiny", base_num_decoder_layers = 1, max_target_length = 32,
-                                 per_device_batch_size = 1, steps = 2}, sl.mesh{data = 2, fsdp = 2, tensor = 2})
+                                 per_device_batch_size = 1, steps = 2, scan_layers = false},
+                       sl.mesh{data = 2, fsdp = 2, tensor = 2})
 local rt = run:shardings()
 run:shardings()
 local snaps = sl.sql(count_snaps)[1]
@@ -181,7 +182,7 @@ local ra = run:audit()
 assert(#ra.offenders > 0 and ra.offenders[1].unsharded_axes[1] == "fsdp")
 -- The rule that fired for each dim (issue 11): MaxText's worked example wo (mlp, embed) on
 -- fsdp=4, tensor=2: 'mlp' #48 takes fsdp_transpose, so 'embed' #50 is skipped and #51 fires.
-local tr = sl.trainer(sl.config{model = "llama-tiny", per_device_batch_size = 1},
+local tr = sl.trainer(sl.config{model = "llama-tiny", per_device_batch_size = 1, scan_layers = false},
                       sl.mesh{fsdp = 4, tensor = 2, devices = 8}, {shape_only = true})
 local wo = tr:shardings():find("params/decoder/layers_0/mlp/wo/kernel")
 assert(wo.rules[1].logical == "mlp" and wo.rules[1].fired == 48, wo.rules[1].fired)
