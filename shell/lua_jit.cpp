@@ -217,7 +217,7 @@ Result<std::vector<eng::ValueId>> append_grad(const JitBox& j, fe::Trace& tr,
       // Cotangent types follow primal types ("Autodiff and sharding"): a gradient is resharded
       // to its input's sharding when the backward pass left it elsewhere.
       eng::ValueId g = grads[k];
-      if (const auto& spec = tr.info(wrt[k]).spec) {
+      if (const std::optional<eng::PartitionSpec> spec = tr.info(wrt[k]).spec) {
         ENG_ASSIGN_OR_RETURN(eng::PartitionSpec now, tr.sharding_of(g));
         if (!(eng::remove_size_one_mesh_axis(now, tr.mesh()) ==
               eng::remove_size_one_mesh_axis(*spec, tr.mesh()))) {

@@ -107,7 +107,7 @@ Result<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
 }
 
 Result<ValueId> broadcast_to(Trace& tr, ValueId x, const Shape& shape) {
-  const Shape& s = info(tr, x).shape;
+  const Shape s = info(tr, x).shape;  // a copy: emitting below grows the values
   if (s == shape) return x;
   if (s.rank() > shape.rank())
     return invalid_argument("broadcast_to: cannot broadcast {} to {} (rank {} > {})", py_shape(s),
@@ -206,7 +206,7 @@ Result<ValueId> matmul(Trace& tr, ValueId a, ValueId b, const std::optional<Part
 }
 
 Result<ValueId> reshape(Trace& tr, ValueId x, std::vector<int64_t> dims) {
-  const Shape& s = info(tr, x).shape;
+  const Shape s = info(tr, x).shape;
   int fill = -1;
   int64_t known = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -461,7 +461,7 @@ Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& s
   if (tr.manual())
     return invalid_argument("{}: inside sl.shard_map values are per-device blocks",
                             assert_ ? "with_sharding_constraint" : "reshard");
-  const Shape& s = info(tr, x).shape;
+  const Shape s = info(tr, x).shape;
   ENG_RETURN_IF_ERROR(check_spec(tr, spec, s, assert_ ? "with_sharding_constraint" : "reshard"));
   std::vector<std::string> logical;
   for (int i = 0; i < s.rank(); ++i) logical.push_back(tr.logical_name(spec.dim_or_none(i)));

@@ -22,15 +22,28 @@ std::string axes_name(const PartitionSpec::DimAxes& axes) {
 
 }  // namespace
 
-std::shared_ptr<Runtime> runtime_for(const Mesh& mesh) {
-  static std::mutex mu;
-  static std::vector<std::weak_ptr<Runtime>> runtimes;  // one live Runtime per mesh
-  std::lock_guard<std::mutex> lock(mu);
-  std::erase_if(runtimes, [](const std::weak_ptr<Runtime>& w) { return w.expired(); });
-  for (const auto& w : runtimes)
+namespace {
+std::mutex g_runtimes_mu;
+std::vector<std::weak_ptr<Runtime>> g_runtimes;  // one live Runtime per mesh
+
+std::shared_ptr<Runtime> find_locked(const Mesh& mesh) {
+  std::erase_if(g_runtimes, [](const std::weak_ptr<Runtime>& w) { return w.expired(); });
+  for (const auto& w : g_runtimes)
     if (auto rt = w.lock(); rt && rt->mesh() == mesh) return rt;
+  return nullptr;
+}
+}  // namespace
+
+std::shared_ptr<Runtime> find_runtime(const Mesh& mesh) {
+  std::lock_guard<std::mutex> lock(g_runtimes_mu);
+  return find_locked(mesh);
+}
+
+std::shared_ptr<Runtime> runtime_for(const Mesh& mesh) {
+  std::lock_guard<std::mutex> lock(g_runtimes_mu);
+  if (auto rt = find_locked(mesh)) return rt;
   auto rt = std::make_shared<Runtime>(mesh);
-  runtimes.push_back(rt);
+  g_runtimes.push_back(rt);
   return rt;
 }
 
@@ -280,6 +293,11 @@ Result<std::vector<PartitionSpec>> Compiled::result_specs(const Trace& tr,
                                    manual_ ? "out_specs" : "out_shardings"));
   }
   return specs;
+}
+
+Compiled::~Compiled() {
+  if (!exe_) return;
+  if (std::shared_ptr<Runtime> rt = find_runtime(mesh_)) rt->release(*exe_);
 }
 
 Status Compiled::compile(const CompileRequest& req, const LogicalAxisRules& rules) {

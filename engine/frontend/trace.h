@@ -33,6 +33,8 @@ namespace eng::frontend {
 // The Runtime (simulated devices) of a mesh: one per distinct mesh in the process, shared by
 // every array placed on it (arrays hold it, so devices outlive their buffers).
 std::shared_ptr<Runtime> runtime_for(const Mesh& mesh);
+// The live Runtime of a mesh, or null (never creates one).
+std::shared_ptr<Runtime> find_runtime(const Mesh& mesh);
 
 // A concrete array: its shards on the devices of `rt`. Immutable once made.
 struct DeviceArray {
@@ -116,6 +118,11 @@ struct CompileRequest {
 
 class Compiled {
  public:
+  // Releases the arenas its executable holds on the mesh's runtime (an executable shared
+  // with another Compiled is prepared again on its next run).
+  ~Compiled();
+  Compiled(const Compiled&) = delete;
+  Compiled& operator=(const Compiled&) = delete;
   // Finishes `tr` with `results` (values of tr) and compiles it. Errors: the partitioner's
   // (explicit-mode asserts, ambiguous matmuls, indivisible out_specs), out_specs naming axes
   // the mesh lacks or of the wrong rank.

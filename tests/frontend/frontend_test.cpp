@@ -91,6 +91,25 @@ TEST(Frontend, UserErrorsAreStatusesNotAborts) {
   EXPECT_FALSE(c.ok());
 }
 
+TEST(Frontend, DroppedCompiledReleasesItsArena) {
+  const Mesh mesh = mesh_2x2(AxisType::kAuto);
+  Result<ArrayRef> x = device_put(iota(48, 1.0), Shape{8, 6}, DType::kF32, {mesh, PartitionSpec()});
+  Result<ArrayRef> w = device_put(iota(24, 1.0), Shape{6, 4}, DType::kF32, {mesh, PartitionSpec()});
+  ASSERT_TRUE(x.ok() && w.ok());
+  std::shared_ptr<Runtime> rt = find_runtime(mesh);
+  ASSERT_NE(rt, nullptr);
+  const int64_t before = rt->device(0).bytes_in_use();
+  {
+    Result<Built> b = build(mesh, PartitionSpec(), PartitionSpec());
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    std::vector<ArrayRef> ins = {*x, *w};
+    Result<std::vector<ArrayRef>> out = b->compiled->run(ins);
+    ASSERT_TRUE(out.ok()) << out.status().message();
+    EXPECT_GT(rt->device(0).bytes_in_use(), before);  // the result and the arena
+  }
+  EXPECT_EQ(rt->device(0).bytes_in_use(), before);
+}
+
 TEST(Frontend, BroadcastIsNumpys) {
   EXPECT_EQ(*np::broadcast_shapes(Shape{8, 1, 3}, Shape{4, 1}), (Shape{8, 4, 3}));
   EXPECT_EQ(*np::broadcast_shapes(Shape{}, Shape{2, 2}), (Shape{2, 2}));

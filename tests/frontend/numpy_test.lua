@@ -167,6 +167,8 @@ h.expect_error(function() return np.reshape(x, {3, 5}) end,
                "cannot reshape array of shape (8, 4) (size 32) into shape (3, 5)")
 h.expect_error(function() return np.sum(x, 2) end, "axis 2 is out of bounds for array of dimension 2")
 h.expect_error(function() return np.divide(1, 2) end, "one operand at least")
+-- Regression: a number broadcast against a size-0 dim read a freed shape (segfault).
+h.expect_error(function() return 1 + sl.zeros({0}) end, "broadcast_to: () to (0,)")
 h.expect_error(function() return x + "a" end, "expected Array or number")
 h.expect_error(function() return sl.arange(4) * sl.arange(4) end, "needs a floating-point array")
 h.expect_error(function() return np.matmul(x, sl.ones({4, 2}, {mesh = sl.make_mesh({2}, {"Z"})})) end,
