@@ -18,10 +18,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 db="$tmp/runs.db"
 q() { sqlite3 "$db" "$1"; }
 
-# A tiny model, checkpointing on, a period that never comes.
+# A tiny model, checkpointing on, a period that never comes (and no step-0 save, so the
+# only checkpoint is the one Ctrl-C writes).
 cat > "$tmp/cfg.lua" <<'LUA'
 return sl.config{base_num_decoder_layers = 1, max_target_length = 16, per_device_batch_size = 1,
                  steps = 100000, enable_checkpointing = true, checkpoint_period = 100000,
+                 save_checkpoint_on_start = false,
                  base_output_directory = os.getenv("OUT_DIR"), run_name = os.getenv("RUN_NAME")}
 LUA
 export OUT_DIR="$tmp/out" CFG="$tmp/cfg.lua"
