@@ -307,6 +307,84 @@ TEST(Bf16TrainStep, ScannedLayersMatchTheInterpreterAndTheUnscannedStep) {
   }
 }
 
+// Runs instruction `in` of p alone on the kernels, from the interpreter's values `vals` of its
+// inputs (a one-instruction program, as the interpreter's vmap does); returns its outputs.
+std::vector<std::vector<double>> run_alone(const Program& p, const Instr& in,
+                                           const std::vector<HostTensor>& vals) {
+  Builder b("one_instruction");
+  std::vector<ValueId> ins;
+  std::vector<HostTensor> args;
+  for (size_t k = 0; k < in.inputs.size(); ++k) {
+    const ValueInfo& v = p.value(in.inputs[k]);
+    ins.push_back(b.argument(fmt::format("in{}", k), v.shape, v.dtype, {}, ArgRole::kBatch));
+    args.push_back(vals[in.inputs[k]]);
+  }
+  OpAttrs a = in.attrs;
+  a.out_like = -1;
+  a.out_logical.clear();
+  const std::vector<ValueId> outs = b.emit(in.kind, ins, a);
+  for (size_t o = 0; o < outs.size(); ++o) b.output(outs[o], fmt::format("out{}", o));
+  return run_on_runtime(std::move(b).finish(), args);
+}
+
+// Every instruction of the scanned bf16 step (index_in_dim, add_index_in_dim, the converts
+// around each weight slice, the remat recomputation), run alone on the kernels from the
+// interpreter's values of its inputs, against the interpreter's outputs. Unlike the
+// whole-step checks above this does not depend on the draw: a flip stays in the op where it
+// happens. f32 sums flip an element only within ~1e-7 of a bf16 boundary; a rounding point
+// placed differently rounds a third or more of the elements differently (the interpreter's
+// rmsnorm without its inner roundings: 34% of its output). Per bf16 output: at most 1% of the
+// elements differ by more than a bf16 ulp of 1e-4 * the output's largest magnitude (that
+// ignores e.g. attention_grad's dq of a query row with one key: exactly 0 in the interpreter,
+// ~1e-13 on the kernels), by at most 4 bf16 ulps of max(|x|, 1e-4 * that magnitude)
+// (cancelling f32 sums); integer outputs equal; f32 outputs within relative L2 1e-3
+// (f32 against double). Measured below (printed).
+TEST(Bf16TrainStep, ScannedStepRoundsWhereTheInterpreterDoesOpByOp) {
+  Config c = small({{"remat_policy", "full"}, {"dtype", "bfloat16"}});
+  ASSERT_TRUE(c.set("scan_layers", true).ok());
+  const Program p = build_train_step(resolved(c), nullptr);
+  for (uint64_t seed : {11, 2}) {
+    const std::vector<HostTensor> args = testing::random_args(p, seed, 256, 0.1);
+    auto vals = interpret_all(p, args);
+    ASSERT_TRUE(vals.ok()) << vals.status().message();
+    double worst_fraction = 0, worst_ulps = 0, worst_f32 = 0;
+    for (const Instr& in : p.instrs()) {
+      const std::vector<std::vector<double>> got = run_alone(p, in, *vals);
+      for (size_t o = 0; o < in.outputs.size(); ++o) {
+        const HostTensor& want = (*vals)[in.outputs[o]];
+        const std::string what = fmt::format("{} output {} (seed {})", op_name(in.kind), o, seed);
+        if (want.dtype == DType::kF32) {
+          const double e = rel_l2(got[o], want.data);
+          EXPECT_LT(e, 1e-3) << what;
+          worst_f32 = std::max(worst_f32, e);
+          continue;
+        }
+        if (want.dtype != DType::kBF16) {
+          EXPECT_TRUE(got[o] == want.data) << what;
+          continue;
+        }
+        double big = 0;
+        for (double x : want.data) big = std::max(big, std::fabs(x));
+        int64_t differ = 0;
+        for (size_t e = 0; e < want.data.size(); ++e) {
+          const double d = std::fabs(got[o][e] - want.data[e]);
+          if (d <= 1e-4 * big / 256) continue;  // below a bf16 ulp of 1e-4 * the largest
+          ++differ;
+          const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(want.data[e]), 1e-4 * big)) - 7);
+          worst_ulps = std::max(worst_ulps, d / ulp);
+        }
+        const double fraction = static_cast<double>(differ) / static_cast<double>(want.data.size());
+        EXPECT_LE(fraction, 0.01) << what;
+        worst_fraction = std::max(worst_fraction, fraction);
+      }
+    }
+    EXPECT_LE(worst_ulps, 4.0) << "seed " << seed;
+    fmt::print("[bf16] scanned step op by op (seed {}): bf16 outputs: at most {:.2e} of the "
+               "elements differ, by at most {:.2f} ulps; f32 outputs: rel L2 at most {:.2e}\n",
+               seed, worst_fraction, worst_ulps, worst_f32);
+  }
+}
+
 std::vector<double> train_losses(const Config& c, const Mesh& mesh, int steps,
                                  std::vector<float>* param = nullptr) {
   auto t = Trainer::create(c, mesh);
