@@ -49,8 +49,9 @@ void convert(const void* x, DType from, void* y, DType to, int64_t n) {
   }
 }
 
+// An empty array (a 0-sized dim) may have no buffer at all: memcpy's pointers must not be null.
 void copy_if_distinct(void* dst, const void* src, int64_t bytes) {
-  if (dst != src) std::memcpy(dst, src, bytes);
+  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
 }
 
 // Typed views of one instruction's buffers on one device.
