@@ -44,7 +44,7 @@ const std::vector<ConfigKey> kKeys = {
     {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
     {"scan_layers", V{true}, "stack each decoder-layer weight kind into one params/decoder/layers/... array with a 'layers' dim (MaxText's default; false: params/decoder/layers_<l>/...; pipelines keep their own (stages, layers_per_stage, ...) stacking; docs/sharding.md)"},
     {"param_scan_axis", V{int64_t{1}}, "where the layer dim goes in every stacked weight with scan_layers: 0 or 1 (MaxText default 1)"},
-    {"dtype", V{std::string("float32")}, "activation and matmul-input dtype: float32 | bfloat16 (MaxText default bfloat16; docs/precision.md)"},
+    {"dtype", V{std::string("bfloat16")}, "activation and matmul-input dtype: bfloat16 (MaxText's default) | float32 (docs/precision.md)"},
     {"weight_dtype", V{std::string("float32")}, "parameter and optimizer-moment dtype: float32 | bfloat16"},
     {"learning_rate", V{3e-5}, "peak learning rate"},
     {"warmup_steps_fraction", V{0.1}, "fraction of the schedule spent in linear warmup"},
