@@ -180,6 +180,7 @@ class Partitioner {
         desired_[in.inputs[1]] =
             normalize(*g_.value(in.inputs[2]).spec, rank(in.inputs[1]), mesh_);
     desire_stacked_slices();
+    desire_through_converts();
     for (size_t i = 0; i < g_.instrs().size(); ++i) {
       Status s = instr(g_.instrs()[i]);
       if (!s.ok())
@@ -415,6 +416,7 @@ class Partitioner {
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
   void desire_stacked_slices();
+  void desire_through_converts();
   ValueId local_reshape(ValueId x, const Shape& local) {
     OpAttrs a;
     a.new_shape.assign(local.dims().begin(), local.dims().end());
@@ -465,6 +467,9 @@ class Partitioner {
   std::vector<ValueId> local_;       // global value -> its local value
   std::vector<PartitionSpec> spec_;  // global value -> its sharding (normalised)
   std::vector<std::optional<PartitionSpec>> desired_;  // gradients: their state's sharding
+  // A bf16 gradient's state sharding, seen through the converts to grad_dtype after it (only
+  // a rule's choice of layout: the partial sum is still reduced after the convert).
+  std::vector<std::optional<PartitionSpec>> desired_before_convert_;
   Axes vm_;                    // the vmapped instruction's axes (stage), while partitioning it
   std::vector<bool> swapped_;  // its inputs, seen per slice
 };
@@ -600,8 +605,10 @@ Status Partitioner::embed_lookup_grad(const Instr& in) {
   const Axes partial = all_axes(d, 0, r - 1);
   // Vocab-parallel: the gradient's target (its state's sharding) splits the vocab over
   // axes the rows and dy do not use: each device writes only its block.
-  const Axes av =
-      vm_.empty() && desired_[in.outputs[0]] ? desired_[in.outputs[0]]->dim_or_none(0) : Axes{};
+  const std::optional<PartitionSpec>& target = desired_[in.outputs[0]]
+                                                   ? desired_[in.outputs[0]]
+                                                   : desired_before_convert_[in.outputs[0]];
+  const Axes av = vm_.empty() && target ? target->dim_or_none(0) : Axes{};
   if (!av.empty() && disjoint(av, all_axes(d, 0, r - 1))) {
     // dy's embed dim gives up the vocab axes (an activation-sized gather, instead of a
     // whole (V, E) partial table per device).
@@ -692,6 +699,21 @@ void Partitioner::desire_stacked_slices() {
     Dims u = whole(want.dims(), {in.attrs.dim});
     u.erase(u.begin() + in.attrs.dim);
     if (!desired_[in.inputs[0]]) desired_[in.inputs[0]] = PartitionSpec(std::move(u));
+  }
+}
+
+// desired_before_convert_: the input of a convert whose output has a gradient target (bf16
+// gradients cast to f32 or grad_dtype; chains of converts too) gets that target, so that
+// embed_lookup_grad's vocab-parallel choice is the same as without the cast.
+void Partitioner::desire_through_converts() {
+  desired_before_convert_.assign(desired_.size(), std::nullopt);
+  for (size_t k = g_.instrs().size(); k-- > 0;) {
+    const Instr& in = g_.instrs()[k];
+    if (in.kind != OpKind::kConvert) continue;
+    const ValueId out = in.outputs[0], x = in.inputs[0];
+    const std::optional<PartitionSpec>& want =
+        desired_[out] ? desired_[out] : desired_before_convert_[out];
+    if (want && !desired_[x] && !desired_before_convert_[x]) desired_before_convert_[x] = want;
   }
 }
 

@@ -24,8 +24,8 @@ using V = ConfigValue;
 // small enough that byte counts and their sums stay inside int64).
 constexpr double kMaxElements = 1125899906842624.0;
 
-// MaxText's base.yml defaults, except where noted (CPU engine: float32 compute; a
-// synthetic default dataset because tfds is not available here).
+// MaxText's base.yml defaults, except where noted (e.g. a synthetic default dataset because
+// tfds is not available here).
 const std::vector<ConfigKey> kKeys = {
     {"run_name", V{std::string()}, "name of the run in the metrics store (default: generated)"},
     {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b"},
@@ -44,8 +44,8 @@ const std::vector<ConfigKey> kKeys = {
     {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
     {"scan_layers", V{true}, "stack each decoder-layer weight kind into one params/decoder/layers/... array with a 'layers' dim (MaxText's default; false: params/decoder/layers_<l>/...; pipelines keep their own (stages, layers_per_stage, ...) stacking; docs/sharding.md)"},
     {"param_scan_axis", V{int64_t{1}}, "where the layer dim goes in every stacked weight with scan_layers: 0 or 1 (MaxText default 1)"},
-    {"dtype", V{std::string("float32")}, "activation and matmul-input dtype: float32 | bfloat16 (MaxText default bfloat16; docs/precision.md)"},
-    {"weight_dtype", V{std::string("float32")}, "parameter and optimizer-moment dtype: float32 | bfloat16"},
+    {"dtype", V{std::string("bfloat16")}, "activation and matmul-input dtype: bfloat16 (MaxText's default) | float32 (docs/precision.md)"},
+    {"weight_dtype", V{std::string("float32")}, "parameter and optimizer-moment dtype: float32 (MaxText's default) | bfloat16"},
     {"learning_rate", V{3e-5}, "peak learning rate"},
     {"warmup_steps_fraction", V{0.1}, "fraction of the schedule spent in linear warmup"},
     {"learning_rate_final_fraction", V{0.1}, "cosine decays to learning_rate x this"},
@@ -66,7 +66,7 @@ const std::vector<ConfigKey> kKeys = {
     {"remat_save_names", V{std::string()}, "checkpoint names saved by remat_policy save_only_these_names/custom, comma-separated (e.g. \"query_proj,key_proj,value_proj,out_proj\")"},
     {"iota_embed_max_bytes", V{int64_t{2} << 30}, "use_iota_embed falls back to the gather above this one-hot (B,T,V) f32 size (MaxText PR #3922: 2 GiB)"},
     {"remove_size_one_mesh_axis_from_type", V{true}, "size-1 mesh axes are dropped from shardings (MaxText default true; always the case here, false is unsupported)"},
-    {"grad_dtype", V{std::string("float32")}, "float32 gradients are cast to this before clipping and the update: float32 | bfloat16 (MaxText train.py)"},
+    {"grad_dtype", V{std::string("float32")}, "float32 gradients are cast to this before clipping and the update: float32 (MaxText's default) | bfloat16 (MaxText train.py)"},
     // Sharding (docs/sharding.md): MaxText's names.
     {"shard_mode", V{std::string("auto")}, "auto | explicit (explicit: constraints assert, ambiguous matmuls need out_sharding)"},
     {"shard_optimizer_over_data", V{false}, "ZeRO-1: optimizer state also sharded over the data axis"},

@@ -72,6 +72,22 @@ TEST(Bf16Config, BadDtypesNameTheKeyAndValue) {
     EXPECT_TRUE(resolve_config(small({{"dtype", v}}), 1).ok()) << v;
 }
 
+// MaxText's base.yml defaults: dtype bfloat16, weight_dtype and grad_dtype float32; the
+// default program is the explicit bfloat16 one.
+TEST(Bf16Config, DefaultsAreMaxTexts) {
+  const ResolvedConfig r = resolved(small());
+  EXPECT_EQ(r.model.dtype, DType::kBF16);
+  EXPECT_EQ(r.model.weight_dtype, DType::kF32);
+  EXPECT_EQ(r.grad_dtype, DType::kF32);
+  for (const ConfigKey& k : config_keys())
+    if (k.name == "dtype") {
+      EXPECT_EQ(config_value_string(k.default_value), "bfloat16");
+      EXPECT_NE(k.doc.find("bfloat16 (MaxText's default)"), std::string::npos) << k.doc;
+    }
+  EXPECT_EQ(build_train_step(r, nullptr).to_text(),
+            build_train_step(resolved(small({{"dtype", "bfloat16"}})), nullptr).to_text());
+}
+
 DType arg_dtype(const Program& p, const std::string& name) {
   const int i = p.find_arg(name);
   EXPECT_GE(i, 0) << name;
@@ -118,7 +134,7 @@ TEST(Bf16Program, ValueTypesFollowMaxText) {
 
 // The float32 program has no convert at all: dtype=float32 is today's program.
 TEST(Bf16Program, Float32EmitsNoCast) {
-  Program p = build_train_step(resolved(small()), nullptr);
+  Program p = build_train_step(resolved(small({{"dtype", "float32"}})), nullptr);
   for (const Instr& in : p.instrs()) EXPECT_NE(in.kind, OpKind::kConvert);
   for (const ValueInfo& v : p.values()) EXPECT_NE(v.dtype, DType::kBF16) << v.type_string();
 }
@@ -195,7 +211,7 @@ TEST(Bf16TrainStep, KernelsMatchTheInterpreterWithBf16Rounding) {
   const Config base = small({{"remat_policy", "full"}});
   TrainStepLayout layout;
   Program bf = build_train_step(resolved(with(base, {{"dtype", "bfloat16"}})), &layout);
-  Program f32 = build_train_step(resolved(base), nullptr);
+  Program f32 = build_train_step(resolved(with(base, {{"dtype", "float32"}})), nullptr);
   std::vector<HostTensor> args = testing::random_args(bf, 11, 256, 0.1);
   for (size_t k = 0; k < args.size(); ++k) {  // a first step: the moments start at zero, so
     const ArgRole role = bf.args()[k].role;   // mu' and nu' are the gradient's alone

@@ -28,6 +28,7 @@ struct TinyLlama {
   std::optional<int64_t> steps{};               // steps
   std::optional<double> warmup_steps_fraction{};  // warmup_steps_fraction
   std::optional<double> adam_eps{};             // adam_eps
+  std::optional<std::string> dtype{};           // dtype (default bfloat16, as MaxText's)
 };
 
 // A Config with every given field set (each set is expected to succeed).
@@ -53,6 +54,7 @@ inline Config tiny_llama_config(const TinyLlama& t) {
   set("steps", t.steps);
   set("warmup_steps_fraction", t.warmup_steps_fraction);
   set("adam_eps", t.adam_eps);
+  set("dtype", t.dtype);
   return c;
 }
 

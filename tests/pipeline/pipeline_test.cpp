@@ -41,7 +41,8 @@ Config small(int64_t stages, int64_t microbatches) {
                                          .learning_rate = 1e-3,
                                          .steps = kSteps,
                                          .warmup_steps_fraction = 0.2,
-                                         .adam_eps = 1e-4});
+                                         .adam_eps = 1e-4,
+                                         .dtype = "float32"});  // f32 parity (1e-5, 1e-9)
   EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
   if (stages == 1) {  // the sequential reference: layers_<l> weights (compared per layer)
     EXPECT_TRUE(c.set("scan_layers", false).ok());

@@ -141,7 +141,8 @@ Config small_trainer_config(double per_device_batch) {
                                          .layers = 2,
                                          .seq = 32,
                                          .per_device_batch = per_device_batch,
-                                         .steps = 3});
+                                         .steps = 3,
+                                         .dtype = "float32"});  // compared at 1e-5
   EXPECT_TRUE(c.set("max_inflight_steps", int64_t{0}).ok());
   return c;
 }

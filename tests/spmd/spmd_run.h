@@ -27,7 +27,8 @@ namespace eng::testing {
 
 // The model of the spmd acceptance tests (matrix_test, gqa_test): 2 layers, emb 64, 4 heads of
 // 16, mlp 128, vocab 256, seq 32, one sequence per device, adam_eps 1e-4 (docs/sharding.md
-// says why sharded runs are compared with it).
+// says why sharded runs are compared with it), dtype float32 (the tolerances are float32's;
+// sharded bf16 against one device is tests/bf16's MatchesOneDevice).
 inline TinyLlama spmd_model(int64_t steps) {
   return {.model_name = "llama-tiny",
           .emb_dim = 64,
@@ -42,7 +43,8 @@ inline TinyLlama spmd_model(int64_t steps) {
           .learning_rate = 1e-3,
           .steps = steps,
           .warmup_steps_fraction = 0.2,
-          .adam_eps = 1e-4};
+          .adam_eps = 1e-4,
+          .dtype = "float32"};
 }
 
 struct SpmdRun {

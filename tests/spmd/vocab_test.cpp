@@ -171,7 +171,7 @@ TEST(VocabParallel, OpRulesEqualOneDevice) {
     }
 }
 
-ResolvedConfig llama_config() {
+ResolvedConfig llama_config(const char* dtype) {
   Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
                                          .emb_dim = 64,
                                          .query_heads = 4,
@@ -181,7 +181,8 @@ ResolvedConfig llama_config() {
                                          .layers = 2,
                                          .vocab_size = 320,  // no other dim is 320
                                          .seq = 32,
-                                         .per_device_batch = 1.0});
+                                         .per_device_batch = 1.0,
+                                         .dtype = dtype});
   Result<ResolvedConfig> r = resolve_config(c, 8);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return *r;
@@ -190,8 +191,8 @@ ResolvedConfig llama_config() {
 // The matrix's llama (vocab 320 here) on tensor meshes: no per-device value has the whole vocab
 // (the gathered logits, their gradient, the gathered table and its full-size gradient are
 // gone), no all-gather over `tensor` touches a vocab-sized value, and the memory report.
-TEST(VocabParallel, LlamaNeverHoldsTheWholeVocab) {
-  const ResolvedConfig cfg = llama_config();
+void expect_never_whole_vocab(const char* dtype) {
+  const ResolvedConfig cfg = llama_config(dtype);
   Program p = build_train_step(cfg, nullptr);
   for (auto [axes, sizes] : std::vector<std::pair<std::vector<std::string>, std::vector<int64_t>>>{
            {{"tensor"}, {2}}, {{"fsdp", "tensor"}, {2, 2}}})
@@ -219,6 +220,13 @@ TEST(VocabParallel, LlamaNeverHoldsTheWholeVocab) {
         fmt::print("   temp {} {}\n", local.value(t.value).shape.to_string(), t.bytes);
     }
 }
+
+TEST(VocabParallel, LlamaNeverHoldsTheWholeVocab) { expect_never_whole_vocab("float32"); }
+
+// Regression: in bf16 the table's gradient reaches AdamW through a convert to f32, and the
+// vocab-parallel rule, which looked for its target only on the gradient itself, computed it
+// whole over the vocab (split over embed) and resharded it with an all_to_all.
+TEST(VocabParallel, Bf16LlamaNeverHoldsTheWholeVocab) { expect_never_whole_vocab("bfloat16"); }
 
 }  // namespace
 }  // namespace eng
