@@ -41,9 +41,15 @@ float* scratch(int64_t n) {
   if (static_cast<int64_t>(t_scratch.size()) < n) t_scratch.resize(n);
   return t_scratch.data();
 }
-// Forward: f32 q, k, v copies (fallback only), S (kQBlock, T), U (kQBlock, D), bf16 p
-// (kQBlock, T) in the floats' place of half as many.
-int64_t forward_floats(int64_t T, int64_t D) { return 3 * T * D + kQBlock * (T + D) + kQBlock * T / 2 + 1; }
+// Forward: f32 q, k, v copies (fallback) or packed k^T and v (native: at most
+// T32 (D + 1) + D32 (T + 1) bf16 with X32 = X rounded up to 32, which packed_elems floats
+// hold), then S (kQBlock, T), U (kQBlock, D), bf16 p (kQBlock, T).
+int64_t packed_elems(int64_t T, int64_t D) {
+  return ((T + 31) / 32 * 32 + 1) * ((D + 31) / 32 * 32 + 1);
+}
+int64_t forward_floats(int64_t T, int64_t D) {
+  return std::max(3 * T * D, packed_elems(T, D) + 1) + kQBlock * (T + D) + kQBlock * T / 2 + 1;
+}
 int64_t backward_floats(int64_t T, int64_t D) { return 7 * T * D + T + 2 * kQChunk * kKBlock; }
 
 bool native() { return detail::native_bf16_gemm_available(); }
@@ -106,6 +112,7 @@ float softmax_row_bf16(const float* z, float scale, int64_t n, int64_t valid, co
 struct HeadFwd {
   const uint16_t *q, *k, *v;
   const float *qf, *kf, *vf;  // null on the native path
+  uint16_t *kp, *vp;          // native: k^T's and v's packed GEMM panels (all T keys)
   float *S, *U;               // (kQBlock, T) scores (then f32 p), (kQBlock, D)
   uint16_t* Pb;               // (kQBlock, T) bf16 p (native path)
 };
@@ -113,11 +120,15 @@ struct HeadFwd {
 // S = q k^T for query rows [q0, q0 + nq) and keys [0, n), and U = p v after the softmax.
 void scores(const HeadFwd& h, int64_t q0, int64_t nq, int64_t n, int64_t T, int64_t ld, int64_t D,
             float scale) {
-  if (h.qf == nullptr) gemm_bf16(true, nq, n, D, h.q + q0 * ld, ld, h.k, ld, h.S, T);
+  if (h.qf == nullptr)
+    detail::native_gemm_packed_b(head_gemm(true, nq, n, D, ld, ld, T), h.q + q0 * ld, h.kp, D, h.S);
   else blas::sgemm(false, true, nq, n, D, scale, h.qf + q0 * D, D, h.kf, D, 0.f, h.S, T);
 }
 void weighted_values(const HeadFwd& h, int64_t nq, int64_t n, int64_t T, int64_t ld, int64_t D) {
-  if (h.qf == nullptr) gemm_bf16(false, nq, D, n, h.Pb, T, h.v, ld, h.U, D);
+  if (h.qf == nullptr && n % 2 == 0)  // v packed for K = T serves K = n when n is even
+    detail::native_gemm_packed_b(head_gemm(false, nq, D, n, T, ld, D), h.Pb, h.vp, T, h.U);
+  else if (h.qf == nullptr)
+    gemm_bf16(false, nq, D, n, h.Pb, T, h.v, ld, h.U, D);
   else blas::sgemm(false, false, nq, D, n, 1.f, h.S, T, h.vf, D, 0.f, h.U, D);
 }
 
@@ -165,7 +176,13 @@ void attention_forward_bf16(const uint16_t* q, const uint16_t* k, const uint16_t
       const int64_t b = bh / H, hd = bh % H;
       const int64_t off = b * T * ld + hd * D;
       h.q = q + off, h.k = k + off, h.v = v + off;
-      if (!nat) {
+      if (nat) {
+        h.kp = reinterpret_cast<uint16_t*>(base);  // the fallback's f32 copies' place
+        const Bf16MatmulShape ks = head_gemm(true, 0, T, D, ld, ld, T);
+        h.vp = h.kp + detail::packed_b_elems_all(ks);
+        detail::pack_b_all(ks, h.k, h.kp);
+        detail::pack_b_all(head_gemm(false, 0, D, T, T, ld, D), h.v, h.vp);
+      } else {
         widen_head(q + off, ld, T, D, qf);
         widen_head(k + off, ld, T, D, kf);
         widen_head(v + off, ld, T, D, vf);

@@ -146,6 +146,20 @@ APairs in_place_pairs(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, i
   return a;
 }
 
+// 16 sums into C at element `at` (f32 or bf16, added to C's values when accumulating).
+inline void store_c(const Bf16MatmulShape& s, void* C, int64_t at, __m512 sum, simd::Mask m) {
+  simd::Vec v{sum};
+  if (s.c_dtype == DType::kF32) {
+    float* c = static_cast<float*>(C) + at;
+    if (s.accumulate) v = v + simd::load(c, m);
+    simd::store(c, v, m);
+  } else {
+    uint16_t* c = static_cast<uint16_t*>(C) + at;
+    if (s.accumulate) v = v + bf16::load(c, m);
+    bf16::store(c, v, m);
+  }
+}
+
 // C[m0 + r][n0 + c] (+)= sum_p a-pairs . b-pairs for r < mm, c < nn.
 void micro_kernel(const Bf16MatmulShape& s, const APairs& pa, const uint16_t* pb, void* C,
                   int64_t m0, int64_t mm, int64_t n0, int64_t nn) {
@@ -168,35 +182,25 @@ void micro_kernel(const Bf16MatmulShape& s, const APairs& pa, const uint16_t* pb
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
     }
   }
-  const bool f32 = s.c_dtype == DType::kF32;
-  for (int64_t r = 0; r < mm; ++r)
-    for (int64_t h = 0; h < 2; ++h) {
-      const int64_t c0 = h * 16;
-      if (c0 >= nn) break;
-      const simd::Mask m = simd::mask_for(nn - c0);
-      const int64_t at = (m0 + r) * s.ldc + n0 + c0;
-      simd::Vec v{acc[r][h]};
-      if (f32) {
-        float* c = static_cast<float*>(C) + at;
-        if (s.accumulate) v = v + simd::load(c, m);
-        simd::store(c, v, m);
-      } else {
-        uint16_t* c = static_cast<uint16_t*>(C) + at;
-        if (s.accumulate) v = v + bf16::load(c, m);
-        bf16::store(c, v, m);
-      }
-    }
+  const simd::Mask m0_mask = simd::mask_for(nn), m1_mask = nn > 16 ? simd::mask_for(nn - 16) : 0;
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kMR; ++r) {  // unrolled, so the accumulators are never spilled
+    if (r >= mm) break;
+    store_c(s, C, (m0 + r) * s.ldc + n0, acc[r][0], m0_mask);
+    if (m1_mask) store_c(s, C, (m0 + r) * s.ldc + n0 + 16, acc[r][1], m1_mask);
+  }
 }
 
 // One pool task: rows [m0, m0 + kMC) x the packed chunk's columns [n0, n1) of C. Panel-major:
 // a 32-column panel of B stays in L1/L2 while the task's 8-row groups of A (packed once, or
 // read in place) pass over it.
+// Panels are panel_elems apart (pairs(K) * 2 * kNR, or more for panels packed with a longer K).
 void tile(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b, void* C,
-          int64_t m0, int64_t n0, int64_t n1) {
+          int64_t m0, int64_t n0, int64_t n1, int64_t panel_elems) {
   const bool in_place = a_in_place(s);
   uint16_t* pa = in_place ? nullptr : grown(t_pack, packed_a_elems(s));
   const int64_t m1 = std::min(s.M, m0 + kMC);
-  const int64_t panel_elems = pairs(s.K) * 2 * kNR, group_elems = pairs(s.K) * 2 * kMR;
+  const int64_t group_elems = pairs(s.K) * 2 * kMR;
   if (!in_place)
     for (int64_t m = m0; m < m1; m += kMR) pack_a_rows(s, A, m, pa + (m - m0) / kMR * group_elems);
   for (int64_t n = n0; n < n1; n += kNR)
@@ -233,7 +237,7 @@ void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B,
     auto pack = [&](int64_t j) { pack_b_panel(s, B, p0 / kNR + j, pb + j * panel_elems); };
     auto work = [&](int64_t t) {
       const int64_t n0 = p0 + (t / mt) * kNC, n1 = std::min(p1, n0 + kNC);
-      tile(s, A, pb + (n0 - p0) / kNR * panel_elems, C, (t % mt) * kMC, n0, n1);
+      tile(s, A, pb + (n0 - p0) / kNR * panel_elems, C, (t % mt) * kMC, n0, n1, panel_elems);
     };
     if (inline_only) {
       for (int64_t j = 0; j < np; ++j) pack(j);
@@ -245,12 +249,38 @@ void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B,
   }
 }
 
+int64_t packed_b_elems_all(const Bf16MatmulShape& s) {
+  return (s.N + kNR - 1) / kNR * pairs(s.K) * 2 * kNR;
+}
+
+void pack_b_all(const Bf16MatmulShape& s, const uint16_t* B, uint16_t* dst) {
+  const int64_t panel_elems = pairs(s.K) * 2 * kNR;
+  for (int64_t j = 0; j < (s.N + kNR - 1) / kNR; ++j) pack_b_panel(s, B, j, dst + j * panel_elems);
+}
+
+void native_gemm_packed_b(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b,
+                          int64_t packed_k, void* C) {
+  ENG_CHECK(packed_k >= s.K && (s.K % 2 == 0 || packed_k == s.K),
+            "bf16 GEMM: B packed with K = {} used for K = {}", packed_k, s.K);
+  const int64_t panel_elems = pairs(packed_k) * 2 * kNR;
+  for (int64_t m0 = 0; m0 < s.M; m0 += kMC)
+    for (int64_t n0 = 0; n0 < s.N; n0 += kNC)
+      tile(s, A, packed_b + n0 / kNR * panel_elems, C, m0, n0, std::min(s.N, n0 + kNC), panel_elems);
+}
+
 #else  // no avx512_bf16 in this build: Bf16MatmulPlan uses oneDNN or convert+sgemm
 
 bool native_bf16_gemm_available() { return false; }
 int64_t native_gemm_scratch_bytes(const Bf16MatmulShape&) { return 0; }
 void reserve_native_gemm_scratch(int64_t) {}
 void native_gemm(const Bf16MatmulShape&, const uint16_t*, const uint16_t*, void*) {
+  ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
+}
+int64_t packed_b_elems_all(const Bf16MatmulShape&) { return 0; }
+void pack_b_all(const Bf16MatmulShape&, const uint16_t*, uint16_t*) {
+  ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
+}
+void native_gemm_packed_b(const Bf16MatmulShape&, const uint16_t*, const uint16_t*, int64_t, void*) {
   ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
 }
 
