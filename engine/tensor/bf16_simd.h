@@ -38,8 +38,9 @@ inline __m512i round_bits(__m512 v) {
   const __m512i u = _mm512_castps_si512(v);
 #if defined(__AVX512BF16__)
   if (use_hw_convert()) {
-    __m512i r = _mm512_slli_epi32(
-        _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16);
+    // The 16 bf16 into the high halves of the lanes, low halves zero: one word expand.
+    __m512i r = _mm512_maskz_expand_epi16(
+        0xAAAAAAAAu, _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(v)));
     const __mmask16 denormal = _mm512_fpclass_ps_mask(v, 0x20);  // 0x20: denormal
     if (denormal) r = _mm512_mask_mov_epi32(r, denormal, round_bits_sw(u));
     return r;
