@@ -30,8 +30,8 @@ using simd::kW;
 using simd::Mask;
 using simd::Vec;
 
-constexpr int64_t kQBlock = 64;   // forward: query rows per block
-constexpr int64_t kKBlock = 64;   // backward: keys per block (its dK, dV rows are owned)
+constexpr int64_t kQBlock = 32;   // forward: query rows per block
+constexpr int64_t kKBlock = 32;   // backward: keys per block (its dK, dV rows are owned)
 constexpr int64_t kQChunk = 256;  // backward: queries per step within a key block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
