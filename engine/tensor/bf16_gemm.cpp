@@ -1,9 +1,10 @@
 // engine/tensor/bf16_gemm.cpp: the engine's own bf16 GEMM on avx512_bf16 (vdpbf16ps), the
 // allocation-free backend of Bf16MatmulPlan (onednn_matmul.h: MatmulBackend::kNative).
 //
-// GotoBLAS-style: for each chunk of kNC columns, B's chunk is packed (in parallel) into
+// GotoBLAS-style: B is packed (in parallel; all of it, up to kPackedB elements per pass) into
 // 32-column panels of bf16 pairs (k, k+1) in the calling thread's scratch; then tiles of kMC
-// rows go to the pool, each packing its rows of A and running an 8 x 32 micro-kernel
+// rows by kNC columns go to the pool, each packing its rows of A (or reading them in place when they hold
+// whole pairs: not transposed, K even) and running an 8 x 32 micro-kernel
 // over the whole K (16 f32 accumulators), so every element of C is one f32 sum in a fixed
 // order: bitwise the same for any thread count. vdpbf16ps treats bf16 denormal inputs as zero and flushes f32 denormal
 // results (< 1.2e-38): the only difference from an exact-product f32 sum besides order.
@@ -13,6 +14,7 @@
 
 #include "engine/base/check.h"
 #include "engine/base/thread_pool.h"
+#include "engine/tensor/bf16_gemm.h"
 #include "engine/tensor/bf16_simd.h"
 #include "engine/tensor/onednn_matmul.h"
 #include "engine/tensor/simd.h"
@@ -25,15 +27,21 @@ namespace {
 constexpr int64_t kMR = 8;    // micro-kernel rows
 constexpr int64_t kNR = 32;   // micro-kernel columns (two zmm of f32)
 constexpr int64_t kMC = 64;   // rows per pool task
-constexpr int64_t kNC = 512;  // columns per packed chunk of B (16 panels)
+constexpr int64_t kNC = 512;  // columns per chunk of B that a task's rows pass over (16 panels)
+constexpr int64_t kPackedB = int64_t{8} << 20;  // elements of B packed per pass (16 MiB)
 
 // Per thread: [packed A: kMC rows | packed B chunk: the calling thread's, read by the workers].
 thread_local std::vector<uint16_t> t_pack;
 
 int64_t pairs(int64_t K) { return (K + 1) / 2; }
 int64_t packed_a_elems(const Bf16MatmulShape& s) { return pairs(s.K) * 2 * kMC; }
+// Columns packed per pass: all of N when that fits in kPackedB elements, else whole chunks.
+int64_t pass_cols(const Bf16MatmulShape& s) {
+  const int64_t chunk_elems = std::max<int64_t>(1, kNC * pairs(s.K) * 2);
+  return std::min(s.N, std::max<int64_t>(1, kPackedB / chunk_elems) * kNC);
+}
 int64_t packed_b_elems(const Bf16MatmulShape& s) {
-  return (std::min(s.N, kNC) + kNR - 1) / kNR * pairs(s.K) * 2 * kNR;
+  return (pass_cols(s) + kNR - 1) / kNR * pairs(s.K) * 2 * kNR;
 }
 
 uint16_t* grown(std::vector<uint16_t>& v, int64_t n) {
@@ -115,58 +123,94 @@ void pack_a_rows(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, uint16
   }
 }
 
+// Where the micro-kernel reads A's pairs: pair p of row r at rows[r] + p * pair_stride
+// (packed groups: rows[r] = group + 2r, stride 2 * kMR; rows of A used in place: stride 2).
+struct APairs {
+  const uint16_t* rows[kMR];
+  int64_t pair_stride;
+};
+
+// Whether op(A) is read in place: rows of whole pairs (K even, 4-byte aligned row starts).
+bool a_in_place(const Bf16MatmulShape& s) { return !s.trans_a && s.K % 2 == 0 && s.lda % 2 == 0; }
+
+APairs packed_pairs(const uint16_t* group) {
+  APairs a{{}, 2 * kMR};
+  for (int64_t r = 0; r < kMR; ++r) a.rows[r] = group + 2 * r;
+  return a;
+}
+
+// Rows [m0, m0 + mm) of A in place; rows past M repeat row m0 (their sums are not stored).
+APairs in_place_pairs(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64_t mm) {
+  APairs a{{}, 2};
+  for (int64_t r = 0; r < kMR; ++r) a.rows[r] = A + (m0 + (r < mm ? r : 0)) * s.lda;
+  return a;
+}
+
+// 16 sums into C at element `at` (f32 or bf16, added to C's values when accumulating).
+inline void store_c(const Bf16MatmulShape& s, void* C, int64_t at, __m512 sum, simd::Mask m) {
+  simd::Vec v{sum};
+  if (s.c_dtype == DType::kF32) {
+    float* c = static_cast<float*>(C) + at;
+    if (s.accumulate) v = v + simd::load(c, m);
+    simd::store(c, v, m);
+  } else {
+    uint16_t* c = static_cast<uint16_t*>(C) + at;
+    if (s.accumulate) v = v + bf16::load(c, m);
+    bf16::store(c, v, m);
+  }
+}
+
 // C[m0 + r][n0 + c] (+)= sum_p a-pairs . b-pairs for r < mm, c < nn.
-void micro_kernel(const Bf16MatmulShape& s, const uint16_t* pa, const uint16_t* pb, void* C,
+void micro_kernel(const Bf16MatmulShape& s, const APairs& pa, const uint16_t* pb, void* C,
                   int64_t m0, int64_t mm, int64_t n0, int64_t nn) {
   __m512 acc[kMR][2];  // 16 zmm accumulators: the loops are unrolled so they stay in registers
 #pragma GCC unroll 8
   for (int64_t r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  const int64_t P = pairs(s.K);
+  const int64_t P = pairs(s.K), ps = pa.pair_stride;
+  const uint16_t* rows[kMR];
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kMR; ++r) rows[r] = pa.rows[r];
   for (int64_t p = 0; p < P; ++p) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(pb + p * 2 * kNR);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(pb + p * 2 * kNR + kNR);
 #pragma GCC unroll 8
     for (int64_t r = 0; r < kMR; ++r) {
       int32_t pair;  // (a[r][2p], a[r][2p+1]) as one 32-bit lane, broadcast
-      std::memcpy(&pair, pa + (p * kMR + r) * 2, 4);
+      std::memcpy(&pair, rows[r] + p * ps, 4);
       const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
     }
   }
-  const bool f32 = s.c_dtype == DType::kF32;
-  for (int64_t r = 0; r < mm; ++r)
-    for (int64_t h = 0; h < 2; ++h) {
-      const int64_t c0 = h * 16;
-      if (c0 >= nn) break;
-      const simd::Mask m = simd::mask_for(nn - c0);
-      const int64_t at = (m0 + r) * s.ldc + n0 + c0;
-      simd::Vec v{acc[r][h]};
-      if (f32) {
-        float* c = static_cast<float*>(C) + at;
-        if (s.accumulate) v = v + simd::load(c, m);
-        simd::store(c, v, m);
-      } else {
-        uint16_t* c = static_cast<uint16_t*>(C) + at;
-        if (s.accumulate) v = v + bf16::load(c, m);
-        bf16::store(c, v, m);
-      }
-    }
+  const simd::Mask m0_mask = simd::mask_for(nn), m1_mask = nn > 16 ? simd::mask_for(nn - 16) : 0;
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < kMR; ++r) {  // unrolled, so the accumulators are never spilled
+    if (r >= mm) break;
+    store_c(s, C, (m0 + r) * s.ldc + n0, acc[r][0], m0_mask);
+    if (m1_mask) store_c(s, C, (m0 + r) * s.ldc + n0 + 16, acc[r][1], m1_mask);
+  }
 }
 
 // One pool task: rows [m0, m0 + kMC) x the packed chunk's columns [n0, n1) of C. Panel-major:
-// a 32-column panel of B (32 KiB at K = 512) stays in L1 while the task's 8-row groups of A
-// (packed once, from L2) pass over it.
+// a 32-column panel of B stays in L1/L2 while the task's 8-row groups of A (packed once, or
+// read in place) pass over it.
+// Panels are panel_elems apart (pairs(K) * 2 * kNR, or more for panels packed with a longer K).
 void tile(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b, void* C,
-          int64_t m0, int64_t n0, int64_t n1) {
-  uint16_t* pa = grown(t_pack, packed_a_elems(s));
+          int64_t m0, int64_t n0, int64_t n1, int64_t panel_elems) {
+  const bool in_place = a_in_place(s);
+  uint16_t* pa = in_place ? nullptr : grown(t_pack, packed_a_elems(s));
   const int64_t m1 = std::min(s.M, m0 + kMC);
-  const int64_t panel_elems = pairs(s.K) * 2 * kNR, group_elems = pairs(s.K) * 2 * kMR;
-  for (int64_t m = m0; m < m1; m += kMR) pack_a_rows(s, A, m, pa + (m - m0) / kMR * group_elems);
+  const int64_t group_elems = pairs(s.K) * 2 * kMR;
+  if (!in_place)
+    for (int64_t m = m0; m < m1; m += kMR) pack_a_rows(s, A, m, pa + (m - m0) / kMR * group_elems);
   for (int64_t n = n0; n < n1; n += kNR)
-    for (int64_t m = m0; m < m1; m += kMR)
-      micro_kernel(s, pa + (m - m0) / kMR * group_elems, packed_b + ((n - n0) / kNR) * panel_elems,
-                   C, m, std::min(kMR, m1 - m), n, std::min(kNR, n1 - n));
+    for (int64_t m = m0; m < m1; m += kMR) {
+      const int64_t mm = std::min(kMR, m1 - m);
+      const APairs a = in_place ? in_place_pairs(s, A, m, mm)
+                                : packed_pairs(pa + (m - m0) / kMR * group_elems);
+      micro_kernel(s, a, packed_b + ((n - n0) / kNR) * panel_elems, C, m, mm, n,
+                   std::min(kNR, n1 - n));
+    }
 }
 
 }  // namespace
@@ -179,23 +223,49 @@ int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s) {
 
 void reserve_native_gemm_scratch(int64_t bytes) { grown(t_pack, bytes / 2); }
 
+// Two pool jobs per pass (usually one pass): pack the pass's panels of B, then every
+// (chunk of kNC columns, kMC rows) tile, chunk-major so both threads share a chunk in cache.
 void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C) {
-  // The caller's buffer: its B chunk is read by the workers while the caller waits in run().
+  // The caller's buffer: its B panels are read by the workers while the caller waits in run().
   uint16_t* pb = grown(t_pack, packed_a_elems(s) + packed_b_elems(s)) + packed_a_elems(s);
   const int64_t panel_elems = pairs(s.K) * 2 * kNR, mt = (s.M + kMC - 1) / kMC;
   const bool inline_only = ThreadPool::in_parallel_region() || default_pool().num_threads() <= 1;
-  for (int64_t n0 = 0; n0 < s.N; n0 += kNC) {
-    const int64_t n1 = std::min(s.N, n0 + kNC), np = (n1 - n0 + kNR - 1) / kNR;
-    auto pack = [&](int64_t j) { pack_b_panel(s, B, n0 / kNR + j, pb + j * panel_elems); };
-    auto work = [&](int64_t t) { tile(s, A, pb, C, t * kMC, n0, n1); };
+  const int64_t cols = pass_cols(s);
+  for (int64_t p0 = 0; p0 < s.N; p0 += cols) {
+    const int64_t p1 = std::min(s.N, p0 + cols), np = (p1 - p0 + kNR - 1) / kNR;
+    const int64_t chunks = (p1 - p0 + kNC - 1) / kNC;
+    auto pack = [&](int64_t j) { pack_b_panel(s, B, p0 / kNR + j, pb + j * panel_elems); };
+    auto work = [&](int64_t t) {
+      const int64_t n0 = p0 + (t / mt) * kNC, n1 = std::min(p1, n0 + kNC);
+      tile(s, A, pb + (n0 - p0) / kNR * panel_elems, C, (t % mt) * kMC, n0, n1, panel_elems);
+    };
     if (inline_only) {
       for (int64_t j = 0; j < np; ++j) pack(j);
-      for (int64_t t = 0; t < mt; ++t) work(t);
+      for (int64_t t = 0; t < chunks * mt; ++t) work(t);
     } else {
       default_pool().run(np, pack);
-      default_pool().run(mt, work);
+      default_pool().run(chunks * mt, work);
     }
   }
+}
+
+int64_t packed_b_elems_all(const Bf16MatmulShape& s) {
+  return (s.N + kNR - 1) / kNR * pairs(s.K) * 2 * kNR;
+}
+
+void pack_b_all(const Bf16MatmulShape& s, const uint16_t* B, uint16_t* dst) {
+  const int64_t panel_elems = pairs(s.K) * 2 * kNR;
+  for (int64_t j = 0; j < (s.N + kNR - 1) / kNR; ++j) pack_b_panel(s, B, j, dst + j * panel_elems);
+}
+
+void native_gemm_packed_b(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b,
+                          int64_t packed_k, void* C) {
+  ENG_CHECK(packed_k >= s.K && (s.K % 2 == 0 || packed_k == s.K),
+            "bf16 GEMM: B packed with K = {} used for K = {}", packed_k, s.K);
+  const int64_t panel_elems = pairs(packed_k) * 2 * kNR;
+  for (int64_t m0 = 0; m0 < s.M; m0 += kMC)
+    for (int64_t n0 = 0; n0 < s.N; n0 += kNC)
+      tile(s, A, packed_b + n0 / kNR * panel_elems, C, m0, n0, std::min(s.N, n0 + kNC), panel_elems);
 }
 
 #else  // no avx512_bf16 in this build: Bf16MatmulPlan uses oneDNN or convert+sgemm
@@ -204,6 +274,13 @@ bool native_bf16_gemm_available() { return false; }
 int64_t native_gemm_scratch_bytes(const Bf16MatmulShape&) { return 0; }
 void reserve_native_gemm_scratch(int64_t) {}
 void native_gemm(const Bf16MatmulShape&, const uint16_t*, const uint16_t*, void*) {
+  ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
+}
+int64_t packed_b_elems_all(const Bf16MatmulShape&) { return 0; }
+void pack_b_all(const Bf16MatmulShape&, const uint16_t*, uint16_t*) {
+  ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
+}
+void native_gemm_packed_b(const Bf16MatmulShape&, const uint16_t*, const uint16_t*, int64_t, void*) {
   ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
 }
 

@@ -47,7 +47,7 @@ void for_each_block(int64_t n, Body&& body) {
 
 thread_local std::vector<float> t_norm_partials;  // (blocks, E) dscale partials
 
-Vec sigmoid(Vec g) {
+[[gnu::always_inline]] inline Vec sigmoid(Vec g) {
   const Vec one = simd::set1(1.f);
   return one / (one + simd::exp(simd::set1(0.f) - g));
 }

@@ -16,16 +16,10 @@
 
 #include "engine/base/check.h"
 #include "engine/base/thread_pool.h"
+#include "engine/tensor/bf16_gemm.h"
 #include "engine/tensor/kernels.h"
 
 namespace eng::kern {
-namespace detail {  // bf16_gemm.cpp
-bool native_bf16_gemm_available();
-int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s);
-void reserve_native_gemm_scratch(int64_t bytes);
-void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C);
-}  // namespace detail
-
 namespace {
 
 bool env_disables_bf16() {

@@ -180,7 +180,7 @@ TEST(Bf16Kernels, RopeAndItsInverseMatchOracle) {
 
 // ---- attention ------------------------------------------------------------------------------
 
-// Packed rows: segment ids 1, 1, ..., 2, 2, ..., 3 ... with lengths that cross the 64-row blocks.
+// Packed rows: segment ids 1, 1, ..., 2, 2, ..., 3 ... with lengths that cross the 32-row blocks.
 std::vector<int32_t> packed_segments(int64_t B, int64_t T, uint32_t seed) {
   auto cuts = test::random_ids(B * 4, 1, static_cast<int32_t>(T), seed);
   std::vector<int32_t> seg(B * T);
@@ -223,8 +223,9 @@ void check_attention(int64_t B, int64_t T, int64_t H, int64_t D, bool segments, 
 }
 
 TEST(Bf16Kernels, AttentionMatchesOracle) {
-  check_attention(2, 150, 2, 32, false, 10);  // blocks of 64 queries, a partial last block
+  check_attention(2, 150, 2, 32, false, 10);  // blocks of 32 queries, a partial last block
   check_attention(1, 300, 3, 64, false, 20);  // key blocks past the first query chunk
+  check_attention(1, 77, 2, 32, false, 25);   // odd T: p v over an odd number of keys
 }
 
 TEST(Bf16Kernels, AttentionWithSegmentIdsMatchesOracle) {

@@ -1,0 +1,31 @@
+// engine/tensor/bf16_gemm.h: the engine's own avx512_bf16 GEMM (bf16_gemm.cpp), private to
+// engine/tensor/*.cpp: Bf16MatmulPlan's kNative backend, and bf16 attention's blocks.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/tensor/onednn_matmul.h"
+
+namespace eng::kern::detail {
+
+// True when the CPU (and the build) can run native_gemm: cpu_has_avx512_bf16().
+bool native_bf16_gemm_available();
+// Per-thread packing scratch native_gemm(s) needs; reserve_native_gemm_scratch grows the
+// calling thread's to `bytes` (nothing allocated when already large enough).
+int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s);
+void reserve_native_gemm_scratch(int64_t bytes);
+// C = op(A) op(B) [+ C], f32 sums in a fixed order (bitwise the same for any thread count).
+// Inside a pool task (or on a one-thread pool) it runs inline on the calling thread.
+void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C);
+
+// B packed once and used by several products on the calling thread (attention's heads):
+// pack_b_all writes op(B)'s panels (packed_b_elems_all(s) elements) for s.N columns and s.K;
+// native_gemm_packed_b runs C = op(A) B for a shape whose columns are a prefix of the packed
+// ones and whose K is at most the packed K (`packed_k`; even, when smaller: the pairs past it
+// are not read). Inline, allocation-free; the same sums, in the same order, as native_gemm.
+int64_t packed_b_elems_all(const Bf16MatmulShape& s);
+void pack_b_all(const Bf16MatmulShape& s, const uint16_t* B, uint16_t* dst);
+void native_gemm_packed_b(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b,
+                          int64_t packed_k, void* C);
+
+}  // namespace eng::kern::detail
