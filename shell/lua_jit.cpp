@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/frontend/manual.h"
 #include "engine/frontend/numpy.h"
 #include "engine/ir/autodiff.h"
 #include "engine/sharding/shard_geometry.h"
@@ -898,6 +899,48 @@ Result<int> shard_map(lua_State* L) {
   return 1;
 }
 
+// sl.lax.all_to_all(x, axis_name, split_axis, concat_axis [, {tiled = false}]) inside
+// sl.shard_map (engine/frontend/manual.h).
+Result<int> all_to_all(lua_State* L) {
+  constexpr std::string_view fn = "all_to_all";
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
+  if (!x.array) return arg_error(L, 1, fn, "x", "Array");
+  std::vector<std::string> axes;
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    axes.push_back(lua_tostring(L, 2));
+  } else {
+    ENG_ASSIGN_OR_RETURN(axes, arg_string_list(L, 2, fn, "axis_name"));
+  }
+  ENG_ASSIGN_OR_RETURN(int64_t split, arg_int(L, 3, fn, "split_axis"));
+  ENG_ASSIGN_OR_RETURN(int64_t concat, arg_int(L, 4, fn, "concat_axis"));
+  bool tiled = false;
+  if (!lua_isnoneornil(L, 5)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 5, fn, "options"));
+    static const std::vector<std::string> kKeys = {"tiled"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 5, fn, kKeys));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> t, field_bool(L, 5, "tiled", fn));
+    tiled = t.value_or(false);
+  }
+  const int sa = static_cast<int>(std::clamp<int64_t>(split, -1000, 1000));
+  const int ca = static_cast<int>(std::clamp<int64_t>(concat, -1000, 1000));
+  return apply(
+      L, fn, fmt::format("{} {} {} {}", fmt::join(axes, ","), sa, ca, tiled), {x},
+      [=](fe::Trace& tr, std::span<const eng::ValueId> in) -> Result<std::vector<eng::ValueId>> {
+        ENG_ASSIGN_OR_RETURN(eng::ValueId y,
+                             fe::manual::all_to_all(tr, in[0], axes, sa, ca, tiled));
+        return std::vector<eng::ValueId>{y};
+      });
+}
+
+constexpr Function kLaxFunctions[] = {
+    {"all_to_all", lua_entry<all_to_all>,
+     "sl.lax.all_to_all(x, axis_name, split_axis, concat_axis [, {tiled = false}]) -> Array",
+     "jax.lax.all_to_all inside sl.shard_map: chunk r of x along split_axis goes to member r of\n"
+     "  the axis group, which stacks what it receives along concat_axis (untiled: split_axis\n"
+     "  must equal the group size and is removed, a new axis of that size appears at concat_axis;\n"
+     "  tiled: split_axis / G, concat_axis * G). Axes 0-based."},
+};
+
 constexpr Function kJitFunctions[] = {
     {"shard_map", lua_entry<shard_map>, "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted",
      "jax.shard_map: f runs on each device's blocks (argument i split by in_specs[i]) and\n"
@@ -949,6 +992,9 @@ void open_lua_jit(lua_State* L, int sl) {
   define_type(L, {"Lowered", "A traced program (f:lower(...)): :as_text(), :compile().",
                   lua_entry<lowered_text>, nullptr, udata_gc<LoweredBox>, kLoweredMethods});
   add_functions(L, sl, "sl", kJitFunctions);
+  lua_getfield(L, sl, "lax");  // made by open_lua_numpy, which runs first
+  if (lua_istable(L, -1)) add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
+  lua_pop(L, 1);
 }
 
 }  // namespace shell
