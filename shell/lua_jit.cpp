@@ -14,6 +14,7 @@
 
 #include "engine/frontend/manual.h"
 #include "engine/frontend/numpy.h"
+#include "engine/frontend/vmap.h"
 #include "engine/ir/autodiff.h"
 #include "engine/sharding/shard_geometry.h"
 #include "shell/context.h"
@@ -25,7 +26,7 @@ namespace shell {
 
 namespace fe = eng::frontend;
 
-enum class Transform : uint8_t { kNone, kGrad, kValueAndGrad };
+enum class Transform : uint8_t { kNone, kGrad, kValueAndGrad, kVmap };
 
 // One compiled signature of a jitted function.
 struct JitEntry {
@@ -42,6 +43,7 @@ struct JitBox {
   Transform transform = Transform::kNone;
   std::vector<int> argnums = {0};              // grad: which inputs (0-based)
   bool has_aux = false;                        // grad: f returns (loss, aux)
+  std::vector<std::optional<int>> in_axes;     // vmap: per argument (nullopt: not mapped)
   std::map<std::string, JitEntry> cache;       // signature -> compiled
   std::vector<std::vector<std::string>> seen;  // per compiled signature: arg types
   int64_t compiles = 0;
@@ -451,23 +453,19 @@ Result<TracedArgs> trace_inputs(lua_State* L, const JitBox& j, fe::Trace& tr, in
   return t;
 }
 
-// Traces f (at fidx) on the call's arguments into a new program and compiles it.
-Result<JitEntry> trace_and_compile(lua_State* L, JitBox& j, int fidx, int first, int n,
-                                   const CallArgs& args) {
-  if (trace_depth() >= kMaxTraceDepth)
-    return eng::invalid_argument("{}: jit traced {} levels deep: recursion through jit", j.name,
-                                 kMaxTraceDepth);
-  auto tr = std::make_shared<fe::Trace>(j.name, args.mesh, j.manual);
-  ENG_ASSIGN_OR_RETURN(TracedArgs targs, trace_inputs(L, j, *tr, fidx, n, args));
+// Calls f (at fidx) on tracers of tr (per position: its tree of targs' leaf values, or the
+// static value from the stack) and reads its results.
+Result<Outputs> call_on(lua_State* L, const JitBox& j, const std::shared_ptr<fe::Trace>& tr,
+                        int fidx, int first, int n, const TracedArgs& targs) {
   const int base = lua_gettop(L);
   lua_pushvalue(L, fidx);
   for (int i = 0; i < n; ++i) {
-    if (!args.trees[i]) {
+    if (!targs.trees[i]) {
       lua_pushvalue(L, first + i);
       continue;
     }
-    int next = args.first_leaf[i];
-    unflatten(L, *args.trees[i], &next,
+    int next = targs.first_leaf[i];
+    unflatten(L, *targs.trees[i], &next,
               [&](int k) { push_tracer(L, tr, targs.leaf_values[static_cast<size_t>(k)]); });
   }
   ENG_RETURN_IF_ERROR(call_traced(L, tr, base, n));
@@ -477,7 +475,27 @@ Result<JitEntry> trace_and_compile(lua_State* L, JitBox& j, int fidx, int first,
   if (outs->values.empty())
     return eng::invalid_argument("{}: the function returned nothing (it must return Arrays)",
                                  j.name);
-  if (j.transform != Transform::kNone) {
+  return outs;
+}
+
+// sl.vmap: f traced on one example (the leaves at in_axes 0 without their batch dim), then
+// replayed batched into tr (engine/frontend/vmap.h).
+Result<Outputs> vmap_apply(lua_State* L, const JitBox& j, const std::shared_ptr<fe::Trace>& tr,
+                           int fidx, int first, int n, const TracedArgs& targs);
+
+// Traces f (at fidx) on the call's arguments into a new program and compiles it.
+Result<JitEntry> trace_and_compile(lua_State* L, JitBox& j, int fidx, int first, int n,
+                                   const CallArgs& args) {
+  if (trace_depth() >= kMaxTraceDepth)
+    return eng::invalid_argument("{}: jit traced {} levels deep: recursion through jit", j.name,
+                                 kMaxTraceDepth);
+  auto tr = std::make_shared<fe::Trace>(j.name, args.mesh, j.manual);
+  ENG_ASSIGN_OR_RETURN(TracedArgs targs, trace_inputs(L, j, *tr, fidx, n, args));
+  Result<Outputs> outs = j.transform == Transform::kVmap
+                             ? vmap_apply(L, j, tr, fidx, first, n, targs)
+                             : call_on(L, j, tr, fidx, first, n, targs);
+  if (!outs.ok()) return outs.status();
+  if (j.transform == Transform::kGrad || j.transform == Transform::kValueAndGrad) {
     ENG_ASSIGN_OR_RETURN(*outs, grad_outputs(j, *tr, *outs, targs));
   }
   fe::CompileRequest req{j.name, j.out_specs, {}};
@@ -511,9 +529,20 @@ Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
       targs.trees.push_back(std::nullopt);
       continue;
     }
-    for (ArrayBox* a : boxes)
-      targs.leaf_values.push_back(a->trace == tr ? a->value : eng::kNoValue);
+    for (ArrayBox* a : boxes) {
+      const bool capture = j.transform == Transform::kVmap && !a->is_tracer() && !a->deleted;
+      targs.leaf_values.push_back(a->trace == tr ? a->value
+                                  : capture      ? tr->capture(a->data)
+                                                 : eng::kNoValue);
+    }
     targs.trees.push_back(std::move(t));
+  }
+  if (j.transform == Transform::kVmap) {
+    ENG_ASSIGN_OR_RETURN(Outputs v, vmap_apply(L, j, tr, fidx, first, n, targs));
+    int next = 0;
+    for (const Tree& t : v.tree)
+      unflatten(L, t, &next, [&](int k) { push_tracer(L, tr, v.values[static_cast<size_t>(k)]); });
+    return static_cast<int>(v.tree.size());
   }
   const int base = lua_gettop(L);
   lua_pushvalue(L, fidx);
@@ -529,6 +558,82 @@ Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
   for (const Tree& t : g.tree)
     unflatten(L, t, &next, [&](int k) { push_tracer(L, tr, g.values[static_cast<size_t>(k)]); });
   return static_cast<int>(g.tree.size());
+}
+
+// JAX's error for mapped axes of different sizes, naming each argument's axis and type.
+Result<int64_t> batch_size(const JitBox& j, const fe::Trace& tr, const TracedArgs& targs,
+                           const std::vector<bool>& mapped) {
+  int64_t size = -1;
+  std::string sizes;
+  bool differ = false;
+  for (size_t p = 0; p < targs.trees.size(); ++p) {
+    if (!targs.trees[p] || !mapped[p]) continue;
+    for (int k = 0; k < targs.trees[p]->num_leaves(); ++k) {
+      const eng::ValueInfo& v = tr.info(targs.leaf_values[targs.first_leaf[p] + k]);
+      if (v.shape.rank() == 0)
+        return eng::invalid_argument(
+            "{}: vmap was requested to map its argument along axis 0, which implies that its "
+            "rank should be at least 1, but is only 0 (its shape is ()): argument {}",
+            j.name, p + 1);
+      differ = differ || (size >= 0 && v.shape[0] != size);
+      size = v.shape[0];
+      sizes += fmt::format("\n  * one axis had size {}: axis 0 of argument {} of type {}",
+                           v.shape[0], p + 1, v.type_string());
+    }
+  }
+  if (size < 0)
+    return eng::invalid_argument("{}: vmap must have at least one non-None value in in_axes",
+                                 j.name);
+  if (differ)
+    return eng::invalid_argument("{}: vmap got inconsistent sizes for array axes to be mapped:{}",
+                                 j.name, sizes);
+  return size;
+}
+
+Result<Outputs> vmap_apply(lua_State* L, const JitBox& j, const std::shared_ptr<fe::Trace>& tr,
+                           int fidx, int first, int n, const TracedArgs& targs) {
+  std::vector<bool> mapped(static_cast<size_t>(n), false);
+  for (int p = 0; p < n; ++p) {
+    const std::optional<int> ax =
+        p < static_cast<int>(j.in_axes.size()) ? j.in_axes[p] : std::optional<int>(0);
+    if (!targs.trees[p] || !ax) continue;
+    if (*ax != 0)
+      return eng::invalid_argument(
+          "{}: vmap in_axes {} for argument {}: only 0 (or nil) is supported, since moving a "
+          "batch axis to the front needs a transpose the op set lacks",
+          j.name, *ax, p + 1);
+    for (int k = 0; k < targs.trees[p]->num_leaves(); ++k)
+      if (targs.leaf_values[targs.first_leaf[p] + k] == eng::kNoValue)
+        return eng::invalid_argument("{}: vmap: argument {} is a tracer of another jit", j.name,
+                                     p + 1);
+    mapped[p] = true;
+  }
+  ENG_ASSIGN_OR_RETURN(const int64_t batch, batch_size(j, *tr, targs, mapped));
+  auto one = std::make_shared<fe::Trace>(j.name, tr->mesh(), tr->manual());
+  TracedArgs inner{targs.trees, targs.first_leaf, {}};
+  std::vector<fe::BatchedInput> inputs;
+  for (int p = 0; p < n; ++p) {
+    if (!targs.trees[p]) continue;
+    for (int k = 0; k < targs.trees[p]->num_leaves(); ++k) {
+      const eng::ValueId v = targs.leaf_values[targs.first_leaf[p] + k];
+      const eng::ValueInfo info = tr->info(v);
+      ENG_ASSIGN_OR_RETURN(eng::PartitionSpec spec, tr->sharding_of(v));
+      std::vector<int64_t> dims = info.shape.dims();
+      if (mapped[p]) {  // one example: the batch dim (and its sharding) dropped
+        dims.erase(dims.begin());
+        std::vector<eng::PartitionSpec::DimAxes> d;
+        for (int i = 1; i < spec.rank(); ++i) d.push_back(spec.dim(i));
+        spec = eng::PartitionSpec(std::move(d));
+      }
+      inner.leaf_values.push_back(
+          one->input(fmt::format("arg{}", p), eng::Shape(std::move(dims)), info.dtype, spec));
+      inputs.push_back({v, mapped[p]});
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(Outputs outs, call_on(L, j, one, fidx, first, n, inner));
+  ENG_ASSIGN_OR_RETURN(outs.values,
+                       fe::replay_batched(*one, outs.values, *tr, inputs, batch, j.name));
+  return outs;
 }
 
 bool has_tracer(lua_State* L, int first, int n) {
@@ -701,6 +806,7 @@ Result<int> jit_tostring(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(JitBox * j, arg_jit(L, "Jitted:__tostring"));
   const char* kind = j->transform == Transform::kNone   ? "jit"
                      : j->transform == Transform::kGrad ? "grad"
+                     : j->transform == Transform::kVmap ? "vmap"
                                                         : "value_and_grad";
   lua_pushstring(L, fmt::format("<{} {}: {} compiled signature{}>", kind, j->name, j->cache.size(),
                                 j->cache.size() == 1 ? "" : "s")
@@ -864,6 +970,73 @@ Result<int> value_and_grad(lua_State* L) {
   return grad_common(L, "sl.value_and_grad", Transform::kValueAndGrad);
 }
 
+// vmap's in_axes (or out_axes) at idx: a number for every argument, or a table with one per
+// argument (nil or false: not mapped, JAX's None); nil: 0 for every argument.
+Result<std::vector<std::optional<int>>> read_axes(lua_State* L, int idx, std::string_view fn,
+                                                  std::string_view name) {
+  std::vector<std::optional<int>> out;
+  const int t = lua_type(L, idx);
+  if (t == LUA_TNIL || t == LUA_TNONE) return out;
+  if (t == LUA_TBOOLEAN && !lua_toboolean(L, idx)) return std::vector<std::optional<int>>(64);
+  if (t == LUA_TNUMBER) {
+    ENG_ASSIGN_OR_RETURN(int64_t v, arg_int(L, idx, fn, name));
+    return std::vector<std::optional<int>>(64, static_cast<int>(std::clamp<int64_t>(v, -64, 64)));
+  }
+  if (t != LUA_TTABLE) return arg_error(L, idx, fn, name, "integer, table of integers or nil");
+  for (lua_Integer i = 1; i <= 64; ++i) {
+    lua_rawgeti(L, idx, i);
+    int ok = 0;
+    const lua_Integer v = lua_tointegerx(L, -1, &ok);
+    const bool none = lua_isnil(L, -1) || (lua_isboolean(L, -1) && !lua_toboolean(L, -1));
+    lua_pop(L, 1);
+    if (!ok && !none)
+      return eng::invalid_argument("{}: {}[{}] is not an integer or nil", fn, name, i);
+    out.push_back(ok ? std::optional<int>(static_cast<int>(std::clamp<lua_Integer>(v, -64, 64)))
+                     : std::nullopt);
+  }
+  return out;
+}
+
+// sl.vmap(f [, in_axes [, out_axes]]) or sl.vmap(f, {in_axes =, out_axes =}).
+Result<int> vmap(lua_State* L) {
+  constexpr std::string_view fn = "sl.vmap";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  JitBox j;
+  j.name = "fn";
+  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  j.transform = Transform::kVmap;
+  int in_idx = 2, out_idx = 3;
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    bool options = false;  // a table with a string key is the options form
+    lua_pushnil(L);
+    while (lua_next(L, 2) != 0) {
+      options = options || lua_type(L, -2) == LUA_TSTRING;
+      lua_pop(L, 1);
+    }
+    if (options) {
+      static const std::vector<std::string> kKeys = {"in_axes", "out_axes", "name"};
+      ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kKeys));
+      ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
+      if (name) j.name = *name;
+      lua_settop(L, 2);
+      push_field(L, 2, "in_axes");
+      push_field(L, 2, "out_axes");
+      in_idx = 3, out_idx = 4;
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(j.in_axes, read_axes(L, in_idx, fn, "in_axes"));
+  ENG_ASSIGN_OR_RETURN(std::vector<std::optional<int>> out_axes,
+                       read_axes(L, out_idx, fn, "out_axes"));
+  for (const std::optional<int>& a : out_axes)
+    if (!a || *a != 0)
+      return eng::invalid_argument(
+          "{}: out_axes {} is not supported: results are batched along axis 0 (moving the batch "
+          "axis needs a transpose, which the op set lacks)",
+          fn, a ? std::to_string(*a) : "nil");
+  push_jit(L, std::move(j), 1);
+  return 1;
+}
+
 // sl.shard_map(f, {mesh, in_specs, out_specs})
 Result<int> shard_map(lua_State* L) {
   constexpr std::string_view fn = "sl.shard_map";
@@ -958,6 +1131,11 @@ constexpr Function kJitFunctions[] = {
      "  f:cache_info(). Numbers and other non-Array arguments are static. Shardings are sl.P "
      "specs\n"
      "  (a table of them per argument / result, or one for all); argument numbers are 0-based."},
+    {"vmap", lua_entry<vmap>, "sl.vmap(f [, in_axes=0 [, out_axes=0]]) -> Jitted",
+     "jax.vmap: f traced on one example (the mapped arguments without their leading axis),\n"
+     "  then replayed batched op by op (a batching rule per op; an op without one is an error\n"
+     "  naming it). in_axes: 0 or nil per argument (a number for all, or a table; nil = JAX's\n"
+     "  None: not mapped). Also sl.vmap(f, {in_axes =, out_axes =}). Compiled like sl.jit."},
     {"grad", lua_entry<grad>, "sl.grad(f [, argnums=0 | {i, ...}]) -> Jitted",
      "d f / d args[argnums] (0-based) by the engine's autodiff (reverse mode, per-op VJP rules),\n"
      "  traced and compiled like sl.jit. f must return a float32 scalar."},

@@ -154,6 +154,15 @@ Result<ValueId> Trace::constant(const std::vector<double>& host, const Shape& sh
   return capture(std::move(a));
 }
 
+Trace::ArgSource Trace::arg_source(int k) const {
+  const Source& s = sources_[static_cast<size_t>(k)];
+  ArgSource a;
+  if (s.kind == Source::Kind::kInput) a.input = s.index;
+  if (s.kind == Source::Kind::kCaptured) a.captured = s.captured;
+  if (s.kind == Source::Kind::kScalar) a.scalar = s.scalar;
+  return a;
+}
+
 std::string Trace::logical_name(const PartitionSpec::DimAxes& axes) {
   if (axes.empty()) return "";
   std::string n = axes_name(axes);

@@ -86,6 +86,15 @@ class Trace {
 
   int num_inputs() const { return num_inputs_; }
 
+  // Where program argument k comes from, for replaying this trace into another (vmap): an
+  // input's position (Trace::input order), else the captured array or the captured scalar.
+  struct ArgSource {
+    int input = -1;
+    ArrayRef captured;
+    std::optional<double> scalar;
+  };
+  ArgSource arg_source(int k) const;
+
   // The sharding the partitioner gives v in the program traced so far (an argument: its spec;
   // one device: replicated); partial sums count as reduced. What sl.typeof shows for a tracer
   // (explicit mode: shardings are part of the type) and what reductions keep.
