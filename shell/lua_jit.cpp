@@ -44,6 +44,8 @@ struct JitBox {
   std::vector<int> argnums = {0};              // grad: which inputs (0-based)
   bool has_aux = false;                        // grad: f returns (loss, aux)
   std::vector<std::optional<int>> in_axes;     // vmap: per argument (nullopt: not mapped)
+  std::optional<eng::ShardMode> mode;          // sl.auto_axes / sl.explicit_axes: the mode inside
+  std::vector<std::string> mode_axes;          // ... the axes they name (empty: all)
   std::map<std::string, JitEntry> cache;       // signature -> compiled
   std::vector<std::vector<std::string>> seen;  // per compiled signature: arg types
   int64_t compiles = 0;
@@ -483,13 +485,52 @@ Result<Outputs> call_on(lua_State* L, const JitBox& j, const std::shared_ptr<fe:
 Result<Outputs> vmap_apply(lua_State* L, const JitBox& j, const std::shared_ptr<fe::Trace>& tr,
                            int fidx, int first, int n, const TracedArgs& targs);
 
+const char* mode_fn(const JitBox& j) {
+  return j.mode == eng::ShardMode::kAuto ? "auto_axes" : "explicit_axes";
+}
+
+// An engine mesh has one axis type for all its axes, so auto_axes / explicit_axes switch
+// every axis: `axes` must name all of them (or be nil).
+Status check_mode_axes(const JitBox& j, const eng::Mesh& mesh) {
+  if (j.mode_axes.empty()) return eng::ok_status();
+  std::vector<std::string> want = mesh.axis_names(), got = j.mode_axes;
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  if (want == got) return eng::ok_status();
+  return eng::invalid_argument(
+      "{}: {}: axes ({}) are not all the axes of {}: an engine mesh has one axis type for all "
+      "its axes, so the switch covers every axis (axes = nil, or all of them)",
+      j.name, mode_fn(j), fmt::join(j.mode_axes, ", "), mesh.to_string());
+}
+
+// The mesh with every axis of the type `mode` implies. The partitioner takes explicit mode
+// from the mesh's axis type, so auto_axes / explicit_axes trace on this copy of the mesh.
+Result<eng::Mesh> switched(const eng::Mesh& mesh, eng::ShardMode mode) {
+  return eng::Mesh::create(
+      mesh.axis_names(), mesh.axis_sizes(),
+      mode == eng::ShardMode::kExplicit ? eng::AxisType::kExplicit : eng::AxisType::kAuto);
+}
+
+// `a` placed by `to` on another mesh of the same devices (auto_axes' and explicit_axes'
+// arguments and results: a runtime belongs to one mesh, axis types included), via the host.
+Result<fe::ArrayRef> transfer(const fe::ArrayRef& a, const eng::NamedSharding& to) {
+  if (a->array.sharding == to) return a;
+  ENG_ASSIGN_OR_RETURN(std::vector<double> host, fe::fetch(*a));
+  return fe::device_put(host, a->array.shape, a->array.dtype, to);
+}
+
 // Traces f (at fidx) on the call's arguments into a new program and compiles it.
 Result<JitEntry> trace_and_compile(lua_State* L, JitBox& j, int fidx, int first, int n,
                                    const CallArgs& args) {
   if (trace_depth() >= kMaxTraceDepth)
     return eng::invalid_argument("{}: jit traced {} levels deep: recursion through jit", j.name,
                                  kMaxTraceDepth);
-  auto tr = std::make_shared<fe::Trace>(j.name, args.mesh, j.manual);
+  eng::Mesh mesh = args.mesh;
+  if (j.mode) {
+    ENG_RETURN_IF_ERROR(check_mode_axes(j, args.mesh));
+    ENG_ASSIGN_OR_RETURN(mesh, switched(args.mesh, *j.mode));
+  }
+  auto tr = std::make_shared<fe::Trace>(j.name, mesh, j.manual);
   ENG_ASSIGN_OR_RETURN(TracedArgs targs, trace_inputs(L, j, *tr, fidx, n, args));
   Result<Outputs> outs = j.transform == Transform::kVmap
                              ? vmap_apply(L, j, tr, fidx, first, n, targs)
@@ -714,8 +755,10 @@ Result<std::vector<fe::ArrayRef>> run(const JitBox& j, const fe::Compiled& c, co
   for (size_t k = 0; k < args.leaves.size(); ++k) {
     fe::ArrayRef r = args.leaves[k].data;
     const eng::NamedSharding& want = c.in_shardings()[k];
-    if (!(eng::remove_size_one_mesh_axis(r->array.sharding.spec, want.mesh) ==
-          eng::remove_size_one_mesh_axis(want.spec, want.mesh))) {
+    if (!(r->array.sharding.mesh == want.mesh)) {
+      ENG_ASSIGN_OR_RETURN(r, transfer(r, want));  // auto_axes / explicit_axes
+    } else if (!(eng::remove_size_one_mesh_axis(r->array.sharding.spec, want.mesh) ==
+                 eng::remove_size_one_mesh_axis(want.spec, want.mesh))) {
       ENG_ASSIGN_OR_RETURN(r, fe::reshard_on_host(*r, want));  // in_shardings: placed as asked
     } else if (donors.count(static_cast<int>(k))) {
       int same = 0;
@@ -758,6 +801,11 @@ Result<int> jit_call(lua_State* L) {
         "{}: sl.shard_map inside sl.jit (or grad) is not supported yet: "
         "call it on concrete arrays",
         j->name);
+  if (active_trace() && j->mode && *j->mode != fe::shard_mode_of(active_trace()->mesh()))
+    return eng::invalid_argument(
+        "{}: sl.{} inside sl.jit (or grad, vmap) is not supported: the engine partitions one "
+        "program in one mode; call it on concrete arrays (it compiles its own program)",
+        j->name, mode_fn(*j));
   if (active_trace() && has_tracer(L, 2, n)) return call_inline(L, *j, fidx, 2, n);
   if (has_tracer(L, 2, n))
     return eng::invalid_argument(
@@ -768,6 +816,10 @@ Result<int> jit_call(lua_State* L) {
   const std::vector<Tree> tree = e->out_tree;
   std::vector<fe::ArrayRef> consumed;
   ENG_ASSIGN_OR_RETURN(std::vector<fe::ArrayRef> outs, run(*j, *c, args, &consumed));
+  if (j->mode && !(c->mesh() == args.mesh))  // back on the caller's mesh, as placed
+    for (fe::ArrayRef& o : outs) {
+      ENG_ASSIGN_OR_RETURN(o, transfer(o, {args.mesh, o->array.sharding.spec}));
+    }
   args.leaves.clear();  // drop the copies before deleting the donated Arrays
   delete_donated(L, args, 2, consumed);
   int next = 0;
@@ -1037,6 +1089,48 @@ Result<int> vmap(lua_State* L) {
   return 1;
 }
 
+// sl.auto_axes(f, {out_sharding [, axes, name]}) / sl.explicit_axes(f, {in_sharding [, axes,
+// name]}): f traced and compiled as its own program in the other mode (jax.sharding's
+// auto_axes / explicit_axes); out_sharding places auto_axes' results, in_sharding places
+// explicit_axes' arguments.
+Result<int> switch_axes(lua_State* L, eng::ShardMode mode) {
+  const std::string fn = mode == eng::ShardMode::kAuto ? "sl.auto_axes" : "sl.explicit_axes";
+  const char* spec_key = mode == eng::ShardMode::kAuto ? "out_sharding" : "in_sharding";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  JitBox j;
+  j.name = "fn";
+  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  j.mode = mode;
+  if (!lua_isnoneornil(L, 2)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+    const std::vector<std::string> keys = {"axes", spec_key, "name"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, keys));
+    ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
+    if (name) j.name = *name;
+    const int t = push_field(L, 2, "axes");
+    if (t == LUA_TSTRING) {
+      j.mode_axes.push_back(lua_tostring(L, -1));
+    } else if (t != LUA_TNIL) {
+      auto axes = arg_string_list(L, lua_gettop(L), fn, "axes");
+      if (!axes.ok()) {
+        lua_pop(L, 1);
+        return axes.status();
+      }
+      j.mode_axes = *axes;
+    }
+    lua_pop(L, 1);
+    push_field(L, 2, spec_key);
+    auto specs = read_specs(L, lua_gettop(L), fn, spec_key);
+    lua_pop(L, 1);
+    if (!specs.ok()) return specs.status();
+    (mode == eng::ShardMode::kAuto ? j.out_specs : j.in_specs) = std::move(*specs);
+  }
+  push_jit(L, std::move(j), 1);
+  return 1;
+}
+Result<int> auto_axes(lua_State* L) { return switch_axes(L, eng::ShardMode::kAuto); }
+Result<int> explicit_axes(lua_State* L) { return switch_axes(L, eng::ShardMode::kExplicit); }
+
 // sl.shard_map(f, {mesh, in_specs, out_specs})
 Result<int> shard_map(lua_State* L) {
   constexpr std::string_view fn = "sl.shard_map";
@@ -1136,6 +1230,17 @@ constexpr Function kJitFunctions[] = {
      "  then replayed batched op by op (a batching rule per op; an op without one is an error\n"
      "  naming it). in_axes: 0 or nil per argument (a number for all, or a table; nil = JAX's\n"
      "  None: not mapped). Also sl.vmap(f, {in_axes =, out_axes =}). Compiled like sl.jit."},
+    {"auto_axes", lua_entry<auto_axes>,
+     "sl.auto_axes(f, {out_sharding = sl.P(...) [, axes, name]}) -> Jitted",
+     "jax.sharding.auto_axes: f runs with the mesh's axes Auto (the compiler chooses shardings;\n"
+     "  explicit mode's type errors do not apply), compiled as its own program; its results are\n"
+     "  placed by out_sharding. An engine mesh has one axis type, so axes must be all of them.\n"
+     "  Not inside sl.jit of the other mode."},
+    {"explicit_axes", lua_entry<explicit_axes>,
+     "sl.explicit_axes(f, {in_sharding = sl.P(...) [, axes, name]}) -> Jitted",
+     "jax.sharding.explicit_axes: f runs with the mesh's axes Explicit (shardings in the types,\n"
+     "  explicit mode's errors), its arguments placed by in_sharding; compiled as its own\n"
+     "  program. axes must be all of the mesh's. Not inside sl.jit of the other mode."},
     {"grad", lua_entry<grad>, "sl.grad(f [, argnums=0 | {i, ...}]) -> Jitted",
      "d f / d args[argnums] (0-based) by the engine's autodiff (reverse mode, per-op VJP rules),\n"
      "  traced and compiled like sl.jit. f must return a float32 scalar."},
