@@ -11,6 +11,7 @@ namespace {
 struct Val {
   ValueId v = kNoValue;  // in the outer trace
   bool batched = false;
+  bool poisoned = false;  // no per-example meaning (see kMaskedMeanLoss below): unusable
 };
 
 bool elementwise(OpKind k) {
@@ -53,7 +54,14 @@ class Batcher {
   }
 
   // v as a batched value of outer: an unbatched one is broadcast along a new leading dim.
-  Result<ValueId> batched(ValueId v) { return batched(map_[v]); }
+  Result<ValueId> batched(ValueId v) {
+    if (map_[v].poisoned)
+      return invalid_argument(
+          "{}: vmap: a result is the mean masked_mean_loss takes over the "
+          "whole batch, which is no per-example value",
+          fn_);
+    return batched(map_[v]);
+  }
 
  private:
   Result<ValueId> batched(const Val& x) {
@@ -102,6 +110,15 @@ class Batcher {
       ins.push_back(map_[x]);
       any = any || map_[x].batched;
     }
+    for (const Val& v : ins)
+      if (v.poisoned)
+        return invalid_argument(
+            "{}: vmap: '{}' reads the mean masked_mean_loss takes over the whole batch, which "
+            "is no per-example value (only sl.grad's seed may use masked_mean_loss)",
+            fn_, op_name(in.kind));
+    if (in.kind == OpKind::kMaskedMeanLoss && ins[0].batched && !ins[1].batched)
+      return grad_seed(in, ins);
+    if (in.kind == OpKind::kMatmul && ins[0].batched && ins[1].batched) return outer(in, ins);
     OpAttrs at = in.attrs;
     at.out_like = -1;  // names a value of the per-example program; it only breaks ties
     adopt_names(at.logical);
@@ -111,6 +128,39 @@ class Batcher {
     if (any) ENG_RETURN_IF_ERROR(batch_rule(in, ins, at, xs));
     const std::vector<ValueId> outs = outer_.builder().emit(in.kind, xs, at);
     for (size_t o = 0; o < outs.size(); ++o) map_[in.outputs[o]] = {outs[o], any};
+    return ok_status();
+  }
+
+  // sl.grad's seed (shell/lua_jit.cpp): masked_mean_loss(loss as (1, 1), ones). Only its
+  // total_weights output is read (by masked_mean_loss_grad, making the cotangent 1), and that
+  // depends on the unbatched segmentation alone, so the op is emitted on one example; its mean
+  // over the batch has no per-example meaning and is poisoned. This makes vmap(grad(f)) give
+  // per-example gradients.
+  Status grad_seed(const Instr& in, const std::vector<Val>& ins) {
+    const Shape one = one_.info(in.inputs[0]).shape;
+    Builder& b = outer_.builder();
+    const ValueId first = b.reshape(b.slice(ins[0].v, 0, 0, 1), one);
+    const std::vector<ValueId> outs = b.emit(in.kind, {first, ins[1].v}, in.attrs);
+    map_[in.outputs[0]] = {outs[0], false, true};
+    for (size_t o = 1; o < outs.size(); ++o) map_[in.outputs[o]] = {outs[o], false};
+    return ok_status();
+  }
+
+  // A matmul of two batched operands: the op has no batch dims, but when each example
+  // contracts over size 1 (x^T dy: a weight gradient of one example's vector) it is an outer
+  // product, a broadcast multiply of (B, M, 1) by (B, 1, N). Other contractions: an error.
+  Status outer(const Instr& in, const std::vector<Val>& ins) {
+    const Shape a = one_.info(in.inputs[0]).shape, bs = one_.info(in.inputs[1]).shape;
+    const DotDims d = dot_dims(in.attrs, a, bs);
+    if (d.K != 1) return unbatchable(in, ins);
+    Builder& b = outer_.builder();
+    const Shape full{batch_, d.M, d.N};
+    ENG_ASSIGN_OR_RETURN(
+        ValueId x, np::broadcast_to(outer_, b.reshape(ins[0].v, Shape{batch_, d.M, 1}), full));
+    ENG_ASSIGN_OR_RETURN(
+        ValueId y, np::broadcast_to(outer_, b.reshape(ins[1].v, Shape{batch_, 1, d.N}), full));
+    const Shape out = Shape{batch_}.concat(one_.info(in.outputs[0]).shape);
+    map_[in.outputs[0]] = {b.reshape(b.emit(OpKind::kMul, {x, y})[0], out), true};
     return ok_status();
   }
 

@@ -61,6 +61,8 @@ close(sl.jit(sl.vmap(function(x) return x * 3 end))(xs):totable(), (xs * 3):tota
 -- Errors.
 h.expect_error(function() sl.vmap(function(x) return np.matmul(w:reshape(3, 4), x) end)(xs) end,
                "vmap: batching rule for 'matmul' not implemented for these operands (operand 0 not, operand 1 batched)")
+h.expect_error(function() sl.vmap(function(x, y) return np.matmul(x:reshape(2, 2), y:reshape(2, 2)) end)(xs, xs) end,
+               "batching rule for 'matmul' not implemented for these operands (operand 0 batched, operand 1 batched)")
 h.expect_error(function() sl.vmap(function(x, y) return x + y end)(xs, sl.ones({3, 4})) end,
                "vmap got inconsistent sizes for array axes to be mapped:\n  * one axis had size 8: axis 0 of argument 1")
 h.expect_error(function() sl.vmap(function(x) return x end, 1)(xs) end,
@@ -70,8 +72,20 @@ h.expect_error(function() sl.vmap(function(x) return x end, {nil})(xs) end,
 h.expect_error(function() sl.vmap(function(x) return x end)(sl.array(3.0)) end,
                "vmap was requested to map its argument along axis 0, which implies that its rank should be at least 1, but is only 0")
 h.expect_error(function() sl.vmap(function(x) return x end, 0, 1) end, "out_axes 1 is not supported")
-h.expect_error(function() sl.vmap(sl.grad(function(x) return np.sum(x * x) end))(xs) end,
-               "batching rule for 'masked_mean_loss' not implemented")
+-- Per-example gradients: vmap(grad(f)) equals grad(f) of each example (the grad seed, one
+-- per example).
+local function ex_loss(wt, x)
+  local y = sl.nn.gelu(np.matmul(x, wt))
+  return np.sum(y * y)
+end
+local per = sl.vmap(sl.grad(ex_loss, 1), {nil, 0})(w, xs)
+assert(sl.typeof(per):find("^f32%[8@X,4%]"), sl.typeof(per))
+for i = 1, 8, 3 do
+  close(per:totable()[i], sl.grad(ex_loss, 1)(w, sl.array(xt[i])):totable(), 1e-4)
+end
+local pw = sl.vmap(sl.grad(ex_loss), {nil, 0})(w, xs)  -- d/dw per example: (8, 4, 3)
+assert(sl.typeof(pw):find("^f32%[8@X,4,3%]"), sl.typeof(pw))
+close(pw:totable()[5], sl.grad(ex_loss)(w, sl.array(xt[5])):totable(), 1e-4)
 h.expect_error(function() sl.vmap(function(x) return x:totable() end)(xs) end, "this is a traced array")
 h.expect_error(function() sl.vmap(function(x) return 1 end)(xs) end, "result 1 is number")
 h.expect_error(function() sl.vmap(function(x) return x end, {in_axis = 0}) end, "in_axes")
