@@ -353,15 +353,14 @@ constexpr Function kJitFunctions[] = {
      "  are the blocks of arrays laid out by out_specs. Compiled once per signature, without SPMD\n"
      "  partitioning (the program is per-device already). mesh: default sl.get_mesh()."},
     {"jit", lua_entry<jit>,
-     "sl.jit(f [, {in_shardings, out_shardings, static_argnums, name}]) -> Jitted",
-     "jax.jit for a Lua function of Arrays: traced into an engine program once per signature\n"
-     "  (shapes, dtypes, shardings, static values), compiled for the mesh and cached; f(x, w) "
-     "runs\n"
-     "  it on the simulated devices. f:lower(x, w) -> Lowered (:as_text(), :compile() -> "
-     "Compiled),\n"
-     "  f:cache_info(). Numbers and other non-Array arguments are static. Shardings are sl.P "
-     "specs\n"
-     "  (a table of them per argument / result, or one for all); argument numbers are 0-based."},
+     "sl.jit(f [, {in_shardings, out_shardings, static_argnums, donate_argnums, name}]) -> Jitted",
+     "jax.jit for a Lua function of Arrays (or tables of them): traced into an engine program\n"
+     "  once per signature (shapes, dtypes, shardings, table structure, static values), compiled\n"
+     "  for the mesh and cached; f(x, w) runs it on the simulated devices. f:lower(x, w) ->\n"
+     "  Lowered (:as_text(), :compile() -> Compiled), f:cache_info(). Numbers, strings and\n"
+     "  booleans are static. donate_argnums: those arguments' buffers hold results of their shape\n"
+     "  and sharding, and the Arrays are deleted. Shardings are sl.P specs (a table of them per\n"
+     "  argument / result, or one for all); argument numbers are 0-based."},
     {"vmap", lua_entry<vmap>, "sl.vmap(f [, in_axes=0 [, out_axes=0]]) -> Jitted",
      "jax.vmap: f traced on one example (the mapped arguments without their leading axis),\n"
      "  then replayed batched op by op (a batching rule per op; an op without one is an error\n"
@@ -378,11 +377,15 @@ constexpr Function kJitFunctions[] = {
      "jax.sharding.explicit_axes: f runs with the mesh's axes Explicit (shardings in the types,\n"
      "  explicit mode's errors), its arguments placed by in_sharding; compiled as its own\n"
      "  program. axes must be all of the mesh's. Not inside sl.jit of the other mode."},
-    {"grad", lua_entry<grad>, "sl.grad(f [, argnums=0 | {i, ...}]) -> Jitted",
+    {"grad", lua_entry<grad>, "sl.grad(f [, argnums=0 | {i, ...} [, {has_aux}]]) -> Jitted",
      "d f / d args[argnums] (0-based) by the engine's autodiff (reverse mode, per-op VJP rules),\n"
-     "  traced and compiled like sl.jit. f must return a float32 scalar."},
-    {"value_and_grad", lua_entry<value_and_grad>, "sl.value_and_grad(f [, argnums]) -> Jitted",
-     "Returns f(...) and then its gradients, as jax.value_and_grad."},
+     "  traced and compiled like sl.jit. f must return a float32 scalar (with has_aux: the scalar\n"
+     "  and then aux, returned after the gradients). A table argument gets a table of gradients.\n"
+     "  Also sl.grad(f, {argnums =, has_aux =})."},
+    {"value_and_grad", lua_entry<value_and_grad>,
+     "sl.value_and_grad(f [, argnums [, {has_aux}]]) -> Jitted",
+     "Returns f(...) (the loss, then aux with has_aux) and then its gradients, as\n"
+     "  jax.value_and_grad."},
 };
 
 }  // namespace
