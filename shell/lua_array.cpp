@@ -51,8 +51,16 @@ void pop_trace() {
 }
 int trace_depth() { return static_cast<int>(g_traces.size()); }
 
+Status check_live(const ArrayBox& a, std::string_view fn) {
+  if (!a.deleted) return eng::ok_status();
+  return eng::failed_precondition("{}: Array has been deleted with shape={}[{}].", fn,
+                                  eng::dtype_long_name(a.dtype), a.shape.to_list());
+}
+
 Result<ArrayBox*> arg_array(lua_State* L, int idx, std::string_view fn, std::string_view name) {
-  return arg_udata<ArrayBox>(L, idx, fn, name);
+  ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_udata<ArrayBox>(L, idx, fn, name));
+  ENG_RETURN_IF_ERROR(check_live(*a, fn));
+  return a;
 }
 
 void push_array(lua_State* L, ArrayBox box) { push_udata(L, std::move(box)); }
@@ -81,6 +89,7 @@ Result<Operand> arg_operand(lua_State* L, int idx, std::string_view fn, std::str
     return o;
   }
   if (ArrayBox* a = to_udata<ArrayBox>(L, idx)) {
+    ENG_RETURN_IF_ERROR(check_live(*a, fn));
     o.array = a;
     return o;
   }
@@ -97,7 +106,7 @@ Result<std::optional<eng::PartitionSpec>> opt_spec(lua_State* L, int idx, std::s
 bool array_type_parts(lua_State* L, int idx, eng::Shape* shape, eng::NamedSharding* sharding,
                       std::string* dtype) {
   ArrayBox* a = to_udata<ArrayBox>(L, idx);
-  if (!a) return false;
+  if (!a || a->deleted) return false;
   Result<eng::NamedSharding> s = array_sharding(*a);
   *shape = a->shape;
   *sharding = s.ok() ? *s : eng::NamedSharding{};
@@ -216,6 +225,8 @@ Result<int> apply_eager(lua_State* L, std::string_view fn, const std::string& ke
 Result<int> apply(lua_State* L, std::string_view fn, const std::string& key,
                   const std::vector<Operand>& ops, const OpFn& op) {
   std::shared_ptr<fe::Trace> tr;
+  for (const Operand& o : ops)
+    if (o.array) ENG_RETURN_IF_ERROR(check_live(*o.array, fn));
   for (const Operand& o : ops) {
     if (!o.array || !o.array->is_tracer()) continue;
     if (o.array->trace != active_trace())
@@ -430,6 +441,7 @@ Result<int> array(lua_State* L) {
   constexpr std::string_view fn = "sl.array";
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, 2, fn));
   if (ArrayBox* a = to_udata<ArrayBox>(L, 1); a && !a->is_tracer()) {
+    ENG_RETURN_IF_ERROR(check_live(*a, fn));
     ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a->data));
     if (!p.dtype_given) p.dtype = a->dtype;
     return put_values(L, fn, v, a->shape, p);
@@ -508,6 +520,7 @@ Result<int> device_put(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec,
                        arg_udata<eng::PartitionSpec>(L, 2, fn, "sharding"));
   ArrayBox* a = to_udata<ArrayBox>(L, 1);
+  if (a) ENG_RETURN_IF_ERROR(check_live(*a, fn));
   eng::Mesh mesh = a && !a->is_tracer() ? a->data->array.sharding.mesh : current_mesh();
   if (!lua_isnoneornil(L, 3)) {
     ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 3, fn, "mesh"));

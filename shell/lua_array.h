@@ -22,8 +22,11 @@ struct ArrayBox {
   eng::ValueId value = eng::kNoValue;           // ... and its value there
   eng::Shape shape;
   eng::DType dtype = eng::DType::kF32;
+  bool deleted = false;  // donated to a jitted call (donate_argnums): its buffers are gone
   bool is_tracer() const { return trace != nullptr; }
 };
+// JAX's error for a donated array used again: "Array has been deleted with shape=float32[3]."
+Status check_live(const ArrayBox& a, std::string_view fn);
 template <>
 struct LuaType<ArrayBox> {
   static constexpr const char* kName = "Array";

@@ -154,6 +154,15 @@ Result<ValueId> Trace::constant(const std::vector<double>& host, const Shape& sh
   return capture(std::move(a));
 }
 
+Trace::ArgSource Trace::arg_source(int k) const {
+  const Source& s = sources_[static_cast<size_t>(k)];
+  ArgSource a;
+  if (s.kind == Source::Kind::kInput) a.input = s.index;
+  if (s.kind == Source::Kind::kCaptured) a.captured = s.captured;
+  if (s.kind == Source::Kind::kScalar) a.scalar = s.scalar;
+  return a;
+}
+
 std::string Trace::logical_name(const PartitionSpec::DimAxes& axes) {
   if (axes.empty()) return "";
   std::string n = axes_name(axes);
@@ -209,6 +218,56 @@ ValueId copy_value(Builder& b, ValueId v) {
   return b.reshape(b.concat({b.reshape(v, Shape{1})}, 0), Shape{});
 }
 
+// True when argument `arg` (or a sharding constraint of it, which shares its buffer) is read
+// at or after the instruction producing v: v cannot be written into the argument's buffer
+// before that read, so it is copied there after it (engine/compile's in-place rule).
+bool read_at_or_after(const Program& p, int arg, ValueId v) {
+  const int producer = p.value(v).producer;
+  std::vector<bool> shares(p.values().size(), false);
+  shares[p.args()[arg].value] = true;
+  int last = -1;
+  for (size_t i = 0; i < p.instrs().size(); ++i) {
+    const Instr& in = p.instrs()[i];
+    bool reads = false;
+    for (ValueId x : in.inputs) reads = reads || shares[x];
+    if (!reads) continue;
+    last = static_cast<int>(i);
+    if (in.kind == OpKind::kConstraint)
+      for (ValueId o : in.outputs) shares[o] = true;
+  }
+  return producer < 0 || last >= producer;
+}
+
+// P() and P(None, None) place a rank-2 value alike.
+bool same_layout(const PartitionSpec& a, const PartitionSpec& b, int rank) {
+  for (int d = 0; d < rank; ++d)
+    if (a.dim_or_none(d) != b.dim_or_none(d)) return false;
+  return a.rank() <= rank && b.rank() <= rank;
+}
+
+// jax.jit's donate_argnums: per result, the first donated input not yet used whose shape,
+// dtype and sharding equal the result's, or -1 (XLA matches donated buffers the same way).
+// input_args: per input (Trace::input order), its program argument.
+std::vector<int> match_donors(const Program& p, const std::vector<int>& input_args,
+                              const std::vector<ValueId>& results,
+                              const std::vector<PartitionSpec>& specs,
+                              const std::vector<int>& donate, const Mesh& mesh) {
+  std::vector<int> donor(results.size(), -1);
+  std::vector<bool> used(donate.size(), false);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const ValueInfo& r = p.value(results[i]);
+    for (size_t d = 0; d < donate.size() && donor[i] < 0; ++d) {
+      if (used[d] || donate[d] < 0 || donate[d] >= static_cast<int>(input_args.size())) continue;
+      const int arg = input_args[static_cast<size_t>(donate[d])];
+      const ValueInfo& a = p.value(p.args()[arg].value);
+      if (a.shape == r.shape && a.dtype == r.dtype && a.spec &&
+          same_layout(remove_size_one_mesh_axis(*a.spec, mesh), specs[i], r.shape.rank()))
+        donor[i] = donate[d], used[d] = true;
+    }
+  }
+  return donor;
+}
+
 // The global shape of per-device blocks `local` placed by `spec` (shard_map's results).
 Shape global_of(const Mesh& mesh, const PartitionSpec& spec, const Shape& local) {
   std::vector<int64_t> d = local.dims();
@@ -247,20 +306,38 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
     c->traced_ = std::move(shown).finish();
   }
   ENG_ASSIGN_OR_RETURN(std::vector<PartitionSpec> specs, c->result_specs(tr, results, req));
+  for (PartitionSpec& s : specs) s = remove_size_one_mesh_axis(s, c->mesh_);
+  std::vector<int> input_args;  // per input: its program argument
+  for (size_t k = 0; k < c->sources_.size(); ++k)
+    if (c->sources_[k].kind == Trace::Source::Kind::kInput)
+      input_args.push_back(static_cast<int>(k));
+  c->out_donor_ = c->manual_
+                      ? std::vector<int>(results.size(), -1)
+                      : match_donors(b.program(), input_args, results, specs, req.donate, c->mesh_);
+  std::vector<int> aliased(results.size(), -1);  // per result: the argument it updates
   for (size_t i = 0; i < results.size(); ++i) {
-    if (needs_copy(b.program(), results[i], std::span(results.data(), i)))
+    const int donor = c->out_donor_[i];
+    const int donor_arg = donor < 0 ? -1 : input_args[static_cast<size_t>(donor)];
+    // A donated input returned as it is needs nothing: its buffer already holds the result.
+    const bool donor_itself = donor >= 0 && results[i] == b.program().args()[donor_arg].value;
+    if (!donor_itself && (needs_copy(b.program(), results[i], std::span(results.data(), i)) ||
+                          (donor >= 0 && read_at_or_after(b.program(), donor_arg, results[i]))))
       results[i] = copy_value(b, results[i]);
     const ValueInfo r = b.info(results[i]);  // a copy: argument() below grows the values
-    PartitionSpec s = remove_size_one_mesh_axis(specs[i], c->mesh_);
-    ValueId buf = b.argument(fmt::format("out{}", i), r.shape, r.dtype, {}, ArgRole::kBatch);
-    b.mutable_info(buf).spec = s;
-    c->sources_.push_back({Trace::Source::Kind::kOutBuffer, static_cast<int>(i), nullptr, 0});
+    const PartitionSpec& s = specs[i];
     c->out_shardings_.push_back({c->mesh_, s});
     c->out_shapes_.push_back(c->manual_ ? global_of(c->mesh_, s, r.shape) : r.shape);
+    if (donor >= 0) {
+      aliased[i] = donor_arg;
+      continue;
+    }
+    ValueId buf = b.argument(fmt::format("out{}", i), r.shape, r.dtype, {}, ArgRole::kBatch);
+    b.mutable_info(buf).spec = s;
+    aliased[i] = static_cast<int>(c->sources_.size());
+    c->sources_.push_back({Trace::Source::Kind::kOutBuffer, static_cast<int>(i), nullptr, 0});
   }
-  const int first_buffer = static_cast<int>(b.program().args().size() - results.size());
   for (size_t i = 0; i < results.size(); ++i)
-    b.output(results[i], fmt::format("out{}", i), first_buffer + static_cast<int>(i));
+    b.output(results[i], fmt::format("out{}", i), aliased[i]);
   c->program_ = std::move(b).finish();
   ENG_RETURN_IF_ERROR(c->compile(req, rules));
   return c;
@@ -361,6 +438,8 @@ Result<std::vector<ArrayRef>> Compiled::run(std::span<const ArrayRef> inputs) co
     }
     args.push_back(const_cast<Array*>(&held.back()->array));  // outputs update their buffers
   }
+  for (size_t i = 0; i < outs.size(); ++i)  // donated: the input's buffers hold the result
+    if (out_donor_[i] >= 0) outs[i] = std::const_pointer_cast<DeviceArray>(inputs[out_donor_[i]]);
   std::vector<Array> none;
   ENG_RETURN_IF_ERROR(rt->execute(*exe_, args, none));
   return std::vector<ArrayRef>(outs.begin(), outs.end());

@@ -86,6 +86,15 @@ class Trace {
 
   int num_inputs() const { return num_inputs_; }
 
+  // Where program argument k comes from, for replaying this trace into another (vmap): an
+  // input's position (Trace::input order), else the captured array or the captured scalar.
+  struct ArgSource {
+    int input = -1;
+    ArrayRef captured;
+    std::optional<double> scalar;
+  };
+  ArgSource arg_source(int k) const;
+
   // The sharding the partitioner gives v in the program traced so far (an argument: its spec;
   // one device: replicated); partial sums count as reduced. What sl.typeof shows for a tracer
   // (explicit mode: shardings are part of the type) and what reductions keep.
@@ -114,6 +123,11 @@ struct CompileRequest {
   std::string fn_name;                                  // "f" (the cache key's and store's name)
   std::vector<std::optional<PartitionSpec>> out_specs;  // per result; nullopt: propagated
                                                         // (a manual trace needs every one)
+  // jax.jit's donate_argnums, as input indices (Trace::input order): each donated input whose
+  // shape, dtype and sharding equal a result's is updated in place as that result (the
+  // program's output aliases the argument), so run() returns the input's own DeviceArray as
+  // the result; its old values are gone. Inputs matching no result are not donated.
+  std::vector<int> donate = {};
 };
 
 class Compiled {
@@ -129,8 +143,12 @@ class Compiled {
   static Result<std::shared_ptr<Compiled>> create(Trace tr, std::vector<ValueId> results,
                                                   const CompileRequest& req);
 
-  // Runs the program on inputs (one per Trace::input, with the shardings traced).
+  // Runs the program on inputs (one per Trace::input, with the shardings traced). A donated
+  // input (donors()) is overwritten: its DeviceArray becomes the result it donated to, so the
+  // caller must hand over an array nobody else reads (and not pass it twice).
   Result<std::vector<ArrayRef>> run(std::span<const ArrayRef> inputs) const;
+  // Per result: the input index whose buffer holds it (donate_argnums), or -1.
+  const std::vector<int>& donors() const { return out_donor_; }
 
   const Program& traced() const { return traced_; }    // the user's program (lower())
   const Program& program() const { return program_; }  // with the output buffers
@@ -154,6 +172,7 @@ class Compiled {
   std::vector<NamedSharding> in_shardings_;   // per input
   std::vector<NamedSharding> out_shardings_;  // per result
   std::vector<Shape> out_shapes_;             // per result: its global shape
+  std::vector<int> out_donor_;                // per result: donated input index, or -1
   bool manual_ = false;                       // a shard_map body (per-device program)
   std::unique_ptr<Jit> jit_;
   std::shared_ptr<const Executable> exe_;

@@ -118,3 +118,73 @@ print(matmul_rs:lower(a, b):compile():text())
 ring = sl.shard_map(function(blk) return sl.lax.ppermute(blk, "X", {{0, 1}, {1, 2}, {2, 3}, {3, 0}}) end,
                     {mesh = mesh, in_specs = {sl.P("X")}, out_specs = sl.P("X")})
 print(ring(sl.arange(8.0, {sharding = sl.P("X")})))
+
+-- %% all_to_all: row blocks become column blocks (tiled), the values unchanged
+rows = sl.device_put(sl.arange(64.0):reshape(8, 8), sl.P("X", nil))
+to_cols = sl.shard_map(function(blk) return sl.lax.all_to_all(blk, "X", 1, 0, {tiled = true}) end,
+                       {mesh = mesh, in_specs = {sl.P("X", nil)}, out_specs = sl.P(nil, "X")})
+cols = to_cols(rows)
+k = to_cols:lower(rows):compile()
+print(sl.typeof(rows), "->", sl.typeof(cols), "same values:", cols:totable()[7][3] == rows:totable()[7][3],
+      "bytes received per device over X:", k.cost.collective_bytes.X)
+
+-- %% [markdown]
+-- ## Switching modes locally: auto_axes and explicit_axes
+--
+-- The explicit-sharding tutorial's "Working around unimplemented sharding rules": adding a
+-- `f32[4@X,4]` to a `f32[4,4@X]` is a type error in explicit mode (the result would use X
+-- twice). Under `auto_axes` the compiler chooses how, and `out_sharding` types the result.
+-- (An engine mesh has one axis type, so the switch covers every axis of the mesh.)
+
+-- %% auto_axes
+some_x = sl.reshard(sl.arange(16.0):reshape(4, 4), sl.P("X", nil))
+some_y = sl.reshard(sl.arange(16.0):reshape(4, 4), sl.P(nil, "X"))
+print(select(2, pcall(function() return some_x + some_y end)))
+add_auto = sl.auto_axes(function(p, q) return p + q end, {out_sharding = sl.P("X", nil)})
+print("Result type:", sl.typeof(add_auto(some_x, some_y)))
+print(add_auto:lower(some_x, some_y):compile():text())
+
+-- %% explicit_axes on an Auto mesh: inside, shardings are types again
+auto_mesh = sl.make_mesh({2, 4}, {"X", "Y"}, {axis_types = "Auto"})
+sl.use_mesh(auto_mesh, function()
+  local some = sl.device_put(sl.arange(16.0):reshape(4, 4), sl.P("X", "Y"))
+  local explicit_g = sl.explicit_axes(function(y)
+    local z = y * 2
+    print("z.sharding inside g:", sl.typeof(z))
+    return z
+  end, {in_sharding = sl.P("X", "Y")})
+  explicit_g(some)
+end)
+
+-- %% [markdown]
+-- ## vmap, pytrees and donation
+--
+-- `sl.vmap` traces a per-example function once and batches its program (the batch keeps its
+-- sharding over X); parameters can be a table; `donate_argnums` lets the update write the new
+-- parameters into the old ones' buffers (the old Arrays are deleted, as in JAX).
+
+-- %% vmap of a per-example function over a batch sharded on X
+params = {w = W, b = sl.zeros({4})}
+predict = function(p, row) return sl.nn.gelu(sl.np.matmul(row, p.w) + p.b) end
+batched = sl.vmap(predict, {nil, 0})
+print(sl.typeof(batched(params, X)), "per-example and batched agree:",
+      math.abs(batched(params, X):totable()[3][2] - predict(params, sl.array(X:totable()[3])):totable()[2]) < 1e-5)
+
+-- %% A training step on a table of parameters, donating them
+function loss_p(p, x, y)
+  local logits = sl.np.matmul(sl.nn.gelu(x), p.w, {out_sharding = sl.P("X", nil)}) + p.b
+  return sl.np.mean(sl.nn.softmax_cross_entropy_with_integer_labels(logits, y))
+end
+update = sl.jit(function(p, x, y)
+  local l, g = sl.value_and_grad(loss_p)(p, x, y)
+  return l, {w = p.w - g.w * 0.5, b = p.b - g.b * 0.5}
+end, {donate_argnums = 0, name = "update"})
+old = params
+for i = 1, 10 do l, params = update(params, X, labels) end
+print(string.format("loss %.3f; compiled %d time(s)", l:item(), update:cache_info().compiles))
+print(select(2, pcall(function() return old.w + 1 end)))
+kept = sl.jit(function(p, x, y) local l, g = sl.value_and_grad(loss_p)(p, x, y)
+  return l, {w = p.w - g.w * 0.5, b = p.b - g.b * 0.5} end)
+print("argument bytes per device, donated vs not:",
+      update:lower(params, X, labels):compile().memory.argument_bytes,
+      kept:lower(params, X, labels):compile().memory.argument_bytes)

@@ -152,7 +152,7 @@ close(z:totable(), (w * 0):totable())
 h.expect_error(function() sl.jit(function(t) return t:totable() end)(a) end,
                "Array:totable: this is a traced array")
 h.expect_error(function() sl.jit(function(t) return 3 end)(a) end, "must return Arrays; result 1 is number")
-h.expect_error(function() sl.jit(function(t) return {t} end)(a) end, "must return Arrays; result 1 is table")
+h.expect_error(function() sl.jit(function(t) return {t, 3} end)(a) end, "must return Arrays; result 1[2] is number")
 h.expect_error(function() sl.jit(function(t) end)(a) end, "returned nothing")
 local rec
 rec = sl.jit(function(t) return rec(t) end)

@@ -1,0 +1,105 @@
+// engine/frontend/manual.cpp: jax.lax.all_to_all inside sl.shard_map (manual.h).
+#include "engine/frontend/manual.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "engine/frontend/numpy.h"
+
+namespace eng::frontend::manual {
+namespace {
+
+// The axes sorted major to minor (mesh order), checked: inside shard_map, in the mesh, once
+// (the same checks numpy.cpp's collectives make).
+Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,
+                                            const std::vector<std::string>& axes) {
+  if (!tr.manual())
+    return invalid_argument("{}: unbound axis name {}: collectives run inside sl.shard_map", op,
+                            axes.empty() ? "(none)" : "'" + axes[0] + "'");
+  if (axes.empty()) return invalid_argument("{}: needs at least one axis name", op);
+  std::vector<std::string> out = axes;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!tr.mesh().has_axis(out[i]))
+      return invalid_argument("{}: axis '{}' is not in {}", op, out[i], tr.mesh().to_string());
+    for (size_t j = 0; j < i; ++j)
+      if (out[j] == out[i]) return invalid_argument("{}: axis '{}' named twice", op, out[i]);
+  }
+  std::sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) {
+    return tr.mesh().axis_index(a) < tr.mesh().axis_index(b);
+  });
+  return out;
+}
+
+Result<int> checked_axis(std::string_view what, int axis, int rank) {
+  const int a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank)
+    return invalid_argument("all_to_all: {} {} is out of bounds for array of dimension {}", what,
+                            axis, rank);
+  return a;
+}
+
+Shape inserted(const Shape& s, int axis, int64_t size) {
+  std::vector<int64_t> d = s.dims();
+  d.insert(d.begin() + axis, size);
+  return Shape(std::move(d));
+}
+
+Shape removed(const Shape& s, int axis) {
+  std::vector<int64_t> d = s.dims();
+  d.erase(d.begin() + axis);
+  return Shape(std::move(d));
+}
+
+// The engine's op: split_dim divided by G, concat_dim multiplied by G (split != concat).
+ValueId emit_all_to_all(Trace& tr, ValueId x, const std::vector<std::string>& axes, int split,
+                        int concat) {
+  OpAttrs a;
+  a.dim = split;
+  a.dim2 = concat;
+  a.mesh_axes = axes;
+  a.group_size = axes_size(tr.mesh(), axes);
+  return tr.builder().emit(OpKind::kAllToAll, {x}, a)[0];
+}
+
+}  // namespace
+
+Result<ValueId> all_to_all(Trace& tr, ValueId x, const std::vector<std::string>& axes_in,
+                           int split_axis, int concat_axis, bool tiled) {
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "all_to_all", axes_in));
+  const Shape s = tr.info(x).shape;
+  const int64_t g = axes_size(tr.mesh(), axes);
+  ENG_ASSIGN_OR_RETURN(const int split, checked_axis("split_axis", split_axis, s.rank()));
+  if (tiled) {
+    ENG_ASSIGN_OR_RETURN(const int concat, checked_axis("concat_axis", concat_axis, s.rank()));
+    if (s[split] % g != 0)
+      return invalid_argument(
+          "all_to_all: split_axis {} of {} has size {}, not divisible by the group size {}", split,
+          np::py_shape(s), s[split], g);
+    if (split == concat) {
+      if (g == 1) return x;
+      return invalid_argument(
+          "all_to_all: split_axis and concat_axis are both {}: the op set's all_to_all moves "
+          "chunks between two different dims",
+          split);
+    }
+    return emit_all_to_all(tr, x, axes, split, concat);
+  }
+  if (s[split] != g)
+    return invalid_argument(
+        "all_to_all: the size of split_axis {} of {} is {}, but it must equal the size of the "
+        "mapped axis {} ({})",
+        split, np::py_shape(s), s[split], fmt::join(axes, ","), g);
+  // concat_axis is a position of the result (rank r: split removed, the senders' axis added).
+  ENG_ASSIGN_OR_RETURN(const int concat, checked_axis("concat_axis", concat_axis, s.rank()));
+  // Insert the senders' axis (size 1) where it ends up, exchange chunks along the split axis
+  // (G -> 1) into it (1 -> G), then drop the split axis.
+  const int at = concat >= split ? concat + 1 : concat;  // in x with split still present
+  const int split_now = split >= at ? split + 1 : split;
+  ValueId y = tr.builder().reshape(x, inserted(s, at, 1));
+  y = emit_all_to_all(tr, y, axes, split_now, at);
+  return tr.builder().reshape(y, removed(tr.info(y).shape, split_now));
+}
+
+}  // namespace eng::frontend::manual

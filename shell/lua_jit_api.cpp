@@ -1,0 +1,401 @@
+// shell/lua_jit_api.cpp: the transformations' constructors (sl.jit, sl.grad,
+// sl.value_and_grad, sl.vmap, sl.auto_axes, sl.explicit_axes, sl.shard_map) reading their
+// options into a Jitted (shell/lua_jit.h; calling it is shell/lua_jit.cpp), and
+// sl.lax.all_to_all. docs/frontend.md describes them.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/frontend/manual.h"
+#include "shell/context.h"
+#include "shell/lua_array.h"
+#include "shell/lua_jit.h"
+#include "shell/lua_types.h"
+
+namespace shell {
+namespace {
+
+// ---- sl.jit / sl.grad / sl.value_and_grad ----------------------------------------------
+
+// A spec list: sl.P(...) (one for every position) or a table {sl.P(...), nil, ...}.
+Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(lua_State* L, int idx,
+                                                                  std::string_view fn,
+                                                                  std::string_view name) {
+  std::vector<std::optional<eng::PartitionSpec>> out;
+  if (lua_isnil(L, idx)) return out;
+  if (auto* p = to_udata<eng::PartitionSpec>(L, idx)) {
+    out.assign(64, *p);
+    return out;
+  }
+  if (lua_type(L, idx) != LUA_TTABLE)
+    return arg_error(L, idx, fn, name, "PartitionSpec or table of them");
+  for (lua_Integer i = 1; i <= 64; ++i) {
+    lua_rawgeti(L, idx, i);
+    auto* p = to_udata<eng::PartitionSpec>(L, -1);
+    const bool nil = lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (!p && !nil) return eng::invalid_argument("{}: {}[{}] is not a PartitionSpec", fn, name, i);
+    out.push_back(p ? std::optional<eng::PartitionSpec>(*p) : std::nullopt);
+  }
+  return out;
+}
+
+Result<std::vector<int>> read_ints(lua_State* L, int idx, std::string_view fn,
+                                   std::string_view name) {
+  std::vector<int> out;
+  if (lua_type(L, idx) == LUA_TNUMBER) {
+    ENG_ASSIGN_OR_RETURN(int64_t v, arg_int(L, idx, fn, name));
+    out.push_back(static_cast<int>(std::clamp<int64_t>(v, -(1 << 20), 1 << 20)));
+    return out;
+  }
+  if (lua_type(L, idx) != LUA_TTABLE)
+    return arg_error(L, idx, fn, name, "integer or table of integers");
+  for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
+    lua_rawgeti(L, idx, i);
+    int ok = 0;
+    const lua_Integer v = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok) return eng::invalid_argument("{}: {}[{}] is not an integer", fn, name, i);
+    out.push_back(static_cast<int>(std::clamp<lua_Integer>(v, -(1 << 20), 1 << 20)));
+  }
+  return out;
+}
+
+Status read_jit_options(lua_State* L, int idx, JitBox& j, std::string_view fn) {
+  if (lua_isnoneornil(L, idx)) return eng::ok_status();
+  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
+  static const std::vector<std::string> kKeys = {"in_shardings", "out_shardings", "static_argnums",
+                                                 "donate_argnums", "name"};
+  ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, kKeys));
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, idx, "name", fn));
+  if (name) j.name = *name;
+  const char* spec_keys[] = {"in_shardings", "out_shardings"};
+  for (const char* key : spec_keys) {
+    push_field(L, idx, key);
+    auto specs = read_specs(L, lua_gettop(L), fn, key);
+    lua_pop(L, 1);
+    if (!specs.ok()) return specs.status();
+    (std::string_view(key) == "in_shardings" ? j.in_specs : j.out_specs) = std::move(*specs);
+  }
+  for (const char* key : {"static_argnums", "donate_argnums"}) {
+    if (push_field(L, idx, key) == LUA_TNIL) {
+      lua_pop(L, 1);
+      continue;
+    }
+    auto nums = read_ints(L, lua_gettop(L), fn, key);
+    lua_pop(L, 1);
+    if (!nums.ok()) return nums.status();
+    (std::string_view(key) == "static_argnums" ? j.static_argnums : j.donate_argnums)
+        .insert(nums->begin(), nums->end());
+  }
+  for (int k : j.donate_argnums)
+    if (j.static_argnums.count(k))
+      return eng::invalid_argument(
+          "{}: argument {} is in both static_argnums and donate_argnums: a static value has no "
+          "buffer to donate",
+          fn, k);
+  return eng::ok_status();
+}
+
+Status check_callable(lua_State* L, int idx, std::string_view fn) {
+  if (lua_type(L, idx) == LUA_TFUNCTION || to_udata<JitBox>(L, idx)) return eng::ok_status();
+  return arg_error(L, idx, fn, "fun", "function");
+}
+
+void push_jit(lua_State* L, JitBox j, int fidx) {
+  push_udata(L, std::move(j), 1);
+  lua_pushvalue(L, fidx);
+  lua_setiuservalue(L, -2, 1);
+}
+
+Result<int> jit(lua_State* L) {
+  constexpr std::string_view fn = "sl.jit";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  JitBox j;
+  j.name = "fn";
+  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  ENG_RETURN_IF_ERROR(read_jit_options(L, 2, j, fn));
+  push_jit(L, std::move(j), 1);
+  return 1;
+}
+
+Result<int> grad_common(lua_State* L, std::string_view fn, Transform t) {
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  JitBox j;
+  j.name = "fn";
+  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  j.transform = t;
+  // sl.grad(f, argnums [, {has_aux}]) or sl.grad(f, {argnums =, has_aux =}).
+  int opts = 3;
+  if (lua_type(L, 2) == LUA_TTABLE && lua_rawlen(L, 2) == 0) opts = 2;
+  if (opts == 3 && !lua_isnoneornil(L, 2)) {
+    ENG_ASSIGN_OR_RETURN(j.argnums, read_ints(L, 2, fn, "argnums"));
+  }
+  if (!lua_isnoneornil(L, opts)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, opts, fn, "options"));
+    static const std::vector<std::string> kKeys = {"argnums", "has_aux"};
+    ENG_RETURN_IF_ERROR(check_keys(L, opts, fn, kKeys));
+    if (opts == 2 && push_field(L, 2, "argnums") != LUA_TNIL) {
+      auto nums = read_ints(L, lua_gettop(L), fn, "argnums");
+      lua_pop(L, 1);
+      if (!nums.ok()) return nums.status();
+      j.argnums = *nums;
+    } else if (opts == 2) {
+      lua_pop(L, 1);
+    }
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> aux, field_bool(L, opts, "has_aux", fn));
+    j.has_aux = aux.value_or(false);
+  }
+  if (j.argnums.empty()) return eng::invalid_argument("{}: argnums is empty", fn);
+  push_jit(L, std::move(j), 1);
+  return 1;
+}
+Result<int> grad(lua_State* L) { return grad_common(L, "sl.grad", Transform::kGrad); }
+Result<int> value_and_grad(lua_State* L) {
+  return grad_common(L, "sl.value_and_grad", Transform::kValueAndGrad);
+}
+
+// vmap's in_axes (or out_axes) at idx: a number for every argument, or a table with one per
+// argument (nil or false: not mapped, JAX's None); nil: 0 for every argument.
+Result<std::vector<std::optional<int>>> read_axes(lua_State* L, int idx, std::string_view fn,
+                                                  std::string_view name) {
+  std::vector<std::optional<int>> out;
+  const int t = lua_type(L, idx);
+  if (t == LUA_TNIL || t == LUA_TNONE) return out;
+  if (t == LUA_TBOOLEAN && !lua_toboolean(L, idx)) return std::vector<std::optional<int>>(64);
+  if (t == LUA_TNUMBER) {
+    ENG_ASSIGN_OR_RETURN(int64_t v, arg_int(L, idx, fn, name));
+    return std::vector<std::optional<int>>(64, static_cast<int>(std::clamp<int64_t>(v, -64, 64)));
+  }
+  if (t != LUA_TTABLE) return arg_error(L, idx, fn, name, "integer, table of integers or nil");
+  for (lua_Integer i = 1; i <= 64; ++i) {
+    lua_rawgeti(L, idx, i);
+    int ok = 0;
+    const lua_Integer v = lua_tointegerx(L, -1, &ok);
+    const bool none = lua_isnil(L, -1) || (lua_isboolean(L, -1) && !lua_toboolean(L, -1));
+    lua_pop(L, 1);
+    if (!ok && !none)
+      return eng::invalid_argument("{}: {}[{}] is not an integer or nil", fn, name, i);
+    out.push_back(ok ? std::optional<int>(static_cast<int>(std::clamp<lua_Integer>(v, -64, 64)))
+                     : std::nullopt);
+  }
+  return out;
+}
+
+// sl.vmap(f [, in_axes [, out_axes]]) or sl.vmap(f, {in_axes =, out_axes =}).
+Result<int> vmap(lua_State* L) {
+  constexpr std::string_view fn = "sl.vmap";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  JitBox j;
+  j.name = "fn";
+  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  j.transform = Transform::kVmap;
+  int in_idx = 2, out_idx = 3;
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    bool options = false;  // a table with a string key is the options form
+    lua_pushnil(L);
+    while (lua_next(L, 2) != 0) {
+      options = options || lua_type(L, -2) == LUA_TSTRING;
+      lua_pop(L, 1);
+    }
+    if (options) {
+      static const std::vector<std::string> kKeys = {"in_axes", "out_axes", "name"};
+      ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kKeys));
+      ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
+      if (name) j.name = *name;
+      lua_settop(L, 2);
+      push_field(L, 2, "in_axes");
+      push_field(L, 2, "out_axes");
+      in_idx = 3, out_idx = 4;
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(j.in_axes, read_axes(L, in_idx, fn, "in_axes"));
+  ENG_ASSIGN_OR_RETURN(std::vector<std::optional<int>> out_axes,
+                       read_axes(L, out_idx, fn, "out_axes"));
+  for (const std::optional<int>& a : out_axes)
+    if (!a || *a != 0)
+      return eng::invalid_argument(
+          "{}: out_axes {} is not supported: results are batched along axis 0 (moving the batch "
+          "axis needs a transpose, which the op set lacks)",
+          fn, a ? std::to_string(*a) : "nil");
+  push_jit(L, std::move(j), 1);
+  return 1;
+}
+
+// sl.auto_axes(f, {out_sharding [, axes, name]}) / sl.explicit_axes(f, {in_sharding [, axes,
+// name]}): f traced and compiled as its own program in the other mode (jax.sharding's
+// auto_axes / explicit_axes); out_sharding places auto_axes' results, in_sharding places
+// explicit_axes' arguments.
+Result<int> switch_axes(lua_State* L, eng::ShardMode mode) {
+  const std::string fn = mode == eng::ShardMode::kAuto ? "sl.auto_axes" : "sl.explicit_axes";
+  const char* spec_key = mode == eng::ShardMode::kAuto ? "out_sharding" : "in_sharding";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  JitBox j;
+  j.name = "fn";
+  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  j.mode = mode;
+  if (!lua_isnoneornil(L, 2)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+    const std::vector<std::string> keys = {"axes", spec_key, "name"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, keys));
+    ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
+    if (name) j.name = *name;
+    const int t = push_field(L, 2, "axes");
+    if (t == LUA_TSTRING) {
+      j.mode_axes.push_back(lua_tostring(L, -1));
+    } else if (t != LUA_TNIL) {
+      auto axes = arg_string_list(L, lua_gettop(L), fn, "axes");
+      if (!axes.ok()) {
+        lua_pop(L, 1);
+        return axes.status();
+      }
+      j.mode_axes = *axes;
+    }
+    lua_pop(L, 1);
+    push_field(L, 2, spec_key);
+    auto specs = read_specs(L, lua_gettop(L), fn, spec_key);
+    lua_pop(L, 1);
+    if (!specs.ok()) return specs.status();
+    (mode == eng::ShardMode::kAuto ? j.out_specs : j.in_specs) = std::move(*specs);
+  }
+  push_jit(L, std::move(j), 1);
+  return 1;
+}
+Result<int> auto_axes(lua_State* L) { return switch_axes(L, eng::ShardMode::kAuto); }
+Result<int> explicit_axes(lua_State* L) { return switch_axes(L, eng::ShardMode::kExplicit); }
+
+// sl.shard_map(f, {mesh, in_specs, out_specs})
+Result<int> shard_map(lua_State* L) {
+  constexpr std::string_view fn = "sl.shard_map";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+  static const std::vector<std::string> kKeys = {"mesh", "in_specs", "out_specs", "name"};
+  ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kKeys));
+  JitBox j;
+  j.name = "shard_map";
+  j.manual = true;
+  j.mesh = current_mesh();
+  if (push_field(L, 2, "mesh") != LUA_TNIL) {
+    Result<eng::Mesh*> m = arg_udata<eng::Mesh>(L, lua_gettop(L), fn, "mesh");
+    lua_pop(L, 1);
+    if (!m.ok()) return m.status();
+    j.mesh = **m;
+  } else {
+    lua_pop(L, 1);
+  }
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
+  if (name) j.name = *name;
+  for (const char* key : {"in_specs", "out_specs"}) {
+    if (push_field(L, 2, key) == LUA_TNIL) {
+      lua_pop(L, 1);
+      return eng::invalid_argument("{}: {} is required", fn, key);
+    }
+    auto specs = read_specs(L, lua_gettop(L), fn, key);
+    lua_pop(L, 1);
+    if (!specs.ok()) return specs.status();
+    (std::string_view(key) == "in_specs" ? j.in_specs : j.out_specs) = std::move(*specs);
+  }
+  push_jit(L, std::move(j), 1);
+  return 1;
+}
+
+// sl.lax.all_to_all(x, axis_name, split_axis, concat_axis [, {tiled = false}]) inside
+// sl.shard_map (engine/frontend/manual.h).
+Result<int> all_to_all(lua_State* L) {
+  constexpr std::string_view fn = "all_to_all";
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
+  if (!x.array) return arg_error(L, 1, fn, "x", "Array");
+  std::vector<std::string> axes;
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    axes.push_back(lua_tostring(L, 2));
+  } else {
+    ENG_ASSIGN_OR_RETURN(axes, arg_string_list(L, 2, fn, "axis_name"));
+  }
+  ENG_ASSIGN_OR_RETURN(int64_t split, arg_int(L, 3, fn, "split_axis"));
+  ENG_ASSIGN_OR_RETURN(int64_t concat, arg_int(L, 4, fn, "concat_axis"));
+  bool tiled = false;
+  if (!lua_isnoneornil(L, 5)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 5, fn, "options"));
+    static const std::vector<std::string> kKeys = {"tiled"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 5, fn, kKeys));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> t, field_bool(L, 5, "tiled", fn));
+    tiled = t.value_or(false);
+  }
+  const int sa = static_cast<int>(std::clamp<int64_t>(split, -1000, 1000));
+  const int ca = static_cast<int>(std::clamp<int64_t>(concat, -1000, 1000));
+  return apply(
+      L, fn, fmt::format("{} {} {} {}", fmt::join(axes, ","), sa, ca, tiled), {x},
+      [=](fe::Trace& tr, std::span<const eng::ValueId> in) -> Result<std::vector<eng::ValueId>> {
+        ENG_ASSIGN_OR_RETURN(eng::ValueId y,
+                             fe::manual::all_to_all(tr, in[0], axes, sa, ca, tiled));
+        return std::vector<eng::ValueId>{y};
+      });
+}
+
+constexpr Function kLaxFunctions[] = {
+    {"all_to_all", lua_entry<all_to_all>,
+     "sl.lax.all_to_all(x, axis_name, split_axis, concat_axis [, {tiled = false}]) -> Array",
+     "jax.lax.all_to_all inside sl.shard_map: chunk r of x along split_axis goes to member r of\n"
+     "  the axis group, which stacks what it receives along concat_axis (untiled: split_axis\n"
+     "  must equal the group size and is removed, a new axis of that size appears at concat_axis;\n"
+     "  tiled: split_axis / G, concat_axis * G). Axes 0-based."},
+};
+
+constexpr Function kJitFunctions[] = {
+    {"shard_map", lua_entry<shard_map>, "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted",
+     "jax.shard_map: f runs on each device's blocks (argument i split by in_specs[i]) and\n"
+     "  communicates with sl.lax.psum, all_gather, psum_scatter, ppermute, axis_index; its "
+     "results\n"
+     "  are the blocks of arrays laid out by out_specs. Compiled once per signature, without SPMD\n"
+     "  partitioning (the program is per-device already). mesh: default sl.get_mesh()."},
+    {"jit", lua_entry<jit>,
+     "sl.jit(f [, {in_shardings, out_shardings, static_argnums, donate_argnums, name}]) -> Jitted",
+     "jax.jit for a Lua function of Arrays (or tables of them): traced into an engine program\n"
+     "  once per signature (shapes, dtypes, shardings, table structure, static values), compiled\n"
+     "  for the mesh and cached; f(x, w) runs it on the simulated devices. f:lower(x, w) ->\n"
+     "  Lowered (:as_text(), :compile() -> Compiled), f:cache_info(). Numbers, strings and\n"
+     "  booleans are static. donate_argnums: those arguments' buffers hold results of their shape\n"
+     "  and sharding, and the Arrays are deleted. Shardings are sl.P specs (a table of them per\n"
+     "  argument / result, or one for all); argument numbers are 0-based."},
+    {"vmap", lua_entry<vmap>, "sl.vmap(f [, in_axes=0 [, out_axes=0]]) -> Jitted",
+     "jax.vmap: f traced on one example (the mapped arguments without their leading axis),\n"
+     "  then replayed batched op by op (a batching rule per op; an op without one is an error\n"
+     "  naming it). in_axes: 0 or nil per argument (a number for all, or a table; nil = JAX's\n"
+     "  None: not mapped). Also sl.vmap(f, {in_axes =, out_axes =}). Compiled like sl.jit."},
+    {"auto_axes", lua_entry<auto_axes>,
+     "sl.auto_axes(f, {out_sharding = sl.P(...) [, axes, name]}) -> Jitted",
+     "jax.sharding.auto_axes: f runs with the mesh's axes Auto (the compiler chooses shardings;\n"
+     "  explicit mode's type errors do not apply), compiled as its own program; its results are\n"
+     "  placed by out_sharding. An engine mesh has one axis type, so axes must be all of them.\n"
+     "  Not inside sl.jit of the other mode."},
+    {"explicit_axes", lua_entry<explicit_axes>,
+     "sl.explicit_axes(f, {in_sharding = sl.P(...) [, axes, name]}) -> Jitted",
+     "jax.sharding.explicit_axes: f runs with the mesh's axes Explicit (shardings in the types,\n"
+     "  explicit mode's errors), its arguments placed by in_sharding; compiled as its own\n"
+     "  program. axes must be all of the mesh's. Not inside sl.jit of the other mode."},
+    {"grad", lua_entry<grad>, "sl.grad(f [, argnums=0 | {i, ...} [, {has_aux}]]) -> Jitted",
+     "d f / d args[argnums] (0-based) by the engine's autodiff (reverse mode, per-op VJP rules),\n"
+     "  traced and compiled like sl.jit. f must return a float32 scalar (with has_aux: the scalar\n"
+     "  and then aux, returned after the gradients). A table argument gets a table of gradients.\n"
+     "  Also sl.grad(f, {argnums =, has_aux =})."},
+    {"value_and_grad", lua_entry<value_and_grad>,
+     "sl.value_and_grad(f [, argnums [, {has_aux}]]) -> Jitted",
+     "Returns f(...) (the loss, then aux with has_aux) and then its gradients, as\n"
+     "  jax.value_and_grad."},
+};
+
+}  // namespace
+
+void open_lua_jit(lua_State* L, int sl) {
+  define_jit_types(L);
+  add_functions(L, sl, "sl", kJitFunctions);
+  lua_getfield(L, sl, "lax");  // made by open_lua_numpy, which runs first
+  if (lua_istable(L, -1)) add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
+  lua_pop(L, 1);
+}
+
+}  // namespace shell
