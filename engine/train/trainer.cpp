@@ -11,6 +11,7 @@
 
 #include "engine/base/clock.h"
 #include "engine/base/thread_pool.h"
+#include "engine/dist/dist.h"
 #include "engine/model/llama.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/train/state_memory.h"
@@ -151,7 +152,10 @@ NamedSharding Trainer::state_sharding(int arg) {
 }
 
 Status Trainer::init_state() {
-  runtime_ = std::make_unique<Runtime>(mesh_, options_.device_capacity_bytes);
+  // Under mpirun each process holds its slice of the mesh (engine/dist, docs/distributed.md).
+  const bool span = dist::process().count > 1;
+  if (span) ENG_RETURN_IF_ERROR(dist::device_range(mesh_.num_devices()).status());
+  runtime_ = std::make_unique<Runtime>(mesh_, options_.device_capacity_bytes, span);
   const auto& args = program_.args();
   state_.clear();
   state_.reserve(args.size());
