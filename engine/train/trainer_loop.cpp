@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/clock.h"
+#include "engine/dist/dist.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/trainer.h"
@@ -198,6 +199,16 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
       (delayed.empty() || std::find(delayed.begin(), delayed.end(), info.step) != delayed.end()))
     wopts.debug_delay_s = delays_.checkpoint_s;
   info.path = checkpoint_path(checkpoint_dir(), info.step);
+  if (dist::process().index != 0) {  // mpirun: join process 0's gathers; it writes the file
+    std::vector<char> host;
+    for (size_t k = 0; k < specs.size(); ++k) {
+      host.resize(static_cast<size_t>(specs[k].shape.numel() * dtype_size(specs[k].dtype)));
+      ENG_RETURN_IF_ERROR(runtime_->fetch(state_[static_cast<size_t>(arg_of[k])], host.data()));
+    }
+    info.save_s = now_seconds() - t0;
+    last_checkpoint_step_ = info.step;
+    return info;
+  }
   // Global host arrays: a checkpoint saved on one mesh restores onto any other.
   Result<int64_t> bytes = write_checkpoint(
       info.path, specs,
