@@ -87,7 +87,6 @@ class DeviceCommunicator final : public Communicator {
 
   void reset_counters() override {
     std::fill(counters_.begin(), counters_.end(), 0.0);
-    wait_s_ = 0;
   }
 
  private:
@@ -327,7 +326,7 @@ class DeviceCommunicator final : public Communicator {
   int64_t staging_stride_ = 0;               // bytes per remote device in staging_
   std::vector<uint64_t> fingerprints_;       // prepare's all-gather target, one per process
   Status error_;                             // first failed exchange since take_error()
-  double wait_s_ = 0;                        // seconds in channel exchanges since reset
+  double wait_s_ = 0;                        // seconds in channel exchanges, cumulative
 };
 
 using L = DeviceCommunicator;

@@ -45,7 +45,7 @@ class Communicator {
   virtual Status prepare(const Program& p) { return ok_status(); }
   // The first error of a cross-process exchange since the last call (then ok again).
   virtual Status take_error() { return ok_status(); }
-  // Seconds spent waiting for other processes inside run() since the last reset.
+  // Seconds spent waiting for other processes inside run() since creation (not reset).
   virtual double wait_seconds() const { return 0; }
 };
 

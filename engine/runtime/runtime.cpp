@@ -334,6 +334,12 @@ Status Runtime::fetch(const Array& a, void* host) const {
   return ok_status();
 }
 
+Status Runtime::gather_process_values(std::span<const double> mine, std::span<double> all) const {
+  ENG_CHECK(fetch_channel_ && all.size() == mine.size() * dist::process().count,
+            "runtime: gather of {} values into {}", mine.size(), all.size());
+  return fetch_channel_->all_gather(mine.data(), static_cast<int64_t>(mine.size_bytes()), all.data());
+}
+
 // ---- Runtime: execution --------------------------------------------------------------------
 
 Runtime::Prepared* Runtime::find_prepared(const Executable& exe) {

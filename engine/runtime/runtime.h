@@ -99,6 +99,11 @@ class Runtime {
   // The devices this process holds and runs: all of them unless the runtime spans processes.
   dist::DeviceRange local_devices() const { return local_; }
   bool is_local(int device) const { return local_.contains(device); }
+  bool spans_processes() const { return fetch_channel_ != nullptr; }
+  // Seconds this process has waited for other processes inside collectives, since creation.
+  double collective_wait_seconds() const { return comm_->wait_seconds(); }
+  // Across processes: every process's `mine` (same length everywhere) into all[q * size + i].
+  Status gather_process_values(std::span<const double> mine, std::span<double> all) const;
   Device& device(int i) { return *devices_[i]; }
   // Runs the collectives of executed programs; its counters are the bytes actually moved.
   Communicator& communicator() { return *comm_; }

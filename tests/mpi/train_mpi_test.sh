@@ -49,6 +49,10 @@ same sim_df mpi_df4
 grep -q "^step 2 loss " "$work/mpi_df4/out.txt" || fail "no losses printed"
 rows=$("$shardlab" --db "$work/mpi_df4/run.db" -e 'io.write(#sl.sql("SELECT * FROM steps"))')
 [[ $rows == 3 ]] || fail "store of the 4-process run has $rows step rows, expected 3"
+# ... and every process's device time and collective wait per step (metrics dist/*/process_<p>).
+per=$("$shardlab" --db "$work/mpi_df4/run.db" -e 'io.write(#sl.sql(
+  "SELECT * FROM metrics WHERE key LIKE ? AND value >= 0", "dist/collective_wait_s/process_%"))')
+[[ $per == 12 ]] || fail "store of the 4-process run has $per collective wait rows, expected 3 x 4"
 
 # 2. Restore a 4-process checkpoint (after step 2) on 1 and 2 processes; run 2 more steps.
 run sim_5 1 data=2,fsdp=2 5 "$work/sim_5/out"
