@@ -5,7 +5,8 @@
 #     one row per step (only process 0 writes it).
 #  2. A checkpoint written on 4 processes restores on 1 and on 2 processes: the next steps and
 #     the final parameters equal an uninterrupted one-process run.
-#  3. Bad input ends at once with a clear error: a mesh that does not split over the processes.
+#  3. Bad input ends at once with a clear error: a mesh that does not split over the processes;
+#     different configs on different ranks (named before the first step).
 #  4. A rank killed mid-run ends the job within 10 s, the message names the rank (Open MPI's
 #     mpirun reports it and ends the others), and process 0's store keeps its flushed steps.
 set -euo pipefail
@@ -77,6 +78,17 @@ if (cd "$work/bad" && timeout 60 "$mpirun" -np 2 "$shardlab" --db run.db "$scrip
 fi
 grep -q "a mesh of 3 devices cannot be split over 2 processes" "$work/bad/err.txt" ||
   fail "no clear error: $(head -5 "$work/bad/err.txt")"
+
+# 3b. Different configs on the two ranks (schedules of 8 and 9 steps: different programs).
+mkdir -p "$work/mismatch"
+if (cd "$work/mismatch" && timeout 60 "$mpirun" -np 1 "$shardlab" --db run.db "$script" data=2 1 \
+  "$work/mismatch/out" 8 : -np 1 "$shardlab" --db run.db "$script" data=2 1 "$work/mismatch/out" 9 \
+  >out.txt 2>err.txt); then
+  fail "different programs on the two ranks ran"
+fi
+grep -q "process 1 compiled a different program than process 0" "$work/mismatch/err.txt" ||
+  fail "mismatch not named: $(head -5 "$work/mismatch/err.txt")"
+grep -q "^step 0 loss" "$work/mismatch/out.txt" && fail "a step ran despite the mismatch"
 
 # 4. Kill rank 2 of 4 once the job is training; it must end within 10 s naming the rank.
 mkdir -p "$work/kill"
