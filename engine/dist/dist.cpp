@@ -43,14 +43,6 @@ Result<int> local_devices_setting(int flag) {
   return static_cast<int>(n);
 }
 
-// Seconds a collective may wait for its peers before the job is aborted naming them
-// (SHARDLAB_COLLECTIVE_TIMEOUT; default 300: a slow step on a busy machine is not a fault).
-double collective_timeout_s() {
-  const char* env = std::getenv("SHARDLAB_COLLECTIVE_TIMEOUT");
-  const double v = env ? std::atof(env) : 0;
-  return v > 0 ? v : 300.0;
-}
-
 }  // namespace
 
 bool built_with_mpi() { return SHARDLAB_WITH_MPI != 0; }
@@ -75,6 +67,14 @@ int process_of_device(int64_t device, int64_t num_devices) {
 #if SHARDLAB_WITH_MPI
 
 namespace {
+
+// Seconds a collective may wait for its peers before the job is aborted naming them
+// (SHARDLAB_COLLECTIVE_TIMEOUT; default 300: a slow step on a busy machine is not a fault).
+double collective_timeout_s() {
+  const char* env = std::getenv("SHARDLAB_COLLECTIVE_TIMEOUT");
+  const double v = env ? std::atof(env) : 0;
+  return v > 0 ? v : 300.0;
+}
 
 class MpiChannel final : public Channel {
  public:
