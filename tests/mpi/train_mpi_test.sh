@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tests/mpi/train_mpi_test.sh <shardlab> <mpirun>: the real binary under mpirun (docs/distributed.md).
+#  0. sl.process_index/process_count/devices/local_devices with --local-devices.
 #  1. tests/mpi/train_mpi.lua on 2 and 4 processes prints bitwise the losses (from process 0's
 #     store) and parameters (gathered) of the same mesh simulated in one process; the store has
 #     one row per step (only process 0 writes it).
@@ -37,6 +38,15 @@ same() {  # same A B: identical outputs
   diff "$work/$1/out.txt" "$work/$2/out.txt" >/dev/null ||
     fail "$1 differs from $2: $(diff "$work/$1/out.txt" "$work/$2/out.txt" | head -5)"
 }
+
+# 0. JAX's process functions, with --local-devices (stderr: every process's line is kept).
+"$mpirun" -np 2 "$shardlab" --local-devices 2 -e 'local d = sl.local_devices()
+  io.stderr:write(string.format("proc %d/%d devices %d local %d,%d\n", sl.process_index(),
+    sl.process_count(), #sl.devices(), d[1].id, d[2].id))' 2>"$work/procs.txt"
+grep -q "^proc 0/2 devices 4 local 0,1$" "$work/procs.txt" || fail "$(cat "$work/procs.txt")"
+grep -q "^proc 1/2 devices 4 local 2,3$" "$work/procs.txt" || fail "$(cat "$work/procs.txt")"
+if "$shardlab" --local-devices 0 -e '' 2>"$work/bad_flag.txt"; then fail "--local-devices 0 ran"; fi
+grep -q "expects a device count" "$work/bad_flag.txt" || fail "$(cat "$work/bad_flag.txt")"
 
 # 1. Bitwise equal to the simulated mesh.
 run sim_data 1 data=2 3 "$work/sim_data/out"
