@@ -214,6 +214,41 @@ std::unique_ptr<Channel> make_channel() {
   return std::make_unique<MpiChannel>();
 }
 
+namespace {
+// Polls req until it completes: yields for the first 50 ms, then sleeps 1 ms between polls.
+Status wait_patiently(MPI_Request* req) {
+  const double t0 = now_seconds();
+  for (;;) {
+    int done = 0;
+    if (int e = MPI_Test(req, &done, MPI_STATUS_IGNORE))
+      return Status(Code::kInternal, fmt::format("dist: broadcast failed (MPI error {})", e));
+    if (done) return ok_status();
+    if (now_seconds() - t0 < 0.05) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+}  // namespace
+
+Status broadcast_from_first(int* code, std::string* text) {
+  if (!g_process.mpi || g_process.count == 1) return ok_status();
+  static MPI_Comm comm = [] {  // made at the first call, which every process reaches together
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    return c;
+  }();
+  int64_t head[2] = {*code, static_cast<int64_t>(text->size())};
+  MPI_Request req;
+  MPI_Ibcast(head, 2, MPI_INT64_T, 0, comm, &req);
+  ENG_RETURN_IF_ERROR(wait_patiently(&req));
+  ENG_CHECK(head[1] >= 0 && head[1] < (int64_t{1} << 31), "dist: broadcast of {} bytes", head[1]);
+  *code = static_cast<int>(head[0]);
+  text->resize(static_cast<size_t>(head[1]));
+  if (head[1] == 0) return ok_status();
+  MPI_Ibcast(text->data(), static_cast<int>(head[1]), MPI_CHAR, 0, comm, &req);
+  return wait_patiently(&req);
+}
+
 #else  // without MPI
 
 Status init(int*, char***, int local_devices) {
@@ -237,6 +272,8 @@ void abort_job(const std::string& why) {
 }
 
 std::unique_ptr<Channel> make_channel() { return nullptr; }
+
+Status broadcast_from_first(int*, std::string*) { return ok_status(); }
 
 #endif
 

@@ -73,4 +73,9 @@ class Channel {
 // A channel over every process of the job; nullptr without MPI (one process).
 std::unique_ptr<Channel> make_channel();
 
+// Process 0's code and text, delivered to every process (the REPL's lines under mpirun:
+// process 0 reads the terminal, every process runs the line). Waiting processes sleep between
+// polls, so an idle prompt takes no core. Without MPI or with one process: a no-op.
+Status broadcast_from_first(int* code, std::string* text);
+
 }  // namespace eng::dist

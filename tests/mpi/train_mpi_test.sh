@@ -10,6 +10,7 @@
 #     different configs on different ranks (named before the first step).
 #  4. A rank killed mid-run ends the job within 10 s, the message names the rank (Open MPI's
 #     mpirun reports it and ends the others), and process 0's store keeps its flushed steps.
+#  5. The REPL under mpirun -np 2 (lines piped): lockstep, errors on both, the prompt survives.
 set -euo pipefail
 shardlab=$1
 mpirun=$2
@@ -136,4 +137,26 @@ kept=$("$shardlab" --db "$work/kill/run.db" \
   -e 'local r = sl.sql("SELECT status, (SELECT count(*) FROM steps) AS n FROM runs")[1]
       io.write(r.status, " ", r.n)')
 [[ $kept =~ ^(KILLED|RUNNING)\ [1-9] ]] || fail "store after the kill: '$kept', expected steps"
+# 5. The REPL on 2 processes (stdin piped into mpirun, -i): process 0 reads each line, both run
+# it in lockstep: a trainer is built and stepped, an error is reported on both, and both keep
+# taking lines (a multi-line chunk included).
+mkdir -p "$work/repl"
+cat >"$work/repl/in.lua" <<'EOF'
+m = sl.mesh{data = 2, devices = 2}
+t = sl.trainer(sl.config{model = "llama-tiny", steps = 4, per_device_batch_size = 1, max_target_length = 32, base_emb_dim = 32, base_num_query_heads = 4, base_num_kv_heads = 4, head_dim = 8, base_mlp_dim = 64, base_num_decoder_layers = 2, enable_checkpointing = false}, m)
+h = t:step()
+io.stderr:write(string.format("rank %d loss %a\n", sl.process_index(), h.loss));
+error("boom")
+for i = 1,
+  2 do io.stderr:write(string.format("rank %d alive %d\n", sl.process_index(), i)) end
+EOF
+(cd "$work/repl" && timeout 120 "$mpirun" -np 2 "$shardlab" --db run.db -i <in.lua >out.txt \
+  2>err.txt) || fail "repl: $(cat "$work/repl/err.txt")"
+[[ $(grep -c "boom" "$work/repl/err.txt") == 2 ]] || fail "repl error not on both: $(cat "$work/repl/err.txt")"
+for r in 0 1; do
+  grep -q "^rank $r alive 2$" "$work/repl/err.txt" || fail "repl: rank $r did not survive the error"
+done
+[[ $(grep "^rank . loss" "$work/repl/err.txt" | cut -d' ' -f3- | sort -u | wc -l) == 1 ]] ||
+  fail "repl: the ranks' losses differ: $(grep loss "$work/repl/err.txt")"
+
 echo "train_mpi_test: ok (killed rank ended the job in ${elapsed} s)"
