@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/test.sh [--sanitize]: build with warnings as errors and run the whole test suite
-# (what CI runs). --sanitize (.ci/run) then also runs the whole suite under AddressSanitizer +
+# (what CI runs), then the MPI tests (mpirun, 2 and 4 ranks, as root where CI runs). --sanitize (.ci/run) then also runs the whole suite under AddressSanitizer +
 # UndefinedBehaviorSanitizer (build-asan/, every finding fatal, no suppressions) and the
 # threaded tests (thread pool, dispatcher, trainer) under ThreadSanitizer (build-tsan/).
 # Each phase prints its wall time.
@@ -23,7 +23,10 @@ timed() {
 }
 
 timed "release build" scripts/build.sh build -DSHARDLAB_WERROR=ON -DSHARDLAB_SANITIZE=OFF
-timed "release tests" ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+timed "release tests" ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900 -E '^mpi_'
+# Real processes (tests/mpi, docs/distributed.md): mpirun with 2 and 4 ranks, run on their own
+# so the ranks do not compete with other tests for the cores. Registered only in an MPI build.
+timed "mpi tests" ctest --test-dir build --output-on-failure --timeout 900 -R '^mpi_' --no-tests=ignore
 ((sanitize)) || exit 0
 
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1

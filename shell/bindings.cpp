@@ -35,6 +35,7 @@ constexpr Module kModules[] = {
     {"plot", open_lua_plot},
     {"runs", open_lua_runs},
     {"array", open_lua_array},  // users' own programs: make_mesh, arrays, numpy, jit
+    {"dist", open_lua_dist},    // processes under mpirun (engine/dist)
 };
 
 }  // namespace

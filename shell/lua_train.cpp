@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/clock.h"
+#include "engine/dist/dist.h"
 #include "engine/train/config.h"
 #include "engine/train/inspect.h"
 #include "engine/train/train_step.h"
@@ -106,7 +107,7 @@ Result<int> trainer_new(lua_State* L) {
     options.shape_only = shape_only.value_or(false);
     options.device_capacity_bytes = cap.value_or(0);
   }
-  if (record) {
+  if (record && eng::dist::process().index == 0) {  // under mpirun, process 0 records the run
     Result<eng::MetricsStore*> store = context(L).open_store();
     if (!store.ok()) return with_context(fn, store.status());
     options.store = *store;

@@ -1,4 +1,60 @@
 // shell/main.cpp: the shardlab executable: an interactive Lua shell over the training engine.
+// Under `mpirun -np P shardlab ...` every process runs the same command line (engine/dist,
+// docs/distributed.md); process 0 prints and writes the store, the others are silent unless
+// SHARDLAB_ALL_PROCESSES_PRINT=1.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/dist/dist.h"
 #include "shell/cli.h"
 
-int main(int argc, char** argv) { return shell::run_main(argc, argv); }
+namespace {
+
+// Removes `--local-devices N` / `--local-devices=N` (before any `--`) from argv; returns N, 0
+// when absent, -1 when malformed.
+int take_local_devices(int& argc, char** argv) {
+  int n = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) break;
+    const char* value = nullptr;
+    int used = 1;
+    if (std::strcmp(argv[i], "--local-devices") == 0) {
+      value = i + 1 < argc ? argv[i + 1] : "";
+      used = 2;
+    } else if (std::strncmp(argv[i], "--local-devices=", 16) == 0) {
+      value = argv[i] + 16;
+    } else {
+      continue;
+    }
+    char* end = nullptr;
+    const long v = std::strtol(value, &end, 10);
+    n = (*value && *end == '\0' && v >= 1 && v <= 4096) ? static_cast<int>(v) : -1;
+    for (int k = i; k + used <= argc; ++k) argv[k] = argv[k + used];
+    argc -= used;
+    --i;
+  }
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int local_devices = take_local_devices(argc, argv);
+  if (local_devices < 0) {
+    std::fprintf(stderr, "shardlab: --local-devices expects a device count in [1, 4096]\n");
+    return EXIT_FAILURE;
+  }
+  const eng::Status s = eng::dist::init(&argc, &argv, local_devices);
+  if (!s.ok()) {
+    std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+    eng::dist::finalize();
+    return EXIT_FAILURE;
+  }
+  const char* all = std::getenv("SHARDLAB_ALL_PROCESSES_PRINT");
+  if (eng::dist::process().index > 0 && !(all && std::strcmp(all, "1") == 0))
+    if (!std::freopen("/dev/null", "w", stdout)) return EXIT_FAILURE;
+  const int rc = shell::run_main(argc, argv);
+  eng::dist::finalize();
+  return rc;
+}

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/dist/dist.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/lua_binding.h"
@@ -169,7 +170,21 @@ class Repl {
 
  private:
   Read read(const std::string& p, std::string* out) {
+    if (eng::dist::process().count > 1) return read_in_lockstep(p, out);
     return tty_ ? read_tty_line(p, out) : read_plain_line(p, out);
+  }
+
+  // Under mpirun: process 0 reads, every process gets the line and runs it (docs/distributed.md).
+  Read read_in_lockstep(const std::string& p, std::string* out) {
+    int code = static_cast<int>(Read::kEof);
+    if (eng::dist::process().index == 0)
+      code = static_cast<int>(tty_ ? read_tty_line(p, out) : read_plain_line(p, out));
+    const eng::Status s = eng::dist::broadcast_from_first(&code, out);
+    if (!s.ok()) {
+      std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+      return Read::kEof;
+    }
+    return static_cast<Read>(code);
   }
 
   void setup_readline() {

@@ -1,13 +1,17 @@
-// engine/runtime/collectives.cpp: LocalCommunicator: collectives over simulated devices by
-// block copies and ordered sums, with per-device, per-axes byte counters.
+// engine/runtime/collectives.cpp: DeviceCommunicator: collectives over the devices of this
+// process by block copies and ordered sums, with per-device, per-axes byte counters; members
+// in other processes (engine/dist) send exactly the blocks each local receiver reads, which
+// land in a staging copy of their input so the same copies and sums run on them.
 #include "engine/runtime/collectives.h"
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "engine/base/check.h"
+#include "engine/base/clock.h"
 #include "engine/compile/spmd.h"
 #include "engine/ir/op_table.h"
 #include "engine/sharding/shard_geometry.h"
@@ -25,24 +29,47 @@ void split3(const Shape& s, int dim, int64_t& outer, int64_t& mid, int64_t& inne
   inner = s.prod(dim + 1, s.rank());
 }
 
-class LocalCommunicator final : public Communicator {
+// A block of one member's input that one receiver reads: `outer` runs of `run` bytes, `stride`
+// bytes apart, the first at `offset`.
+struct Piece {
+  int64_t outer = 1, stride = 0, offset = 0, run = 0;
+  int64_t bytes() const { return outer * run; }
+};
+
+class DeviceCommunicator final : public Communicator {
  public:
-  explicit LocalCommunicator(const Mesh& mesh)
-      : mesh_(mesh), n_(mesh.num_devices()),
+  DeviceCommunicator(const Mesh& mesh, dist::DeviceRange local,
+                     std::unique_ptr<dist::Channel> channel)
+      : mesh_(mesh), n_(mesh.num_devices()), local_(local), channel_(std::move(channel)),
         counters_(static_cast<size_t>(n_) << std::min(mesh.num_axes(), 12), 0.0) {
     ENG_CHECK(mesh.num_axes() <= 12, "communicator: {} mesh axes (at most 12)", mesh.num_axes());
+    ENG_CHECK(channel_ || (local.lo == 0 && local.hi == n_),
+              "communicator: devices [{}, {}) of {} without a channel", local.lo, local.hi, n_);
+    if (channel_) {
+      const size_t P = static_cast<size_t>(dist::process().count);
+      send_.resize(P);
+      recv_.resize(P);
+      send_spans_.resize(P);
+      recv_spans_.resize(P);
+      pos_.resize(P);
+    }
   }
 
   void run(const Program& p, const Instr& in, std::span<void* const* const> buf) override {
     ENG_CHECK(static_cast<int64_t>(buf.size()) == n_, "communicator: {} buffer tables for {} devices",
               buf.size(), n_);
     const AxesGroup g(mesh_, in.attrs.mesh_axes);
+    if (channel_ && in.kind != OpKind::kDynamicSlice && !transfer(p, in, g, buf)) return;
     const CollectiveFn fn = kCollectives[op_index(in.kind)];
     for (int64_t leader = 0; leader < n_; ++leader) {
       if (!g.is_leader(leader)) continue;
       (this->*fn)(Group{p, in, g, leader, buf});
     }
   }
+
+  Status prepare(const Program& p) override;
+  Status take_error() override { return std::exchange(error_, ok_status()); }
+  double wait_seconds() const override { return wait_s_; }
 
   std::map<std::string, double> bytes_received(int device) const override {
     std::map<std::string, double> out;
@@ -58,7 +85,9 @@ class LocalCommunicator final : public Communicator {
     return out;
   }
 
-  void reset_counters() override { std::fill(counters_.begin(), counters_.end(), 0.0); }
+  void reset_counters() override {
+    std::fill(counters_.begin(), counters_.end(), 0.0);
+  }
 
  private:
   // Counters are keyed by the set of axes (a bitmask); keys as compile's (spmd.h).
@@ -67,17 +96,44 @@ class LocalCommunicator final : public Communicator {
     counters_[device * slots + mask] += static_cast<double>(bytes);
   }
 
+  bool local(int64_t device) const { return local_.contains(device); }
+  int process_of(int64_t device) const { return dist::process_of_device(device, n_); }
+  // Device `device`'s input x: its own buffer here, else its staging copy.
+  const void* input(std::span<void* const* const> buf, int64_t device, ValueId x) {
+    return local(device) ? buf[device][x] : staging(device);
+  }
+  // The staging copy of remote device `device`'s input.
+  char* staging(int64_t device) {
+    const int64_t slot = device < local_.lo ? device : device - local_.size();
+    return staging_.data() + slot * staging_stride_;
+  }
+
+  // ---- cross-process transfers (only with a channel) ----
+
+  static bool per_receiver(OpKind k) { return k == OpKind::kReduceScatter || k == OpKind::kAllToAll; }
+  // Does the member of rank r read the input of the member of rank m?
+  static bool needs(const Instr& in, int64_t G, int64_t r, int64_t m) {
+    if (in.kind != OpKind::kCollectivePermute) return in.kind != OpKind::kDynamicSlice;
+    if (in.attrs.fill_zero) return r == m + in.attrs.shift;
+    return r == ((m + in.attrs.shift) % G + G) % G;
+  }
+  static Piece piece(const Program& p, const Instr& in, int64_t G, int64_t r);
+  template <typename F>
+  void for_each_transfer(const Instr& in, const AxesGroup& g, bool outgoing, F&& f) const;
+  bool transfer(const Program& p, const Instr& in, const AxesGroup& g,
+                std::span<void* const* const> buf);
+
   // One collective instruction on the group of one leader (the group's rank-0 member).
   struct Group {
     const Program& p;
     const Instr& in;
     const AxesGroup& g;
     int64_t leader;
-    std::span<void* const* const> buf;  // buf[device][ValueId]
+    std::span<void* const* const> buf;  // buf[device][ValueId]; this process's devices only
     ValueId x() const { return in.inputs[0]; }
     ValueId y() const { return in.outputs[0]; }
   };
-  using CollectiveFn = void (LocalCommunicator::*)(const Group&);
+  using CollectiveFn = void (DeviceCommunicator::*)(const Group&);
   // One row per OpKind (engine/ir/op_table.h): a collective's method, else not_a_collective.
   static const OpTable<CollectiveFn> kCollectives;
 
@@ -162,23 +218,18 @@ class LocalCommunicator final : public Communicator {
     const AxesGroup& g = c.g;
     const ValueId x = c.x(), y = c.y();
     const int64_t xbytes = c.p.value(x).bytes(), G = g.size();
-    if (c.in.attrs.fill_zero) {
-      for (int64_t r = 0; r < G; ++r) {
-        const int64_t from = r - c.in.attrs.shift, dst = g.member(c.leader, r);
-        if (from < 0 || from >= G) {
-          std::memset(c.buf[dst][y], 0, xbytes);
-          continue;
-        }
-        const int64_t src = g.member(c.leader, from);
-        std::memcpy(c.buf[dst][y], c.buf[src][x], xbytes);
-        if (src != dst) count(dst, g.axis_mask(), xbytes);
-      }
-      return;
-    }
-    const int64_t shift = ((c.in.attrs.shift % G) + G) % G;
+    const int64_t shift = c.in.attrs.fill_zero ? c.in.attrs.shift : ((c.in.attrs.shift % G) + G) % G;
     for (int64_t r = 0; r < G; ++r) {
-      const int64_t src = g.member(c.leader, r), dst = g.member(c.leader, (r + shift) % G);
-      std::memcpy(c.buf[dst][y], c.buf[src][x], xbytes);
+      const int64_t dst = g.member(c.leader, r);
+      if (!local(dst)) continue;
+      int64_t from = r - shift;
+      if (!c.in.attrs.fill_zero) from = (from + G) % G;
+      if (from < 0 || from >= G) {
+        std::memset(c.buf[dst][y], 0, xbytes);
+        continue;
+      }
+      const int64_t src = g.member(c.leader, from);
+      std::memcpy(c.buf[dst][y], input(c.buf, src, x), xbytes);
       if (src != dst) count(dst, g.axis_mask(), xbytes);
     }
   }
@@ -191,6 +242,7 @@ class LocalCommunicator final : public Communicator {
     const int64_t run = mid / G * inner * elem;
     for (int64_t r = 0; r < G; ++r) {
       const int64_t d = c.g.member(c.leader, r);
+      if (!local(d)) continue;
       const char* inp = static_cast<const char*>(c.buf[d][c.x()]);
       char* out = static_cast<char*>(c.buf[d][c.y()]);
       for (int64_t o = 0; o < outer; ++o) std::memcpy(out + o * run, inp + (o * G + r) * run, run);
@@ -242,17 +294,18 @@ class LocalCommunicator final : public Communicator {
              });
   }
 
-  // The group of `leader` exchanges y from x: for each receiver r (rank order) and each sender
-  // m (rank order: the order reductions sum in), deliver(r, m, receiver's y, sender's x); every
-  // receiver is counted `bytes` for each other member it hears from.
+  // The group of `leader` exchanges y from x: for each receiver r in this process (rank order)
+  // and each sender m (rank order: the order reductions sum in), deliver(r, m, receiver's y,
+  // sender's x); every receiver is counted `bytes` for each other member it hears from.
   template <typename Deliver>
   void exchange(const AxesGroup& g, int64_t leader, std::span<void* const* const> buf, ValueId x,
                 ValueId y, int64_t bytes, Deliver&& deliver) {
     for (int64_t r = 0; r < g.size(); ++r) {
       const int64_t dst = g.member(leader, r);
+      if (!local(dst)) continue;
       for (int64_t m = 0; m < g.size(); ++m) {
         const int64_t src = g.member(leader, m);
-        deliver(r, m, buf[dst][y], static_cast<const void*>(buf[src][x]));
+        deliver(r, m, buf[dst][y], input(buf, src, x));
         if (src != dst) count(dst, g.axis_mask(), bytes);
       }
     }
@@ -260,10 +313,23 @@ class LocalCommunicator final : public Communicator {
 
   Mesh mesh_;
   int64_t n_;
-  std::vector<double> counters_;  // [device][axes mask]
+  dist::DeviceRange local_;                  // this process's devices
+  std::unique_ptr<dist::Channel> channel_;   // null: every device is here
+  std::vector<double> counters_;             // [device][axes mask]
+  // Cross-process buffers, sized by prepare(): per peer process the packed pieces sent to and
+  // received from it, and per remote device a staging copy of (the read blocks of) its input.
+  std::vector<std::vector<char>> send_, recv_;
+  std::vector<std::span<const char>> send_spans_;
+  std::vector<std::span<char>> recv_spans_;
+  std::vector<int64_t> pos_;                 // per peer: bytes packed / unpacked so far
+  std::vector<char> staging_;
+  int64_t staging_stride_ = 0;               // bytes per remote device in staging_
+  std::vector<uint64_t> fingerprints_;       // prepare's all-gather target, one per process
+  Status error_;                             // first failed exchange since take_error()
+  double wait_s_ = 0;                        // seconds in channel exchanges, cumulative
 };
 
-using L = LocalCommunicator;
+using L = DeviceCommunicator;
 #define ENG_NOT_COLLECTIVE(kind) {OpKind::kind, &L::not_a_collective},
 constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::CollectiveFn>(
     {
@@ -295,10 +361,143 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE
 
+// ---- cross-process transfers ----------------------------------------------------------------
+
+// The bytes of a member's x that the member of rank r reads: block r along the scattered dim
+// (reduce_scatter: the block it sums; all_to_all: the chunk it receives), else all of x.
+Piece DeviceCommunicator::piece(const Program& p, const Instr& in, int64_t G, int64_t r) {
+  const ValueInfo& x = p.value(in.inputs[0]);
+  if (!per_receiver(in.kind)) return Piece{1, 0, 0, x.bytes()};
+  int64_t outer, mid, inner;
+  split3(x.shape, in.attrs.dim, outer, mid, inner);
+  const int64_t elem = dtype_size(x.dtype), run = mid / G * inner * elem;
+  return Piece{outer, mid * inner * elem, r * run, run};
+}
+
+// Calls f(peer, sender device, receiver rank or -1) for every piece that crosses between this
+// process and another: outgoing, the pieces this process's members send; else the pieces they
+// receive. Both sides enumerate (leader, sender rank, receiver rank) in the same order, so the
+// packed messages line up. A piece that does not depend on the receiver (rank -1) crosses once
+// per peer process, however many of its devices read it.
+template <typename F>
+void DeviceCommunicator::for_each_transfer(const Instr& in, const AxesGroup& g, bool outgoing,
+                                           F&& f) const {
+  const int64_t G = g.size();
+  const int me = dist::process().index, P = dist::process().count;
+  for (int64_t leader = 0; leader < n_; ++leader) {
+    if (!g.is_leader(leader)) continue;
+    for (int64_t m = 0; m < G; ++m) {
+      const int64_t src = g.member(leader, m);
+      if (local(src) != outgoing) continue;
+      if (per_receiver(in.kind)) {
+        for (int64_t r = 0; r < G; ++r) {
+          const int64_t dst = g.member(leader, r);
+          if (local(dst) != outgoing && needs(in, G, r, m))
+            f(outgoing ? process_of(dst) : process_of(src), src, r);
+        }
+        continue;
+      }
+      for (int q = 0; q < P; ++q) {
+        if (q == me || (!outgoing && q != process_of(src))) continue;
+        bool read = false;
+        for (int64_t r = 0; r < G && !read; ++r) {
+          const int64_t dst = g.member(leader, r);
+          read = (outgoing ? process_of(dst) == q : local(dst)) && needs(in, G, r, m);
+        }
+        if (read) f(q, src, -1);
+      }
+    }
+  }
+}
+
+// Packs the pieces other processes read, exchanges them and unpacks what this process's
+// devices read into staging. false (error_ set) when the exchange failed.
+bool DeviceCommunicator::transfer(const Program& p, const Instr& in, const AxesGroup& g,
+                                  std::span<void* const* const> buf) {
+  const int64_t G = g.size();
+  const ValueId x = in.inputs[0];
+  std::fill(pos_.begin(), pos_.end(), 0);
+  for_each_transfer(in, g, true, [&](int q, int64_t src, int64_t r) {
+    const Piece pc = piece(p, in, G, r < 0 ? 0 : r);
+    const char* from = static_cast<const char*>(buf[src][x]) + pc.offset;
+    char* to = send_[q].data() + pos_[q];
+    for (int64_t o = 0; o < pc.outer; ++o) std::memcpy(to + o * pc.run, from + o * pc.stride, pc.run);
+    pos_[q] += pc.bytes();
+  });
+  for (size_t q = 0; q < send_.size(); ++q) send_spans_[q] = {send_[q].data(), size_t(pos_[q])};
+  std::fill(pos_.begin(), pos_.end(), 0);
+  for_each_transfer(in, g, false, [&](int q, int64_t, int64_t r) {
+    pos_[q] += piece(p, in, G, r < 0 ? 0 : r).bytes();
+  });
+  for (size_t q = 0; q < recv_.size(); ++q) recv_spans_[q] = {recv_[q].data(), size_t(pos_[q])};
+  const double t0 = now_seconds();
+  Status s = channel_->exchange(send_spans_, recv_spans_);
+  wait_s_ += now_seconds() - t0;
+  if (!s.ok()) {
+    if (error_.ok()) error_ = Status(s.code(), fmt::format("{}: {}", op_name(in.kind), s.message()));
+    return false;
+  }
+  std::fill(pos_.begin(), pos_.end(), 0);
+  for_each_transfer(in, g, false, [&](int q, int64_t src, int64_t r) {
+    const Piece pc = piece(p, in, G, r < 0 ? 0 : r);
+    char* to = staging(src) + pc.offset;
+    const char* from = recv_[q].data() + pos_[q];
+    for (int64_t o = 0; o < pc.outer; ++o) std::memcpy(to + o * pc.stride, from + o * pc.run, pc.run);
+    pos_[q] += pc.bytes();
+  });
+  return true;
+}
+
+// Grows the message and staging buffers to what p's collectives need, and checks that every
+// process prepared the same program.
+Status DeviceCommunicator::prepare(const Program& p) {
+  if (!channel_) return ok_status();
+  const int P = dist::process().count;
+  fingerprints_.assign(static_cast<size_t>(P), 0);
+  const uint64_t mine = p.fingerprint();
+  ENG_RETURN_IF_ERROR(channel_->all_gather(&mine, sizeof mine, fingerprints_.data()));
+  for (int q = 1; q < P; ++q)
+    if (fingerprints_[q] != fingerprints_[0])
+      return failed_precondition(
+          "prepare {}: process {} compiled a different program than process 0 (fingerprint "
+          "{:016x} vs {:016x}): every process must run the same script with the same config",
+          p.name(), q, fingerprints_[q], fingerprints_[0]);
+  std::vector<int64_t> send(P, 0), recv(P, 0);
+  int64_t max_x = 0;
+  for (const Instr& in : p.instrs()) {
+    if (!is_collective(in.kind) || in.kind == OpKind::kDynamicSlice) continue;
+    const AxesGroup g(mesh_, in.attrs.mesh_axes);
+    max_x = std::max(max_x, p.value(in.inputs[0]).bytes());
+    for (bool out : {true, false}) {
+      std::fill(pos_.begin(), pos_.end(), 0);
+      for_each_transfer(in, g, out, [&](int q, int64_t, int64_t r) {
+        pos_[q] += piece(p, in, g.size(), r < 0 ? 0 : r).bytes();
+      });
+      for (int q = 0; q < P; ++q) (out ? send : recv)[q] = std::max((out ? send : recv)[q], pos_[q]);
+    }
+  }
+  for (int q = 0; q < P; ++q) {
+    if (static_cast<int64_t>(send_[q].size()) < send[q]) send_[q].resize(send[q]);
+    if (static_cast<int64_t>(recv_[q].size()) < recv[q]) recv_[q].resize(recv[q]);
+  }
+  const int64_t stride = (max_x + 63) / 64 * 64;
+  if (stride > staging_stride_) {
+    staging_stride_ = stride;
+    staging_.assign(static_cast<size_t>((n_ - local_.size()) * stride), 0);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_local_communicator(const Mesh& mesh) {
-  return std::make_unique<LocalCommunicator>(mesh);
+  return std::make_unique<DeviceCommunicator>(mesh, dist::DeviceRange{0, mesh.num_devices()},
+                                              nullptr);
+}
+
+std::unique_ptr<Communicator> make_process_communicator(const Mesh& mesh, dist::DeviceRange local,
+                                                        std::unique_ptr<dist::Channel> channel) {
+  return std::make_unique<DeviceCommunicator>(mesh, local, std::move(channel));
 }
 
 }  // namespace eng

@@ -257,10 +257,19 @@ kern::ScratchNeeds scratch_needs(const Program& p) {
 }
 }  // namespace
 
-Runtime::Runtime(Mesh mesh, int64_t device_capacity_bytes) : mesh_(std::move(mesh)) {
+Runtime::Runtime(Mesh mesh, int64_t device_capacity_bytes, bool span_processes)
+    : mesh_(std::move(mesh)), local_{0, mesh_.num_devices()} {
   for (int64_t d = 0; d < mesh_.num_devices(); ++d)
     devices_.push_back(std::make_unique<Device>(static_cast<int>(d), device_capacity_bytes));
-  comm_ = make_local_communicator(mesh_);
+  if (span_processes && dist::process().count > 1) {
+    Result<dist::DeviceRange> range = dist::device_range(mesh_.num_devices());
+    ENG_CHECK(range.ok(), "runtime: {}", range.status().message());
+    local_ = *range;
+    comm_ = make_process_communicator(mesh_, local_, dist::make_channel());
+    fetch_channel_ = dist::make_channel();
+  } else {
+    comm_ = make_local_communicator(mesh_);
+  }
   tables_.resize(devices_.size());
 }
 
@@ -282,9 +291,9 @@ Result<Array> Runtime::zeros(const Shape& shape, DType dtype, const NamedShardin
   ENG_RETURN_IF_ERROR(check_placeable(mesh_, shape, sharding, "zeros " + name));
   Array a{shape, dtype, sharding, {}, std::move(name)};
   const int64_t bytes = sharding.local_shape(shape).numel() * dtype_size(dtype);
-  for (auto& dev : devices_) {
-    ENG_ASSIGN_OR_RETURN(DeviceBuffer b, dev->allocate(bytes, a.name));
-    a.shards.push_back(std::move(b));
+  a.shards.resize(devices_.size());  // another process's devices: empty here
+  for (int64_t d = local_.lo; d < local_.hi; ++d) {
+    ENG_ASSIGN_OR_RETURN(a.shards[d], devices_[d]->allocate(bytes, a.name));
   }
   return a;
 }
@@ -292,7 +301,7 @@ Result<Array> Runtime::zeros(const Shape& shape, DType dtype, const NamedShardin
 Result<Array> Runtime::put(const void* host, const Shape& shape, DType dtype,
                            const NamedSharding& sharding, std::string name) {
   ENG_ASSIGN_OR_RETURN(Array a, zeros(shape, dtype, sharding, std::move(name)));
-  for (int d = 0; d < num_devices(); ++d)
+  for (int64_t d = local_.lo; d < local_.hi; ++d)
     copy_block(const_cast<void*>(host), shape, block_of(sharding, shape, d), a.shards[d].data(),
                dtype_size(dtype), /*to_global=*/false);
   return a;
@@ -300,7 +309,7 @@ Result<Array> Runtime::put(const void* host, const Shape& shape, DType dtype,
 
 Status Runtime::write(Array& a, const void* host) {
   ENG_RETURN_IF_ERROR(check_array(mesh_, num_devices(), a, "write"));
-  for (int d = 0; d < num_devices(); ++d)
+  for (int64_t d = local_.lo; d < local_.hi; ++d)
     copy_block(const_cast<void*>(host), a.shape, block_of(a.sharding, a.shape, d),
                a.shards[d].data(), dtype_size(a.dtype), /*to_global=*/false);
   return ok_status();
@@ -309,10 +318,26 @@ Status Runtime::write(Array& a, const void* host) {
 Status Runtime::fetch(const Array& a, void* host) const {
   ENG_RETURN_IF_ERROR(check_array(mesh_, num_devices(), a, "fetch"));
   // Replicated blocks are written once per holder; they are equal, so any order is right.
-  for (int d = 0; d < num_devices(); ++d)
+  for (int64_t d = local_.lo; d < local_.hi; ++d)
     copy_block(host, a.shape, block_of(a.sharding, a.shape, d), a.shards[d].data(),
                dtype_size(a.dtype), /*to_global=*/true);
+  if (!fetch_channel_ || a.sharding.spec.is_replicated()) return ok_status();
+  // Across processes: every process's shards (equal sizes: shardings divide evenly), gathered.
+  const int64_t shard = local_numel(a) * dtype_size(a.dtype), per = local_.size() * shard;
+  std::vector<char> mine(static_cast<size_t>(per)), all(static_cast<size_t>(per) * dist::process().count);
+  for (int64_t d = local_.lo; d < local_.hi; ++d)
+    if (shard > 0) std::memcpy(mine.data() + (d - local_.lo) * shard, a.shards[d].data(), shard);
+  ENG_RETURN_IF_ERROR(fetch_channel_->all_gather(mine.data(), per, all.data()));
+  for (int d = 0; d < num_devices(); ++d)
+    copy_block(host, a.shape, block_of(a.sharding, a.shape, d), all.data() + d * shard,
+               dtype_size(a.dtype), /*to_global=*/true);
   return ok_status();
+}
+
+Status Runtime::gather_process_values(std::span<const double> mine, std::span<double> all) const {
+  ENG_CHECK(fetch_channel_ && all.size() == mine.size() * dist::process().count,
+            "runtime: gather of {} values into {}", mine.size(), all.size());
+  return fetch_channel_->all_gather(mine.data(), static_cast<int64_t>(mine.size_bytes()), all.data());
 }
 
 // ---- Runtime: execution --------------------------------------------------------------------
@@ -356,16 +381,18 @@ Status Runtime::prepare(const Executable& exe) {
     return invalid_argument("prepare {}: executable compiled for {} but the runtime has {}",
                             exe.program().name(), exe.mesh().to_string(), mesh_.to_string());
   ENG_RETURN_IF_ERROR(check_executable_dtypes(exe.program()));
+  ENG_RETURN_IF_ERROR(comm_->prepare(exe.program()));
   auto prep = std::make_unique<Prepared>();
   prep->exe_id = exe.id();
-  for (auto& dev : devices_) {
-    ENG_ASSIGN_OR_RETURN(DeviceBuffer arena,
-                         dev->allocate(exe.arena_bytes(), "arena:" + exe.program().name()));
-    prep->arenas.push_back(std::move(arena));
-    ENG_ASSIGN_OR_RETURN(DeviceBuffer widen, dev->allocate(widen_scratch_bytes(exe.program()),
-                                                           "bf16 widening:" + exe.program().name()));
-    prep->widen.push_back(std::move(widen));
-    prep->ptrs.emplace_back(exe.program().values().size(), nullptr);
+  prep->arenas.resize(devices_.size());  // another process's devices: none here
+  prep->widen.resize(devices_.size());
+  prep->ptrs.assign(devices_.size(), std::vector<void*>(exe.program().values().size(), nullptr));
+  for (int64_t d = local_.lo; d < local_.hi; ++d) {
+    Device& dev = *devices_[d];
+    ENG_ASSIGN_OR_RETURN(prep->arenas[d],
+                         dev.allocate(exe.arena_bytes(), "arena:" + exe.program().name()));
+    ENG_ASSIGN_OR_RETURN(prep->widen[d], dev.allocate(widen_scratch_bytes(exe.program()),
+                                                      "bf16 widening:" + exe.program().name()));
   }
   int next = 0;
   for (const ProgramOutput& out : exe.program().outputs())
@@ -420,11 +447,11 @@ Status Runtime::bind(const Executable& exe, std::span<Array* const> args,
                                     out.name));
     }
     for (Array* a : args)
-      if (a->shards[0].data() && a->shards[0].data() == o.shards[0].data())
+      if (a->shards[local_.lo].data() && a->shards[local_.lo].data() == o.shards[local_.lo].data())
         return invalid_argument("execute {}: output '{}' is also passed as argument '{}'", fn,
                                 out.name, a->name);
   }
-  for (int d = 0; d < num_devices(); ++d) {
+  for (int64_t d = local_.lo; d < local_.hi; ++d) {
     std::vector<void*>& ptrs = prep.ptrs[d];
     char* arena = static_cast<char*>(prep.arenas[d].data());
     for (size_t v = 0; v < ptrs.size(); ++v) {
@@ -449,8 +476,8 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   ENG_RETURN_IF_ERROR(bind(exe, args, outputs, prep));
   kern::reserve_scratch(prep.scratch);  // the calling thread may not be a pool thread
   const Program& p = exe.program();
-  const int n = num_devices();
-  for (int d = 0; d < n; ++d) tables_[d] = prep.ptrs[d].data();
+  const int64_t lo = local_.lo, n = local_.size();  // this process's devices
+  for (int d = 0; d < num_devices(); ++d) tables_[d] = prep.ptrs[d].data();
   for (size_t i = 0; i < p.instrs().size(); ++i) {
     const Instr& in = p.instrs()[i];
     const auto& plans = prep.plans[i];
@@ -460,11 +487,12 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
     };
     if (is_collective(in.kind)) {
       comm_->run(p, in, tables_);  // one instruction across every device's buffers
+      ENG_RETURN_IF_ERROR(comm_->take_error());
     } else if (n == 1) {
-      run_instr(p, in, prep.ptrs[0].data(), &mesh_, 0, scratch(0));  // kernels parallelise internally
+      run_instr(p, in, prep.ptrs[lo].data(), &mesh_, lo, scratch(lo));  // kernels parallelise internally
     } else {
-      default_pool().run(n, [&](int64_t d) {
-        run_instr(p, in, prep.ptrs[d].data(), &mesh_, d, scratch(d));
+      default_pool().run(n, [&](int64_t k) {
+        run_instr(p, in, prep.ptrs[lo + k].data(), &mesh_, lo + k, scratch(lo + k));
       });
     }
   }
@@ -473,7 +501,7 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
     const ProgramOutput& out = p.outputs()[j];
     const BufferSlot& s = exe.slots()[out.value];
     if (out.aliased_arg >= 0 || (s.kind == BufferSlot::Kind::kOutput && s.index == (int)j)) continue;
-    for (int d = 0; d < n; ++d)
+    for (int64_t d = lo; d < lo + n; ++d)
       std::memcpy(outputs[prep.ordinal[j]].shards[d].data(), prep.ptrs[d][out.value], s.bytes);
   }
   return ok_status();

@@ -6,7 +6,8 @@
 //   std::vector<float> host = rt.fetch(outputs[0]);      // gathers shards to the host
 //
 // Each Device owns only its shards and its arena, and accounts every byte it holds, so
-// memory per device is measured, not estimated. A device may have a capacity; going over
+// memory per device is measured, not estimated. A runtime that spans processes (mpirun,
+// engine/dist) holds and runs only this process's devices; the others' shards are empty here. A device may have a capacity; going over
 // it is an out-of-memory error that lists the largest buffers.
 #pragma once
 
@@ -88,10 +89,21 @@ Status check_array_bytes(const Shape& shape, DType dtype, std::string_view what)
 
 class Runtime {
  public:
-  explicit Runtime(Mesh mesh, int64_t device_capacity_bytes = 0);
+  // span_processes: when the job has several processes (dist::process().count > 1), host only
+  // this process's devices (dist::device_range; REQUIRES the mesh to split, which the caller
+  // checks) and run collectives across processes. Every process constructs it in the same order.
+  explicit Runtime(Mesh mesh, int64_t device_capacity_bytes = 0, bool span_processes = false);
   ~Runtime();
   const Mesh& mesh() const { return mesh_; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
+  // The devices this process holds and runs: all of them unless the runtime spans processes.
+  dist::DeviceRange local_devices() const { return local_; }
+  bool is_local(int device) const { return local_.contains(device); }
+  bool spans_processes() const { return fetch_channel_ != nullptr; }
+  // Seconds this process has waited for other processes inside collectives, since creation.
+  double collective_wait_seconds() const { return comm_->wait_seconds(); }
+  // Across processes: every process's `mine` (same length everywhere) into all[q * size + i].
+  Status gather_process_values(std::span<const double> mine, std::span<double> all) const;
   Device& device(int i) { return *devices_[i]; }
   // Runs the collectives of executed programs; its counters are the bytes actually moved.
   Communicator& communicator() { return *comm_; }
@@ -101,7 +113,8 @@ class Runtime {
                     std::string name);
   // An array of zeros with the given sharding (optimizer state, outputs).
   Result<Array> zeros(const Shape& shape, DType dtype, const NamedSharding& sharding, std::string name);
-  // Copies shard data back into a global host buffer (bytes = numel * dtype size).
+  // Copies shard data back into a global host buffer (bytes = numel * dtype size). Across
+  // processes, an array not replicated is gathered: every process must call fetch on it.
   Status fetch(const Array& a, void* host) const;
   // Overwrites an existing array's shards from global host data (same layout as put); no
   // allocation, so a data loader can refill the batch arrays every step.
@@ -134,6 +147,8 @@ class Runtime {
   std::vector<std::unique_ptr<Prepared>> prepared_;
   std::unique_ptr<Communicator> comm_;
   std::vector<void* const*> tables_;  // per device: buffer table of the running executable
+  dist::DeviceRange local_;           // the devices held here: [0, N) in one process
+  std::unique_ptr<dist::Channel> fetch_channel_;  // gathers fetched shards across processes
 };
 
 }  // namespace eng

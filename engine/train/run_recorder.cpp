@@ -201,6 +201,15 @@ void RunRecorder::record_tracing_hit(const CacheKey& key, int64_t step) {
   (void)store_->record_compilation(compilation_row(run_id_, step, key, "hit", "tracing"));
 }
 
+void RunRecorder::record_process_times(int64_t step, std::span<const double> times) {
+  if (store_ == nullptr) return;
+  for (size_t p = 0; 2 * p + 1 < times.size(); ++p) {
+    store_->log_metric(run_id_, fmt::format("dist/device_time_s/process_{}", p), step, times[2 * p]);
+    store_->log_metric(run_id_, fmt::format("dist/collective_wait_s/process_{}", p), step,
+                       times[2 * p + 1]);
+  }
+}
+
 Status RunRecorder::record_step(const StepMetrics& m, double tokens, int64_t num_devices) {
   if (store_ == nullptr) return ok_status();
   StepRow row;

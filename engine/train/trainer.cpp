@@ -11,6 +11,7 @@
 
 #include "engine/base/clock.h"
 #include "engine/base/thread_pool.h"
+#include "engine/dist/dist.h"
 #include "engine/model/llama.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/train/state_memory.h"
@@ -151,7 +152,10 @@ NamedSharding Trainer::state_sharding(int arg) {
 }
 
 Status Trainer::init_state() {
-  runtime_ = std::make_unique<Runtime>(mesh_, options_.device_capacity_bytes);
+  // Under mpirun each process holds its slice of the mesh (engine/dist, docs/distributed.md).
+  const bool span = dist::process().count > 1;
+  if (span) ENG_RETURN_IF_ERROR(dist::device_range(mesh_.num_devices()).status());
+  runtime_ = std::make_unique<Runtime>(mesh_, options_.device_capacity_bytes, span);
   const auto& args = program_.args();
   state_.clear();
   state_.reserve(args.size());
@@ -206,6 +210,8 @@ Status Trainer::setup_dispatch() {
   const int capacity = std::max(1, max_inflight_);
   staging_.resize(static_cast<size_t>(capacity));
   slots_.resize(kStepSlots);
+  if (dist::process().count > 1)  // init_state spans the processes then
+    for (StepSlot& s : slots_) s.process_times.assign(2 * static_cast<size_t>(dist::process().count), 0);
   dispatcher_ = std::make_unique<Dispatcher>(
       [this](int64_t ticket, int64_t) { return device_step(ticket); }, capacity);
   return ok_status();
@@ -239,7 +245,9 @@ Result<StepHandle> Trainer::step() {
   const int64_t reuse = h.ticket_ - static_cast<int64_t>(staging_.size());
   if (reuse >= 0) ENG_RETURN_IF_ERROR(wait_ticket(reuse));
   StepSlot& slot = slots_[static_cast<size_t>(h.ticket_ % kStepSlots)];
+  std::vector<double> process_times = std::move(slot.process_times);  // sized once, kept
   slot = StepSlot{};
+  slot.process_times = std::move(process_times);
   slot.ticket = h.ticket_;
   slot.step = step_;
   // The jit dispatch check: the arrays as placed against the executable in use (no
@@ -286,12 +294,18 @@ Status Trainer::device_step(int64_t ticket) {
   }
   if (delays_.device_s > 0 && contains(delays_.device_steps, slot.step))  // debug: slow device
     std::this_thread::sleep_for(std::chrono::duration<double>(delays_.device_s));
+  const double wait0 = runtime_->collective_wait_seconds();
   Status s = runtime_->execute(*slot.exe, arg_ptrs_, outputs_);
   for (size_t k = 0; s.ok() && k < layout_.metrics.size(); ++k)
     s = runtime_->fetch(outputs_[k], &slot.metrics[k]);
+  slot.device_end = now_seconds();
+  if (s.ok() && !slot.process_times.empty()) {  // mpirun: every process's time, for process 0
+    const double mine[2] = {slot.device_end - slot.device_start,
+                            runtime_->collective_wait_seconds() - wait0};
+    s = runtime_->gather_process_values(mine, slot.process_times);
+  }
   if (!s.ok())
     return Status(s.code(), fmt::format("step {} failed on the devices: {}", slot.step, s.message()));
-  slot.device_end = now_seconds();
   return ok_status();
 }
 

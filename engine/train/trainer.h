@@ -164,6 +164,7 @@ class Trainer {
     double device_start = 0, device_end = 0;
     double synced_at = 0;        // host time of the loss sync (0: not synced in train())
     double step_time_s = 0;      // interval between loss syncs (train())
+    std::vector<double> process_times;  // under mpirun: per process, device_s and collective wait_s
   };
   // Where each MaxText metric sits in StepSlot::metrics, found by name once.
   struct MetricIndex {

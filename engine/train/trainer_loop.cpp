@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/clock.h"
+#include "engine/dist/dist.h"
 #include "engine/runtime/dispatch.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/trainer.h"
@@ -86,6 +87,7 @@ Status Trainer::flush_step(int64_t ticket, int64_t step,
   ENG_ASSIGN_OR_RETURN(StepMetrics m, metrics_of(ticket, step));
   const double tokens = static_cast<double>(config_.global_batch_size * config_.max_target_length);
   ENG_RETURN_IF_ERROR(recorder_->record_step(m, tokens, mesh_.num_devices()));
+  recorder_->record_process_times(step, slot.process_times);
   const bool more = on_step(m);
   if (keep_going != nullptr) *keep_going = more;
   return ok_status();
@@ -198,6 +200,16 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
       (delayed.empty() || std::find(delayed.begin(), delayed.end(), info.step) != delayed.end()))
     wopts.debug_delay_s = delays_.checkpoint_s;
   info.path = checkpoint_path(checkpoint_dir(), info.step);
+  if (dist::process().index != 0) {  // mpirun: join process 0's gathers; it writes the file
+    std::vector<char> host;
+    for (size_t k = 0; k < specs.size(); ++k) {
+      host.resize(static_cast<size_t>(specs[k].shape.numel() * dtype_size(specs[k].dtype)));
+      ENG_RETURN_IF_ERROR(runtime_->fetch(state_[static_cast<size_t>(arg_of[k])], host.data()));
+    }
+    info.save_s = now_seconds() - t0;
+    last_checkpoint_step_ = info.step;
+    return info;
+  }
   // Global host arrays: a checkpoint saved on one mesh restores onto any other.
   Result<int64_t> bytes = write_checkpoint(
       info.path, specs,

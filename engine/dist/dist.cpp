@@ -1,0 +1,280 @@
+// engine/dist/dist.cpp: process model and channel; MPI behind SHARDLAB_WITH_MPI (the only
+// includer of mpi.h).
+#include "engine/dist/dist.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "engine/base/check.h"
+#include "engine/base/clock.h"
+
+#if SHARDLAB_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace eng::dist {
+
+namespace {
+
+Process g_process;
+bool g_initialised = false;
+
+// The launcher's process count, or 0 when not started by one (Open MPI, PMIx, MPICH's PMI).
+int launcher_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+  if (std::getenv("PMIX_RANK")) return 1;
+  return 0;
+}
+
+Result<int> local_devices_setting(int flag) {
+  if (flag > 0) return flag;
+  const char* env = std::getenv("SHARDLAB_LOCAL_DEVICES");
+  if (!env || !*env) return 1;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*end != '\0' || n < 1 || n > 4096)
+    return invalid_argument("dist: SHARDLAB_LOCAL_DEVICES={} is not a device count in [1, 4096]",
+                            env);
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+bool built_with_mpi() { return SHARDLAB_WITH_MPI != 0; }
+
+const Process& process() { return g_process; }
+
+Result<DeviceRange> device_range(int64_t num_devices) {
+  const int64_t P = g_process.count;
+  if (num_devices % P != 0)
+    return invalid_argument(
+        "dist: a mesh of {} devices cannot be split over {} processes ({} is not a multiple of "
+        "{}); use a mesh of {} x (devices per process) devices",
+        num_devices, P, num_devices, P, P);
+  const int64_t per = num_devices / P;
+  return DeviceRange{g_process.index * per, (g_process.index + 1) * per};
+}
+
+int process_of_device(int64_t device, int64_t num_devices) {
+  return static_cast<int>(device / (num_devices / g_process.count));
+}
+
+#if SHARDLAB_WITH_MPI
+
+namespace {
+
+// Seconds a collective may wait for its peers before the job is aborted naming them
+// (SHARDLAB_COLLECTIVE_TIMEOUT; default 300: a slow step on a busy machine is not a fault).
+double collective_timeout_s() {
+  const char* env = std::getenv("SHARDLAB_COLLECTIVE_TIMEOUT");
+  const double v = env ? std::atof(env) : 0;
+  return v > 0 ? v : 300.0;
+}
+
+class MpiChannel final : public Channel {
+ public:
+  MpiChannel() {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    requests_.resize(2 * static_cast<size_t>(g_process.count));
+    pending_peer_.resize(requests_.size());
+    timeout_s_ = collective_timeout_s();
+  }
+  ~MpiChannel() override { MPI_Comm_free(&comm_); }
+
+  Status exchange(std::span<const std::span<const char>> send,
+                  std::span<const std::span<char>> recv) override {
+    int n = 0;
+    for (int q = 0; q < g_process.count; ++q) {
+      if (!recv[q].empty()) {
+        pending_peer_[n] = q;
+        if (int e = MPI_Irecv(recv[q].data(), static_cast<int>(recv[q].size()), MPI_BYTE, q, 0,
+                              comm_, &requests_[n++]))
+          return mpi_error("receive from process", q, e);
+        received_ += static_cast<int64_t>(recv[q].size());
+      }
+    }
+    for (int q = 0; q < g_process.count; ++q) {
+      if (!send[q].empty()) {
+        pending_peer_[n] = q;
+        if (int e = MPI_Isend(send[q].data(), static_cast<int>(send[q].size()), MPI_BYTE, q, 0,
+                              comm_, &requests_[n++]))
+          return mpi_error("send to process", q, e);
+        sent_ += static_cast<int64_t>(send[q].size());
+      }
+    }
+    return wait(n);
+  }
+
+  Status all_gather(const void* mine, int64_t bytes, void* all) override {
+    ENG_CHECK(bytes < (int64_t{1} << 31), "dist: all_gather of {} bytes", bytes);
+    if (int e = MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all,
+                              static_cast<int>(bytes), MPI_BYTE, comm_))
+      return mpi_error("all_gather with process", -1, e);
+    sent_ += bytes * (g_process.count - 1);
+    received_ += bytes * (g_process.count - 1);
+    return ok_status();
+  }
+
+  int64_t bytes_sent() const override { return sent_; }
+  int64_t bytes_received() const override { return received_; }
+
+ private:
+  // Polls the n requests; a peer silent for timeout_s_ ends the job with its rank named (a
+  // killed rank is normally reported by mpirun first, within a second). Busy-polls (yielding
+  // now and then) for the first kSpinS: most waits are short, and on a loaded machine a
+  // sleeper or a yielder per poll waits for a scheduler slot (tests/mpi ran 1.5x slower
+  // so); then sleeps between polls, so a long wait for a straggler takes no core.
+  Status wait(int n) {
+    constexpr double kSpinS = 0.05;
+    const double t0 = now_seconds();
+    for (int64_t spin = 0;; ++spin) {
+      int done = 0;
+      if (int e = MPI_Testall(n, requests_.data(), &done, MPI_STATUSES_IGNORE))
+        return mpi_error("wait for process", -1, e);
+      if (done) return ok_status();
+      if ((spin & 1023) != 1023) continue;
+      const double waited = now_seconds() - t0;
+      if (waited < kSpinS) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (waited > timeout_s_) abort_job(timeout_message(n));
+    }
+  }
+
+  std::string timeout_message(int n) {
+    std::string peers;
+    for (int i = 0; i < n; ++i) {
+      int flag = 0;
+      MPI_Test(&requests_[i], &flag, MPI_STATUS_IGNORE);
+      if (!flag) peers += fmt::format("{}{}", peers.empty() ? "" : ", ", pending_peer_[i]);
+    }
+    return fmt::format(
+        "shardlab: process {}: a collective waited {:.0f} s for process(es) {} "
+        "(SHARDLAB_COLLECTIVE_TIMEOUT); ending the job",
+        g_process.index, timeout_s_, peers);
+  }
+
+  static Status mpi_error(const char* what, int peer, int code) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    return Status(Code::kInternal,
+                  peer >= 0 ? fmt::format("dist: {} {}: {}", what, peer, std::string_view(text, len))
+                            : fmt::format("dist: {}: {}", what, std::string_view(text, len)));
+  }
+
+  MPI_Comm comm_;
+  std::vector<MPI_Request> requests_;  // up to one receive and one send per peer
+  std::vector<int> pending_peer_;      // the peer of each request
+  double timeout_s_ = 300;
+  int64_t sent_ = 0, received_ = 0;
+};
+
+}  // namespace
+
+Status init(int* argc, char*** argv, int local_devices) {
+  ENG_CHECK(!g_initialised, "dist::init called twice");
+  g_initialised = true;
+  ENG_ASSIGN_OR_RETURN(g_process.local_devices, local_devices_setting(local_devices));
+  if (launcher_size() == 0) return ok_status();
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  g_process.mpi = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_process.index);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_process.count);
+  // The trainer's dispatcher thread runs the collectives, the main thread fetches: one at a time.
+  if (provided < MPI_THREAD_SERIALIZED)
+    return failed_precondition(
+        "dist: MPI provides thread level {}, shardlab needs MPI_THREAD_SERIALIZED ({})", provided,
+        static_cast<int>(MPI_THREAD_SERIALIZED));
+  return ok_status();
+}
+
+void finalize() {
+  if (g_process.mpi) MPI_Finalize();
+  g_process.mpi = false;
+}
+
+void abort_job(const std::string& why) {
+  std::fprintf(stderr, "%s\n", why.c_str());
+  std::fflush(stderr);
+  if (g_process.mpi) MPI_Abort(MPI_COMM_WORLD, 70);
+}
+
+std::unique_ptr<Channel> make_channel() {
+  if (!g_process.mpi || g_process.count == 1) return nullptr;
+  return std::make_unique<MpiChannel>();
+}
+
+namespace {
+// Polls req until it completes: yields for the first 50 ms, then sleeps 1 ms between polls.
+Status wait_patiently(MPI_Request* req) {
+  const double t0 = now_seconds();
+  for (;;) {
+    int done = 0;
+    if (int e = MPI_Test(req, &done, MPI_STATUS_IGNORE))
+      return Status(Code::kInternal, fmt::format("dist: broadcast failed (MPI error {})", e));
+    if (done) return ok_status();
+    if (now_seconds() - t0 < 0.05) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+}  // namespace
+
+Status broadcast_from_first(int* code, std::string* text) {
+  if (!g_process.mpi || g_process.count == 1) return ok_status();
+  static MPI_Comm comm = [] {  // made at the first call, which every process reaches together
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    return c;
+  }();
+  int64_t head[2] = {*code, static_cast<int64_t>(text->size())};
+  MPI_Request req;
+  MPI_Ibcast(head, 2, MPI_INT64_T, 0, comm, &req);
+  ENG_RETURN_IF_ERROR(wait_patiently(&req));
+  ENG_CHECK(head[1] >= 0 && head[1] < (int64_t{1} << 31), "dist: broadcast of {} bytes", head[1]);
+  *code = static_cast<int>(head[0]);
+  text->resize(static_cast<size_t>(head[1]));
+  if (head[1] == 0) return ok_status();
+  MPI_Ibcast(text->data(), static_cast<int>(head[1]), MPI_CHAR, 0, comm, &req);
+  return wait_patiently(&req);
+}
+
+#else  // without MPI
+
+Status init(int*, char***, int local_devices) {
+  ENG_CHECK(!g_initialised, "dist::init called twice");
+  g_initialised = true;
+  ENG_ASSIGN_OR_RETURN(g_process.local_devices, local_devices_setting(local_devices));
+  if (const int n = launcher_size(); n > 1)
+    return failed_precondition(
+        "dist: started by an MPI launcher as one of {} processes, but this shardlab was built "
+        "without MPI (configure with -DSHARDLAB_MPI=ON and libopenmpi-dev installed); every "
+        "process would train alone",
+        n);
+  return ok_status();
+}
+
+void finalize() {}
+
+void abort_job(const std::string& why) {
+  std::fprintf(stderr, "%s\n", why.c_str());
+  std::fflush(stderr);
+}
+
+std::unique_ptr<Channel> make_channel() { return nullptr; }
+
+Status broadcast_from_first(int*, std::string*) { return ok_status(); }
+
+#endif
+
+}  // namespace eng::dist

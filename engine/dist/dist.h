@@ -1,0 +1,81 @@
+// engine/dist/dist.h: the process model (JAX's multi-controller model over MPI) and the one
+// transport the runtime's collectives use across processes. Only engine/dist includes mpi.h.
+//
+//   dist::init(&argc, &argv);                 // main(), before any thread starts
+//   const dist::Process& p = dist::process(); // index / count / local devices
+//   ENG_ASSIGN_OR_RETURN(auto r, dist::device_range(mesh.num_devices()));  // [lo, hi)
+//   std::unique_ptr<dist::Channel> ch = dist::make_channel();   // once, at prepare time
+//
+// `mpirun -np P shardlab ...` runs the same program in P processes; process p hosts devices
+// [p*N/P, (p+1)*N/P) of an N-device mesh. Without mpirun (no launcher in the environment)
+// MPI is never initialised and the process is process 0 of 1: a plain run is unchanged.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/base/status.h"
+
+namespace eng::dist {
+
+struct Process {
+  int index = 0;          // this process's rank (sl.process_index())
+  int count = 1;          // number of processes (sl.process_count())
+  int local_devices = 1;  // devices per process by default: --local-devices / SHARDLAB_LOCAL_DEVICES
+  bool mpi = false;       // MPI is initialised (launched by mpirun with the MPI build)
+};
+
+// True when this binary was built with MPI (CMake option SHARDLAB_MPI).
+bool built_with_mpi();
+
+// Initialises the process model once: under an MPI launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK
+// or PMI_SIZE in the environment) calls MPI_Init_thread; else nothing. local_devices <= 0:
+// SHARDLAB_LOCAL_DEVICES or 1. Errors: launched by mpirun with several processes but built
+// without MPI; a bad local device count; MPI without the thread support the runtime needs.
+Status init(int* argc, char*** argv, int local_devices = 0);
+// MPI_Finalize when init started MPI (a barrier: every process must call it).
+void finalize();
+// Ends every process of the job at once (MPI_Abort), after printing `why` on stderr. Only for
+// a fatal fault (a peer vanished, a collective timed out); without MPI, a no-op.
+void abort_job(const std::string& why);
+const Process& process();
+
+// This process's devices [lo, hi) of an N-device mesh: an error when N is not a multiple of
+// the process count.
+struct DeviceRange {
+  int64_t lo = 0, hi = 0;
+  bool contains(int64_t d) const { return d >= lo && d < hi; }
+  int64_t size() const { return hi - lo; }
+};
+Result<DeviceRange> device_range(int64_t num_devices);
+// The process hosting device d of an N-device mesh.
+int process_of_device(int64_t device, int64_t num_devices);
+
+// Messages between the processes of the job on a communicator of its own (a duplicate of
+// MPI_COMM_WORLD made once), so the collectives of a running step never match the messages of
+// another channel. A channel is used by one thread at a time.
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  // Posts every send and receive, then waits for all: send[q] goes to process q, recv[q] comes
+  // from process q (empty spans: nothing); both sides agree on the sizes. Allocates nothing.
+  virtual Status exchange(std::span<const std::span<const char>> send,
+                          std::span<const std::span<char>> recv) = 0;
+  // Every process contributes `bytes` bytes; all[q * bytes ...] receives process q's.
+  virtual Status all_gather(const void* mine, int64_t bytes, void* all) = 0;
+  // Bytes this process sent and received through the channel since it was made.
+  virtual int64_t bytes_sent() const = 0;
+  virtual int64_t bytes_received() const = 0;
+};
+
+// A channel over every process of the job; nullptr without MPI (one process).
+std::unique_ptr<Channel> make_channel();
+
+// Process 0's code and text, delivered to every process (the REPL's lines under mpirun:
+// process 0 reads the terminal, every process runs the line). Waiting processes sleep between
+// polls, so an idle prompt takes no core. Without MPI or with one process: a no-op.
+Status broadcast_from_first(int* code, std::string* text);
+
+}  // namespace eng::dist

@@ -1,0 +1,283 @@
+// tests/mpi/mpi_test.cpp: real processes (run by mpirun from CTest with 2 and 4 ranks). Every
+// rank trains the same small llama on a mesh that spans the processes (each runs only its
+// devices; collectives cross processes) and, in the same process, on the same mesh simulated
+// whole (the local communicator): the 5 losses and the final parameters are bitwise equal,
+// each local device received exactly the compiled collective bytes, and each process holds
+// only its devices' shards. Meshes whose device count is not a multiple of the process count
+// and different programs on different ranks are clear errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "engine/compile/executable.h"
+#include "engine/dist/dist.h"
+#include "engine/ir/builder.h"
+#include "engine/runtime/collectives.h"
+#include "engine/runtime/runtime.h"
+#include "engine/train/config.h"
+#include "engine/train/data.h"
+#include "engine/train/train_step.h"
+#include "tests/common/tiny_config.h"
+#include "tests/common/train_state.h"
+
+namespace eng {
+namespace {
+
+constexpr int kSteps = 5;
+
+struct Case {
+  std::vector<std::string> axes;
+  std::vector<int64_t> sizes;
+  bool zero1 = false;
+  int64_t stages = 1;  // ici_pipeline_parallelism
+};
+
+std::string case_name(const Case& c, bool explicit_mode) {
+  std::string s;
+  for (size_t i = 0; i < c.axes.size(); ++i) s += fmt::format("{}{}", c.axes[i], c.sizes[i]);
+  return s + (c.zero1 ? "_zero1" : "") + (explicit_mode ? "_explicit" : "_auto");
+}
+
+ResolvedConfig config_for(const Case& c) {
+  Config cfg = testing::tiny_llama_config({.model_name = "llama-tiny",
+                                           .emb_dim = 32,
+                                           .query_heads = 4,
+                                           .kv_heads = 4,
+                                           .head_dim = 8,
+                                           .mlp_dim = 64,
+                                           .layers = 4,
+                                           .vocab_size = 256,
+                                           .seq = 16,
+                                           .per_device_batch = 1.0,
+                                           .learning_rate = 1e-3,
+                                           .steps = kSteps,
+                                           .warmup_steps_fraction = 0.2,
+                                           .adam_eps = 1e-4});
+  if (c.stages > 1) {
+    EXPECT_TRUE(cfg.set("ici_pipeline_parallelism", c.stages).ok());
+  }
+  Result<ResolvedConfig> r = resolve_config(cfg, 8);  // global batch 8 on every mesh
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return *r;
+}
+
+struct MeshRun {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;
+  double max_collective_mismatch = 0;  // |received - compiled| over this process's devices
+  int64_t remote_bytes = 0;            // bytes held for devices of other processes (must be 0)
+};
+
+// 5 steps of cfg on mesh; span: the runtime spans the processes (else it simulates the mesh).
+Result<MeshRun> train(const ResolvedConfig& cfg, const Mesh& mesh, const CompileOptions& opts,
+                  bool span) {
+  TrainStepLayout layout;
+  Program p = build_train_step(cfg, &layout);
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<const Executable> exe, compile(p, mesh, opts));
+  Runtime rt(mesh, 0, span);
+  ENG_ASSIGN_OR_RETURN(std::vector<Array> state, testing::init_train_state(p, *exe, cfg, rt));
+  ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
+  HostBatch batch;
+  MeshRun run;
+  std::vector<Array> outputs;
+  const std::vector<Array*> args = testing::arg_pointers(state);
+  for (int step = 0; step < kSteps; ++step) {
+    data->next(batch);
+    ENG_RETURN_IF_ERROR(testing::write_batch(rt, batch, layout, state));
+    rt.communicator().reset_counters();
+    ENG_RETURN_IF_ERROR(rt.execute(*exe, args, outputs));
+    float loss = 0;
+    ENG_RETURN_IF_ERROR(rt.fetch(outputs[0], &loss));
+    run.losses.push_back(loss);
+    for (int d = 0; d < rt.num_devices(); ++d) {
+      if (!rt.is_local(d)) continue;
+      auto moved = rt.communicator().bytes_received(d);
+      const auto& planned = exe->cost().collective_bytes;
+      if (moved.size() != planned.size()) run.max_collective_mismatch = 1e30;
+      for (const auto& [k, b] : planned)
+        run.max_collective_mismatch = std::max(run.max_collective_mismatch, std::fabs(moved[k] - b));
+    }
+  }
+  for (int d = 0; d < rt.num_devices(); ++d)
+    if (!rt.is_local(d)) run.remote_bytes += rt.device(d).bytes_in_use();
+  ENG_ASSIGN_OR_RETURN(run.params, testing::fetch_params(rt, p, layout, state));
+  return run;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class Processes : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
+
+TEST_P(Processes, BitwiseEqualToSimulatedMesh) {
+  const auto& [c, explicit_mode] = GetParam();
+  Mesh mesh = *Mesh::create(c.axes, c.sizes);
+  const int P = dist::process().count;
+  if (mesh.num_devices() % P != 0) GTEST_SKIP() << mesh.to_string() << " on " << P << " processes";
+  const ResolvedConfig cfg = config_for(c);
+  CompileOptions o;
+  o.shard_mode = explicit_mode ? ShardMode::kExplicit : ShardMode::kAuto;
+  o.shard_optimizer_over_data = c.zero1;
+  Result<MeshRun> sim = train(cfg, mesh, o, /*span=*/false);
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  Result<MeshRun> real = train(cfg, mesh, o, /*span=*/true);
+  ASSERT_TRUE(real.ok()) << real.status().message();
+  ASSERT_EQ(real->losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_TRUE(bitwise_equal(real->losses, sim->losses))
+      << fmt::format("losses {} vs simulated {}", fmt::join(real->losses, " "),
+                     fmt::join(sim->losses, " "));
+  ASSERT_EQ(real->params.size(), sim->params.size());
+  for (size_t i = 0; i < sim->params.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(real->params[i], sim->params[i])) << "parameter " << i;
+  EXPECT_EQ(real->max_collective_mismatch, 0);
+  EXPECT_EQ(sim->max_collective_mismatch, 0);
+  EXPECT_EQ(real->remote_bytes, 0);
+  EXPECT_GT(real->losses.front(), real->losses.back());  // it trains
+  if (dist::process().index == 0)
+    fmt::print("[mpi] {} processes, {} {}{}: losses {:.6f}..{:.6f} bitwise equal\n", P,
+               mesh.to_string(), explicit_mode ? "explicit" : "auto", c.zero1 ? " zero1" : "",
+               real->losses.front(), real->losses.back());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, Processes,
+    ::testing::Combine(::testing::Values(Case{{"data"}, {2}}, Case{{"fsdp"}, {2}},
+                                         Case{{"tensor"}, {2}}, Case{{"data", "fsdp"}, {2, 2}},
+                                         Case{{"stage"}, {2}, false, 2},
+                                         Case{{"data"}, {2}, true},
+                                         Case{{"data", "fsdp"}, {2, 2}, true},
+                                         Case{{"fsdp", "tensor"}, {2, 2}},
+                                         Case{{"data"}, {4}}, Case{{"fsdp"}, {4}},
+                                         Case{{"tensor"}, {4}}),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return case_name(std::get<0>(info.param), std::get<1>(info.param));
+    });
+
+// Every collective (and both permute forms, dynamic_slice, groups along one and two axes,
+// scattered dims with outer > 1) on a 4-device mesh spanning the processes, straight on the
+// communicators: each of this process's devices gets bitwise the simulated mesh's result and
+// the same byte counts.
+TEST(Collectives, EveryKindEqualsSimulated) {
+  const Mesh mesh = *Mesh::create({"data", "stage"}, {2, 2});
+  if (mesh.num_devices() % dist::process().count != 0) GTEST_SKIP();
+  Builder b("collectives");
+  const ValueId x = b.argument("x", Shape{4, 4, 2}, DType::kF32, {}, ArgRole::kParam);
+  auto attrs = [](std::vector<std::string> axes, int dim, int dim2 = 0) {
+    OpAttrs a;
+    a.group_size = static_cast<int64_t>(axes.size()) * 2;
+    a.mesh_axes = std::move(axes);
+    a.dim = dim;
+    a.dim2 = dim2;
+    return a;
+  };
+  b.emit(OpKind::kAllGather, {x}, attrs({"stage"}, 1));
+  b.emit(OpKind::kAllGather, {x}, attrs({"data", "stage"}, 0));
+  b.emit(OpKind::kReduceScatter, {x}, attrs({"data", "stage"}, 1));
+  b.emit(OpKind::kReduceScatter, {x}, attrs({"stage"}, 0));
+  b.emit(OpKind::kAllReduce, {x}, attrs({"data"}, 0));
+  OpAttrs mx = attrs({"data", "stage"}, 0);
+  mx.reduce_max = true;
+  b.emit(OpKind::kAllReduce, {x}, mx);
+  b.emit(OpKind::kAllToAll, {x}, attrs({"stage"}, 0, 2));
+  b.emit(OpKind::kAllToAll, {x}, attrs({"data", "stage"}, 1, 0));
+  OpAttrs perm = attrs({"data", "stage"}, 0);
+  perm.shift = 1;
+  b.emit(OpKind::kCollectivePermute, {x}, perm);
+  OpAttrs fill = attrs({"stage"}, 0);
+  fill.shift = -1;
+  fill.fill_zero = true;
+  b.emit(OpKind::kCollectivePermute, {x}, fill);
+  b.emit(OpKind::kDynamicSlice, {x}, attrs({"stage"}, 0));
+  const Program p = std::move(b).finish();
+  const int n = 4;
+  const size_t nv = p.values().size();
+  // buffers[sim][d][v]; x filled with distinct values per device, the sum order visible.
+  std::vector<std::vector<std::vector<float>>> bufs[2];
+  std::vector<std::vector<void*>> tables[2];
+  std::vector<void* const*> ptrs[2];
+  for (int k = 0; k < 2; ++k) {
+    bufs[k].assign(n, std::vector<std::vector<float>>(nv));
+    tables[k].assign(n, std::vector<void*>(nv, nullptr));
+    for (int d = 0; d < n; ++d) {
+      for (size_t v = 0; v < nv; ++v) {
+        bufs[k][d][v].assign(static_cast<size_t>(p.value(ValueId(v)).shape.numel()), 0.0f);
+        tables[k][d][v] = bufs[k][d][v].data();
+      }
+      for (size_t i = 0; i < bufs[k][d][x].size(); ++i)
+        bufs[k][d][x][i] = 1.0f / static_cast<float>(3 + d * 7 + static_cast<int>(i));
+      ptrs[k].push_back(tables[k][d].data());
+    }
+  }
+  auto sim = make_local_communicator(mesh);
+  Runtime rt(mesh, 0, /*span_processes=*/true);  // for its device range only
+  auto real = make_process_communicator(mesh, rt.local_devices(), dist::make_channel());
+  ASSERT_TRUE(real->prepare(p).ok());
+  for (const Instr& in : p.instrs()) {
+    sim->run(p, in, ptrs[0]);
+    real->run(p, in, ptrs[1]);
+    ASSERT_TRUE(real->take_error().ok());
+  }
+  for (int d = 0; d < n; ++d) {
+    if (!rt.is_local(d)) continue;
+    for (size_t v = 0; v < nv; ++v)
+      EXPECT_TRUE(bitwise_equal(bufs[1][d][v], bufs[0][d][v]))
+          << "device " << d << " value " << p.value(ValueId(v)).name;
+    EXPECT_EQ(real->bytes_received(d), sim->bytes_received(d)) << "device " << d;
+  }
+}
+
+TEST(ProcessErrors, MeshNotMultipleOfProcesses) {
+  const int P = dist::process().count;
+  if (P == 1) GTEST_SKIP() << "one process";
+  Result<dist::DeviceRange> r = dist::device_range(P + 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(fmt::format("a mesh of {} devices cannot be split over {} "
+                                                  "processes",
+                                                  P + 1, P)),
+            std::string::npos)
+      << r.status().message();
+}
+
+// Rank 1 traces a different model: preparing the executable fails on every rank, before any
+// step, naming the process.
+TEST(ProcessErrors, DifferentProgramsNamed) {
+  const int P = dist::process().count;
+  if (P == 1) GTEST_SKIP() << "one process";
+  Mesh mesh = *Mesh::create({"data"}, {P});
+  ResolvedConfig cfg = config_for(Case{{"data"}, {P}});
+  if (dist::process().index == 1) cfg.learning_rate *= 2;
+  TrainStepLayout layout;
+  Program p = build_train_step(cfg, &layout);
+  Result<std::shared_ptr<const Executable>> exe = compile(p, mesh, CompileOptions{});
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  Runtime rt(mesh, 0, /*span_processes=*/true);
+  Status s = rt.prepare(**exe);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("process 1 compiled a different program than process 0"),
+            std::string::npos)
+      << s.message();
+}
+
+}  // namespace
+}  // namespace eng
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  eng::Status s = eng::dist::init(&argc, &argv);
+  if (!s.ok()) {
+    fmt::print(stderr, "mpi_test: {}\n", s.message());
+    return 1;
+  }
+  if (eng::dist::process().index != 0) {  // one report: rank 0's (failures still fail the job)
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  if (rc != 0) fmt::print(stderr, "mpi_test: process {} failed\n", eng::dist::process().index);
+  eng::dist::finalize();
+  return rc;
+}
