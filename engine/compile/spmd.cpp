@@ -414,6 +414,7 @@ class Partitioner {
   Status repeat_kv(const Instr& in);
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
+  Status transpose(const Instr& in);
   void desire_stacked_slices();
   ValueId local_reshape(ValueId x, const Shape& local) {
     OpAttrs a;
@@ -680,6 +681,15 @@ Status Partitioner::add_index_in_dim(const Instr& in) {
   return simple(in, ins, {PartitionSpec(t)}, in.attrs);
 }
 
+// transpose: each output dim takes its source dim's axes; partial sums pass through.
+Status Partitioner::transpose(const Instr& in) {
+  const PartitionSpec& s = spec_[in.inputs[0]];
+  const std::vector<int64_t>& perm = in.attrs.new_shape;
+  Dims d(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) d[i] = s.dim_or_none(static_cast<int>(perm[i]));
+  return simple(in, {s}, {PartitionSpec(std::move(d), s.partial())}, in.attrs);
+}
+
 // The gradient targets (desired_) of AdamW's gradients, carried back through the
 // add_index_in_dim chains that build stacked gradients: each layer's slice is reduced
 // straight into its state's sharding, as an unscanned layer's gradient is.
@@ -780,6 +790,9 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kXentFromStats, {&Pt::not_global}},
         {OpKind::kIndexInDim, {&Pt::index_in_dim}},
         {OpKind::kAddIndexInDim, {&Pt::add_index_in_dim}},
+        {OpKind::kTranspose, {&Pt::transpose}},
+        {OpKind::kCompare, factors("(...),(...)->(...)")},
+        {OpKind::kSelect, factors("(...),(...),(...)->(...)")},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace
