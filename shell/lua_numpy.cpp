@@ -10,6 +10,7 @@
 
 #include "engine/frontend/numpy.h"
 #include "shell/lua_array.h"
+#include "shell/lua_numpy.h"
 #include "shell/lua_types.h"
 
 namespace shell {
@@ -169,6 +170,8 @@ Result<int> reshape(lua_State* L) {
                [dims](fe::Trace& tr, Ins in) { return one(np::reshape(tr, in[0], dims)); });
 }
 
+}  // namespace
+
 // {axis=, keepdims=} or a bare axis number, at idx.
 Result<std::pair<std::optional<int>, bool>> read_axis(lua_State* L, int idx, std::string_view fn) {
   std::optional<int> axis;
@@ -187,6 +190,8 @@ Result<std::pair<std::optional<int>, bool>> read_axis(lua_State* L, int idx, std
   }
   return std::make_pair(axis, keepdims);
 }
+
+namespace {
 
 Result<int> reduction(lua_State* L, std::string_view fn,
                       Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, std::optional<int>,
@@ -492,11 +497,13 @@ void open_lua_numpy(lua_State* L, int sl, int mt) {
   mt = lua_absindex(L, mt);
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.numpy", kNumpyFunctions);
+  open_lua_numpy_ops(L, lua_gettop(L), mt);
   lua_pushvalue(L, -1);
   lua_setfield(L, sl, "np");
   lua_setfield(L, sl, "numpy");
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.nn", kNnFunctions);
+  open_lua_nn_ops(L, lua_gettop(L));
   lua_setfield(L, sl, "nn");
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
