@@ -222,6 +222,12 @@ Result<ValueId> transpose(Trace& tr, ValueId x, std::vector<int> axes) {
 
 namespace {
 
+// x[..., i, ...] along d, that dim removed: a slice and a reshape (both differentiable).
+ValueId take(Trace& tr, ValueId x, int d, int64_t i) {
+  Builder& b = tr.builder();
+  return b.reshape(b.slice(x, d, i, 1), dropped(shape_of(tr, x), d, false));
+}
+
 // x[start:stop:step] along d (step > 0; numpy's clamping), which keeps its position.
 Result<ValueId> slice_dim(Trace& tr, ValueId x, int d, const IndexItem& it) {
   const int64_t n = shape_of(tr, x)[d];
@@ -247,7 +253,7 @@ Result<ValueId> slice_dim(Trace& tr, ValueId x, int d, const IndexItem& it) {
   std::vector<int64_t> split = shape_of(tr, x).dims();
   split[d] = len;
   split.insert(split.begin() + d + 1, step);
-  return b.index_in_dim(b.reshape(x, Shape(split)), d + 1, 0);
+  return take(tr, b.reshape(x, Shape(split)), d + 1, 0);
 }
 
 }  // namespace
@@ -294,7 +300,7 @@ Result<ValueId> index(Trace& tr, ValueId x, const std::vector<IndexItem>& items_
     ++d;
   }
   for (auto k = ints.rbegin(); k != ints.rend(); ++k)
-    x = tr.builder().index_in_dim(x, k->first, k->second);
+    x = take(tr, x, k->first, k->second);
   if (Shape(out) != shape_of(tr, x)) x = tr.builder().reshape(x, Shape(out));
   return x;
 }
@@ -465,7 +471,7 @@ Result<ValueId> einsum_pair(Trace& tr, const std::string& la, const std::string&
   } else {
     std::vector<ValueId> parts;
     for (int64_t i = 0; i < n; ++i) {
-      ValueId yi = mm(bl.index_in_dim(A, 0, i), bl.index_in_dim(B, 0, i));
+      ValueId yi = mm(take(tr, A, 0, i), take(tr, B, 0, i));
       parts.push_back(bl.reshape(yi, Shape(cat({1}, cat(fa, fb)))));
     }
     y = parts.size() == 1 ? parts[0] : bl.concat(parts, 0);
