@@ -345,6 +345,15 @@ class Partitioner {
   // be equal or unsharded (None takes the other's axes: a local slice, no traffic); anything
   // else is JAX's TypeError naming every operand's spec. Partial axes are internal (unreduced
   // matmul results) and are reduced to the common dims as in auto mode.
+  // The jax.lax primitive's name, as JAX's errors print it: compare is eq, ne, lt, le, gt or
+  // ge by its direction, select is select_n (jnp.where's); the others print as the op.
+  static std::string_view jax_name(const Instr& in) {
+    static constexpr std::string_view kCompare[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+    if (in.kind == OpKind::kCompare) return kCompare[in.attrs.dim];
+    if (in.kind == OpKind::kSelect) return "select_n";
+    return op_name(in.kind);
+  }
+
   Result<PartitionSpec> broadcast_common(const Instr& in) const {
     const auto& x = in.inputs;
     const int r = rank(x[0]);
@@ -367,7 +376,7 @@ class Partitioner {
       std::vector<std::string> specs;
       for (ValueId g : x) specs.push_back(jax_tuple_string(dims_only(spec_[g]).dims()));
       return invalid_argument("{} got incompatible shardings for broadcasting: {}.",
-                              op_name(in.kind), fmt::join(specs, ", "));
+                              jax_name(in), fmt::join(specs, ", "));
     }
     return PartitionSpec(out);
   }
