@@ -231,12 +231,13 @@ ValueId take(Trace& tr, ValueId x, int d, int64_t i) {
 // x[start:stop:step] along d (step > 0; numpy's clamping), which keeps its position.
 Result<ValueId> slice_dim(Trace& tr, ValueId x, int d, const IndexItem& it) {
   const int64_t n = shape_of(tr, x)[d];
-  const int64_t step = it.step.value_or(1);
+  int64_t step = it.step.value_or(1);
   if (step == 0) return invalid_argument("index: slice step cannot be zero");
   if (step < 0)
     return invalid_argument("index: a negative slice step ({}) is not supported (the op set has "
                             "no reverse)",
                             step);
+  step = std::min<int64_t>(step, std::max<int64_t>(n, 1));  // larger steps take one element
   auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
   const int64_t start = clamp(it.start.value_or(0)), stop = clamp(it.stop.value_or(n));
   const int64_t len = stop > start ? (stop - start + step - 1) / step : 0;

@@ -73,6 +73,8 @@ close(c3[{1, "...", {1, 3}}]:totable(), {{13, 14}, {17, 18}, {21, 22}})
 local nx = x[{np.newaxis, {}, 0}]
 assert(nx.shape[1] == 1 and nx.shape[2] == 2, "newaxis")
 close(sl.arange(10.0)[{{1, nil, 3}}]:totable(), {1, 4, 7})  -- a step that leaves a remainder
+close(x[{{0, nil, math.maxinteger}}]:totable(), {{1, 5, 3}})  -- a huge step: one element
+close(x[{{math.mininteger, math.maxinteger}}]:totable(), x:totable())
 -- einsum
 local a = sl.arange(6.0):reshape(2, 3)
 local b = sl.arange(12.0):reshape(3, 4)
