@@ -112,6 +112,10 @@ close(np.argmax(xs, 1):totable(), {3, 3, 3, 3, 3, 3, 3, 3})
 close(sl.nn.softmax(xs):totable(), sl.nn.softmax(sl.arange(32.0):reshape(8, 4)):totable())
 close(xs[{{1, 7, 2}, -1}]:totable(), {7, 15, 23})
 assert(sl.typeof(np.greater(xs, 3)) == "f32[8@X,4@Y]")
+-- jnp.reshape's out_sharding: the result's sharding.
+local rs = np.reshape(xs, {4, 8}, {out_sharding = sl.P(nil, "X")})
+assert(sl.typeof(rs) == "f32[4,8@X]", sl.typeof(rs))
+close(rs:totable(), sl.arange(32.0):reshape(4, 8):totable())
 -- einsum in explicit mode: the engine's ambiguous-contraction error (numpy_test.lua's matmul
 -- case) until out_sharding says where the result goes; for a contraction sharded over Y,
 -- P('X', 'Y') is a reduce-scatter over Y and P('X', None) an all-reduce.
@@ -198,6 +202,8 @@ e(function() return np.einsum("ij,jk->ik", xm, sl.ones({4, 3}), {out_sharding = 
   "dimension 1 of size 3 is not divisible by 4")
 e(function() return np.broadcast_to(sl.ones({4}), {6, 4}, {out_sharding = sl.P("X")}) end,
   "dimension 0 of size 6 is not divisible by 4")
+e(function() return np.reshape(xm, {2, 16}, {out_sharding = sl.P("X")}) end,
+  "dimension 0 of size 2 is not divisible by 4")
 e(function() return np.einsum("ij,jk->ik", xm, wm, {out_sharding = "X"}) end, "out_sharding")
 e(function() return np.einsum("ij,jk->ik", xm, wm, {out = sl.P()}) end, "out")
 sl.set_mesh(nil)
