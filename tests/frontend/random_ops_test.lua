@@ -580,7 +580,7 @@ local stats = {programs = 0, explicit_refused = 0, explicit = 0, eager = 0, grad
                grad_elems = 0, kinks = 0, worst = 0, ops = {}}
 for n = 1, PROGRAMS do
   local mdef = MESHES[(n - 1) % #MESHES + 1]
-  local explicit = n % 2 == 0
+  local explicit = ((n - 1) // #MESHES) % 2 == 1  -- every mesh in both modes
   local mesh = sl.make_mesh(mdef[1], mdef[2], {axis_types = explicit and "Explicit" or "Auto"})
   sl.set_mesh(mesh)
   local steps, ref, inputs = gen_program(mdef)
