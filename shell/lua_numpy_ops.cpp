@@ -168,7 +168,8 @@ Result<int> einsum(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(std::string subscripts, arg_string(L, 1, fn, "subscripts"));
   std::vector<Operand> ops;
   int i = 2;
-  for (; i <= lua_gettop(L) && to_udata<ArrayBox>(L, i); ++i) ops.push_back(of(to_udata<ArrayBox>(L, i)));
+  for (; i <= lua_gettop(L) && to_udata<ArrayBox>(L, i); ++i)
+    ops.push_back(of(to_udata<ArrayBox>(L, i)));
   if (ops.empty()) return arg_error(L, 2, fn, "operands", "Array");
   ENG_ASSIGN_OR_RETURN(auto out, read_out_sharding(L, i, fn));
   if (i < lua_gettop(L))

@@ -266,7 +266,8 @@ Result<ValueId> index(Trace& tr, ValueId x, const std::vector<IndexItem>& items_
     regular += it.kind == IndexItem::kInteger || it.kind == IndexItem::kSlice;
     ellipses += it.kind == IndexItem::kEllipsis;
   }
-  if (ellipses > 1) return invalid_argument("index: an index can only have a single ellipsis ('...')");
+  if (ellipses > 1)
+    return invalid_argument("index: an index can only have a single ellipsis ('...')");
   if (regular > s.rank())
     return invalid_argument("Too many indices: {}-dimensional array indexed with {} regular {}.",
                             s.rank(), regular, regular == 1 ? "index" : "indices");
@@ -445,8 +446,9 @@ Result<ValueId> einsum_pair(Trace& tr, const std::string& la, const std::string&
   ENG_ASSIGN_OR_RETURN(b, to_order(tr, b, lb, batch + contract + bfree));
   // The matmul wants >= 1 free and contracted dim a side: size-1 fillers where there are none.
   auto or_one = [](std::vector<int64_t> d) { return d.empty() ? std::vector<int64_t>{1} : d; };
-  const std::vector<int64_t> bd = dims_of(batch, size), fa = or_one(dims_of(afree, size)),
-                             kc = or_one(dims_of(contract, size)), fb = or_one(dims_of(bfree, size));
+  const std::vector<int64_t> bd = dims_of(batch, size);
+  const std::vector<int64_t> fa = or_one(dims_of(afree, size)), fb = or_one(dims_of(bfree, size));
+  const std::vector<int64_t> kc = or_one(dims_of(contract, size));
   std::vector<std::string> names = out_names(tr, spec, out, afree);
   if (spec) {
     const std::vector<std::string> nb = out_names(tr, spec, out, bfree);

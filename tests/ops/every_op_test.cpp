@@ -232,7 +232,8 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
   c[K::kSelect] = {[](Builder& b, const Sizes& z, V& w) -> V {
                      const Shape s{z.B, z.T, z.E};
                      auto x = wrt_all(w, {act(b, "t", s), act(b, "f", s)});
-                     ValueId pred = b.compare(act(b, "p", s), act(b, "q", s), CompareDirection::kGt);
+                     ValueId pred =
+                         b.compare(act(b, "p", s), act(b, "q", s), CompareDirection::kGt);
                      return {b.select(pred, x[0], x[1])};
                    },
                    true};
