@@ -2,6 +2,7 @@
 // sl.set_mesh / sl.use_mesh, sl.array, sl.arange, sl.zeros, sl.ones, sl.full, sl.random,
 // sl.device_put, the Array type, and `apply` (eager dispatch cache and tracing).
 #include "shell/lua_array.h"
+#include "shell/lua_numpy.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -853,7 +854,9 @@ Result<int> array_block(lua_State* L) {
 
 Result<int> array_property(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, "Array"));
+  if (lua_type(L, 2) == LUA_TNUMBER || lua_type(L, 2) == LUA_TTABLE) return array_getitem(L);
   const std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+  if (key == "T") return array_transposed(L);  // lua_numpy_ops.cpp
   if (key == "shape") {
     lua_createtable(L, a->shape.rank(), 0);
     for (int i = 0; i < a->shape.rank(); ++i) {
@@ -935,7 +938,7 @@ constexpr Method kArrayMethods[] = {
     {"block_until_ready", lua_entry<array_block>, "x:block_until_ready() -> x",
      "Returns x (execution is synchronous)."},
 };
-constexpr const char* kArrayProperties[] = {"shape",    "dtype", "ndim", "size",
+constexpr const char* kArrayProperties[] = {"shape",    "dtype", "ndim", "size", "T",
                                             "sharding", "mesh",  "type"};
 
 }  // namespace

@@ -53,6 +53,9 @@ bool differentiable(eng::OpKind k) {
     case OpKind::kAttention:
     case OpKind::kSwiglu:
     case OpKind::kRepeatKv:
+    case OpKind::kTranspose:
+    case OpKind::kCompare:
+    case OpKind::kSelect:
       return true;
     default:
       return false;
@@ -270,7 +273,11 @@ Result<std::vector<eng::ValueId>> gradients(std::string_view what, fe::Trace& tr
     // The loss does not depend on this input: its gradient is zeros (as JAX's).
     const eng::ValueInfo& w = tr.info(wrt[k]);
     const eng::Shape shape = w.shape;
+    const std::optional<eng::PartitionSpec> spec = w.spec;  // w dangles after the next emit
     ENG_ASSIGN_OR_RETURN(eng::ValueId z, fe::np::broadcast_to(tr, tr.scalar(0.0, w.dtype), shape));
+    if (spec) {  // zeros typed like the input, as a computed gradient is (above)
+      ENG_ASSIGN_OR_RETURN(z, fe::np::sharding_constraint(tr, z, *spec, false));
+    }
     out.push_back(z);
   }
   return out;

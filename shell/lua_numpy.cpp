@@ -10,6 +10,7 @@
 
 #include "engine/frontend/numpy.h"
 #include "shell/lua_array.h"
+#include "shell/lua_numpy.h"
 #include "shell/lua_types.h"
 
 namespace shell {
@@ -164,10 +165,30 @@ Result<std::vector<int64_t>> read_new_shape(lua_State* L, int idx, std::string_v
 Result<int> reshape(lua_State* L) {
   constexpr std::string_view fn = "reshape";
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "a"));
+  // reshape(a, {shape} [, {out_sharding = sl.P(...)}]) as jnp.reshape's out_sharding: a
+  // reshard of the result.
+  std::optional<eng::PartitionSpec> out;
+  if (lua_type(L, 2) == LUA_TTABLE && !lua_isnoneornil(L, 3)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "options"));
+    static const std::vector<std::string> kKeys = {"out_sharding"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 3, fn, kKeys));
+    push_field(L, 3, "out_sharding");
+    Result<std::optional<eng::PartitionSpec>> s = opt_spec(L, lua_gettop(L), fn, "out_sharding");
+    lua_pop(L, 1);
+    if (!s.ok()) return s.status();
+    out = *s;
+    lua_settop(L, 2);
+  }
   ENG_ASSIGN_OR_RETURN(std::vector<int64_t> dims, read_new_shape(L, 2, fn));
-  return apply(L, fn, fmt::format("{}", fmt::join(dims, ",")), {x},
-               [dims](fe::Trace& tr, Ins in) { return one(np::reshape(tr, in[0], dims)); });
+  return apply(L, fn, fmt::format("{}{}", fmt::join(dims, ","), out ? out->to_string() : ""), {x},
+               [dims, out](fe::Trace& tr, Ins in) -> Result<Values> {
+                 ENG_ASSIGN_OR_RETURN(eng::ValueId y, np::reshape(tr, in[0], dims));
+                 if (!out) return Values{y};
+                 return one(np::sharding_constraint(tr, y, *out, false));
+               });
 }
+
+}  // namespace
 
 // {axis=, keepdims=} or a bare axis number, at idx.
 Result<std::pair<std::optional<int>, bool>> read_axis(lua_State* L, int idx, std::string_view fn) {
@@ -187,6 +208,8 @@ Result<std::pair<std::optional<int>, bool>> read_axis(lua_State* L, int idx, std
   }
   return std::make_pair(axis, keepdims);
 }
+
+namespace {
 
 Result<int> reduction(lua_State* L, std::string_view fn,
                       Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, std::optional<int>,
@@ -420,8 +443,9 @@ constexpr Function kNumpyFunctions[] = {
      "numpy.matmul for a of rank >= 1 and b of rank 1 or 2 (the engine's matmul has no batch\n"
      "  dims). out_sharding: the result's sharding (explicit mode asks for it when ambiguous)."},
     {"dot", lua_entry<matmul>, "np.dot(a, b [, {out_sharding}]) -> Array", "As np.matmul."},
-    {"reshape", lua_entry<reshape>, "np.reshape(a, shape) -> Array",
-     "numpy.reshape (shape a table or integers; one dim may be -1)."},
+    {"reshape", lua_entry<reshape>, "np.reshape(a, shape [, {out_sharding}]) -> Array",
+     "numpy.reshape (shape a table or integers; one dim may be -1); out_sharding (with a\n"
+     "  table shape): the result's sharding, as jnp.reshape's."},
     {"sum", lua_entry<sum>, "np.sum(a [, axis | {axis=, keepdims=}]) -> Array",
      "Sum over one axis (0-based, negative from the end) or all; float32."},
     {"mean", lua_entry<mean>, "np.mean(a [, axis | {axis=, keepdims=}]) -> Array",
@@ -492,11 +516,13 @@ void open_lua_numpy(lua_State* L, int sl, int mt) {
   mt = lua_absindex(L, mt);
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.numpy", kNumpyFunctions);
+  open_lua_numpy_ops(L, lua_gettop(L), mt);
   lua_pushvalue(L, -1);
   lua_setfield(L, sl, "np");
   lua_setfield(L, sl, "numpy");
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.nn", kNnFunctions);
+  open_lua_nn_ops(L, lua_gettop(L));
   lua_setfield(L, sl, "nn");
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);

@@ -136,6 +136,9 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
         {OpKind::kShift, zero_flops},
         {OpKind::kIndexInDim, zero_flops},
         {OpKind::kAddIndexInDim, per_input_element},  // one add per update element
+        {OpKind::kTranspose, zero_flops},
+        {OpKind::kCompare, per_input_element},
+        {OpKind::kSelect, per_input_element},
         {OpKind::kAdamW,
          [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
     },

@@ -346,6 +346,15 @@ class Partitioner {
   // be equal or unsharded (None takes the other's axes: a local slice, no traffic); anything
   // else is JAX's TypeError naming every operand's spec. Partial axes are internal (unreduced
   // matmul results) and are reduced to the common dims as in auto mode.
+  // The jax.lax primitive's name, as JAX's errors print it: compare is eq, ne, lt, le, gt or
+  // ge by its direction, select is select_n (jnp.where's); the others print as the op.
+  static std::string_view jax_name(const Instr& in) {
+    static constexpr std::string_view kCompare[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+    if (in.kind == OpKind::kCompare) return kCompare[in.attrs.dim];
+    if (in.kind == OpKind::kSelect) return "select_n";
+    return op_name(in.kind);
+  }
+
   Result<PartitionSpec> broadcast_common(const Instr& in) const {
     const auto& x = in.inputs;
     const int r = rank(x[0]);
@@ -368,7 +377,7 @@ class Partitioner {
       std::vector<std::string> specs;
       for (ValueId g : x) specs.push_back(jax_tuple_string(dims_only(spec_[g]).dims()));
       return invalid_argument("{} got incompatible shardings for broadcasting: {}.",
-                              op_name(in.kind), fmt::join(specs, ", "));
+                              jax_name(in), fmt::join(specs, ", "));
     }
     return PartitionSpec(out);
   }
@@ -415,6 +424,7 @@ class Partitioner {
   Status repeat_kv(const Instr& in);
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
+  Status transpose(const Instr& in);
   void desire_stacked_slices();
   void desire_through_converts();
   ValueId local_reshape(ValueId x, const Shape& local) {
@@ -687,6 +697,15 @@ Status Partitioner::add_index_in_dim(const Instr& in) {
   return simple(in, ins, {PartitionSpec(t)}, in.attrs);
 }
 
+// transpose: each output dim takes its source dim's axes; partial sums pass through.
+Status Partitioner::transpose(const Instr& in) {
+  const PartitionSpec& s = spec_[in.inputs[0]];
+  const std::vector<int64_t>& perm = in.attrs.new_shape;
+  Dims d(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) d[i] = s.dim_or_none(static_cast<int>(perm[i]));
+  return simple(in, {s}, {PartitionSpec(std::move(d), s.partial())}, in.attrs);
+}
+
 // The gradient targets (desired_) of AdamW's gradients, carried back through the
 // add_index_in_dim chains that build stacked gradients: each layer's slice is reduced
 // straight into its state's sharding, as an unscanned layer's gradient is.
@@ -802,6 +821,9 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kXentFromStats, {&Pt::not_global}},
         {OpKind::kIndexInDim, {&Pt::index_in_dim}},
         {OpKind::kAddIndexInDim, {&Pt::add_index_in_dim}},
+        {OpKind::kTranspose, {&Pt::transpose}},
+        {OpKind::kCompare, factors("(...),(...)->(...)")},
+        {OpKind::kSelect, factors("(...),(...),(...)->(...)")},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

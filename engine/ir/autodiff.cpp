@@ -288,6 +288,26 @@ class Differentiator {
                fresh(b_.shift(tensor(in, y), in.attrs.dim, -in.attrs.shift), in.inputs[0]));
   }
 
+  void vjp_transpose(const Instr& in) {  // the inverse permutation
+    const std::vector<int64_t>& perm = in.attrs.new_shape;
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+    accumulate(in.inputs[0], fresh(b_.transpose(tensor(in, in.outputs[0]), inverse), in.inputs[0]));
+  }
+
+  // compare: piecewise constant, no cotangent for either operand (lax.eq and friends).
+  void vjp_compare(const Instr&) {}
+
+  // select: dy goes to the chosen operand (zeros, 0 * dy, elsewhere); pred gets none.
+  void vjp_select(const Instr& in) {
+    const ValueId pred = in.inputs[0], dy = tensor(in, in.outputs[0]);
+    const ValueId zero = b_.scale(dy, 0.0);
+    if (needs(in.inputs[1]))
+      accumulate(in.inputs[1], fresh(b_.select(pred, dy, zero), in.inputs[1]));
+    if (needs(in.inputs[2]))
+      accumulate(in.inputs[2], fresh(b_.select(pred, zero, dy), in.inputs[2]));
+  }
+
   // Scanned layers: layer l's slice of a stacked weight. Its transpose adds dy into slot l
   // of the stacked cotangent in place (add_index_in_dim), so the stacked gradient is one
   // buffer that every layer's backward writes its slice into; the first contribution
@@ -437,6 +457,9 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kRepeatKvGrad, &D::not_differentiable},
         {OpKind::kIndexInDim, &D::vjp_index_in_dim},
         {OpKind::kAddIndexInDim, &D::vjp_add_index_in_dim},
+        {OpKind::kTranspose, &D::vjp_transpose},
+        {OpKind::kCompare, &D::vjp_compare},
+        {OpKind::kSelect, &D::vjp_select},
     },
     &D::vjp_unary, &D::not_differentiable);
 

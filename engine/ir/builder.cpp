@@ -393,6 +393,41 @@ Outs infer_concat(OpKind, const In& in, const OpAttrs& at) {
   return {out};
 }
 
+// transpose: y.shape[i] = x.shape[perm[i]], the logical names permuted alike.
+Outs infer_transpose(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 1);
+  const ValueInfo& x = *in[0];
+  const int r = x.shape.rank();
+  std::vector<bool> seen(r, false);
+  ENG_CHECK(static_cast<int>(at.new_shape.size()) == r, "transpose: permutation ({}) for {}",
+            fmt::join(at.new_shape, ","), x.shape.to_string());
+  std::vector<int64_t> dims(r);
+  Logical logical;
+  for (int i = 0; i < r; ++i) {
+    const int64_t p = at.new_shape[i];
+    ENG_CHECK(p >= 0 && p < r && !seen[p], "transpose: permutation ({}) for {}",
+              fmt::join(at.new_shape, ","), x.shape.to_string());
+    seen[p] = true;
+    dims[i] = x.shape[static_cast<int>(p)];
+    if (!x.logical.empty()) logical.push_back(x.logical[p]);
+  }
+  return {make(Shape(dims), x.dtype, std::move(logical))};
+}
+
+// compare (a, b): a float mask like a; select (pred, t, f): like t. Float operands only.
+Outs infer_compare_select(OpKind kind, const In& in, const OpAttrs& at) {
+  const bool select = kind == OpKind::kSelect;
+  n_in(kind, in, select ? 3 : 2);
+  for (const ValueInfo* v : in) {
+    check_same_shape(kind, *in[0], *v);
+    ENG_CHECK(v->dtype == in[0]->dtype && v->dtype != DType::kI32, "{}: {} vs {}", op_name(kind),
+              v->type_string(), in[0]->type_string());
+  }
+  ENG_CHECK(select || (at.dim >= 0 && at.dim <= static_cast<int>(CompareDirection::kGe)),
+            "compare: direction {}", at.dim);
+  return {like(*in[select ? 1 : 0])};
+}
+
 // Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
 constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     {
@@ -450,6 +485,9 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kConcat, infer_concat},
         {OpKind::kIndexInDim, infer_index_in_dim},
         {OpKind::kAddIndexInDim, infer_index_in_dim},
+        {OpKind::kTranspose, infer_transpose},
+        {OpKind::kCompare, infer_compare_select},
+        {OpKind::kSelect, infer_compare_select},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 
@@ -572,6 +610,22 @@ ValueId Builder::add_index_in_dim(ValueId update, ValueId acc, int dim, int64_t 
   a.size = size;
   if (acc == kNoValue) return emit(OpKind::kAddIndexInDim, {update}, a)[0];
   return emit(OpKind::kAddIndexInDim, {update, acc}, a)[0];
+}
+
+ValueId Builder::transpose(ValueId x, const std::vector<int64_t>& permutation) {
+  OpAttrs a;
+  a.new_shape = permutation;
+  return emit(OpKind::kTranspose, {x}, a)[0];
+}
+
+ValueId Builder::compare(ValueId a, ValueId b, CompareDirection direction) {
+  OpAttrs at;
+  at.dim = static_cast<int>(direction);
+  return emit(OpKind::kCompare, {a, b}, at)[0];
+}
+
+ValueId Builder::select(ValueId pred, ValueId on_true, ValueId on_false) {
+  return emit(OpKind::kSelect, {pred, on_true, on_false})[0];
 }
 
 ValueId Builder::concat(std::vector<ValueId> xs, int dim) {

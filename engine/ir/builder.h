@@ -49,6 +49,10 @@ class Builder {
   ValueId index_in_dim(ValueId x, int dim, int64_t index);  // x[..., index, ...], dim removed
   // acc (or zeros with dim of length size) with update added into slot index along dim.
   ValueId add_index_in_dim(ValueId update, ValueId acc, int dim, int64_t index, int64_t size);
+  // ---- the front-end's transpose, comparisons and select (op.h) ----
+  ValueId transpose(ValueId x, const std::vector<int64_t>& permutation);
+  ValueId compare(ValueId a, ValueId b, CompareDirection direction);  // a float 0/1 mask
+  ValueId select(ValueId pred, ValueId on_true, ValueId on_false);    // pred != 0 ? t : f
 
   // ---- forward ----
   ValueId embed_lookup(ValueId table, ValueId ids);

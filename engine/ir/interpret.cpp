@@ -154,6 +154,41 @@ class Evaluator {
     return ok_status();
   }
 
+  // transpose: y[i] = x[perm applied to i's multi-index], walked in y's row-major order.
+  Status transpose(const Instr& i) {
+    const Shape& xs = p_.value(i.inputs[0]).shape;
+    const Shape& ys = p_.value(i.outputs[0]).shape;
+    const int r = xs.rank();
+    std::vector<int64_t> xstride(r, 1), idx(r, 0);
+    for (int d = r - 2; d >= 0; --d) xstride[d] = xstride[d + 1] * xs[d + 1];
+    const double* x = ind(i, 0);
+    double* y = outd(i, 0);
+    for (int64_t k = 0; k < ys.numel(); ++k) {
+      int64_t src = 0;
+      for (int d = 0; d < r; ++d) src += idx[d] * xstride[i.attrs.new_shape[d]];
+      y[k] = x[src];
+      for (int d = r - 1; d >= 0 && ++idx[d] == ys[d]; --d) idx[d] = 0;
+    }
+    return ok_status();
+  }
+  Status compare(const Instr& i) {
+    return map(i, [&](int64_t k) {
+      const double a = ind(i, 0)[k], b = ind(i, 1)[k];
+      switch (static_cast<CompareDirection>(i.attrs.dim)) {
+        case CompareDirection::kEq: return a == b ? 1.0 : 0.0;
+        case CompareDirection::kNe: return a != b ? 1.0 : 0.0;
+        case CompareDirection::kLt: return a < b ? 1.0 : 0.0;
+        case CompareDirection::kLe: return a <= b ? 1.0 : 0.0;
+        case CompareDirection::kGt: return a > b ? 1.0 : 0.0;
+        case CompareDirection::kGe: return a >= b ? 1.0 : 0.0;
+      }
+      return 0.0;
+    });
+  }
+  Status select(const Instr& i) {
+    return map(i, [&](int64_t k) { return ind(i, 0)[k] != 0 ? ind(i, 1)[k] : ind(i, 2)[k]; });
+  }
+
   // index_in_dim / add_index_in_dim: slot `start` of the stacked (outer, L, inner) view.
   Status index_in_dim(const Instr& i) {
     const bool add = i.kind == OpKind::kAddIndexInDim;
@@ -493,6 +528,9 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kXentFromStats, &E::per_device_only},
         {OpKind::kIndexInDim, &E::index_in_dim},
         {OpKind::kAddIndexInDim, &E::index_in_dim},
+        {OpKind::kTranspose, &E::transpose},
+        {OpKind::kCompare, &E::compare},
+        {OpKind::kSelect, &E::select},
     },
     &E::unary, &E::unary_grad);
 

@@ -52,6 +52,8 @@ constexpr AttrField kAllToAll[] = {
 constexpr AttrField kPermute[] = {
     {"axes", &A::mesh_axes}, {"shift", &A::shift}, {"fill_zero", &A::fill_zero, P::kFlag}};
 constexpr AttrField kReshape[] = {{"new_shape", &A::new_shape}};
+constexpr AttrField kPermutation[] = {{"permutation", &A::new_shape}};
+constexpr AttrField kDirection[] = {{"direction", &A::dim}};
 constexpr AttrField kDimStartSize[] = {{"dim", &A::dim}, {"start", &A::start}, {"size", &A::size}};
 constexpr AttrField kDim[] = {{"dim", &A::dim}};
 constexpr AttrField kDimIndex[] = {{"dim", &A::dim}, {"index", &A::start}};
@@ -122,6 +124,9 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kRepeatKvGrad, {kRepeats}},
         {K::kIndexInDim, {kDimIndex}},
         {K::kAddIndexInDim, {kDimIndexSize, false, 0, {1, -1, -1}}},  // updates acc (input 1)
+        {K::kTranspose, {kPermutation}},
+        {K::kCompare, {kDirection}},
+        {K::kSelect, kNone},
     },
     kNone, kNone);
 

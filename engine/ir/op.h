@@ -36,6 +36,16 @@
 //   kExp, kLog, kTanh, kReciprocal (x) -> exp(x), log(x), tanh(x), 1/x: kUnary ops (the
 //                    front-end's np.exp, np.log, np.tanh and division; docs/frontend.md)
 //   kAdd, kMul     (a, b) same shape -> elementwise
+//   kTranspose     (x) [permutation=new_shape] -> y with y.shape[i] = x.shape[perm[i]]
+//                    (jax.lax.transpose); any dtype (data movement); its VJP is the
+//                    inverse permutation. The front-end's np.transpose, einsum, axis moves.
+//   kCompare       (a, b) same shape, float [direction=dim: 0 eq, 1 ne, 2 lt, 3 le, 4 gt,
+//                    5 ge] -> 1 where `a direction b` holds, else 0, in a's dtype (a float
+//                    mask: the engine has no bool dtype); NaN compares as IEEE (only ne
+//                    holds). No gradient (as lax.eq and friends).
+//   kSelect        (pred, on_true, on_false) same shape, float -> pred != 0 ? on_true :
+//                    on_false (jax.lax.select with a float mask as the predicate); the
+//                    gradient goes to the chosen operand, none to pred.
 //   kScale         (x) [scale] -> scale * x
 //   kConvert       (x) [dtype] -> x cast to dtype
 //   kConstraint    (x) [logical, drop] -> x       with_sharding_constraint on logical axes
@@ -204,7 +214,10 @@ namespace eng {
   X(Tanh, "tanh", kUnary)                                           \
   X(TanhGrad, "tanh_grad", kUnaryGrad)                              \
   X(Reciprocal, "reciprocal", kUnary)                               \
-  X(ReciprocalGrad, "reciprocal_grad", kUnaryGrad)
+  X(ReciprocalGrad, "reciprocal_grad", kUnaryGrad)                  \
+  X(Transpose, "transpose", kCustom)                                \
+  X(Compare, "compare", kCustom)                                    \
+  X(Select, "select", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of
@@ -233,6 +246,9 @@ constexpr OpClass op_class(OpKind kind) {
 }
 
 std::string_view op_name(OpKind kind);  // "embed_lookup", "matmul", ... (jaxpr-style)
+
+// kCompare's direction attribute (stored in OpAttrs::dim).
+enum class CompareDirection : int { kEq, kNe, kLt, kLe, kGt, kGe };
 
 // Attributes: one struct for every op (not a std::variant of per-op structs: less churn);
 // each op reads only the fields its schema (OpDef::attrs, op.cpp) names, plus the hidden

@@ -357,6 +357,7 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
         ENG_NOT_COLLECTIVE(kXentFromStats) ENG_NOT_COLLECTIVE(kRepeatKv)
         ENG_NOT_COLLECTIVE(kRepeatKvGrad) ENG_NOT_COLLECTIVE(kIndexInDim)
         ENG_NOT_COLLECTIVE(kAddIndexInDim)
+        ENG_NOT_COLLECTIVE(kTranspose) ENG_NOT_COLLECTIVE(kCompare) ENG_NOT_COLLECTIVE(kSelect)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE

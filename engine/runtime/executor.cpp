@@ -277,6 +277,51 @@ void run_unary_grad(const Args& a) {  // (x, dy) -> dx = dy * df(x)
     dx[i] = static_cast<float>(static_cast<double>(dy[i]) * u.df(x[i]));
 }
 
+// transpose (any dtype): y walked in row-major order, the source offset kept incrementally;
+// a trailing run of dims the permutation keeps in place is copied as one block.
+void run_transpose(const Args& a) {
+  const Bytes b(a);
+  const std::vector<int64_t>& perm = a.in.attrs.new_shape;
+  const Shape& xs = b.xv.shape;
+  const int r = xs.rank();
+  int keep = r;  // dims [keep, r) stay in place
+  while (keep > 0 && perm[keep - 1] == keep - 1) --keep;
+  const int64_t block = xs.prod(keep, r) * b.elem;
+  std::vector<int64_t> stride(r, b.elem), idx(keep, 0);
+  for (int d = r - 2; d >= 0; --d) stride[d] = stride[d + 1] * xs[d + 1];
+  const int64_t n = keep == 0 ? 1 : b.yv.shape.prod(0, keep);
+  int64_t src = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    std::memcpy(b.y + k * block, b.x + src, block);
+    for (int d = keep - 1; d >= 0; --d) {  // next output index: carry through y's dims
+      src += stride[perm[d]];
+      if (++idx[d] < b.yv.shape[d]) break;
+      src -= stride[perm[d]] * idx[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+void run_compare(const Args& a) {
+  const float *x = a.f(0), *z = a.f(1);
+  float* y = a.out(0);
+  const int64_t n = a.numel(0);
+  switch (static_cast<CompareDirection>(a.in.attrs.dim)) {
+    case CompareDirection::kEq: for (int64_t i = 0; i < n; ++i) y[i] = x[i] == z[i]; break;
+    case CompareDirection::kNe: for (int64_t i = 0; i < n; ++i) y[i] = x[i] != z[i]; break;
+    case CompareDirection::kLt: for (int64_t i = 0; i < n; ++i) y[i] = x[i] < z[i]; break;
+    case CompareDirection::kLe: for (int64_t i = 0; i < n; ++i) y[i] = x[i] <= z[i]; break;
+    case CompareDirection::kGt: for (int64_t i = 0; i < n; ++i) y[i] = x[i] > z[i]; break;
+    case CompareDirection::kGe: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= z[i]; break;
+  }
+}
+
+void run_select(const Args& a) {
+  const float *p = a.f(0), *t = a.f(1), *f = a.f(2);
+  float* y = a.out(0);
+  for (int64_t i = 0, n = a.numel(0); i < n; ++i) y[i] = p[i] != 0 ? t[i] : f[i];
+}
+
 void run_collective(const Args& a) {  // runtime.cpp runs these across devices
   ENG_CHECK(false, "executor: {} runs across devices (collectives.h), not per device",
             op_name(a.in.kind));
@@ -435,6 +480,9 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kRepeatKv, {run_repeat_kv, true}},
         {OpKind::kIndexInDim, {run_index_in_dim, true}},
         {OpKind::kAddIndexInDim, {run_add_index_in_dim}},
+        {OpKind::kTranspose, {run_transpose, true}},
+        {OpKind::kCompare, {run_compare}},
+        {OpKind::kSelect, {run_select}},
         // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
         {OpKind::kAllGather, {run_collective, true}},
         {OpKind::kAllToAll, {run_collective, true}},

@@ -188,3 +188,20 @@ kept = sl.jit(function(p, x, y) local l, g = sl.value_and_grad(loss_p)(p, x, y)
 print("argument bytes per device, donated vs not:",
       update:lower(params, X, labels):compile().memory.argument_bytes,
       kept:lower(params, X, labels):compile().memory.argument_bytes)
+-- %% [markdown]
+-- ## numpy ops on sharded arrays
+--
+-- Comparisons, `where`, reductions, `transpose` and `einsum` keep or move the shardings the
+-- way JAX's do: a transposed dim takes its sharding along, a reduction keeps the other dims',
+-- and einsum's `out_sharding` picks the collective (docs/frontend.md, "Ops").
+
+-- %% transpose, max, softmax, where and indexing on f32[8@X,4@Y]
+xs = sl.device_put(sl.arange(32.0):reshape(8, 4), sl.P("X", "Y"))
+print(sl.typeof(xs.T), sl.typeof(sl.np.max(xs, 1)), sl.typeof(sl.nn.softmax(xs)))
+print(sl.np.where(sl.np.greater(xs, 20), xs, 0)[{{nil, nil, 2}, -1}])
+
+-- %% einsum with out_sharding: a reduce-scatter over Y
+es = sl.jit(function(p, q) return sl.np.einsum("ij,jk->ik", p, q, {out_sharding = sl.P("X", "Y")}) end)
+w4 = sl.device_put(sl.ones({4, 6}), sl.P("Y", nil))
+print(sl.typeof(es(xs, w4)))
+print(es:lower(xs, w4):compile():text())

@@ -213,6 +213,30 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
     c[k] = one([k](Builder& b, const Sizes&, ValueId x) {
       return b.emit(k, {b.emit(K::kExp, {x})[0]})[0];
     });
+  // The front-end's transpose, comparisons and select (docs/frontend.md). compare is piecewise
+  // constant (no gradient); select's gradient flows to the chosen operand only.
+  // (E, B, T) with E sharded -> (B, T, E): the loss head wants (B, T, E).
+  c[K::kTranspose] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                        ValueId x = wrt_all(w, {act(b, "x", Shape{z.E, z.B, z.T})})[0];
+                        return {b.transpose(x, {1, 2, 0})};
+                      },
+                      true};
+  c[K::kCompare] = {[](Builder& b, const Sizes& z, V&) -> V {
+    const Shape s{z.B, z.T, z.E};
+    ValueId x = act(b, "x", s), y = act(b, "y", s);
+    V out;
+    for (int d = 0; d <= static_cast<int>(CompareDirection::kGe); ++d)
+      out.push_back(b.compare(x, d % 2 ? x : y, static_cast<CompareDirection>(d)));
+    return out;
+  }};
+  c[K::kSelect] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                     const Shape s{z.B, z.T, z.E};
+                     auto x = wrt_all(w, {act(b, "t", s), act(b, "f", s)});
+                     ValueId pred =
+                         b.compare(act(b, "p", s), act(b, "q", s), CompareDirection::kGt);
+                     return {b.select(pred, x[0], x[1])};
+                   },
+                   true};
   c[K::kConcat] = {
       [](Builder& b, const Sizes& z, V& w) -> V {
         auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), act(b, "y", Shape{z.B, z.T, 2})});
