@@ -198,6 +198,7 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
   ValueId shifted = kNoValue;
   const int64_t iterations = pipeline_iterations(S, M);
   for (int64_t t = 0; t < iterations; ++t) {
+    b.set_pipeline_iteration(static_cast<int32_t>(t));  // a profile's unit (program.h)
     ValueId state = shifted;
     if (t < M) {  // stage 0's input: microbatch t, zeros for the other stages
       ValueId in = b.pad(b.reshape(b.slice(xm, 1, t, 1), Shape{1, mb, T, E}), 0, 0, S);
@@ -219,6 +220,7 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
       outputs.push_back(b.reshape(b.slice(y, 0, S - 1, 1), Shape{mb, 1, T, E}));
     if (t + 1 < iterations) shifted = b.shift(y, 0, 1);  // _shift_right over `stage`
   }
+  b.set_pipeline_iteration(-1);
   return pipeline_output(b, outputs, xs);
 }
 
