@@ -119,7 +119,7 @@ std::string render_text(const eng::PipelineSchedule& s, const Counts& c,
   const bool repeats = s.shape().repeats > 1;
   const int w = repeats ? 6 : 4;
   std::string out = header_line(s) + "\n";
-  constexpr int64_t kBlock = 16;
+  const int64_t kBlock = repeats ? 10 : 16;  // iterations per block: under 80 columns
   for (int64_t b = 0; b < s.iterations(); b += kBlock) {
     const int64_t e = std::min(s.iterations(), b + kBlock);
     out += fmt::format("{:>9}", "iteration");
@@ -361,6 +361,46 @@ Result<int> push_trainer_pipeline(lua_State* L, eng::Trainer& t) {
   push_pipeline(L, s, exe.get(), m);
   return 1;
 }
+
+namespace {
+
+// sl.pipeline_schedule{stages=, microbatches=[, repeats=1, delay=1, layers_per_stage=1]}.
+Result<int> pipeline_schedule(lua_State* L) {
+  constexpr std::string_view fn = "sl.pipeline_schedule";
+  ENG_RETURN_IF_ERROR(arg_table(L, 1, fn, "shape"));
+  static const std::vector<std::string> kAllowed = {"stages", "microbatches", "repeats", "delay",
+                                                    "layers_per_stage"};
+  ENG_RETURN_IF_ERROR(check_keys(L, 1, fn, kAllowed));
+  eng::PipelineShape shape;
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> stages, field_int(L, 1, "stages", fn));
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> micro, field_int(L, 1, "microbatches", fn));
+  if (!stages || !micro)
+    return eng::invalid_argument("{}: stages and microbatches are required, e.g. "
+                                 "sl.pipeline_schedule{{stages = 4, microbatches = 8}}",
+                                 fn);
+  shape.stages = *stages;
+  shape.microbatches = *micro;
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> repeats, field_int(L, 1, "repeats", fn));
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> delay, field_int(L, 1, "delay", fn));
+  ENG_ASSIGN_OR_RETURN(std::optional<int64_t> lps, field_int(L, 1, "layers_per_stage", fn));
+  shape.repeats = repeats.value_or(1);
+  shape.delay = delay.value_or(1);
+  shape.layers_per_stage = lps.value_or(1);
+  ENG_ASSIGN_OR_RETURN(eng::PipelineSchedule s, with_context(fn, eng::PipelineSchedule::make(shape)));
+  push_pipeline(L, s, nullptr, std::nullopt);
+  return 1;
+}
+
+constexpr Function kPipelineFunctions[] = {
+    {"pipeline_schedule", lua_entry<pipeline_schedule>,
+     "sl.pipeline_schedule{stages=S, microbatches=M [, repeats=1, delay=1, layers_per_stage=1]} -> Pipeline",
+     "MaxText's pipeline schedule for a shape, without a trainer: the value t:pipeline() gives\n"
+     "  (grid, bubble fraction, Gantt print, p:svg()), with no compiled program behind it."},
+};
+
+}  // namespace
+
+void open_lua_pipeline(lua_State* L, int sl) { add_functions(L, sl, "sl", kPipelineFunctions); }
 
 Result<int> push_compiled_pipeline(lua_State* L, const CompiledBox& c) {
   ENG_ASSIGN_OR_RETURN(eng::PipelineSchedule s, schedule_of(c.pipeline, "Compiled:pipeline"));

@@ -111,6 +111,23 @@ assert(md:find("![plot-1.svg](report_files/plot-1.svg)", 1, true), md)
 local drawn = assert(io.open(scratch .. "/pipeline_nb/report_files/plot-1.svg")):read("a")
 assert(drawn:find("bubble fraction 3/11", 1, true) and drawn:find("stage 3", 1, true))
 
+-- A schedule without a trainer: circular (R = 2) and delayed (d = 2) shapes.
+local circ = sl.pipeline_schedule{stages = 4, microbatches = 8, repeats = 2}
+assert(circ.iterations == 19 and circ.bubble_fraction_text == "3/19", circ.bubble_fraction_text)
+assert(circ.per_iteration == nil and circ.measured == nil)
+local c80 = circ.grid[9][1]  -- iteration 8, stage 0: microbatch 0 of repeat 1
+assert(c80.microbatch_id == 0 and c80.repeat_id == 1 and not c80.bubble)
+local ctext = tostring(circ)
+assert(ctext:find("  stage 0   m0r0   m1r0   m2r0   m3r0   m4r0   m5r0   m6r0   m7r0   m0r1   m1r1", 1, true), ctext)
+assert(ctext:find("iteration     10     11", 1, true), ctext)
+assert(ctext:find("bubble fraction 3/19 = 0.1579 (12 of 76 stage-iterations", 1, true), ctext)
+assert(select(2, circ:svg():gsub(">m7r1</text>", "")) == 4)
+local delayed = sl.pipeline_schedule{stages = 4, microbatches = 8, delay = 2}
+assert(delayed.iterations == 14 and delayed.bubble_cells == 24 and delayed.bubble_fraction_text == "3/7")
+h.expect_error(function() return sl.pipeline_schedule{stages = 4, microbatches = 6} end,
+               "sl.pipeline_schedule: pipeline schedule: num_pipeline_microbatches 6 is not divisible by the 4")
+h.expect_error(function() return sl.pipeline_schedule{stages = 4} end, "stages and microbatches are required")
+
 -- Errors: no pipeline; measuring a shape-only trainer; a bad option.
 local flat = sl.trainer(sl.config{model = "llama-tiny"}, nil, {store = false})
 h.expect_error(function() return flat:pipeline() end,
