@@ -976,6 +976,15 @@ Status Partitioner::constraint(const Instr& in) {
     return invalid_argument("sharding constraint {}: {}", logical_axes_string(names),
                             target.status().message());
   PartitionSpec t = norm(*target, r);
+  if (!in.attrs.mesh_axes.empty()) {  // `drop` (pipeline_fsdp_ag_once): those axes gathered
+    Dims d = t.dims();
+    for (Axes& axes : d)
+      std::erase_if(axes, [&](const std::string& a) {
+        return std::find(in.attrs.mesh_axes.begin(), in.attrs.mesh_axes.end(), a) !=
+               in.attrs.mesh_axes.end();
+      });
+    t = norm(PartitionSpec(d), r);
+  }
   if (o_.skip_trivial_specs && t.is_replicated()) {
     set(in.outputs[0], local_[x], spec_[x]);
     return ok_status();

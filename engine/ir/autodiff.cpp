@@ -233,9 +233,13 @@ class Differentiator {
   void vjp_constraint(const Instr& in) {
     const ValueId y = in.outputs[0];
     Cot c = cot_[y];
-    if (c.value != kNoValue)
-      c.value = in.attrs.raw ? b_.raw_constraint(c.value, logical_axis_names(in.attrs.logical))
-                             : b_.constraint(c.value, logical_axis_names(in.attrs.logical));
+    if (c.value != kNoValue) {  // the same constraint (logical names, raw, dropped axes)
+      OpAttrs a;
+      a.logical = in.attrs.logical;
+      a.raw = in.attrs.raw;
+      a.mesh_axes = in.attrs.mesh_axes;
+      c.value = b_.emit(OpKind::kConstraint, {c.value}, a)[0];
+    }
     accumulate(in.inputs[0], c);
   }
 

@@ -42,7 +42,8 @@ constexpr AttrField kScale[] = {{"scale", &A::scale}};
 constexpr AttrField kScaleUnlessOne[] = {{"scale", &A::scale, P::kUnlessDefault}};
 constexpr AttrField kConvert[] = {{"dtype", &A::dtype}};
 constexpr AttrField kConstraint[] = {{"logical", &A::logical, P::kLogical},
-                                     {"raw", &A::raw, P::kFlag}};
+                                     {"raw", &A::raw, P::kFlag},
+                                     {"drop", &A::mesh_axes, P::kUnlessDefault}};
 constexpr AttrField kUnnormalized[] = {{"unnormalized", &A::unnormalized, P::kFlag}};
 constexpr AttrField kDimAxes[] = {{"dim", &A::dim}, {"axes", &A::mesh_axes}};
 constexpr AttrField kAllReduce[] = {{"axes", &A::mesh_axes}, {"max", &A::reduce_max, P::kFlag}};

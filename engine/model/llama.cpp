@@ -385,6 +385,7 @@ namespace {
 int scanned_axis(const ValueInfo& param) {
   if (!pipeline_param_subpath(param.name)) return -1;
   const auto& lg = param.logical;
+  if (pipeline_layer_dims(param) == 3) return -1;  // a circular pipeline's (R, S, lps, ...)
   for (size_t i = 0; i < lg.size(); ++i) {
     if (lg[i] != "layers") continue;
     return i == 0 && lg.size() > 1 && lg[1].empty() ? -1 : static_cast<int>(i);
@@ -412,18 +413,18 @@ void init_param(const ValueInfo& param, uint64_t seed, float* out) {
     }
     return;
   }
-  // Pipeline weights (S, layers_per_stage, ...): slice [s, j] is layer s * lps + j, with
-  // that layer's own (unstacked) values, so a pipeline run starts where the sequential does.
+  // Pipeline weights ([R,] S, layers_per_stage, ...): slice [r, s, j] is layer
+  // r * S * lps + s * lps + j (the leading dims' row-major index), with that layer's own
+  // (unstacked) values, so a pipeline run starts where the sequential does.
   if (std::optional<std::string> sub = pipeline_param_subpath(param.name)) {
-    const int64_t S = param.shape[0], lps = param.shape[1];
+    const int lead = pipeline_layer_dims(param);
     ValueInfo layer = param;
-    layer.shape = param.shape.slice(2, param.shape.rank());
-    const int64_t n = layer.shape.numel();
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t j = 0; j < lps; ++j) {
-        layer.name = fmt::format("params/decoder/layers_{}/{}", s * lps + j, *sub);
-        init_param(layer, seed, out + (s * lps + j) * n);
-      }
+    layer.shape = param.shape.slice(lead, param.shape.rank());
+    const int64_t n = layer.shape.numel(), L = param.shape.prod(0, lead);
+    for (int64_t l = 0; l < L; ++l) {
+      layer.name = fmt::format("params/decoder/layers_{}/{}", l, *sub);
+      init_param(layer, seed, out + l * n);
+    }
     return;
   }
   const int64_t n = param.shape.numel();

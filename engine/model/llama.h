@@ -68,9 +68,16 @@ struct ModelConfig {
   DType dtype = DType::kF32;
   DType weight_dtype = DType::kF32;
   // Pipeline parallelism (engine/model/pipeline.h): stages > 1 traces the decoder as
-  // MaxText's non-circular pipeline over the `stage` mesh axis with this many microbatches.
+  // MaxText's pipeline over the `stage` mesh axis with this many microbatches, repeats
+  // (> 1: circular) and forwarding delay (2: pipeline_delay_activation_forwarding).
   int64_t pipeline_stages = 1;
   int64_t pipeline_microbatches = 1;
+  int64_t pipeline_repeats = 1;
+  int64_t pipeline_delay = 1;
+  // pipeline_fsdp_ag_once / pipeline_fsdp_ag_per_repeat: gather the stage weights over the
+  // fsdp axes once per step / once per repeat instead of in every iteration.
+  bool pipeline_fsdp_ag_once = false;
+  bool pipeline_fsdp_ag_per_repeat = false;
   // Packed sequences (MaxText's packing): attention takes inputs_segmentation and masks keys
   // of other segments. Off: plain causal attention (the program has no segment-id input).
   bool attention_segment_ids = false;

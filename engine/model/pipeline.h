@@ -1,15 +1,20 @@
-// engine/model/pipeline.h: MaxText's pipeline module (layers/pipeline.py), non-circular
-// schedule, traced into the global program over the `stage` mesh axis.
+// engine/model/pipeline.h: MaxText's pipeline module (layers/pipeline.py), traced into the
+// global program over the `stage` mesh axis; the schedule is engine/model/pipeline_schedule.h.
 //
 // Layout: every layer weight kind is ONE parameter (stages, layers_per_stage, ...)
 // (params/decoder/layers/<sub>, logical ("layers", None, ...): `layers` -> `stage`), so each
-// device holds only its stage's layers. Layer l = s * layers_per_stage + j lives at [s, j].
-// Schedule: M microbatches (microbatch i = batch rows b with b % M == i), S stages,
-// M + S - 1 iterations; at iteration t stage s runs microbatch t - s (a bubble slot when out
-// of range: zeros in, never collected). Each iteration runs the stage body vmapped over the
-// (S, micro, T, E) state (Builder::set_vmap: each device runs its own stage), collects the
-// last stage's output, and shifts the state one stage right (kShift: a collective permute
-// over `stage`; stage 0 receives the next microbatch).
+// device holds only its stage's layers; a circular pipeline (R > 1 repeats) has
+// (repeats, stages, layers_per_stage, ...) with logical ("circular_repeats", "layers", None,
+// ...), as MaxText's circular vmap stacks it. Either way the leading dims flattened row-major
+// are the layer index l = r*S*lps + s*lps + j, so the stack is the scanned (L, ...) array.
+// Schedule: M microbatches (microbatch i = batch rows b with b % M == i), fully unrolled
+// over M*R + d*(S-1) iterations; at iteration t stage s runs the cell the schedule gives (a
+// bubble slot when there is none: zeros in, never collected). Each iteration runs the stage
+// body vmapped over the (S, micro, T, E) state (Builder::set_vmap: each device runs its own
+// stage) with each stage's weights of its current repeat, collects the last stage's output
+// of the last repeat, and forwards the output (kShift: a collective permute over `stage`)
+// d iterations later; stage S-1's output for the next repeat reaches stage 0 by a permute
+// S-1 -> 0 (with the shift: MaxText's _rotate_right; kept until used: its circ_storage).
 #pragma once
 
 #include <optional>
@@ -18,6 +23,7 @@
 
 #include "engine/base/status.h"
 #include "engine/ir/builder.h"
+#include "engine/model/pipeline_schedule.h"
 #include "engine/sharding/logical_rules.h"
 
 namespace eng {
@@ -59,5 +65,12 @@ LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules);
 inline int64_t pipeline_iterations(int64_t stages, int64_t microbatches) {
   return microbatches + stages - 1;
 }
+
+// The schedule a (validated) pipelined model config traces.
+PipelineSchedule pipeline_schedule(const ModelConfig& m);
+
+// How many leading dims of a pipeline parameter index layers (3 for a circular pipeline's
+// (R, S, lps, ...), 2 for (S, lps, ...)); their row-major flattening is the layer index.
+int pipeline_layer_dims(const ValueInfo& param);
 
 }  // namespace eng

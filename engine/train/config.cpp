@@ -78,10 +78,13 @@ const std::vector<ConfigKey> kKeys = {
     {"ici_diloco_parallelism", V{int64_t{1}}, "mesh axis 'diloco' size"},
     {"ici_data_parallelism", V{int64_t{1}}, "mesh axis 'data' size"},
     {"ici_pipeline_parallelism", V{int64_t{1}}, "mesh axis 'stage' size; > 1 traces the decoder as a pipeline (docs/sharding.md)"},
-    {"num_layers_per_pipeline_stage", V{int64_t{-1}}, "decoder layers per pipeline stage (-1: num_decoder_layers / stages; anything else must equal it: circular repeats are not supported)"},
-    {"num_pipeline_microbatches", V{int64_t{-1}}, "pipeline microbatches M (-1: the number of stages); must divide the global batch and be divisible by the stages"},
-    {"num_pipeline_repeats", V{int64_t{-1}}, "pipeline repeats R (-1: derived); only 1 (non-circular) is supported"},
+    {"num_layers_per_pipeline_stage", V{int64_t{-1}}, "decoder layers per pipeline stage per repeat (-1: num_decoder_layers / (stages x repeats); MaxText's default is 1); fewer than num_decoder_layers / stages makes the pipeline circular"},
+    {"num_pipeline_microbatches", V{int64_t{-1}}, "pipeline microbatches M (-1: the number of stages, twice that with pipeline_delay_activation_forwarding); must divide the global batch and be divisible by the stages"},
+    {"num_pipeline_repeats", V{int64_t{-1}}, "pipeline repeats R (-1: derived, num_decoder_layers / (stages x num_layers_per_pipeline_stage)); R > 1 is a circular pipeline"},
     {"pipeline_parallel_layers", V{int64_t{-1}}, "layers run in the pipeline (-1: all); only all are supported"},
+    {"pipeline_delay_activation_forwarding", V{false}, "forward each stage's output one iteration late (delay d = 2; needs num_pipeline_microbatches >= 2 x stages)"},
+    {"pipeline_fsdp_ag_once", V{false}, "all-gather the fsdp-sharded pipeline weights once per step instead of in every iteration (more memory held, fewer bytes moved)"},
+    {"pipeline_fsdp_ag_per_repeat", V{false}, "all-gather the fsdp-sharded pipeline weights of each repeat once, before its first use"},
     {"ici_fsdp_parallelism", V{int64_t{-1}}, "mesh axis 'fsdp' size (-1: the remaining devices)"},
     {"ici_fsdp_transpose_parallelism", V{int64_t{1}}, "mesh axis 'fsdp_transpose' size"},
     {"ici_context_parallelism", V{int64_t{1}}, "mesh axis 'context' size"},
@@ -306,7 +309,68 @@ Status check_tensor_sizes(const ResolvedConfig& r) {
 
 }  // namespace
 
-// MaxText's pipeline knobs (types.py), for the non-circular schedule this engine traces.
+// MaxText's pipeline knobs (types.py): layers per stage and repeats (circular when R > 1),
+// microbatches (default S, 2S with delay), forwarding delay and the fsdp gather options.
+namespace {
+
+// R and layers per stage from num_layers_per_pipeline_stage / num_pipeline_repeats (either
+// may be -1: derived; -1 for both: one repeat). Errors name both numbers.
+Status resolve_pipeline_repeats(const Config& c, int64_t S, int64_t L, ModelConfig& m) {
+  int64_t lps = c.get_int("num_layers_per_pipeline_stage");
+  int64_t R = c.get_int("num_pipeline_repeats");
+  if (R != -1 && (R < 1 || L % (R * S) != 0))
+    return invalid_argument("config: num_pipeline_repeats {} x {} pipeline stages does not divide "
+                            "num_decoder_layers {}",
+                            R, S, L);
+  if (lps != -1 && (lps < 1 || L % (lps * S) != 0))
+    return invalid_argument("config: num_layers_per_pipeline_stage {} x {} stages does not "
+                            "divide num_decoder_layers {}",
+                            lps, S, L);
+  if (lps == -1) lps = L / (S * (R == -1 ? 1 : R));
+  const int64_t derived = L / (lps * S);
+  if (R != -1 && R != derived)
+    return invalid_argument("config: num_pipeline_repeats {} disagrees with num_decoder_layers {} / "
+                            "(num_layers_per_pipeline_stage {} x {} stages) = {} repeats",
+                            R, L, lps, S, derived);
+  m.pipeline_repeats = derived;
+  return ok_status();
+}
+
+// The product of the fsdp and fsdp_transpose axes the config asks for (-1 fills the devices).
+int64_t config_fsdp_size(const Config& c, int64_t num_devices) {
+  int64_t others = 1;
+  for (const ConfigKey& k : kKeys)
+    if (k.name.starts_with("ici_") && k.name.ends_with("_parallelism") &&
+        k.name != "ici_fsdp_parallelism" && c.get_int(k.name) > 0)
+      others *= c.get_int(k.name);
+  const int64_t fsdp = c.get_int("ici_fsdp_parallelism");
+  const int64_t f = fsdp == -1 ? std::max<int64_t>(num_devices / others, 1) : fsdp;
+  return f * std::max<int64_t>(c.get_int("ici_fsdp_transpose_parallelism"), 1);
+}
+
+Status resolve_pipeline_fsdp_gather(const Config& c, ResolvedConfig& r) {
+  const bool once = c.get_bool("pipeline_fsdp_ag_once");
+  const bool per_repeat = c.get_bool("pipeline_fsdp_ag_per_repeat");
+  if (once && per_repeat)
+    return invalid_argument("config: pipeline_fsdp_ag_once and pipeline_fsdp_ag_per_repeat are "
+                            "exclusive (gather once per step or once per repeat)");
+  if (once || per_repeat) {
+    const int64_t fsdp = config_fsdp_size(c, r.num_devices);
+    if (fsdp <= 1)
+      return invalid_argument("config: {}=true gathers the stage weights over fsdp, but "
+                              "ici_fsdp_parallelism {} x ici_fsdp_transpose_parallelism {} = {} "
+                              "device (no fsdp sharding to gather)",
+                              once ? "pipeline_fsdp_ag_once" : "pipeline_fsdp_ag_per_repeat",
+                              c.get_int("ici_fsdp_parallelism"),
+                              c.get_int("ici_fsdp_transpose_parallelism"), fsdp);
+  }
+  r.model.pipeline_fsdp_ag_once = once;
+  r.model.pipeline_fsdp_ag_per_repeat = per_repeat;
+  return ok_status();
+}
+
+}  // namespace
+
 Status resolve_pipeline(const Config& c, ResolvedConfig& r) {
   const int64_t stages = c.get_int("ici_pipeline_parallelism");
   const int64_t L = r.model.num_decoder_layers;
@@ -320,27 +384,12 @@ Status resolve_pipeline(const Config& c, ResolvedConfig& r) {
   const int64_t ppl = c.get_int("pipeline_parallel_layers");
   if (ppl != -1 && ppl != L)
     return unimplemented("config: pipeline_parallel_layers={} is not supported: only all {} "
-                         "decoder layers (-1) run in the pipeline",
+                         "decoder layers (-1) run in the pipeline (no layers after it)",
                          ppl, L);
-  const int64_t lps = c.get_int("num_layers_per_pipeline_stage");
-  if (lps != -1) {
-    if (lps < 1 || L % (lps * stages) != 0)
-      return invalid_argument("config: num_layers_per_pipeline_stage {} x {} stages does not "
-                              "divide num_decoder_layers {}",
-                              lps, stages, L);
-    if (lps * stages != L)
-      return unimplemented("config: num_layers_per_pipeline_stage {} x {} stages < {} layers "
-                           "means {} circular repeats; only non-circular pipelines (repeats 1, "
-                           "num_layers_per_pipeline_stage {}) are supported",
-                           lps, stages, L, L / (lps * stages), L / stages);
-  }
-  const int64_t repeats = c.get_int("num_pipeline_repeats");
-  if (repeats != -1 && repeats != 1)
-    return unimplemented("config: num_pipeline_repeats={} is not supported; only 1 "
-                         "(non-circular)",
-                         repeats);
+  ENG_RETURN_IF_ERROR(resolve_pipeline_repeats(c, stages, L, r.model));
+  const int64_t delay = c.get_bool("pipeline_delay_activation_forwarding") ? 2 : 1;
   int64_t M = c.get_int("num_pipeline_microbatches");
-  if (M == -1) M = stages;
+  if (M == -1) M = stages * delay;
   if (M < 1) return invalid_argument("config: num_pipeline_microbatches must be >= 1, got {}", M);
   if (r.global_batch_size % M != 0)
     return invalid_argument("config: num_pipeline_microbatches {} does not divide the global "
@@ -350,8 +399,14 @@ Status resolve_pipeline(const Config& c, ResolvedConfig& r) {
     return invalid_argument("config: num_pipeline_microbatches {} is not divisible by the {} "
                             "pipeline stages",
                             M, stages);
+  if (delay == 2 && M < 2 * stages)
+    return invalid_argument("config: pipeline_delay_activation_forwarding needs "
+                            "num_pipeline_microbatches >= 2 x {} stages, got {}",
+                            stages, M);
+  ENG_RETURN_IF_ERROR(resolve_pipeline_fsdp_gather(c, r));
   r.model.pipeline_stages = stages;
   r.model.pipeline_microbatches = M;
+  r.model.pipeline_delay = delay;
   return ok_status();
 }
 
