@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "engine/compile/spmd.h"
+#include "engine/model/pipeline.h"
 #include "shell/pretty.h"
 
 namespace shell {
@@ -328,13 +329,8 @@ Result<eng::PipelineSchedule> schedule_of(const std::optional<eng::PipelineShape
 }  // namespace
 
 std::optional<eng::PipelineShape> pipeline_shape_of(const eng::ResolvedConfig& c) {
-  const eng::ModelConfig& m = c.model;
-  if (m.pipeline_stages <= 1) return std::nullopt;
-  eng::PipelineShape s;
-  s.stages = m.pipeline_stages;
-  s.microbatches = m.pipeline_microbatches;
-  s.layers_per_stage = m.num_decoder_layers / m.pipeline_stages;
-  return s;
+  if (c.model.pipeline_stages <= 1) return std::nullopt;
+  return eng::pipeline_schedule(c.model).shape();  // what the engine traces (pipeline.h)
 }
 
 Result<int> push_trainer_pipeline(lua_State* L, eng::Trainer& t) {

@@ -111,6 +111,20 @@ assert(md:find("![plot-1.svg](report_files/plot-1.svg)", 1, true), md)
 local drawn = assert(io.open(scratch .. "/pipeline_nb/report_files/plot-1.svg")):read("a")
 assert(drawn:find("bubble fraction 3/11", 1, true) and drawn:find("stage 3", 1, true))
 
+-- The circular trainer: S = 4, M = 8, R = 2 (8 layers, one per stage and repeat): 19
+-- iterations, 3/19, measured beside it.
+local rt = sl.trainer(config{base_num_decoder_layers = 8, num_pipeline_repeats = 2},
+                      sl.mesh{stage = 4, devices = 4}, {store = false})
+rt:pipeline{measure = true}
+rt:step():wait()
+local rp = rt:pipeline()
+assert(rp.R == 2 and rp.iterations == 19 and rp.bubble_fraction_text == "3/19", rp.bubble_fraction_text)
+local rtext = tostring(rp)
+assert(rtext:find("  stage 3   m7r0   m0r1   m1r1   m2r1   m3r1   m4r1   m5r1   m6r1   m7r1", 1, true), rtext)
+assert(rtext:find("bubble fraction 3/19 = 0.1579", 1, true), rtext)
+assert(rtext:find("measured (last timed step, 4 devices): bubbles ", 1, true), rtext)
+assert(rp.measured.bubble_s > 0 and #rp.per_iteration == 19)
+
 -- A schedule without a trainer: circular (R = 2) and delayed (d = 2) shapes.
 local circ = sl.pipeline_schedule{stages = 4, microbatches = 8, repeats = 2}
 assert(circ.iterations == 19 and circ.bubble_fraction_text == "3/19", circ.bubble_fraction_text)
