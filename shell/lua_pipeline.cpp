@@ -343,7 +343,11 @@ Result<int> push_trainer_pipeline(lua_State* L, eng::Trainer& t) {
     ENG_ASSIGN_OR_RETURN(measure_on, field_bool(L, 2, "measure", fn));
   }
   ENG_ASSIGN_OR_RETURN(eng::PipelineSchedule s, schedule_of(pipeline_shape_of(t.config()), fn));
-  ENG_ASSIGN_OR_RETURN(std::shared_ptr<const eng::Executable> exe, with_context(fn, t.compile()));
+  // The program the steps run; compiled (once, recorded as compiles are) only if none exists.
+  std::shared_ptr<const eng::Executable> exe = t.current_executable();
+  if (!exe) {
+    ENG_ASSIGN_OR_RETURN(exe, with_context(fn, t.compile()));
+  }
   std::optional<Measured> m;
   if (t.runtime() != nullptr) {
     ENG_RETURN_IF_ERROR(with_context(fn, t.wait_all()));  // no step of exe in flight
