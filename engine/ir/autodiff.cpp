@@ -233,11 +233,12 @@ class Differentiator {
   void vjp_constraint(const Instr& in) {
     const ValueId y = in.outputs[0];
     Cot c = cot_[y];
-    if (c.value != kNoValue) {  // the same constraint (logical names, raw, dropped axes)
+    if (c.value != kNoValue) {
+      // The same constraint without `drop`: a forward that gathers those axes transposes to
+      // the cotangent reduce-scattered back onto them (pipeline_fsdp_ag_once's gradient).
       OpAttrs a;
       a.logical = in.attrs.logical;
       a.raw = in.attrs.raw;
-      a.mesh_axes = in.attrs.mesh_axes;
       c.value = b_.emit(OpKind::kConstraint, {c.value}, a)[0];
     }
     accumulate(in.inputs[0], c);

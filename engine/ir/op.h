@@ -40,7 +40,7 @@
 //   kConvert       (x) [dtype] -> x cast to dtype
 //   kConstraint    (x) [logical, drop] -> x       with_sharding_constraint on logical axes
 //                    (drop: mesh axes removed from the resolved spec, e.g. fsdp for
-//                    pipeline_fsdp_ag_once);
+//                    pipeline_fsdp_ag_once; the VJP constrains without drop);
 //                    an identity on one device, a reshard (auto) or assert (explicit) later
 //   kSoftmaxCrossEntropy (logits (B,T,V), targets i32 (B,T)) -> xent (B,T), lse (B,T) saved
 //   kMaskedMeanLoss (xent (B,T), segmentation i32 (B,T)) -> loss (), total_weights ()

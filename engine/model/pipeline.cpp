@@ -1,5 +1,4 @@
-// engine/model/pipeline.cpp: the pipeline schedule traced as global ops (see
-// pipeline.h).
+// engine/model/pipeline.cpp: the pipeline schedule traced as global ops (see pipeline.h).
 #include "engine/model/pipeline.h"
 
 #include <algorithm>
@@ -15,94 +14,83 @@
 namespace eng {
 
 namespace {
-constexpr const char *kPrefix = "params/decoder/layers/";
-} // namespace
+constexpr const char* kPrefix = "params/decoder/layers/";
+}  // namespace
 
-PipelineSchedule pipeline_schedule(const ModelConfig &m) {
+PipelineSchedule pipeline_schedule(const ModelConfig& m) {
   const int64_t S = m.pipeline_stages, R = m.pipeline_repeats;
-  Result<PipelineSchedule> s =
-      PipelineSchedule::make({S, m.pipeline_microbatches, R, m.pipeline_delay,
-                              m.num_decoder_layers / (S * R)});
+  Result<PipelineSchedule> s = PipelineSchedule::make(
+      {S, m.pipeline_microbatches, R, m.pipeline_delay, m.num_decoder_layers / (S * R)});
   ENG_CHECK(s.ok(), "pipeline: unvalidated schedule: {}", s.status().message());
   return *s;
 }
 
-int pipeline_layer_dims(const ValueInfo &param) {
-  return !param.logical.empty() && param.logical[0] == "circular_repeats" ? 3
-                                                                          : 2;
+int pipeline_layer_dims(const ValueInfo& param) {
+  return !param.logical.empty() && param.logical[0] == "circular_repeats" ? 3 : 2;
 }
 
-std::optional<std::string> pipeline_param_subpath(const std::string &name) {
+std::optional<std::string> pipeline_param_subpath(const std::string& name) {
   const std::string prefix = kPrefix;
-  if (name.compare(0, prefix.size(), prefix) != 0)
-    return std::nullopt;
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   return name.substr(prefix.size());
 }
 
-Status validate_pipeline(int64_t num_layers, int64_t stages,
-                         int64_t microbatches, int64_t global_batch) {
-  if (stages <= 1)
-    return ok_status();
+Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatches,
+                         int64_t global_batch) {
+  if (stages <= 1) return ok_status();
   if (num_layers % stages != 0)
-    return invalid_argument(
-        "pipeline: num_decoder_layers {} is not divisible by the {} pipeline "
-        "stages (ici_pipeline_parallelism)",
-        num_layers, stages);
+    return invalid_argument("pipeline: num_decoder_layers {} is not divisible by the {} pipeline "
+                            "stages (ici_pipeline_parallelism)",
+                            num_layers, stages);
   if (microbatches < 1 || global_batch % microbatches != 0)
-    return invalid_argument(
-        "pipeline: num_pipeline_microbatches {} does not divide the global "
-        "batch {}",
-        microbatches, global_batch);
+    return invalid_argument("pipeline: num_pipeline_microbatches {} does not divide the global "
+                            "batch {}",
+                            microbatches, global_batch);
   if (microbatches % stages != 0)
-    return invalid_argument(
-        "pipeline: num_pipeline_microbatches {} is not divisible by the {} "
-        "pipeline stages",
-        microbatches, stages);
+    return invalid_argument("pipeline: num_pipeline_microbatches {} is not divisible by the {} "
+                            "pipeline stages",
+                            microbatches, stages);
   return ok_status();
 }
 
-LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules &rules) {
+LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules) {
   std::vector<LogicalAxisRule> out = rules.rules();
-  for (LogicalAxisRule &r : out) {
-    if (r.logical != "activation_embed_and_logits_batch")
-      continue;
+  for (LogicalAxisRule& r : out) {
+    if (r.logical != "activation_embed_and_logits_batch") continue;
     std::erase(r.mesh_axes, std::string("stage"));
     r.mesh_axes.push_back("stage");
     r.bare = false;
-    break; // MaxText rewrites the first such rule only
+    break;  // MaxText rewrites the first such rule only
   }
   return LogicalAxisRules(std::move(out));
 }
 
-LlamaLayerParams declare_pipeline_layer_params(Builder &b, const ModelConfig &m,
-                                               std::vector<ValueId> &all) {
-  const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads,
-                D = m.head_dim, M = m.mlp_dim;
+LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
+                                               std::vector<ValueId>& all) {
+  const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
+                M = m.mlp_dim;
   const int64_t S = m.pipeline_stages, R = m.pipeline_repeats;
   const int64_t lps = m.num_decoder_layers / (S * R);
-  auto param = [&](const std::string &sub, std::vector<int64_t> dims,
+  auto param = [&](const std::string& sub, std::vector<int64_t> dims,
                    std::vector<std::string> logical) {
     dims.insert(dims.begin(), {S, lps});
     logical.insert(logical.begin(), {"layers", ""});
-    if (R > 1) { // MaxText's circular vmap adds the repeats dim in front
+    if (R > 1) {  // MaxText's circular vmap adds the repeats dim in front
       dims.insert(dims.begin(), R);
       logical.insert(logical.begin(), "circular_repeats");
     }
-    ValueId v = b.argument(kPrefix + sub, Shape(std::move(dims)),
-                           m.weight_dtype, std::move(logical), ArgRole::kParam);
+    ValueId v = b.argument(kPrefix + sub, Shape(std::move(dims)), m.weight_dtype, std::move(logical),
+                           ArgRole::kParam);
     all.push_back(v);
     return v;
   };
   LlamaLayerParams lp;
   lp.pre_norm = param("pre_self_attention_layer_norm/scale", {E}, {"norm"});
-  lp.query = param("self_attention/query/kernel", {E, H, D},
-                   {"embed", "q_heads", "kv"});
-  lp.key = param("self_attention/key/kernel", {E, Hkv, D},
-                 {"embed", "kv_heads", "kv_head_dim"});
-  lp.value = param("self_attention/value/kernel", {E, Hkv, D},
-                   {"embed", "kv_heads", "kv_head_dim"});
-  lp.out =
-      param("self_attention/out/kernel", {H, D, E}, {"heads", "kv", "embed"});
+  lp.query = param("self_attention/query/kernel", {E, H, D}, {"embed", "q_heads", "kv"});
+  lp.key = param("self_attention/key/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"});
+  lp.value =
+      param("self_attention/value/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"});
+  lp.out = param("self_attention/out/kernel", {H, D, E}, {"heads", "kv", "embed"});
   lp.post_norm = param("post_self_attention_layer_norm/scale", {E}, {"norm"});
   lp.wi_0 = param("mlp/wi_0/kernel", {E, M}, {"embed", "mlp"});
   lp.wi_1 = param("mlp/wi_1/kernel", {E, M}, {"embed", "mlp"});
@@ -112,84 +100,71 @@ LlamaLayerParams declare_pipeline_layer_params(Builder &b, const ModelConfig &m,
 
 namespace {
 
-// MaxText's pipeline_fsdp_ag_once / _per_repeat (all_gather_over_fsdp): a
-// constraint whose resolved spec drops the fsdp axes (kConstraint's `drop`), so
-// the weight is gathered there.
-constexpr const char *kFsdpAxes[] = {"fsdp", "fsdp_transpose"};
+// MaxText's pipeline_fsdp_ag_once / _per_repeat (all_gather_over_fsdp): a constraint whose
+// resolved spec drops the fsdp axes (kConstraint's `drop`), so the weight is gathered there.
+constexpr const char* kFsdpAxes[] = {"fsdp", "fsdp_transpose"};
 
-ValueId constrain(Builder &b, ValueId x, std::vector<std::string> logical,
-                  bool drop_fsdp) {
+ValueId constrain(Builder& b, ValueId x, std::vector<std::string> logical, bool drop_fsdp) {
   OpAttrs a;
   a.logical = to_logical_axes(logical);
-  if (drop_fsdp)
-    a.mesh_axes.assign(std::begin(kFsdpAxes), std::end(kFsdpAxes));
+  if (drop_fsdp) a.mesh_axes.assign(std::begin(kFsdpAxes), std::end(kFsdpAxes));
   return b.emit(OpKind::kConstraint, {x}, a)[0];
 }
 
-std::vector<int64_t> dims_without(const Shape &s, int first, int count) {
-  std::vector<int64_t> d(s.dims().begin(), s.dims().end());
-  d.erase(d.begin() + first, d.begin() + first + count);
-  return d;
-}
-
-// Stage weights for layer j of every stage, each stage at its current repeat:
-// (S, ...). Sliced once per (weight, repeats of the stages, j) (a local copy of
-// each device's shard), then constrained to the stacked weight's own sharding
-// in every use. The constraint is a no-op forward; its VJP reshards the layer's
-// gradient (partial over the batch axes) to the weight's sharding right there,
-// so the pad back to (S, lps, ...) and the sum over j run on sharded gradients,
-// not on whole (S, lps, ...) partial sums (1.4 GiB per llama2-7b MLP weight on
-// stage=4 x fsdp=64).
+// Stage weights for layer j of every stage, each stage at its current repeat: (S, ...).
+// Sliced once per (weight, repeats of the stages, j) (a local copy of each device's shard),
+// then constrained to the stacked weight's own sharding in every use. The constraint is a
+// no-op forward; its VJP reshards the layer's gradient (partial over the batch axes) to the
+// weight's sharding right there, so the pad back to (S, lps, ...) and the sum over j run on
+// sharded gradients, not on whole (S, lps, ...) partial sums (1.4 GiB per llama2-7b MLP
+// weight on stage=4 x fsdp=64).
 //
-// A fresh constraint in every iteration, as MaxText's scan body selects each
-// stage's weights per iteration: one value per (iteration, layer), so the fsdp
-// all_gather of a layer's weights lives within its iteration (one shared value
-// kept every gathered layer alive across the whole loop: 6 GiB on llama2-7b
-// stage=4 x fsdp=64; slicing afresh each iteration instead kept M + S - 1 local
-// copies of the stage's weights: 0.7 GiB).
+// A fresh constraint in every iteration, as MaxText's scan body selects each stage's weights
+// per iteration: one value per (iteration, layer), so the fsdp all_gather of a layer's weights
+// lives within its iteration (one shared value kept every gathered layer alive across the
+// whole loop: 6 GiB on llama2-7b stage=4 x fsdp=64; slicing afresh each iteration instead
+// kept M + S - 1 local copies of the stage's weights: 0.7 GiB).
 //
-// pipeline_fsdp_ag_once instead gathers each stacked weight over fsdp once,
-// before the loop (its gradient is reduce-scattered once, after); _per_repeat
-// gathers repeat r's (S, lps, ...) once before its first use. The per-use
-// constraints then keep the gathered sharding.
+// pipeline_fsdp_ag_once instead gathers each stacked weight over fsdp once, before the loop;
+// _per_repeat gathers repeat r's (S, lps, ...) once, before its first use. The per-use
+// constraints then keep the gathered sharding; their VJPs still reduce-scatter each layer's
+// gradient (a `drop` constraint transposes to the constraint without it).
 //
-// Circular pipelines: a stage's repeat r slab is w[r] (index_in_dim on the
-// unsharded repeats dim: local). When the stages are at different repeats
-// (d*(S-1) iterations per repeat boundary), the stages' rows come from
-// different slabs: concatenated over the stage dim (the partitioner gathers the
-// slabs over `stage` for that; MaxText's per-stage dynamic_slice is local).
+// Circular pipelines: a stage's repeat r slab is w[r] (index_in_dim on the unsharded repeats
+// dim: local). When the stages are at different repeats (d*(S-1) iterations per repeat
+// boundary), the stages' rows come from different slabs: concatenated over the stage dim
+// (the partitioner gathers the slabs over `stage` for that; MaxText's per-stage
+// dynamic_slice is local).
 class StageWeights {
-public:
-  StageWeights(Builder &b, const ModelConfig &m,
-               const LlamaLayerParams &stacked)
-      : b_(b), stacked_(stacked), R_(m.pipeline_repeats),
-        once_(m.pipeline_fsdp_ag_once ||
-              (m.pipeline_fsdp_ag_per_repeat && R_ == 1)),
+ public:
+  StageWeights(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked)
+      : b_(b),
+        stacked_(stacked),
+        R_(m.pipeline_repeats),
+        once_(m.pipeline_fsdp_ag_once || (m.pipeline_fsdp_ag_per_repeat && R_ == 1)),
         per_repeat_(m.pipeline_fsdp_ag_per_repeat && R_ > 1) {}
 
-  LlamaLayerParams layer(int64_t j, const std::vector<int64_t> &repeats) {
+  LlamaLayerParams layer(int64_t j, const std::vector<int64_t>& repeats) {
     auto w = [&](ValueId x) { return weight(x, j, repeats); };
-    const LlamaLayerParams &s = stacked_;
+    const LlamaLayerParams& s = stacked_;
     return {w(s.pre_norm),  w(s.query), w(s.key),  w(s.value), w(s.out),
             w(s.post_norm), w(s.wi_0),  w(s.wi_1), w(s.wo)};
   }
 
-private:
+ private:
   bool gathered() const { return once_ || per_repeat_; }
-  int lead() const { return R_ > 1 ? 3 : 2; } // (R,) S, lps
+  int lead() const { return R_ > 1 ? 3 : 2; }  // (R,) S, lps
 
   // (S, lps, ...) of repeat r for every stage.
   ValueId slab(ValueId w, int64_t r) {
-    auto key = std::pair{w, r};
-    if (auto it = slabs_.find(key); it != slabs_.end())
-      return it->second;
+    const auto key = std::pair{w, r};
+    if (auto it = slabs_.find(key); it != slabs_.end()) return it->second;
     ValueId src = w;
     if (once_) {
       auto it = gathered_.find(w);
       if (it == gathered_.end()) {
         std::vector<std::string> logical = b_.info(w).logical;
-        it = gathered_.emplace(w, constrain(b_, w, std::move(logical), true))
-                 .first;
+        it = gathered_.emplace(w, constrain(b_, w, std::move(logical), true)).first;
       }
       src = it->second;
     }
@@ -202,210 +177,170 @@ private:
     return slabs_[key] = out;
   }
 
-  ValueId weight(ValueId w, int64_t j, const std::vector<int64_t> &repeats) {
-    const ValueInfo wi =
-        b_.info(w); // a copy: emitting below may move the program's values
-    std::vector<std::string> logical =
-        wi.logical; // (layers, <the layer weight's>)
+  ValueId weight(ValueId w, int64_t j, const std::vector<int64_t>& repeats) {
+    const ValueInfo wi = b_.info(w);  // a copy: emitting below may move the program's values
+    std::vector<std::string> logical = wi.logical;  // (layers, <the layer weight's>)
     logical.erase(logical.begin(), logical.begin() + lead());
     logical.insert(logical.begin(), "layers");
-    auto key = std::tuple{w, repeats, j};
+    const auto key = std::tuple{w, repeats, j};
     auto it = sliced_.find(key);
     if (it == sliced_.end()) {
-      ValueId stages; // (S, lps, ...)
-      if (std::all_of(repeats.begin(), repeats.end(),
-                      [&](int64_t r) { return r == repeats[0]; })) {
+      ValueId stages;  // (S, lps, ...)
+      if (std::all_of(repeats.begin(), repeats.end(), [&](int64_t r) { return r == repeats[0]; })) {
         stages = slab(w, repeats[0]);
       } else {
         std::vector<ValueId> rows;
         for (size_t s = 0; s < repeats.size(); ++s)
-          rows.push_back(
-              b_.slice(slab(w, repeats[s]), 0, static_cast<int64_t>(s), 1));
+          rows.push_back(b_.slice(slab(w, repeats[s]), 0, static_cast<int64_t>(s), 1));
         stages = b_.concat(rows, 0);
       }
-      std::vector<int64_t> d = dims_without(wi.shape, 0, lead() - 2);
-      d.erase(d.begin() + 1);
-      const ValueId layer =
-          b_.reshape(b_.slice(stages, 1, j, 1), Shape(std::move(d)));
+      std::vector<int64_t> d(wi.shape.dims().begin() + (lead() - 2), wi.shape.dims().end());
+      d.erase(d.begin() + 1);  // (S, ...)
+      const ValueId layer = b_.reshape(b_.slice(stages, 1, j, 1), Shape(std::move(d)));
       it = sliced_.emplace(key, layer).first;
     }
     return constrain(b_, it->second, std::move(logical), gathered());
   }
 
-  Builder &b_;
-  const LlamaLayerParams &stacked_;
+  Builder& b_;
+  const LlamaLayerParams& stacked_;
   const int64_t R_;
   const bool once_, per_repeat_;
-  std::map<ValueId, ValueId> gathered_; // stacked weight -> gathered (once)
-  std::map<std::pair<ValueId, int64_t>, ValueId>
-      slabs_; // (weight, repeat) -> (S, lps, ...)
+  std::map<ValueId, ValueId> gathered_;                   // stacked weight -> gathered (once)
+  std::map<std::pair<ValueId, int64_t>, ValueId> slabs_;  // (weight, repeat) -> (S, lps, ...)
   std::map<std::tuple<ValueId, std::vector<int64_t>, int64_t>, ValueId> sliced_;
 };
 
-// A per-row i32 batch array (positions, segment ids) as the stages see it: at
-// iteration t, stage s runs the schedule's microbatch_id(t, s), so the stage
-// body gets (S, micro, T) of those microbatches (bubble slots: MaxText's
-// clamped id, a valid microbatch; their input is zeros or unused and their
-// output is never collected).
+// A per-row i32 batch array (positions, segment ids) as the stages see it: at iteration t,
+// stage s runs the schedule's microbatch_id(t, s), so the stage body gets (S, micro, T) of
+// those microbatches (bubble slots: MaxText's clamped id, a valid microbatch; their input is
+// zeros or stale and their output is never collected).
 class StageRows {
-public:
-  StageRows(Builder &b, ValueId rows, const PipelineSchedule &sch)
-      : b_(b), sch_(sch) {
-    const Shape &s = b.info(rows).shape;
+ public:
+  StageRows(Builder& b, ValueId rows, const PipelineSchedule& sch) : b_(b), sch_(sch) {
+    const Shape& s = b.info(rows).shape;
     const int64_t M = sch.shape().microbatches;
     mb_ = s[0] / M;
     T_ = s[1];
-    // The input batch's sharding has `stage` minor-most, which the reshape
-    // cannot keep on `micro`; dropping `stage` first (an all_gather over it)
-    // keeps the rows split over data/fsdp. (MaxText all-gathers positions and
-    // segment ids to replicated here.)
-    view_ = b.reshape(
-        b.constraint(rows, {"activation_batch", "activation_norm_length"}),
-        Shape{mb_, M, T_});
+    // The input batch's sharding has `stage` minor-most, which the reshape cannot keep on
+    // `micro`; dropping `stage` first (an all_gather over it) keeps the rows split over
+    // data/fsdp. (MaxText all-gathers positions and segment ids to replicated here.)
+    view_ = b.reshape(b.constraint(rows, {"activation_batch", "activation_norm_length"}),
+                      Shape{mb_, M, T_});
   }
 
   ValueId at_iteration(int64_t t) {
     std::vector<ValueId> per_stage;
     for (int64_t s = 0; s < sch_.shape().stages; ++s)
       per_stage.push_back(micro(sch_.microbatch_id(t, s)));
-    return b_.concat(per_stage, 0); // (S, micro, T)
+    return b_.concat(per_stage, 0);  // (S, micro, T)
   }
 
-private:
+ private:
   ValueId micro(int64_t i) {
     auto it = cache_.find(i);
-    if (it != cache_.end())
-      return it->second;
+    if (it != cache_.end()) return it->second;
     return cache_[i] = b_.reshape(b_.slice(view_, 1, i, 1), Shape{1, mb_, T_});
   }
 
-  Builder &b_;
-  const PipelineSchedule &sch_;
+  Builder& b_;
+  const PipelineSchedule& sch_;
   int64_t mb_ = 0, T_ = 0;
-  ValueId view_ = kNoValue;          // (micro, M, T)
-  std::map<int64_t, ValueId> cache_; // microbatch -> (1, micro, T)
+  ValueId view_ = kNoValue;           // (micro, M, T)
+  std::map<int64_t, ValueId> cache_;  // microbatch -> (1, micro, T)
 };
 
 // Leaving the pipeline: (B, T, E) sharded over the batch axes without `stage`
-// (activation_batch, MaxText's output_sharding), then constrained to the loss
-// head's batch sharding, which adds `stage` minor-most
-// (pipeline_logical_axis_rules): a local slice, so the final norm and the
-// logits run on 1/S of those rows instead of computing S times the logits and
-// slicing after. Backward, the first constraint's VJP all_gathers the cotangent
-// over `stage` only (back to activation_batch) before the reshape's VJP, which
-// cannot keep (data, fsdp, stage) on `micro` and would otherwise gather the
-// whole batch.
-ValueId pipeline_output(Builder &b, const std::vector<ValueId> &outputs,
-                        const Shape &xs) {
-  const ValueId out = b.constraint(
-      b.reshape(b.concat(outputs, 1), xs),
-      {"activation_batch", "activation_norm_length", "activation_embed"});
-  return b.constraint(out, {"activation_embed_and_logits_batch",
-                            "activation_norm_length", "activation_embed"});
+// (activation_batch, MaxText's output_sharding), then constrained to the loss head's batch
+// sharding, which adds `stage` minor-most (pipeline_logical_axis_rules): a local slice, so the
+// final norm and the logits run on 1/S of those rows instead of computing S times the logits
+// and slicing after. Backward, the first constraint's VJP all_gathers the cotangent over
+// `stage` only (back to activation_batch) before the reshape's VJP, which cannot keep
+// (data, fsdp, stage) on `micro` and would otherwise gather the whole batch.
+ValueId pipeline_output(Builder& b, const std::vector<ValueId>& outputs, const Shape& xs) {
+  const ValueId out =
+      b.constraint(b.reshape(b.concat(outputs, 1), xs),
+                   {"activation_batch", "activation_norm_length", "activation_embed"});
+  return b.constraint(out, {"activation_embed_and_logits_batch", "activation_norm_length",
+                            "activation_embed"});
 }
 
-// The state entering iteration t, (S, micro, T, E): stage s > 0 gets stage
-// s-1's output of iteration t - d (MaxText's shift of prev_outputs with delay);
-// stage 0 gets microbatch t while t < M, then (circular) stage S-1's output of
-// the microbatch's previous repeat, moved S-1 -> 0 when it was produced
-// (`wraps`: MaxText's circ_storage, or with the shift its _rotate_right when M
-// = S*d), else zeros.
-ValueId stage_inputs(Builder &b, const PipelineSchedule &sch, int64_t t,
-                     ValueId xm, const std::vector<ValueId> &ys,
-                     std::map<int64_t, ValueId> &wraps) {
-  const PipelineShape &p = sch.shape();
-  const Shape &xs = b.info(xm).shape; // (micro, M, T, E)
+// The state entering iteration t, (S, micro, T, E): stage s > 0 gets stage s-1's output of
+// iteration t - d (MaxText's shift of prev_outputs with delay); stage 0 gets microbatch t
+// while t < M, then (circular) stage S-1's output of the microbatch's previous repeat, moved
+// S-1 -> 0 when it was produced (`wraps`: MaxText's circ_storage, or with the shift its
+// _rotate_right when M = S*d), else zeros.
+ValueId stage_inputs(Builder& b, const PipelineSchedule& sch, int64_t t, ValueId xm,
+                     const std::vector<ValueId>& ys, std::map<int64_t, ValueId>& wraps) {
+  const PipelineShape& p = sch.shape();
+  const Shape xs = b.info(xm).shape;  // (micro, M, T, E)
   ValueId state = kNoValue;
-  auto add = [&](ValueId v) {
-    state = state == kNoValue ? v : b.add(state, v);
-  };
-  if (t - p.delay >= 0)
-    add(b.shift(ys[t - p.delay], 0, 1)); // _shift_right over `stage`
+  auto add = [&](ValueId v) { state = state == kNoValue ? v : b.add(state, v); };
+  if (t - p.delay >= 0) add(b.shift(ys[t - p.delay], 0, 1));  // _shift_right over `stage`
   if (t < p.microbatches) {
-    add(b.pad(b.reshape(b.slice(xm, 1, t, 1), Shape{1, xs[0], xs[2], xs[3]}), 0,
-              0, p.stages));
+    add(b.pad(b.reshape(b.slice(xm, 1, t, 1), Shape{1, xs[0], xs[2], xs[3]}), 0, 0, p.stages));
   } else if (auto it = wraps.find(t); it != wraps.end()) {
     add(it->second);
     wraps.erase(it);
   }
-  if (state ==
-      kNoValue) { // no input at all (cannot happen: stage 0 starts at t = 0)
-    ENG_CHECK(false, "pipeline: iteration {} has no input", t);
-  }
+  ENG_CHECK(state != kNoValue, "pipeline: iteration {} has no input", t);  // t = 0 reads x
   return state;
 }
 
-// One iteration's stage body: the stage's layers vmapped over stages, each
-// stage with its current repeat's weights.
-ValueId run_stages(Builder &b, const ModelConfig &m,
-                   const PipelineSchedule &sch, int64_t t, ValueId state,
-                   StageWeights &weights, StageRows &pos, StageRows *seg) {
-  const PipelineShape &p = sch.shape();
+// One iteration's stage body: the stage's layers vmapped over stages, each stage with its
+// current repeat's weights.
+ValueId run_stages(Builder& b, const ModelConfig& m, const PipelineSchedule& sch, int64_t t,
+                   ValueId state, StageWeights& weights, StageRows& pos, StageRows* seg) {
+  const PipelineShape& p = sch.shape();
   std::vector<int64_t> repeats;
-  for (int64_t s = 0; s < p.stages; ++s)
-    repeats.push_back(sch.repeat_id(t, s));
-  const ValueId stage_pos = pos.at_iteration(t); // (S, micro, T)
-  const ValueId stage_seg =
-      seg ? seg->at_iteration(t) : kNoValue; // (S, micro, T)
+  for (int64_t s = 0; s < p.stages; ++s) repeats.push_back(sch.repeat_id(t, s));
+  const ValueId stage_pos = pos.at_iteration(t);                   // (S, micro, T)
+  const ValueId stage_seg = seg ? seg->at_iteration(t) : kNoValue;  // (S, micro, T)
   ValueId y = state;
   for (int64_t j = 0; j < p.layers_per_stage; ++j) {
     const LlamaLayerParams lw = weights.layer(j, repeats);
     b.set_vmap_logical("activation_stage");
-    b.set_vmap(p.stages); // jax.vmap over stages, spmd_axis_name="stage"
+    b.set_vmap(p.stages);  // jax.vmap over stages, spmd_axis_name="stage"
     y = trace_decoder_layer(b, m, lw, y, stage_pos,
-                            static_cast<int32_t>(t * p.layers_per_stage + j),
-                            stage_seg);
+                            static_cast<int32_t>(t * p.layers_per_stage + j), stage_seg);
     b.set_vmap(0);
   }
   return y;
 }
 
-} // namespace
+}  // namespace
 
-ValueId trace_pipeline_decoder(Builder &b, const ModelConfig &m,
-                               const LlamaParams &p, ValueId x,
+ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaParams& p, ValueId x,
                                ValueId positions, ValueId segment_ids) {
   const Shape xs = b.info(x).shape;
   const int64_t B = xs[0], T = xs[1], E = xs[2];
-  ENG_CHECK(validate_pipeline(m.num_decoder_layers, m.pipeline_stages,
-                              m.pipeline_microbatches, B)
-                .ok(),
-            "pipeline: unvalidated shape (layers {}, stages {}, microbatches "
-            "{}, batch {})",
-            m.num_decoder_layers, m.pipeline_stages, m.pipeline_microbatches,
-            B);
-  const PipelineSchedule sch = pipeline_schedule(m);
-  const int64_t S = m.pipeline_stages, M = m.pipeline_microbatches,
-                R = m.pipeline_repeats;
+  const int64_t S = m.pipeline_stages, M = m.pipeline_microbatches, R = m.pipeline_repeats;
   const int64_t mb = B / M;
+  ENG_CHECK(validate_pipeline(m.num_decoder_layers, S, M, B).ok(),
+            "pipeline: unvalidated shape (layers {}, stages {}, microbatches {}, batch {})",
+            m.num_decoder_layers, S, M, B);
+  const PipelineSchedule sch = pipeline_schedule(m);
   StageWeights weights(b, m, p.stacked);
-  // Microbatch i = rows {r * M + i}: (B, ...) viewed as (micro, M, ...), so a
-  // batch sharded on dim 0 stays sharded on micro (a local reshape).
+  // Microbatch i = rows {r * M + i}: (B, ...) viewed as (micro, M, ...), so a batch sharded on
+  // dim 0 stays sharded on micro (a local reshape).
   const ValueId xm = b.reshape(x, Shape{mb, M, T, E});
   StageRows pos(b, positions, sch);
   std::optional<StageRows> seg;
-  if (segment_ids != kNoValue)
-    seg.emplace(b, segment_ids, sch);
+  if (segment_ids != kNoValue) seg.emplace(b, segment_ids, sch);
 
-  std::vector<ValueId> outputs(
-      M, kNoValue);        // the last repeat's output per microbatch
-  std::vector<ValueId> ys; // each iteration's output (S, micro, T, E)
-  std::map<int64_t, ValueId>
-      wraps; // iteration -> stage 0's input from stage S-1
+  std::vector<ValueId> outputs(M, kNoValue);  // the last repeat's output per microbatch
+  std::vector<ValueId> ys;                    // each iteration's output (S, micro, T, E)
+  std::map<int64_t, ValueId> wraps;           // iteration -> stage 0's input from stage S-1
   for (int64_t t = 0; t < sch.iterations(); ++t) {
     b.set_pipeline_iteration(static_cast<int32_t>(t));  // a profile's unit (program.h)
     const ValueId state = stage_inputs(b, sch, t, xm, ys, wraps);
     b.checkpoint_name(state, "iteration_input");
-    ys.push_back(
-        run_stages(b, m, sch, t, state, weights, pos, seg ? &*seg : nullptr));
+    ys.push_back(run_stages(b, m, sch, t, state, weights, pos, seg ? &*seg : nullptr));
     const ScheduleCell last = sch.cell(t, S - 1);
-    if (last.bubble())
-      continue;
-    if (last.repeat == R - 1) { // microbatch done: (micro, 1, T, E)
-      outputs[last.microbatch] =
-          b.reshape(b.slice(ys.back(), 0, S - 1, 1), Shape{mb, 1, T, E});
-    } else { // stage 0 runs it again at iteration_of(0, mb, repeat + 1): S-1 ->
-             // 0 now
+    if (last.bubble()) continue;
+    if (last.repeat == R - 1) {  // microbatch done: (micro, 1, T, E)
+      outputs[last.microbatch] = b.reshape(b.slice(ys.back(), 0, S - 1, 1), Shape{mb, 1, T, E});
+    } else {  // stage 0 runs it again at iteration_of(0, mb, repeat + 1): S-1 -> 0 now
       wraps[sch.iteration_of(0, last.microbatch, last.repeat + 1)] =
           b.shift(ys.back(), 0, -(S - 1));
     }
@@ -414,4 +349,4 @@ ValueId trace_pipeline_decoder(Builder &b, const ModelConfig &m,
   return pipeline_output(b, outputs, xs);
 }
 
-} // namespace eng
+}  // namespace eng

@@ -97,12 +97,20 @@ Result<CheckpointFile> parse_checkpoint(const std::string& path, std::string_vie
 // tensor with its layer dim elsewhere, restacked); for an unscanned ".../layers_<l>/<sub>",
 // slice l of the file's stacked tensor. The stacked tensor's layer dim in the file is its
 // "param_scan_axis" metadata (written by scanned runs), else the one dim whose removal gives
-// the layer's shape. param_scan_axis < 0: the model is not scanned (a pipeline's stacked
-// weights are never converted). Converted bytes go to `scratch`. Errors name the file, the
+// the layer's shape. param_scan_axis < 0: the model is not scanned (pipelines:
+// checkpoint_pipeline_tensor below). Converted bytes go to `scratch`. Errors name the file, the
 // tensor and both shapes (or the layer tensor that is missing).
 Result<const void*> checkpoint_tensor(const CheckpointFile& f, const std::string& name,
                                       DType dtype, const Shape& shape, int64_t param_scan_axis,
                                       std::vector<char>& scratch);
+// A pipeline's stacked weight ".../decoder/layers/<sub>" of shape ([R,] S, lps, <layer>)
+// (`lead` = 2 or 3 leading dims, layer-major: engine/model/pipeline.h) from a checkpoint of
+// any layout: the sequential model's layers_<l> tensors, a scanned stack, or another
+// pipeline's stack (another S or R: the same bytes). Unscanned models read a pipeline's
+// stack through checkpoint_tensor (slot l of the layer-major stack).
+Result<const void*> checkpoint_pipeline_tensor(const CheckpointFile& f, const std::string& name,
+                                               DType dtype, const Shape& shape, int lead,
+                                               std::vector<char>& scratch);
 
 // <base>/<run>/checkpoints
 std::string checkpoint_root(const std::string& base_output_directory, const std::string& run_name);

@@ -1,5 +1,6 @@
 // engine/train/checkpoint_layout.cpp: restoring a checkpoint saved with the other
-// decoder-layer layout (scan_layers true <-> false; checkpoint.h's checkpoint_tensor).
+// decoder-layer layout (scan_layers true <-> false, pipelines' ([R,] S, lps, ...) stacks;
+// checkpoint.h's checkpoint_tensor and checkpoint_pipeline_tensor).
 #include <cstring>
 
 #include <fmt/format.h>
@@ -49,6 +50,16 @@ Result<int> file_scan_axis(const CheckpointFile& f, const CheckpointFile::Entry&
                           layer.to_string());
 }
 
+// A pipeline's stacked weight in the file, ([R,] S, lps, <layer>) (two or three leading dims:
+// only pipelines write those; they are layer-major, l = r*S*lps + s*lps + j): its layer count,
+// else 0.
+int64_t pipeline_stack_layers(const CheckpointFile::Entry& e, const Shape& layer) {
+  const Shape& s = e.spec.shape;
+  const int lead = s.rank() - layer.rank();
+  if (lead < 2 || lead > 3 || !(s.slice(lead, s.rank()) == layer)) return 0;
+  return s.prod(0, lead);
+}
+
 // Layer l of a layer weight (shape `layer`) from the file: its layers_<l> tensor, or slot l
 // of the stacked tensor. Appends the bytes to out.
 Status read_layer(const CheckpointFile& f, const std::string& stacked_name, int64_t l,
@@ -69,6 +80,15 @@ Status read_layer(const CheckpointFile& f, const std::string& stacked_name, int6
   if (e == nullptr || e->spec.dtype != dtype)
     return not_found("restore: checkpoint '{}' has no tensor '{}' (nor a stacked '{}'; saved "
                      "from another model config?)", f.path, flat, stacked_name);
+  if (const int64_t L = pipeline_stack_layers(*e, layer); L > 0) {  // layer-major
+    if (l >= L)
+      return invalid_argument("restore: checkpoint '{}': pipeline '{}' {} has {} layers, the "
+                              "model wants layer {}", f.path, stacked_name,
+                              e->spec.shape.to_string(), L, l);
+    std::memcpy(out.data() + at, static_cast<const char*>(f.bytes(*e)) + l * n,
+                static_cast<size_t>(n));
+    return ok_status();
+  }
   ENG_ASSIGN_OR_RETURN(int b, file_scan_axis(f, *e, layer));
   if (l >= e->spec.shape[b])
     return invalid_argument("restore: checkpoint '{}': stacked '{}' {} has {} layers, the model "
@@ -116,6 +136,22 @@ Result<const void*> checkpoint_tensor(const CheckpointFile& f, const std::string
   return invalid_argument("restore: '{}' in checkpoint '{}' is {}{} but the model expects {}{}",
                           name, f.path, dtype_name(e->spec.dtype), e->spec.shape.to_string(),
                           dtype_name(dtype), shape.to_string());
+}
+
+Result<const void*> checkpoint_pipeline_tensor(const CheckpointFile& f, const std::string& name,
+                                               DType dtype, const Shape& shape, int lead,
+                                               std::vector<char>& scratch) {
+  const CheckpointFile::Entry* e = f.find(name);
+  if (e != nullptr && e->spec.dtype == dtype && e->spec.shape == shape) return f.bytes(*e);
+  const Shape layer = shape.slice(lead, shape.rank());
+  const int64_t L = shape.prod(0, lead);
+  // Another pipeline shape's stack of the same layers holds the same bytes.
+  if (e != nullptr && e->spec.dtype == dtype && pipeline_stack_layers(*e, layer) == L)
+    return f.bytes(*e);
+  // Else layer by layer: layers_<l> tensors, or slot l of a scanned stack (read_layer).
+  scratch.clear();
+  for (int64_t l = 0; l < L; ++l) ENG_RETURN_IF_ERROR(read_layer(f, name, l, dtype, layer, scratch));
+  return static_cast<const void*>(scratch.data());
 }
 
 }  // namespace eng

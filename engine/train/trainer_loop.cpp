@@ -248,9 +248,13 @@ Status Trainer::restore_from(const std::string& path, bool params_only) {
     // Either layer layout (scan_layers) restores into this one (checkpoint.h).
     std::vector<char> converted;
     const ModelConfig& m = config_.model;
-    ENG_ASSIGN_OR_RETURN(const void* bytes,
-                         checkpoint_tensor(f, v.name, v.dtype, v.shape,
-                                           m.scan_layers ? m.param_scan_axis : -1, converted));
+    ENG_ASSIGN_OR_RETURN(
+        const void* bytes,
+        m.pipeline_stages > 1 && pipeline_param_subpath(v.name)
+            ? checkpoint_pipeline_tensor(f, v.name, v.dtype, v.shape, pipeline_layer_dims(v),
+                                         converted)
+            : checkpoint_tensor(f, v.name, v.dtype, v.shape,
+                                m.scan_layers ? m.param_scan_axis : -1, converted));
     // Written with this array's own sharding: restoring onto another mesh reshards.
     ENG_RETURN_IF_ERROR(runtime_->write(state_[i], bytes));
   }

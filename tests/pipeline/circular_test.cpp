@@ -6,9 +6,8 @@
 // gradient norm equal the sequential program's in the double-precision
 // reference interpreter; the program's permutes are the schedule's; bad
 // pipeline input is a clear error naming both numbers.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "engine/ir/interpret.h"
 #include "tests/common/tiny_config.h"
@@ -19,12 +18,12 @@ namespace {
 
 constexpr int kSteps = 5;
 
-struct Shape8 { // what a case sets beyond the tiny model (8 layers, batch 8)
+struct Shape8 {  // what a case sets beyond the tiny model (8 layers, batch 8)
   int64_t stages = 1, microbatches = -1, repeats = -1;
   bool delay = false;
 };
 
-Config tiny(const Shape8 &s) {
+Config tiny(const Shape8& s) {
   Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
                                          .emb_dim = 16,
                                          .query_heads = 2,
@@ -39,30 +38,22 @@ Config tiny(const Shape8 &s) {
                                          .steps = kSteps,
                                          .warmup_steps_fraction = 0.2,
                                          .adam_eps = 1e-4});
-  EXPECT_TRUE(c.set("dtype", "float32")
-                  .ok()); // pinned: bfloat16 may become the default
+  EXPECT_TRUE(c.set("dtype", "float32").ok());  // pinned: bfloat16 may become the default
   EXPECT_TRUE(c.set("weight_dtype", "float32").ok());
-  auto set = [&](const char *key, const auto &v) {
-    EXPECT_TRUE(c.set(key, v).ok()) << key;
-  };
+  auto set = [&](const char* key, const auto& v) { EXPECT_TRUE(c.set(key, v).ok()) << key; };
   set("ici_pipeline_parallelism", s.stages);
-  if (s.stages == 1)
-    set("scan_layers", false); // the sequential reference: layers_<l>
-  if (s.microbatches > 0)
-    set("num_pipeline_microbatches", s.microbatches);
-  if (s.repeats > 0)
-    set("num_pipeline_repeats", s.repeats);
-  if (s.delay)
-    set("pipeline_delay_activation_forwarding", true);
+  if (s.stages == 1) set("scan_layers", false);  // the sequential reference: layers_<l>
+  if (s.microbatches > 0) set("num_pipeline_microbatches", s.microbatches);
+  if (s.repeats > 0) set("num_pipeline_repeats", s.repeats);
+  if (s.delay) set("pipeline_delay_activation_forwarding", true);
   return c;
 }
 
-const testing::TrainRun &sequential() {
+const testing::TrainRun& sequential() {
   static const testing::TrainRun r = [] {
     Result<ResolvedConfig> cfg = resolve_config(tiny({}), 8);
     EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-    Result<testing::TrainRun> x =
-        testing::train(*cfg, Mesh(), CompileOptions{}, kSteps);
+    Result<testing::TrainRun> x = testing::train(*cfg, Mesh(), CompileOptions{}, kSteps);
     EXPECT_TRUE(x.ok()) << x.status().message();
     return x.ok() ? std::move(*x) : testing::TrainRun{};
   }();
@@ -76,18 +67,17 @@ struct Case {
   bool zero1 = false;
 };
 
-int64_t size_of(const Case &c, const std::string &axis) {
+int64_t size_of(const Case& c, const std::string& axis) {
   for (size_t i = 0; i < c.axes.size(); ++i)
-    if (c.axes[i] == axis)
-      return c.sizes[i];
+    if (c.axes[i] == axis) return c.sizes[i];
   return 1;
 }
 
 class Circular : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
 
 TEST_P(Circular, EqualsSequentialOneDevice) {
-  const auto &[c, explicit_mode] = GetParam();
-  const testing::TrainRun &ref = sequential();
+  const auto& [c, explicit_mode] = GetParam();
+  const testing::TrainRun& ref = sequential();
   ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kSteps));
   Shape8 shape = c.shape;
   shape.stages = size_of(c, "stage");
@@ -105,11 +95,9 @@ TEST_P(Circular, EqualsSequentialOneDevice) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   const testing::RunDiff d = testing::compare_runs(*r, ref);
   const PipelineSchedule sch = pipeline_schedule(cfg->model);
-  fmt::print(
-      "[circular] {} R={} M={} d={} {}{}: loss rel {:.2e}, param rel {:.2e}\n",
-      mesh.to_string(), sch.shape().repeats, sch.shape().microbatches,
-      sch.shape().delay, explicit_mode ? "explicit" : "auto",
-      c.zero1 ? " zero1" : "", d.loss_rel, d.param_rel);
+  fmt::print("[circular] {} R={} M={} d={} {}{}: loss rel {:.2e}, param rel {:.2e}\n",
+             mesh.to_string(), sch.shape().repeats, sch.shape().microbatches, sch.shape().delay,
+             explicit_mode ? "explicit" : "auto", c.zero1 ? " zero1" : "", d.loss_rel, d.param_rel);
   EXPECT_LT(d.loss_rel, 1e-6);
   EXPECT_GE(d.param_rel, 0) << "param sets differ";
   EXPECT_LT(d.param_rel, 1e-6);
@@ -121,40 +109,36 @@ TEST_P(Circular, EqualsSequentialOneDevice) {
   // transposed in the backward.
   const int64_t M = sch.shape().microbatches, R = sch.shape().repeats;
   int permutes = 0;
-  for (const Instr &in : r->exe->program().instrs())
+  for (const Instr& in : r->exe->program().instrs())
     if (in.kind == OpKind::kCollectivePermute) {
       EXPECT_EQ(in.attrs.mesh_axes, std::vector<std::string>{"stage"});
       ++permutes;
     }
-  EXPECT_EQ(permutes,
-            2 * ((sch.iterations() - sch.shape().delay) + M * (R - 1)));
+  EXPECT_EQ(permutes, 2 * ((sch.iterations() - sch.shape().delay) + M * (R - 1)));
 }
 
 const Shape8 kS2R2M2{.microbatches = 2, .repeats = 2};
 const Shape8 kS2R2M4{.microbatches = 4, .repeats = 2};
 const Shape8 kS4R2M4{.microbatches = 4, .repeats = 2};
 const Shape8 kS4R2M8{.microbatches = 8, .repeats = 2};
-const Shape8 kR2Delay{.repeats = 2,
-                      .delay = true}; // M = 2S by default with delay
+const Shape8 kR2Delay{.repeats = 2, .delay = true};  // M = 2S by default with delay
 const Shape8 kR1Delay{.delay = true};
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, Circular,
     ::testing::Combine(
-        ::testing::Values(
-            Case{{"stage"}, {2}, kS2R2M2}, Case{{"stage"}, {2}, kS2R2M4},
-            Case{{"stage"}, {4}, kS4R2M4}, Case{{"stage"}, {4}, kS4R2M8},
-            Case{{"stage"}, {2}, kR2Delay}, Case{{"stage"}, {4}, kR2Delay},
-            Case{{"stage"}, {2}, kR1Delay},
-            Case{{"data", "stage"}, {2, 2}, kS2R2M4},
-            Case{{"stage", "fsdp"}, {2, 2}, kR2Delay},
-            Case{{"stage", "tensor"}, {2, 2}, kS2R2M2},
-            Case{{"data", "stage"}, {2, 2}, kS2R2M4, true}),
+        ::testing::Values(Case{{"stage"}, {2}, kS2R2M2}, Case{{"stage"}, {2}, kS2R2M4},
+                          Case{{"stage"}, {4}, kS4R2M4}, Case{{"stage"}, {4}, kS4R2M8},
+                          Case{{"stage"}, {2}, kR2Delay}, Case{{"stage"}, {4}, kR2Delay},
+                          Case{{"stage"}, {2}, kR1Delay}, Case{{"data", "stage"}, {2, 2}, kS2R2M4},
+                          Case{{"stage", "fsdp"}, {2, 2}, kR2Delay},
+                          Case{{"stage", "tensor"}, {2, 2}, kS2R2M2},
+                          Case{{"data", "stage"}, {2, 2}, kS2R2M4, true}),
         ::testing::Bool()));
 
 // Loss and raw gradient norm of one train_step on the config's first batch, in
 // the double-precision reference interpreter.
-std::vector<double> interpreter_metrics(const Config &c) {
+std::vector<double> interpreter_metrics(const Config& c) {
   Result<ResolvedConfig> cfg = resolve_config(c, 8);
   EXPECT_TRUE(cfg.ok()) << cfg.status().message();
   TrainStepLayout layout;
@@ -166,7 +150,7 @@ std::vector<double> interpreter_metrics(const Config &c) {
   std::vector<HostTensor> args;
   std::vector<float> host;
   for (size_t i = 0; i < p.args().size(); ++i) {
-    const ValueInfo &v = p.value(p.args()[i].value);
+    const ValueInfo& v = p.value(p.args()[i].value);
     HostTensor t;
     t.shape = v.shape;
     t.dtype = v.dtype;
@@ -176,30 +160,26 @@ std::vector<double> interpreter_metrics(const Config &c) {
       init_param(v, cfg->init_weights_seed, host.data());
       t.data.assign(host.begin(), host.end());
     } else if (static_cast<int>(i) >= layout.first_batch_arg) {
-      const auto &a = *batch.arrays()[i - layout.first_batch_arg];
+      const auto& a = *batch.arrays()[i - layout.first_batch_arg];
       t.data.assign(a.begin(), a.end());
     }
     args.push_back(std::move(t));
   }
   Result<std::vector<HostTensor>> out = interpret(p, args);
   EXPECT_TRUE(out.ok()) << out.status().message();
-  if (!out.ok())
-    return {};
+  if (!out.ok()) return {};
   const int m = layout.first_metric_output;
-  return {(*out)[m].data[0], (*out)[m + 2].data[0]}; // loss, raw_grad_norm
+  return {(*out)[m].data[0], (*out)[m + 2].data[0]};  // loss, raw_grad_norm
 }
 
 TEST(CircularInterpreter, GlobalProgramEqualsSequential) {
   const std::vector<double> seq = interpreter_metrics(tiny({}));
   ASSERT_EQ(seq.size(), 2u);
-  for (const Shape8 &s :
-       {Shape8{4, 4, 2}, Shape8{2, 4, 2}, Shape8{4, 8, 2, true}}) {
+  for (const Shape8& s : {Shape8{4, 4, 2}, Shape8{2, 4, 2}, Shape8{4, 8, 2, true}}) {
     const std::vector<double> pipe = interpreter_metrics(tiny(s));
     ASSERT_EQ(pipe.size(), 2u);
-    EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0])
-        << "S=" << s.stages << " M=" << s.microbatches;
-    EXPECT_NEAR(pipe[1], seq[1], 1e-9 * seq[1])
-        << "S=" << s.stages << " M=" << s.microbatches;
+    EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]) << "S=" << s.stages << " M=" << s.microbatches;
+    EXPECT_NEAR(pipe[1], seq[1], 1e-9 * seq[1]) << "S=" << s.stages << " M=" << s.microbatches;
   }
 }
 
@@ -211,23 +191,22 @@ TEST(CircularLayout, RepeatsStagesLayersPerStage) {
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   TrainStepLayout layout;
   const Program p = build_train_step(*cfg, &layout);
-  const ValueInfo &wo =
-      p.value(p.args()[3].value); // params/decoder/layers/<sub>
+  const ValueInfo& wo = p.value(p.args()[3].value);  // params/decoder/layers/<sub>
   ASSERT_TRUE(pipeline_param_subpath(wo.name)) << wo.name;
-  EXPECT_EQ(wo.shape[0], 2); // R
-  EXPECT_EQ(wo.shape[1], 2); // S
-  EXPECT_EQ(wo.shape[2], 2); // lps = 8 / (2 x 2)
+  EXPECT_EQ(wo.shape[0], 2);  // R
+  EXPECT_EQ(wo.shape[1], 2);  // S
+  EXPECT_EQ(wo.shape[2], 2);  // lps = 8 / (2 x 2)
   EXPECT_EQ(wo.logical[0], "circular_repeats");
   EXPECT_EQ(wo.logical[1], "layers");
   EXPECT_EQ(pipeline_layer_dims(wo), 3);
 }
 
 TEST(CircularErrors, BadInputNamesBothNumbers) {
-  auto err = [](const Config &c) {
+  auto err = [](const Config& c) {
     Result<ResolvedConfig> r = resolve_config(c, 8);
     return r.ok() ? std::string() : std::string(r.status().message());
   };
-  auto has = [&](const Config &c, const std::string &want) {
+  auto has = [&](const Config& c, const std::string& want) {
     const std::string e = err(c);
     EXPECT_NE(e.find(want), std::string::npos) << e;
   };
@@ -240,8 +219,9 @@ TEST(CircularErrors, BadInputNamesBothNumbers) {
       "num_pipeline_microbatches >= 2 x 4 stages, got 4");
   Config c = tiny({.stages = 2, .repeats = 2});
   ASSERT_TRUE(c.set("num_layers_per_pipeline_stage", int64_t{1}).ok());
-  has(c, "num_pipeline_repeats 2 disagrees with num_decoder_layers 8 / "
-         "(num_layers_per_pipeline_stage 1 x 2 stages) = 4 repeats");
+  has(c,
+      "num_pipeline_repeats 2 disagrees with num_decoder_layers 8 / "
+      "(num_layers_per_pipeline_stage 1 x 2 stages) = 4 repeats");
   c = tiny({.stages = 2});
   ASSERT_TRUE(c.set("ici_fsdp_parallelism", int64_t{1}).ok());
   ASSERT_TRUE(c.set("pipeline_fsdp_ag_once", true).ok());
@@ -254,5 +234,5 @@ TEST(CircularErrors, BadInputNamesBothNumbers) {
   has(c, "exclusive");
 }
 
-} // namespace
-} // namespace eng
+}  // namespace
+}  // namespace eng

@@ -25,8 +25,7 @@ namespace eng::testing {
 
 struct TrainRun {
   std::vector<float> losses;
-  std::map<std::string, std::vector<float>>
-      params; // per-layer names (stacked ones split)
+  std::map<std::string, std::vector<float>> params;  // per-layer names (stacked ones split)
   std::shared_ptr<const Executable> exe;
   std::vector<int64_t> device_param_bytes;
   double collective_mismatch = 0;
@@ -34,12 +33,11 @@ struct TrainRun {
 
 // Stacked pipeline weights ([R,] S, lps, ...) split into their layers l (the
 // leading dims' row-major index).
-inline void split_pipeline_params(const Program &p, int num_params,
-                                  std::vector<std::vector<float>> &fetched,
-                                  TrainRun &run) {
+inline void split_pipeline_params(const Program& p, int num_params,
+                                  std::vector<std::vector<float>>& fetched, TrainRun& run) {
   for (int i = 0; i < num_params; ++i) {
-    const ValueInfo &v = p.value(p.args()[i].value);
-    std::vector<float> &h = fetched[i];
+    const ValueInfo& v = p.value(p.args()[i].value);
+    std::vector<float>& h = fetched[i];
     if (auto sub = pipeline_param_subpath(v.name)) {
       const int lead = pipeline_layer_dims(v);
       const int64_t L = v.shape.prod(0, lead), n = v.shape.numel() / L;
@@ -52,25 +50,23 @@ inline void split_pipeline_params(const Program &p, int num_params,
   }
 }
 
-inline Result<TrainRun> train(const ResolvedConfig &cfg, const Mesh &mesh,
-                              const CompileOptions &opts, int steps) {
+inline Result<TrainRun> train(const ResolvedConfig& cfg, const Mesh& mesh,
+                              const CompileOptions& opts, int steps) {
   TrainStepLayout layout;
   Program p = build_train_step(cfg, &layout);
   TrainRun run;
   ENG_ASSIGN_OR_RETURN(run.exe, compile(p, mesh, opts));
   Runtime rt(mesh);
-  ENG_ASSIGN_OR_RETURN(std::vector<Array> state,
-                       init_train_state(p, *run.exe, cfg, rt));
+  ENG_ASSIGN_OR_RETURN(std::vector<Array> state, init_train_state(p, *run.exe, cfg, rt));
   for (int d = 0; d < rt.num_devices(); ++d) {
     int64_t bytes = 0;
-    for (int i = 0; i < layout.num_params; ++i)
-      bytes += state[i].shards[d].bytes();
+    for (int i = 0; i < layout.num_params; ++i) bytes += state[i].shards[d].bytes();
     run.device_param_bytes.push_back(bytes);
   }
   ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
   HostBatch batch;
   std::vector<Array> outputs;
-  const std::vector<Array *> args = arg_pointers(state);
+  const std::vector<Array*> args = arg_pointers(state);
   for (int step = 0; step < steps; ++step) {
     data->next(batch);
     ENG_RETURN_IF_ERROR(write_batch(rt, batch, layout, state));
@@ -84,14 +80,12 @@ inline Result<TrainRun> train(const ResolvedConfig &cfg, const Mesh &mesh,
     // going backward) that is the mean over devices.
     std::map<std::string, double> mean;
     for (int d = 0; d < rt.num_devices(); ++d)
-      for (const auto &[k, b] : rt.communicator().bytes_received(d))
+      for (const auto& [k, b] : rt.communicator().bytes_received(d))
         mean[k] += b / rt.num_devices();
-    for (const auto &[k, b] : run.exe->cost().collective_bytes)
-      run.collective_mismatch =
-          std::max(run.collective_mismatch, std::fabs(mean[k] - b) / b);
+    for (const auto& [k, b] : run.exe->cost().collective_bytes)
+      run.collective_mismatch = std::max(run.collective_mismatch, std::fabs(mean[k] - b) / b);
   }
-  ENG_ASSIGN_OR_RETURN(std::vector<std::vector<float>> fetched,
-                       fetch_params(rt, p, layout, state));
+  ENG_ASSIGN_OR_RETURN(std::vector<std::vector<float>> fetched, fetch_params(rt, p, layout, state));
   split_pipeline_params(p, layout.num_params, fetched, run);
   return run;
 }
@@ -101,18 +95,15 @@ inline Result<TrainRun> train(const ResolvedConfig &cfg, const Mesh &mesh,
 struct RunDiff {
   double loss_rel = 0, param_rel = 0;
 };
-inline RunDiff compare_runs(const TrainRun &got, const TrainRun &want) {
+inline RunDiff compare_runs(const TrainRun& got, const TrainRun& want) {
   RunDiff d;
   for (size_t s = 0; s < want.losses.size() && s < got.losses.size(); ++s)
-    d.loss_rel =
-        std::max(d.loss_rel, std::fabs(double{got.losses[s]} - want.losses[s]) /
-                                 std::fabs(double{want.losses[s]}));
-  if (got.params.size() != want.params.size())
-    return {d.loss_rel, -1};
-  for (const auto &[name, w] : want.params) {
+    d.loss_rel = std::max(d.loss_rel, std::fabs(double{got.losses[s]} - want.losses[s]) /
+                                          std::fabs(double{want.losses[s]}));
+  if (got.params.size() != want.params.size()) return {d.loss_rel, -1};
+  for (const auto& [name, w] : want.params) {
     auto it = got.params.find(name);
-    if (it == got.params.end() || it->second.size() != w.size())
-      return {d.loss_rel, -1};
+    if (it == got.params.end() || it->second.size() != w.size()) return {d.loss_rel, -1};
     double diff = 0, norm = 0;
     for (size_t k = 0; k < w.size(); ++k) {
       diff = std::max(diff, std::fabs(double{it->second[k]} - w[k]));
@@ -123,4 +114,4 @@ inline RunDiff compare_runs(const TrainRun &got, const TrainRun &want) {
   return d;
 }
 
-} // namespace eng::testing
+}  // namespace eng::testing
