@@ -31,6 +31,7 @@ constexpr Module kModules[] = {
     {"config", open_lua_config},
     {"train", open_lua_train},
     {"compiled", open_lua_compiled},
+    {"pipeline", open_lua_pipeline},
     {"sharding", open_lua_sharding},
     {"plot", open_lua_plot},
     {"runs", open_lua_runs},

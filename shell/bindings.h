@@ -22,6 +22,7 @@ void open_lua_partition_spec(lua_State* L, int sl);  // sl.P and the PartitionSp
 void open_lua_config(lua_State* L, int sl);    // sl.config, sl.config_keys and Config
 void open_lua_train(lua_State* L, int sl);     // sl.trainer, Trainer and StepHandle
 void open_lua_compiled(lua_State* L, int sl);  // the Compiled type (t:compile())
+void open_lua_pipeline(lua_State* L, int sl);  // sl.pipeline_schedule (lua_pipeline.cpp)
 void open_lua_plot(lua_State* L, int sl);   // the `plot` module (also sl.plot): spark, line, save, show
 void open_lua_dist(lua_State* L, int sl);  // sl.process_index, process_count, devices, local_devices
 void open_lua_sharding(lua_State* L, int sl);  // sl.rules, sl.logical_to_mesh, sl.visualize, ...

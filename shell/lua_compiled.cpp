@@ -9,6 +9,7 @@
 
 #include "shell/bindings.h"
 #include "shell/lua_binding.h"
+#include "shell/lua_pipeline.h"
 #include "shell/lua_types.h"
 #include "shell/pretty.h"
 
@@ -125,8 +126,9 @@ void push_memory(lua_State* L, const eng::MemoryAnalysis& m) {
   lua_setfield(L, -2, "summary");
 }
 
-void push_cost(lua_State* L, const eng::CostAnalysis& c) {
-  lua_createtable(L, 0, 3);
+void push_cost(lua_State* L, const eng::Executable& exe) {
+  const eng::CostAnalysis& c = exe.cost();
+  lua_createtable(L, 0, 4);
   lua_pushnumber(L, c.flops);
   lua_setfield(L, -2, "flops");
   lua_pushnumber(L, c.bytes_accessed);
@@ -137,6 +139,8 @@ void push_cost(lua_State* L, const eng::CostAnalysis& c) {
     lua_setfield(L, -2, axis.c_str());
   }
   lua_setfield(L, -2, "collective_bytes");
+  push_collective_rows(L, exe.program());  // lua_pipeline.h
+  lua_setfield(L, -2, "collectives");
 }
 
 // {outcome = "hit"|"miss", level = "tracing"|"executable"|"persistent", reason = <kind>,
@@ -161,13 +165,20 @@ Result<int> compiled_property(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled"));
   std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
   if (key == "memory") push_memory(L, c->exe->memory());
-  else if (key == "cost") push_cost(L, c->exe->cost());
+  else if (key == "cost") push_cost(L, *c->exe);
   else if (key == "key") lua_pushstring(L, c->cache.key.c_str());  // the compile-cache key (hex)
   else if (key == "cache") push_cache_info(L, c->cache);
   else if (key == "name") lua_pushstring(L, c->fn_name.c_str());
+  else if (key == "instructions")
+    lua_pushinteger(L, static_cast<lua_Integer>(c->exe->program().instrs().size()));
   else if (key == "mesh") push_udata(L, c->exe->mesh());
   else lua_pushnil(L);
   return 1;
+}
+
+Result<int> compiled_pipeline(lua_State* L) {  // lua_pipeline.cpp
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:pipeline"));
+  return push_compiled_pipeline(L, *c);
 }
 
 constexpr Method kCompiledMethods[] = {
@@ -179,8 +190,11 @@ constexpr Method kCompiledMethods[] = {
      "  (with its checkpoint_name), type, size, live range (first..last instruction), producing op,\n"
      "  decoder layer (layers_N, for values of a layer's remat region; layers for a stacked\n"
      "  scan_layers gradient) and arena offset."},
+    {"pipeline", lua_entry<compiled_pipeline>, "c:pipeline() -> Pipeline",
+     "The pipeline schedule this program runs, as t:pipeline() gives it (no measurement)."},
 };
-constexpr const char* kCompiledProperties[] = {"memory", "cost", "key", "cache", "name", "mesh"};
+constexpr const char* kCompiledProperties[] = {"memory", "cost", "key",          "cache",
+                                               "name",   "mesh", "instructions"};
 
 }  // namespace
 
@@ -188,8 +202,9 @@ void open_lua_compiled(lua_State* L, int) {
   define_type(L, {"Compiled",
                   "A compiled train_step. Fields: c.memory (argument/output/temp/alias/peak bytes per\n"
                   "  device, and MaxText's summary line), c.cost (flops, bytes_accessed,\n"
-                  "  collective_bytes per mesh axis), c.key (program fingerprint), c.cache (the cache lookup:\n"
-                  "  outcome, level, reason, explanation, key, compile_s), c.name, c.mesh.",
+                  "  collective_bytes per mesh axis, collectives: rows per op and mesh axes), c.key\n"
+                  "  (program fingerprint), c.cache (the cache lookup: outcome, level, reason,\n"
+                  "  explanation, key, compile_s), c.name, c.mesh, c.instructions (per-device program).",
                   lua_entry<compiled_tostring>, nullptr, udata_gc<CompiledBox>, kCompiledMethods,
                   lua_entry<compiled_property>, kCompiledProperties});
 }

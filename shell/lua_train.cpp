@@ -23,6 +23,7 @@
 #include "shell/lua_binding.h"
 #include "shell/lua_runs.h"
 #include "shell/lua_sharding.h"
+#include "shell/lua_pipeline.h"
 #include "shell/lua_types.h"
 
 namespace shell {
@@ -155,7 +156,8 @@ Result<int> trainer_compile_body(lua_State* L) {
     verbose = v.value_or(verbose);
   }
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<const eng::Executable> exe, with_context(fn, t->compile()));
-  push_udata(L, CompiledBox{exe, t->program().name(), t->last_compile()});
+  push_udata(L, CompiledBox{exe, t->program().name(), t->last_compile(),
+                            pipeline_shape_of(t->config())});
   // MaxText prints the memory analysis at compile (with log_compiles the trainer already did).
   if (verbose && !t->raw_config().get_bool("log_compiles")) {
     const std::string where = fmt::format("[{} on {}]", t->program().name(), mesh_label(exe->mesh()));
@@ -588,6 +590,11 @@ Result<int> trainer_tag_or_log(lua_State* L, bool log) {
   lua_settop(L, 1);
   return 1;
 }
+Result<int> trainer_pipeline(lua_State* L) {  // lua_pipeline.cpp
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:pipeline"));
+  return push_trainer_pipeline(L, *t);
+}
+
 Result<int> trainer_tag(lua_State* L) { return trainer_tag_or_log(L, false); }
 Result<int> trainer_log(lua_State* L) { return trainer_tag_or_log(L, true); }
 
@@ -650,6 +657,12 @@ constexpr Method kTrainerMethods[] = {
      "Tags the run in the store (MLflow's set_tag): string keys, values as strings."},
     {"log", lua_entry<trainer_log>, "t:log{name = number, ...} -> t",
      "Logs free-form metrics into the store's metrics table at the last step run (context train)."},
+    {"pipeline", lua_entry<trainer_pipeline>, "t:pipeline([{measure = bool}]) -> Pipeline",
+     "The pipeline schedule (ici_pipeline_parallelism > 1) as a value: S, M, R, delay,\n"
+     "  iterations, grid[i + 1][s + 1] = {microbatch_id, repeat_id | bubble}, bubble_fraction\n"
+     "  counted from the grid, per_iteration (instructions, collective bytes per axis);\n"
+     "  prints as a Gantt chart, p:svg() draws it. {measure = true} times every later step's\n"
+     "  instructions; then p.measured = the share of step time spent in bubble slots."},
     {"visualize", lua_entry<trainer_visualize>, "t:visualize(path [, {dims={i, j}, color=bool}]) -> string",
      "The device grid of one array of the state (see sl.visualize), e.g.\n"
      "  t:visualize(\"params/decoder/layers_0/mlp/wi_0/kernel\")."},

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/train/trainer.h"
 #include "engine/mesh/mesh.h"
+#include "engine/model/pipeline_schedule.h"
 #include "engine/sharding/partition_spec.h"
 #include "engine/train/config.h"
 #include "shell/lua_binding.h"
@@ -34,6 +36,7 @@ struct CompiledBox {
   std::shared_ptr<const eng::Executable> exe;
   std::string fn_name;  // "train_step"
   eng::CompileInfo cache;  // the cache lookup that produced exe (key, outcome, level, reason)
+  std::optional<eng::PipelineShape> pipeline = std::nullopt;  // c:pipeline() (lua_pipeline.h)
 };
 template <>
 struct LuaType<CompiledBox> {

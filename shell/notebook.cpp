@@ -194,6 +194,13 @@ CellValue describe_results(lua_State* L, int base) {
     const char* s = lua_tolstring(L, base + 1, &len);
     if (is_svg({s, len})) v.svg.assign(s, len);
   }
+  // A value that draws itself (t:pipeline(): its metatable's __svg string) shows the drawing.
+  if (n == 1 && luaL_getmetafield(L, base + 1, "__svg") != LUA_TNIL) {
+    size_t len = 0;
+    const char* s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : nullptr;
+    if (s != nullptr && is_svg({s, len})) v.svg.assign(s, len);
+    lua_pop(L, 1);
+  }
   if (n == 1 && v.svg.empty()) table_value(L, base + 1, &v);
   return v;
 }

@@ -174,6 +174,7 @@ void write_value(Writer& w, const ValueInfo& v) {
   w.str(v.checkpoint_name);
   w.i64(v.remat_scope);
   w.boolean(v.recomputed);
+  w.i64(v.pipeline_iteration);
 }
 
 ValueInfo read_value(Reader& r) {
@@ -194,6 +195,7 @@ ValueInfo read_value(Reader& r) {
   v.checkpoint_name = r.str("value checkpoint_name");
   v.remat_scope = static_cast<int32_t>(r.i64("value remat_scope"));
   v.recomputed = r.boolean("value recomputed");
+  v.pipeline_iteration = static_cast<int32_t>(r.i64("value pipeline_iteration"));
   return v;
 }
 

@@ -182,11 +182,15 @@ class Partitioner {
     desire_stacked_slices();
     desire_through_converts();
     for (size_t i = 0; i < g_.instrs().size(); ++i) {
-      Status s = instr(g_.instrs()[i]);
+      // Local ops (collectives included) take the global op's pipeline iteration (program.h).
+      const Instr& gi = g_.instrs()[i];
+      b_.set_pipeline_iteration(gi.outputs.empty() ? -1 : gv(gi.outputs[0]).pipeline_iteration);
+      Status s = instr(gi);
       if (!s.ok())
         return Status(s.code(), fmt::format("{} (instruction {}: {})", s.message(), i,
                                             op_name(g_.instrs()[i].kind)));
     }
+    b_.set_pipeline_iteration(-1);
     for (const ProgramOutput& o : g_.outputs()) {
       const int rank = g_.value(o.value).shape.rank();
       PartitionSpec target = o.aliased_arg >= 0 ? out.arg_specs[o.aliased_arg]

@@ -560,6 +560,7 @@ std::vector<ValueId> Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpA
   for (ValueInfo& o : outs) {
     o.producer = index;
     o.remat_scope = remat_scope_;
+    o.pipeline_iteration = pipeline_iteration_;
     instr.outputs.push_back(new_value(std::move(o)));
   }
   program_.instrs_.push_back(std::move(instr));

@@ -30,6 +30,10 @@ class Builder {
   // Values emitted from now on belong to remat region `scope` (a decoder layer), until the
   // next call; -1 (the default) = outside every region: always saved.
   void set_remat_scope(int32_t scope) { remat_scope_ = scope; }
+  // Values emitted from now on belong to pipeline iteration `it` (ValueInfo::
+  // pipeline_iteration), until the next call; -1 (the default) = outside the pipeline.
+  void set_pipeline_iteration(int32_t it) { pipeline_iteration_ = it; }
+  int32_t pipeline_iteration() const { return pipeline_iteration_; }
 
   // ---- vmap (op.h): ops emitted from now on are vmapped over a leading dim of size n
   // (0 = none), until the next call; the pipeline's stage body (jax.vmap over stages).
@@ -105,6 +109,7 @@ class Builder {
   ValueId new_value(ValueInfo info);
   Program program_;
   int32_t remat_scope_ = -1;
+  int32_t pipeline_iteration_ = -1;
   int64_t vmap_ = 0;
   std::string vmap_logical_;
 };

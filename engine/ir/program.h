@@ -44,6 +44,10 @@ struct ValueInfo {
   std::string checkpoint_name;
   int32_t remat_scope = -1;
   bool recomputed = false;
+  // The pipeline iteration (engine/model/pipeline.h) whose ops produced the value: set while
+  // tracing the schedule, inherited by its VJP ops, recomputations and per-device ops, so a
+  // profile can charge each instruction's time to an iteration; -1 = outside the pipeline.
+  int32_t pipeline_iteration = -1;
 
   int64_t bytes() const { return shape.numel() * dtype_size(dtype); }
   // "f32[8,256,256]" (with the spec and mesh: "f32[8@data,256,256]").

@@ -144,6 +144,7 @@ class Rematerializer {
     t.name = from.name;
     t.checkpoint_name = from.checkpoint_name;
     t.remat_scope = from.remat_scope;
+    t.pipeline_iteration = from.pipeline_iteration;
     t.recomputed = from.recomputed;
   }
 

@@ -332,6 +332,7 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
   std::vector<ValueId> ys;                    // each iteration's output (S, micro, T, E)
   std::map<int64_t, ValueId> wraps;           // iteration -> stage 0's input from stage S-1
   for (int64_t t = 0; t < sch.iterations(); ++t) {
+    b.set_pipeline_iteration(static_cast<int32_t>(t));  // a profile's unit (program.h)
     const ValueId state = stage_inputs(b, sch, t, xm, ys, wraps);
     b.checkpoint_name(state, "iteration_input");
     ys.push_back(run_stages(b, m, sch, t, state, weights, pos, seg ? &*seg : nullptr));
@@ -344,6 +345,7 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
           b.shift(ys.back(), 0, -(S - 1));
     }
   }
+  b.set_pipeline_iteration(-1);
   return pipeline_output(b, outputs, xs);
 }
 

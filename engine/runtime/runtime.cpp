@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/base/clock.h"
 #include "engine/base/limits.h"
 #include "engine/base/thread_pool.h"
 #include "engine/compile/memory_plan.h"
@@ -190,6 +191,9 @@ struct Runtime::Prepared {
   std::vector<std::vector<std::unique_ptr<kern::Bf16MatmulPlan>>> plans;
   std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
   kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
+  bool timing = false;                    // set_timing: record `seconds` in execute
+  bool timed = false;                     // `seconds` holds a finished timed execute
+  std::vector<double> seconds;            // [device * instrs + i] (set_timing sizes it)
 };
 
 namespace {
@@ -478,25 +482,36 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   kern::reserve_scratch(prep.scratch);  // the calling thread may not be a pool thread
   const Program& p = exe.program();
   const int64_t lo = local_.lo, n = local_.size();  // this process's devices
+  const size_t ni = p.instrs().size();
+  double* const seconds = prep.timing ? prep.seconds.data() : nullptr;  // set_timing
+  if (seconds) prep.timed = false;
   for (int d = 0; d < num_devices(); ++d) tables_[d] = prep.ptrs[d].data();
-  for (size_t i = 0; i < p.instrs().size(); ++i) {
+  for (size_t i = 0; i < ni; ++i) {
     const Instr& in = p.instrs()[i];
     const auto& plans = prep.plans[i];
     auto scratch = [&](int64_t d) {
       return InstrScratch{prep.widen[d].data(),
                           plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d].get()};
     };
+    auto run_on = [&](int64_t d) {
+      const double t0 = seconds ? now_seconds() : 0;
+      run_instr(p, in, prep.ptrs[d].data(), &mesh_, d, scratch(d));
+      if (seconds) seconds[static_cast<size_t>(d) * ni + i] = now_seconds() - t0;
+    };
     if (is_collective(in.kind)) {
+      const double t0 = seconds ? now_seconds() : 0;
       comm_->run(p, in, tables_);  // one instruction across every device's buffers
       ENG_RETURN_IF_ERROR(comm_->take_error());
+      if (seconds)
+        for (int64_t d = lo; d < lo + n; ++d)
+          seconds[static_cast<size_t>(d) * ni + i] = now_seconds() - t0;
     } else if (n == 1) {
-      run_instr(p, in, prep.ptrs[lo].data(), &mesh_, lo, scratch(lo));  // kernels parallelise internally
+      run_on(lo);  // kernels parallelise internally
     } else {
-      default_pool().run(n, [&](int64_t k) {
-        run_instr(p, in, prep.ptrs[lo + k].data(), &mesh_, lo + k, scratch(lo + k));
-      });
+      default_pool().run(n, [&](int64_t k) { run_on(lo + k); });
     }
   }
+  if (seconds) prep.timed = true;
   // Outputs not produced in place (an argument or a value returned twice) are copied.
   for (size_t j = 0; j < p.outputs().size(); ++j) {
     const ProgramOutput& out = p.outputs()[j];
@@ -506,6 +521,20 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
       std::memcpy(outputs[prep.ordinal[j]].shards[d].data(), prep.ptrs[d][out.value], s.bytes);
   }
   return ok_status();
+}
+
+Status Runtime::set_timing(const Executable& exe, bool on) {
+  ENG_RETURN_IF_ERROR(prepare(exe));
+  Prepared& prep = *find_prepared(exe);
+  prep.timing = on;
+  if (on) prep.seconds.assign(exe.program().instrs().size() * devices_.size(), 0.0);
+  return ok_status();
+}
+
+std::span<const double> Runtime::instr_seconds(const Executable& exe) {
+  const Prepared* prep = find_prepared(exe);
+  if (prep == nullptr || !prep->timed) return {};
+  return prep->seconds;
 }
 
 }  // namespace eng

@@ -136,6 +136,15 @@ class Runtime {
   // `outputs` (swap them between steps instead).
   Status execute(const Executable& exe, std::span<Array* const> args, std::vector<Array>& outputs);
 
+  // Instruction timing, off unless asked (a profile of where step time goes, e.g. the
+  // pipeline's bubbles): while on for exe, every execute of exe records the seconds each
+  // device spent in each instruction (a collective's wall time is charged to every device)
+  // into a table sized here, so a timed step still allocates nothing. Prepares exe.
+  Status set_timing(const Executable& exe, bool on);
+  // The last timed execute of exe: seconds[device * instrs + i]; empty when none has run.
+  // Read it when no execute of exe is in flight.
+  std::span<const double> instr_seconds(const Executable& exe);
+
  private:
   struct Prepared;  // per-executable arenas
   Prepared* find_prepared(const Executable& exe);

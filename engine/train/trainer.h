@@ -128,6 +128,11 @@ class Trainer {
   Result<Signature> aot_signature();
   Signature placed_signature() const;  // REQUIRES: !shape_only()
   const CompileInfo& last_compile() const { return jit_ ? jit_->last() : no_compile_; }
+  // The executable the last compile or step used (null before any): a look that records
+  // nothing, unlike compile().
+  std::shared_ptr<const Executable> current_executable() const {
+    return jit_ ? jit_->current() : nullptr;
+  }
   int64_t num_compiles() const { return jit_ ? jit_->num_compiles() : 0; }  // real compiles
   // Loads the next batch on the host and dispatches one step; returns before the devices
   // finish (max_inflight_steps > 0). Errors of earlier async steps surface here or on wait.
