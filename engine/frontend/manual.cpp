@@ -11,27 +11,6 @@
 namespace eng::frontend::manual {
 namespace {
 
-// The axes sorted major to minor (mesh order), checked: inside shard_map, in the mesh, once
-// (the same checks numpy.cpp's collectives make).
-Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,
-                                            const std::vector<std::string>& axes) {
-  if (!tr.manual())
-    return invalid_argument("{}: unbound axis name {}: collectives run inside sl.shard_map", op,
-                            axes.empty() ? "(none)" : "'" + axes[0] + "'");
-  if (axes.empty()) return invalid_argument("{}: needs at least one axis name", op);
-  std::vector<std::string> out = axes;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!tr.mesh().has_axis(out[i]))
-      return invalid_argument("{}: axis '{}' is not in {}", op, out[i], tr.mesh().to_string());
-    for (size_t j = 0; j < i; ++j)
-      if (out[j] == out[i]) return invalid_argument("{}: axis '{}' named twice", op, out[i]);
-  }
-  std::sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) {
-    return tr.mesh().axis_index(a) < tr.mesh().axis_index(b);
-  });
-  return out;
-}
-
 Result<int> checked_axis(std::string_view what, int axis, int rank) {
   const int a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank)
@@ -67,7 +46,7 @@ ValueId emit_all_to_all(Trace& tr, ValueId x, const std::vector<std::string>& ax
 
 Result<ValueId> all_to_all(Trace& tr, ValueId x, const std::vector<std::string>& axes_in,
                            int split_axis, int concat_axis, bool tiled) {
-  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "all_to_all", axes_in));
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, np::group_axes(tr, "all_to_all", axes_in));
   const Shape s = tr.info(x).shape;
   const int64_t g = axes_size(tr.mesh(), axes);
   ENG_ASSIGN_OR_RETURN(const int split, checked_axis("split_axis", split_axis, s.rank()));

@@ -67,6 +67,8 @@ Result<std::vector<std::string>> kept_logical(Trace& tr, ValueId x, int axis, in
   return out;
 }
 
+}  // namespace
+
 Shape without_dim(const Shape& s, int axis, bool keepdims) {
   std::vector<int64_t> d = s.dims();
   if (keepdims)
@@ -75,6 +77,8 @@ Shape without_dim(const Shape& s, int axis, bool keepdims) {
     d.erase(d.begin() + axis);
   return Shape(std::move(d));
 }
+
+namespace {
 
 // n copies of x (size 1 along dim) concatenated along dim, in O(log n) concatenations of the
 // doubled pieces (no instruction with n inputs).
@@ -347,9 +351,6 @@ Result<ValueId> causal_attention(Trace& tr, ValueId q, ValueId k, ValueId v) {
 
 // ---- manual mode ------------------------------------------------------------------------
 
-namespace {
-
-// The axes sorted major to minor (mesh order), checked: inside shard_map, in the mesh, once.
 Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,
                                             const std::vector<std::string>& axes) {
   if (!tr.manual())
@@ -368,6 +369,8 @@ Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,
   });
   return out;
 }
+
+namespace {
 
 ValueId collective(Trace& tr, OpKind kind, ValueId x, const std::vector<std::string>& axes, int dim,
                    int64_t shift = 0, bool fill_zero = false) {

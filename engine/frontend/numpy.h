@@ -28,6 +28,12 @@ std::string py_shape(const Shape& s);
 // numpy's broadcasting; error "Incompatible shapes for broadcasting: shapes=[(8, 4), (3,)]".
 Result<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 Result<ValueId> broadcast_to(Trace& tr, ValueId x, const Shape& shape);
+// s without dim `axis` (size 1 there when keepdims).
+Shape without_dim(const Shape& s, int axis, bool keepdims);
+// The axes of a collective sorted major to minor (mesh order), checked: inside shard_map, in
+// the mesh, each once; errors name `op`.
+Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,
+                                            const std::vector<std::string>& axes);
 
 // Elementwise with broadcasting; both operands of one dtype (f32 or bf16).
 Result<ValueId> add(Trace& tr, ValueId a, ValueId b);

@@ -66,15 +66,6 @@ ValueId reduce_pick(Trace& tr, ValueId x, int d, Dir dir) {
   return x;
 }
 
-Shape dropped(const Shape& s, int axis, bool keepdims) {
-  std::vector<int64_t> d = s.dims();
-  if (keepdims)
-    d[axis] = 1;
-  else
-    d.erase(d.begin() + axis);
-  return Shape(std::move(d));
-}
-
 Result<ValueId> reduce(Trace& tr, std::string_view op, ValueId x, std::optional<int> axis,
                        bool keepdims, Dir dir) {
   ENG_RETURN_IF_ERROR(need_float(tr, op, x));
@@ -91,7 +82,7 @@ Result<ValueId> reduce(Trace& tr, std::string_view op, ValueId x, std::optional<
   }
   ENG_ASSIGN_OR_RETURN(const int d, checked_axis(op, *axis, s.rank()));
   ValueId r = reduce_pick(tr, x, d, dir);
-  return keepdims ? r : b.reshape(r, dropped(s, d, false));
+  return keepdims ? r : b.reshape(r, without_dim(s, d, false));
 }
 
 // The index of the first element equal to the max (kGt) / min (kLt) along axis, int32.
@@ -225,7 +216,7 @@ namespace {
 // x[..., i, ...] along d, that dim removed: a slice and a reshape (both differentiable).
 ValueId take(Trace& tr, ValueId x, int d, int64_t i) {
   Builder& b = tr.builder();
-  return b.reshape(b.slice(x, d, i, 1), dropped(shape_of(tr, x), d, false));
+  return b.reshape(b.slice(x, d, i, 1), without_dim(shape_of(tr, x), d, false));
 }
 
 // x[start:stop:step] along d (step > 0; numpy's clamping), which keeps its position.

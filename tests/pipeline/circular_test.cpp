@@ -136,47 +136,13 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{{"data", "stage"}, {2, 2}, kS2R2M4, true}),
         ::testing::Bool()));
 
-// Loss and raw gradient norm of one train_step on the config's first batch, in
-// the double-precision reference interpreter.
-std::vector<double> interpreter_metrics(const Config& c) {
-  Result<ResolvedConfig> cfg = resolve_config(c, 8);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-  TrainStepLayout layout;
-  Program p = build_train_step(*cfg, &layout);
-  auto data = make_data_source(*cfg);
-  EXPECT_TRUE(data.ok());
-  HostBatch batch;
-  (*data)->next(batch);
-  std::vector<HostTensor> args;
-  std::vector<float> host;
-  for (size_t i = 0; i < p.args().size(); ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    HostTensor t;
-    t.shape = v.shape;
-    t.dtype = v.dtype;
-    t.data.assign(v.shape.numel(), 0.0);
-    if (p.args()[i].role == ArgRole::kParam) {
-      host.resize(v.shape.numel());
-      init_param(v, cfg->init_weights_seed, host.data());
-      t.data.assign(host.begin(), host.end());
-    } else if (static_cast<int>(i) >= layout.first_batch_arg) {
-      const auto& a = *batch.arrays()[i - layout.first_batch_arg];
-      t.data.assign(a.begin(), a.end());
-    }
-    args.push_back(std::move(t));
-  }
-  Result<std::vector<HostTensor>> out = interpret(p, args);
-  EXPECT_TRUE(out.ok()) << out.status().message();
-  if (!out.ok()) return {};
-  const int m = layout.first_metric_output;
-  return {(*out)[m].data[0], (*out)[m + 2].data[0]};  // loss, raw_grad_norm
-}
-
+// In the double-precision reference interpreter, circular and delayed programs give the
+// sequential program's loss and raw gradient norm.
 TEST(CircularInterpreter, GlobalProgramEqualsSequential) {
-  const std::vector<double> seq = interpreter_metrics(tiny({}));
+  const std::vector<double> seq = testing::interpreter_metrics(tiny({}));
   ASSERT_EQ(seq.size(), 2u);
   for (const Shape8& s : {Shape8{4, 4, 2}, Shape8{2, 4, 2}, Shape8{4, 8, 2, true}}) {
-    const std::vector<double> pipe = interpreter_metrics(tiny(s));
+    const std::vector<double> pipe = testing::interpreter_metrics(tiny(s));
     ASSERT_EQ(pipe.size(), 2u);
     EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]) << "S=" << s.stages << " M=" << s.microbatches;
     EXPECT_NEAR(pipe[1], seq[1], 1e-9 * seq[1]) << "S=" << s.stages << " M=" << s.microbatches;

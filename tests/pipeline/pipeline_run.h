@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 
 #include "engine/compile/executable.h"
+#include "engine/ir/interpret.h"
+#include "engine/model/llama.h"
 #include "engine/model/pipeline.h"
 #include "engine/runtime/runtime.h"
 #include "engine/train/config.h"
@@ -112,6 +114,42 @@ inline RunDiff compare_runs(const TrainRun& got, const TrainRun& want) {
     d.param_rel = std::max(d.param_rel, diff / norm);
   }
   return d;
+}
+
+// The train step of config c in the double-precision reference interpreter, from the
+// initial parameters and the first batch: {loss, raw_grad_norm} (empty on failure).
+inline std::vector<double> interpreter_metrics(const Config& c) {
+  Result<ResolvedConfig> cfg = resolve_config(c, 8);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+  TrainStepLayout layout;
+  Program p = build_train_step(*cfg, &layout);
+  auto data = make_data_source(*cfg);
+  EXPECT_TRUE(data.ok());
+  HostBatch batch;
+  (*data)->next(batch);
+  std::vector<HostTensor> args;
+  std::vector<float> host;
+  for (size_t i = 0; i < p.args().size(); ++i) {
+    const ValueInfo& v = p.value(p.args()[i].value);
+    HostTensor t;
+    t.shape = v.shape;
+    t.dtype = v.dtype;
+    t.data.assign(v.shape.numel(), 0.0);
+    if (p.args()[i].role == ArgRole::kParam) {
+      host.resize(v.shape.numel());
+      init_param(v, cfg->init_weights_seed, host.data());
+      t.data.assign(host.begin(), host.end());
+    } else if (static_cast<int>(i) >= layout.first_batch_arg) {
+      const auto& a = *batch.arrays()[i - layout.first_batch_arg];
+      t.data.assign(a.begin(), a.end());
+    }
+    args.push_back(std::move(t));
+  }
+  Result<std::vector<HostTensor>> out = interpret(p, args);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  if (!out.ok()) return {};
+  const int m = layout.first_metric_output;
+  return {(*out)[m].data[0], (*out)[m + 2].data[0]};  // loss, raw_grad_norm
 }
 
 }  // namespace eng::testing

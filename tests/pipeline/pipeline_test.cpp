@@ -163,47 +163,11 @@ TEST(PipelineSchedule, IterationsAndPerStageWeights) {
     EXPECT_EQ(b, 4 * (other + m.num_decoder_layers / 4 * per_layer));
 }
 
-// Loss and raw gradient norm of one train_step on the config's first batch, in the
-// double-precision reference interpreter.
-std::vector<double> interpreter_metrics(const Config& c) {
-  Result<ResolvedConfig> cfg = resolve_config(c, 8);
-  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-  TrainStepLayout layout;
-  Program p = build_train_step(*cfg, &layout);
-  auto data = make_data_source(*cfg);
-  EXPECT_TRUE(data.ok());
-  HostBatch batch;
-  (*data)->next(batch);
-  std::vector<HostTensor> args;
-  std::vector<float> host;
-  for (size_t i = 0; i < p.args().size(); ++i) {
-    const ValueInfo& v = p.value(p.args()[i].value);
-    HostTensor t;
-    t.shape = v.shape;
-    t.dtype = v.dtype;
-    t.data.assign(v.shape.numel(), 0.0);
-    if (p.args()[i].role == ArgRole::kParam) {
-      host.resize(v.shape.numel());
-      init_param(v, cfg->init_weights_seed, host.data());
-      t.data.assign(host.begin(), host.end());
-    } else if (static_cast<int>(i) >= layout.first_batch_arg) {
-      const auto& a = *batch.arrays()[i - layout.first_batch_arg];
-      t.data.assign(a.begin(), a.end());
-    }
-    args.push_back(std::move(t));
-  }
-  Result<std::vector<HostTensor>> out = interpret(p, args);
-  EXPECT_TRUE(out.ok()) << out.status().message();
-  if (!out.ok()) return {};
-  const int m = layout.first_metric_output;
-  return {(*out)[m].data[0], (*out)[m + 2].data[0]};  // loss, raw_grad_norm
-}
-
 // The global pipeline program (vmapped ops, shifts, slices) in the double-precision
 // reference interpreter gives the sequential program's loss and gradient norm.
 TEST(PipelineInterpreter, GlobalProgramEqualsSequential) {
-  const std::vector<double> seq = interpreter_metrics(small(1, -1)),
-                            pipe = interpreter_metrics(small(2, 4));
+  const std::vector<double> seq = testing::interpreter_metrics(small(1, -1)),
+                            pipe = testing::interpreter_metrics(small(2, 4));
   ASSERT_EQ(seq.size(), 2u);
   ASSERT_EQ(pipe.size(), 2u);
   EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]);
@@ -227,8 +191,8 @@ TEST(PipelineInterpreter, PackedBatchEqualsSequential) {
   Result<ResolvedConfig> r = resolve_config(packed(2, 4), 8);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->model.attention_segment_ids);
-  const std::vector<double> seq = interpreter_metrics(packed(1, -1)),
-                            pipe = interpreter_metrics(packed(2, 4));
+  const std::vector<double> seq = testing::interpreter_metrics(packed(1, -1)),
+                            pipe = testing::interpreter_metrics(packed(2, 4));
   ASSERT_EQ(seq.size(), 2u);
   ASSERT_EQ(pipe.size(), 2u);
   EXPECT_NEAR(pipe[0], seq[0], 1e-9 * seq[0]);
