@@ -104,6 +104,27 @@ Result<std::optional<eng::PartitionSpec>> opt_spec(lua_State* L, int idx, std::s
   return std::optional<eng::PartitionSpec>(*p);
 }
 
+Result<std::optional<eng::PartitionSpec>> read_out_sharding(lua_State* L, int idx,
+                                                            std::string_view fn) {
+  if (lua_isnoneornil(L, idx)) return std::optional<eng::PartitionSpec>();
+  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
+  static const std::vector<std::string> kKeys = {"out_sharding"};
+  ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, kKeys));
+  push_field(L, idx, "out_sharding");
+  Result<std::optional<eng::PartitionSpec>> s = opt_spec(L, lua_gettop(L), fn, "out_sharding");
+  lua_pop(L, 1);
+  return s;
+}
+
+void push_tracer(lua_State* L, const std::shared_ptr<fe::Trace>& tr, eng::ValueId v) {
+  ArrayBox box;
+  box.trace = tr;
+  box.value = v;
+  box.shape = tr->info(v).shape;
+  box.dtype = tr->info(v).dtype;
+  push_array(L, std::move(box));
+}
+
 bool array_type_parts(lua_State* L, int idx, eng::Shape* shape, eng::NamedSharding* sharding,
                       std::string* dtype) {
   ArrayBox* a = to_udata<ArrayBox>(L, idx);
@@ -135,14 +156,7 @@ eng::DType number_dtype(const std::vector<Operand>& ops) {
 
 Result<int> push_tracers(lua_State* L, const std::shared_ptr<fe::Trace>& tr,
                          const std::vector<eng::ValueId>& outs) {
-  for (eng::ValueId v : outs) {
-    ArrayBox box;
-    box.trace = tr;
-    box.value = v;
-    box.shape = tr->info(v).shape;
-    box.dtype = tr->info(v).dtype;
-    push_array(L, std::move(box));
-  }
+  for (eng::ValueId v : outs) push_tracer(L, tr, v);
   return static_cast<int>(outs.size());
 }
 

@@ -67,6 +67,12 @@ Result<int> apply(lua_State* L, std::string_view fn, const std::string& key,
 Result<std::optional<eng::PartitionSpec>> opt_spec(lua_State* L, int idx, std::string_view fn,
                                                    std::string_view name);
 
+// {out_sharding = sl.P(...)} at idx (nil or none: no out_sharding).
+Result<std::optional<eng::PartitionSpec>> read_out_sharding(lua_State* L, int idx,
+                                                            std::string_view fn);
+// Pushes traced value v of tr as an Array (a tracer).
+void push_tracer(lua_State* L, const std::shared_ptr<eng::frontend::Trace>& tr, eng::ValueId v);
+
 // sl.typeof / sl.visualize read an Array through this (lua_sharding.cpp calls it first).
 bool array_type_parts(lua_State* L, int idx, eng::Shape* shape, eng::NamedSharding* sharding,
                       std::string* dtype);

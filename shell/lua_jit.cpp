@@ -371,15 +371,6 @@ Result<Outputs> read_results(lua_State* L, const JitBox& j, fe::Trace& tr,
   return out;
 }
 
-void push_tracer(lua_State* L, const std::shared_ptr<fe::Trace>& tr, eng::ValueId v) {
-  ArrayBox box;
-  box.trace = tr;
-  box.value = v;
-  box.shape = tr->info(v).shape;
-  box.dtype = tr->info(v).dtype;
-  push_array(L, std::move(box));
-}
-
 // Calls the function at base+1 with the n values above it (protected); the error message on
 // failure. Leaves its results on the stack above base.
 Status call_traced(lua_State* L, const std::shared_ptr<fe::Trace>& tr, int base, int n) {

@@ -123,17 +123,7 @@ Result<int> matmul(lua_State* L) {
   constexpr std::string_view fn = "matmul";
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn, "a"));
   ENG_ASSIGN_OR_RETURN(ArrayBox * b, arg_array(L, 2, fn, "b"));
-  std::optional<eng::PartitionSpec> out;
-  if (!lua_isnoneornil(L, 3)) {
-    ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "options"));
-    static const std::vector<std::string> kKeys = {"out_sharding"};
-    ENG_RETURN_IF_ERROR(check_keys(L, 3, fn, kKeys));
-    push_field(L, 3, "out_sharding");
-    Result<std::optional<eng::PartitionSpec>> s = opt_spec(L, lua_gettop(L), fn, "out_sharding");
-    lua_pop(L, 1);
-    if (!s.ok()) return s.status();
-    out = *s;
-  }
+  ENG_ASSIGN_OR_RETURN(const std::optional<eng::PartitionSpec> out, read_out_sharding(L, 3, fn));
   Operand oa, ob;
   oa.array = a;
   ob.array = b;
@@ -169,14 +159,7 @@ Result<int> reshape(lua_State* L) {
   // reshard of the result.
   std::optional<eng::PartitionSpec> out;
   if (lua_type(L, 2) == LUA_TTABLE && !lua_isnoneornil(L, 3)) {
-    ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "options"));
-    static const std::vector<std::string> kKeys = {"out_sharding"};
-    ENG_RETURN_IF_ERROR(check_keys(L, 3, fn, kKeys));
-    push_field(L, 3, "out_sharding");
-    Result<std::optional<eng::PartitionSpec>> s = opt_spec(L, lua_gettop(L), fn, "out_sharding");
-    lua_pop(L, 1);
-    if (!s.ok()) return s.status();
-    out = *s;
+    ENG_ASSIGN_OR_RETURN(out, read_out_sharding(L, 3, fn));
     lua_settop(L, 2);
   }
   ENG_ASSIGN_OR_RETURN(std::vector<int64_t> dims, read_new_shape(L, 2, fn));

@@ -34,19 +34,6 @@ Operand of(ArrayBox* a) {
   return o;
 }
 
-// {out_sharding = sl.P(...)} at idx (nil or none: no out_sharding).
-Result<std::optional<eng::PartitionSpec>> read_out_sharding(lua_State* L, int idx,
-                                                            std::string_view fn) {
-  if (lua_isnoneornil(L, idx)) return std::optional<eng::PartitionSpec>();
-  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
-  static const std::vector<std::string> kKeys = {"out_sharding"};
-  ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, kKeys));
-  push_field(L, idx, "out_sharding");
-  Result<std::optional<eng::PartitionSpec>> s = opt_spec(L, lua_gettop(L), fn, "out_sharding");
-  lua_pop(L, 1);
-  return s;
-}
-
 std::string spec_key(const std::optional<eng::PartitionSpec>& s) {
   return s ? "out=" + s->to_string() : "";
 }
