@@ -254,11 +254,8 @@ void push_measured(lua_State* L, const Measured& m) {
   set_number(L, "bubble_share_of_pipeline", m.bubble_share_of_pipeline());
 }
 
-int pipeline_tostring(lua_State* L) {
-  lua_pushvalue(L, lua_upvalueindex(1));
-  return 1;
-}
-int pipeline_svg(lua_State* L) {
+// __tostring and :svg(): the text rendered once when the value was made (upvalue 1).
+int rendered_text(lua_State* L) {
   lua_pushvalue(L, lua_upvalueindex(1));
   return 1;
 }
@@ -303,14 +300,14 @@ void push_pipeline(lua_State* L, const eng::PipelineSchedule& s, const eng::Exec
   lua_pushstring(L, "Pipeline");
   lua_setfield(L, -2, "__name");
   lua_pushstring(L, render_text(s, c, m).c_str());
-  lua_pushcclosure(L, pipeline_tostring, 1);
+  lua_pushcclosure(L, rendered_text, 1);
   lua_setfield(L, -2, "__tostring");
   const std::string svg = render_svg(s, c, m);
   lua_pushstring(L, svg.c_str());
   lua_setfield(L, -2, "__svg");  // a notebook cell whose value this is draws it (notebook.cpp)
   lua_createtable(L, 0, 1);
   lua_pushstring(L, svg.c_str());
-  lua_pushcclosure(L, pipeline_svg, 1);
+  lua_pushcclosure(L, rendered_text, 1);
   lua_setfield(L, -2, "svg");
   lua_setfield(L, -2, "__index");
   lua_setmetatable(L, -2);
