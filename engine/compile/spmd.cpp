@@ -346,10 +346,6 @@ class Partitioner {
     return best;
   }
 
-  // Explicit mode (jax.lax broadcasting_sharding_rule): per dim, the operands' entries must
-  // be equal or unsharded (None takes the other's axes: a local slice, no traffic); anything
-  // else is JAX's TypeError naming every operand's spec. Partial axes are internal (unreduced
-  // matmul results) and are reduced to the common dims as in auto mode.
   // The jax.lax primitive's name, as JAX's errors print it: compare is eq, ne, lt, le, gt or
   // ge by its direction, select is select_n (jnp.where's); the others print as the op.
   static std::string_view jax_name(const Instr& in) {
@@ -359,6 +355,10 @@ class Partitioner {
     return op_name(in.kind);
   }
 
+  // Explicit mode (jax.lax broadcasting_sharding_rule): per dim, the operands' entries must
+  // be equal or unsharded (None takes the other's axes: a local slice, no traffic); anything
+  // else is JAX's TypeError naming every operand's spec. Partial axes are internal (unreduced
+  // matmul results) and are reduced to the common dims as in auto mode.
   Result<PartitionSpec> broadcast_common(const Instr& in) const {
     const auto& x = in.inputs;
     const int r = rank(x[0]);

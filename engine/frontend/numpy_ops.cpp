@@ -187,6 +187,9 @@ Result<ValueId> log_softmax(Trace& tr, ValueId x, int axis) {
 Result<ValueId> transpose(Trace& tr, ValueId x, std::vector<int> axes) {
   const Shape s = shape_of(tr, x);
   const int r = s.rank();
+  if (r > kMaxTransposeRank)
+    return invalid_argument("transpose: an operand of rank {} (the kernel transposes up to rank {})",
+                            r, kMaxTransposeRank);
   if (axes.empty())
     for (int i = r - 1; i >= 0; --i) axes.push_back(i);
   std::vector<int64_t> perm;

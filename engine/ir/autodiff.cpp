@@ -70,12 +70,13 @@ class Differentiator {
       if (!any) continue;
       // The VJP of a vmapped op is the vmapped VJP: its backward ops carry the same vmap.
       const int64_t saved_vmap = b_.vmap();
+      const int32_t saved_iteration = b_.pipeline_iteration();
       b_.set_vmap(in.attrs.vmap);
       // ... and the primal's pipeline iteration (program.h), so a profile charges it there.
       b_.set_pipeline_iteration(b_.info(in.outputs[0]).pipeline_iteration);
       vjp(in);
       b_.set_vmap(saved_vmap);
-      b_.set_pipeline_iteration(-1);
+      b_.set_pipeline_iteration(saved_iteration);
     }
     for (size_t k = 0; k < wrt.size(); ++k) {
       const Cot& c = cot_[wrt[k]];

@@ -37,8 +37,8 @@
 //                    front-end's np.exp, np.log, np.tanh and division; docs/frontend.md)
 //   kAdd, kMul     (a, b) same shape -> elementwise
 //   kTranspose     (x) [permutation=new_shape] -> y with y.shape[i] = x.shape[perm[i]]
-//                    (jax.lax.transpose); any dtype (data movement); its VJP is the
-//                    inverse permutation. The front-end's np.transpose, einsum, axis moves.
+//                    (jax.lax.transpose); any dtype (data movement); rank <= kMaxTransposeRank;
+//                    its VJP is the inverse permutation. The front-end's np.transpose, einsum, axis moves.
 //   kCompare       (a, b) same shape, float [direction=dim: 0 eq, 1 ne, 2 lt, 3 le, 4 gt,
 //                    5 ge] -> 1 where `a direction b` holds, else 0, in a's dtype (a float
 //                    mask: the engine has no bool dtype); NaN compares as IEEE (only ne
@@ -232,6 +232,8 @@ enum class OpKind : uint8_t {
 
 #define ENG_OP_COUNT(Name, printed, cls) +1
 inline constexpr int kNumOps = 0 ENG_OPS(ENG_OP_COUNT);
+// kTranspose's largest rank (the kernel keeps its index on the stack: a step allocates nothing).
+inline constexpr int kMaxTransposeRank = 16;
 #undef ENG_OP_COUNT
 
 constexpr int op_index(OpKind kind) { return static_cast<int>(kind); }

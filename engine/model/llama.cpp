@@ -104,16 +104,6 @@ const std::vector<std::string>& input_data_logical_axes() {
   return axes;
 }
 
-namespace {
-
-// The nine weights of one decoder layer (LlamaLayerParams order): path under the layer,
-// per-layer shape and logical names.
-struct LayerWeight {
-  const char* sub;
-  std::vector<int64_t> dims;
-  Logical logical;
-};
-
 std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
   const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
                 M = m.mlp_dim;
@@ -133,6 +123,8 @@ LlamaLayerParams layer_from_list(const std::vector<ValueId>& v) {
   return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
 }
 
+namespace {
+
 constexpr const char* kScannedPart = "decoder/layers/";
 constexpr const char* kLayerPart = "decoder/layers_";
 
@@ -140,15 +132,6 @@ constexpr const char* kLayerPart = "decoder/layers_";
 
 std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp) {
   return {lp.pre_norm, lp.query, lp.key, lp.value, lp.out, lp.post_norm, lp.wi_0, lp.wi_1, lp.wo};
-}
-
-const std::vector<std::string>& layer_param_subpaths() {
-  static const std::vector<std::string> subs = [] {
-    std::vector<std::string> out;
-    for (const LayerWeight& w : layer_weights(ModelConfig{})) out.push_back(w.sub);
-    return out;
-  }();
-  return subs;
 }
 
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {

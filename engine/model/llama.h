@@ -122,10 +122,19 @@ const std::vector<std::string>& input_data_logical_axes();
 
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m);
 
-// The nine weights of a layer in LlamaLayerParams order, and their paths under layers_{l}/
-// (unscanned) or layers/ (scanned).
+// The nine weights of a layer in LlamaLayerParams order.
 std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp);
-const std::vector<std::string>& layer_param_subpaths();
+LlamaLayerParams layer_from_list(const std::vector<ValueId>& v);
+
+// The nine weights of one decoder layer (LlamaLayerParams order): path under the layer
+// (layers_{l}/, layers/ when scanned, or the pipeline's stacking), per-layer shape and
+// logical names. The scanned, unscanned and pipeline layouts all declare from this list.
+struct LayerWeight {
+  const char* sub;
+  std::vector<int64_t> dims;
+  std::vector<std::string> logical;
+};
+std::vector<LayerWeight> layer_weights(const ModelConfig& m);
 
 // The sum of squares of every parameter-shaped value (gradients, updated parameters; one
 // per entry of p.all, in p.all's order), as one scalar per UNSCANNED parameter, in the

@@ -67,8 +67,6 @@ LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules) {
 
 LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                                                std::vector<ValueId>& all) {
-  const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
-                M = m.mlp_dim;
   const int64_t S = m.pipeline_stages, R = m.pipeline_repeats;
   const int64_t lps = m.num_decoder_layers / (S * R);
   auto param = [&](const std::string& sub, std::vector<int64_t> dims,
@@ -84,18 +82,9 @@ LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
     all.push_back(v);
     return v;
   };
-  LlamaLayerParams lp;
-  lp.pre_norm = param("pre_self_attention_layer_norm/scale", {E}, {"norm"});
-  lp.query = param("self_attention/query/kernel", {E, H, D}, {"embed", "q_heads", "kv"});
-  lp.key = param("self_attention/key/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"});
-  lp.value =
-      param("self_attention/value/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"});
-  lp.out = param("self_attention/out/kernel", {H, D, E}, {"heads", "kv", "embed"});
-  lp.post_norm = param("post_self_attention_layer_norm/scale", {E}, {"norm"});
-  lp.wi_0 = param("mlp/wi_0/kernel", {E, M}, {"embed", "mlp"});
-  lp.wi_1 = param("mlp/wi_1/kernel", {E, M}, {"embed", "mlp"});
-  lp.wo = param("mlp/wo/kernel", {M, E}, {"mlp", "embed"});
-  return lp;
+  std::vector<ValueId> layer;
+  for (const LayerWeight& w : layer_weights(m)) layer.push_back(param(w.sub, w.dims, w.logical));
+  return layer_from_list(layer);
 }
 
 namespace {

@@ -61,11 +61,6 @@ Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatche
 // MaxText; every value is the same. Rules without that name are returned unchanged.
 LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules);
 
-// Iterations of the schedule: M + S - 1 (MaxText's total_iterations with R = 1, delay 1).
-inline int64_t pipeline_iterations(int64_t stages, int64_t microbatches) {
-  return microbatches + stages - 1;
-}
-
 // The schedule a (validated) pipelined model config traces.
 PipelineSchedule pipeline_schedule(const ModelConfig& m);
 

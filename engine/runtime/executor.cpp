@@ -287,7 +287,9 @@ void run_transpose(const Args& a) {
   int keep = r;  // dims [keep, r) stay in place
   while (keep > 0 && perm[keep - 1] == keep - 1) --keep;
   const int64_t block = xs.prod(keep, r) * b.elem;
-  std::vector<int64_t> stride(r, b.elem), idx(keep, 0);
+  ENG_CHECK(r <= kMaxTransposeRank, "transpose: rank {} > {}", r, kMaxTransposeRank);
+  std::array<int64_t, kMaxTransposeRank> stride{}, idx{};  // a step allocates nothing
+  if (r > 0) stride[static_cast<size_t>(r - 1)] = b.elem;
   for (int d = r - 2; d >= 0; --d) stride[d] = stride[d + 1] * xs[d + 1];
   const int64_t n = keep == 0 ? 1 : b.yv.shape.prod(0, keep);
   int64_t src = 0;

@@ -14,6 +14,7 @@
 
 #include "engine/compile/executable.h"
 #include "engine/ir/interpret.h"
+#include "engine/model/pipeline_schedule.h"
 #include "engine/runtime/runtime.h"
 #include "engine/train/config.h"
 #include "engine/train/data.h"
@@ -26,6 +27,11 @@ namespace eng {
 namespace {
 
 constexpr int kSteps = 5;
+
+// Iterations of the non-circular schedule (MaxText's total_iterations with R = 1, delay 1).
+int64_t iterations(int64_t stages, int64_t microbatches) {
+  return PipelineSchedule::make({.stages = stages, .microbatches = microbatches})->iterations();
+}
 
 Config small(int64_t stages, int64_t microbatches) {
   Config c = testing::tiny_llama_config({.model_name = "llama-tiny",
@@ -135,7 +141,7 @@ TEST_P(Pipeline, EqualsSequentialOneDevice) {
       EXPECT_TRUE(in.attrs.fill_zero);
       ++permutes;
     }
-  EXPECT_EQ(permutes, 2 * (pipeline_iterations(S, M) - 1));
+  EXPECT_EQ(permutes, 2 * (iterations(S, M) - 1));
   EXPECT_GT(r->exe->cost().collective_bytes.count("stage"), 0u);
 }
 
@@ -149,8 +155,8 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Bool()));
 
 TEST(PipelineSchedule, IterationsAndPerStageWeights) {
-  EXPECT_EQ(pipeline_iterations(2, 2), 3);
-  EXPECT_EQ(pipeline_iterations(4, 8), 11);
+  EXPECT_EQ(iterations(2, 2), 3);
+  EXPECT_EQ(iterations(4, 8), 11);
   // Each device holds only its stage's layer weights: the decoder layers are 1/S per device.
   Result<ResolvedConfig> cfg = resolve_config(small(4, -1), 8);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
