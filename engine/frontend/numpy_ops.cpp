@@ -12,23 +12,7 @@ namespace {
 
 using Dir = CompareDirection;
 
-const ValueInfo& info(Trace& tr, ValueId v) { return tr.info(v); }
 Shape shape_of(Trace& tr, ValueId v) { return tr.info(v).shape; }  // a copy: emits grow values
-
-Status need_float(Trace& tr, std::string_view op, ValueId v) {
-  if (info(tr, v).dtype == DType::kI32)
-    return invalid_argument("{}: needs a floating-point array, got {}", op,
-                            info(tr, v).type_string());
-  return ok_status();
-}
-
-Result<int> checked_axis(std::string_view op, int axis, int rank) {
-  const int a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank)
-    return invalid_argument("{}: axis {} is out of bounds for array of dimension {}", op, axis,
-                            rank);
-  return a;
-}
 
 // a and b of one float dtype, broadcast to their common shape.
 Result<std::pair<ValueId, ValueId>> broadcast_pair(Trace& tr, std::string_view op, ValueId a,
