@@ -14,6 +14,7 @@
 #include "shell/context.h"
 #include "shell/lua_array.h"
 #include "shell/lua_jit.h"
+#include "shell/lua_numpy.h"
 #include "shell/lua_types.h"
 
 namespace shell {
@@ -309,12 +310,7 @@ Result<int> all_to_all(lua_State* L) {
   constexpr std::string_view fn = "all_to_all";
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
   if (!x.array) return arg_error(L, 1, fn, "x", "Array");
-  std::vector<std::string> axes;
-  if (lua_type(L, 2) == LUA_TSTRING) {
-    axes.push_back(lua_tostring(L, 2));
-  } else {
-    ENG_ASSIGN_OR_RETURN(axes, arg_string_list(L, 2, fn, "axis_name"));
-  }
+  ENG_ASSIGN_OR_RETURN(const std::vector<std::string> axes, read_axis_names(L, 2, fn));
   ENG_ASSIGN_OR_RETURN(int64_t split, arg_int(L, 3, fn, "split_axis"));
   ENG_ASSIGN_OR_RETURN(int64_t concat, arg_int(L, 4, fn, "concat_axis"));
   bool tiled = false;

@@ -192,6 +192,12 @@ Result<std::pair<std::optional<int>, bool>> read_axis(lua_State* L, int idx, std
   return std::make_pair(axis, keepdims);
 }
 
+// An axis name or a list of them, at idx.
+Result<std::vector<std::string>> read_axis_names(lua_State* L, int idx, std::string_view fn) {
+  if (lua_type(L, idx) == LUA_TSTRING) return std::vector<std::string>{lua_tostring(L, idx)};
+  return arg_string_list(L, idx, fn, "axis_name");
+}
+
 namespace {
 
 Result<int> reduction(lua_State* L, std::string_view fn,
@@ -318,12 +324,6 @@ Result<int> attention(lua_State* L) {
 }
 
 // ---- jax.lax collectives (inside sl.shard_map) -------------------------------------------
-
-// An axis name or a list of them.
-Result<std::vector<std::string>> read_axis_names(lua_State* L, int idx, std::string_view fn) {
-  if (lua_type(L, idx) == LUA_TSTRING) return std::vector<std::string>{lua_tostring(L, idx)};
-  return arg_string_list(L, idx, fn, "axis_name");
-}
 
 // {key = integer, tiled = bool} at idx.
 Result<std::pair<int, bool>> read_dim_tiled(lua_State* L, int idx, std::string_view fn,
