@@ -246,9 +246,7 @@ Result<StepHandle> Trainer::step() {
   const int64_t reuse = h.ticket_ - static_cast<int64_t>(staging_.size());
   if (reuse >= 0) ENG_RETURN_IF_ERROR(wait_ticket(reuse));
   StepSlot& slot = slots_[static_cast<size_t>(h.ticket_ % kStepSlots)];
-  std::vector<double> process_times = std::move(slot.process_times);  // sized once, kept
-  slot = StepSlot{};
-  slot.process_times = std::move(process_times);
+  static_cast<StepRecord&>(slot) = StepRecord{};  // process_times keeps its buffer
   slot.ticket = h.ticket_;
   slot.step = step_;
   // The jit dispatch check: the arrays as placed against the executable in use (no
