@@ -468,6 +468,23 @@ Result<int> array(lua_State* L) {
   return put_values(L, fn, values, s, p);
 }
 
+}  // namespace
+
+Result<std::vector<int64_t>> read_shape_table(lua_State* L, int idx, std::string_view fn) {
+  std::vector<int64_t> dims;
+  for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
+    lua_rawgeti(L, idx, i);
+    int ok = 0;
+    const lua_Integer d = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok) return eng::invalid_argument("{}: shape[{}] is not an integer", fn, i);
+    dims.push_back(d);
+  }
+  return dims;
+}
+
+namespace {
+
 Result<eng::Shape> read_dims(lua_State* L, int idx, std::string_view fn) {
   std::vector<int64_t> dims;
   if (lua_type(L, idx) == LUA_TNUMBER) {
@@ -476,14 +493,7 @@ Result<eng::Shape> read_dims(lua_State* L, int idx, std::string_view fn) {
   } else {
     if (lua_type(L, idx) != LUA_TTABLE)
       return arg_error(L, idx, fn, "shape", "a shape {d0, d1, ...}");
-    for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
-      lua_rawgeti(L, idx, i);
-      int ok = 0;
-      const lua_Integer d = lua_tointegerx(L, -1, &ok);
-      lua_pop(L, 1);
-      if (!ok) return eng::invalid_argument("{}: shape[{}] is not an integer", fn, i);
-      dims.push_back(d);
-    }
+    ENG_ASSIGN_OR_RETURN(dims, read_shape_table(L, idx, fn));
   }
   return with_context(fn, eng::Shape::checked(std::move(dims)));
 }
@@ -701,24 +711,20 @@ struct Printer {
     }
     const int64_t stride = shape.prod(dim + 1, shape.rank());
     const std::vector<int64_t> idx = shown(dim);
+    // After an element (or numpy's "..." for the rows left out): a space in the last dim, else
+    // a line per remaining dim and the indent.
+    auto separate = [&](const char* what) {
+      out += what;
+      if (dim == shape.rank() - 1)
+        out += " ";
+      else
+        out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') +
+               std::string(indent + 1, ' ');
+    };
     out += "[";
     for (size_t k = 0; k < idx.size(); ++k) {
-      if (k > 0) {
-        out += ",";
-        if (dim == shape.rank() - 1)
-          out += " ";
-        else
-          out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') +
-                 std::string(indent + 1, ' ');
-      }
-      if (summarize && k > 0 && idx[k] != idx[k - 1] + 1) {
-        out += "...,";
-        if (dim == shape.rank() - 1)
-          out += " ";
-        else
-          out += std::string(static_cast<size_t>(shape.rank() - dim - 1), '\n') +
-                 std::string(indent + 1, ' ');
-      }
+      if (k > 0) separate(",");
+      if (summarize && k > 0 && idx[k] != idx[k - 1] + 1) separate("...,");
       print(out, dim + 1, offset + idx[k] * stride, indent + 1);
     }
     out += "]";

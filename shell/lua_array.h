@@ -54,6 +54,8 @@ struct Operand {
   double number = 0;
 };
 Result<Operand> arg_operand(lua_State* L, int idx, std::string_view fn, std::string_view name = {});
+// The integers of the shape table at idx ({2, -1}); "fn: shape[2] is not an integer" otherwise.
+Result<std::vector<int64_t>> read_shape_table(lua_State* L, int idx, std::string_view fn);
 
 // The op on traced values; returns its results.
 using OpFn = std::function<Result<std::vector<eng::ValueId>>(eng::frontend::Trace&,

@@ -693,7 +693,6 @@ Result<const JitEntry*> lookup(lua_State* L, JitBox& j, int fidx, int first, int
   record(L, j, *e.compiled, fmt::format("{}", fmt::join(args.types, ", ")), false,
          j.seen.empty() ? "never_seen" : "types", j.last_miss);
   j.seen.push_back(args.types);
-  ++j.compiles;
   if (j.cache.size() >= 256) j.cache.clear(), j.hit_logged.clear();
   return &j.cache.emplace(key, std::move(e)).first->second;
 }
@@ -762,8 +761,9 @@ Result<int> jit_call(lua_State* L) {
         "{}: sl.{} inside sl.jit (or grad, vmap) is not supported: the engine partitions one "
         "program in one mode; call it on concrete arrays (it compiles its own program)",
         j->name, mode_fn(*j));
-  if (active_trace() && has_tracer(L, 2, n)) return call_inline(L, *j, fidx, 2, n);
-  if (has_tracer(L, 2, n))
+  const bool tracer = has_tracer(L, 2, n);
+  if (tracer && active_trace()) return call_inline(L, *j, fidx, 2, n);
+  if (tracer)
     return eng::invalid_argument(
         "{}: Encountered an unexpected tracer (from a jit that has returned)", j->name);
   ENG_ASSIGN_OR_RETURN(CallArgs args, read_args(L, *j, fidx, 2, n, j->name));
@@ -801,7 +801,7 @@ Result<int> jit_lower(lua_State* L) {
 Result<int> jit_cache_info(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(JitBox * j, arg_jit(L, "Jitted:cache_info"));
   lua_createtable(L, 0, 3);
-  lua_pushinteger(L, j->compiles);
+  lua_pushinteger(L, static_cast<lua_Integer>(j->seen.size()));
   lua_setfield(L, -2, "compiles");
   lua_pushinteger(L, static_cast<lua_Integer>(j->cache.size()));
   lua_setfield(L, -2, "entries");

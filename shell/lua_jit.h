@@ -39,8 +39,7 @@ struct JitBox {
   std::optional<eng::ShardMode> mode;          // sl.auto_axes / sl.explicit_axes: the mode inside
   std::vector<std::string> mode_axes;          // ... the axes they name (empty: all)
   std::map<std::string, JitEntry> cache;       // signature -> compiled
-  std::vector<std::vector<std::string>> seen;  // per compiled signature: arg types
-  int64_t compiles = 0;
+  std::vector<std::vector<std::string>> seen;  // per compile, in order: its arg types
   std::string last_miss;             // the last miss's explanation
   std::set<std::string> hit_logged;  // signatures whose first hit has a row
   bool manual = false;  // sl.shard_map: f sees per-device blocks (of in_specs) on `mesh`

@@ -14,6 +14,7 @@
 #include "shell/context.h"
 #include "shell/lua_array.h"
 #include "shell/lua_jit.h"
+#include "shell/lua_numpy.h"
 #include "shell/lua_types.h"
 
 namespace shell {
@@ -106,6 +107,15 @@ Status check_callable(lua_State* L, int idx, std::string_view fn) {
   return arg_error(L, idx, fn, "fun", "function");
 }
 
+// The Jitted a transformation of the function at 1 starts from: named after a Jitted f.
+Result<JitBox> new_jit(lua_State* L, std::string_view fn) {
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  JitBox j;
+  j.name = "fn";
+  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  return j;
+}
+
 void push_jit(lua_State* L, JitBox j, int fidx) {
   push_udata(L, std::move(j), 1);
   lua_pushvalue(L, fidx);
@@ -114,20 +124,14 @@ void push_jit(lua_State* L, JitBox j, int fidx) {
 
 Result<int> jit(lua_State* L) {
   constexpr std::string_view fn = "sl.jit";
-  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
-  JitBox j;
-  j.name = "fn";
-  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  ENG_ASSIGN_OR_RETURN(JitBox j, new_jit(L, fn));
   ENG_RETURN_IF_ERROR(read_jit_options(L, 2, j, fn));
   push_jit(L, std::move(j), 1);
   return 1;
 }
 
 Result<int> grad_common(lua_State* L, std::string_view fn, Transform t) {
-  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
-  JitBox j;
-  j.name = "fn";
-  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  ENG_ASSIGN_OR_RETURN(JitBox j, new_jit(L, fn));
   j.transform = t;
   // sl.grad(f, argnums [, {has_aux}]) or sl.grad(f, {argnums =, has_aux =}).
   int opts = 3;
@@ -189,10 +193,7 @@ Result<std::vector<std::optional<int>>> read_axes(lua_State* L, int idx, std::st
 // sl.vmap(f [, in_axes [, out_axes]]) or sl.vmap(f, {in_axes =, out_axes =}).
 Result<int> vmap(lua_State* L) {
   constexpr std::string_view fn = "sl.vmap";
-  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
-  JitBox j;
-  j.name = "fn";
-  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  ENG_ASSIGN_OR_RETURN(JitBox j, new_jit(L, fn));
   j.transform = Transform::kVmap;
   int in_idx = 2, out_idx = 3;
   if (lua_type(L, 2) == LUA_TTABLE) {
@@ -233,10 +234,7 @@ Result<int> vmap(lua_State* L) {
 Result<int> switch_axes(lua_State* L, eng::ShardMode mode) {
   const std::string fn = mode == eng::ShardMode::kAuto ? "sl.auto_axes" : "sl.explicit_axes";
   const char* spec_key = mode == eng::ShardMode::kAuto ? "out_sharding" : "in_sharding";
-  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
-  JitBox j;
-  j.name = "fn";
-  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  ENG_ASSIGN_OR_RETURN(JitBox j, new_jit(L, fn));
   j.mode = mode;
   if (!lua_isnoneornil(L, 2)) {
     ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
@@ -309,31 +307,16 @@ Result<int> all_to_all(lua_State* L) {
   constexpr std::string_view fn = "all_to_all";
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
   if (!x.array) return arg_error(L, 1, fn, "x", "Array");
-  std::vector<std::string> axes;
-  if (lua_type(L, 2) == LUA_TSTRING) {
-    axes.push_back(lua_tostring(L, 2));
-  } else {
-    ENG_ASSIGN_OR_RETURN(axes, arg_string_list(L, 2, fn, "axis_name"));
-  }
+  ENG_ASSIGN_OR_RETURN(const std::vector<std::string> axes, read_axis_names(L, 2, fn));
   ENG_ASSIGN_OR_RETURN(int64_t split, arg_int(L, 3, fn, "split_axis"));
   ENG_ASSIGN_OR_RETURN(int64_t concat, arg_int(L, 4, fn, "concat_axis"));
-  bool tiled = false;
-  if (!lua_isnoneornil(L, 5)) {
-    ENG_RETURN_IF_ERROR(arg_table(L, 5, fn, "options"));
-    static const std::vector<std::string> kKeys = {"tiled"};
-    ENG_RETURN_IF_ERROR(check_keys(L, 5, fn, kKeys));
-    ENG_ASSIGN_OR_RETURN(std::optional<bool> t, field_bool(L, 5, "tiled", fn));
-    tiled = t.value_or(false);
-  }
+  ENG_ASSIGN_OR_RETURN(const bool tiled, read_bool_option(L, 5, fn, "tiled"));
   const int sa = static_cast<int>(std::clamp<int64_t>(split, -1000, 1000));
   const int ca = static_cast<int>(std::clamp<int64_t>(concat, -1000, 1000));
-  return apply(
-      L, fn, fmt::format("{} {} {} {}", fmt::join(axes, ","), sa, ca, tiled), {x},
-      [=](fe::Trace& tr, std::span<const eng::ValueId> in) -> Result<std::vector<eng::ValueId>> {
-        ENG_ASSIGN_OR_RETURN(eng::ValueId y,
-                             fe::manual::all_to_all(tr, in[0], axes, sa, ca, tiled));
-        return std::vector<eng::ValueId>{y};
-      });
+  return apply(L, fn, fmt::format("{} {} {} {}", fmt::join(axes, ","), sa, ca, tiled), {x},
+               [=](fe::Trace& tr, std::span<const eng::ValueId> in) {
+                 return one(fe::manual::all_to_all(tr, in[0], axes, sa, ca, tiled));
+               });
 }
 
 constexpr Function kLaxFunctions[] = {

@@ -21,18 +21,22 @@ namespace np = eng::frontend::np;
 using Values = std::vector<eng::ValueId>;
 using Ins = std::span<const eng::ValueId>;
 
+}  // namespace
+
 Result<Values> one(Result<eng::ValueId> r) {
   if (!r.ok()) return r.status();
   return Values{*r};
 }
 
-Result<int> binary(lua_State* L, std::string_view fn,
-                   Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, eng::ValueId)) {
+Result<int> binary(lua_State* L, std::string_view fn, const BinaryFn& f) {
   ENG_ASSIGN_OR_RETURN(Operand a, arg_operand(L, 1, fn, "x1"));
   ENG_ASSIGN_OR_RETURN(Operand b, arg_operand(L, 2, fn, "x2"));
   if (!a.array && !b.array) return arg_error(L, 1, fn, "x1", "Array (one operand at least)");
-  return apply(L, fn, "", {a, b}, [f](fe::Trace& tr, Ins x) { return one(f(tr, x[0], x[1])); });
+  // apply runs the op before it returns: f can be held by reference.
+  return apply(L, fn, "", {a, b}, [&f](fe::Trace& tr, Ins x) { return one(f(tr, x[0], x[1])); });
 }
+
+namespace {
 
 // c * x for a Lua number c (a static argument: one compilation per value of c).
 Result<int> scaled(lua_State* L, std::string_view fn, ArrayBox* x, double c) {
@@ -133,18 +137,8 @@ Result<int> matmul(lua_State* L) {
 
 // Shape arguments: a table {2, -1} or integers reshape(x, 2, -1).
 Result<std::vector<int64_t>> read_new_shape(lua_State* L, int idx, std::string_view fn) {
+  if (lua_type(L, idx) == LUA_TTABLE) return read_shape_table(L, idx, fn);
   std::vector<int64_t> dims;
-  if (lua_type(L, idx) == LUA_TTABLE) {
-    for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
-      lua_rawgeti(L, idx, i);
-      int ok = 0;
-      const lua_Integer d = lua_tointegerx(L, -1, &ok);
-      lua_pop(L, 1);
-      if (!ok) return eng::invalid_argument("{}: shape[{}] is not an integer", fn, i);
-      dims.push_back(d);
-    }
-    return dims;
-  }
   for (int i = idx; i <= lua_gettop(L); ++i) {
     ENG_ASSIGN_OR_RETURN(int64_t d, arg_int(L, i, fn, "shape"));
     dims.push_back(d);
@@ -192,7 +186,20 @@ Result<std::pair<std::optional<int>, bool>> read_axis(lua_State* L, int idx, std
   return std::make_pair(axis, keepdims);
 }
 
-namespace {
+// An axis name or a list of them, at idx.
+Result<std::vector<std::string>> read_axis_names(lua_State* L, int idx, std::string_view fn) {
+  if (lua_type(L, idx) == LUA_TSTRING) return std::vector<std::string>{lua_tostring(L, idx)};
+  return arg_string_list(L, idx, fn, "axis_name");
+}
+
+Result<bool> read_bool_option(lua_State* L, int idx, std::string_view fn, const char* key) {
+  if (lua_isnoneornil(L, idx)) return false;
+  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
+  const std::string keys[] = {key};
+  ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, keys));
+  ENG_ASSIGN_OR_RETURN(std::optional<bool> v, field_bool(L, idx, key, fn));
+  return v.value_or(false);
+}
 
 Result<int> reduction(lua_State* L, std::string_view fn,
                       Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, std::optional<int>,
@@ -204,6 +211,18 @@ Result<int> reduction(lua_State* L, std::string_view fn,
       L, fn, fmt::format("axis={} keepdims={}", axis ? *axis : 9999, keepdims), {x},
       [f, axis, keepdims](fe::Trace& tr, Ins in) { return one(f(tr, in[0], axis, keepdims)); });
 }
+
+void add_array_methods(lua_State* L, int mt, std::span<const Method> methods) {
+  lua_getfield(L, mt, "__methods");
+  for (const Method& m : methods) {
+    lua_pushcfunction(L, m.fn);
+    lua_setfield(L, -2, m.name);
+  }
+  lua_pop(L, 1);
+}
+
+namespace {
+
 Result<int> sum(lua_State* L) { return reduction(L, "sum", np::sum); }
 Result<int> mean(lua_State* L) { return reduction(L, "mean", np::mean); }
 
@@ -301,14 +320,7 @@ Result<int> attention(lua_State* L) {
   for (int i = 0; i < 3; ++i) {
     ENG_ASSIGN_OR_RETURN(ops[i].array, arg_array(L, i + 1, fn, names[i]));
   }
-  bool causal = false;
-  if (!lua_isnoneornil(L, 4)) {
-    ENG_RETURN_IF_ERROR(arg_table(L, 4, fn, "options"));
-    static const std::vector<std::string> kKeys = {"is_causal"};
-    ENG_RETURN_IF_ERROR(check_keys(L, 4, fn, kKeys));
-    ENG_ASSIGN_OR_RETURN(std::optional<bool> c, field_bool(L, 4, "is_causal", fn));
-    causal = c.value_or(false);
-  }
+  ENG_ASSIGN_OR_RETURN(const bool causal, read_bool_option(L, 4, fn, "is_causal"));
   if (!causal)
     return eng::invalid_argument(
         "{}: only causal attention is in the engine's op set: pass {{is_causal = true}}", fn);
@@ -318,12 +330,6 @@ Result<int> attention(lua_State* L) {
 }
 
 // ---- jax.lax collectives (inside sl.shard_map) -------------------------------------------
-
-// An axis name or a list of them.
-Result<std::vector<std::string>> read_axis_names(lua_State* L, int idx, std::string_view fn) {
-  if (lua_type(L, idx) == LUA_TSTRING) return std::vector<std::string>{lua_tostring(L, idx)};
-  return arg_string_list(L, idx, fn, "axis_name");
-}
 
 // {key = integer, tiled = bool} at idx.
 Result<std::pair<int, bool>> read_dim_tiled(lua_State* L, int idx, std::string_view fn,
@@ -512,12 +518,7 @@ void open_lua_numpy(lua_State* L, int sl, int mt) {
   lua_setfield(L, sl, "lax");
   add_functions(L, sl, "sl", kShardingFunctions);
   // Methods on Array (the methods table define_type made) and the operators.
-  lua_getfield(L, mt, "__methods");
-  for (const Method& m : kNumpyMethods) {
-    lua_pushcfunction(L, m.fn);
-    lua_setfield(L, -2, m.name);
-  }
-  lua_pop(L, 1);
+  add_array_methods(L, mt, kNumpyMethods);
   const std::pair<const char*, lua_CFunction> ops[] = {{"__add", lua_entry<add>},
                                                        {"__sub", lua_entry<subtract>},
                                                        {"__mul", lua_entry<multiply>},

@@ -23,11 +23,6 @@ using Values = std::vector<eng::ValueId>;
 using Ins = std::span<const eng::ValueId>;
 using Dir = eng::CompareDirection;
 
-Result<Values> one(Result<eng::ValueId> r) {
-  if (!r.ok()) return r.status();
-  return Values{*r};
-}
-
 Operand of(ArrayBox* a) {
   Operand o;
   o.array = a;
@@ -66,11 +61,9 @@ Result<std::vector<int>> read_ints(lua_State* L, int idx, std::string_view fn,
 }
 
 Result<int> comparison(lua_State* L, std::string_view fn, Dir d) {
-  ENG_ASSIGN_OR_RETURN(Operand a, arg_operand(L, 1, fn, "x1"));
-  ENG_ASSIGN_OR_RETURN(Operand b, arg_operand(L, 2, fn, "x2"));
-  if (!a.array && !b.array) return arg_error(L, 1, fn, "x1", "Array (one operand at least)");
-  return apply(L, fn, "", {a, b},
-               [d](fe::Trace& tr, Ins x) { return one(np::compare(tr, x[0], x[1], d)); });
+  return binary(L, fn, [d](fe::Trace& tr, eng::ValueId a, eng::ValueId b) {
+    return np::compare(tr, a, b, d);
+  });
 }
 Result<int> equal(lua_State* L) { return comparison(L, "equal", Dir::kEq); }
 Result<int> not_equal(lua_State* L) { return comparison(L, "not_equal", Dir::kNe); }
@@ -79,15 +72,8 @@ Result<int> less_equal(lua_State* L) { return comparison(L, "less_equal", Dir::k
 Result<int> greater(lua_State* L) { return comparison(L, "greater", Dir::kGt); }
 Result<int> greater_equal(lua_State* L) { return comparison(L, "greater_equal", Dir::kGe); }
 
-Result<int> elementwise(lua_State* L, std::string_view fn,
-                        Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, eng::ValueId)) {
-  ENG_ASSIGN_OR_RETURN(Operand a, arg_operand(L, 1, fn, "x1"));
-  ENG_ASSIGN_OR_RETURN(Operand b, arg_operand(L, 2, fn, "x2"));
-  if (!a.array && !b.array) return arg_error(L, 1, fn, "x1", "Array (one operand at least)");
-  return apply(L, fn, "", {a, b}, [f](fe::Trace& tr, Ins x) { return one(f(tr, x[0], x[1])); });
-}
-Result<int> maximum(lua_State* L) { return elementwise(L, "maximum", np::maximum); }
-Result<int> minimum(lua_State* L) { return elementwise(L, "minimum", np::minimum); }
+Result<int> maximum(lua_State* L) { return binary(L, "maximum", np::maximum); }
+Result<int> minimum(lua_State* L) { return binary(L, "minimum", np::minimum); }
 
 // np.where(condition, x, y)
 Result<int> where(lua_State* L) {
@@ -103,16 +89,6 @@ Result<int> where(lua_State* L) {
                [](fe::Trace& tr, Ins x) { return one(np::where(tr, x[0], x[1], x[2])); });
 }
 
-Result<int> reduction(lua_State* L, std::string_view fn,
-                      Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, std::optional<int>,
-                                                bool)) {
-  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "a"));
-  ENG_ASSIGN_OR_RETURN(auto ak, read_axis(L, 2, fn));
-  const auto [axis, keepdims] = ak;
-  return apply(
-      L, fn, fmt::format("axis={} keepdims={}", axis ? *axis : 9999, keepdims), {x},
-      [f, axis, keepdims](fe::Trace& tr, Ins in) { return one(f(tr, in[0], axis, keepdims)); });
-}
 Result<int> max(lua_State* L) { return reduction(L, "max", np::max); }
 Result<int> min(lua_State* L) { return reduction(L, "min", np::min); }
 
@@ -333,12 +309,7 @@ void open_lua_numpy_ops(lua_State* L, int np_table, int mt) {
   add_functions(L, np_table, "sl.numpy", kFunctions);
   lua_pushstring(L, "newaxis");  // np.newaxis in an index: x[{np.newaxis, {}}]
   lua_setfield(L, np_table, "newaxis");
-  lua_getfield(L, mt, "__methods");
-  for (const Method& m : kMethods) {
-    lua_pushcfunction(L, m.fn);
-    lua_setfield(L, -2, m.name);
-  }
-  lua_pop(L, 1);
+  add_array_methods(L, mt, kMethods);
 }
 
 void open_lua_nn_ops(lua_State* L, int nn_table) {

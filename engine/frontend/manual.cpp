@@ -11,25 +11,7 @@
 namespace eng::frontend::manual {
 namespace {
 
-Result<int> checked_axis(std::string_view what, int axis, int rank) {
-  const int a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank)
-    return invalid_argument("all_to_all: {} {} is out of bounds for array of dimension {}", what,
-                            axis, rank);
-  return a;
-}
-
-Shape inserted(const Shape& s, int axis, int64_t size) {
-  std::vector<int64_t> d = s.dims();
-  d.insert(d.begin() + axis, size);
-  return Shape(std::move(d));
-}
-
-Shape removed(const Shape& s, int axis) {
-  std::vector<int64_t> d = s.dims();
-  d.erase(d.begin() + axis);
-  return Shape(std::move(d));
-}
+constexpr std::string_view kOp = "all_to_all";
 
 // The engine's op: split_dim divided by G, concat_dim multiplied by G (split != concat).
 ValueId emit_all_to_all(Trace& tr, ValueId x, const std::vector<std::string>& axes, int split,
@@ -46,12 +28,13 @@ ValueId emit_all_to_all(Trace& tr, ValueId x, const std::vector<std::string>& ax
 
 Result<ValueId> all_to_all(Trace& tr, ValueId x, const std::vector<std::string>& axes_in,
                            int split_axis, int concat_axis, bool tiled) {
-  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, np::group_axes(tr, "all_to_all", axes_in));
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, np::group_axes(tr, kOp, axes_in));
   const Shape s = tr.info(x).shape;
   const int64_t g = axes_size(tr.mesh(), axes);
-  ENG_ASSIGN_OR_RETURN(const int split, checked_axis("split_axis", split_axis, s.rank()));
+  ENG_ASSIGN_OR_RETURN(const int split, np::checked_axis(kOp, split_axis, s.rank(), "split_axis"));
   if (tiled) {
-    ENG_ASSIGN_OR_RETURN(const int concat, checked_axis("concat_axis", concat_axis, s.rank()));
+    ENG_ASSIGN_OR_RETURN(const int concat,
+                         np::checked_axis(kOp, concat_axis, s.rank(), "concat_axis"));
     if (s[split] % g != 0)
       return invalid_argument(
           "all_to_all: split_axis {} of {} has size {}, not divisible by the group size {}", split,
@@ -71,14 +54,15 @@ Result<ValueId> all_to_all(Trace& tr, ValueId x, const std::vector<std::string>&
         "mapped axis {} ({})",
         split, np::py_shape(s), s[split], fmt::join(axes, ","), g);
   // concat_axis is a position of the result (rank r: split removed, the senders' axis added).
-  ENG_ASSIGN_OR_RETURN(const int concat, checked_axis("concat_axis", concat_axis, s.rank()));
+  ENG_ASSIGN_OR_RETURN(const int concat,
+                       np::checked_axis(kOp, concat_axis, s.rank(), "concat_axis"));
   // Insert the senders' axis (size 1) where it ends up, exchange chunks along the split axis
   // (G -> 1) into it (1 -> G), then drop the split axis.
   const int at = concat >= split ? concat + 1 : concat;  // in x with split still present
   const int split_now = split >= at ? split + 1 : split;
-  ValueId y = tr.builder().reshape(x, inserted(s, at, 1));
+  ValueId y = tr.builder().reshape(x, np::with_dim(s, at, 1));
   y = emit_all_to_all(tr, y, axes, split_now, at);
-  return tr.builder().reshape(y, removed(tr.info(y).shape, split_now));
+  return tr.builder().reshape(y, np::without_dim(tr.info(y).shape, split_now, false));
 }
 
 }  // namespace eng::frontend::manual

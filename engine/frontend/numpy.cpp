@@ -11,16 +11,6 @@
 namespace eng::frontend::np {
 namespace {
 
-const ValueInfo& info(Trace& tr, ValueId v) { return tr.info(v); }
-
-Status need_float(Trace& tr, std::string_view op, ValueId v) {
-  const DType d = info(tr, v).dtype;
-  if (d == DType::kI32)
-    return invalid_argument("{}: needs a floating-point array, got {}", op,
-                            info(tr, v).type_string());
-  return ok_status();
-}
-
 Status need_f32(Trace& tr, std::string_view op, ValueId v) {
   if (info(tr, v).dtype != DType::kF32)
     return invalid_argument("{}: the engine's kernel takes float32, got {} (use astype)", op,
@@ -29,14 +19,6 @@ Status need_f32(Trace& tr, std::string_view op, ValueId v) {
 }
 
 int normalize_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
-
-Result<int> checked_axis(std::string_view op, int axis, int rank) {
-  const int a = normalize_axis(axis, rank);
-  if (a < 0 || a >= rank)
-    return invalid_argument("{}: axis {} is out of bounds for array of dimension {}", op, axis,
-                            rank);
-  return a;
-}
 
 Result<ValueId> elementwise(Trace& tr, std::string_view op, OpKind kind, ValueId a, ValueId b) {
   ENG_RETURN_IF_ERROR(need_float(tr, op, a));
@@ -68,6 +50,27 @@ Result<std::vector<std::string>> kept_logical(Trace& tr, ValueId x, int axis, in
 }
 
 }  // namespace
+
+Status need_float(const Trace& tr, std::string_view op, ValueId v) {
+  if (info(tr, v).dtype == DType::kI32)
+    return invalid_argument("{}: needs a floating-point array, got {}", op,
+                            info(tr, v).type_string());
+  return ok_status();
+}
+
+Result<int> checked_axis(std::string_view op, int axis, int rank, std::string_view what) {
+  const int a = normalize_axis(axis, rank);
+  if (a < 0 || a >= rank)
+    return invalid_argument("{}: {} {} is out of bounds for array of dimension {}", op, what, axis,
+                            rank);
+  return a;
+}
+
+Shape with_dim(const Shape& s, int axis, int64_t size) {
+  std::vector<int64_t> d = s.dims();
+  d.insert(d.begin() + axis, size);
+  return Shape(std::move(d));
+}
 
 Shape without_dim(const Shape& s, int axis, bool keepdims) {
   std::vector<int64_t> d = s.dims();
@@ -381,12 +384,6 @@ ValueId collective(Trace& tr, OpKind kind, ValueId x, const std::vector<std::str
   a.shift = shift;
   a.fill_zero = fill_zero;
   return tr.builder().emit(kind, {x}, a)[0];
-}
-
-Shape with_dim(const Shape& s, int axis, int64_t size) {
-  std::vector<int64_t> d = s.dims();
-  d.insert(d.begin() + axis, size);
-  return Shape(std::move(d));
 }
 
 }  // namespace

@@ -28,8 +28,15 @@ std::string py_shape(const Shape& s);
 // numpy's broadcasting; error "Incompatible shapes for broadcasting: shapes=[(8, 4), (3,)]".
 Result<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 Result<ValueId> broadcast_to(Trace& tr, ValueId x, const Shape& shape);
-// s without dim `axis` (size 1 there when keepdims).
+// s without dim `axis` (size 1 there when keepdims); s with a dim of `size` inserted at `axis`.
 Shape without_dim(const Shape& s, int axis, bool keepdims);
+Shape with_dim(const Shape& s, int axis, int64_t size);
+// The checks the op files share (numpy.cpp, numpy_ops.cpp, manual.cpp). need_float: an error
+// naming `op` for an integer array. checked_axis: axis (negative from the end) as 0..rank-1, or
+// "op: axis 3 is out of bounds for array of dimension 2" (`what` names the argument).
+inline const ValueInfo& info(const Trace& tr, ValueId v) { return tr.info(v); }
+Status need_float(const Trace& tr, std::string_view op, ValueId v);
+Result<int> checked_axis(std::string_view op, int axis, int rank, std::string_view what = "axis");
 // The axes of a collective sorted major to minor (mesh order), checked: inside shard_map, in
 // the mesh, each once; errors name `op`.
 Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,

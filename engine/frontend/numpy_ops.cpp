@@ -12,23 +12,7 @@ namespace {
 
 using Dir = CompareDirection;
 
-const ValueInfo& info(Trace& tr, ValueId v) { return tr.info(v); }
 Shape shape_of(Trace& tr, ValueId v) { return tr.info(v).shape; }  // a copy: emits grow values
-
-Status need_float(Trace& tr, std::string_view op, ValueId v) {
-  if (info(tr, v).dtype == DType::kI32)
-    return invalid_argument("{}: needs a floating-point array, got {}", op,
-                            info(tr, v).type_string());
-  return ok_status();
-}
-
-Result<int> checked_axis(std::string_view op, int axis, int rank) {
-  const int a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank)
-    return invalid_argument("{}: axis {} is out of bounds for array of dimension {}", op, axis,
-                            rank);
-  return a;
-}
 
 // a and b of one float dtype, broadcast to their common shape.
 Result<std::pair<ValueId, ValueId>> broadcast_pair(Trace& tr, std::string_view op, ValueId a,
@@ -159,29 +143,35 @@ Result<ValueId> argmin(Trace& tr, ValueId x, std::optional<int> axis) {
   return arg_reduce(tr, "argmin", x, axis, Dir::kLt);
 }
 
-// exp(x - max) and its sum over the axis (keepdims), for softmax and log_softmax.
-Result<std::pair<ValueId, ValueId>> shifted_exp(Trace& tr, std::string_view op, ValueId x,
-                                                int axis) {
+namespace {
+
+// z = x - max, exp(z) and its sum over the axis (keepdims): softmax is exp(z) / sum,
+// log_softmax z - log(sum), each from the one exp.
+struct ShiftedExp {
+  ValueId z, e, sum;
+};
+Result<ShiftedExp> shifted_exp(Trace& tr, std::string_view op, ValueId x, int axis) {
   ENG_RETURN_IF_ERROR(need_float(tr, op, x));
   ENG_ASSIGN_OR_RETURN(const int d, checked_axis(op, axis, shape_of(tr, x).rank()));
   ENG_ASSIGN_OR_RETURN(ValueId m, reduce(tr, op, x, d, true, Dir::kGt));
   ENG_ASSIGN_OR_RETURN(ValueId z, subtract(tr, x, m));
   ENG_ASSIGN_OR_RETURN(ValueId e, unary(tr, "exp", z));
   ENG_ASSIGN_OR_RETURN(ValueId s, sum(tr, e, d, true));
-  return std::make_pair(z, s);
+  return ShiftedExp{z, e, s};
 }
 
+}  // namespace
+
 Result<ValueId> softmax(Trace& tr, ValueId x, int axis) {
-  ENG_ASSIGN_OR_RETURN(auto zs, shifted_exp(tr, "softmax", x, axis));
-  ENG_ASSIGN_OR_RETURN(ValueId e, unary(tr, "exp", zs.first));
-  ENG_ASSIGN_OR_RETURN(ValueId r, unary(tr, "reciprocal", zs.second));
-  return multiply(tr, e, r);
+  ENG_ASSIGN_OR_RETURN(const ShiftedExp zs, shifted_exp(tr, "softmax", x, axis));
+  ENG_ASSIGN_OR_RETURN(ValueId r, unary(tr, "reciprocal", zs.sum));
+  return multiply(tr, zs.e, r);
 }
 
 Result<ValueId> log_softmax(Trace& tr, ValueId x, int axis) {
-  ENG_ASSIGN_OR_RETURN(auto zs, shifted_exp(tr, "log_softmax", x, axis));
-  ENG_ASSIGN_OR_RETURN(ValueId l, unary(tr, "log", zs.second));
-  return subtract(tr, zs.first, l);
+  ENG_ASSIGN_OR_RETURN(const ShiftedExp zs, shifted_exp(tr, "log_softmax", x, axis));
+  ENG_ASSIGN_OR_RETURN(ValueId l, unary(tr, "log", zs.sum));
+  return subtract(tr, zs.z, l);
 }
 
 Result<ValueId> transpose(Trace& tr, ValueId x, std::vector<int> axes) {

@@ -302,10 +302,13 @@ class Differentiator {
   // compare: piecewise constant, no cotangent for either operand (lax.eq and friends).
   void vjp_compare(const Instr&) {}
 
-  // select: dy goes to the chosen operand (zeros, 0 * dy, elsewhere); pred gets none.
+  // select: dy goes to the chosen operand, exact zeros elsewhere (JAX's select transpose
+  // selects against full_like(dy, 0)); pred gets none. 0 * dy is not zeros where dy is inf or
+  // NaN. With no constant op, compare(dy, dy, lt) is the zeros: x < x is false for every float,
+  // inf and NaN included, and the mask has dy's shape, dtype and sharding.
   void vjp_select(const Instr& in) {
     const ValueId pred = in.inputs[0], dy = tensor(in, in.outputs[0]);
-    const ValueId zero = b_.scale(dy, 0.0);
+    const ValueId zero = b_.compare(dy, dy, CompareDirection::kLt);
     if (needs(in.inputs[1]))
       accumulate(in.inputs[1], fresh(b_.select(pred, dy, zero), in.inputs[1]));
     if (needs(in.inputs[2]))

@@ -177,12 +177,19 @@ std::vector<ValueId> per_layer_sum_squares(Builder& b, const ModelConfig& m, con
     for (ValueId v : values) out.push_back(b.sum_squares(v));
     return out;
   }
-  // p.all: embedding, the nine stacked weights, decoder norm, logits.
-  out.push_back(b.sum_squares(values[0]));
+  // p.all holds the stacked layer weights together (declare_llama_params): the terms before
+  // them, each layer's slices (layer-major: the unscanned order), then the terms after them.
+  const std::vector<ValueId> stacked = layer_param_list(p.stacked);
+  const auto at = std::find(p.all.begin(), p.all.end(), stacked.front());
+  const size_t first = static_cast<size_t>(at - p.all.begin()), end = first + stacked.size();
+  ENG_CHECK(end <= p.all.size() && std::equal(stacked.begin(), stacked.end(), at),
+            "per_layer_sum_squares: the stacked weights are not together in the parameters");
+  for (size_t k = 0; k < first; ++k) out.push_back(b.sum_squares(values[k]));
   const int axis = static_cast<int>(m.param_scan_axis);
   for (int64_t l = 0; l < m.num_decoder_layers; ++l)
-    for (size_t k = 1; k <= 9; ++k) out.push_back(b.sum_squares(b.index_in_dim(values[k], axis, l)));
-  for (size_t k = 10; k < values.size(); ++k) out.push_back(b.sum_squares(values[k]));
+    for (size_t k = first; k < end; ++k)
+      out.push_back(b.sum_squares(b.index_in_dim(values[k], axis, l)));
+  for (size_t k = end; k < values.size(); ++k) out.push_back(b.sum_squares(values[k]));
   return out;
 }
 

@@ -203,10 +203,15 @@ void RunRecorder::record_tracing_hit(const CacheKey& key, int64_t step) {
 
 void RunRecorder::record_process_times(int64_t step, std::span<const double> times) {
   if (store_ == nullptr) return;
-  for (size_t p = 0; 2 * p + 1 < times.size(); ++p) {
-    store_->log_metric(run_id_, fmt::format("dist/device_time_s/process_{}", p), step, times[2 * p]);
-    store_->log_metric(run_id_, fmt::format("dist/collective_wait_s/process_{}", p), step,
-                       times[2 * p + 1]);
+  const size_t processes = times.size() / 2;
+  while (process_keys_.size() < processes) {  // the first step names them; later ones reuse
+    const size_t p = process_keys_.size();
+    process_keys_.emplace_back(fmt::format("dist/device_time_s/process_{}", p),
+                               fmt::format("dist/collective_wait_s/process_{}", p));
+  }
+  for (size_t p = 0; p < processes; ++p) {
+    store_->log_metric(run_id_, process_keys_[p].first, step, times[2 * p]);
+    store_->log_metric(run_id_, process_keys_[p].second, step, times[2 * p + 1]);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/compile/jit.h"
 #include "engine/store/metrics_store.h"
@@ -117,6 +118,8 @@ class RunRecorder {
   std::string script_error_;  // set_script_error: "" = none
   int64_t last_step_ = 0;     // the last step recorded (for the script error's event)
   int64_t snapshot_step_ = -1, snapshot_id_ = 0;  // the last sharding snapshot
+  // record_process_times' metric names per process (device time, collective wait), made once.
+  std::vector<std::pair<std::string, std::string>> process_keys_;
 };
 
 }  // namespace eng

@@ -14,6 +14,7 @@
 #include "engine/dist/dist.h"
 #include "engine/model/llama.h"
 #include "engine/runtime/dispatch.h"
+#include "engine/tensor/kernels.h"
 #include "engine/train/state_memory.h"
 
 namespace eng {
@@ -171,7 +172,7 @@ Status Trainer::init_state() {
       std::vector<uint16_t> host16;  // weight_dtype=bfloat16: the initial values, rounded
       if (v.dtype == DType::kBF16) {
         host16.resize(host.size());
-        for (size_t k = 0; k < host.size(); ++k) host16[k] = f32_to_bf16(host[k]);
+        kern::convert_f32_to_bf16(host.data(), host16.data(), static_cast<int64_t>(host.size()));
       }
       const void* data = host16.empty() ? static_cast<const void*>(host.data()) : host16.data();
       ENG_ASSIGN_OR_RETURN(Array a, runtime_->put(data, v.shape, v.dtype, sharding, v.name));
@@ -245,9 +246,7 @@ Result<StepHandle> Trainer::step() {
   const int64_t reuse = h.ticket_ - static_cast<int64_t>(staging_.size());
   if (reuse >= 0) ENG_RETURN_IF_ERROR(wait_ticket(reuse));
   StepSlot& slot = slots_[static_cast<size_t>(h.ticket_ % kStepSlots)];
-  std::vector<double> process_times = std::move(slot.process_times);  // sized once, kept
-  slot = StepSlot{};
-  slot.process_times = std::move(process_times);
+  static_cast<StepRecord&>(slot) = StepRecord{};  // process_times keeps its buffer
   slot.ticket = h.ticket_;
   slot.step = step_;
   // The jit dispatch check: the arrays as placed against the executable in use (no

@@ -160,7 +160,7 @@ class Trainer {
   // Host + device record of one dispatched step, slots_[ticket % kStepSlots]. The host writes
   // the dispatch fields before submit; the dispatcher writes the device fields; the host
   // reads them after the dispatcher's wait (its mutex orders the accesses).
-  struct StepSlot {
+  struct StepRecord {
     int64_t ticket = -1, step = -1;
     bool compiled = false;
     const Executable* exe = nullptr;  // what this step runs (kept alive by the Jit)
@@ -169,6 +169,10 @@ class Trainer {
     double device_start = 0, device_end = 0;
     double synced_at = 0;        // host time of the loss sync (0: not synced in train())
     double step_time_s = 0;      // interval between loss syncs (train())
+  };
+  // A slot: the record, reset for each ticket, and a buffer sized once at setup and kept (a
+  // step allocates nothing).
+  struct StepSlot : StepRecord {
     std::vector<double> process_times;  // under mpirun: per process, device_s and collective wait_s
   };
   // Where each MaxText metric sits in StepSlot::metrics, found by name once.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/frontend/numpy.h"
+#include "engine/frontend/numpy_ops.h"
 #include "engine/frontend/trace.h"
 #include "engine/ir/interpret.h"
 
@@ -114,6 +115,16 @@ TEST(Frontend, BroadcastIsNumpys) {
   EXPECT_EQ(*np::broadcast_shapes(Shape{8, 1, 3}, Shape{4, 1}), (Shape{8, 4, 3}));
   EXPECT_EQ(*np::broadcast_shapes(Shape{}, Shape{2, 2}), (Shape{2, 2}));
   EXPECT_FALSE(np::broadcast_shapes(Shape{2, 3}, Shape{3, 2}).ok());
+}
+
+// softmax = exp(x - max) / sum(exp(x - max)) traces the exp once and uses it twice.
+TEST(Frontend, SoftmaxTracesOneExp) {
+  Trace tr("f", mesh_2x2(AxisType::kAuto));
+  ValueId x = tr.input("x", Shape{4, 6}, DType::kF32, PartitionSpec());
+  ASSERT_TRUE(np::softmax(tr, x, -1).ok());
+  int exps = 0;
+  for (const Instr& in : tr.builder().program().instrs()) exps += in.kind == OpKind::kExp;
+  EXPECT_EQ(exps, 1);
 }
 
 }  // namespace

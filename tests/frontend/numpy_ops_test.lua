@@ -93,6 +93,14 @@ close(np.broadcast_to(sl.array({1, 2}), {3, 2}):totable(), {{1, 2}, {1, 2}, {1, 
 -- ---- gradients -----------------------------------------------------------------------------
 local g = sl.grad(function(t) return np.sum(np.where(np.greater(t, 3), t * t, t)) end)(x)
 close(g:totable(), {{1, 10, 1}, {8, 1, 12}})
+-- The branch where() did not choose gets exact zeros even where the cotangent is inf (d log(t)
+-- at t = 0): JAX's select transpose puts zeros there, never 0 * inf = NaN.
+local pick, a0, b0 = sl.array({1, 0, 1}), sl.array({0, 2, 4}), sl.array({1, 3, 5})
+local da, db = sl.grad(function(p, q) return np.sum(np.log(np.where(pick, p, q))) end, {0, 1})(a0, b0)
+local dat = da:totable()
+assert(dat[1] == math.huge, dat[1])
+close({dat[2], dat[3]}, {0, 0.25})
+close(db:totable(), {0, 1 / 3, 0})
 close(sl.grad(function(t) return np.max(t) end)(x):totable(), {{0, 0, 0}, {0, 0, 1}})
 close(sl.grad(function(t) return np.sum(t.T * sl.array({{1, 2}, {3, 4}, {5, 6}})) end)(x):totable(),
       {{1, 3, 5}, {2, 4, 6}})

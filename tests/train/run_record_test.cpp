@@ -205,6 +205,34 @@ TEST(RunRecordTest, BlockedFlushKeepsRowsAndFailsTheRun) {
             "FAILED");
 }
 
+// Under mpirun each process's device time and collective wait per step: the keys the recorder
+// names once (process_keys_) follow the process count of every call.
+TEST(RunRecordTest, ProcessTimesAreNamedPerProcess) {
+  TempDir dir("rr_process_times");
+  auto store = MetricsStore::open((dir / "m.db")).value();
+  RunRecorder rec(store.get(), 1);
+  ASSERT_TRUE(rec.begin(RunInfo{}).ok());
+  const double two[] = {1, 2, 3, 4}, three[] = {5, 6, 7, 8, 9, 10};
+  rec.record_process_times(0, two);
+  rec.record_process_times(1, three);
+  ASSERT_TRUE(rec.flush().ok());
+  std::map<std::string, double> got;
+  for (const auto& row : q(*store,
+                           "SELECT key || '@' || step, value FROM metrics WHERE run_id = ? AND "
+                           "key LIKE 'dist/%'",
+                           rec.run_id())
+                             .rows)
+    got[text(row[0])] = std::get<double>(row[1]);
+  const std::map<std::string, double> want = {
+      {"dist/device_time_s/process_0@0", 1}, {"dist/collective_wait_s/process_0@0", 2},
+      {"dist/device_time_s/process_1@0", 3}, {"dist/collective_wait_s/process_1@0", 4},
+      {"dist/device_time_s/process_0@1", 5}, {"dist/collective_wait_s/process_0@1", 6},
+      {"dist/device_time_s/process_1@1", 7}, {"dist/collective_wait_s/process_1@1", 8},
+      {"dist/device_time_s/process_2@1", 9}, {"dist/collective_wait_s/process_2@1", 10}};
+  EXPECT_EQ(got, want);
+  rec.end(RunStatus::kFinished, true);
+}
+
 // docs/metrics-store.md's "Every column, at a glance" block: table/view -> columns, and the
 // params, metrics and tags keys a run writes.
 std::map<std::string, std::vector<std::string>> documented() {
