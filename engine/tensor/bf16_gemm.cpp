@@ -9,6 +9,7 @@
 // order: bitwise the same for any thread count. vdpbf16ps treats bf16 denormal inputs as zero and flushes f32 denormal
 // results (< 1.2e-38): the only difference from an exact-product f32 sum besides order.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -21,6 +22,17 @@
 
 namespace eng::kern::detail {
 
+namespace {
+constexpr int64_t kScratchAlign = 64;
+thread_local std::vector<uint8_t> t_scratch;
+}  // namespace
+
+void* thread_matmul_scratch(int64_t bytes) {
+  if (static_cast<int64_t>(t_scratch.size()) < bytes + kScratchAlign) t_scratch.resize(bytes + kScratchAlign);
+  const auto p = reinterpret_cast<uintptr_t>(t_scratch.data());
+  return reinterpret_cast<void*>((p + kScratchAlign - 1) / kScratchAlign * kScratchAlign);
+}
+
 #if defined(__AVX512BF16__)
 namespace {
 
@@ -30,8 +42,8 @@ constexpr int64_t kMC = 64;   // rows per pool task
 constexpr int64_t kNC = 512;  // columns per chunk of B that a task's rows pass over (16 panels)
 constexpr int64_t kPackedB = int64_t{8} << 20;  // elements of B packed per pass (16 MiB)
 
-// Per thread: [packed A: kMC rows | packed B chunk: the calling thread's, read by the workers].
-thread_local std::vector<uint16_t> t_pack;
+// Per thread (thread_matmul_scratch): [packed A: kMC rows | packed B chunk: the calling
+// thread's, read by the workers].
 
 int64_t pairs(int64_t K) { return (K + 1) / 2; }
 int64_t packed_a_elems(const Bf16MatmulShape& s) { return pairs(s.K) * 2 * kMC; }
@@ -44,10 +56,7 @@ int64_t packed_b_elems(const Bf16MatmulShape& s) {
   return (pass_cols(s) + kNR - 1) / kNR * pairs(s.K) * 2 * kNR;
 }
 
-uint16_t* grown(std::vector<uint16_t>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  return v.data();
-}
+uint16_t* pack_scratch(int64_t elems) { return static_cast<uint16_t*>(thread_matmul_scratch(2 * elems)); }
 
 // Panel j of B: for pair p, 32 columns x (b[2p][n], b[2p+1][n]), zero past K and N.
 void pack_b_panel(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, uint16_t* dst) {
@@ -198,7 +207,7 @@ void micro_kernel(const Bf16MatmulShape& s, const APairs& pa, const uint16_t* pb
 void tile(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b, void* C,
           int64_t m0, int64_t n0, int64_t n1, int64_t panel_elems) {
   const bool in_place = a_in_place(s);
-  uint16_t* pa = in_place ? nullptr : grown(t_pack, packed_a_elems(s));
+  uint16_t* pa = in_place ? nullptr : pack_scratch(packed_a_elems(s));
   const int64_t m1 = std::min(s.M, m0 + kMC);
   const int64_t group_elems = pairs(s.K) * 2 * kMR;
   if (!in_place)
@@ -221,13 +230,13 @@ int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s) {
   return 2 * (packed_b_elems(s) + packed_a_elems(s));
 }
 
-void reserve_native_gemm_scratch(int64_t bytes) { grown(t_pack, bytes / 2); }
+void reserve_native_gemm_scratch(int64_t bytes) { thread_matmul_scratch(bytes); }
 
 // Two pool jobs per pass (usually one pass): pack the pass's panels of B, then every
 // (chunk of kNC columns, kMC rows) tile, chunk-major so both threads share a chunk in cache.
 void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C) {
   // The caller's buffer: its B panels are read by the workers while the caller waits in run().
-  uint16_t* pb = grown(t_pack, packed_a_elems(s) + packed_b_elems(s)) + packed_a_elems(s);
+  uint16_t* pb = pack_scratch(packed_a_elems(s) + packed_b_elems(s)) + packed_a_elems(s);
   const int64_t panel_elems = pairs(s.K) * 2 * kNR, mt = (s.M + kMC - 1) / kMC;
   const bool inline_only = ThreadPool::in_parallel_region() || default_pool().num_threads() <= 1;
   const int64_t cols = pass_cols(s);
