@@ -618,17 +618,32 @@ int64_t axis_rank(const Mesh* mesh, int64_t device, const std::vector<std::strin
   return AxesGroup(*mesh, axes).rank(device);
 }
 
+namespace {
+InstrPath decide_path(const Program& p, const Instr& in) {
+  if (uses_bf16_kernel(p, in)) return InstrPath::kBf16Kernel;
+  return widen_bytes(p, in) == 0 ? InstrPath::kKernel : InstrPath::kWidened;
+}
+}  // namespace
+
+std::vector<InstrPath> instr_paths(const Program& p) {
+  std::vector<InstrPath> paths;
+  paths.reserve(p.instrs().size());
+  for (const Instr& in : p.instrs()) paths.push_back(decide_path(p, in));
+  return paths;
+}
+
 void run_instr(const Program& p, const Instr& in, void** ptrs, const Mesh* mesh, int64_t device,
                const InstrScratch& scratch) {
   const Args a{p, in, ptrs, mesh, device, scratch.matmul};
-  if (uses_bf16_kernel(p, in)) {
+  const InstrPath path = scratch.path == InstrPath::kDecide ? decide_path(p, in) : scratch.path;
+  if (path == InstrPath::kBf16Kernel) {
     const RunFn run = bf16_kernel(in.kind);
     ENG_CHECK(run != nullptr, "executor: {} has no bf16 kernel (program.h's list)",
               op_name(in.kind));
     run(a);
     return;
   }
-  if (widen_bytes(p, in) == 0) {
+  if (path == InstrPath::kKernel) {
     kKernels[op_index(in.kind)].run(a);
     return;
   }

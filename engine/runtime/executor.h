@@ -2,6 +2,9 @@
 // Internal to engine/runtime (runtime.cpp drives it over devices and instructions).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "engine/base/status.h"
 #include "engine/ir/program.h"
 #include "engine/mesh/mesh.h"
@@ -18,6 +21,16 @@ Status check_executable_dtypes(const Program& p);
 // below): the largest over the program, reserved per device when an executable is prepared.
 int64_t widen_scratch_bytes(const Program& p);
 
+// How run_instr runs an instruction (see below).
+enum class InstrPath : uint8_t {
+  kDecide,      // not decided yet: run_instr decides (uses_bf16_kernel, widen bytes) per call
+  kKernel,      // the op's kernel on its own buffers (f32, any-dtype ops, no bf16 operands)
+  kBf16Kernel,  // the op's bf16 kernel (uses_bf16_kernel)
+  kWidened,     // the f32 kernel on widened copies of its bf16 operands
+};
+// The path of each instruction of `p`, decided once when an executable is prepared.
+std::vector<InstrPath> instr_paths(const Program& p);
+
 // Runs `in` on one device. ptrs: the device's buffer address per ValueId (entries of the
 // instruction's bf16 operands may be pointed at scratch.widen while it runs, then restored).
 // Allocates nothing (kernels keep per-thread scratch). In-place ops whose output was given its
@@ -30,6 +43,7 @@ int64_t widen_scratch_bytes(const Program& p);
 struct InstrScratch {
   void* widen = nullptr;                         // widen_scratch_bytes(p) bytes, this device's
   const kern::Bf16MatmulPlan* matmul = nullptr;  // the instruction's plan (bf16 matmuls)
+  InstrPath path = InstrPath::kDecide;           // instr_paths(p)[i], when prepared
 };
 void run_instr(const Program& p, const Instr& in, void** ptrs, const Mesh* mesh = nullptr,
                int64_t device = 0, const InstrScratch& scratch = {});

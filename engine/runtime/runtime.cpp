@@ -186,9 +186,10 @@ struct Runtime::Prepared {
   int num_outputs = 0;                    // non-aliased program outputs
   std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
   std::vector<DeviceBuffer> widen;        // per device: f32 copies of bf16 operands (executor.h)
-  // Per instruction: a bf16 matmul's oneDNN plan (one shared by every device), or one per
-  // device for the convert+sgemm fallback, whose f32 copies belong to the plan; else none.
+  // Per instruction: a bf16 matmul's plan (one shared by every device), or one per device
+  // for the convert+sgemm fallback (reentrant now: its scratch is per thread); else none.
   std::vector<std::vector<std::unique_ptr<kern::Bf16MatmulPlan>>> plans;
+  std::vector<InstrPath> paths;           // per instruction: how run_instr runs it (executor.h)
   std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
   kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
   bool timing = false;                    // set_timing: record `seconds` in execute
@@ -365,6 +366,7 @@ kern::MatmulBackend bf16_matmul_backend() {
 
 Status Runtime::make_plans(const Program& p, Prepared& prep) {
   const kern::MatmulBackend backend = bf16_matmul_backend();
+  prep.paths = instr_paths(p);
   prep.plans.resize(p.instrs().size());
   for (size_t i = 0; i < p.instrs().size(); ++i) {
     ENG_ASSIGN_OR_RETURN(auto plan, make_bf16_matmul_plan(p, p.instrs()[i], backend));
@@ -491,7 +493,8 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
     const auto& plans = prep.plans[i];
     auto scratch = [&](int64_t d) {
       return InstrScratch{prep.widen[d].data(),
-                          plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d].get()};
+                          plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d].get(),
+                          prep.paths[i]};
     };
     auto run_on = [&](int64_t d) {
       const double t0 = seconds ? now_seconds() : 0;

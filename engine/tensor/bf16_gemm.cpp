@@ -3,12 +3,20 @@
 //
 // GotoBLAS-style: B is packed (in parallel; all of it, up to kPackedB elements per pass) into
 // 32-column panels of bf16 pairs (k, k+1) in the calling thread's scratch; then tiles of kMC
-// rows by kNC columns go to the pool, each packing its rows of A (or reading them in place when they hold
-// whole pairs: not transposed, K even) and running an 8 x 32 micro-kernel
-// over the whole K (16 f32 accumulators), so every element of C is one f32 sum in a fixed
-// order: bitwise the same for any thread count. vdpbf16ps treats bf16 denormal inputs as zero and flushes f32 denormal
-// results (< 1.2e-38): the only difference from an exact-product f32 sum besides order.
+// rows by kNC columns go to the pool, each packing its rows of A (or reading them in place
+// when they hold whole pairs: not transposed, K even) and running a 6 x 64 micro-kernel (two
+// panels; 24 f32 accumulators; a last odd panel 6 x 32) over the whole K, so every element of
+// C is one f32 sum over k in order: bitwise the same for any thread count and any tile shape
+// (the 8 x 32 kernel before it gave the same bits). vdpbf16ps treats bf16 denormal inputs as
+// zero and flushes f32 denormal results (< 1.2e-38): the only difference from an exact-product
+// f32 sum besides order.
+//
+// Speed (bench/bf16_gemm_bench.cpp, one thread, thread CPU time, Zen 4): the core's vdpbf16ps
+// peak is 1 zmm per cycle, ~232 GFLOP/s; this GEMM runs llama-small's 12 matmul shapes at
+// 170-222 GFLOP/s (~88% of that peak over a step's mix), the same as oneDNN's brgemm called
+// directly on the same shapes (docs/precision.md, "Speed").
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -21,17 +29,29 @@
 
 namespace eng::kern::detail {
 
+namespace {
+constexpr int64_t kScratchAlign = 64;
+thread_local std::vector<uint8_t> t_scratch;
+}  // namespace
+
+void* thread_matmul_scratch(int64_t bytes) {
+  if (static_cast<int64_t>(t_scratch.size()) < bytes + kScratchAlign) t_scratch.resize(bytes + kScratchAlign);
+  const auto p = reinterpret_cast<uintptr_t>(t_scratch.data());
+  return reinterpret_cast<void*>((p + kScratchAlign - 1) / kScratchAlign * kScratchAlign);
+}
+
 #if defined(__AVX512BF16__)
 namespace {
 
-constexpr int64_t kMR = 8;    // micro-kernel rows
-constexpr int64_t kNR = 32;   // micro-kernel columns (two zmm of f32)
-constexpr int64_t kMC = 64;   // rows per pool task
+constexpr int64_t kMR = 8;    // rows per packed group of A
+constexpr int64_t kNR = 32;   // columns per packed panel of B (two zmm of f32)
+constexpr int64_t kRows = 6;  // micro-kernel rows (by 64 columns: 24 zmm accumulators)
+constexpr int64_t kMC = 48;   // rows per pool task (whole groups of kMR and of kRows)
 constexpr int64_t kNC = 512;  // columns per chunk of B that a task's rows pass over (16 panels)
 constexpr int64_t kPackedB = int64_t{8} << 20;  // elements of B packed per pass (16 MiB)
 
-// Per thread: [packed A: kMC rows | packed B chunk: the calling thread's, read by the workers].
-thread_local std::vector<uint16_t> t_pack;
+// Per thread (thread_matmul_scratch): [packed A: kMC rows | packed B chunk: the calling
+// thread's, read by the workers].
 
 int64_t pairs(int64_t K) { return (K + 1) / 2; }
 int64_t packed_a_elems(const Bf16MatmulShape& s) { return pairs(s.K) * 2 * kMC; }
@@ -44,10 +64,7 @@ int64_t packed_b_elems(const Bf16MatmulShape& s) {
   return (pass_cols(s) + kNR - 1) / kNR * pairs(s.K) * 2 * kNR;
 }
 
-uint16_t* grown(std::vector<uint16_t>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  return v.data();
-}
+uint16_t* pack_scratch(int64_t elems) { return static_cast<uint16_t*>(thread_matmul_scratch(2 * elems)); }
 
 // Panel j of B: for pair p, 32 columns x (b[2p][n], b[2p+1][n]), zero past K and N.
 void pack_b_panel(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, uint16_t* dst) {
@@ -124,25 +141,25 @@ void pack_a_rows(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, uint16
 }
 
 // Where the micro-kernel reads A's pairs: pair p of row r at rows[r] + p * pair_stride
-// (packed groups: rows[r] = group + 2r, stride 2 * kMR; rows of A used in place: stride 2).
+// (packed groups of kMR rows: row r of a group at group + 2r, stride 2 * kMR; rows of A used in
+// place: stride 2).
 struct APairs {
-  const uint16_t* rows[kMR];
+  const uint16_t* rows[kRows];
   int64_t pair_stride;
 };
 
 // Whether op(A) is read in place: rows of whole pairs (K even, 4-byte aligned row starts).
 bool a_in_place(const Bf16MatmulShape& s) { return !s.trans_a && s.K % 2 == 0 && s.lda % 2 == 0; }
 
-APairs packed_pairs(const uint16_t* group) {
-  APairs a{{}, 2 * kMR};
-  for (int64_t r = 0; r < kMR; ++r) a.rows[r] = group + 2 * r;
-  return a;
-}
-
-// Rows [m0, m0 + mm) of A in place; rows past M repeat row m0 (their sums are not stored).
-APairs in_place_pairs(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64_t mm) {
-  APairs a{{}, 2};
-  for (int64_t r = 0; r < kMR; ++r) a.rows[r] = A + (m0 + (r < mm ? r : 0)) * s.lda;
+// Rows [m, m + mm) of the tile starting at m0; rows past mm repeat row m (their sums are not
+// stored). Packed: `pa` holds the tile's groups of kMR rows, group_elems apart.
+APairs row_pairs(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* pa,
+                 int64_t group_elems, int64_t m0, int64_t m, int64_t mm) {
+  APairs a{{}, pa ? 2 * kMR : 2};
+  for (int64_t r = 0; r < kRows; ++r) {
+    const int64_t i = m + (r < mm ? r : 0);
+    a.rows[r] = pa ? pa + (i - m0) / kMR * group_elems + 2 * ((i - m0) % kMR) : A + i * s.lda;
+  }
   return a;
 }
 
@@ -160,57 +177,68 @@ inline void store_c(const Bf16MatmulShape& s, void* C, int64_t at, __m512 sum, s
   }
 }
 
-// C[m0 + r][n0 + c] (+)= sum_p a-pairs . b-pairs for r < mm, c < nn.
-void micro_kernel(const Bf16MatmulShape& s, const APairs& pa, const uint16_t* pb, void* C,
-                  int64_t m0, int64_t mm, int64_t n0, int64_t nn) {
-  __m512 acc[kMR][2];  // 16 zmm accumulators: the loops are unrolled so they stay in registers
+// C[m + r][n + c] (+)= sum_p a-pairs . b-pairs for r < mm, c < nn: kRows rows by kZmm x 16
+// columns (kZmm / 2 panels of B, panel_elems apart), kRows * kZmm f32 accumulators in zmm
+// registers. Per pair: kZmm loads of B and kRows broadcasts of A for kRows * kZmm vdpbf16ps.
+template <int kZmm>
+void micro_kernel(const Bf16MatmulShape& s, const APairs& pa, const uint16_t* pb,
+                  int64_t panel_elems, void* C, int64_t m, int64_t mm, int64_t n, int64_t nn) {
+  __m512 acc[kRows][kZmm];  // the loops are unrolled so they stay in registers
 #pragma GCC unroll 8
-  for (int64_t r = 0; r < kMR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kZmm; ++v) acc[r][v] = _mm512_setzero_ps();
   const int64_t P = pairs(s.K), ps = pa.pair_stride;
-  const uint16_t* rows[kMR];
+  const uint16_t* rows[kRows];
 #pragma GCC unroll 8
-  for (int64_t r = 0; r < kMR; ++r) rows[r] = pa.rows[r];
+  for (int64_t r = 0; r < kRows; ++r) rows[r] = pa.rows[r];
+  const uint16_t* pb1 = pb + (kZmm > 2 ? panel_elems : 0);
   for (int64_t p = 0; p < P; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(pb + p * 2 * kNR);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(pb + p * 2 * kNR + kNR);
+    __m512bh b[kZmm];
+#pragma GCC unroll 4
+    for (int v = 0; v < kZmm; ++v)
+      b[v] = (__m512bh)_mm512_loadu_si512((v < 2 ? pb : pb1) + p * 2 * kNR + (v & 1) * 16 * 2);
 #pragma GCC unroll 8
-    for (int64_t r = 0; r < kMR; ++r) {
+    for (int64_t r = 0; r < kRows; ++r) {
       int32_t pair;  // (a[r][2p], a[r][2p+1]) as one 32-bit lane, broadcast
       std::memcpy(&pair, rows[r] + p * ps, 4);
       const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+#pragma GCC unroll 4
+      for (int v = 0; v < kZmm; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, b[v]);
     }
   }
-  const simd::Mask m0_mask = simd::mask_for(nn), m1_mask = nn > 16 ? simd::mask_for(nn - 16) : 0;
 #pragma GCC unroll 8
-  for (int64_t r = 0; r < kMR; ++r) {  // unrolled, so the accumulators are never spilled
+  for (int64_t r = 0; r < kRows; ++r) {  // unrolled, so the accumulators are never spilled
     if (r >= mm) break;
-    store_c(s, C, (m0 + r) * s.ldc + n0, acc[r][0], m0_mask);
-    if (m1_mask) store_c(s, C, (m0 + r) * s.ldc + n0 + 16, acc[r][1], m1_mask);
+#pragma GCC unroll 4
+    for (int v = 0; v < kZmm; ++v)
+      if (16 * v < nn) store_c(s, C, (m + r) * s.ldc + n + 16 * v, acc[r][v], simd::mask_for(nn - 16 * v));
   }
 }
 
-// One pool task: rows [m0, m0 + kMC) x the packed chunk's columns [n0, n1) of C. Panel-major:
-// a 32-column panel of B stays in L1/L2 while the task's 8-row groups of A (packed once, or
-// read in place) pass over it.
+// One pool task: rows [m0, m0 + kMC) x the packed chunk's columns [n0, n1) of C. Two panels of
+// B (64 columns) at a time stay in L1/L2 while the task's rows of A (packed once, or read in
+// place) pass over them kRows at a time; a last single panel runs the 32-column kernel.
 // Panels are panel_elems apart (pairs(K) * 2 * kNR, or more for panels packed with a longer K).
 void tile(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b, void* C,
           int64_t m0, int64_t n0, int64_t n1, int64_t panel_elems) {
   const bool in_place = a_in_place(s);
-  uint16_t* pa = in_place ? nullptr : grown(t_pack, packed_a_elems(s));
+  uint16_t* pa = in_place ? nullptr : pack_scratch(packed_a_elems(s));
   const int64_t m1 = std::min(s.M, m0 + kMC);
   const int64_t group_elems = pairs(s.K) * 2 * kMR;
   if (!in_place)
     for (int64_t m = m0; m < m1; m += kMR) pack_a_rows(s, A, m, pa + (m - m0) / kMR * group_elems);
-  for (int64_t n = n0; n < n1; n += kNR)
-    for (int64_t m = m0; m < m1; m += kMR) {
-      const int64_t mm = std::min(kMR, m1 - m);
-      const APairs a = in_place ? in_place_pairs(s, A, m, mm)
-                                : packed_pairs(pa + (m - m0) / kMR * group_elems);
-      micro_kernel(s, a, packed_b + ((n - n0) / kNR) * panel_elems, C, m, mm, n,
-                   std::min(kNR, n1 - n));
+  for (int64_t n = n0; n < n1; n += 2 * kNR) {
+    const uint16_t* pb = packed_b + ((n - n0) / kNR) * panel_elems;
+    for (int64_t m = m0; m < m1; m += kRows) {
+      const int64_t mm = std::min(kRows, m1 - m);
+      const APairs a = row_pairs(s, A, pa, group_elems, m0, m, mm);
+      if (n1 - n > kNR)
+        micro_kernel<4>(s, a, pb, panel_elems, C, m, mm, n, std::min(2 * kNR, n1 - n));
+      else
+        micro_kernel<2>(s, a, pb, panel_elems, C, m, mm, n, n1 - n);
     }
+  }
 }
 
 }  // namespace
@@ -221,13 +249,13 @@ int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s) {
   return 2 * (packed_b_elems(s) + packed_a_elems(s));
 }
 
-void reserve_native_gemm_scratch(int64_t bytes) { grown(t_pack, bytes / 2); }
+void reserve_native_gemm_scratch(int64_t bytes) { thread_matmul_scratch(bytes); }
 
 // Two pool jobs per pass (usually one pass): pack the pass's panels of B, then every
 // (chunk of kNC columns, kMC rows) tile, chunk-major so both threads share a chunk in cache.
 void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C) {
   // The caller's buffer: its B panels are read by the workers while the caller waits in run().
-  uint16_t* pb = grown(t_pack, packed_a_elems(s) + packed_b_elems(s)) + packed_a_elems(s);
+  uint16_t* pb = pack_scratch(packed_a_elems(s) + packed_b_elems(s)) + packed_a_elems(s);
   const int64_t panel_elems = pairs(s.K) * 2 * kNR, mt = (s.M + kMC - 1) / kMC;
   const bool inline_only = ThreadPool::in_parallel_region() || default_pool().num_threads() <= 1;
   const int64_t cols = pass_cols(s);

@@ -8,6 +8,12 @@
 
 namespace eng::kern::detail {
 
+// The calling thread's bf16 matmul scratch, one buffer shared by every backend (native packing,
+// oneDNN's scratchpad, convert+sgemm's f32 blocks; they never nest on one thread), so that
+// reserve_bf16_matmul_scratch covers whichever backend a plan has: at least `bytes`, 64-byte
+// aligned, grown (the only allocation) when smaller.
+void* thread_matmul_scratch(int64_t bytes);
+
 // True when the CPU (and the build) can run native_gemm: cpu_has_avx512_bf16().
 bool native_bf16_gemm_available();
 // Per-thread packing scratch native_gemm(s) needs; reserve_native_gemm_scratch grows the

@@ -17,6 +17,7 @@
 #include "engine/base/check.h"
 #include "engine/base/thread_pool.h"
 #include "engine/tensor/bf16_gemm.h"
+#include "engine/tensor/blas.h"
 #include "engine/tensor/kernels.h"
 
 namespace eng::kern {
@@ -61,16 +62,9 @@ void pin_openmp_to_one_thread() {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
 }
 
-// Per-thread oneDNN scratchpad, 64-byte aligned inside a byte vector.
-constexpr int64_t kScratchAlign = 64;
-thread_local std::vector<uint8_t> t_dnnl_scratch;
-
-void* scratch_for(int64_t bytes) {
-  if (static_cast<int64_t>(t_dnnl_scratch.size()) < bytes + kScratchAlign)
-    t_dnnl_scratch.resize(bytes + kScratchAlign);
-  const auto p = reinterpret_cast<uintptr_t>(t_dnnl_scratch.data());
-  return reinterpret_cast<void*>((p + kScratchAlign - 1) / kScratchAlign * kScratchAlign);
-}
+// Per-thread scratch of every backend (oneDNN's scratchpad, convert+sgemm's f32 blocks, the
+// native GEMM's packing): one buffer, so reserve_bf16_matmul_scratch covers any plan.
+void* scratch_for(int64_t bytes) { return detail::thread_matmul_scratch(bytes); }
 
 using dt = dnnl::memory::data_type;
 
@@ -115,8 +109,6 @@ struct Bf16MatmulPlan::Impl {
   Split split;
   Prim full, last;  // blocks of size split.per, and the last one (if smaller)
   int64_t scratch_bytes = 0;
-  // kConvertSgemm only: f32 copies, compact (row length = the operand's stored row).
-  mutable std::vector<float> a32, b32, c32;
 };
 
 namespace {
@@ -164,43 +156,68 @@ Status validate(const Bf16MatmulShape& s) {
   return ok_status();
 }
 
-// The stored rows of an operand: A is (M, K) or (K, M); B is (K, N) or (N, K).
-struct Rows {
-  int64_t count, len, ld;
-};
-Rows a_rows(const Bf16MatmulShape& s) { return s.trans_a ? Rows{s.K, s.M, s.lda} : Rows{s.M, s.K, s.lda}; }
-Rows b_rows(const Bf16MatmulShape& s) { return s.trans_b ? Rows{s.N, s.K, s.ldb} : Rows{s.K, s.N, s.ldb}; }
+// convert+sgemm: C in blocks of up to kConvRows x kConvCols, each one task that widens its rows
+// of op(A) and columns of op(B) (and, for a bf16 C it adds to, its block of C) into the running
+// thread's scratch and runs one single-threaded sgemm over the whole K. The blocks depend only
+// on the shape, so every element of C is the same sgemm sum for any thread count; nothing is
+// allocated once the scratch is reserved, and a plan is reentrant.
+constexpr int64_t kConvRows = 256, kConvCols = 512;
 
-void widen_rows(const uint16_t* x, Rows r, float* y) {
-  parallel_for(r.count, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, r.len)),
-               [&](int64_t lo, int64_t hi) {
-                 for (int64_t i = lo; i < hi; ++i) convert_bf16_to_f32(x + i * r.ld, y + i * r.len, r.len);
-               });
+struct ConvBlocks {
+  int64_t mb, nb, row_blocks, col_blocks;
+};
+ConvBlocks conv_blocks(const Bf16MatmulShape& s) {
+  ConvBlocks b{std::min(s.M, kConvRows), std::min(s.N, kConvCols), 0, 0};
+  b.row_blocks = (s.M + kConvRows - 1) / kConvRows;
+  b.col_blocks = (s.N + kConvCols - 1) / kConvCols;
+  return b;
+}
+int64_t convert_scratch_bytes(const Bf16MatmulShape& s) {
+  const ConvBlocks b = conv_blocks(s);
+  return 4 * (b.mb * s.K + s.K * b.nb + (s.c_dtype == DType::kBF16 ? b.mb * b.nb : 0));
 }
 
-// The fallback's f32 copies of A, B (and of a bf16 C), compact.
-struct Widened {
-  float *a, *b, *c;
-};
+// rows x cols bf16 with row stride ld -> compact f32 (row stride cols).
+void widen(const uint16_t* x, int64_t ld, int64_t rows, int64_t cols, float* y) {
+  for (int64_t r = 0; r < rows; ++r) convert_bf16_to_f32(x + r * ld, y + r * cols, cols);
+}
 
-void run_convert_sgemm(const Bf16MatmulShape& s, Widened w, const uint16_t* A, const uint16_t* B,
-                       void* C) {
-  const Rows ar = a_rows(s), br = b_rows(s);
-  widen_rows(A, ar, w.a);
-  widen_rows(B, br, w.b);
+// Block (rows [i0, i0 + m), columns [j0, j0 + n)) of C, with f32 copies in `buf`.
+void convert_block(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C,
+                   int64_t i0, int64_t m, int64_t j0, int64_t n, float* buf) {
+  const ConvBlocks bl = conv_blocks(s);
+  float* a = buf;
+  float* b = a + bl.mb * s.K;
+  float* c = b + s.K * bl.nb;
+  if (s.trans_a) widen(A + i0, s.lda, s.K, m, a); else widen(A + i0 * s.lda, s.lda, m, s.K, a);
+  if (s.trans_b) widen(B + j0 * s.ldb, s.ldb, n, s.K, b); else widen(B + j0, s.ldb, s.K, n, b);
+  const int64_t lda = s.trans_a ? m : s.K, ldb = s.trans_b ? s.K : n;
   const float beta = s.accumulate ? 1.f : 0.f;
   if (s.c_dtype == DType::kF32) {
-    matmul(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.f, w.a, ar.len, w.b, br.len,
-           beta, static_cast<float*>(C), s.ldc);
+    blas::sgemm(s.trans_a, s.trans_b, m, n, s.K, 1.f, a, lda, b, ldb, beta,
+                static_cast<float*>(C) + i0 * s.ldc + j0, s.ldc);
     return;
   }
-  uint16_t* c = static_cast<uint16_t*>(C);
-  if (s.accumulate) widen_rows(c, Rows{s.M, s.N, s.ldc}, w.c);
-  matmul(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.f, w.a, ar.len, w.b, br.len,
-         beta, w.c, s.N);
-  parallel_for(s.M, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, s.N)), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) convert_f32_to_bf16(w.c + i * s.N, c + i * s.ldc, s.N);
-  });
+  uint16_t* cb = static_cast<uint16_t*>(C) + i0 * s.ldc + j0;
+  if (s.accumulate) widen(cb, s.ldc, m, n, c);
+  blas::sgemm(s.trans_a, s.trans_b, m, n, s.K, 1.f, a, lda, b, ldb, beta, c, n);
+  for (int64_t r = 0; r < m; ++r) convert_f32_to_bf16(c + r * n, cb + r * s.ldc, n);
+}
+
+void run_convert_sgemm(const Bf16MatmulShape& s, int64_t scratch_bytes, const uint16_t* A,
+                       const uint16_t* B, void* C) {
+  const ConvBlocks bl = conv_blocks(s);
+  auto block = [&](int64_t t) {
+    const int64_t i0 = (t % bl.row_blocks) * kConvRows, j0 = (t / bl.row_blocks) * kConvCols;
+    convert_block(s, A, B, C, i0, std::min(kConvRows, s.M - i0), j0, std::min(kConvCols, s.N - j0),
+                  static_cast<float*>(scratch_for(scratch_bytes)));
+  };
+  const int64_t parts = bl.row_blocks * bl.col_blocks;
+  if (parts == 1 || ThreadPool::in_parallel_region() || default_pool().num_threads() <= 1) {
+    for (int64_t t = 0; t < parts; ++t) block(t);
+  } else {
+    default_pool().run(parts, block);
+  }
 }
 
 // Zero products (K == 0): C = 0, or C unchanged when accumulating.
@@ -229,7 +246,7 @@ Result<std::unique_ptr<Bf16MatmulPlan>> Bf16MatmulPlan::create(const Bf16MatmulS
     im->scratch_bytes = detail::native_gemm_scratch_bytes(s);
     return std::unique_ptr<Bf16MatmulPlan>(new Bf16MatmulPlan(s, MatmulBackend::kNative, std::move(im)));
   }
-  if (backend != MatmulBackend::kConvertSgemm && !empty) {
+  if (backend == MatmulBackend::kOnednn && !empty) {
     im->split = plan_split(s.M, s.N, s.K);
     const Split& sp = im->split;
     const int64_t dim = sp.by_rows ? s.M : s.N;
@@ -244,25 +261,22 @@ Result<std::unique_ptr<Bf16MatmulPlan>> Bf16MatmulPlan::create(const Bf16MatmulS
           std::max(im->full.scratch.get_size(), im->last.scratch.get_size()));
       return std::unique_ptr<Bf16MatmulPlan>(new Bf16MatmulPlan(s, MatmulBackend::kOnednn, std::move(im)));
     }
-    if (backend == MatmulBackend::kOnednn) return full.ok() ? tail.status() : full.status();
+    return full.ok() ? tail.status() : full.status();
   }
-  if (!empty) {
-    const Rows ar = a_rows(s), br = b_rows(s);
-    im->a32.resize(ar.count * ar.len);
-    im->b32.resize(br.count * br.len);
-    if (s.c_dtype == DType::kBF16) im->c32.resize(s.M * s.N);
-  }
+  if (!empty) im->scratch_bytes = convert_scratch_bytes(s);
   return std::unique_ptr<Bf16MatmulPlan>(new Bf16MatmulPlan(s, MatmulBackend::kConvertSgemm, std::move(im)));
 }
 
 int64_t Bf16MatmulPlan::parts() const {
-  if (backend_ == MatmulBackend::kNative) return (shape_.M + 63) / 64;
-  return backend_ == MatmulBackend::kOnednn ? impl_->split.parts : 1;
+  if (backend_ == MatmulBackend::kNative) return (shape_.M + 47) / 48;
+  if (backend_ == MatmulBackend::kOnednn) return impl_->split.parts;
+  const ConvBlocks b = conv_blocks(shape_);
+  return b.row_blocks * b.col_blocks;
 }
 int64_t Bf16MatmulPlan::scratch_bytes() const { return impl_->scratch_bytes; }
 
 std::string Bf16MatmulPlan::describe() const {
-  if (backend_ == MatmulBackend::kNative) return "native avx512_bf16 (vdpbf16ps 8x32)";
+  if (backend_ == MatmulBackend::kNative) return "native avx512_bf16 (vdpbf16ps 6x64)";
   if (backend_ != MatmulBackend::kOnednn) return "convert+sgemm";
   return fmt::format("onednn {} x{} ({})", impl_->full.impl, impl_->split.parts,
                      impl_->split.by_rows ? "rows" : "columns");
@@ -273,7 +287,7 @@ void Bf16MatmulPlan::run(const uint16_t* A, const uint16_t* B, void* C) const {
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) return run_empty_k(s, C);
   if (backend_ == MatmulBackend::kNative) return detail::native_gemm(s, A, B, C);
-  if (backend_ == MatmulBackend::kConvertSgemm) return run_convert_sgemm(s, {impl_->a32.data(), impl_->b32.data(), impl_->c32.data()}, A, B, C);
+  if (backend_ == MatmulBackend::kConvertSgemm) return run_convert_sgemm(s, impl_->scratch_bytes, A, B, C);
   const Split& sp = impl_->split;
   const int64_t dim = sp.by_rows ? s.M : s.N;
   const int64_t c_size = dtype_size(s.c_dtype);
@@ -312,9 +326,10 @@ void Bf16MatmulPlan::run(const uint16_t* A, const uint16_t* B, void* C) const {
 }
 
 void reserve_bf16_matmul_scratch(int64_t bytes) {
-  if (detail::native_bf16_gemm_available()) return detail::reserve_native_gemm_scratch(bytes);
-  pin_openmp_to_one_thread();
-  dnnl_stream();
+  if (!detail::native_bf16_gemm_available()) {  // where kOnednn may be asked for: its stream
+    pin_openmp_to_one_thread();
+    dnnl_stream();
+  }
   if (bytes > 0) scratch_for(bytes);
 }
 

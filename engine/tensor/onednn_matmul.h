@@ -17,17 +17,20 @@
 // oneDNN never starts a second pool. The split depends only on the shape and the pool's
 // thread count: run() inside a parallel region does the same blocks inline, bitwise equal.
 //
-// Memory: primitives are built by create(). run() allocates no buffers: oneDNN's scratchpad and
-// the native GEMM's packing buffers are per pool thread (reserve_bf16_matmul_scratch, grown on
-// first use otherwise). oneDNN's own execute() still makes 32 small bookkeeping allocations per
-// block of C per call (its memory handles and argument maps; its public API has no way around
-// that), which is why kAuto prefers the native GEMM where the CPU has avx512_bf16: with it a
-// step allocates nothing (tests/tensor/bf16_alloc_test.cpp).
+// Memory: primitives are built by create(). run() allocates no buffers: oneDNN's scratchpad,
+// the native GEMM's packing buffers and convert+sgemm's f32 blocks are per thread
+// (reserve_bf16_matmul_scratch, grown on first use otherwise). oneDNN's own execute() still
+// makes 32 small bookkeeping allocations per block of C per call (its memory handles and
+// argument maps; its public API has no way around that), which is why kAuto never picks it:
+// with kAuto a step allocates nothing on any CPU (tests/tensor/bf16_alloc_test.cpp,
+// tests/train/trainer_alloc_test.cpp, both also run with SHARDLAB_DISABLE_AVX512_BF16=1).
 //
-// CPUs without avx512_bf16: oneDNN runs bf16 with its own emulation (avx512_core) when it can;
-// below that, or with MatmulBackend::kConvertSgemm, the plan converts A and B to f32 (exact)
-// and runs kern::matmul (sgemm). Every backend gives the f32-accumulated product of the same
-// bf16 values; they differ only in summation order (last bits of f32), i.e. not bitwise.
+// CPUs without avx512_bf16: kAuto runs convert+sgemm: blocks of C (256 x 512), each a pool
+// task that widens its rows of A and columns of B to f32 (exact) in the thread's scratch and
+// runs one single-threaded sgemm over the whole K. kOnednn (SHARDLAB_BF16_MATMUL=onednn) runs
+// oneDNN's bf16 matmul (its avx512_core emulation there). Every backend gives the
+// f32-accumulated product of the same bf16 values; they differ only in summation order (last
+// bits of f32), i.e. not bitwise.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +48,10 @@ namespace eng::kern {
 bool cpu_has_avx512_bf16();
 
 enum class MatmulBackend : uint8_t {
-  kAuto,          // kNative on avx512_bf16, else oneDNN when it can build it, else kConvertSgemm
+  kAuto,          // kNative on avx512_bf16, else kConvertSgemm (both allocate nothing in run())
   kNative,        // the engine's vdpbf16ps GEMM (bf16_gemm.cpp): allocates nothing in run()
   kOnednn,        // oneDNN or an error from create()
-  kConvertSgemm,  // bf16 -> f32 copies (owned by the plan), then kern::matmul
+  kConvertSgemm,  // blocks of A and B widened to f32 in per-thread scratch, then sgemm
 };
 
 struct Bf16MatmulShape {
@@ -72,13 +75,13 @@ class Bf16MatmulPlan {
   Bf16MatmulPlan& operator=(const Bf16MatmulPlan&) = delete;
 
   // C (f32 or bf16, as planned) = op(A) op(B) [+ C]. Reentrant (device-parallel callers may
-  // share a plan), except with kConvertSgemm, whose f32 copies belong to the plan.
+  // share a plan): every backend's buffers are per thread.
   void run(const uint16_t* A, const uint16_t* B, void* C) const;
 
   const Bf16MatmulShape& shape() const { return shape_; }
   MatmulBackend backend() const { return backend_; }
-  int64_t parts() const;          // blocks of C handed to the pool (oneDNN), row tiles (native)
-  int64_t scratch_bytes() const;  // per-thread oneDNN scratchpad that run() needs
+  int64_t parts() const;          // blocks of C handed to the pool (oneDNN, convert+sgemm), row tiles (native)
+  int64_t scratch_bytes() const;  // per-thread scratch that run() needs
   // e.g. "onednn brg:avx512_core_bf16 x2 (rows)" or "convert+sgemm": for logs and benchmarks.
   std::string describe() const;
 
@@ -90,8 +93,9 @@ class Bf16MatmulPlan {
   std::unique_ptr<Impl> impl_;
 };
 
-// Grows the calling thread's scratch for the backend kAuto picks on this CPU (the native GEMM's
-// packing buffer, or oneDNN's scratchpad; and sets its OpenMP thread count to 1) to `bytes`;
+// Grows the calling thread's one scratch buffer, shared by every backend (the native GEMM's
+// packing, oneDNN's scratchpad, convert+sgemm's f32 blocks), to `bytes` (without avx512_bf16 it
+// also makes the thread's oneDNN stream and sets its OpenMP thread count to 1);
 // allocates nothing when already large enough. The runtime calls it on every pool thread with
 // the largest scratch_bytes() of an executable's plans, as with kern::reserve_scratch (field
 // ScratchNeeds::bf16_matmul_bytes does it through reserve_scratch).

@@ -36,9 +36,9 @@ int64_t steady_state_allocations(const Config& c) {
 }
 
 // The default dtype is bfloat16: its matmuls run the engine's own avx512_bf16 GEMM, which
-// allocates nothing. On a CPU without avx512_bf16 (or with SHARDLAB_DISABLE_AVX512_BF16=1) they
-// run through oneDNN, whose execute() allocates on every call (engine/tensor/onednn_matmul.h):
-// this test fails there (docs/precision.md, "Allocation").
+// allocates nothing; on a CPU without avx512_bf16 (ctest runs this binary again with
+// SHARDLAB_DISABLE_AVX512_BF16=1) convert+sgemm, which allocates nothing either
+// (engine/tensor/onednn_matmul.h; oneDNN, which allocates in every execute(), only on request).
 TEST(TrainerAllocTest, SteadyStateAsyncStepsAllocateNothing) {
   const Config c = eng::testing::tiny_config(20);
   ASSERT_EQ(resolve_config(c, 1).value().model.dtype, DType::kBF16);
