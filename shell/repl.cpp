@@ -2,8 +2,10 @@
 #include "shell/repl.h"
 
 #include <readline/history.h>
+#include <fcntl.h>
 #include <readline/readline.h>
 #include <sys/select.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -149,9 +151,30 @@ std::string trim(std::string_view s) {
   return b == std::string_view::npos ? "" : std::string(s.substr(b, e - b + 1));
 }
 
+// Under mpirun process 0's stdin is a pipe from mpirun, which forwards its own stdin. The user
+// is at a terminal when mpirun's stdin is this process's controlling terminal (tcgetpgrp
+// answers only for that) and mpirun is the terminal's foreground job (not `mpirun ... < file`,
+// not `mpirun ... &`).
+bool mpirun_reads_terminal() {
+  const pid_t parent = getppid();
+  const std::string parent_stdin = fmt::format("/proc/{}/fd/0", parent);
+  const int fd = open(parent_stdin.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool yes = isatty(fd) && tcgetpgrp(fd) == getpgid(parent);
+  close(fd);
+  return yes;
+}
+
+// Under mpirun with several processes: lines are read by process 0 and run everywhere.
+bool lockstep() { return eng::dist::process().count > 1; }
+
 class Repl {
  public:
-  explicit Repl(lua_State* L) : L_(L), tty_(isatty(STDIN_FILENO)) {}
+  explicit Repl(lua_State* L)
+      : L_(L),
+        tty_(isatty(STDIN_FILENO)),
+        mpirun_tty_(!tty_ && lockstep() && eng::dist::process().index == 0 &&
+                    mpirun_reads_terminal()) {}
 
   void run() {
     if (tty_) setup_readline();
@@ -161,16 +184,18 @@ class Repl {
       Read r = read(prompt(L_, true), &line);
       if (r == Read::kEof || shell_terminate_requested()) break;
       if (r == Read::kInterrupted) continue;
+      failed_ = false;
       handle(line);
       lua_settop(L_, top);
+      if (lockstep()) exchange_outcome();
       if (shell_terminate_requested()) break;  // SIGTERM: end the session (docs/shell.md)
     }
-    if (tty_) std::fputs("\n", stdout);
+    if (tty_ || mpirun_tty_) std::fputs("\n", stdout);
   }
 
  private:
   Read read(const std::string& p, std::string* out) {
-    if (eng::dist::process().count > 1) return read_in_lockstep(p, out);
+    if (lockstep()) return read_in_lockstep(p, out);
     return tty_ ? read_tty_line(p, out) : read_plain_line(p, out);
   }
 
@@ -185,6 +210,41 @@ class Repl {
       return Read::kEof;
     }
     return static_cast<Read>(code);
+  }
+
+  // An error of the line: printed at once by process 0 (and without mpirun); under mpirun the
+  // others keep theirs for exchange_outcome, which process 0 prints.
+  void report_error(int status) {
+    if (lockstep()) {
+      const char* msg = lua_tostring(L_, -1);
+      error_ = msg ? msg : "(error object is not a string)";
+      failed_ = true;
+      if (eng::dist::process().index != 0) return lua_pop(L_, 1);
+    }
+    report(L_, status, nullptr);
+  }
+
+  // Under mpirun, after every line: each process learns whether each other's line failed and
+  // why; process 0 prints the others' errors as `process p: <message>` (the same message as its
+  // own once: `process 1: the same error`). Every process keeps going.
+  void exchange_outcome() {
+    std::vector<std::string> all;
+    const eng::Status s = eng::dist::all_gather_text(failed_ ? "E" + error_ : "K", &all);
+    if (!s.ok()) {
+      std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+      return;
+    }
+    if (eng::dist::process().index != 0) return;
+    std::vector<size_t> same;
+    for (size_t p = 1; p < all.size(); ++p) {
+      if (all[p].empty() || all[p][0] != 'E') continue;
+      if (failed_ && all[p].compare(1, std::string::npos, error_) == 0) same.push_back(p);
+      else std::fprintf(stderr, "process %zu: %s\n", p, all[p].c_str() + 1);
+    }
+    if (same.size() == 1) std::fprintf(stderr, "process %zu: the same error\n", same[0]);
+    if (same.size() > 1)
+      std::fprintf(stderr, "processes %s: the same error\n", fmt::format("{}", fmt::join(same, ", ")).c_str());
+    std::fflush(stderr);
   }
 
   void setup_readline() {
@@ -243,15 +303,12 @@ class Repl {
       if (status == -1) return;  // Ctrl-C or end of input inside a multi-line chunk
     }
     remember(entered);
-    if (status != LUA_OK) {
-      report(L_, status, nullptr);
-      return;
-    }
+    if (status != LUA_OK) return report_error(status);
     int base = lua_gettop(L_) - 1;
     auto start = std::chrono::steady_clock::now();
     status = docall(L_, 0, LUA_MULTRET);
     double seconds = seconds_since(start);
-    if (status != LUA_OK) report(L_, status, nullptr);
+    if (status != LUA_OK) report_error(status);
     else print_results(base, quiet);
     if (status == LUA_OK && shell_interrupt_was_taken()) {  // t:train stopped on Ctrl-C
       std::fprintf(stderr, "interrupted! (stopped after the current step)\n");
@@ -392,11 +449,41 @@ class Repl {
 
   lua_State* L_;
   bool tty_;                     // stdin is a terminal: use Readline
+  bool mpirun_tty_;              // process 0 under mpirun, which reads the user's terminal
   std::string history_;          // history file; "" = none
   bool history_warned_ = false;  // warned once about an unwritable history file
+  bool failed_ = false;          // the current line raised an error (under mpirun)
+  std::string error_;            // ... its message
 };
 
 }  // namespace
+
+bool interactive_input() {
+  if (!lockstep()) return isatty(STDIN_FILENO);
+  int code = 0;
+  std::string unused;
+  if (eng::dist::process().index == 0) code = isatty(STDIN_FILENO) || mpirun_reads_terminal();
+  const eng::Status s = eng::dist::broadcast_from_first(&code, &unused);
+  if (!s.ok()) std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+  return s.ok() && code != 0;
+}
+
+int load_stdin(lua_State* L) {
+  if (!lockstep()) return luaL_loadfile(L, nullptr);
+  int code = 0;
+  std::string chunk;
+  if (eng::dist::process().index == 0) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) chunk.append(buf, n);
+  }
+  const eng::Status s = eng::dist::broadcast_from_first(&code, &chunk);
+  if (!s.ok()) {
+    lua_pushstring(L, s.message().c_str());
+    return LUA_ERRFILE;
+  }
+  if (chunk.starts_with("#")) chunk.insert(0, "--");  // lua.c skips a first `#!` line
+  return luaL_loadbuffer(L, chunk.data(), chunk.size(), "=stdin");
+}
 
 void run_repl(lua_State* L) {
   context(L).interactive = true;

@@ -227,16 +227,23 @@ Status wait_patiently(MPI_Request* req) {
     else std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
-}  // namespace
 
-Status broadcast_from_first(int* code, std::string* text) {
-  if (!g_process.mpi || g_process.count == 1) return ok_status();
-  static MPI_Comm comm = [] {  // made at the first call, which every process reaches together
+// The communicator of the REPL's lockstep messages, made at the first call (which every
+// process reaches together: the first line of the REPL).
+MPI_Comm lockstep_comm() {
+  static MPI_Comm comm = [] {
     MPI_Comm c;
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     return c;
   }();
+  return comm;
+}
+}  // namespace
+
+Status broadcast_from_first(int* code, std::string* text) {
+  if (!g_process.mpi || g_process.count == 1) return ok_status();
+  const MPI_Comm comm = lockstep_comm();
   int64_t head[2] = {*code, static_cast<int64_t>(text->size())};
   MPI_Request req;
   MPI_Ibcast(head, 2, MPI_INT64_T, 0, comm, &req);
@@ -247,6 +254,34 @@ Status broadcast_from_first(int* code, std::string* text) {
   if (head[1] == 0) return ok_status();
   MPI_Ibcast(text->data(), static_cast<int>(head[1]), MPI_CHAR, 0, comm, &req);
   return wait_patiently(&req);
+}
+
+Status all_gather_text(const std::string& mine, std::vector<std::string>* all) {
+  if (!g_process.mpi || g_process.count == 1) {
+    *all = {mine};
+    return ok_status();
+  }
+  const MPI_Comm comm = lockstep_comm();
+  const int P = g_process.count;
+  ENG_CHECK(mine.size() < (size_t{1} << 30), "dist: all_gather_text of {} bytes", mine.size());
+  int size = static_cast<int>(mine.size());
+  std::vector<int> sizes(P), offsets(P);
+  MPI_Request req;
+  MPI_Iallgather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm, &req);
+  ENG_RETURN_IF_ERROR(wait_patiently(&req));
+  int64_t total = 0;
+  for (int q = 0; q < P; ++q) {
+    offsets[q] = static_cast<int>(total);
+    total += sizes[q];
+  }
+  ENG_CHECK(total < (int64_t{1} << 31), "dist: all_gather_text of {} bytes", total);
+  std::string joined(static_cast<size_t>(total), '\0');
+  MPI_Iallgatherv(mine.data(), size, MPI_CHAR, joined.data(), sizes.data(), offsets.data(),
+                  MPI_CHAR, comm, &req);
+  ENG_RETURN_IF_ERROR(wait_patiently(&req));
+  all->clear();
+  for (int q = 0; q < P; ++q) all->push_back(joined.substr(offsets[q], sizes[q]));
+  return ok_status();
 }
 
 #else  // without MPI
@@ -274,6 +309,11 @@ void abort_job(const std::string& why) {
 std::unique_ptr<Channel> make_channel() { return nullptr; }
 
 Status broadcast_from_first(int*, std::string*) { return ok_status(); }
+
+Status all_gather_text(const std::string& mine, std::vector<std::string>* all) {
+  *all = {mine};
+  return ok_status();
+}
 
 #endif
 
