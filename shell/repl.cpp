@@ -4,6 +4,8 @@
 #include <readline/history.h>
 #include <fcntl.h>
 #include <readline/readline.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/select.h>
 #include <termios.h>
 #include <unistd.h>
@@ -56,6 +58,67 @@ void on_line(char* line) {
   rl_callback_handler_remove();
 }
 
+// Ctrl-C at the prompt: show "^C" after the text, then drop the line.
+void drop_line() {
+  rl_point = rl_end;
+  rl_redisplay();
+  std::fputs("^C\n", rl_outstream);
+  std::fflush(rl_outstream);
+  rl_replace_line("", 0);
+  rl_free_line_state();
+  rl_callback_sigcleanup();
+  rl_callback_handler_remove();
+}
+
+// Process 0 under mpirun (docs/distributed.md): the user's terminal is mpirun's stdin, and
+// mpirun forwards what it reads through a pipe, process 0's stdin. Readline reads that pipe
+// and writes to stdout (mpirun's pty, so its output stays in order with the results); while
+// it reads a line, the terminal itself is put in Readline's raw mode, so mpirun forwards each
+// key at once, and with ISIG off, so Ctrl-C is a key that drops the line instead of a SIGINT
+// to mpirun (which would end the job). Between lines the terminal is as the user had it.
+FILE* g_terminal = nullptr;  // the controlling terminal (opened from mpirun's stdin)
+
+// Process 0 is not in the terminal's foreground process group (mpirun is): changing the
+// terminal's modes would stop it with SIGTTOU unless the signal is blocked.
+template <typename F>
+void with_sigttou_blocked(F f) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTTOU);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  f();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+void prep_mpirun_terminal(int meta) {
+  FILE* in = rl_instream;
+  rl_instream = g_terminal;  // Readline's raw mode, on the terminal rather than the pipe
+  with_sigttou_blocked([&] {
+    rl_prep_terminal(meta);
+    termios t = {};
+    if (tcgetattr(fileno(g_terminal), &t) == 0) {
+      t.c_lflag &= ~ISIG;
+      tcsetattr(fileno(g_terminal), TCSADRAIN, &t);
+    }
+  });
+  rl_instream = in;
+  winsize ws = {};  // SIGWINCH goes to mpirun's group: read the size at each prompt
+  if (ioctl(fileno(g_terminal), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    rl_set_screen_size(ws.ws_row, ws.ws_col);
+}
+
+void deprep_mpirun_terminal() {
+  FILE* in = rl_instream;
+  rl_instream = g_terminal;
+  with_sigttou_blocked([] { rl_deprep_terminal(); });
+  rl_instream = in;
+}
+
+int on_ctrl_c_key(int, int) {
+  g_prompt_sigint = 1;
+  return 0;
+}
+
 // Readline's callback interface, so Ctrl-C can clear the line without killing the shell.
 Read read_tty_line(const std::string& prompt, std::string* out) {
   g_line = out;
@@ -83,15 +146,8 @@ Read read_tty_line(const std::string& prompt, std::string* out) {
       g_line_eof = true;
       break;
     }
-    if (g_prompt_sigint) {  // show "^C" after the text, then drop the line
-      rl_point = rl_end;
-      rl_redisplay();
-      std::fputs("^C\n", rl_outstream);
-      std::fflush(rl_outstream);
-      rl_replace_line("", 0);
-      rl_free_line_state();
-      rl_callback_sigcleanup();
-      rl_callback_handler_remove();
+    if (g_prompt_sigint) {
+      drop_line();
       result = Read::kInterrupted;
       break;
     }
@@ -102,6 +158,11 @@ Read read_tty_line(const std::string& prompt, std::string* out) {
       break;
     }
     rl_callback_read_char();
+    if (g_prompt_sigint && !g_line_done) {  // Ctrl-C read as a key (under mpirun)
+      drop_line();
+      result = Read::kInterrupted;
+      break;
+    }
   }
   sigaction(SIGINT, &old, nullptr);
   if (result == Read::kLine && g_line_eof) result = Read::kEof;
@@ -177,7 +238,8 @@ class Repl {
                     mpirun_reads_terminal()) {}
 
   void run() {
-    if (tty_) setup_readline();
+    if (tty_ || mpirun_tty_) setup_readline();
+    if (mpirun_tty_) setup_mpirun_terminal();
     int top = lua_gettop(L_);
     for (;;) {
       std::string line;
@@ -203,7 +265,8 @@ class Repl {
   Read read_in_lockstep(const std::string& p, std::string* out) {
     int code = static_cast<int>(Read::kEof);
     if (eng::dist::process().index == 0)
-      code = static_cast<int>(tty_ ? read_tty_line(p, out) : read_plain_line(p, out));
+      code = static_cast<int>(tty_ || mpirun_tty_ ? read_tty_line(p, out)
+                                                  : read_plain_line(p, out));
     const eng::Status s = eng::dist::broadcast_from_first(&code, out);
     if (!s.ok()) {
       std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
@@ -259,10 +322,25 @@ class Repl {
     if (!history_.empty()) read_history(history_.c_str());
   }
 
+  // Readline on mpirun's pipe, with the terminal's modes set through g_terminal.
+  void setup_mpirun_terminal() {
+    const std::string parent_stdin = fmt::format("/proc/{}/fd/0", getppid());
+    const int fd = open(parent_stdin.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    g_terminal = fd >= 0 ? fdopen(fd, "r+") : nullptr;
+    if (g_terminal == nullptr) return;
+    rl_instream = stdin;
+    rl_outstream = stdout;
+    rl_prep_term_function = prep_mpirun_terminal;
+    rl_deprep_term_function = deprep_mpirun_terminal;
+    rl_bind_key(3, on_ctrl_c_key);  // Ctrl-C arrives as a key
+    std::fflush(stderr);  // errors in order with the prompts: mpirun reads stderr separately
+    dup2(STDOUT_FILENO, STDERR_FILENO);
+  }
+
   void remember(const std::string& chunk) {
     if (trim(chunk).empty()) return;
     note_input(L_, chunk);  // %hist
-    if (!tty_) return;
+    if (!tty_ && !mpirun_tty_) return;
     HIST_ENTRY* last = history_length > 0 ? history_get(history_base + history_length - 1) : nullptr;
     if (last == nullptr || chunk != last->line) add_history(chunk.c_str());
     if (!history_.empty() && write_history(history_.c_str()) != 0 && !history_warned_) {
@@ -319,7 +397,7 @@ class Repl {
 
   // trepl's timer: `[0.0123s]` at the right edge after a slow command, on a terminal only.
   void show_time(double seconds) {
-    if (!tty_ || !context(L_).timing || seconds < kTimingMin) return;
+    if ((!tty_ && !mpirun_tty_) || !context(L_).timing || seconds < kTimingMin) return;
     int rows = 0, cols = 0;
     rl_get_screen_size(&rows, &cols);
     if (cols < 20) cols = 80;
