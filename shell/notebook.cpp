@@ -261,7 +261,7 @@ std::optional<int> take_exit_request(lua_State* L) {
 void merge_process_errors(CellRun* r) {
   if (eng::dist::process().count == 1) return;
   std::vector<std::string> all;
-  const eng::Status s = eng::dist::all_gather_text(r->error, &all);
+  const eng::Status s = eng::dist::end_line(r->error, &all);
   if (!s.ok()) {
     r->error += (r->error.empty() ? "" : "\n") + s.message();
     return;

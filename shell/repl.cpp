@@ -1,10 +1,10 @@
 // shell/repl.cpp: the read-eval-print loop: Readline input, history file, lua.c's evaluation rules, auto-print.
 #include "shell/repl.h"
 
-#include <readline/history.h>
 #include <fcntl.h>
-#include <readline/readline.h>
 #include <pthread.h>
+#include <readline/history.h>
+#include <readline/readline.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <termios.h>
@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "engine/dist/dist.h"
+#include "engine/train/trainer.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/lua_binding.h"
@@ -249,7 +250,10 @@ class Repl {
       failed_ = false;
       handle(line);
       lua_settop(L_, top);
-      if (lockstep()) exchange_outcome();
+      if (lockstep()) {
+        settle_steps();
+        exchange_outcome();
+      }
       if (shell_terminate_requested()) break;  // SIGTERM: end the session (docs/shell.md)
     }
     if (tty_ || mpirun_tty_) std::fputs("\n", stdout);
@@ -287,12 +291,25 @@ class Repl {
     report(L_, status, nullptr);
   }
 
+  // Under mpirun a line ends when the steps it dispatched have run: the outcome exchange's
+  // MPI calls then never overlap a step's collectives (MPI_THREAD_SERIALIZED), and a step
+  // that waits for a process which skipped it is found (dist::end_line) rather than left
+  // running. A step's error is the line's error.
+  void settle_steps() {
+    for (const eng::Trainer* t : context(L_).trainers) {
+      const eng::Status s = const_cast<eng::Trainer*>(t)->wait_all();  // live userdata
+      if (s.ok() || failed_) continue;
+      lua_pushstring(L_, s.message().c_str());
+      report_error(LUA_ERRRUN);
+    }
+  }
+
   // Under mpirun, after every line: each process learns whether each other's line failed and
   // why; process 0 prints the others' errors as `process p: <message>` (the same message as its
   // own once: `process 1: the same error`). Every process keeps going.
   void exchange_outcome() {
     std::vector<std::string> all;
-    const eng::Status s = eng::dist::all_gather_text(failed_ ? "E" + error_ : "K", &all);
+    const eng::Status s = eng::dist::end_line(failed_ ? "E" + error_ : "K", &all);
     if (!s.ok()) {
       std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
       return;

@@ -62,11 +62,13 @@ type_keys 'half_typed_garbage'
 wait_for '^sl> half_typed_garbage$'
 T send-keys -t repl C-c
 wait_for '^sl> half_typed_garbage\^C$'
+wait_prompt  # keys typed before Readline reads again are echoed by the terminal too
 type_line 'x = 20 + sl.process_index()'
 wait_prompt
 T send-keys -t repl Up
 wait_for '^sl> x = 20 \+ sl\.process_index\(\)$'
 T send-keys -t repl C-c
+wait_prompt
 type_keys 'sl.process_cou'
 T send-keys -t repl Tab
 wait_for '^sl> sl\.process_count\($'
