@@ -232,10 +232,10 @@ int pmain_body(lua_State* L) {
   if (o.interactive) {
     run_repl(L);
   } else if (o.script == 0 && !o.has_e && !o.version) {
-    if (isatty(STDIN_FILENO)) {
+    if (interactive_input()) {
       print_version();
       run_repl(L);
-    } else if (dochunk(L, luaL_loadfile(L, nullptr)) != LUA_OK) {
+    } else if (dochunk(L, load_stdin(L)) != LUA_OK) {
       return 0;
     }
   }

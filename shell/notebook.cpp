@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/clock.h"
+#include "engine/dist/dist.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
@@ -254,6 +255,41 @@ std::optional<int> take_exit_request(lua_State* L) {
   return code;
 }
 
+// Under mpirun every process runs each cell (docs/distributed.md): after it, every process
+// learns the others' errors, so all stop at the same cell; the cell's error (process 0's
+// report) names each other process's: `process 1: <message>` or `process 1: the same error`.
+void merge_process_errors(CellRun* r) {
+  if (eng::dist::process().count == 1) return;
+  std::vector<std::string> all;
+  const eng::Status s = eng::dist::end_line(r->error, &all);
+  if (!s.ok()) {
+    r->error += (r->error.empty() ? "" : "\n") + s.message();
+    return;
+  }
+  for (size_t p = 1; p < all.size(); ++p) {
+    if (all[p].empty()) continue;
+    if (!r->error.empty()) r->error += "\n";
+    r->error += all[p] == all[0] ? fmt::format("process {}: the same error", p)
+                                 : fmt::format("process {}: {}", p, all[p]);
+  }
+}
+
+// The notebook's text: under mpirun process 0 reads the file and every process gets its text
+// (or its error), so only process 0's host needs the file.
+eng::Result<std::string> read_notebook(const std::string& path) {
+  if (eng::dist::process().count == 1) return read_file(path);
+  int ok = 0;
+  std::string text;
+  if (eng::dist::process().index == 0) {
+    eng::Result<std::string> r = read_file(path);
+    ok = r.ok();
+    text = r.ok() ? std::move(*r) : r.status().message();
+  }
+  ENG_RETURN_IF_ERROR(eng::dist::broadcast_from_first(&ok, &text));
+  if (!ok) return eng::Status(eng::Code::kNotFound, text);
+  return text;
+}
+
 // Runs the cells with capture; stops at the first error unless allowed. Returns true if no
 // disallowed error happened.
 // `reuse` (--resume) holds, by cell number, results to show instead of running the cell.
@@ -306,6 +342,7 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
       set_global_raw(L, "_", top + 1);
       set_out(L, r.count, top + 1);
     }
+    merge_process_errors(&r);
     append_text(&r.outputs, cap.take());
     cap.end();
     cap.outputs = nullptr;
@@ -409,7 +446,7 @@ int notebook_pmain_body(lua_State* L) {
   lua_rawseti(L, -2, 0);
   lua_setglobal(L, "arg");
 
-  eng::Result<std::string> text = read_file(a.file);
+  eng::Result<std::string> text = read_notebook(a.file);
   eng::Result<std::vector<Cell>> cells = text.ok() ? parse_notebook(*text) : text.status();
   eng::Status s = cells.ok() ? inject_parameters(&*cells, a.params) : cells.status();
   if (!s.ok()) {
@@ -425,7 +462,9 @@ int notebook_pmain_body(lua_State* L) {
   info.date = report_date(start_ms);
   info.git_rev = git_revision(std::filesystem::path(a.file).parent_path().string());
   std::vector<std::pair<int, CellRun>> reuse;
-  if (a.resume) {  // a store problem only means nothing is reused
+  if (a.resume && eng::dist::process().count > 1) {  // only process 0 has the store
+    std::fprintf(stderr, "shardlab: notebook: --resume is not supported under mpirun (running every cell)\n");
+  } else if (a.resume) {  // a store problem only means nothing is reused
     eng::Result<std::vector<std::pair<int, CellRun>>> r = load_resume(*m->ctx, a.file, *cells);
     if (r.ok()) reuse = std::move(*r);
     else std::fprintf(stderr, "shardlab: notebook: --resume: %s (running every cell)\n", r.status().message().c_str());
@@ -526,7 +565,8 @@ int run_notebook_cli(int argc, char** argv) {
   int status = lua_pcall(L, 1, 0, 0);
   if (status != LUA_OK) report(L, status, "shardlab");
   lua_close(L);  // every trainer's run ends here, before the report reads the runs table
-  if (m.cells_ran) write_report(&m);
+  if (m.cells_ran && eng::dist::process().index == 0) write_report(&m);  // process 0 writes it
+  else if (m.cells_ran) m.exit_code = m.info.exit_code >= 0 ? m.info.exit_code : m.info.ok ? 0 : 1;
   if (ctx.store) {
     eng::Status s = ctx.store->flush();
     if (!s.ok()) std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());

@@ -1,9 +1,13 @@
 // shell/repl.cpp: the read-eval-print loop: Readline input, history file, lua.c's evaluation rules, auto-print.
 #include "shell/repl.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <readline/history.h>
 #include <readline/readline.h>
+#include <sys/ioctl.h>
 #include <sys/select.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "engine/dist/dist.h"
+#include "engine/train/trainer.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/lua_binding.h"
@@ -54,6 +59,67 @@ void on_line(char* line) {
   rl_callback_handler_remove();
 }
 
+// Ctrl-C at the prompt: show "^C" after the text, then drop the line.
+void drop_line() {
+  rl_point = rl_end;
+  rl_redisplay();
+  std::fputs("^C\n", rl_outstream);
+  std::fflush(rl_outstream);
+  rl_replace_line("", 0);
+  rl_free_line_state();
+  rl_callback_sigcleanup();
+  rl_callback_handler_remove();
+}
+
+// Process 0 under mpirun (docs/distributed.md): the user's terminal is mpirun's stdin, and
+// mpirun forwards what it reads through a pipe, process 0's stdin. Readline reads that pipe
+// and writes to stdout (mpirun's pty, so its output stays in order with the results); while
+// it reads a line, the terminal itself is put in Readline's raw mode, so mpirun forwards each
+// key at once, and with ISIG off, so Ctrl-C is a key that drops the line instead of a SIGINT
+// to mpirun (which would end the job). Between lines the terminal is as the user had it.
+FILE* g_terminal = nullptr;  // the controlling terminal (opened from mpirun's stdin)
+
+// Process 0 is not in the terminal's foreground process group (mpirun is): changing the
+// terminal's modes would stop it with SIGTTOU unless the signal is blocked.
+template <typename F>
+void with_sigttou_blocked(F f) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTTOU);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  f();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+void prep_mpirun_terminal(int meta) {
+  FILE* in = rl_instream;
+  rl_instream = g_terminal;  // Readline's raw mode, on the terminal rather than the pipe
+  with_sigttou_blocked([&] {
+    rl_prep_terminal(meta);
+    termios t = {};
+    if (tcgetattr(fileno(g_terminal), &t) == 0) {
+      t.c_lflag &= ~ISIG;
+      tcsetattr(fileno(g_terminal), TCSADRAIN, &t);
+    }
+  });
+  rl_instream = in;
+  winsize ws = {};  // SIGWINCH goes to mpirun's group: read the size at each prompt
+  if (ioctl(fileno(g_terminal), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    rl_set_screen_size(ws.ws_row, ws.ws_col);
+}
+
+void deprep_mpirun_terminal() {
+  FILE* in = rl_instream;
+  rl_instream = g_terminal;
+  with_sigttou_blocked([] { rl_deprep_terminal(); });
+  rl_instream = in;
+}
+
+int on_ctrl_c_key(int, int) {
+  g_prompt_sigint = 1;
+  return 0;
+}
+
 // Readline's callback interface, so Ctrl-C can clear the line without killing the shell.
 Read read_tty_line(const std::string& prompt, std::string* out) {
   g_line = out;
@@ -81,15 +147,8 @@ Read read_tty_line(const std::string& prompt, std::string* out) {
       g_line_eof = true;
       break;
     }
-    if (g_prompt_sigint) {  // show "^C" after the text, then drop the line
-      rl_point = rl_end;
-      rl_redisplay();
-      std::fputs("^C\n", rl_outstream);
-      std::fflush(rl_outstream);
-      rl_replace_line("", 0);
-      rl_free_line_state();
-      rl_callback_sigcleanup();
-      rl_callback_handler_remove();
+    if (g_prompt_sigint) {
+      drop_line();
       result = Read::kInterrupted;
       break;
     }
@@ -100,6 +159,11 @@ Read read_tty_line(const std::string& prompt, std::string* out) {
       break;
     }
     rl_callback_read_char();
+    if (g_prompt_sigint && !g_line_done) {  // Ctrl-C read as a key (under mpirun)
+      drop_line();
+      result = Read::kInterrupted;
+      break;
+    }
   }
   sigaction(SIGINT, &old, nullptr);
   if (result == Read::kLine && g_line_eof) result = Read::kEof;
@@ -149,28 +213,55 @@ std::string trim(std::string_view s) {
   return b == std::string_view::npos ? "" : std::string(s.substr(b, e - b + 1));
 }
 
+// Under mpirun process 0's stdin is a pipe from mpirun, which forwards its own stdin. The user
+// is at a terminal when mpirun's stdin is this process's controlling terminal (tcgetpgrp
+// answers only for that) and mpirun is the terminal's foreground job (not `mpirun ... < file`,
+// not `mpirun ... &`).
+bool mpirun_reads_terminal() {
+  const pid_t parent = getppid();
+  const std::string parent_stdin = fmt::format("/proc/{}/fd/0", parent);
+  const int fd = open(parent_stdin.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool yes = isatty(fd) && tcgetpgrp(fd) == getpgid(parent);
+  close(fd);
+  return yes;
+}
+
+// Under mpirun with several processes: lines are read by process 0 and run everywhere.
+bool lockstep() { return eng::dist::process().count > 1; }
+
 class Repl {
  public:
-  explicit Repl(lua_State* L) : L_(L), tty_(isatty(STDIN_FILENO)) {}
+  explicit Repl(lua_State* L)
+      : L_(L),
+        tty_(isatty(STDIN_FILENO)),
+        mpirun_tty_(!tty_ && lockstep() && eng::dist::process().index == 0 &&
+                    mpirun_reads_terminal()) {}
 
   void run() {
-    if (tty_) setup_readline();
+    if (tty_ || mpirun_tty_) setup_readline();
+    if (mpirun_tty_) setup_mpirun_terminal();
     int top = lua_gettop(L_);
     for (;;) {
       std::string line;
       Read r = read(prompt(L_, true), &line);
       if (r == Read::kEof || shell_terminate_requested()) break;
       if (r == Read::kInterrupted) continue;
+      failed_ = false;
       handle(line);
       lua_settop(L_, top);
+      if (lockstep()) {
+        settle_steps();
+        exchange_outcome();
+      }
       if (shell_terminate_requested()) break;  // SIGTERM: end the session (docs/shell.md)
     }
-    if (tty_) std::fputs("\n", stdout);
+    if (tty_ || mpirun_tty_) std::fputs("\n", stdout);
   }
 
  private:
   Read read(const std::string& p, std::string* out) {
-    if (eng::dist::process().count > 1) return read_in_lockstep(p, out);
+    if (lockstep()) return read_in_lockstep(p, out);
     return tty_ ? read_tty_line(p, out) : read_plain_line(p, out);
   }
 
@@ -178,13 +269,62 @@ class Repl {
   Read read_in_lockstep(const std::string& p, std::string* out) {
     int code = static_cast<int>(Read::kEof);
     if (eng::dist::process().index == 0)
-      code = static_cast<int>(tty_ ? read_tty_line(p, out) : read_plain_line(p, out));
+      code = static_cast<int>(tty_ || mpirun_tty_ ? read_tty_line(p, out)
+                                                  : read_plain_line(p, out));
     const eng::Status s = eng::dist::broadcast_from_first(&code, out);
     if (!s.ok()) {
       std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
       return Read::kEof;
     }
     return static_cast<Read>(code);
+  }
+
+  // An error of the line: printed at once by process 0 (and without mpirun); under mpirun the
+  // others keep theirs for exchange_outcome, which process 0 prints.
+  void report_error(int status) {
+    if (lockstep()) {
+      const char* msg = lua_tostring(L_, -1);
+      error_ = msg ? msg : "(error object is not a string)";
+      failed_ = true;
+      if (eng::dist::process().index != 0) return lua_pop(L_, 1);
+    }
+    report(L_, status, nullptr);
+  }
+
+  // Under mpirun a line ends when the steps it dispatched have run: the outcome exchange's
+  // MPI calls then never overlap a step's collectives (MPI_THREAD_SERIALIZED), and a step
+  // that waits for a process which skipped it is found (dist::end_line) rather than left
+  // running. A step's error is the line's error.
+  void settle_steps() {
+    for (const eng::Trainer* t : context(L_).trainers) {
+      const eng::Status s = const_cast<eng::Trainer*>(t)->wait_all();  // live userdata
+      if (s.ok() || failed_) continue;
+      lua_pushstring(L_, s.message().c_str());
+      report_error(LUA_ERRRUN);
+    }
+  }
+
+  // Under mpirun, after every line: each process learns whether each other's line failed and
+  // why; process 0 prints the others' errors as `process p: <message>` (the same message as its
+  // own once: `process 1: the same error`). Every process keeps going.
+  void exchange_outcome() {
+    std::vector<std::string> all;
+    const eng::Status s = eng::dist::end_line(failed_ ? "E" + error_ : "K", &all);
+    if (!s.ok()) {
+      std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+      return;
+    }
+    if (eng::dist::process().index != 0) return;
+    std::vector<size_t> same;
+    for (size_t p = 1; p < all.size(); ++p) {
+      if (all[p].empty() || all[p][0] != 'E') continue;
+      if (failed_ && all[p].compare(1, std::string::npos, error_) == 0) same.push_back(p);
+      else std::fprintf(stderr, "process %zu: %s\n", p, all[p].c_str() + 1);
+    }
+    if (same.size() == 1) std::fprintf(stderr, "process %zu: the same error\n", same[0]);
+    if (same.size() > 1)
+      std::fprintf(stderr, "processes %s: the same error\n", fmt::format("{}", fmt::join(same, ", ")).c_str());
+    std::fflush(stderr);
   }
 
   void setup_readline() {
@@ -199,10 +339,25 @@ class Repl {
     if (!history_.empty()) read_history(history_.c_str());
   }
 
+  // Readline on mpirun's pipe, with the terminal's modes set through g_terminal.
+  void setup_mpirun_terminal() {
+    const std::string parent_stdin = fmt::format("/proc/{}/fd/0", getppid());
+    const int fd = open(parent_stdin.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    g_terminal = fd >= 0 ? fdopen(fd, "r+") : nullptr;
+    if (g_terminal == nullptr) return;
+    rl_instream = stdin;
+    rl_outstream = stdout;
+    rl_prep_term_function = prep_mpirun_terminal;
+    rl_deprep_term_function = deprep_mpirun_terminal;
+    rl_bind_key(3, on_ctrl_c_key);  // Ctrl-C arrives as a key
+    std::fflush(stderr);  // errors in order with the prompts: mpirun reads stderr separately
+    dup2(STDOUT_FILENO, STDERR_FILENO);
+  }
+
   void remember(const std::string& chunk) {
     if (trim(chunk).empty()) return;
     note_input(L_, chunk);  // %hist
-    if (!tty_) return;
+    if (!tty_ && !mpirun_tty_) return;
     HIST_ENTRY* last = history_length > 0 ? history_get(history_base + history_length - 1) : nullptr;
     if (last == nullptr || chunk != last->line) add_history(chunk.c_str());
     if (!history_.empty() && write_history(history_.c_str()) != 0 && !history_warned_) {
@@ -243,15 +398,12 @@ class Repl {
       if (status == -1) return;  // Ctrl-C or end of input inside a multi-line chunk
     }
     remember(entered);
-    if (status != LUA_OK) {
-      report(L_, status, nullptr);
-      return;
-    }
+    if (status != LUA_OK) return report_error(status);
     int base = lua_gettop(L_) - 1;
     auto start = std::chrono::steady_clock::now();
     status = docall(L_, 0, LUA_MULTRET);
     double seconds = seconds_since(start);
-    if (status != LUA_OK) report(L_, status, nullptr);
+    if (status != LUA_OK) report_error(status);
     else print_results(base, quiet);
     if (status == LUA_OK && shell_interrupt_was_taken()) {  // t:train stopped on Ctrl-C
       std::fprintf(stderr, "interrupted! (stopped after the current step)\n");
@@ -262,7 +414,7 @@ class Repl {
 
   // trepl's timer: `[0.0123s]` at the right edge after a slow command, on a terminal only.
   void show_time(double seconds) {
-    if (!tty_ || !context(L_).timing || seconds < kTimingMin) return;
+    if ((!tty_ && !mpirun_tty_) || !context(L_).timing || seconds < kTimingMin) return;
     int rows = 0, cols = 0;
     rl_get_screen_size(&rows, &cols);
     if (cols < 20) cols = 80;
@@ -392,11 +544,41 @@ class Repl {
 
   lua_State* L_;
   bool tty_;                     // stdin is a terminal: use Readline
+  bool mpirun_tty_;              // process 0 under mpirun, which reads the user's terminal
   std::string history_;          // history file; "" = none
   bool history_warned_ = false;  // warned once about an unwritable history file
+  bool failed_ = false;          // the current line raised an error (under mpirun)
+  std::string error_;            // ... its message
 };
 
 }  // namespace
+
+bool interactive_input() {
+  if (!lockstep()) return isatty(STDIN_FILENO);
+  int code = 0;
+  std::string unused;
+  if (eng::dist::process().index == 0) code = isatty(STDIN_FILENO) || mpirun_reads_terminal();
+  const eng::Status s = eng::dist::broadcast_from_first(&code, &unused);
+  if (!s.ok()) std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
+  return s.ok() && code != 0;
+}
+
+int load_stdin(lua_State* L) {
+  if (!lockstep()) return luaL_loadfile(L, nullptr);
+  int code = 0;
+  std::string chunk;
+  if (eng::dist::process().index == 0) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) chunk.append(buf, n);
+  }
+  const eng::Status s = eng::dist::broadcast_from_first(&code, &chunk);
+  if (!s.ok()) {
+    lua_pushstring(L, s.message().c_str());
+    return LUA_ERRFILE;
+  }
+  if (chunk.starts_with("#")) chunk.insert(0, "--");  // lua.c skips a first `#!` line
+  return luaL_loadbuffer(L, chunk.data(), chunk.size(), "=stdin");
+}
 
 void run_repl(lua_State* L) {
   context(L).interactive = true;

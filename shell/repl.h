@@ -14,6 +14,12 @@ namespace shell {
 
 // Runs until end of input. Requires open_shardlab(L, ...) to have run. Never raises.
 void run_repl(lua_State* L);
+// Whether the input is a person at a terminal: stdin is a terminal, or, under mpirun, process
+// 0's mpirun reads the controlling terminal (every process gets process 0's answer).
+bool interactive_input();
+// Loads stdin as a chunk (lua.c's `lua < file`); under mpirun process 0 reads it and every
+// process loads the same text.
+int load_stdin(lua_State* L);
 // Installs Readline's completion for L's globals (called by run_repl).
 void install_completion(lua_State* L);
 

@@ -2,6 +2,7 @@
 // includer of mpi.h).
 #include "engine/dist/dist.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +77,9 @@ double collective_timeout_s() {
   return v > 0 ? v : 300.0;
 }
 
+// A process that finished the current REPL line (end_line's notice), or -1.
+int peer_finished_line();
+
 class MpiChannel final : public Channel {
  public:
   MpiChannel() {
@@ -133,6 +137,7 @@ class MpiChannel final : public Channel {
   Status wait(int n) {
     constexpr double kSpinS = 0.05;
     const double t0 = now_seconds();
+    double diverged_at = -1;
     for (int64_t spin = 0;; ++spin) {
       int done = 0;
       if (int e = MPI_Testall(n, requests_.data(), &done, MPI_STATUSES_IGNORE))
@@ -146,7 +151,23 @@ class MpiChannel final : public Channel {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (waited > timeout_s_) abort_job(timeout_message(n));
+      if ((spin & 65535) == 65535) check_lockstep(waited, &diverged_at);
     }
+  }
+
+  // A peer that finished the current REPL line while this process still waits in one of its
+  // collectives (for 2 s more: the peer's last messages may still be on their way) made
+  // fewer collective calls in the line: the processes diverged.
+  void check_lockstep(double waited, double* diverged_at) {
+    const int peer = peer_finished_line();
+    if (peer < 0) return;
+    if (*diverged_at < 0) *diverged_at = waited;
+    if (waited - *diverged_at < 2.0) return;
+    abort_job(fmt::format(
+        "shardlab: process {}: a collective of this line waits for process {}, which finished "
+        "the line without it: the processes made different calls (every line must make the "
+        "same collective calls, e.g. t:step(), on every process); ending the job",
+        g_process.index, peer));
   }
 
   std::string timeout_message(int n) {
@@ -227,16 +248,38 @@ Status wait_patiently(MPI_Request* req) {
     else std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
+
+// The communicator of the REPL's lockstep messages, made at the first call (which every
+// process reaches together: the first line of the REPL).
+std::atomic<bool> g_lockstep_ready{false};
+MPI_Comm lockstep_comm() {
+  static MPI_Comm comm = [] {
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    g_lockstep_ready.store(true);
+    return c;
+  }();
+  return comm;
+}
+
+constexpr int kLineDoneTag = 1;
+
+// Called by a collective's wait (the dispatcher thread; the main thread is waiting for the
+// step, so MPI stays serialized): a notice of end_line not yet drained.
+int peer_finished_line() {
+  if (!g_lockstep_ready.load()) return -1;
+  int flag = 0;
+  MPI_Status st;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kLineDoneTag, lockstep_comm(), &flag, &st) != MPI_SUCCESS)
+    return -1;
+  return flag ? st.MPI_SOURCE : -1;
+}
 }  // namespace
 
 Status broadcast_from_first(int* code, std::string* text) {
   if (!g_process.mpi || g_process.count == 1) return ok_status();
-  static MPI_Comm comm = [] {  // made at the first call, which every process reaches together
-    MPI_Comm c;
-    MPI_Comm_dup(MPI_COMM_WORLD, &c);
-    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    return c;
-  }();
+  const MPI_Comm comm = lockstep_comm();
   int64_t head[2] = {*code, static_cast<int64_t>(text->size())};
   MPI_Request req;
   MPI_Ibcast(head, 2, MPI_INT64_T, 0, comm, &req);
@@ -247,6 +290,57 @@ Status broadcast_from_first(int* code, std::string* text) {
   if (head[1] == 0) return ok_status();
   MPI_Ibcast(text->data(), static_cast<int>(head[1]), MPI_CHAR, 0, comm, &req);
   return wait_patiently(&req);
+}
+
+Status all_gather_text(const std::string& mine, std::vector<std::string>* all) {
+  if (!g_process.mpi || g_process.count == 1) {
+    *all = {mine};
+    return ok_status();
+  }
+  const MPI_Comm comm = lockstep_comm();
+  const int P = g_process.count;
+  ENG_CHECK(mine.size() < (size_t{1} << 30), "dist: all_gather_text of {} bytes", mine.size());
+  int size = static_cast<int>(mine.size());
+  std::vector<int> sizes(P), offsets(P);
+  MPI_Request req;
+  MPI_Iallgather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm, &req);
+  ENG_RETURN_IF_ERROR(wait_patiently(&req));
+  int64_t total = 0;
+  for (int q = 0; q < P; ++q) {
+    offsets[q] = static_cast<int>(total);
+    total += sizes[q];
+  }
+  ENG_CHECK(total < (int64_t{1} << 31), "dist: all_gather_text of {} bytes", total);
+  std::string joined(static_cast<size_t>(total), '\0');
+  MPI_Iallgatherv(mine.data(), size, MPI_CHAR, joined.data(), sizes.data(), offsets.data(),
+                  MPI_CHAR, comm, &req);
+  ENG_RETURN_IF_ERROR(wait_patiently(&req));
+  all->clear();
+  for (int q = 0; q < P; ++q) all->push_back(joined.substr(offsets[q], sizes[q]));
+  return ok_status();
+}
+
+Status end_line(const std::string& mine, std::vector<std::string>* all) {
+  if (!g_process.mpi || g_process.count == 1) return all_gather_text(mine, all);
+  const MPI_Comm comm = lockstep_comm();
+  const int P = g_process.count;
+  int token = 1;
+  std::vector<MPI_Request> sends;
+  for (int q = 0; q < P; ++q) {
+    if (q == g_process.index) continue;
+    sends.emplace_back();
+    MPI_Isend(&token, 1, MPI_INT, q, kLineDoneTag, comm, &sends.back());
+  }
+  ENG_RETURN_IF_ERROR(all_gather_text(mine, all));
+  // Every process has posted its notices (it entered the gather after them): drain them, so
+  // the next line starts with none.
+  for (int q = 0; q < P; ++q) {
+    if (q == g_process.index) continue;
+    int got = 0;
+    MPI_Recv(&got, 1, MPI_INT, q, kLineDoneTag, comm, MPI_STATUS_IGNORE);
+  }
+  MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+  return ok_status();
 }
 
 #else  // without MPI
@@ -274,6 +368,15 @@ void abort_job(const std::string& why) {
 std::unique_ptr<Channel> make_channel() { return nullptr; }
 
 Status broadcast_from_first(int*, std::string*) { return ok_status(); }
+
+Status all_gather_text(const std::string& mine, std::vector<std::string>* all) {
+  *all = {mine};
+  return ok_status();
+}
+
+Status end_line(const std::string& mine, std::vector<std::string>* all) {
+  return all_gather_text(mine, all);
+}
 
 #endif
 

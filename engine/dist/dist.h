@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/base/status.h"
 
@@ -77,5 +78,15 @@ std::unique_ptr<Channel> make_channel();
 // process 0 reads the terminal, every process runs the line). Waiting processes sleep between
 // polls, so an idle prompt takes no core. Without MPI or with one process: a no-op.
 Status broadcast_from_first(int* code, std::string* text);
+// Every process's text, in process order, delivered to every process (the REPL's outcome of
+// each line under mpirun: every process learns which others failed, and why). Waiting
+// processes sleep between polls. Without MPI or with one process: {mine}.
+Status all_gather_text(const std::string& mine, std::vector<std::string>* all);
+// all_gather_text at the end of a REPL line or notebook cell, after telling every other
+// process "this process finished the line". A process still waiting in a collective of that
+// line sees the notice (Channel::exchange looks for one while it waits) and ends the job
+// naming the process that made fewer collective calls, instead of waiting for
+// SHARDLAB_COLLECTIVE_TIMEOUT (docs/distributed.md).
+Status end_line(const std::string& mine, std::vector<std::string>* all);
 
 }  // namespace eng::dist
