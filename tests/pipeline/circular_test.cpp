@@ -45,6 +45,9 @@ Config tiny(const Shape8& s) {
   EXPECT_TRUE(c.set("weight_dtype", "float32").ok());
   auto set = [&](const char* key, const auto& v) { EXPECT_TRUE(c.set(key, v).ok()) << key; };
   set("ici_pipeline_parallelism", s.stages);
+  // Pinned: MaxText's default num_layers_per_pipeline_stage 1 makes a pipeline circular
+  // (R = L / S); -1 derives it from num_pipeline_repeats (1 unless set), as these cases ask.
+  set("num_layers_per_pipeline_stage", int64_t{-1});
   if (s.stages == 1) set("scan_layers", false);  // the sequential reference: layers_<l>
   if (s.microbatches > 0) set("num_pipeline_microbatches", s.microbatches);
   if (s.repeats > 0) set("num_pipeline_repeats", s.repeats);
@@ -215,6 +218,24 @@ TEST(CircularLayout, RepeatsStagesLayersPerStage) {
   EXPECT_EQ(wo.logical[0], "circular_repeats");
   EXPECT_EQ(wo.logical[1], "layers");
   EXPECT_EQ(pipeline_layer_dims(wo), 3);
+}
+
+// MaxText's defaults (base.yml num_layers_per_pipeline_stage 1, num_pipeline_repeats -1;
+// types.py derives R = pipeline_parallel_layers / (stages x layers per stage)): a pipeline
+// with no pipeline keys is circular with R = L / S and one layer per stage.
+TEST(CircularDefaults, MaxTextsDefaultIsCircular) {
+  Config c = tiny({});
+  ASSERT_TRUE(c.set("num_layers_per_pipeline_stage", int64_t{1}).ok());  // the default again
+  const Config defaults;
+  EXPECT_EQ(defaults.get_int("num_layers_per_pipeline_stage"), 1);
+  EXPECT_EQ(defaults.get_int("num_pipeline_repeats"), -1);
+  for (int64_t S : {2, 4}) {
+    ASSERT_TRUE(c.set("ici_pipeline_parallelism", S).ok());
+    Result<ResolvedConfig> r = resolve_config(c, 8);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->model.pipeline_repeats, 8 / S) << "S=" << S;
+    EXPECT_EQ(pipeline_schedule(r->model).shape().layers_per_stage, 1) << "S=" << S;
+  }
 }
 
 TEST(CircularErrors, BadInputNamesBothNumbers) {
