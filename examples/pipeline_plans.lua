@@ -39,8 +39,12 @@ local cases = {
 
 -- One plan: the trainer's compile and its numbers, or the error that stopped it.
 local function plan(case, mode)
+  -- num_layers_per_pipeline_stage = -1: layers per stage derived from num_pipeline_repeats
+  -- (R = 1 unless a case sets it). MaxText's default, 1, would make every case circular
+  -- with R = 32 / 2 = 16.
   local keys = with(case.keys, {model = "llama2-7b", per_device_batch_size = 4,
-                                max_target_length = 2048, shard_mode = mode})
+                                max_target_length = 2048, shard_mode = mode,
+                                num_layers_per_pipeline_stage = -1})
   local mesh = with(case.mesh, {devices = 4})
   local ok, res = pcall(function()
     local t = sl.trainer(sl.config(keys), sl.mesh(mesh), {shape_only = true, store = false})

@@ -139,6 +139,8 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
         {OpKind::kTranspose, zero_flops},
         {OpKind::kCompare, per_input_element},
         {OpKind::kSelect, per_input_element},
+        {OpKind::kIndexPerRow, zero_flops},
+        {OpKind::kAddIndexPerRow, per_input_element},  // one add per update element
         {OpKind::kAdamW,
          [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
     },

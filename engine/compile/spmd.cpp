@@ -428,6 +428,8 @@ class Partitioner {
   Status repeat_kv(const Instr& in);
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
+  Status index_per_row(const Instr& in);
+  Status add_index_per_row(const Instr& in);
   Status transpose(const Instr& in);
   void desire_stacked_slices();
   void desire_through_converts();
@@ -701,6 +703,45 @@ Status Partitioner::add_index_in_dim(const Instr& in) {
   return simple(in, ins, {PartitionSpec(t)}, in.attrs);
 }
 
+// index_per_row (x (N, S, ...)): the slot dim whole, the rows dim and the rest keep their
+// axes (partial sums pass through), so each device selects its own rows' slots locally (a
+// circular pipeline's weights stay split over `stage`: no bytes move). The local op is told
+// the rows' axes to find its global rows (op.h).
+Status Partitioner::index_per_row(const Instr& in) {
+  const PartitionSpec& s = spec_[in.inputs[0]];
+  Dims d = whole(s.dims(), {0});
+  d.resize(std::max<size_t>(d.size(), 2));
+  const PartitionSpec src(d, s.partial());
+  OpAttrs a = in.attrs;
+  a.mesh_axes = d[1];
+  a.group_size = axes_size(mesh_, d[1]);
+  d.erase(d.begin());
+  return simple(in, {src}, {PartitionSpec(std::move(d), s.partial())}, a);
+}
+
+// add_index_per_row (update[, acc]): as add_index_in_dim with the slot dim 0; the rows dim
+// keeps the target's axes, which the local op is told (op.h).
+Status Partitioner::add_index_per_row(const Instr& in) {
+  Dims t;
+  if (in.inputs.size() > 1) {
+    t = dims_only(spec_[in.inputs[1]]).dims();
+  } else if (vm_.empty() && desired_[in.outputs[0]]) {
+    t = dims_only(*desired_[in.outputs[0]]).dims();
+  } else {
+    t = dims_only(spec_[in.inputs[0]]).dims();
+    t.insert(t.begin(), Axes{});
+  }
+  t = whole(std::move(t), {0});
+  t.resize(std::max<size_t>(t.size(), 2));
+  Dims u(t.begin() + 1, t.end());
+  OpAttrs a = in.attrs;
+  a.mesh_axes = t[1];
+  a.group_size = axes_size(mesh_, t[1]);
+  std::vector<PartitionSpec> ins = {PartitionSpec(u)};
+  if (in.inputs.size() > 1) ins.push_back(PartitionSpec(t));
+  return simple(in, ins, {PartitionSpec(t)}, a);
+}
+
 // transpose: each output dim takes its source dim's axes; partial sums pass through.
 Status Partitioner::transpose(const Instr& in) {
   const PartitionSpec& s = spec_[in.inputs[0]];
@@ -716,11 +757,13 @@ Status Partitioner::transpose(const Instr& in) {
 void Partitioner::desire_stacked_slices() {
   for (size_t k = g_.instrs().size(); k-- > 0;) {
     const Instr& in = g_.instrs()[k];
-    if (in.kind != OpKind::kAddIndexInDim || !desired_[in.outputs[0]]) continue;
+    const bool per_row = in.kind == OpKind::kAddIndexPerRow;
+    if ((in.kind != OpKind::kAddIndexInDim && !per_row) || !desired_[in.outputs[0]]) continue;
     const PartitionSpec& want = *desired_[in.outputs[0]];
     if (in.inputs.size() > 1 && !desired_[in.inputs[1]]) desired_[in.inputs[1]] = want;
-    Dims u = whole(want.dims(), {in.attrs.dim});
-    u.erase(u.begin() + in.attrs.dim);
+    const int slot = per_row ? 0 : in.attrs.dim;
+    Dims u = whole(want.dims(), {slot});
+    if (slot < static_cast<int>(u.size())) u.erase(u.begin() + slot);
     if (!desired_[in.inputs[0]]) desired_[in.inputs[0]] = PartitionSpec(std::move(u));
   }
 }
@@ -828,6 +871,8 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kTranspose, {&Pt::transpose}},
         {OpKind::kCompare, factors("(...),(...)->(...)")},
         {OpKind::kSelect, factors("(...),(...),(...)->(...)")},
+        {OpKind::kIndexPerRow, {&Pt::index_per_row}},
+        {OpKind::kAddIndexPerRow, {&Pt::add_index_per_row}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

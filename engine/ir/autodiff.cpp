@@ -328,6 +328,24 @@ class Differentiator {
     cot_[x].value = fresh(b_.add_index_in_dim(dy, acc, in.attrs.dim, in.attrs.start, size), x);
   }
 
+  // The circular pipeline's per-stage repeat selection: the cotangent lands in each row's
+  // selected slot only, added in place into the stacked cotangent as index_in_dim's does.
+  void vjp_index_per_row(const Instr& in) {
+    const ValueId x = in.inputs[0];
+    if (!needs(x)) return;
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const int64_t size = b_.info(x).shape[0];
+    const ValueId acc = cot_[x].value;
+    cot_[x].value = fresh(b_.add_index_per_row(dy, acc, in.attrs.new_shape, size), x);
+  }
+
+  void vjp_add_index_per_row(const Instr& in) {  // d update = dy[indices[s], s]; d acc = dy
+    const ValueId dy = tensor(in, in.outputs[0]);
+    if (needs(in.inputs[0]))
+      accumulate(in.inputs[0], fresh(b_.index_per_row(dy, in.attrs.new_shape), in.inputs[0]));
+    if (in.inputs.size() > 1) accumulate(in.inputs[1], cot_[in.outputs[0]]);
+  }
+
   void vjp_add_index_in_dim(const Instr& in) {  // d update = dy[slot]; d acc = dy
     const ValueId dy = tensor(in, in.outputs[0]);
     if (needs(in.inputs[0]))
@@ -467,6 +485,8 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kTranspose, &D::vjp_transpose},
         {OpKind::kCompare, &D::vjp_compare},
         {OpKind::kSelect, &D::vjp_select},
+        {OpKind::kIndexPerRow, &D::vjp_index_per_row},
+        {OpKind::kAddIndexPerRow, &D::vjp_add_index_per_row},
     },
     &D::vjp_unary, &D::not_differentiable);
 

@@ -372,6 +372,41 @@ Outs infer_index_in_dim(OpKind kind, const In& in, const OpAttrs& at) {
   return {out};
 }
 
+// index_per_row (x (N, S, ...)) -> (S, ...); add_index_per_row (update (S, ...)[, acc]) ->
+// (N, S, ...). S is the local row count in a per-device program (axes set), where indices
+// still hold one entry per global row.
+Outs infer_index_per_row(OpKind kind, const In& in, const OpAttrs& at) {
+  const bool add = kind == OpKind::kAddIndexPerRow;
+  ENG_CHECK(in.size() == 1 || (add && in.size() == 2), "{}: {} inputs", op_name(kind), in.size());
+  const ValueInfo& x = *in[0];
+  const int rows_dim = add ? 0 : 1;
+  ENG_CHECK(x.shape.rank() > rows_dim, "{}: {} has no rows dim", op_name(kind),
+            x.shape.to_string());
+  const int64_t rows = x.shape[rows_dim], n = add ? at.size : x.shape[0];
+  const auto& idx = at.new_shape;
+  ENG_CHECK(rows > 0 && static_cast<int64_t>(idx.size()) % rows == 0 &&
+                (!at.mesh_axes.empty() || static_cast<int64_t>(idx.size()) == rows),
+            "{}: {} indices for {} rows of {}", op_name(kind), idx.size(), rows,
+            x.shape.to_string());
+  for (int64_t i : idx)
+    ENG_CHECK(i >= 0 && i < n, "{}: index {} out of range for {} slots", op_name(kind), i, n);
+  std::vector<int64_t> dims(x.shape.dims().begin(), x.shape.dims().end());
+  Logical logical = x.logical;
+  if (!add) {
+    dims.erase(dims.begin());
+    if (!logical.empty()) logical.erase(logical.begin());
+    return {make(Shape(dims), x.dtype, std::move(logical))};
+  }
+  dims.insert(dims.begin(), n);
+  if (!logical.empty()) logical.insert(logical.begin(), "");
+  ValueInfo out = make(Shape(dims), x.dtype, std::move(logical));
+  if (in.size() == 2) {
+    check_same_shape(kind, out, *in[1]);
+    out.logical = in[1]->logical;
+  }
+  return {out};
+}
+
 Outs infer_concat(OpKind, const In& in, const OpAttrs& at) {
   ENG_CHECK(!in.empty(), "concatenate: needs at least one input");
   ValueInfo out = like(*in[0]);
@@ -488,6 +523,8 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kTranspose, infer_transpose},
         {OpKind::kCompare, infer_compare_select},
         {OpKind::kSelect, infer_compare_select},
+        {OpKind::kIndexPerRow, infer_index_per_row},
+        {OpKind::kAddIndexPerRow, infer_index_per_row},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 
@@ -601,6 +638,21 @@ ValueId Builder::index_in_dim(ValueId x, int dim, int64_t index) {
   a.dim = dim;
   a.start = index;
   return emit(OpKind::kIndexInDim, {x}, a)[0];
+}
+
+ValueId Builder::index_per_row(ValueId x, const std::vector<int64_t>& indices) {
+  OpAttrs a;
+  a.new_shape = indices;
+  return emit(OpKind::kIndexPerRow, {x}, a)[0];
+}
+
+ValueId Builder::add_index_per_row(ValueId update, ValueId acc,
+                                   const std::vector<int64_t>& indices, int64_t size) {
+  OpAttrs a;
+  a.new_shape = indices;
+  a.size = size;
+  if (acc == kNoValue) return emit(OpKind::kAddIndexPerRow, {update}, a)[0];
+  return emit(OpKind::kAddIndexPerRow, {update, acc}, a)[0];
 }
 
 ValueId Builder::add_index_in_dim(ValueId update, ValueId acc, int dim, int64_t index,

@@ -53,6 +53,11 @@ class Builder {
   ValueId index_in_dim(ValueId x, int dim, int64_t index);  // x[..., index, ...], dim removed
   // acc (or zeros with dim of length size) with update added into slot index along dim.
   ValueId add_index_in_dim(ValueId update, ValueId acc, int dim, int64_t index, int64_t size);
+  // x (N, S, ...) -> (S, ...), row s from slot indices[s] of dim 0 (a per-row index_in_dim).
+  ValueId index_per_row(ValueId x, const std::vector<int64_t>& indices);
+  // acc (or zeros (size, S, ...)) with update[s] added at [indices[s], s].
+  ValueId add_index_per_row(ValueId update, ValueId acc, const std::vector<int64_t>& indices,
+                            int64_t size);
   // ---- the front-end's transpose, comparisons and select (op.h) ----
   ValueId transpose(ValueId x, const std::vector<int64_t>& permutation);
   ValueId compare(ValueId a, ValueId b, CompareDirection direction);  // a float 0/1 mask

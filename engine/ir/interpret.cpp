@@ -206,6 +206,23 @@ class Evaluator {
     return ok_status();
   }
 
+  // index_per_row / add_index_per_row: row s of the stacked (N, S, inner) view at slot
+  // indices[s] (global programs: every row is here).
+  Status index_per_row(const Instr& i) {
+    const bool add = i.kind == OpKind::kAddIndexPerRow;
+    const Shape& stacked = p_.value(add ? i.outputs[0] : i.inputs[0]).shape;
+    const int64_t S = stacked[1], inner = stacked.prod(2, stacked.rank());
+    if (add && i.inputs.size() > 1) out(i, 0).data = in(i, 1).data;
+    double* y = outd(i, 0);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t k = 0; k < inner; ++k) {
+        const int64_t at = (i.attrs.new_shape[s] * S + s) * inner + k, row = s * inner + k;
+        if (add) y[at] += ind(i, 0)[row];
+        else y[row] = ind(i, 0)[at];
+      }
+    return ok_status();
+  }
+
   const HostTensor& in(const Instr& i, int k) const { return vals_[i.inputs[k]]; }
   HostTensor& out(const Instr& i, int k) { return vals_[i.outputs[k]]; }
   const double* ind(const Instr& i, int k) const { return in(i, k).data.data(); }
@@ -531,6 +548,8 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kTranspose, &E::transpose},
         {OpKind::kCompare, &E::compare},
         {OpKind::kSelect, &E::select},
+        {OpKind::kIndexPerRow, &E::index_per_row},
+        {OpKind::kAddIndexPerRow, &E::index_per_row},
     },
     &E::unary, &E::unary_grad);
 

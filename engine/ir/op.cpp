@@ -58,6 +58,10 @@ constexpr AttrField kDimStartSize[] = {{"dim", &A::dim}, {"start", &A::start}, {
 constexpr AttrField kDim[] = {{"dim", &A::dim}};
 constexpr AttrField kDimIndex[] = {{"dim", &A::dim}, {"index", &A::start}};
 constexpr AttrField kDimIndexSize[] = {{"dim", &A::dim}, {"index", &A::start}, {"size", &A::size}};
+constexpr AttrField kIndicesAxes[] = {{"indices", &A::new_shape},
+                                      {"axes", &A::mesh_axes, P::kUnlessDefault}};
+constexpr AttrField kIndicesSizeAxes[] = {
+    {"indices", &A::new_shape}, {"size", &A::size}, {"axes", &A::mesh_axes, P::kUnlessDefault}};
 constexpr AttrField kShift[] = {{"dim", &A::dim}, {"shift", &A::shift}};
 constexpr AttrField kRepeats[] = {{"repeats", &A::size}};
 constexpr AttrField kAxisIndex[] = {{"axes", &A::mesh_axes}, {"size", &A::size}};
@@ -127,6 +131,8 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kTranspose, {kPermutation}},
         {K::kCompare, {kDirection}},
         {K::kSelect, kNone},
+        {K::kIndexPerRow, {kIndicesAxes}},
+        {K::kAddIndexPerRow, {kIndicesSizeAxes, false, 0, {1, -1, -1}}},  // updates acc (input 1)
     },
     kNone, kNone);
 

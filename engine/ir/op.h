@@ -74,6 +74,17 @@
 //                    zeros of dim length size: the transpose of kIndexInDim. The output
 //                    updates acc in place, so a stacked gradient accumulates its layers'
 //                    slices in one buffer. f32.
+//   kIndexPerRow   (x (N, S, ...)) [indices=new_shape (S entries), axes=mesh_axes] -> (S, ...)
+//                    out[s] = x[indices[s], s]: each row s of dim 1 takes its own slot of
+//                    dim 0 (jax.vmap of lax.index_in_dim over dim 1 with a per-row index;
+//                    MaxText's per-stage selection of the current repeat's weights from
+//                    (R, S, lps, ...)). Any dtype (data movement). In a per-device program
+//                    dim 1 holds this device's block of rows and `axes` the mesh axes that
+//                    split it: local row s is global row rank(axes) * S_local + s (empty
+//                    axes: rank 0, the global form), so the selection moves no data.
+//   kAddIndexPerRow (update (S, ...)[, acc (N, S, ...)]) [indices, size=N, axes] -> acc with
+//                    update[s] added at [indices[s], s] (without acc: zeros); the transpose
+//                    of kIndexPerRow, in place on acc (as kAddIndexInDim). f32.
 //   vmap (any op, attrs.vmap = S > 0): jax.vmap over a leading dim of size S that every
 //                    input and output carries: out[s] = op(in_0[s], in_1[s], ...), the
 //                    other attributes describing the per-slice op. The partitioner maps
@@ -217,7 +228,9 @@ namespace eng {
   X(ReciprocalGrad, "reciprocal_grad", kUnaryGrad)                  \
   X(Transpose, "transpose", kCustom)                                \
   X(Compare, "compare", kCustom)                                    \
-  X(Select, "select", kCustom)
+  X(Select, "select", kCustom)                                      \
+  X(IndexPerRow, "index_per_row", kCustom)                          \
+  X(AddIndexPerRow, "add_index_per_row", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

@@ -121,9 +121,11 @@ ValueId constrain(Builder& b, ValueId x, std::vector<std::string> logical, bool 
 //
 // Circular pipelines: a stage's repeat r slab is w[r] (index_in_dim on the unsharded repeats
 // dim: local). When the stages are at different repeats (d*(S-1) iterations per repeat
-// boundary), the stages' rows come from different slabs: concatenated over the stage dim
-// (the partitioner gathers the slabs over `stage` for that; MaxText's per-stage
-// dynamic_slice is local).
+// boundary), each stage selects its own repeat's row with index_per_row (op.h), as MaxText's
+// per-stage dynamic slice vmapped over stages: the stacked weight stays split over `stage`
+// and no weight byte moves (a concat of the slabs' rows gathered them over `stage`). Its
+// VJP adds each stage's gradient into its selected row only, in place. With _per_repeat, such
+// a mixed slab is gathered over fsdp once per distinct set of stage repeats.
 class StageWeights {
  public:
   StageWeights(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked)
@@ -144,26 +146,52 @@ class StageWeights {
   bool gathered() const { return once_ || per_repeat_; }
   int lead() const { return R_ > 1 ? 3 : 2; }  // (R,) S, lps
 
-  // (S, lps, ...) of repeat r for every stage.
-  ValueId slab(ValueId w, int64_t r) {
-    const auto key = std::pair{w, r};
-    if (auto it = slabs_.find(key); it != slabs_.end()) return it->second;
-    ValueId src = w;
-    if (once_) {
-      auto it = gathered_.find(w);
-      if (it == gathered_.end()) {
-        std::vector<std::string> logical = b_.info(w).logical;
-        it = gathered_.emplace(w, constrain(b_, w, std::move(logical), true)).first;
-      }
-      src = it->second;
+  // The stacked weight, gathered over fsdp once with _ag_once.
+  ValueId source(ValueId w) {
+    if (!once_) return w;
+    auto it = gathered_.find(w);
+    if (it == gathered_.end()) {
+      std::vector<std::string> logical = b_.info(w).logical;
+      it = gathered_.emplace(w, constrain(b_, w, std::move(logical), true)).first;
     }
-    ValueId out = R_ > 1 ? b_.index_in_dim(src, 0, r) : src;
+    return it->second;
+  }
+
+  // (S, lps, ...): stage s's rows of repeat repeats[s] (all equal: the repeat's slab).
+  ValueId slab(ValueId w, const std::vector<int64_t>& repeats) {
+    const auto key = std::pair{w, repeats};
+    if (auto it = slabs_.find(key); it != slabs_.end()) return it->second;
+    const bool same = std::all_of(repeats.begin(), repeats.end(),
+                                  [&](int64_t r) { return r == repeats[0]; });
+    if (!same) return slabs_[key] = mixed(w, repeats);
+    ValueId out = R_ > 1 ? b_.index_in_dim(source(w), 0, repeats[0]) : source(w);
     if (per_repeat_) {
       std::vector<std::string> logical = b_.info(w).logical;
       logical.erase(logical.begin());
       out = constrain(b_, out, std::move(logical), true);
     }
     return slabs_[key] = out;
+  }
+
+  // Stages at different repeats: each selects its own row (index_per_row), from the stacked
+  // weight, or with _per_repeat from its repeats' gathered slabs stacked (a local concat over
+  // a new unsharded dim: nothing is gathered twice).
+  ValueId mixed(ValueId w, const std::vector<int64_t>& repeats) {
+    if (!per_repeat_) return b_.index_per_row(source(w), repeats);
+    std::vector<int64_t> used = repeats;
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    std::vector<ValueId> parts;
+    for (int64_t r : used) {
+      const ValueId one = slab(w, std::vector<int64_t>(repeats.size(), r));
+      std::vector<int64_t> d = b_.info(one).shape.dims();
+      d.insert(d.begin(), 1);
+      parts.push_back(b_.reshape(one, Shape(std::move(d))));
+    }
+    std::vector<int64_t> at;  // each stage's position in `used`
+    for (int64_t r : repeats)
+      at.push_back(std::lower_bound(used.begin(), used.end(), r) - used.begin());
+    return b_.index_per_row(b_.concat(parts, 0), at);
   }
 
   ValueId weight(ValueId w, int64_t j, const std::vector<int64_t>& repeats) {
@@ -174,15 +202,7 @@ class StageWeights {
     const auto key = std::tuple{w, repeats, j};
     auto it = sliced_.find(key);
     if (it == sliced_.end()) {
-      ValueId stages;  // (S, lps, ...)
-      if (std::all_of(repeats.begin(), repeats.end(), [&](int64_t r) { return r == repeats[0]; })) {
-        stages = slab(w, repeats[0]);
-      } else {
-        std::vector<ValueId> rows;
-        for (size_t s = 0; s < repeats.size(); ++s)
-          rows.push_back(b_.slice(slab(w, repeats[s]), 0, static_cast<int64_t>(s), 1));
-        stages = b_.concat(rows, 0);
-      }
+      const ValueId stages = slab(w, repeats);  // (S, lps, ...)
       std::vector<int64_t> d(wi.shape.dims().begin() + (lead() - 2), wi.shape.dims().end());
       d.erase(d.begin() + 1);  // (S, ...)
       const ValueId layer = b_.reshape(b_.slice(stages, 1, j, 1), Shape(std::move(d)));
@@ -196,7 +216,8 @@ class StageWeights {
   const int64_t R_;
   const bool once_, per_repeat_;
   std::map<ValueId, ValueId> gathered_;                   // stacked weight -> gathered (once)
-  std::map<std::pair<ValueId, int64_t>, ValueId> slabs_;  // (weight, repeat) -> (S, lps, ...)
+  // (weight, each stage's repeat) -> (S, lps, ...)
+  std::map<std::pair<ValueId, std::vector<int64_t>>, ValueId> slabs_;
   std::map<std::tuple<ValueId, std::vector<int64_t>, int64_t>, ValueId> sliced_;
 };
 

@@ -358,6 +358,7 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
         ENG_NOT_COLLECTIVE(kRepeatKvGrad) ENG_NOT_COLLECTIVE(kIndexInDim)
         ENG_NOT_COLLECTIVE(kAddIndexInDim)
         ENG_NOT_COLLECTIVE(kTranspose) ENG_NOT_COLLECTIVE(kCompare) ENG_NOT_COLLECTIVE(kSelect)
+        ENG_NOT_COLLECTIVE(kIndexPerRow) ENG_NOT_COLLECTIVE(kAddIndexPerRow)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE

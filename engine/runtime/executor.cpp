@@ -256,6 +256,31 @@ void run_add_index_in_dim(const Args& a) {  // (update[, acc]): in place on acc
               y + (o * L + a.in.attrs.start) * inner, inner);
 }
 
+// index_per_row / add_index_per_row (op.h): row s of the stacked (N, S, inner) view at slot
+// indices[g], g the global row: this device's block of rows starts at rank(axes) * S.
+int64_t first_global_row(const Args& a, int64_t local_rows) {
+  return axis_rank(a.mesh, a.device, a.in.attrs.mesh_axes) * local_rows;
+}
+void run_index_per_row(const Args& a) {
+  const Bytes b(a);
+  const Shape& x = b.xv.shape;
+  const int64_t S = x[1], row = x.prod(2, x.rank()) * b.elem, g0 = first_global_row(a, S);
+  for (int64_t s = 0; s < S; ++s)
+    std::memcpy(b.y + s * row, b.x + (a.in.attrs.new_shape[g0 + s] * S + s) * row, row);
+}
+void run_add_index_per_row(const Args& a) {  // (update[, acc]): in place on acc
+  const Shape& stacked = a.p.value(a.in.outputs[0]).shape;
+  const int64_t S = stacked[1], inner = stacked.prod(2, stacked.rank());
+  const int64_t g0 = first_global_row(a, S);
+  float* y = a.out(0);
+  if (a.in.inputs.size() > 1) copy_if_distinct(y, a.f(1), stacked.numel() * 4);
+  else std::memset(y, 0, stacked.numel() * 4);
+  for (int64_t s = 0; s < S; ++s) {
+    float* at = y + (a.in.attrs.new_shape[g0 + s] * S + s) * inner;
+    kern::add(at, a.f(0) + s * inner, at, inner);
+  }
+}
+
 // The optional vocab-block offset input (op.h: 3-input embed_lookup(_grad), 5-input xent grad).
 int64_t offset_input(const Args& a, size_t i) {
   return a.in.inputs.size() > i ? static_cast<int64_t>(*a.ids(i)) : 0;
@@ -485,6 +510,8 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kTranspose, {run_transpose, true}},
         {OpKind::kCompare, {run_compare}},
         {OpKind::kSelect, {run_select}},
+        {OpKind::kIndexPerRow, {run_index_per_row, true}},
+        {OpKind::kAddIndexPerRow, {run_add_index_per_row}},
         // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
         {OpKind::kAllGather, {run_collective, true}},
         {OpKind::kAllToAll, {run_collective, true}},

@@ -246,6 +246,7 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
                                              ENG_NO_SCRATCH(kIndexInDim)
                                                  ENG_NO_SCRATCH(kAddIndexInDim)
         ENG_NO_SCRATCH(kTranspose) ENG_NO_SCRATCH(kCompare) ENG_NO_SCRATCH(kSelect)
+            ENG_NO_SCRATCH(kIndexPerRow) ENG_NO_SCRATCH(kAddIndexPerRow)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

@@ -78,7 +78,7 @@ const std::vector<ConfigKey> kKeys = {
     {"ici_diloco_parallelism", V{int64_t{1}}, "mesh axis 'diloco' size"},
     {"ici_data_parallelism", V{int64_t{1}}, "mesh axis 'data' size"},
     {"ici_pipeline_parallelism", V{int64_t{1}}, "mesh axis 'stage' size; > 1 traces the decoder as a pipeline (docs/sharding.md)"},
-    {"num_layers_per_pipeline_stage", V{int64_t{-1}}, "decoder layers per pipeline stage per repeat (-1: num_decoder_layers / (stages x repeats); MaxText's default is 1); fewer than num_decoder_layers / stages makes the pipeline circular"},
+    {"num_layers_per_pipeline_stage", V{int64_t{1}}, "decoder layers per pipeline stage per repeat (MaxText's default 1: a pipeline is circular, R = num_decoder_layers / stages; num_decoder_layers / stages, or -1 (derived from num_pipeline_repeats), for fewer repeats); fewer than num_decoder_layers / stages makes the pipeline circular"},
     {"num_pipeline_microbatches", V{int64_t{-1}}, "pipeline microbatches M (-1: the number of stages, twice that with pipeline_delay_activation_forwarding); must divide the global batch and be divisible by the stages"},
     {"num_pipeline_repeats", V{int64_t{-1}}, "pipeline repeats R (-1: derived, num_decoder_layers / (stages x num_layers_per_pipeline_stage)); R > 1 is a circular pipeline"},
     {"pipeline_parallel_layers", V{int64_t{-1}}, "layers run in the pipeline (-1: all); only all are supported"},

@@ -207,6 +207,29 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
         return {b.add_index_in_dim(u[1], acc, 2, 2, 3)};
       },
       true};
+  // The circular pipeline's per-stage repeat selection: rows (B, sharded over data) pick
+  // different slots; sharded, each device must find its global rows' indices.
+  c[K::kIndexPerRow] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                          ValueId x = wrt_all(w, {arg(b, "x", Shape{3, z.B, z.T, z.E},
+                                                      {"", "activation_batch", "", ""})})[0];
+                          std::vector<int64_t> idx;
+                          for (int64_t s = 0; s < z.B; ++s) idx.push_back((2 * s + 1) % 3);
+                          return {b.index_per_row(x, idx)};
+                        },
+                        true};
+  c[K::kAddIndexPerRow] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto u = wrt_all(w, {act(b, "u", Shape{z.B, z.T, z.E}), act(b, "v", Shape{z.B, z.T, z.E})});
+        std::vector<int64_t> i0, i1;
+        for (int64_t s = 0; s < z.B; ++s) {
+          i0.push_back((2 * s + 1) % 3);
+          i1.push_back(s % 3);
+        }
+        ValueId acc = b.add_index_per_row(u[0], kNoValue, i0, 3);
+        // (3, B, T, E) -> (B, T, 3, E): the loss head reads (B, T, ...).
+        return {b.transpose(b.add_index_per_row(u[1], acc, i1, 3), {1, 2, 0, 3})};
+      },
+      true};
   c[K::kExp] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kExp, {x})[0]; });
   c[K::kTanh] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kTanh, {x})[0]; });
   for (K k : {K::kLog, K::kReciprocal})  // on exp(x): inputs > 0

@@ -9,6 +9,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "engine/compile/spmd.h"
 #include "engine/ir/interpret.h"
 #include "tests/common/tiny_config.h"
 #include "tests/pipeline/pipeline_run.h"
@@ -42,6 +45,9 @@ Config tiny(const Shape8& s) {
   EXPECT_TRUE(c.set("weight_dtype", "float32").ok());
   auto set = [&](const char* key, const auto& v) { EXPECT_TRUE(c.set(key, v).ok()) << key; };
   set("ici_pipeline_parallelism", s.stages);
+  // Pinned: MaxText's default num_layers_per_pipeline_stage 1 makes a pipeline circular
+  // (R = L / S); -1 derives it from num_pipeline_repeats (1 unless set), as these cases ask.
+  set("num_layers_per_pipeline_stage", int64_t{-1});
   if (s.stages == 1) set("scan_layers", false);  // the sequential reference: layers_<l>
   if (s.microbatches > 0) set("num_pipeline_microbatches", s.microbatches);
   if (s.repeats > 0) set("num_pipeline_repeats", s.repeats);
@@ -149,6 +155,53 @@ TEST(CircularInterpreter, GlobalProgramEqualsSequential) {
   }
 }
 
+// Each stage selects its current repeat's weights locally (index_per_row, as MaxText's
+// per-stage dynamic slice): a circular pipeline moves no weight over `stage`, so everything
+// it gathers or reduces over `stage` other than permutes, in bytes, is what the R = 1
+// pipeline of the same model and microbatches moves (the count differs: scalar reductions). (The concat of the repeats' rows it replaced gathered
+// the slabs: 100496 -> 16528 `stage` bytes per step on stage=2 x fsdp=2, M = 4.)
+TEST(CircularWeights, RepeatSelectionMovesNoWeightOverStage) {
+  struct NonPermute {
+    int count = 0;
+    double bytes = 0;
+  };
+  auto over_stage = [](const Shape8& s, const Mesh& mesh, int& selects) {
+    Result<ResolvedConfig> cfg = resolve_config(tiny(s), 8);
+    EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+    TrainStepLayout layout;
+    const Program g = build_train_step(*cfg, &layout);
+    selects = 0;
+    for (const Instr& in : g.instrs())
+      selects += in.kind == OpKind::kIndexPerRow || in.kind == OpKind::kAddIndexPerRow;
+    auto exe = compile(g, mesh, CompileOptions{});
+    EXPECT_TRUE(exe.ok()) << exe.status().message();
+    NonPermute n;
+    if (!exe.ok()) return n;
+    const Program& p = (*exe)->program();
+    for (const Instr& in : p.instrs()) {
+      const auto& axes = in.attrs.mesh_axes;
+      if (!is_collective(in.kind) || in.kind == OpKind::kCollectivePermute ||
+          std::find(axes.begin(), axes.end(), "stage") == axes.end())
+        continue;
+      ++n.count;
+      n.bytes += collective_bytes_received(p, in);
+    }
+    return n;
+  };
+  for (int64_t S : {2, 4}) {
+    const Mesh mesh = *Mesh::create({"stage"}, {S});
+    int selects1 = 0, selects2 = 0;
+    const NonPermute r1 = over_stage({S, 2 * S, 1}, mesh, selects1);
+    const NonPermute r2 = over_stage({S, 2 * S, 2}, mesh, selects2);
+    EXPECT_EQ(selects1, 0);
+    EXPECT_GT(selects2, 0) << "S=" << S;  // the repeat-boundary iterations select per stage
+    EXPECT_DOUBLE_EQ(r2.bytes, r1.bytes) << "S=" << S;
+    fmt::print("[circular weights] S={} M={}: non-permute collectives over stage R=1 {} ({} "
+               "bytes), R=2 {} ({} bytes); per-row selects {}\n",
+               S, 2 * S, r1.count, r1.bytes, r2.count, r2.bytes, selects2);
+  }
+}
+
 // The circular layout: (R, S, lps, ...) with the repeats dim unsharded and the
 // stages on `stage`, so each device holds its stage's layers of every repeat
 // (1/S of them).
@@ -165,6 +218,24 @@ TEST(CircularLayout, RepeatsStagesLayersPerStage) {
   EXPECT_EQ(wo.logical[0], "circular_repeats");
   EXPECT_EQ(wo.logical[1], "layers");
   EXPECT_EQ(pipeline_layer_dims(wo), 3);
+}
+
+// MaxText's defaults (base.yml num_layers_per_pipeline_stage 1, num_pipeline_repeats -1;
+// types.py derives R = pipeline_parallel_layers / (stages x layers per stage)): a pipeline
+// with no pipeline keys is circular with R = L / S and one layer per stage.
+TEST(CircularDefaults, MaxTextsDefaultIsCircular) {
+  Config c = tiny({});
+  ASSERT_TRUE(c.set("num_layers_per_pipeline_stage", int64_t{1}).ok());  // the default again
+  const Config defaults;
+  EXPECT_EQ(defaults.get_int("num_layers_per_pipeline_stage"), 1);
+  EXPECT_EQ(defaults.get_int("num_pipeline_repeats"), -1);
+  for (int64_t S : {2, 4}) {
+    ASSERT_TRUE(c.set("ici_pipeline_parallelism", S).ok());
+    Result<ResolvedConfig> r = resolve_config(c, 8);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->model.pipeline_repeats, 8 / S) << "S=" << S;
+    EXPECT_EQ(pipeline_schedule(r->model).shape().layers_per_stage, 1) << "S=" << S;
+  }
 }
 
 TEST(CircularErrors, BadInputNamesBothNumbers) {
