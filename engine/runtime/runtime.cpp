@@ -52,7 +52,8 @@ Block block_of(const NamedSharding& s, const Shape& global, int64_t device) {
 }
 
 // Copies device block `b` between the global row-major array and its local buffer;
-// contiguous runs along the last dim are memcpy'd.
+// contiguous runs along the last dim are memcpy'd. gshape[0] is never read (only the offsets
+// along dim 0 are), so `global` may hold some rows of dim 0 with b.offset[0] indexing them.
 void copy_block(void* global, const Shape& gshape, const Block& b, void* local, int64_t elem,
                 bool to_global) {
   const int rank = b.rank;
@@ -317,6 +318,41 @@ Status Runtime::write(Array& a, const void* host) {
   for (int64_t d = local_.lo; d < local_.hi; ++d)
     copy_block(const_cast<void*>(host), a.shape, block_of(a.sharding, a.shape, d),
                a.shards[d].data(), dtype_size(a.dtype), /*to_global=*/false);
+  return ok_status();
+}
+
+std::vector<int64_t> Runtime::local_rows(const Shape& shape, const NamedSharding& sharding) const {
+  ENG_CHECK(shape.rank() >= 1, "local_rows: a scalar has no rows");
+  std::vector<char> held(static_cast<size_t>(shape[0]), 0);
+  for (int64_t d = local_.lo; d < local_.hi; ++d) {
+    const Block b = block_of(sharding, shape, d);
+    std::fill_n(held.begin() + b.offset[0], b.local[0], 1);
+  }
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < shape[0]; ++r)
+    if (held[static_cast<size_t>(r)]) rows.push_back(r);
+  return rows;
+}
+
+Status Runtime::write_rows(Array& a, const void* host, std::span<const int64_t> rows) {
+  ENG_RETURN_IF_ERROR(check_array(mesh_, num_devices(), a, "write"));
+  ENG_CHECK(a.shape.rank() >= 1, "write_rows: scalar array {}", a.name);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  for (int64_t d = local_.lo; d < local_.hi; ++d) {
+    Block b = block_of(a.sharding, a.shape, d);
+    if (b.local[0] == 0) continue;
+    // The device's rows [o, o + s) are contiguous in `rows` (ascending, distinct) iff the
+    // first and the last are there s - 1 entries apart.
+    const int64_t o = b.offset[0], s = b.local[0];
+    const int64_t k = std::lower_bound(rows.begin(), rows.end(), o) - rows.begin();
+    if (k + s > n || rows[k] != o || rows[k + s - 1] != o + s - 1)
+      return invalid_argument("write {}: device {} holds rows [{}, {}), which the {} rows given "
+                              "do not all include",
+                              a.name, d, o, o + s, n);
+    b.offset[0] = k;  // row k of host
+    copy_block(const_cast<void*>(host), a.shape, b, a.shards[d].data(), dtype_size(a.dtype),
+               /*to_global=*/false);
+  }
   return ok_status();
 }
 
