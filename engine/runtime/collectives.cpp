@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/base/check.h"
 #include "engine/base/clock.h"
@@ -68,6 +69,10 @@ class DeviceCommunicator final : public Communicator {
   }
 
   Status prepare(const Program& p) override;
+  void begin(uint64_t fingerprint, int64_t execution) override {
+    fingerprint_ = fingerprint;
+    execution_ = execution;
+  }
   Status take_error() override { return std::exchange(error_, ok_status()); }
   double wait_seconds() const override { return wait_s_; }
 
@@ -326,6 +331,8 @@ class DeviceCommunicator final : public Communicator {
   int64_t staging_stride_ = 0;               // bytes per remote device in staging_
   std::vector<uint64_t> fingerprints_;       // prepare's all-gather target, one per process
   Status error_;                             // first failed exchange since take_error()
+  uint64_t fingerprint_ = 0;                 // begin(): the program running, for headers
+  int64_t execution_ = -1;                   // begin(): its earlier executions
   double wait_s_ = 0;                        // seconds in channel exchanges, cumulative
 };
 
@@ -431,8 +438,15 @@ bool DeviceCommunicator::transfer(const Program& p, const Instr& in, const AxesG
     pos_[q] += piece(p, in, G, r < 0 ? 0 : r).bytes();
   });
   for (size_t q = 0; q < recv_.size(); ++q) recv_spans_[q] = {recv_[q].data(), size_t(pos_[q])};
+  // The header peers compare: the same instruction of the same execution (no allocation).
+  dist::MessageHeader h;
+  h.program = fingerprint_;
+  h.instr = &in - p.instrs().data();
+  h.execution = execution_;
+  fmt::format_to_n(h.what, sizeof h.what - 1, "{} over {} in {}", op_name(in.kind),
+                   fmt::join(in.attrs.mesh_axes, ","), p.name());
   const double t0 = now_seconds();
-  Status s = channel_->exchange(send_spans_, recv_spans_);
+  Status s = channel_->exchange(h, send_spans_, recv_spans_);
   wait_s_ += now_seconds() - t0;
   if (!s.ok()) {
     if (error_.ok()) error_ = Status(s.code(), fmt::format("{}: {}", op_name(in.kind), s.message()));
@@ -456,7 +470,9 @@ Status DeviceCommunicator::prepare(const Program& p) {
   const int P = dist::process().count;
   fingerprints_.assign(static_cast<size_t>(P), 0);
   const uint64_t mine = p.fingerprint();
-  ENG_RETURN_IF_ERROR(channel_->all_gather(&mine, sizeof mine, fingerprints_.data()));
+  ENG_RETURN_IF_ERROR(channel_->all_gather(
+      dist::MessageHeader::labelled("prepare (the program fingerprints compared)"), &mine,
+      sizeof mine, fingerprints_.data()));
   for (int q = 1; q < P; ++q)
     if (fingerprints_[q] != fingerprints_[0])
       return failed_precondition(

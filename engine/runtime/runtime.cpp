@@ -192,6 +192,8 @@ struct Runtime::Prepared {
   std::vector<std::vector<std::unique_ptr<kern::Bf16MatmulPlan>>> plans;
   std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
   kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
+  uint64_t fingerprint = 0;               // the program's, for the collectives' message headers
+  int64_t executions = 0;                 // execute() calls so far
   bool timing = false;                    // set_timing: record `seconds` in execute
   bool timed = false;                     // `seconds` holds a finished timed execute
   std::vector<double> seconds;            // [device * instrs + i] (set_timing sizes it)
@@ -368,7 +370,9 @@ Status Runtime::fetch(const Array& a, void* host) const {
   std::vector<char> mine(static_cast<size_t>(per)), all(static_cast<size_t>(per) * dist::process().count);
   for (int64_t d = local_.lo; d < local_.hi; ++d)
     if (shard > 0) std::memcpy(mine.data() + (d - local_.lo) * shard, a.shards[d].data(), shard);
-  ENG_RETURN_IF_ERROR(fetch_channel_->all_gather(mine.data(), per, all.data()));
+  ENG_RETURN_IF_ERROR(fetch_channel_->all_gather(
+      dist::MessageHeader::labelled(fmt::format("fetch of '{}'", a.name)), mine.data(), per,
+      all.data()));
   for (int d = 0; d < num_devices(); ++d)
     copy_block(host, a.shape, block_of(a.sharding, a.shape, d), all.data() + d * shard,
                dtype_size(a.dtype), /*to_global=*/true);
@@ -378,7 +382,9 @@ Status Runtime::fetch(const Array& a, void* host) const {
 Status Runtime::gather_process_values(std::span<const double> mine, std::span<double> all) const {
   ENG_CHECK(fetch_channel_ && all.size() == mine.size() * dist::process().count,
             "runtime: gather of {} values into {}", mine.size(), all.size());
-  return fetch_channel_->all_gather(mine.data(), static_cast<int64_t>(mine.size_bytes()), all.data());
+  return fetch_channel_->all_gather(dist::MessageHeader::labelled("a gather of step times"),
+                                    mine.data(), static_cast<int64_t>(mine.size_bytes()),
+                                    all.data());
 }
 
 // ---- Runtime: execution --------------------------------------------------------------------
@@ -439,6 +445,7 @@ Status Runtime::prepare(const Executable& exe) {
   for (const ProgramOutput& out : exe.program().outputs())
     prep->ordinal.push_back(out.aliased_arg >= 0 ? -1 : next++);
   prep->num_outputs = next;
+  if (spans_processes()) prep->fingerprint = exe.program().fingerprint();
   // Reserve kernel scratch on every pool thread now, so no step allocates it later.
   prep->scratch = scratch_needs(exe.program());
   ENG_RETURN_IF_ERROR(make_plans(exe.program(), *prep));
@@ -522,6 +529,7 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   double* const seconds = prep.timing ? prep.seconds.data() : nullptr;  // set_timing
   if (seconds) prep.timed = false;
   for (int d = 0; d < num_devices(); ++d) tables_[d] = prep.ptrs[d].data();
+  comm_->begin(prep.fingerprint, prep.executions++);
   for (size_t i = 0; i < ni; ++i) {
     const Instr& in = p.instrs()[i];
     const auto& plans = prep.plans[i];

@@ -314,7 +314,10 @@ TEST(ProcessData, EachProcessProducesOnlyItsRows) {
       EXPECT_EQ((*t)->data()->rows_produced(), 2 * per);
       // The processes' rows partition [0, B).
       std::vector<int64_t> all(static_cast<size_t>(B));
-      ASSERT_TRUE(channel->all_gather(rows.data(), per * 8, all.data()).ok());
+      ASSERT_TRUE(channel
+                      ->all_gather(dist::MessageHeader::labelled("rows"), rows.data(), per * 8,
+                                   all.data())
+                      .ok());
       std::sort(all.begin(), all.end());
       for (int64_t r = 0; r < B; ++r) EXPECT_EQ(all[static_cast<size_t>(r)], r);
       // Bitwise the one-process source's rows, batch after batch.
