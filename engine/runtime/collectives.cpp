@@ -53,6 +53,7 @@ class DeviceCommunicator final : public Communicator {
       send_spans_.resize(P);
       recv_spans_.resize(P);
       pos_.resize(P);
+      staging_slot_.assign(static_cast<size_t>(n_), -1);
     }
   }
 
@@ -107,9 +108,10 @@ class DeviceCommunicator final : public Communicator {
   const void* input(std::span<void* const* const> buf, int64_t device, ValueId x) {
     return local(device) ? buf[device][x] : staging(device);
   }
-  // The staging copy of remote device `device`'s input.
+  // The staging copy of remote device `device`'s input (one this process's devices read).
   char* staging(int64_t device) {
-    const int64_t slot = device < local_.lo ? device : device - local_.size();
+    const int64_t slot = staging_slot_[static_cast<size_t>(device)];
+    ENG_CHECK(slot >= 0, "communicator: device {} is read but has no staging slot", device);
     return staging_.data() + slot * staging_stride_;
   }
 
@@ -328,7 +330,10 @@ class DeviceCommunicator final : public Communicator {
   std::vector<std::span<char>> recv_spans_;
   std::vector<int64_t> pos_;                 // per peer: bytes packed / unpacked so far
   std::vector<char> staging_;
-  int64_t staging_stride_ = 0;               // bytes per remote device in staging_
+  int64_t staging_stride_ = 0;               // bytes per staged remote device in staging_
+  std::vector<int64_t> staging_slot_;        // per device: its slot in staging_ (-1: none; only
+                                             // remote devices this process's devices read)
+  int64_t staged_ = 0;                       // slots in use
   std::vector<uint64_t> fingerprints_;       // prepare's all-gather target, one per process
   Status error_;                             // first failed exchange since take_error()
   uint64_t fingerprint_ = 0;                 // begin(): the program running, for headers
@@ -481,14 +486,17 @@ Status DeviceCommunicator::prepare(const Program& p) {
           p.name(), q, fingerprints_[q], fingerprints_[0]);
   std::vector<int64_t> send(P, 0), recv(P, 0);
   int64_t max_x = 0;
+  const int64_t staged = staged_;
   for (const Instr& in : p.instrs()) {
     if (!is_collective(in.kind) || in.kind == OpKind::kDynamicSlice) continue;
     const AxesGroup g(mesh_, in.attrs.mesh_axes);
     max_x = std::max(max_x, p.value(in.inputs[0]).bytes());
     for (bool out : {true, false}) {
       std::fill(pos_.begin(), pos_.end(), 0);
-      for_each_transfer(in, g, out, [&](int q, int64_t, int64_t r) {
+      for_each_transfer(in, g, out, [&](int q, int64_t src, int64_t r) {
         pos_[q] += piece(p, in, g.size(), r < 0 ? 0 : r).bytes();
+        if (!out && staging_slot_[static_cast<size_t>(src)] < 0)
+          staging_slot_[static_cast<size_t>(src)] = staged_++;
       });
       for (int q = 0; q < P; ++q) (out ? send : recv)[q] = std::max((out ? send : recv)[q], pos_[q]);
     }
@@ -498,9 +506,9 @@ Status DeviceCommunicator::prepare(const Program& p) {
     if (static_cast<int64_t>(recv_[q].size()) < recv[q]) recv_[q].resize(recv[q]);
   }
   const int64_t stride = (max_x + 63) / 64 * 64;
-  if (stride > staging_stride_) {
-    staging_stride_ = stride;
-    staging_.assign(static_cast<size_t>((n_ - local_.size()) * stride), 0);
+  if (stride > staging_stride_ || staged_ > staged) {
+    staging_stride_ = std::max(stride, staging_stride_);
+    staging_.assign(static_cast<size_t>(staged_ * staging_stride_), 0);
   }
   return ok_status();
 }

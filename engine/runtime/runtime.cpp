@@ -188,9 +188,10 @@ struct Runtime::Prepared {
   std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
   std::vector<DeviceBuffer> widen;        // per device: f32 copies of bf16 operands (executor.h)
   // Per instruction: a bf16 matmul's oneDNN plan (one shared by every device), or one per
-  // device for the convert+sgemm fallback, whose f32 copies belong to the plan; else none.
+  // local device (plans[d - local.lo]) for the convert+sgemm fallback, whose f32 copies belong
+  // to the plan; else none.
   std::vector<std::vector<std::unique_ptr<kern::Bf16MatmulPlan>>> plans;
-  std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
+  std::vector<std::vector<void*>> ptrs;   // per local device: buffer address per ValueId
   kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
   uint64_t fingerprint = 0;               // the program's, for the collectives' message headers
   int64_t executions = 0;                 // execute() calls so far
@@ -414,7 +415,7 @@ Status Runtime::make_plans(const Program& p, Prepared& prep) {
     const bool per_device = plan->backend() == kern::MatmulBackend::kConvertSgemm;
     prep.scratch.bf16_matmul_bytes = std::max(prep.scratch.bf16_matmul_bytes, plan->scratch_bytes());
     prep.plans[i].push_back(std::move(plan));
-    for (int d = 1; per_device && d < num_devices(); ++d) {
+    for (int64_t d = 1; per_device && d < local_.size(); ++d) {  // this process's devices
       ENG_ASSIGN_OR_RETURN(auto copy, make_bf16_matmul_plan(p, p.instrs()[i], backend));
       prep.plans[i].push_back(std::move(copy));
     }
@@ -433,8 +434,9 @@ Status Runtime::prepare(const Executable& exe) {
   prep->exe_id = exe.id();
   prep->arenas.resize(devices_.size());  // another process's devices: none here
   prep->widen.resize(devices_.size());
-  prep->ptrs.assign(devices_.size(), std::vector<void*>(exe.program().values().size(), nullptr));
+  prep->ptrs.resize(devices_.size());  // another process's devices: no table
   for (int64_t d = local_.lo; d < local_.hi; ++d) {
+    prep->ptrs[d].assign(exe.program().values().size(), nullptr);
     Device& dev = *devices_[d];
     ENG_ASSIGN_OR_RETURN(prep->arenas[d],
                          dev.allocate(exe.arena_bytes(), "arena:" + exe.program().name()));
@@ -528,14 +530,14 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   const size_t ni = p.instrs().size();
   double* const seconds = prep.timing ? prep.seconds.data() : nullptr;  // set_timing
   if (seconds) prep.timed = false;
-  for (int d = 0; d < num_devices(); ++d) tables_[d] = prep.ptrs[d].data();
+  for (int d = 0; d < num_devices(); ++d) tables_[d] = is_local(d) ? prep.ptrs[d].data() : nullptr;
   comm_->begin(prep.fingerprint, prep.executions++);
   for (size_t i = 0; i < ni; ++i) {
     const Instr& in = p.instrs()[i];
     const auto& plans = prep.plans[i];
     auto scratch = [&](int64_t d) {
       return InstrScratch{prep.widen[d].data(),
-                          plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d].get()};
+                          plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d - lo].get()};
     };
     auto run_on = [&](int64_t d) {
       const double t0 = seconds ? now_seconds() : 0;
