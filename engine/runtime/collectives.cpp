@@ -16,6 +16,7 @@
 #include "engine/compile/spmd.h"
 #include "engine/ir/op_table.h"
 #include "engine/sharding/shard_geometry.h"
+#include "engine/tensor/kernels.h"
 
 namespace eng {
 
@@ -118,11 +119,16 @@ class DeviceCommunicator final : public Communicator {
   // ---- cross-process transfers (only with a channel) ----
 
   static bool per_receiver(OpKind k) { return k == OpKind::kReduceScatter || k == OpKind::kAllToAll; }
-  // Does the member of rank r read the input of the member of rank m?
+  // Does the member of rank r read the input of the member of rank m? (dynamic_slice never
+  // crosses: run() and prepare() skip it.)
   static bool needs(const Instr& in, int64_t G, int64_t r, int64_t m) {
-    if (in.kind != OpKind::kCollectivePermute) return in.kind != OpKind::kDynamicSlice;
-    if (in.attrs.fill_zero) return r == m + in.attrs.shift;
-    return r == ((m + in.attrs.shift) % G + G) % G;
+    return in.kind != OpKind::kCollectivePermute || permute_source(in.attrs, G, r) == m;
+  }
+  // The rank whose x the member of rank r receives in a collective permute: r - shift (mod G);
+  // with fill_zero no wrap-around, and -1 (zeros) past either end.
+  static int64_t permute_source(const OpAttrs& a, int64_t G, int64_t r) {
+    if (a.fill_zero) return r - a.shift >= 0 && r - a.shift < G ? r - a.shift : -1;
+    return ((r - a.shift) % G + G) % G;
   }
   static Piece piece(const Program& p, const Instr& in, int64_t G, int64_t r);
   template <typename F>
@@ -186,22 +192,27 @@ class DeviceCommunicator final : public Communicator {
   }
 
   // d[i] += s[i] (or max), n elements of f32, or of bf16 with f32 math rounded once per call.
+  // Sums run on the vectorised kernels (kern::add, kern::add_bf16: the same rounding as
+  // f32_to_bf16, so the bits do not change).
   static void accumulate(void* d, const void* s, int64_t n, bool bf16, bool reduce_max) {
+    if (!reduce_max) {
+      if (bf16)
+        kern::add_bf16(static_cast<const uint16_t*>(d), static_cast<const uint16_t*>(s),
+                       static_cast<uint16_t*>(d), n);
+      else
+        kern::add(static_cast<const float*>(d), static_cast<const float*>(s), static_cast<float*>(d), n);
+      return;
+    }
     if (!bf16) {
       float* out = static_cast<float*>(d);
       const float* in = static_cast<const float*>(s);
-      if (reduce_max)
-        for (int64_t i = 0; i < n; ++i) out[i] = out[i] < in[i] ? in[i] : out[i];
-      else
-        for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+      for (int64_t i = 0; i < n; ++i) out[i] = out[i] < in[i] ? in[i] : out[i];
       return;
     }
     uint16_t* out = static_cast<uint16_t*>(d);
     const uint16_t* in = static_cast<const uint16_t*>(s);
-    for (int64_t i = 0; i < n; ++i) {
-      const float a = bf16_to_f32(out[i]), b = bf16_to_f32(in[i]);
-      out[i] = reduce_max ? (a < b ? in[i] : out[i]) : f32_to_bf16(a + b);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      if (bf16_to_f32(out[i]) < bf16_to_f32(in[i])) out[i] = in[i];
   }
 
   // Every member sums (or maxes) all members' inputs in rank order.
@@ -225,13 +236,11 @@ class DeviceCommunicator final : public Communicator {
     const AxesGroup& g = c.g;
     const ValueId x = c.x(), y = c.y();
     const int64_t xbytes = c.p.value(x).bytes(), G = g.size();
-    const int64_t shift = c.in.attrs.fill_zero ? c.in.attrs.shift : ((c.in.attrs.shift % G) + G) % G;
     for (int64_t r = 0; r < G; ++r) {
       const int64_t dst = g.member(c.leader, r);
       if (!local(dst)) continue;
-      int64_t from = r - shift;
-      if (!c.in.attrs.fill_zero) from = (from + G) % G;
-      if (from < 0 || from >= G) {
+      const int64_t from = permute_source(c.in.attrs, G, r);
+      if (from < 0) {
         std::memset(c.buf[dst][y], 0, xbytes);
         continue;
       }
