@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -65,6 +66,24 @@ int process_of_device(int64_t device, int64_t num_devices) {
   return static_cast<int>(device / (num_devices / g_process.count));
 }
 
+MessageHeader MessageHeader::labelled(std::string_view what) {
+  MessageHeader h;
+  what.copy(h.what, sizeof h.what - 1);
+  return h;
+}
+
+bool MessageHeader::operator==(const MessageHeader& o) const {
+  return program == o.program && instr == o.instr && execution == o.execution &&
+         std::strncmp(what, o.what, sizeof what) == 0;
+}
+
+std::string MessageHeader::to_string() const {
+  const std::string_view w(what, strnlen(what, sizeof what));
+  if (program == 0) return std::string(w);
+  return fmt::format("instruction {} ({}) of program {:016x}, execution {}", instr, w, program,
+                     execution);
+}
+
 #if SHARDLAB_WITH_MPI
 
 namespace {
@@ -80,67 +99,131 @@ double collective_timeout_s() {
 // A process that finished the current REPL line (end_line's notice), or -1.
 int peer_finished_line();
 
+// The communicator every channel sends on (made by init, where every process is at once), and
+// whether a call on it diverged (then its queues hold unmatched messages: every later call
+// fails).
+MPI_Comm channel_comm() {
+  static MPI_Comm comm = [] {
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    return c;
+  }();
+  return comm;
+}
+Status g_diverged;
+
 class MpiChannel final : public Channel {
  public:
-  MpiChannel() {
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    requests_.resize(2 * static_cast<size_t>(g_process.count));
+  static constexpr int kPayloadTag = 0, kHeaderTag = 1;
+
+  MpiChannel() : comm_(channel_comm()) {
+    const size_t P = static_cast<size_t>(g_process.count);
+    requests_.resize(4 * P);
     pending_peer_.resize(requests_.size());
+    theirs_.resize(P);
+    gather_send_.resize(P);
+    gather_recv_.resize(P);
     timeout_s_ = collective_timeout_s();
   }
-  ~MpiChannel() override { MPI_Comm_free(&comm_); }
 
-  Status exchange(std::span<const std::span<const char>> send,
+  Status exchange(const MessageHeader& header, std::span<const std::span<const char>> send,
                   std::span<const std::span<char>> recv) override {
+    ENG_RETURN_IF_ERROR(g_diverged);
+    header_ = header;
     int n = 0;
-    for (int q = 0; q < g_process.count; ++q) {
-      if (!recv[q].empty()) {
+    for (bool receive : {true, false})
+      for (int q = 0; q < g_process.count; ++q) {
+        if (q == g_process.index || (send[q].empty() && recv[q].empty())) continue;
         pending_peer_[n] = q;
-        if (int e = MPI_Irecv(recv[q].data(), static_cast<int>(recv[q].size()), MPI_BYTE, q, 0,
-                              comm_, &requests_[n++]))
-          return mpi_error("receive from process", q, e);
-        received_ += static_cast<int64_t>(recv[q].size());
+        const int e = receive ? MPI_Irecv(&theirs_[q], sizeof(MessageHeader), MPI_BYTE, q,
+                                          kHeaderTag, comm_, &requests_[n++])
+                              : MPI_Isend(&header_, sizeof(MessageHeader), MPI_BYTE, q,
+                                          kHeaderTag, comm_, &requests_[n++]);
+        if (e) return mpi_error(receive ? "receive a header from process" : "send a header to process", q, e);
       }
+    const int headers = n;
+    ENG_RETURN_IF_ERROR(post_payload(send, recv, n));
+    ENG_RETURN_IF_ERROR(wait(0, headers));
+    for (int i = 0; i < headers; ++i) {
+      const int q = pending_peer_[i];
+      if (theirs_[q] == header_) continue;
+      g_diverged = failed_precondition(
+          "dist: process {} and process {} diverged: process {} runs {}; process {} runs {}. Every "
+          "process must make the same calls in the same order (the same script, the same "
+          "branches); the job must restart",
+          g_process.index, q, g_process.index, header_.to_string(), q, theirs_[q].to_string());
+      abandon(headers, n);
+      return g_diverged;
     }
-    for (int q = 0; q < g_process.count; ++q) {
-      if (!send[q].empty()) {
-        pending_peer_[n] = q;
-        if (int e = MPI_Isend(send[q].data(), static_cast<int>(send[q].size()), MPI_BYTE, q, 0,
-                              comm_, &requests_[n++]))
-          return mpi_error("send to process", q, e);
-        sent_ += static_cast<int64_t>(send[q].size());
-      }
-    }
-    return wait(n);
+    return wait(headers, n);
   }
 
-  Status all_gather(const void* mine, int64_t bytes, void* all) override {
+  // Every peer gets `mine`, by the same headed messages as exchange().
+  Status all_gather(const MessageHeader& header, const void* mine, int64_t bytes,
+                    void* all) override {
     ENG_CHECK(bytes < (int64_t{1} << 31), "dist: all_gather of {} bytes", bytes);
-    if (int e = MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all,
-                              static_cast<int>(bytes), MPI_BYTE, comm_))
-      return mpi_error("all_gather with process", -1, e);
-    sent_ += bytes * (g_process.count - 1);
-    received_ += bytes * (g_process.count - 1);
-    return ok_status();
+    char* out = static_cast<char*>(all);
+    for (int q = 0; q < g_process.count; ++q) {
+      const bool me = q == g_process.index;
+      gather_send_[q] = me ? std::span<const char>() : std::span(static_cast<const char*>(mine), size_t(bytes));
+      gather_recv_[q] = me ? std::span<char>() : std::span(out + q * bytes, size_t(bytes));
+    }
+    if (bytes > 0) std::memcpy(out + g_process.index * bytes, mine, static_cast<size_t>(bytes));
+    return exchange(header, gather_send_, gather_recv_);
   }
 
   int64_t bytes_sent() const override { return sent_; }
   int64_t bytes_received() const override { return received_; }
 
  private:
-  // Polls the n requests; a peer silent for timeout_s_ ends the job with its rank named (a
+  // Posts the payload receives and sends after the n requests already posted.
+  Status post_payload(std::span<const std::span<const char>> send,
+                      std::span<const std::span<char>> recv, int& n) {
+    for (int q = 0; q < g_process.count; ++q) {
+      if (recv[q].empty()) continue;
+      pending_peer_[n] = q;
+      if (int e = MPI_Irecv(recv[q].data(), static_cast<int>(recv[q].size()), MPI_BYTE, q,
+                            kPayloadTag, comm_, &requests_[n++]))
+        return mpi_error("receive from process", q, e);
+      received_ += static_cast<int64_t>(recv[q].size());
+    }
+    receive_end_ = n;
+    for (int q = 0; q < g_process.count; ++q) {
+      if (send[q].empty()) continue;
+      pending_peer_[n] = q;
+      if (int e = MPI_Isend(send[q].data(), static_cast<int>(send[q].size()), MPI_BYTE, q,
+                            kPayloadTag, comm_, &requests_[n++]))
+        return mpi_error("send to process", q, e);
+      sent_ += static_cast<int64_t>(send[q].size());
+    }
+    return ok_status();
+  }
+
+  // After a divergence: cancels the payload receives still posted and lets go of the sends.
+  void abandon(int first, int n) {
+    for (int i = first; i < n; ++i) {
+      if (requests_[i] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      MPI_Test(&requests_[i], &done, MPI_STATUS_IGNORE);
+      if (done) continue;
+      if (i < receive_end_) MPI_Cancel(&requests_[i]);
+      MPI_Request_free(&requests_[i]);
+    }
+  }
+
+  // Polls requests [first, n); a peer silent for timeout_s_ ends the job with its rank named (a
   // killed rank is normally reported by mpirun first, within a second). Busy-polls (yielding
   // now and then) for the first kSpinS: most waits are short, and on a loaded machine a
   // sleeper or a yielder per poll waits for a scheduler slot (tests/mpi ran 1.5x slower
   // so); then sleeps between polls, so a long wait for a straggler takes no core.
-  Status wait(int n) {
+  Status wait(int first, int n) {
     constexpr double kSpinS = 0.05;
     const double t0 = now_seconds();
     double diverged_at = -1;
     for (int64_t spin = 0;; ++spin) {
       int done = 0;
-      if (int e = MPI_Testall(n, requests_.data(), &done, MPI_STATUSES_IGNORE))
+      if (int e = MPI_Testall(n - first, requests_.data() + first, &done, MPI_STATUSES_IGNORE))
         return mpi_error("wait for process", -1, e);
       if (done) return ok_status();
       if ((spin & 1023) != 1023) continue;
@@ -150,7 +233,7 @@ class MpiChannel final : public Channel {
         continue;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (waited > timeout_s_) abort_job(timeout_message(n));
+      if (waited > timeout_s_) abort_job(timeout_message(first, n));
       if ((spin & 65535) == 65535) check_lockstep(waited, &diverged_at);
     }
   }
@@ -170,17 +253,17 @@ class MpiChannel final : public Channel {
         g_process.index, peer));
   }
 
-  std::string timeout_message(int n) {
+  std::string timeout_message(int first, int n) {
     std::string peers;
-    for (int i = 0; i < n; ++i) {
+    for (int i = first; i < n; ++i) {
       int flag = 0;
       MPI_Test(&requests_[i], &flag, MPI_STATUS_IGNORE);
       if (!flag) peers += fmt::format("{}{}", peers.empty() ? "" : ", ", pending_peer_[i]);
     }
     return fmt::format(
         "shardlab: process {}: a collective waited {:.0f} s for process(es) {} "
-        "(SHARDLAB_COLLECTIVE_TIMEOUT); ending the job",
-        g_process.index, timeout_s_, peers);
+        "in {} (SHARDLAB_COLLECTIVE_TIMEOUT); ending the job",
+        g_process.index, timeout_s_, peers, header_.to_string());
   }
 
   static Status mpi_error(const char* what, int peer, int code) {
@@ -192,9 +275,14 @@ class MpiChannel final : public Channel {
                             : fmt::format("dist: {}: {}", what, std::string_view(text, len)));
   }
 
-  MPI_Comm comm_;
-  std::vector<MPI_Request> requests_;  // up to one receive and one send per peer
+  MPI_Comm comm_;                      // channel_comm(), shared by every channel
+  std::vector<MPI_Request> requests_;  // per peer: header receive and send, payload receive and send
   std::vector<int> pending_peer_;      // the peer of each request
+  MessageHeader header_;               // this process's header of the exchange in progress
+  std::vector<MessageHeader> theirs_;  // per peer: the header it sent
+  std::vector<std::span<const char>> gather_send_;  // all_gather's messages, sized once
+  std::vector<std::span<char>> gather_recv_;
+  int receive_end_ = 0;                // requests [headers, receive_end_) are payload receives
   double timeout_s_ = 300;
   int64_t sent_ = 0, received_ = 0;
 };
@@ -211,6 +299,7 @@ Status init(int* argc, char*** argv, int local_devices) {
   g_process.mpi = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_process.index);
   MPI_Comm_size(MPI_COMM_WORLD, &g_process.count);
+  channel_comm();  // collective: made here by every process, not by the first channel's maker
   // The trainer's dispatcher thread runs the collectives, the main thread fetches: one at a time.
   if (provided < MPI_THREAD_SERIALIZED)
     return failed_precondition(

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/base/status.h"
@@ -54,18 +55,38 @@ Result<DeviceRange> device_range(int64_t num_devices);
 // The process hosting device d of an N-device mesh.
 int process_of_device(int64_t device, int64_t num_devices);
 
-// Messages between the processes of the job on a communicator of its own (a duplicate of
-// MPI_COMM_WORLD made once), so the collectives of a running step never match the messages of
-// another channel. A channel is used by one thread at a time.
+// What a process is doing when it exchanges messages: sent ahead of every exchange to each
+// peer it exchanges with. Peers doing the same call send equal headers; a difference means the
+// processes diverged (a script that makes different calls on different ranks), reported at
+// once instead of after SHARDLAB_COLLECTIVE_TIMEOUT.
+struct MessageHeader {
+  uint64_t program = 0;    // fingerprint of the program whose instruction runs (0: not one)
+  int64_t instr = -1;      // its instruction index
+  int64_t execution = -1;  // how many times the runtime ran that executable before
+  char what[72] = {};      // for the error: "all_gather over fsdp in train_step", "fetch of 'x'"
+  // A header for a call outside a program (fetch, a gather of timings): compared by `what`.
+  static MessageHeader labelled(std::string_view what);
+  bool operator==(const MessageHeader& o) const;
+  std::string to_string() const;  // "instruction 17 (all_gather ...), execution 3"
+};
+
+// Messages between the processes of the job. Every channel sends on one communicator (a
+// duplicate of MPI_COMM_WORLD made by the first make_channel), so that a process in one
+// channel's call and a peer in another's see each other's headers: every process makes the
+// same calls in the same order, and a difference is an error naming both. A channel is used by
+// one thread at a time; after a divergence every later call fails (the job must restart).
 class Channel {
  public:
   virtual ~Channel() = default;
-  // Posts every send and receive, then waits for all: send[q] goes to process q, recv[q] comes
-  // from process q (empty spans: nothing); both sides agree on the sizes. Allocates nothing.
-  virtual Status exchange(std::span<const std::span<const char>> send,
+  // Sends `header` to, and receives one from, every process with a non-empty send or recv;
+  // posts every send and receive, then waits for all: send[q] goes to process q, recv[q] comes
+  // from process q (empty spans: nothing); both sides agree on the sizes. A peer's header that
+  // differs is an error naming both processes and both headers. Allocates nothing.
+  virtual Status exchange(const MessageHeader& header, std::span<const std::span<const char>> send,
                           std::span<const std::span<char>> recv) = 0;
   // Every process contributes `bytes` bytes; all[q * bytes ...] receives process q's.
-  virtual Status all_gather(const void* mine, int64_t bytes, void* all) = 0;
+  virtual Status all_gather(const MessageHeader& header, const void* mine, int64_t bytes,
+                            void* all) = 0;
   // Bytes this process sent and received through the channel since it was made.
   virtual int64_t bytes_sent() const = 0;
   virtual int64_t bytes_received() const = 0;

@@ -9,12 +9,14 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/base/check.h"
 #include "engine/base/clock.h"
 #include "engine/compile/spmd.h"
 #include "engine/ir/op_table.h"
 #include "engine/sharding/shard_geometry.h"
+#include "engine/tensor/kernels.h"
 
 namespace eng {
 
@@ -52,6 +54,7 @@ class DeviceCommunicator final : public Communicator {
       send_spans_.resize(P);
       recv_spans_.resize(P);
       pos_.resize(P);
+      staging_slot_.assign(static_cast<size_t>(n_), -1);
     }
   }
 
@@ -68,6 +71,10 @@ class DeviceCommunicator final : public Communicator {
   }
 
   Status prepare(const Program& p) override;
+  void begin(uint64_t fingerprint, int64_t execution) override {
+    fingerprint_ = fingerprint;
+    execution_ = execution;
+  }
   Status take_error() override { return std::exchange(error_, ok_status()); }
   double wait_seconds() const override { return wait_s_; }
 
@@ -102,20 +109,26 @@ class DeviceCommunicator final : public Communicator {
   const void* input(std::span<void* const* const> buf, int64_t device, ValueId x) {
     return local(device) ? buf[device][x] : staging(device);
   }
-  // The staging copy of remote device `device`'s input.
+  // The staging copy of remote device `device`'s input (one this process's devices read).
   char* staging(int64_t device) {
-    const int64_t slot = device < local_.lo ? device : device - local_.size();
+    const int64_t slot = staging_slot_[static_cast<size_t>(device)];
+    ENG_CHECK(slot >= 0, "communicator: device {} is read but has no staging slot", device);
     return staging_.data() + slot * staging_stride_;
   }
 
   // ---- cross-process transfers (only with a channel) ----
 
   static bool per_receiver(OpKind k) { return k == OpKind::kReduceScatter || k == OpKind::kAllToAll; }
-  // Does the member of rank r read the input of the member of rank m?
+  // Does the member of rank r read the input of the member of rank m? (dynamic_slice never
+  // crosses: run() and prepare() skip it.)
   static bool needs(const Instr& in, int64_t G, int64_t r, int64_t m) {
-    if (in.kind != OpKind::kCollectivePermute) return in.kind != OpKind::kDynamicSlice;
-    if (in.attrs.fill_zero) return r == m + in.attrs.shift;
-    return r == ((m + in.attrs.shift) % G + G) % G;
+    return in.kind != OpKind::kCollectivePermute || permute_source(in.attrs, G, r) == m;
+  }
+  // The rank whose x the member of rank r receives in a collective permute: r - shift (mod G);
+  // with fill_zero no wrap-around, and -1 (zeros) past either end.
+  static int64_t permute_source(const OpAttrs& a, int64_t G, int64_t r) {
+    if (a.fill_zero) return r - a.shift >= 0 && r - a.shift < G ? r - a.shift : -1;
+    return ((r - a.shift) % G + G) % G;
   }
   static Piece piece(const Program& p, const Instr& in, int64_t G, int64_t r);
   template <typename F>
@@ -179,22 +192,27 @@ class DeviceCommunicator final : public Communicator {
   }
 
   // d[i] += s[i] (or max), n elements of f32, or of bf16 with f32 math rounded once per call.
+  // Sums run on the vectorised kernels (kern::add, kern::add_bf16: the same rounding as
+  // f32_to_bf16, so the bits do not change).
   static void accumulate(void* d, const void* s, int64_t n, bool bf16, bool reduce_max) {
+    if (!reduce_max) {
+      if (bf16)
+        kern::add_bf16(static_cast<const uint16_t*>(d), static_cast<const uint16_t*>(s),
+                       static_cast<uint16_t*>(d), n);
+      else
+        kern::add(static_cast<const float*>(d), static_cast<const float*>(s), static_cast<float*>(d), n);
+      return;
+    }
     if (!bf16) {
       float* out = static_cast<float*>(d);
       const float* in = static_cast<const float*>(s);
-      if (reduce_max)
-        for (int64_t i = 0; i < n; ++i) out[i] = out[i] < in[i] ? in[i] : out[i];
-      else
-        for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+      for (int64_t i = 0; i < n; ++i) out[i] = out[i] < in[i] ? in[i] : out[i];
       return;
     }
     uint16_t* out = static_cast<uint16_t*>(d);
     const uint16_t* in = static_cast<const uint16_t*>(s);
-    for (int64_t i = 0; i < n; ++i) {
-      const float a = bf16_to_f32(out[i]), b = bf16_to_f32(in[i]);
-      out[i] = reduce_max ? (a < b ? in[i] : out[i]) : f32_to_bf16(a + b);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      if (bf16_to_f32(out[i]) < bf16_to_f32(in[i])) out[i] = in[i];
   }
 
   // Every member sums (or maxes) all members' inputs in rank order.
@@ -218,13 +236,11 @@ class DeviceCommunicator final : public Communicator {
     const AxesGroup& g = c.g;
     const ValueId x = c.x(), y = c.y();
     const int64_t xbytes = c.p.value(x).bytes(), G = g.size();
-    const int64_t shift = c.in.attrs.fill_zero ? c.in.attrs.shift : ((c.in.attrs.shift % G) + G) % G;
     for (int64_t r = 0; r < G; ++r) {
       const int64_t dst = g.member(c.leader, r);
       if (!local(dst)) continue;
-      int64_t from = r - shift;
-      if (!c.in.attrs.fill_zero) from = (from + G) % G;
-      if (from < 0 || from >= G) {
+      const int64_t from = permute_source(c.in.attrs, G, r);
+      if (from < 0) {
         std::memset(c.buf[dst][y], 0, xbytes);
         continue;
       }
@@ -323,9 +339,14 @@ class DeviceCommunicator final : public Communicator {
   std::vector<std::span<char>> recv_spans_;
   std::vector<int64_t> pos_;                 // per peer: bytes packed / unpacked so far
   std::vector<char> staging_;
-  int64_t staging_stride_ = 0;               // bytes per remote device in staging_
+  int64_t staging_stride_ = 0;               // bytes per staged remote device in staging_
+  std::vector<int64_t> staging_slot_;        // per device: its slot in staging_ (-1: none; only
+                                             // remote devices this process's devices read)
+  int64_t staged_ = 0;                       // slots in use
   std::vector<uint64_t> fingerprints_;       // prepare's all-gather target, one per process
   Status error_;                             // first failed exchange since take_error()
+  uint64_t fingerprint_ = 0;                 // begin(): the program running, for headers
+  int64_t execution_ = -1;                   // begin(): its earlier executions
   double wait_s_ = 0;                        // seconds in channel exchanges, cumulative
 };
 
@@ -432,8 +453,15 @@ bool DeviceCommunicator::transfer(const Program& p, const Instr& in, const AxesG
     pos_[q] += piece(p, in, G, r < 0 ? 0 : r).bytes();
   });
   for (size_t q = 0; q < recv_.size(); ++q) recv_spans_[q] = {recv_[q].data(), size_t(pos_[q])};
+  // The header peers compare: the same instruction of the same execution (no allocation).
+  dist::MessageHeader h;
+  h.program = fingerprint_;
+  h.instr = &in - p.instrs().data();
+  h.execution = execution_;
+  fmt::format_to_n(h.what, sizeof h.what - 1, "{} over {} in {}", op_name(in.kind),
+                   fmt::join(in.attrs.mesh_axes, ","), p.name());
   const double t0 = now_seconds();
-  Status s = channel_->exchange(send_spans_, recv_spans_);
+  Status s = channel_->exchange(h, send_spans_, recv_spans_);
   wait_s_ += now_seconds() - t0;
   if (!s.ok()) {
     if (error_.ok()) error_ = Status(s.code(), fmt::format("{}: {}", op_name(in.kind), s.message()));
@@ -457,7 +485,9 @@ Status DeviceCommunicator::prepare(const Program& p) {
   const int P = dist::process().count;
   fingerprints_.assign(static_cast<size_t>(P), 0);
   const uint64_t mine = p.fingerprint();
-  ENG_RETURN_IF_ERROR(channel_->all_gather(&mine, sizeof mine, fingerprints_.data()));
+  ENG_RETURN_IF_ERROR(channel_->all_gather(
+      dist::MessageHeader::labelled("prepare (the program fingerprints compared)"), &mine,
+      sizeof mine, fingerprints_.data()));
   for (int q = 1; q < P; ++q)
     if (fingerprints_[q] != fingerprints_[0])
       return failed_precondition(
@@ -466,14 +496,17 @@ Status DeviceCommunicator::prepare(const Program& p) {
           p.name(), q, fingerprints_[q], fingerprints_[0]);
   std::vector<int64_t> send(P, 0), recv(P, 0);
   int64_t max_x = 0;
+  const int64_t staged = staged_;
   for (const Instr& in : p.instrs()) {
     if (!is_collective(in.kind) || in.kind == OpKind::kDynamicSlice) continue;
     const AxesGroup g(mesh_, in.attrs.mesh_axes);
     max_x = std::max(max_x, p.value(in.inputs[0]).bytes());
     for (bool out : {true, false}) {
       std::fill(pos_.begin(), pos_.end(), 0);
-      for_each_transfer(in, g, out, [&](int q, int64_t, int64_t r) {
+      for_each_transfer(in, g, out, [&](int q, int64_t src, int64_t r) {
         pos_[q] += piece(p, in, g.size(), r < 0 ? 0 : r).bytes();
+        if (!out && staging_slot_[static_cast<size_t>(src)] < 0)
+          staging_slot_[static_cast<size_t>(src)] = staged_++;
       });
       for (int q = 0; q < P; ++q) (out ? send : recv)[q] = std::max((out ? send : recv)[q], pos_[q]);
     }
@@ -483,9 +516,9 @@ Status DeviceCommunicator::prepare(const Program& p) {
     if (static_cast<int64_t>(recv_[q].size()) < recv[q]) recv_[q].resize(recv[q]);
   }
   const int64_t stride = (max_x + 63) / 64 * 64;
-  if (stride > staging_stride_) {
-    staging_stride_ = stride;
-    staging_.assign(static_cast<size_t>((n_ - local_.size()) * stride), 0);
+  if (stride > staging_stride_ || staged_ > staged) {
+    staging_stride_ = std::max(stride, staging_stride_);
+    staging_.assign(static_cast<size_t>(staged_ * staging_stride_), 0);
   }
   return ok_status();
 }

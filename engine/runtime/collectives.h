@@ -37,6 +37,9 @@ class Communicator {
   // Runs collective `in` of per-device program p. buffers[d]: device d's buffer address per
   // ValueId (inputs and outputs of `in` on every device).
   virtual void run(const Program& p, const Instr& in, std::span<void* const* const> buffers) = 0;
+  // Names the execution the next run() calls belong to in the headers of their messages
+  // (dist::MessageHeader): the program's fingerprint and how many times it ran before.
+  virtual void begin(uint64_t fingerprint, int64_t execution) {}
   // Bytes device d received from other devices, per axes key, since the last reset.
   virtual std::map<std::string, double> bytes_received(int device) const = 0;
   virtual void reset_counters() = 0;

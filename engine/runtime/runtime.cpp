@@ -52,7 +52,8 @@ Block block_of(const NamedSharding& s, const Shape& global, int64_t device) {
 }
 
 // Copies device block `b` between the global row-major array and its local buffer;
-// contiguous runs along the last dim are memcpy'd.
+// contiguous runs along the last dim are memcpy'd. gshape[0] is never read (only the offsets
+// along dim 0 are), so `global` may hold some rows of dim 0 with b.offset[0] indexing them.
 void copy_block(void* global, const Shape& gshape, const Block& b, void* local, int64_t elem,
                 bool to_global) {
   const int rank = b.rank;
@@ -186,12 +187,15 @@ struct Runtime::Prepared {
   int num_outputs = 0;                    // non-aliased program outputs
   std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
   std::vector<DeviceBuffer> widen;        // per device: f32 copies of bf16 operands (executor.h)
-  // Per instruction: a bf16 matmul's plan (one shared by every device), or one per device
-  // for the convert+sgemm fallback (reentrant now: its scratch is per thread); else none.
+  // Per instruction: a bf16 matmul's plan (one shared by every device), or one per local
+  // device (plans[d - local.lo]) for the convert+sgemm fallback (reentrant: its scratch is per
+  // thread); else none.
   std::vector<std::vector<std::unique_ptr<kern::Bf16MatmulPlan>>> plans;
   std::vector<InstrPath> paths;           // per instruction: how run_instr runs it (executor.h)
-  std::vector<std::vector<void*>> ptrs;   // per device: buffer address per ValueId
+  std::vector<std::vector<void*>> ptrs;   // per device (other processes': empty): address per ValueId
   kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
+  uint64_t fingerprint = 0;               // the program's, for the collectives' message headers
+  int64_t executions = 0;                 // execute() calls so far
   bool timing = false;                    // set_timing: record `seconds` in execute
   bool timed = false;                     // `seconds` holds a finished timed execute
   std::vector<double> seconds;            // [device * instrs + i] (set_timing sizes it)
@@ -322,6 +326,41 @@ Status Runtime::write(Array& a, const void* host) {
   return ok_status();
 }
 
+std::vector<int64_t> Runtime::local_rows(const Shape& shape, const NamedSharding& sharding) const {
+  ENG_CHECK(shape.rank() >= 1, "local_rows: a scalar has no rows");
+  std::vector<char> held(static_cast<size_t>(shape[0]), 0);
+  for (int64_t d = local_.lo; d < local_.hi; ++d) {
+    const Block b = block_of(sharding, shape, d);
+    std::fill_n(held.begin() + b.offset[0], b.local[0], 1);
+  }
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < shape[0]; ++r)
+    if (held[static_cast<size_t>(r)]) rows.push_back(r);
+  return rows;
+}
+
+Status Runtime::write_rows(Array& a, const void* host, std::span<const int64_t> rows) {
+  ENG_RETURN_IF_ERROR(check_array(mesh_, num_devices(), a, "write"));
+  ENG_CHECK(a.shape.rank() >= 1, "write_rows: scalar array {}", a.name);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  for (int64_t d = local_.lo; d < local_.hi; ++d) {
+    Block b = block_of(a.sharding, a.shape, d);
+    if (b.local[0] == 0) continue;
+    // The device's rows [o, o + s) are contiguous in `rows` (ascending, distinct) iff the
+    // first and the last are there s - 1 entries apart.
+    const int64_t o = b.offset[0], s = b.local[0];
+    const int64_t k = std::lower_bound(rows.begin(), rows.end(), o) - rows.begin();
+    if (k + s > n || rows[k] != o || rows[k + s - 1] != o + s - 1)
+      return invalid_argument("write {}: device {} holds rows [{}, {}), which the {} rows given "
+                              "do not all include",
+                              a.name, d, o, o + s, n);
+    b.offset[0] = k;  // row k of host
+    copy_block(const_cast<void*>(host), a.shape, b, a.shards[d].data(), dtype_size(a.dtype),
+               /*to_global=*/false);
+  }
+  return ok_status();
+}
+
 Status Runtime::fetch(const Array& a, void* host) const {
   ENG_RETURN_IF_ERROR(check_array(mesh_, num_devices(), a, "fetch"));
   // Replicated blocks are written once per holder; they are equal, so any order is right.
@@ -334,7 +373,9 @@ Status Runtime::fetch(const Array& a, void* host) const {
   std::vector<char> mine(static_cast<size_t>(per)), all(static_cast<size_t>(per) * dist::process().count);
   for (int64_t d = local_.lo; d < local_.hi; ++d)
     if (shard > 0) std::memcpy(mine.data() + (d - local_.lo) * shard, a.shards[d].data(), shard);
-  ENG_RETURN_IF_ERROR(fetch_channel_->all_gather(mine.data(), per, all.data()));
+  ENG_RETURN_IF_ERROR(fetch_channel_->all_gather(
+      dist::MessageHeader::labelled(fmt::format("fetch of '{}'", a.name)), mine.data(), per,
+      all.data()));
   for (int d = 0; d < num_devices(); ++d)
     copy_block(host, a.shape, block_of(a.sharding, a.shape, d), all.data() + d * shard,
                dtype_size(a.dtype), /*to_global=*/true);
@@ -344,7 +385,9 @@ Status Runtime::fetch(const Array& a, void* host) const {
 Status Runtime::gather_process_values(std::span<const double> mine, std::span<double> all) const {
   ENG_CHECK(fetch_channel_ && all.size() == mine.size() * dist::process().count,
             "runtime: gather of {} values into {}", mine.size(), all.size());
-  return fetch_channel_->all_gather(mine.data(), static_cast<int64_t>(mine.size_bytes()), all.data());
+  return fetch_channel_->all_gather(dist::MessageHeader::labelled("a gather of step times"),
+                                    mine.data(), static_cast<int64_t>(mine.size_bytes()),
+                                    all.data());
 }
 
 // ---- Runtime: execution --------------------------------------------------------------------
@@ -375,7 +418,7 @@ Status Runtime::make_plans(const Program& p, Prepared& prep) {
     const bool per_device = plan->backend() == kern::MatmulBackend::kConvertSgemm;
     prep.scratch.bf16_matmul_bytes = std::max(prep.scratch.bf16_matmul_bytes, plan->scratch_bytes());
     prep.plans[i].push_back(std::move(plan));
-    for (int d = 1; per_device && d < num_devices(); ++d) {
+    for (int64_t d = 1; per_device && d < local_.size(); ++d) {  // this process's devices
       ENG_ASSIGN_OR_RETURN(auto copy, make_bf16_matmul_plan(p, p.instrs()[i], backend));
       prep.plans[i].push_back(std::move(copy));
     }
@@ -394,8 +437,9 @@ Status Runtime::prepare(const Executable& exe) {
   prep->exe_id = exe.id();
   prep->arenas.resize(devices_.size());  // another process's devices: none here
   prep->widen.resize(devices_.size());
-  prep->ptrs.assign(devices_.size(), std::vector<void*>(exe.program().values().size(), nullptr));
+  prep->ptrs.resize(devices_.size());  // another process's devices: no table
   for (int64_t d = local_.lo; d < local_.hi; ++d) {
+    prep->ptrs[d].assign(exe.program().values().size(), nullptr);
     Device& dev = *devices_[d];
     ENG_ASSIGN_OR_RETURN(prep->arenas[d],
                          dev.allocate(exe.arena_bytes(), "arena:" + exe.program().name()));
@@ -406,6 +450,7 @@ Status Runtime::prepare(const Executable& exe) {
   for (const ProgramOutput& out : exe.program().outputs())
     prep->ordinal.push_back(out.aliased_arg >= 0 ? -1 : next++);
   prep->num_outputs = next;
+  if (spans_processes()) prep->fingerprint = exe.program().fingerprint();
   // Reserve kernel scratch on every pool thread now, so no step allocates it later.
   prep->scratch = scratch_needs(exe.program());
   ENG_RETURN_IF_ERROR(make_plans(exe.program(), *prep));
@@ -488,13 +533,14 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   const size_t ni = p.instrs().size();
   double* const seconds = prep.timing ? prep.seconds.data() : nullptr;  // set_timing
   if (seconds) prep.timed = false;
-  for (int d = 0; d < num_devices(); ++d) tables_[d] = prep.ptrs[d].data();
+  for (int d = 0; d < num_devices(); ++d) tables_[d] = is_local(d) ? prep.ptrs[d].data() : nullptr;
+  comm_->begin(prep.fingerprint, prep.executions++);
   for (size_t i = 0; i < ni; ++i) {
     const Instr& in = p.instrs()[i];
     const auto& plans = prep.plans[i];
     auto scratch = [&](int64_t d) {
       return InstrScratch{prep.widen[d].data(),
-                          plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d].get(),
+                          plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d - lo].get(),
                           prep.paths[i]};
     };
     auto run_on = [&](int64_t d) {

@@ -119,6 +119,13 @@ class Runtime {
   // Overwrites an existing array's shards from global host data (same layout as put); no
   // allocation, so a data loader can refill the batch arrays every step.
   Status write(Array& a, const void* host);
+  // The rows (indices along dim 0, ascending) of an array of `shape` under `sharding` that
+  // this process's devices hold: all of them in one process; under mpirun, what a data loader
+  // must produce for this process (engine/train/data.h).
+  std::vector<int64_t> local_rows(const Shape& shape, const NamedSharding& sharding) const;
+  // write() from host data holding only the rows `rows` of dim 0 (ascending; row k of host is
+  // global row rows[k]): they must include local_rows(a). No allocation.
+  Status write_rows(Array& a, const void* host, std::span<const int64_t> rows);
 
   // Prepares per-device arenas (exe.arena_bytes() each) and buffer tables for exe: allocated
   // once, reused by every execute, so a step allocates nothing. Also checks that the mesh

@@ -1,6 +1,7 @@
 // engine/train/data.cpp: synthetic, byte-level text and .npy token sources.
 #include "engine/train/data.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -12,6 +13,7 @@
 namespace eng {
 
 void HostBatch::resize(int64_t b, int64_t t) {
+  rows.resize(static_cast<size_t>(b));
   batch = b;
   seq = t;
   for (auto* v : {&inputs, &inputs_position, &inputs_segmentation, &targets, &targets_position,
@@ -22,6 +24,32 @@ void HostBatch::resize(int64_t b, int64_t t) {
 std::vector<const std::vector<int32_t>*> HostBatch::arrays() const {
   return {&inputs, &inputs_position, &inputs_segmentation,
           &targets, &targets_position, &targets_segmentation};
+}
+
+DataSource::DataSource(int64_t global_batch, int64_t seq)
+    : global_batch_(global_batch), seq_(seq), rows_(static_cast<size_t>(global_batch)) {
+  for (int64_t r = 0; r < global_batch; ++r) rows_[static_cast<size_t>(r)] = r;
+}
+
+void DataSource::next(HostBatch& out) {
+  out.resize(static_cast<int64_t>(rows_.size()), seq_);
+  std::copy(rows_.begin(), rows_.end(), out.rows.begin());
+  for (auto* v : {&out.inputs, &out.inputs_position, &out.inputs_segmentation, &out.targets,
+                  &out.targets_position, &out.targets_segmentation})
+    std::fill(v->begin(), v->end(), 0);
+  fill(out);
+  rows_produced_ += static_cast<int64_t>(rows_.size());
+  ++position_;
+}
+
+Status DataSource::set_rows(std::vector<int64_t> rows) {
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (rows[k] < 0 || rows[k] >= global_batch_ || (k > 0 && rows[k] <= rows[k - 1]))
+      return invalid_argument(
+          "data: row {} (entry {}) is not an ascending row of the global batch of {}", rows[k], k,
+          global_batch_);
+  rows_ = std::move(rows);
+  return ok_status();
 }
 
 namespace {
@@ -40,43 +68,40 @@ void fill_positions(HostBatch& out) {
 // for segmentation. Meant for performance runs (the loss quickly reaches ~0).
 class SyntheticSource : public DataSource {
  public:
-  SyntheticSource(int64_t b, int64_t t) : b_(b), t_(t) {}
-  void next(HostBatch& out) override {
-    out.resize(b_, t_);
-    std::fill(out.inputs.begin(), out.inputs.end(), 0);
-    std::fill(out.targets.begin(), out.targets.end(), 0);
-    fill_positions(out);
-    ++position_;
-  }
+  using DataSource::DataSource;
   std::string describe() const override { return "synthetic"; }
 
  private:
-  int64_t b_, t_;
+  void fill(HostBatch& out) override { fill_positions(out); }  // tokens stay 0
 };
+
+// The draw of global row r of batch i: a function of (seed, i, r) only, so a process that
+// produces some rows draws exactly what the one-process run draws for them.
+uint64_t row_draw(uint64_t seed, int64_t batch, int64_t row) {
+  return hash_mix(hash_mix(seed, static_cast<uint64_t>(batch)), static_cast<uint64_t>(row));
+}
 
 // Windows of T+1 tokens from one token stream: row r of batch i starts at a uniform
 // offset drawn from (seed, i, r); inputs = window[0:T], targets = window[1:T+1].
 class StreamSource : public DataSource {
  public:
   StreamSource(std::vector<int32_t> tokens, int64_t b, int64_t t, uint64_t seed, std::string what)
-      : tokens_(std::move(tokens)), b_(b), t_(t), seed_(seed), what_(std::move(what)) {}
-  void next(HostBatch& out) override {
-    out.resize(b_, t_);
-    const uint64_t span = static_cast<uint64_t>(tokens_.size()) - static_cast<uint64_t>(t_);
-    for (int64_t r = 0; r < b_; ++r) {
-      uint64_t h = hash_mix(hash_mix(seed_, static_cast<uint64_t>(position_)), static_cast<uint64_t>(r));
-      const int64_t start = static_cast<int64_t>(h % span);
-      std::memcpy(&out.inputs[r * t_], &tokens_[start], sizeof(int32_t) * t_);
-      std::memcpy(&out.targets[r * t_], &tokens_[start + 1], sizeof(int32_t) * t_);
-    }
-    fill_positions(out);
-    ++position_;
-  }
+      : DataSource(b, t), tokens_(std::move(tokens)), seed_(seed), what_(std::move(what)) {}
   std::string describe() const override { return what_; }
 
  private:
+  void fill(HostBatch& out) override {
+    const uint64_t span = static_cast<uint64_t>(tokens_.size()) - static_cast<uint64_t>(seq_);
+    for (int64_t k = 0; k < out.batch; ++k) {
+      const uint64_t h = row_draw(seed_, position(), out.rows[static_cast<size_t>(k)]);
+      const int64_t start = static_cast<int64_t>(h % span);
+      std::memcpy(&out.inputs[k * seq_], &tokens_[start], sizeof(int32_t) * seq_);
+      std::memcpy(&out.targets[k * seq_], &tokens_[start + 1], sizeof(int32_t) * seq_);
+    }
+    fill_positions(out);
+  }
+
   std::vector<int32_t> tokens_;
-  int64_t b_, t_;
   uint64_t seed_;
   std::string what_;
 };
@@ -119,36 +144,31 @@ class PackedTextSource : public DataSource {
  public:
   PackedTextSource(std::string raw, std::vector<Document> docs, int64_t b, int64_t t,
                    uint64_t seed, std::string what)
-      : raw_(std::move(raw)), docs_(std::move(docs)), b_(b), t_(t), seed_(seed),
+      : DataSource(b, t), raw_(std::move(raw)), docs_(std::move(docs)), seed_(seed),
         what_(std::move(what)) {}
-
-  void next(HostBatch& out) override {
-    out.resize(b_, t_);
-    for (auto* v : {&out.inputs, &out.inputs_position, &out.inputs_segmentation, &out.targets,
-                    &out.targets_position, &out.targets_segmentation})
-      std::fill(v->begin(), v->end(), 0);
-    for (int64_t r = 0; r < b_; ++r) {
-      const uint64_t h =
-          hash_mix(hash_mix(seed_, static_cast<uint64_t>(position_)), static_cast<uint64_t>(r));
-      fill_row(out, r, static_cast<size_t>(h % docs_.size()));
-    }
-    ++position_;
-  }
   std::string describe() const override { return what_; }
 
  private:
-  void fill_row(HostBatch& out, int64_t r, size_t first) const {
+  void fill(HostBatch& out) override {  // padding: the zeros next() wrote
+    for (int64_t k = 0; k < out.batch; ++k) {
+      const uint64_t h = row_draw(seed_, position(), out.rows[static_cast<size_t>(k)]);
+      fill_row(out, k, static_cast<size_t>(h % docs_.size()));
+    }
+  }
+
+  // Held row k (a global row drawn from `first`): whole documents from docs_[first] on.
+  void fill_row(HostBatch& out, int64_t k, size_t first) const {
     int64_t t = 0;
-    for (size_t k = 0; k < docs_.size() && t < t_; ++k) {
-      const Document& d = docs_[(first + k) % docs_.size()];
+    for (size_t n = 0; n < docs_.size() && t < seq_; ++n) {
+      const Document& d = docs_[(first + n) % docs_.size()];
       int64_t len = d.size - 1;  // (input, target) pairs
-      if (t + len > t_) {
+      if (t + len > seq_) {
         if (t > 0) break;  // starts the next row instead (MaxText's pack_dataset)
-        len = t_;          // longer than a row: truncated, as MaxText truncates examples
+        len = seq_;        // longer than a row: truncated, as MaxText truncates examples
       }
-      const int32_t seg = static_cast<int32_t>(k + 1);
+      const int32_t seg = static_cast<int32_t>(n + 1);
       for (int64_t j = 0; j < len; ++j) {
-        const size_t i = static_cast<size_t>(r * t_ + t + j);
+        const size_t i = static_cast<size_t>(k * seq_ + t + j);
         out.inputs[i] = static_cast<unsigned char>(raw_[static_cast<size_t>(d.begin + j)]);
         out.targets[i] = static_cast<unsigned char>(raw_[static_cast<size_t>(d.begin + j + 1)]);
         out.inputs_position[i] = out.targets_position[i] = static_cast<int32_t>(j);
@@ -160,7 +180,6 @@ class PackedTextSource : public DataSource {
 
   std::string raw_;
   std::vector<Document> docs_;
-  int64_t b_, t_;
   uint64_t seed_;
   std::string what_;
 };
@@ -234,7 +253,8 @@ Result<std::vector<int32_t>> parse_npy_tokens(const std::string& path, const std
 
 Result<std::unique_ptr<DataSource>> make_data_source(const ResolvedConfig& c) {
   const int64_t B = c.global_batch_size, T = c.max_target_length;
-  if (c.dataset_type == "synthetic") return std::unique_ptr<DataSource>(new SyntheticSource(B, T));
+  if (c.dataset_type == "synthetic")
+    return std::unique_ptr<DataSource>(new SyntheticSource(B, T));
   ENG_ASSIGN_OR_RETURN(std::string raw, read_file(c.dataset_path));
   std::vector<int32_t> tokens;
   std::string what;

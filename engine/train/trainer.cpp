@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <thread>
 
 #include <fmt/format.h>
@@ -208,6 +209,16 @@ Status Trainer::setup_dispatch() {
   ENG_CHECK(layout_.batch.size() == std::size(feeds), "trainer: {} batch arrays",
             layout_.batch.size());
   for (const auto& [name, array] : feeds) batch_feeds_.push_back({layout_.batch.at(name), array});
+  // Under mpirun the data source produces only the rows this process's devices hold (the
+  // batch arrays share the input data sharding; the union covers them all).
+  std::vector<int64_t> rows;
+  for (const BatchFeed& f : batch_feeds_) {
+    const Array& a = state_[static_cast<size_t>(f.arg)];
+    std::vector<int64_t> mine = runtime_->local_rows(a.shape, a.sharding), both;
+    std::set_union(rows.begin(), rows.end(), mine.begin(), mine.end(), std::back_inserter(both));
+    rows = std::move(both);
+  }
+  ENG_RETURN_IF_ERROR(data_->set_rows(std::move(rows)));
   const int capacity = std::max(1, max_inflight_);
   staging_.resize(static_cast<size_t>(capacity));
   slots_.resize(kStepSlots);
@@ -288,7 +299,8 @@ Status Trainer::device_step(int64_t ticket) {
   const HostBatch& batch = staging_[static_cast<size_t>(ticket) % staging_.size()];
   slot.device_start = now_seconds();
   for (const BatchFeed& f : batch_feeds_) {
-    Status s = runtime_->write(state_[static_cast<size_t>(f.arg)], (batch.*f.array).data());
+    Status s = runtime_->write_rows(state_[static_cast<size_t>(f.arg)], (batch.*f.array).data(),
+                                    batch.rows);
     if (!s.ok()) return Status(s.code(), fmt::format("step {}: {}", slot.step, s.message()));
   }
   if (delays_.device_s > 0 && contains(delays_.device_steps, slot.step))  // debug: slow device

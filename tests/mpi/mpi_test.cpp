@@ -7,10 +7,17 @@
 // and different programs on different ranks are clear errors.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
+#include "engine/base/clock.h"
 #include "engine/compile/executable.h"
 #include "engine/dist/dist.h"
 #include "engine/ir/builder.h"
@@ -19,6 +26,7 @@
 #include "engine/train/config.h"
 #include "engine/train/data.h"
 #include "engine/train/train_step.h"
+#include "engine/train/trainer.h"
 #include "tests/common/tiny_config.h"
 #include "tests/common/train_state.h"
 
@@ -40,8 +48,30 @@ std::string case_name(const Case& c, bool explicit_mode) {
   return s + (c.zero1 ? "_zero1" : "") + (explicit_mode ? "_explicit" : "_auto");
 }
 
+// A fortune-format text file (documents between '%' lines) of deterministic bytes, one per
+// process (the same contents): packed rows differ from row to row, so a process that fed
+// another process's rows would change the losses.
+std::string text_dataset() {
+  static const std::string path = [] {
+    const std::filesystem::path p = std::filesystem::temp_directory_path() /
+                                    fmt::format("shardlab_mpi_text_{}_{}.txt", getpid(),
+                                                dist::process().index);
+    std::ofstream out(p, std::ios::binary);
+    uint64_t h = 7;
+    for (int doc = 0; doc < 300; ++doc) {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      const int len = 3 + static_cast<int>((h >> 33) % 40);
+      for (int i = 0; i < len; ++i) out << static_cast<char>('a' + (h >> (i % 50)) % 26);
+      out << "\n%\n";
+    }
+    return p.string();
+  }();
+  return path;
+}
+
 ResolvedConfig config_for(const Case& c) {
   Config cfg = testing::tiny_llama_config({.model_name = "llama-tiny",
+                                           .dataset = "text:" + text_dataset(),
                                            .emb_dim = 32,
                                            .query_heads = 4,
                                            .kv_heads = 4,
@@ -79,13 +109,19 @@ Result<MeshRun> train(const ResolvedConfig& cfg, const Mesh& mesh, const Compile
   Runtime rt(mesh, 0, span);
   ENG_ASSIGN_OR_RETURN(std::vector<Array> state, testing::init_train_state(p, *exe, cfg, rt));
   ENG_ASSIGN_OR_RETURN(auto data, make_data_source(cfg));
+  // This process's rows only (all of them when simulating), as the Trainer loads them.
+  const Array& first = state[static_cast<size_t>(layout.first_batch_arg)];
+  ENG_RETURN_IF_ERROR(data->set_rows(rt.local_rows(first.shape, first.sharding)));
   HostBatch batch;
   MeshRun run;
   std::vector<Array> outputs;
   const std::vector<Array*> args = testing::arg_pointers(state);
   for (int step = 0; step < kSteps; ++step) {
     data->next(batch);
-    ENG_RETURN_IF_ERROR(testing::write_batch(rt, batch, layout, state));
+    const auto arrays = batch.arrays();
+    for (size_t k = 0; k < arrays.size(); ++k)
+      ENG_RETURN_IF_ERROR(rt.write_rows(state[layout.first_batch_arg + k], arrays[k]->data(),
+                                        batch.rows));
     rt.communicator().reset_counters();
     ENG_RETURN_IF_ERROR(rt.execute(*exe, args, outputs));
     float loss = 0;
@@ -150,6 +186,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{{"data"}, {2}, true},
                                          Case{{"data", "fsdp"}, {2, 2}, true},
                                          Case{{"fsdp", "tensor"}, {2, 2}},
+                                         // the batch over (data, fsdp): rows not contiguous
+                                         Case{{"fsdp", "data"}, {2, 2}},
                                          Case{{"data"}, {4}}, Case{{"fsdp"}, {4}},
                                          Case{{"tensor"}, {4}}),
                        ::testing::Bool()),
@@ -227,6 +265,156 @@ TEST(Collectives, EveryKindEqualsSimulated) {
       EXPECT_TRUE(bitwise_equal(bufs[1][d][v], bufs[0][d][v]))
           << "device " << d << " value " << p.value(ValueId(v)).name;
     EXPECT_EQ(real->bytes_received(d), sim->bytes_received(d)) << "device " << d;
+  }
+}
+
+// A file of this process (same contents on every process) under the temp directory.
+std::string temp_file(const std::string& name, const std::string& contents) {
+  const std::filesystem::path p = std::filesystem::temp_directory_path() /
+                                  fmt::format("shardlab_mpi_{}_{}_{}", getpid(),
+                                              dist::process().index, name);
+  std::ofstream(p, std::ios::binary) << contents;
+  return p.string();
+}
+
+// Every data source the Trainer has (synthetic, packed text, a text stream, .npy tokens), on a
+// mesh whose processes hold contiguous rows (data=P) and one where they do not (fsdp=2 x
+// data=P: the batch is sharded over (data, fsdp)): each process produces only the rows its
+// devices hold (B / P per step; the processes' rows partition the batch), and they are bitwise
+// the rows of the one-process source.
+TEST(ProcessData, EachProcessProducesOnlyItsRows) {
+  const int P = dist::process().count;
+  if (P == 1) GTEST_SKIP() << "one process";
+  std::string stream;
+  for (int i = 0; i < 3000; ++i) stream += static_cast<char>('a' + (i * 7919 % 26));
+  std::string npy = "\x93NUMPY\x01";
+  std::string header = "{'descr': '<u2', 'fortran_order': False, 'shape': (3000,), }";
+  header.resize(117, ' ');
+  npy += '\0';
+  npy += static_cast<char>(header.size() + 1);
+  npy += '\0';
+  npy += header + "\n";
+  for (int i = 0; i < 3000; ++i) npy += std::string{static_cast<char>(i * 31 % 256), '\0'};
+  const std::string datasets[] = {"synthetic", "text:" + text_dataset(),
+                                  "text:" + temp_file("stream.txt", stream),
+                                  "tokens:" + temp_file("tokens.npy", npy)};
+  const Mesh meshes[] = {*Mesh::create({"data"}, {P}), *Mesh::create({"fsdp", "data"}, {2, P})};
+  auto channel = dist::make_channel();
+  for (const std::string& dataset : datasets) {
+    for (const Mesh& mesh : meshes) {
+      SCOPED_TRACE(dataset + " on " + mesh.to_string());
+      Config cfg = testing::tiny_llama_config(
+          {.model_name = "llama-tiny", .dataset = dataset, .emb_dim = 16, .query_heads = 2,
+           .kv_heads = 2, .head_dim = 8, .mlp_dim = 32, .layers = 1, .vocab_size = 256,
+           .seq = 16, .per_device_batch = 2.0, .steps = 2, .dtype = "float32"});
+      Result<std::unique_ptr<Trainer>> t = Trainer::create(cfg, mesh);
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      for (int step = 0; step < 2; ++step) ASSERT_TRUE((*t)->step_and_wait().ok());
+      const int64_t B = (*t)->config().global_batch_size, per = B / P;
+      const std::vector<int64_t>& rows = (*t)->data()->rows();
+      ASSERT_EQ(static_cast<int64_t>(rows.size()), per);
+      EXPECT_EQ((*t)->data()->rows_produced(), 2 * per);
+      // The processes' rows partition [0, B).
+      std::vector<int64_t> all(static_cast<size_t>(B));
+      ASSERT_TRUE(channel
+                      ->all_gather(dist::MessageHeader::labelled("rows"), rows.data(), per * 8,
+                                   all.data())
+                      .ok());
+      std::sort(all.begin(), all.end());
+      for (int64_t r = 0; r < B; ++r) EXPECT_EQ(all[static_cast<size_t>(r)], r);
+      // Bitwise the one-process source's rows, batch after batch.
+      auto whole = make_data_source((*t)->config()).value();
+      auto mine = make_data_source((*t)->config()).value();
+      ASSERT_TRUE(mine->set_rows(rows).ok());
+      HostBatch w, m;
+      for (int step = 0; step < 2; ++step) {
+        whole->next(w);
+        mine->next(m);
+        const int64_t T = w.seq;
+        for (size_t a = 0; a < w.arrays().size(); ++a)
+          for (int64_t k = 0; k < per; ++k)
+            EXPECT_TRUE(std::equal(w.arrays()[a]->begin() + rows[k] * T,
+                                   w.arrays()[a]->begin() + (rows[k] + 1) * T,
+                                   m.arrays()[a]->begin() + k * T))
+                << "array " << a << " row " << rows[k];
+      }
+    }
+  }
+}
+
+// Host bytes in use (glibc's heap and its mmapped chunks).
+int64_t heap_bytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
+struct PrepareCost {
+  int64_t host_bytes = 0;  // heap growth of prepare, less the device buffers (arenas) it made
+  double seconds = 0;
+  int64_t remote_device_bytes = 0;  // bytes prepare put on other processes' devices
+};
+
+PrepareCost measure_prepare(const Mesh& mesh, const Executable& exe, bool span) {
+  Runtime rt(mesh, 0, span);
+  int64_t device0 = 0, device1 = 0;
+  for (int d = 0; d < rt.num_devices(); ++d) device0 += rt.device(d).bytes_in_use();
+  const int64_t heap0 = heap_bytes();
+  const double t0 = now_seconds();
+  EXPECT_TRUE(rt.prepare(exe).ok());
+  PrepareCost c;
+  c.seconds = now_seconds() - t0;
+  for (int d = 0; d < rt.num_devices(); ++d) device1 += rt.device(d).bytes_in_use();
+  c.host_bytes = heap_bytes() - heap0 - (device1 - device0);
+  if (span) {
+    const dist::DeviceRange local = *dist::device_range(rt.num_devices());
+    for (int d = 0; d < rt.num_devices(); ++d)
+      if (!local.contains(d)) c.remote_device_bytes += rt.device(d).bytes_in_use();
+  }
+  return c;
+}
+
+// make_plans / prepare build plans, buffer tables and staging only for this process's devices
+// (and the remote devices they read), printed beside the same mesh simulated whole: a llama
+// of 2 layers, width 128, MLP 512, 8 x 64 tokens, bf16, with the convert+sgemm bf16 matmul
+// (what a CPU without avx512_bf16 runs: a plan per local device) and with the default. The least of 3 prepares each, after a warm-up (the
+// pool threads' kernel scratch grows once per process).
+TEST(ProcessPrepare, OnlyThisProcesssDevices) {
+  const int P = dist::process().count;
+  if (P == 1) GTEST_SKIP() << "one process";
+  Config c = testing::tiny_llama_config(
+      {.model_name = "llama-tiny", .emb_dim = 128, .query_heads = 4, .kv_heads = 4,
+       .head_dim = 32, .mlp_dim = 512, .layers = 2, .vocab_size = 256, .seq = 64});
+  for (const char* backend : {"sgemm", "auto"}) {
+    for (const Case& k : {Case{{"fsdp"}, {4}}, Case{{"data", "fsdp"}, {2, 2}}}) {
+      const Mesh mesh = *Mesh::create(k.axes, k.sizes);
+      ASSERT_TRUE(c.set("per_device_batch_size", 2.0).ok());
+      const ResolvedConfig cfg = *resolve_config(c, mesh.num_devices());
+      Program p = build_train_step(cfg, nullptr);
+      auto exe = compile(p, mesh, CompileOptions{});
+      ASSERT_TRUE(exe.ok()) << exe.status().message();
+      setenv("SHARDLAB_BF16_MATMUL", backend, 1);
+      measure_prepare(mesh, **exe, false);
+      PrepareCost sim{1 << 30, 1e9}, real{1 << 30, 1e9};
+      for (int rep = 0; rep < 3; ++rep) {
+        for (bool span : {true, false}) {
+          const PrepareCost m = measure_prepare(mesh, **exe, span);
+          PrepareCost& best = span ? real : sim;
+          best = {std::min(best.host_bytes, m.host_bytes), std::min(best.seconds, m.seconds),
+                  std::max(best.remote_device_bytes, m.remote_device_bytes)};
+        }
+      }
+      unsetenv("SHARDLAB_BF16_MATMUL");
+      // Nothing is placed on another process's devices (no arena, no widening scratch). The
+      // host bytes are printed, not compared: since the convert+sgemm plans keep their f32
+      // copies in per-thread scratch, the plans are small, and a process's staging slots for
+      // the remote members it reads can outweigh the whole simulated mesh's tables.
+      EXPECT_EQ(real.remote_device_bytes, 0) << mesh.to_string();
+      if (dist::process().index == 0)
+        fmt::print("[mpi] prepare {} bf16 matmul {}: simulated {} devices {} host bytes {:.2f} ms; "
+                   "process 0 of {}: {} host bytes {:.2f} ms\n",
+                   mesh.to_string(), backend, mesh.num_devices(), sim.host_bytes,
+                   sim.seconds * 1e3, P, real.host_bytes, real.seconds * 1e3);
+    }
   }
 }
 

@@ -19,6 +19,8 @@ local cfg = sl.config{
   head_dim = 8, base_mlp_dim = 64, base_num_decoder_layers = 2, learning_rate = 1e-3,
   base_output_directory = out, run_name = "mpi", enable_checkpointing = true,
   checkpoint_period = 1000, save_checkpoint_on_completion = true,
+  -- real rows (each process loads only its own): TRAIN_MPI_DATASET="text:PATH" from the test
+  dataset = os.getenv("TRAIN_MPI_DATASET") or "synthetic",
 }
 local t = sl.trainer(cfg, mesh)
 local c = t:compile()

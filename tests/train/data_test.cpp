@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -283,6 +284,47 @@ TEST(DataTest, PackedDocumentsDoNotAttendAcrossEachOtherInTheModel) {
   const double base = loss_of(true, 10);
   EXPECT_EQ(loss_of(true, 60), base);   // doc A's tokens changed: doc B's loss is the same
   EXPECT_NE(loss_of(false, 60), loss_of(false, 10));  // plain causal: doc B sees doc A
+}
+
+// set_rows (what each process asks for under mpirun): every source fills exactly the rows
+// asked for, bitwise equal to those rows of the whole batch, and counts them; bad row lists
+// are errors naming the row.
+TEST(DataTest, SelectedRowsAreThoseRowsOfTheWholeBatch) {
+  std::string fortunes, stream;
+  for (int d = 0; d < 40; ++d) fortunes += std::string(2 + d % 11, static_cast<char>('a' + d % 26)) + "\n%\n";
+  for (int i = 0; i < 500; ++i) stream += static_cast<char>('a' + i * 7 % 26);
+  const std::string payload(64, '\x05');
+  for (const ResolvedConfig& cfg :
+       {tiny("synthetic", "", 6), tiny("text", temp_file("rows_fortunes", fortunes), 6),
+        tiny("text", temp_file("rows_stream.txt", stream), 6),
+        tiny("tokens", temp_file("rows.npy", npy("|u1", payload, 64)), 6)}) {
+    auto whole = make_data_source(cfg).value();
+    auto some = make_data_source(cfg).value();
+    SCOPED_TRACE(whole->describe());
+    const std::vector<int64_t> rows = {1, 2, 5};
+    ASSERT_TRUE(some->set_rows(rows).ok());
+    HostBatch w, s;
+    for (int batch = 0; batch < 3; ++batch) {
+      whole->next(w);
+      some->next(s);
+      ASSERT_EQ(s.batch, 3);
+      EXPECT_EQ(s.rows, rows);
+      for (size_t a = 0; a < w.arrays().size(); ++a)
+        for (size_t k = 0; k < rows.size(); ++k)
+          EXPECT_TRUE(std::equal(w.arrays()[a]->begin() + rows[k] * 8,
+                                 w.arrays()[a]->begin() + (rows[k] + 1) * 8,
+                                 s.arrays()[a]->begin() + static_cast<int64_t>(k) * 8))
+              << "array " << a << " row " << rows[k];
+    }
+    EXPECT_EQ(whole->rows_produced(), 18);
+    EXPECT_EQ(some->rows_produced(), 9);
+    Status bad = some->set_rows({2, 1});
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.message().find("row 1 (entry 1) is not an ascending row of the global batch of 6"),
+              std::string::npos)
+        << bad.message();
+    EXPECT_FALSE(some->set_rows({6}).ok());
+  }
 }
 
 }  // namespace
