@@ -428,6 +428,7 @@ class Partitioner {
   Status repeat_kv(const Instr& in);
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
+  Dims accumulator_dims(const Instr& in, int dim) const;
   Status index_per_row(const Instr& in);
   Status add_index_per_row(const Instr& in);
   Status transpose(const Instr& in);
@@ -681,11 +682,10 @@ Status Partitioner::index_in_dim(const Instr& in) {
   return simple(in, {src}, {PartitionSpec(std::move(d), s.partial())}, in.attrs);
 }
 
-// add_index_in_dim (update[, acc]): the result keeps acc's sharding (without acc: the
-// gradient's target, its state's sharding), slot dim whole; the update is resharded to
-// that sharding without the slot dim (its partial sum reduce-scattered, as a gradient is).
-Status Partitioner::add_index_in_dim(const Instr& in) {
-  const int dim = in.attrs.dim;
+// The sharding an add_index_* (update[, acc]) result takes: acc's (without acc: the
+// gradient's target, its state's sharding; else the update's with the slot dim inserted),
+// slot dim `dim` whole.
+Dims Partitioner::accumulator_dims(const Instr& in, int dim) const {
   Dims t;
   if (in.inputs.size() > 1) {
     t = dims_only(spec_[in.inputs[1]]).dims();
@@ -695,7 +695,15 @@ Status Partitioner::add_index_in_dim(const Instr& in) {
     t = dims_only(spec_[in.inputs[0]]).dims();
     t.insert(t.begin() + dim, Axes{});
   }
-  t = whole(std::move(t), {dim});
+  return whole(std::move(t), {dim});
+}
+
+// add_index_in_dim (update[, acc]): the result keeps acc's sharding (without acc: the
+// gradient's target, its state's sharding), slot dim whole; the update is resharded to
+// that sharding without the slot dim (its partial sum reduce-scattered, as a gradient is).
+Status Partitioner::add_index_in_dim(const Instr& in) {
+  const int dim = in.attrs.dim;
+  Dims t = accumulator_dims(in, dim);
   Dims u = t;
   u.erase(u.begin() + dim);
   std::vector<PartitionSpec> ins = {PartitionSpec(u)};
@@ -722,16 +730,7 @@ Status Partitioner::index_per_row(const Instr& in) {
 // add_index_per_row (update[, acc]): as add_index_in_dim with the slot dim 0; the rows dim
 // keeps the target's axes, which the local op is told (op.h).
 Status Partitioner::add_index_per_row(const Instr& in) {
-  Dims t;
-  if (in.inputs.size() > 1) {
-    t = dims_only(spec_[in.inputs[1]]).dims();
-  } else if (vm_.empty() && desired_[in.outputs[0]]) {
-    t = dims_only(*desired_[in.outputs[0]]).dims();
-  } else {
-    t = dims_only(spec_[in.inputs[0]]).dims();
-    t.insert(t.begin(), Axes{});
-  }
-  t = whole(std::move(t), {0});
+  Dims t = accumulator_dims(in, 0);
   t.resize(std::max<size_t>(t.size(), 2));
   Dims u(t.begin() + 1, t.end());
   OpAttrs a = in.attrs;
