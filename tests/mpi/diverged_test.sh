@@ -7,12 +7,8 @@ set -euo pipefail
 shardlab=$1
 mpirun=$2
 here=$(cd "$(dirname "$0")" && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export SHARDLAB_NUM_THREADS=1
+source "$(dirname "$0")/mpi_env.sh"
 unset SHARDLAB_COLLECTIVE_TIMEOUT
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # check CASE RANK0_CALL RANK1_CALL: both processes name both calls.
 check() {

@@ -7,11 +7,8 @@
 set -euo pipefail
 shardlab=$(realpath "$1")
 mpirun=$2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export SHARDLAB_NUM_THREADS=1 SHARDLAB_COLLECTIVE_TIMEOUT=60
-work=$(mktemp -d)
-trap '[[ -n ${KEEP:-} ]] || rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/mpi_env.sh"
+export SHARDLAB_COLLECTIVE_TIMEOUT=60
 cd "$work"
 cat >nb.lua <<'LUA'
 -- %% [markdown]

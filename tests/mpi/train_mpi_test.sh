@@ -16,12 +16,8 @@ shardlab=$1
 mpirun=$2
 here=$(cd "$(dirname "$0")" && pwd)
 script=$here/train_mpi.lua
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export SHARDLAB_NUM_THREADS=1
+source "$(dirname "$0")/mpi_env.sh"
 export TRAIN_MPI_DATASET="text:$here/train_mpi_test.sh"  # a text stream: rows differ
-work=$(mktemp -d)
-trap '[[ -n ${KEEP:-} ]] || rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # run NAME NP ARGS...: runs the script in $work/NAME on NP processes (1: without mpirun).
 run() {
