@@ -2,7 +2,6 @@
 // includer of mpi.h).
 #include "engine/dist/dist.h"
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -96,28 +95,29 @@ double collective_timeout_s() {
   return v > 0 ? v : 300.0;
 }
 
-// A process that finished the current REPL line (end_line's notice), or -1.
-int peer_finished_line();
+// Whether process `peer` finished the current REPL line (end_line's notice is waiting).
+bool peer_finished_line(int peer);
 
-// The communicator every channel sends on (made by init, where every process is at once), and
-// whether a call on it diverged (then its queues hold unmatched messages: every later call
-// fails).
-MPI_Comm channel_comm() {
-  static MPI_Comm comm = [] {
-    MPI_Comm c;
-    MPI_Comm_dup(MPI_COMM_WORLD, &c);
-    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    return c;
-  }();
-  return comm;
+// Two duplicates of MPI_COMM_WORLD whose errors return, made by init (where every process is
+// at once): the one every channel sends on, and the REPL's lockstep messages (a line's
+// broadcast, end_line's notices), kept apart so neither matches the other's messages.
+MPI_Comm g_channel_comm = MPI_COMM_NULL;
+MPI_Comm g_lockstep_comm = MPI_COMM_NULL;
+MPI_Comm dup_world() {
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  return c;
 }
+// Whether a call on the channel communicator diverged (then its queues hold unmatched
+// messages: every later call fails).
 Status g_diverged;
 
 class MpiChannel final : public Channel {
  public:
   static constexpr int kPayloadTag = 0, kHeaderTag = 1;
 
-  MpiChannel() : comm_(channel_comm()) {
+  MpiChannel() : comm_(g_channel_comm) {
     const size_t P = static_cast<size_t>(g_process.count);
     requests_.resize(4 * P);
     pending_peer_.resize(requests_.size());
@@ -203,10 +203,7 @@ class MpiChannel final : public Channel {
   // After a divergence: cancels the payload receives still posted and lets go of the sends.
   void abandon(int first, int n) {
     for (int i = first; i < n; ++i) {
-      if (requests_[i] == MPI_REQUEST_NULL) continue;
-      int done = 0;
-      MPI_Test(&requests_[i], &done, MPI_STATUS_IGNORE);
-      if (done) continue;
+      if (request_done(i)) continue;  // also a null request
       if (i < receive_end_) MPI_Cancel(&requests_[i]);
       MPI_Request_free(&requests_[i]);
     }
@@ -234,15 +231,18 @@ class MpiChannel final : public Channel {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (waited > timeout_s_) abort_job(timeout_message(first, n));
-      if ((spin & 65535) == 65535) check_lockstep(waited, &diverged_at);
+      if ((spin & 65535) == 65535) check_lockstep(first, n, waited, &diverged_at);
     }
   }
 
-  // A peer that finished the current REPL line while this process still waits in one of its
-  // collectives (for 2 s more: the peer's last messages may still be on their way) made
-  // fewer collective calls in the line: the processes diverged.
-  void check_lockstep(double waited, double* diverged_at) {
-    const int peer = peer_finished_line();
+  // A peer this wait still needs (a request of [first, n) not done) that finished the current
+  // REPL line (for 2 s more: its last messages may still be on their way) made fewer
+  // collective calls in the line: the processes diverged. A finished process this wait does
+  // not need (another axis group's) says nothing.
+  void check_lockstep(int first, int n, double waited, double* diverged_at) {
+    int peer = -1;
+    for (int i = first; i < n && peer < 0; ++i)
+      if (!request_done(i) && peer_finished_line(pending_peer_[i])) peer = pending_peer_[i];
     if (peer < 0) return;
     if (*diverged_at < 0) *diverged_at = waited;
     if (waited - *diverged_at < 2.0) return;
@@ -255,15 +255,18 @@ class MpiChannel final : public Channel {
 
   std::string timeout_message(int first, int n) {
     std::string peers;
-    for (int i = first; i < n; ++i) {
-      int flag = 0;
-      MPI_Test(&requests_[i], &flag, MPI_STATUS_IGNORE);
-      if (!flag) peers += fmt::format("{}{}", peers.empty() ? "" : ", ", pending_peer_[i]);
-    }
+    for (int i = first; i < n; ++i)
+      if (!request_done(i)) peers += fmt::format("{}{}", peers.empty() ? "" : ", ", pending_peer_[i]);
     return fmt::format(
         "shardlab: process {}: a collective waited {:.0f} s for process(es) {} "
         "in {} (SHARDLAB_COLLECTIVE_TIMEOUT); ending the job",
         g_process.index, timeout_s_, peers, header_.to_string());
+  }
+
+  bool request_done(int i) {
+    int done = 0;
+    MPI_Test(&requests_[i], &done, MPI_STATUS_IGNORE);
+    return done != 0;
   }
 
   static Status mpi_error(const char* what, int peer, int code) {
@@ -275,7 +278,7 @@ class MpiChannel final : public Channel {
                             : fmt::format("dist: {}: {}", what, std::string_view(text, len)));
   }
 
-  MPI_Comm comm_;                      // channel_comm(), shared by every channel
+  MPI_Comm comm_;                      // g_channel_comm, shared by every channel
   std::vector<MPI_Request> requests_;  // per peer: header receive and send, payload receive and send
   std::vector<int> pending_peer_;      // the peer of each request
   MessageHeader header_;               // this process's header of the exchange in progress
@@ -299,7 +302,8 @@ Status init(int* argc, char*** argv, int local_devices) {
   g_process.mpi = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_process.index);
   MPI_Comm_size(MPI_COMM_WORLD, &g_process.count);
-  channel_comm();  // collective: made here by every process, not by the first channel's maker
+  g_channel_comm = dup_world();  // collective: made here, where every process is
+  g_lockstep_comm = dup_world();
   // The trainer's dispatcher thread runs the collectives, the main thread fetches: one at a time.
   if (provided < MPI_THREAD_SERIALIZED)
     return failed_precondition(
@@ -338,37 +342,20 @@ Status wait_patiently(MPI_Request* req) {
   }
 }
 
-// The communicator of the REPL's lockstep messages, made at the first call (which every
-// process reaches together: the first line of the REPL).
-std::atomic<bool> g_lockstep_ready{false};
-MPI_Comm lockstep_comm() {
-  static MPI_Comm comm = [] {
-    MPI_Comm c;
-    MPI_Comm_dup(MPI_COMM_WORLD, &c);
-    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    g_lockstep_ready.store(true);
-    return c;
-  }();
-  return comm;
-}
-
 constexpr int kLineDoneTag = 1;
 
 // Called by a collective's wait (the dispatcher thread; the main thread is waiting for the
 // step, so MPI stays serialized): a notice of end_line not yet drained.
-int peer_finished_line() {
-  if (!g_lockstep_ready.load()) return -1;
+bool peer_finished_line(int peer) {
   int flag = 0;
-  MPI_Status st;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, kLineDoneTag, lockstep_comm(), &flag, &st) != MPI_SUCCESS)
-    return -1;
-  return flag ? st.MPI_SOURCE : -1;
+  return MPI_Iprobe(peer, kLineDoneTag, g_lockstep_comm, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+         flag != 0;
 }
 }  // namespace
 
 Status broadcast_from_first(int* code, std::string* text) {
   if (!g_process.mpi || g_process.count == 1) return ok_status();
-  const MPI_Comm comm = lockstep_comm();
+  const MPI_Comm comm = g_lockstep_comm;
   int64_t head[2] = {*code, static_cast<int64_t>(text->size())};
   MPI_Request req;
   MPI_Ibcast(head, 2, MPI_INT64_T, 0, comm, &req);
@@ -386,7 +373,7 @@ Status all_gather_text(const std::string& mine, std::vector<std::string>* all) {
     *all = {mine};
     return ok_status();
   }
-  const MPI_Comm comm = lockstep_comm();
+  const MPI_Comm comm = g_lockstep_comm;
   const int P = g_process.count;
   ENG_CHECK(mine.size() < (size_t{1} << 30), "dist: all_gather_text of {} bytes", mine.size());
   int size = static_cast<int>(mine.size());
@@ -411,7 +398,7 @@ Status all_gather_text(const std::string& mine, std::vector<std::string>* all) {
 
 Status end_line(const std::string& mine, std::vector<std::string>* all) {
   if (!g_process.mpi || g_process.count == 1) return all_gather_text(mine, all);
-  const MPI_Comm comm = lockstep_comm();
+  const MPI_Comm comm = g_lockstep_comm;
   const int P = g_process.count;
   int token = 1;
   std::vector<MPI_Request> sends;

@@ -71,7 +71,7 @@ struct MessageHeader {
 };
 
 // Messages between the processes of the job. Every channel sends on one communicator (a
-// duplicate of MPI_COMM_WORLD made by the first make_channel), so that a process in one
+// duplicate of MPI_COMM_WORLD made by dist::init), so that a process in one
 // channel's call and a peer in another's see each other's headers: every process makes the
 // same calls in the same order, and a difference is an error naming both. A channel is used by
 // one thread at a time; after a divergence every later call fails (the job must restart).
