@@ -23,6 +23,7 @@
 #include "engine/base/clock.h"
 #include "engine/dist/dist.h"
 #include "shell/bindings.h"
+#include "shell/repl.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
 #include "shell/lua_binding.h"
@@ -261,17 +262,15 @@ std::optional<int> take_exit_request(lua_State* L) {
 void merge_process_errors(CellRun* r) {
   if (eng::dist::process().count == 1) return;
   std::vector<std::string> all;
-  const eng::Status s = eng::dist::end_line(r->error, &all);
+  const eng::Status s = eng::dist::end_line(process_outcome(!r->error.empty(), r->error), &all);
   if (!s.ok()) {
     r->error += (r->error.empty() ? "" : "\n") + s.message();
     return;
   }
-  for (size_t p = 1; p < all.size(); ++p) {
-    if (all[p].empty()) continue;
-    if (!r->error.empty()) r->error += "\n";
-    r->error += all[p] == all[0] ? fmt::format("process {}: the same error", p)
-                                 : fmt::format("process {}: {}", p, all[p]);
-  }
+  std::string others = other_process_errors(all);
+  if (others.empty()) return;
+  others.pop_back();  // the last line's newline
+  r->error += (r->error.empty() ? "" : "\n") + others;
 }
 
 // The notebook's text: under mpirun process 0 reads the file and every process gets its text

@@ -309,21 +309,13 @@ class Repl {
   // own once: `process 1: the same error`). Every process keeps going.
   void exchange_outcome() {
     std::vector<std::string> all;
-    const eng::Status s = eng::dist::end_line(failed_ ? "E" + error_ : "K", &all);
+    const eng::Status s = eng::dist::end_line(process_outcome(failed_, error_), &all);
     if (!s.ok()) {
       std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
       return;
     }
     if (eng::dist::process().index != 0) return;
-    std::vector<size_t> same;
-    for (size_t p = 1; p < all.size(); ++p) {
-      if (all[p].empty() || all[p][0] != 'E') continue;
-      if (failed_ && all[p].compare(1, std::string::npos, error_) == 0) same.push_back(p);
-      else std::fprintf(stderr, "process %zu: %s\n", p, all[p].c_str() + 1);
-    }
-    if (same.size() == 1) std::fprintf(stderr, "process %zu: the same error\n", same[0]);
-    if (same.size() > 1)
-      std::fprintf(stderr, "processes %s: the same error\n", fmt::format("{}", fmt::join(same, ", ")).c_str());
+    std::fputs(other_process_errors(all).c_str(), stderr);
     std::fflush(stderr);
   }
 
@@ -583,6 +575,23 @@ int load_stdin(lua_State* L) {
 void run_repl(lua_State* L) {
   context(L).interactive = true;
   Repl(L).run();
+}
+
+std::string process_outcome(bool failed, const std::string& error) {
+  return failed ? "E" + error : "K";
+}
+
+std::string other_process_errors(const std::vector<std::string>& all) {
+  std::string out;
+  std::vector<size_t> same;
+  for (size_t p = 1; p < all.size(); ++p) {
+    if (all[p][0] != 'E') continue;
+    if (all[0][0] == 'E' && all[p] == all[0]) same.push_back(p);
+    else out += fmt::format("process {}: {}\n", p, std::string_view(all[p]).substr(1));
+  }
+  if (same.size() == 1) out += fmt::format("process {}: the same error\n", same[0]);
+  if (same.size() > 1) out += fmt::format("processes {}: the same error\n", fmt::join(same, ", "));
+  return out;
 }
 
 }  // namespace shell

@@ -8,6 +8,9 @@
 // Errors and Ctrl-C never end the session; Ctrl-D (end of input) does.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <lua.hpp>
 
 namespace shell {
@@ -22,5 +25,13 @@ bool interactive_input();
 int load_stdin(lua_State* L);
 // Installs Readline's completion for L's globals (called by run_repl).
 void install_completion(lua_State* L);
+
+// Under mpirun, after a line or a notebook cell: every process's outcome goes through
+// dist::end_line as process_outcome(failed, error) ("E<error>" or "K": an empty error message
+// is still an error), and process 0 shows other_process_errors(all): a line per other process
+// that failed, `process p: <message>`, or for those whose error is process 0's own,
+// `process p: the same error` (`processes 1, 3: the same error`). Empty when none failed.
+std::string process_outcome(bool failed, const std::string& error);
+std::string other_process_errors(const std::vector<std::string>& all);
 
 }  // namespace shell
