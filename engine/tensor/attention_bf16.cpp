@@ -307,7 +307,7 @@ void reserve_attention_bf16_scratch(int64_t T, int64_t D) {
   for (const Bf16MatmulShape& s :
        {head_gemm(true, q, T, D, D, D, T), head_gemm(false, q, D, T, T, D, D),
         head_gemm(true, std::min(kQChunk, T), std::min(kKBlock, T), D, D, D, kKBlock)})
-    detail::reserve_native_gemm_scratch(detail::native_gemm_scratch_bytes(s));
+    detail::thread_matmul_scratch(detail::native_gemm_scratch_bytes(s));
 }
 
 }  // namespace eng::kern

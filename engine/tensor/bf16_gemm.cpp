@@ -13,7 +13,7 @@
 //
 // Speed (bench/bf16_gemm_bench.cpp, one thread, thread CPU time, Zen 4): the core's vdpbf16ps
 // peak is 1 zmm per cycle, ~232 GFLOP/s; this GEMM runs llama-small's 12 matmul shapes at
-// 170-222 GFLOP/s (~88% of that peak over a step's mix), the same as oneDNN's brgemm called
+// 177-222 GFLOP/s, 202-207 over a step's mix (~88% of that peak), the same as oneDNN's brgemm called
 // directly on the same shapes (docs/precision.md, "Speed").
 #include <algorithm>
 #include <cstdint>
@@ -249,8 +249,6 @@ int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s) {
   return 2 * (packed_b_elems(s) + packed_a_elems(s));
 }
 
-void reserve_native_gemm_scratch(int64_t bytes) { thread_matmul_scratch(bytes); }
-
 // Two pool jobs per pass (usually one pass): pack the pass's panels of B, then every
 // (chunk of kNC columns, kMC rows) tile, chunk-major so both threads share a chunk in cache.
 void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C) {
@@ -300,7 +298,6 @@ void native_gemm_packed_b(const Bf16MatmulShape& s, const uint16_t* A, const uin
 
 bool native_bf16_gemm_available() { return false; }
 int64_t native_gemm_scratch_bytes(const Bf16MatmulShape&) { return 0; }
-void reserve_native_gemm_scratch(int64_t) {}
 void native_gemm(const Bf16MatmulShape&, const uint16_t*, const uint16_t*, void*) {
   ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
 }

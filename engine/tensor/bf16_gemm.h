@@ -16,10 +16,8 @@ void* thread_matmul_scratch(int64_t bytes);
 
 // True when the CPU (and the build) can run native_gemm: cpu_has_avx512_bf16().
 bool native_bf16_gemm_available();
-// Per-thread packing scratch native_gemm(s) needs; reserve_native_gemm_scratch grows the
-// calling thread's to `bytes` (nothing allocated when already large enough).
+// Per-thread packing scratch native_gemm(s) needs (in thread_matmul_scratch).
 int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s);
-void reserve_native_gemm_scratch(int64_t bytes);
 // C = op(A) op(B) [+ C], f32 sums in a fixed order (bitwise the same for any thread count).
 // Inside a pool task (or on a one-thread pool) it runs inline on the calling thread.
 void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C);

@@ -62,9 +62,6 @@ void pin_openmp_to_one_thread() {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
 }
 
-// Per-thread scratch of every backend (oneDNN's scratchpad, convert+sgemm's f32 blocks, the
-// native GEMM's packing): one buffer, so reserve_bf16_matmul_scratch covers any plan.
-void* scratch_for(int64_t bytes) { return detail::thread_matmul_scratch(bytes); }
 
 using dt = dnnl::memory::data_type;
 
@@ -210,7 +207,7 @@ void run_convert_sgemm(const Bf16MatmulShape& s, int64_t scratch_bytes, const ui
   auto block = [&](int64_t t) {
     const int64_t i0 = (t % bl.row_blocks) * kConvRows, j0 = (t / bl.row_blocks) * kConvCols;
     convert_block(s, A, B, C, i0, std::min(kConvRows, s.M - i0), j0, std::min(kConvCols, s.N - j0),
-                  static_cast<float*>(scratch_for(scratch_bytes)));
+                  static_cast<float*>(detail::thread_matmul_scratch(scratch_bytes)));
   };
   const int64_t parts = bl.row_blocks * bl.col_blocks;
   if (parts == 1 || ThreadPool::in_parallel_region() || default_pool().num_threads() <= 1) {
@@ -306,7 +303,7 @@ void Bf16MatmulPlan::run(const uint16_t* A, const uint16_t* B, void* C) const {
       c += lo * c_size;
     }
     pin_openmp_to_one_thread();
-    void* scratch = scratch_for(impl_->scratch_bytes);
+    void* scratch = detail::thread_matmul_scratch(impl_->scratch_bytes);
     try {
       dnnl::memory am(pr.a, eng, const_cast<uint16_t*>(a));
       dnnl::memory bm(pr.b, eng, const_cast<uint16_t*>(b));
@@ -330,7 +327,7 @@ void reserve_bf16_matmul_scratch(int64_t bytes) {
     pin_openmp_to_one_thread();
     dnnl_stream();
   }
-  if (bytes > 0) scratch_for(bytes);
+  if (bytes > 0) detail::thread_matmul_scratch(bytes);
 }
 
 }  // namespace eng::kern
