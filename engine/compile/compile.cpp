@@ -28,15 +28,6 @@ std::string describe_instr(const Program& p, int i) {
   return fmt::format("instruction {} ({})", i, op_name(p.instrs()[i].kind));
 }
 
-// The input that output o of `in` updates in place (op.h OpDef::in_place), or -1. The rule for
-// every op: an in-place input may be optional (kAddIndexInDim's acc), and an instruction
-// without it has nothing to update, so that output starts a new buffer (its kernel fills it)
-// like an output with no in-place input.
-int in_place_of(const Instr& in, size_t o) {
-  const int k = in_place_input(in.kind, o);
-  return k < static_cast<int>(in.inputs.size()) ? k : -1;
-}
-
 // One storage location shared by the values that live in it: an argument buffer, an output
 // buffer or an arena temp. A kConstraint output and an in-place update join the storage of
 // their input; every other value starts its own.
@@ -124,7 +115,7 @@ class Assigner {
     const ValueId w = in.outputs[o];
     const bool is_output = last_read_[w] == n_;
     const int target = alias_of_[w];  // argument w updates in place, or -1
-    const int inplace = in_place_of(in, o);
+    const int inplace = in_place_input(in.kind, o, in.inputs.size());
     const int via = inplace >= 0 ? inplace : in.kind == OpKind::kConstraint ? 0 : -1;
     if (via >= 0) {
       const int s = storage_of_[in.inputs[via]];

@@ -357,8 +357,13 @@ inline bool is_collective(OpKind kind) { return op_def(kind).collective; }
 inline bool is_int_input(OpKind kind, size_t i) {
   return i < 32 && ((op_def(kind).int_inputs >> i) & 1u) != 0;
 }
-// The input that output o of `kind` updates in place, or -1.
-inline int in_place_input(OpKind kind, size_t o) { return o < 3 ? op_def(kind).in_place[o] : -1; }
+// The input that output o of an instruction of `kind` with n_inputs inputs updates in place,
+// or -1. An in-place input may be optional (kAddIndexInDim's acc): an instruction without it
+// has nothing to update, so that output starts a new buffer (its kernel fills it).
+inline int in_place_input(OpKind kind, size_t o, size_t n_inputs) {
+  const int k = o < 3 ? op_def(kind).in_place[o] : -1;
+  return k < static_cast<int>(n_inputs) ? k : -1;
+}
 
 // Calls f(field, value, default_value) for each printed attribute of `kind` (vmap first):
 // const references to the member in `a` and in OpAttrs{} (std::monostate for a literal).
