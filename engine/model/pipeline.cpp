@@ -124,8 +124,8 @@ ValueId constrain(Builder& b, ValueId x, std::vector<std::string> logical, bool 
 // boundary), each stage selects its own repeat's row with index_per_row (op.h), as MaxText's
 // per-stage dynamic slice vmapped over stages: the stacked weight stays split over `stage`
 // and no weight byte moves (a concat of the slabs' rows gathered them over `stage`). Its
-// VJP adds each stage's gradient into its selected row only, in place. With _per_repeat, such
-// a mixed slab is gathered over fsdp once per distinct set of stage repeats.
+// VJP adds each stage's gradient into its selected row only, in place. With _per_repeat, the
+// stages select from their repeats' gathered slabs, stacked locally (each slab is gathered once).
 class StageWeights {
  public:
   StageWeights(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked)

@@ -18,6 +18,7 @@
 #include "engine/train/config.h"
 #include "engine/train/train_step.h"
 #include "tests/common/tiny_config.h"
+#include "tests/pipeline/pipeline_run.h"
 
 namespace eng {
 namespace {
@@ -35,9 +36,7 @@ Config layout(int64_t stages, int64_t repeats, bool scan) {
                                          .per_device_batch = 1.0});
   EXPECT_TRUE(c.set("dtype", "float32").ok());
   EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
-  // Pinned: MaxText's default num_layers_per_pipeline_stage 1 makes a pipeline circular
-  // (R = L / S); -1 derives it from num_pipeline_repeats (1 unless set), as these tests assert.
-  EXPECT_TRUE(c.set("num_layers_per_pipeline_stage", int64_t{-1}).ok());
+  EXPECT_TRUE(testing::pin_pipeline_repeats(c).ok());
   if (repeats > 0) {
     EXPECT_TRUE(c.set("num_pipeline_repeats", repeats).ok());
   }

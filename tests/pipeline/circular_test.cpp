@@ -45,9 +45,7 @@ Config tiny(const Shape8& s) {
   EXPECT_TRUE(c.set("weight_dtype", "float32").ok());
   auto set = [&](const char* key, const auto& v) { EXPECT_TRUE(c.set(key, v).ok()) << key; };
   set("ici_pipeline_parallelism", s.stages);
-  // Pinned: MaxText's default num_layers_per_pipeline_stage 1 makes a pipeline circular
-  // (R = L / S); -1 derives it from num_pipeline_repeats (1 unless set), as these cases ask.
-  set("num_layers_per_pipeline_stage", int64_t{-1});
+  EXPECT_TRUE(testing::pin_pipeline_repeats(c).ok());
   if (s.stages == 1) set("scan_layers", false);  // the sequential reference: layers_<l>
   if (s.microbatches > 0) set("num_pipeline_microbatches", s.microbatches);
   if (s.repeats > 0) set("num_pipeline_repeats", s.repeats);
@@ -158,8 +156,8 @@ TEST(CircularInterpreter, GlobalProgramEqualsSequential) {
 // Each stage selects its current repeat's weights locally (index_per_row, as MaxText's
 // per-stage dynamic slice): a circular pipeline moves no weight over `stage`, so everything
 // it gathers or reduces over `stage` other than permutes, in bytes, is what the R = 1
-// pipeline of the same model and microbatches moves (the count differs: scalar reductions). (The concat of the repeats' rows it replaced gathered
-// the slabs: 100496 -> 16528 `stage` bytes per step on stage=2 x fsdp=2, M = 4.)
+// pipeline of the same model and microbatches moves (the count differs: scalar reductions;
+// docs/sharding.md has the bytes the concat it replaced moved).
 TEST(CircularWeights, RepeatSelectionMovesNoWeightOverStage) {
   struct NonPermute {
     int count = 0;

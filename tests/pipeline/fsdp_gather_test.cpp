@@ -38,9 +38,7 @@ Config tiny(int64_t stages, int64_t fsdp, int64_t microbatches, int64_t repeats,
   set("weight_dtype", "float32");
   set("ici_pipeline_parallelism", stages);
   set("ici_fsdp_parallelism", fsdp);
-  // Pinned: MaxText's default num_layers_per_pipeline_stage 1 makes a pipeline circular
-  // (R = L / S); -1 derives it from num_pipeline_repeats (1 unless set), as these cases ask.
-  set("num_layers_per_pipeline_stage", int64_t{-1});
+  EXPECT_TRUE(testing::pin_pipeline_repeats(c).ok());
   if (stages == 1) set("scan_layers", false);
   if (microbatches > 0) set("num_pipeline_microbatches", microbatches);
   if (repeats > 0) set("num_pipeline_repeats", repeats);

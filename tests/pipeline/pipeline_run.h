@@ -25,6 +25,13 @@
 
 namespace eng::testing {
 
+// Pins the pipeline to num_pipeline_repeats (1 unless set): MaxText's default
+// num_layers_per_pipeline_stage 1 makes a pipeline circular (R = L / S); -1 derives the layers
+// per stage from the repeats instead, which is what the tests that pin it assert.
+inline Status pin_pipeline_repeats(Config& c) {
+  return c.set("num_layers_per_pipeline_stage", int64_t{-1});
+}
+
 struct TrainRun {
   std::vector<float> losses;
   std::map<std::string, std::vector<float>> params;  // per-layer names (stacked ones split)

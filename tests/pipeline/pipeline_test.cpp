@@ -50,9 +50,7 @@ Config small(int64_t stages, int64_t microbatches) {
                                          .adam_eps = 1e-4,
                                          .dtype = "float32"});  // f32 parity (1e-5, 1e-9)
   EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
-  // Pinned: MaxText's default num_layers_per_pipeline_stage 1 makes a pipeline circular
-  // (R = L / S); -1 derives it from num_pipeline_repeats (1 unless set), as these tests assert.
-  EXPECT_TRUE(c.set("num_layers_per_pipeline_stage", int64_t{-1}).ok());
+  EXPECT_TRUE(testing::pin_pipeline_repeats(c).ok());
   if (stages == 1) {  // the sequential reference: layers_<l> weights (compared per layer)
     EXPECT_TRUE(c.set("scan_layers", false).ok());
   }
@@ -219,7 +217,7 @@ TEST(PipelineShapeOnly, Llama2_7bKeepsTheBatchSharded) {
     EXPECT_TRUE(c.set("per_device_batch_size", 1.0).ok());
     EXPECT_TRUE(c.set("max_target_length", int64_t{2048}).ok());
     EXPECT_TRUE(c.set("ici_pipeline_parallelism", stages).ok());
-    EXPECT_TRUE(c.set("num_layers_per_pipeline_stage", int64_t{-1}).ok());  // pinned: R = 1
+    EXPECT_TRUE(testing::pin_pipeline_repeats(c).ok());  // R = 1
     Result<ResolvedConfig> r = resolve_config(c, 256);
     EXPECT_TRUE(r.ok()) << r.status().message();
     Result<CompileOptions> o = compile_options_from_config(c);
