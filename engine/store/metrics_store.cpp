@@ -332,6 +332,14 @@ Status MetricsStore::exec(std::string_view sql) {
   return Status(code_for(rc), fmt::format("store: {} (in \"{}\")", msg, sql_excerpt(sql)));
 }
 
+Status MetricsStore::in_transaction(FunctionRef<Status()> body) {
+  ENG_RETURN_IF_ERROR(exec("BEGIN"));
+  Status s = body();
+  if (s.ok()) s = exec("COMMIT");
+  if (!s.ok()) (void)exec("ROLLBACK");
+  return s;
+}
+
 Result<sqlite3_stmt*> MetricsStore::prepare(std::string_view sql) {
   for (auto& [text, stmt] : stmts_)
     if (text == sql) return stmt;
@@ -376,15 +384,14 @@ Result<int> MetricsStore::user_version() {
 Status MetricsStore::log_params(const std::string& run_id,
                                 std::span<const std::pair<std::string, std::string>> params) {
   std::lock_guard lock(mu_);
-  ENG_RETURN_IF_ERROR(exec("BEGIN"));
-  Status s;
-  for (size_t i = 0; s.ok() && i < params.size(); ++i) {
-    SqlValue p[] = {run_id, params[i].first, params[i].second};
-    s = run("INSERT OR REPLACE INTO params (run_id, key, value) VALUES (?, ?, ?)", p);
-  }
-  if (s.ok()) return exec("COMMIT");
-  (void)exec("ROLLBACK");
-  return s;
+  return in_transaction([&] {
+    Status s;
+    for (size_t i = 0; s.ok() && i < params.size(); ++i) {
+      SqlValue p[] = {run_id, params[i].first, params[i].second};
+      s = run("INSERT OR REPLACE INTO params (run_id, key, value) VALUES (?, ?, ?)", p);
+    }
+    return s;
+  });
 }
 
 Status MetricsStore::set_tag(const std::string& run_id, const std::string& key,
@@ -447,33 +454,30 @@ Status MetricsStore::flush_locked() {
 }
 
 Status MetricsStore::flush_once_locked() {
-  ENG_RETURN_IF_ERROR(exec("BEGIN"));
-  Status s;
-  for (size_t i = 0; s.ok() && i < pending_steps_.size(); ++i) {
-    const StepRow& r = pending_steps_[i];
-    SqlValue a[] = {r.run_id,         r.step,          r.wall_ms,        opt(r.loss),
-                    opt(r.step_time_s), opt(r.compile_s), opt(r.data_s),   opt(r.tokens),
-                    opt(r.tokens_per_s), opt(r.tokens_per_s_device), opt(r.tflops_per_device),
-                    opt(r.grad_norm), opt(r.lr),       boolean(r.synced), boolean(r.compiled)};
-    s = run("INSERT OR REPLACE INTO steps (run_id, step, wall_ms, loss, step_time_s, compile_s, "
-            "data_s, tokens, tokens_per_s, tokens_per_s_device, tflops_per_device, grad_norm, lr, "
-            "synced, compiled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            a);
-  }
-  for (size_t i = 0; s.ok() && i < pending_metrics_.size(); ++i) {
-    const PendingMetric& m = pending_metrics_[i];
-    bool nan = std::isnan(m.value);
-    SqlValue a[] = {m.run_id, m.key, m.context, m.step, nan ? SqlValue() : SqlValue(m.value),
-                    boolean(nan), m.wall_ms};
-    s = run("INSERT OR REPLACE INTO metrics (run_id, key, context, step, value, is_nan, wall_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            a);
-  }
-  if (s.ok()) s = exec("COMMIT");
-  if (!s.ok()) {
-    (void)exec("ROLLBACK");
+  ENG_RETURN_IF_ERROR(in_transaction([&] {
+    Status s;
+    for (size_t i = 0; s.ok() && i < pending_steps_.size(); ++i) {
+      const StepRow& r = pending_steps_[i];
+      SqlValue a[] = {r.run_id,         r.step,          r.wall_ms,        opt(r.loss),
+                      opt(r.step_time_s), opt(r.compile_s), opt(r.data_s),   opt(r.tokens),
+                      opt(r.tokens_per_s), opt(r.tokens_per_s_device), opt(r.tflops_per_device),
+                      opt(r.grad_norm), opt(r.lr),       boolean(r.synced), boolean(r.compiled)};
+      s = run("INSERT OR REPLACE INTO steps (run_id, step, wall_ms, loss, step_time_s, compile_s, "
+              "data_s, tokens, tokens_per_s, tokens_per_s_device, tflops_per_device, grad_norm, lr, "
+              "synced, compiled) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              a);
+    }
+    for (size_t i = 0; s.ok() && i < pending_metrics_.size(); ++i) {
+      const PendingMetric& m = pending_metrics_[i];
+      bool nan = std::isnan(m.value);
+      SqlValue a[] = {m.run_id, m.key, m.context, m.step, nan ? SqlValue() : SqlValue(m.value),
+                      boolean(nan), m.wall_ms};
+      s = run("INSERT OR REPLACE INTO metrics (run_id, key, context, step, value, is_nan, wall_ms) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?)",
+              a);
+    }
     return s;
-  }
+  }));
   pending_steps_.clear();
   pending_metrics_.clear();
   return ok_status();
@@ -534,15 +538,14 @@ Status MetricsStore::record_memory_analysis(int64_t compile_id, const MemoryAnal
 Status MetricsStore::record_cost_analysis(int64_t compile_id,
                                           std::span<const std::pair<std::string, double>> costs) {
   std::lock_guard lock(mu_);
-  ENG_RETURN_IF_ERROR(exec("BEGIN"));
-  Status s;
-  for (size_t i = 0; s.ok() && i < costs.size(); ++i) {
-    SqlValue a[] = {compile_id, costs[i].first, costs[i].second};
-    s = run("INSERT OR REPLACE INTO cost_analysis (compile_id, key, value) VALUES (?, ?, ?)", a);
-  }
-  if (s.ok()) return exec("COMMIT");
-  (void)exec("ROLLBACK");
-  return s;
+  return in_transaction([&] {
+    Status s;
+    for (size_t i = 0; s.ok() && i < costs.size(); ++i) {
+      SqlValue a[] = {compile_id, costs[i].first, costs[i].second};
+      s = run("INSERT OR REPLACE INTO cost_analysis (compile_id, key, value) VALUES (?, ?, ?)", a);
+    }
+    return s;
+  });
 }
 
 Status MetricsStore::record_checkpoint(const CheckpointRow& r) {
@@ -569,33 +572,28 @@ Result<int64_t> MetricsStore::record_tensor_shardings(const std::string& run_id,
                                                       std::optional<int64_t> mesh_id,
                                                       std::span<const TensorShardingRow> rows) {
   std::lock_guard lock(mu_);
-  ENG_RETURN_IF_ERROR(exec("BEGIN"));
   int64_t snapshot = 1;
-  {
+  ENG_RETURN_IF_ERROR(in_transaction([&] {
     const char* sql = "SELECT coalesce(max(snapshot_id), 0) + 1 FROM tensor_shardings";
     sqlite3_stmt* stmt = nullptr;
     if (sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr) == SQLITE_OK &&
         sqlite3_step(stmt) == SQLITE_ROW)
       snapshot = sqlite3_column_int64(stmt, 0);
     sqlite3_finalize(stmt);
-  }
-  Status s;
-  for (size_t i = 0; s.ok() && i < rows.size(); ++i) {
-    const TensorShardingRow& r = rows[i];
-    SqlValue a[] = {snapshot,      text_or_null(run_id), opt(step),
-                    r.path,        r.dtype,              json_array(r.shape),
-                    text_or_null(r.logical_axes), text_or_null(r.spec), text_or_null(r.type),
-                    opt(mesh_id),  opt(r.bytes_per_device)};
-    s = run("INSERT INTO tensor_shardings (snapshot_id, run_id, step, path, dtype, shape, "
-            "logical_axes, spec, type, mesh_id, bytes_per_device) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            a);
-  }
-  if (s.ok()) s = exec("COMMIT");
-  if (!s.ok()) {
-    (void)exec("ROLLBACK");
+    Status s;
+    for (size_t i = 0; s.ok() && i < rows.size(); ++i) {
+      const TensorShardingRow& r = rows[i];
+      SqlValue a[] = {snapshot,      text_or_null(run_id), opt(step),
+                      r.path,        r.dtype,              json_array(r.shape),
+                      text_or_null(r.logical_axes), text_or_null(r.spec), text_or_null(r.type),
+                      opt(mesh_id),  opt(r.bytes_per_device)};
+      s = run("INSERT INTO tensor_shardings (snapshot_id, run_id, step, path, dtype, shape, "
+              "logical_axes, spec, type, mesh_id, bytes_per_device) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              a);
+    }
     return s;
-  }
+  }));
   return snapshot;
 }
 

@@ -33,6 +33,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/base/function_ref.h"
 #include "engine/base/status.h"
 
 struct sqlite3;       // from sqlite3.h, kept out of this header
@@ -252,6 +253,9 @@ class MetricsStore {
   };
   MetricsStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   Status exec(std::string_view sql);                        // no rows, no args
+  // BEGIN, body, then COMMIT if body (and the commit) succeeded, else ROLLBACK: body's
+  // writes land together or not at all. Returns body's error, else the commit's.
+  Status in_transaction(FunctionRef<Status()> body);
   Status run(std::string_view sql, std::span<const SqlValue> args);
   Result<sqlite3_stmt*> prepare(std::string_view sql);      // cached by SQL text
   Status error(std::string_view sql) const;                 // Status from db_'s last error
