@@ -1,11 +1,12 @@
 // tests/pipeline/outside_test.cpp: pipeline_parallel_layers P < num_decoder_layers L, as
 // MaxText's decoders.py runs it: the first P layers in the pipeline (R = P / (S x lps)), the
 // other L - P after it as scanned layers (params/decoder/layers_outside_pipeline/...) with
-// `stage` acting as data for their activations. 5 training steps on stage = 2 and 4, R = 1
-// and 2, alone and with data and fsdp, auto and explicit: losses and final params equal the
-// sequential one-device run (1e-6 relative); the global program's loss and gradient norm
-// equal the sequential program's in the double-precision interpreter; the layers after the
-// pipeline run on 1/(data x stage) of the rows; bad input names both numbers.
+// `stage` acting as data for their activations. 5 training steps on stage = 2 and 4, R = 1,
+// 2 and 3, alone and with data, fsdp, tensor and ZeRO-1, with delay, ag_once and
+// ag_per_repeat, auto and explicit: losses and final params equal the sequential one-device
+// run (1e-6 relative); the global program's loss and gradient norm equal the sequential
+// program's in the double-precision interpreter; the layers after the pipeline run on
+// 1/(data x fsdp x stage) of the rows; bad input names both numbers.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -24,6 +25,7 @@ constexpr int64_t kLayers = 8, kBatch = 8;
 
 struct Outside {  // what a case sets beyond the tiny model (8 layers, batch 8)
   int64_t stages = 1, layers = -1, microbatches = -1, per_stage = 1;  // layers: P
+  bool delay = false, ag_once = false, ag_per_repeat = false;
 };
 
 Config tiny(const Outside& s) {
@@ -49,6 +51,9 @@ Config tiny(const Outside& s) {
   if (s.layers != -1) set("pipeline_parallel_layers", s.layers);
   if (s.microbatches > 0) set("num_pipeline_microbatches", s.microbatches);
   set("num_layers_per_pipeline_stage", s.per_stage);
+  if (s.delay) set("pipeline_delay_activation_forwarding", true);
+  if (s.ag_once) set("pipeline_fsdp_ag_once", true);
+  if (s.ag_per_repeat) set("pipeline_fsdp_ag_per_repeat", true);
   return c;
 }
 
@@ -67,6 +72,7 @@ struct Case {
   std::vector<std::string> axes;
   std::vector<int64_t> sizes;
   Outside shape;
+  bool zero1 = false;
 };
 
 int64_t size_of(const Case& c, const std::string& axis) {
@@ -109,15 +115,19 @@ TEST_P(LayersOutside, EqualsSequentialOneDevice) {
   CompileOptions o;
   o.rules = from_config->rules;
   o.shard_mode = explicit_mode ? ShardMode::kExplicit : ShardMode::kAuto;
+  o.shard_optimizer_over_data = c.zero1;
   const Mesh mesh = *Mesh::create(c.axes, c.sizes);
   Result<testing::TrainRun> r = testing::train(*cfg, mesh, o, kSteps);
   ASSERT_TRUE(r.ok()) << r.status().message();
   const testing::RunDiff d = testing::compare_runs(*r, ref);
   const PipelineSchedule sch = pipeline_schedule(cfg->model);
-  fmt::print("[outside] {} P={} R={} M={} lps={} {}: loss rel {:.2e}, param rel {:.2e}\n",
+  fmt::print("[outside] {} P={} R={} M={} lps={} d={}{}{}{} {}: loss rel {:.2e}, param rel "
+             "{:.2e}\n",
              mesh.to_string(), cfg->model.pipelined_layers(), sch.shape().repeats,
-             sch.shape().microbatches, sch.shape().layers_per_stage,
-             explicit_mode ? "explicit" : "auto", d.loss_rel, d.param_rel);
+             sch.shape().microbatches, sch.shape().layers_per_stage, sch.shape().delay,
+             c.shape.ag_once ? " ag_once" : "", c.shape.ag_per_repeat ? " ag_per_repeat" : "",
+             c.zero1 ? " zero1" : "", explicit_mode ? "explicit" : "auto", d.loss_rel,
+             d.param_rel);
   EXPECT_EQ(cfg->model.pipelined_layers(), c.shape.layers);
   EXPECT_EQ(sch.shape().repeats * shape.stages * sch.shape().layers_per_stage, c.shape.layers);
   EXPECT_LT(d.loss_rel, 1e-6);
@@ -133,12 +143,16 @@ TEST_P(LayersOutside, EqualsSequentialOneDevice) {
   EXPECT_EQ(ropes, 2 * 3 * (kLayers - c.shape.layers))  // q and k: forward, remat, backward
       << "rope ops of the layers after the pipeline";
   EXPECT_EQ(rows, kBatch / (size_of(c, "data") * size_of(c, "fsdp") * shape.stages));
+  EXPECT_EQ(pipeline_schedule(cfg->model).shape().delay, c.shape.delay ? 2 : 1);
 }
 
 const Outside kP4R1{.layers = 4, .per_stage = 2};     // S = 2: lps 2, R = 1
 const Outside kP4R2{.layers = 4};                     // S = 2: lps 1, R = 2
 const Outside kP6R3M4{.layers = 6, .microbatches = 4};  // S = 2: R = 3, circ storage
 const Outside kP4S4{.layers = 4};                     // S = 4: lps 1, R = 1
+const Outside kP4Delay{.layers = 4, .delay = true};   // S = 2: R = 2, d = 2, M = 4
+const Outside kP4Once{.layers = 4, .ag_once = true};  // with fsdp: R = 2, gathered once
+const Outside kP4PerRepeat{.layers = 4, .ag_per_repeat = true};
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, LayersOutside,
@@ -147,7 +161,12 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{{"stage"}, {4}, kP4S4},
                                          Case{{"data", "stage"}, {2, 2}, kP4R2},
                                          Case{{"stage", "fsdp"}, {2, 2}, kP4R1},
-                                         Case{{"stage", "fsdp"}, {2, 2}, kP4R2}),
+                                         Case{{"stage", "fsdp"}, {2, 2}, kP4R2},
+                                         Case{{"stage"}, {2}, kP4Delay},
+                                         Case{{"stage", "fsdp"}, {2, 2}, kP4Once},
+                                         Case{{"stage", "fsdp"}, {2, 2}, kP4PerRepeat},
+                                         Case{{"stage", "tensor"}, {2, 2}, kP4R2},
+                                         Case{{"data", "stage"}, {2, 2}, kP4R2, true}),
                        ::testing::Bool()));
 
 // In the double-precision reference interpreter, P < L programs give the sequential
