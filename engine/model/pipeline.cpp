@@ -422,8 +422,9 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
   b.set_pipeline_iteration(-1);
   const ValueId y = pipeline_output(b, outputs, xs);
   if (m.pipelined_layers() == m.num_decoder_layers) return y;
+  const int64_t scopes = sch.iterations() * sch.shape().layers_per_stage;  // the pipeline's
   return trace_outside_layers(b, m, p.outside, y, positions, segment_ids,
-                              static_cast<int32_t>(sch.iterations() * sch.shape().layers_per_stage));
+                              static_cast<int32_t>(scopes));
 }
 
 }  // namespace eng
