@@ -1,7 +1,7 @@
 // tests/pipeline/outside_test.cpp: pipeline_parallel_layers P < num_decoder_layers L, as
 // MaxText's decoders.py runs it: the first P layers in the pipeline (R = P / (S x lps)), the
 // other L - P after it as scanned layers (params/decoder/layers_outside_pipeline/...) with
-// `stage` acting as data for their activations. 5 training steps on stage = 2 and 4, R = 1,
+// `stage` acting as data for their activations. 5 training steps on stage = 2, 3 and 4, R = 1,
 // 2 and 3, alone and with data, fsdp, tensor and ZeRO-1, with delay, ag_once and
 // ag_per_repeat, auto and explicit: losses and final params equal the sequential one-device
 // run (1e-6 relative); the global program's loss and gradient norm equal the sequential
@@ -168,6 +168,36 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{{"stage", "tensor"}, {2, 2}, kP4R2},
                                          Case{{"data", "stage"}, {2, 2}, kP4R2, true}),
                        ::testing::Bool()));
+
+// Only P must divide by the stages (MaxText checks P, not L): 8 layers on 3 stages with
+// P = 6 (R = 2), batch 6, against the sequential run of the same batch.
+TEST(LayersOutsideThreeStages, StagesNeedNotDivideAllLayers) {
+  constexpr int64_t kDevices = 6;  // per_device_batch 1: global batch 6, 3 microbatches
+  Result<ResolvedConfig> seq = resolve_config(tiny({}), kDevices);
+  ASSERT_TRUE(seq.ok()) << seq.status().message();
+  Result<testing::TrainRun> want = testing::train(*seq, Mesh(), CompileOptions{}, kSteps);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  const Config config = tiny({.stages = 3, .layers = 6});
+  Result<ResolvedConfig> cfg = resolve_config(config, kDevices);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->model.pipeline_repeats, 2);
+  Result<CompileOptions> o = compile_options_from_config(config);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  for (const ShardMode mode : {ShardMode::kAuto, ShardMode::kExplicit}) {
+    o->shard_mode = mode;
+    Result<testing::TrainRun> r = testing::train(*cfg, *Mesh::create({"stage"}, {3}), *o, kSteps);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const testing::RunDiff d = testing::compare_runs(*r, *want);
+    fmt::print("[outside] stage=3 L=8 P=6 R=2 {}: loss rel {:.2e}, param rel {:.2e}\n",
+               mode == ShardMode::kAuto ? "auto" : "explicit", d.loss_rel, d.param_rel);
+    EXPECT_LT(d.loss_rel, 1e-6);
+    EXPECT_GE(d.param_rel, 0) << "param sets differ";
+    EXPECT_LT(d.param_rel, 1e-6);
+    int ropes = 0;
+    EXPECT_EQ(outside_rope_rows(r->exe->program(), ropes), kDevices / 3);
+    EXPECT_EQ(ropes, 2 * 3 * 2);
+  }
+}
 
 // In the double-precision reference interpreter, P < L programs give the sequential
 // program's loss and raw gradient norm.
