@@ -146,6 +146,7 @@ LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
   p.embedding = param("token_embedder/embedding", Shape{V, E}, {"vocab", "embed_vocab"});
   if (m.pipeline_stages > 1) {
     p.stacked = declare_pipeline_layer_params(b, m, p.all);
+    if (m.pipelined_layers() < L) p.outside = declare_outside_pipeline_params(b, m, p.all);
   } else if (m.scan_layers) {  // (..., L at param_scan_axis, ...), logical "layers" there
     std::vector<ValueId> stacked;
     for (LayerWeight& w : layer_weights(m)) {
@@ -237,17 +238,24 @@ static ValueId as_dtype(Builder& b, ValueId x, DType dtype) {
 }
 
 ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
-                            ValueId positions, int32_t remat_scope, ValueId segment_ids) {
-  const Logical kActivation = {"activation_batch", "activation_norm_length", "activation_embed"};
-  const Logical kHeads = {"activation_batch", "activation_length", "activation_heads",
-                          "activation_kv"};
-  const Logical kMlp = {"activation_batch", "activation_length", "activation_mlp"};
+                            ValueId positions, int32_t remat_scope, ValueId segment_ids,
+                            bool stage_as_data) {
+  auto names = [&](Logical l) {  // a layer after the pipeline: the pp_act_as_dp names
+    if (stage_as_data)
+      for (std::string& n : l) n = pp_act_as_dp_name(n);
+    return l;
+  };
+  const Logical kActivation =
+      names({"activation_batch", "activation_norm_length", "activation_embed"});
+  const Logical kHeads =
+      names({"activation_batch", "activation_length", "activation_heads", "activation_kv"});
+  const Logical kMlp = names({"activation_batch", "activation_length", "activation_mlp"});
   // Grouped-query attention (Hkv < H): key/value carry MaxText's kv-heads logical axes and
   // are repeated onto the query heads (repeat_kv, op.h) after rope; with Hkv == H nothing
   // changes (no repeat op: the multi-head program is the same as before GQA).
   const int64_t repeats = m.num_query_heads / m.num_kv_heads;
-  const Logical kKvHeads = repeats > 1 ? Logical{"activation_batch", "activation_length",
-                                                 "activation_kv_heads", "activation_kv"}
+  const Logical kKvHeads = repeats > 1 ? names({"activation_batch", "activation_length",
+                                                "activation_kv_heads", "activation_kv"})
                                        : kHeads;
   const double eps = m.normalization_layer_epsilon;
   const double attn_scale = 1.0 / std::sqrt(static_cast<double>(m.head_dim));
@@ -382,12 +390,22 @@ int scanned_axis(const ValueInfo& param) {
   }
   return -1;
 }
+
+// The layer dim of a layers_outside_pipeline weight (its logical name), or -1.
+int outside_axis(const ValueInfo& param) {
+  const auto& lg = param.logical;
+  const auto it = std::find(lg.begin(), lg.end(), std::string(kLayersOutsidePipeline));
+  return it == lg.end() ? -1 : static_cast<int>(it - lg.begin());
+}
 }  // namespace
 
-void init_param(const ValueInfo& param, uint64_t seed, float* out) {
+void init_param(const ValueInfo& param, uint64_t seed, float* out, int64_t pipelined_layers) {
   // Scanned weights (..., L, ...): slice l is layer l's own (unscanned) values, so both
-  // layouts start from the same weights.
-  if (const int a = scanned_axis(param); a >= 0) {
+  // layouts start from the same weights. layers_outside_pipeline: slice k is layer P + k.
+  const std::optional<std::string> outside = outside_pipeline_subpath(param.name);
+  ENG_CHECK(!outside || pipelined_layers > 0,
+            "init_param: {} needs the number of pipelined layers", param.name);
+  if (const int a = outside ? outside_axis(param) : scanned_axis(param); a >= 0) {
     int64_t outer = param.shape.prod(0, a), L = param.shape[a];
     int64_t inner = param.shape.prod(a + 1, param.shape.rank());
     ValueInfo layer = param;
@@ -396,7 +414,9 @@ void init_param(const ValueInfo& param, uint64_t seed, float* out) {
     layer.shape = Shape(dims);
     std::vector<float> buf(static_cast<size_t>(outer * inner));
     for (int64_t l = 0; l < L; ++l) {
-      layer.name = *unscanned_name(param.name, l);
+      layer.name = outside
+                       ? fmt::format("params/decoder/layers_{}/{}", pipelined_layers + l, *outside)
+                       : *unscanned_name(param.name, l);
       init_param(layer, seed, buf.data());
       for (int64_t o = 0; o < outer; ++o)
         std::copy_n(buf.data() + o * inner, inner, out + (o * L + l) * inner);

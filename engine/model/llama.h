@@ -74,6 +74,10 @@ struct ModelConfig {
   int64_t pipeline_microbatches = 1;
   int64_t pipeline_repeats = 1;
   int64_t pipeline_delay = 1;
+  // MaxText's pipeline_parallel_layers P: the first P decoder layers run in the pipeline, the
+  // other L - P after it as scanned layers (params/decoder/layers_outside_pipeline/...) with
+  // `stage` acting as data for their activations; -1: all L (pipelined_layers()).
+  int64_t pipeline_parallel_layers = -1;
   // pipeline_fsdp_ag_once / pipeline_fsdp_ag_per_repeat: gather the stage weights over the
   // fsdp axes once per step / once per repeat instead of in every iteration.
   bool pipeline_fsdp_ag_once = false;
@@ -88,6 +92,10 @@ struct ModelConfig {
   // Every size positive, kv heads divide query heads, head_dim even; errors name the value.
   Status validate() const;
   int64_t num_params() const;        // total parameter count
+  // P: the decoder layers the pipeline runs (all L unless pipeline_parallel_layers is set).
+  int64_t pipelined_layers() const {
+    return pipeline_parallel_layers < 0 ? num_decoder_layers : pipeline_parallel_layers;
+  }
 };
 
 // Presets: llama-tiny, llama-small (bench/torch_llama.py's shapes); llama2-7b, llama2-13b and
@@ -106,6 +114,10 @@ struct LlamaParams {
   // Pipeline: one (stages, layers_per_stage, ...) weight per kind (engine/model/pipeline.h);
   // scan_layers: one weight per kind with the layer dim at param_scan_axis.
   LlamaLayerParams stacked{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
+                           kNoValue, kNoValue, kNoValue, kNoValue};
+  // Pipeline with P < L: the L - P layers after it, one weight per kind with the layer dim at
+  // param_scan_axis (params/decoder/layers_outside_pipeline/<sub>; engine/model/pipeline.h).
+  LlamaLayerParams outside{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
                            kNoValue, kNoValue, kNoValue, kNoValue};
   ValueId decoder_norm = kNoValue, logits_dense = kNoValue;
   std::vector<ValueId> all;  // every parameter, in declaration (= argument) order
@@ -161,17 +173,22 @@ struct LossValues {
 // One decoder layer (attention + MLP blocks) on x (B, T, E), as remat region remat_scope.
 // Under Builder::set_vmap(S) every operand carries a leading stage dim (the pipeline body).
 // segment_ids (B, T) i32: packed sequences' segments for the attention mask; kNoValue: none.
+// stage_as_data: the layer's activation logical names are their pp_act_as_dp forms
+// (pp_act_as_dp_name, pipeline.h), as MaxText runs the layers after a pipeline.
 ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
                             ValueId positions, int32_t remat_scope,
-                            ValueId segment_ids = kNoValue);
+                            ValueId segment_ids = kNoValue, bool stage_as_data = false);
 
 LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
                             const BatchArgs& batch);
 
 // Deterministic initialisation of one parameter from (seed, path): embedding N(0, 1);
 // kernels truncated-normal variance scaling (fan_in) like MaxText's nd_dense_init(1.0,
-// "fan_in", "truncated_normal"); norm scales 1. Fills `out` (numel floats).
-void init_param(const ValueInfo& param, uint64_t seed, float* out);
+// "fan_in", "truncated_normal"); norm scales 1. Fills `out` (numel floats). Stacked layer
+// weights get each layer's own (unscanned) values; slice k of a layers_outside_pipeline
+// weight is layer pipelined_layers + k (ModelConfig::pipelined_layers(); needed only for
+// those weights).
+void init_param(const ValueInfo& param, uint64_t seed, float* out, int64_t pipelined_layers = 0);
 // Fan-in used by init_param for a kernel path/shape (product of the contracted input dims).
 int64_t kernel_fan_in(const ValueInfo& param);
 

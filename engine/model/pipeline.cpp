@@ -15,12 +15,14 @@ namespace eng {
 
 namespace {
 constexpr const char* kPrefix = "params/decoder/layers/";
+constexpr const char* kOutsidePrefix = "params/decoder/layers_outside_pipeline/";
+constexpr const char* kPpAsDpSuffix = "@pp_act_as_dp";
 }  // namespace
 
 PipelineSchedule pipeline_schedule(const ModelConfig& m) {
   const int64_t S = m.pipeline_stages, R = m.pipeline_repeats;
   Result<PipelineSchedule> s = PipelineSchedule::make(
-      {S, m.pipeline_microbatches, R, m.pipeline_delay, m.num_decoder_layers / (S * R)});
+      {S, m.pipeline_microbatches, R, m.pipeline_delay, m.pipelined_layers() / (S * R)});
   ENG_CHECK(s.ok(), "pipeline: unvalidated schedule: {}", s.status().message());
   return *s;
 }
@@ -34,6 +36,14 @@ std::optional<std::string> pipeline_param_subpath(const std::string& name) {
   if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   return name.substr(prefix.size());
 }
+
+std::optional<std::string> outside_pipeline_subpath(const std::string& name) {
+  const std::string prefix = kOutsidePrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  return name.substr(prefix.size());
+}
+
+std::string pp_act_as_dp_name(const std::string& logical) { return logical + kPpAsDpSuffix; }
 
 Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatches,
                          int64_t global_batch) {
@@ -53,7 +63,7 @@ Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatche
   return ok_status();
 }
 
-LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules) {
+LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules, bool outside_layers) {
   std::vector<LogicalAxisRule> out = rules.rules();
   for (LogicalAxisRule& r : out) {
     if (r.logical != "activation_embed_and_logits_batch") continue;
@@ -62,13 +72,25 @@ LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules) {
     r.bare = false;
     break;  // MaxText rewrites the first such rule only
   }
+  if (!outside_layers) return LogicalAxisRules(std::move(out));
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (out[i].logical.ends_with(kPpAsDpSuffix)) continue;
+    LogicalAxisRule r = out[i];
+    r.logical = pp_act_as_dp_name(r.logical);
+    std::erase(r.mesh_axes, std::string("stage"));
+    if (std::find(r.mesh_axes.begin(), r.mesh_axes.end(), "data") != r.mesh_axes.end())
+      r.mesh_axes.push_back("stage");
+    r.bare = r.bare && r.mesh_axes.size() == 1;
+    out.push_back(std::move(r));
+  }
   return LogicalAxisRules(std::move(out));
 }
 
 LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                                                std::vector<ValueId>& all) {
   const int64_t S = m.pipeline_stages, R = m.pipeline_repeats;
-  const int64_t lps = m.num_decoder_layers / (S * R);
+  const int64_t lps = m.pipelined_layers() / (S * R);
   auto param = [&](const std::string& sub, std::vector<int64_t> dims,
                    std::vector<std::string> logical) {
     dims.insert(dims.begin(), {S, lps});
@@ -84,6 +106,23 @@ LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
   };
   std::vector<ValueId> layer;
   for (const LayerWeight& w : layer_weights(m)) layer.push_back(param(w.sub, w.dims, w.logical));
+  return layer_from_list(layer);
+}
+
+LlamaLayerParams declare_outside_pipeline_params(Builder& b, const ModelConfig& m,
+                                                 std::vector<ValueId>& all) {
+  const int64_t n = m.num_decoder_layers - m.pipelined_layers();
+  ENG_CHECK(n > 0, "pipeline: no layers outside the pipeline ({} of {} pipelined)",
+            m.pipelined_layers(), m.num_decoder_layers);
+  std::vector<ValueId> layer;
+  for (LayerWeight& w : layer_weights(m)) {  // (..., L - P at param_scan_axis, ...)
+    w.dims.insert(w.dims.begin() + m.param_scan_axis, n);
+    w.logical.insert(w.logical.begin() + m.param_scan_axis, kLayersOutsidePipeline);
+    const ValueId v = b.argument(kOutsidePrefix + std::string(w.sub), Shape(w.dims),
+                                 m.weight_dtype, w.logical, ArgRole::kParam);
+    all.push_back(v);
+    layer.push_back(v);
+  }
   return layer_from_list(layer);
 }
 
@@ -318,6 +357,31 @@ ValueId run_stages(Builder& b, const ModelConfig& m, const PipelineSchedule& sch
   return y;
 }
 
+// The L - P layers after the pipeline (MaxText's scan_decoder_layers "layers_outside_pipeline"
+// under logical_axis_rules_pp_act_as_dp): layer P + k reads slice k of the stacked weights
+// inside its remat region, as the scanned model does; its activations carry the pp_act_as_dp
+// names, so x (B, T, E) (the loss head's sharding, `stage` minor-most) stays split over
+// `stage` and each device runs these layers on its own rows. Remat scopes continue after the
+// pipeline's (first_scope + k).
+ValueId trace_outside_layers(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked,
+                             ValueId x, ValueId positions, ValueId segment_ids,
+                             int32_t first_scope) {
+  const std::vector<ValueId> ws = layer_param_list(stacked);
+  const int axis = static_cast<int>(m.param_scan_axis);
+  const std::vector<std::string> rows = {pp_act_as_dp_name("activation_batch"),
+                                         pp_act_as_dp_name("activation_norm_length")};
+  const ValueId pos = b.constraint(positions, rows);  // (B, T), rows split as x's
+  const ValueId seg = segment_ids == kNoValue ? kNoValue : b.constraint(segment_ids, rows);
+  for (int64_t k = 0; k < m.num_decoder_layers - m.pipelined_layers(); ++k) {
+    const int32_t scope = first_scope + static_cast<int32_t>(k);
+    b.set_remat_scope(scope);
+    std::vector<ValueId> w;
+    for (ValueId s : ws) w.push_back(b.index_in_dim(s, axis, k));
+    x = trace_decoder_layer(b, m, layer_from_list(w), x, pos, scope, seg, true);
+  }
+  return x;
+}
+
 }  // namespace
 
 ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaParams& p, ValueId x,
@@ -326,9 +390,9 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
   const int64_t B = xs[0], T = xs[1], E = xs[2];
   const int64_t S = m.pipeline_stages, M = m.pipeline_microbatches, R = m.pipeline_repeats;
   const int64_t mb = B / M;
-  ENG_CHECK(validate_pipeline(m.num_decoder_layers, S, M, B).ok(),
+  ENG_CHECK(validate_pipeline(m.pipelined_layers(), S, M, B).ok(),
             "pipeline: unvalidated shape (layers {}, stages {}, microbatches {}, batch {})",
-            m.num_decoder_layers, S, M, B);
+            m.pipelined_layers(), S, M, B);
   const PipelineSchedule sch = pipeline_schedule(m);
   StageWeights weights(b, m, p.stacked);
   // Microbatch i = rows {r * M + i}: (B, ...) viewed as (micro, M, ...), so a batch sharded on
@@ -356,7 +420,11 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
     }
   }
   b.set_pipeline_iteration(-1);
-  return pipeline_output(b, outputs, xs);
+  const ValueId y = pipeline_output(b, outputs, xs);
+  if (m.pipelined_layers() == m.num_decoder_layers) return y;
+  const int64_t scopes = sch.iterations() * sch.shape().layers_per_stage;  // the pipeline's
+  return trace_outside_layers(b, m, p.outside, y, positions, segment_ids,
+                              static_cast<int32_t>(scopes));
 }
 
 }  // namespace eng

@@ -15,6 +15,15 @@
 // of the last repeat, and forwards the output (kShift: a collective permute over `stage`)
 // d iterations later; stage S-1's output for the next repeat reaches stage 0 by a permute
 // S-1 -> 0 (with the shift: MaxText's _rotate_right; kept until used: its circ_storage).
+//
+// pipeline_parallel_layers P < L (MaxText's decoders.py): the pipeline runs the first P layers
+// (R = P / (S * lps)); the other L - P run after it as scanned layers, MaxText's
+// scan_decoder_layers named "layers_outside_pipeline": one weight per kind
+// params/decoder/layers_outside_pipeline/<sub> with the layer dim (L - P) at param_scan_axis,
+// logical name "layers_outside_pipeline" there (no rule: unsharded; the other dims by the
+// ordinary rules, so these weights are replicated over `stage`). Their activations use
+// MaxText's logical_axis_rules_pp_act_as_dp (`stage` acts as data), so each device runs them
+// on its 1/S of the batch rows, not redundantly on every stage.
 #pragma once
 
 #include <optional>
@@ -35,14 +44,21 @@ struct LlamaLayerParams;
 // Declares the stacked pipeline weights (appending them to `all`, in LlamaLayerParams order).
 LlamaLayerParams declare_pipeline_layer_params(Builder& b, const ModelConfig& m,
                                                std::vector<ValueId>& all);
+// Declares the layers_outside_pipeline weights (L - P layers; m.pipelined_layers() < L).
+LlamaLayerParams declare_outside_pipeline_params(Builder& b, const ModelConfig& m,
+                                                 std::vector<ValueId>& all);
 
-// The decoder layers as a pipeline: x (B, T, E), positions (B, T)[, segment_ids (B, T)]
-// -> (B, T, E).
+// The decoder layers as a pipeline, then the layers outside it (P < L): x (B, T, E),
+// positions (B, T)[, segment_ids (B, T)] -> (B, T, E).
 ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaParams& p, ValueId x,
                                ValueId positions, ValueId segment_ids = kNoValue);
 
 // "params/decoder/layers/mlp/wo/kernel" -> "mlp/wo/kernel"; nullopt for other names.
 std::optional<std::string> pipeline_param_subpath(const std::string& name);
+// "params/decoder/layers_outside_pipeline/mlp/wo/kernel" -> "mlp/wo/kernel"; else nullopt.
+std::optional<std::string> outside_pipeline_subpath(const std::string& name);
+// The logical name of a layers_outside_pipeline weight's layer dim (MaxText's PARTITION_NAME).
+inline constexpr const char* kLayersOutsidePipeline = "layers_outside_pipeline";
 
 // Checks a pipeline shape: layers divisible by stages, microbatches dividing the batch and
 // divisible by stages; errors name both numbers.
@@ -59,7 +75,19 @@ Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatche
 // global-batch size exists on one device (with `stage` first that reshard is not a prefix
 // change and gathers the whole batch). Only which device holds which rows differs from
 // MaxText; every value is the same. Rules without that name are returned unchanged.
-LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules);
+//
+// outside_layers (pipeline_parallel_layers set): every rule is also appended under its
+// pp_act_as_dp_name with MaxText's logical_axis_rules_pp_act_as_dp applied (utils/
+// sharding.py: `stage` removed, and added where the rule has `data`), the rules the layers
+// after the pipeline resolve their activations by. MaxText inserts `stage` just before
+// `data`; here it goes last, as in rule 2 above, so the layers after the pipeline get their
+// rows by a local slice of the pipeline's output and hand the loss head exactly its sharding
+// (with `stage` before `data` both reshards would gather). Same values, other rows per device.
+LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules,
+                                             bool outside_layers = false);
+// "activation_batch" -> "activation_batch@pp_act_as_dp": the name a layer after the pipeline
+// gives its activations, resolved by the pp_act_as_dp rules above.
+std::string pp_act_as_dp_name(const std::string& logical);
 
 // The schedule a (validated) pipelined model config traces.
 PipelineSchedule pipeline_schedule(const ModelConfig& m);

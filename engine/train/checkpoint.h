@@ -111,6 +111,16 @@ Result<const void*> checkpoint_tensor(const CheckpointFile& f, const std::string
 Result<const void*> checkpoint_pipeline_tensor(const CheckpointFile& f, const std::string& name,
                                                DType dtype, const Shape& shape, int lead,
                                                std::vector<char>& scratch);
+// A pipeline's ".../decoder/layers_outside_pipeline/<sub>" stack (pipeline_parallel_layers
+// P < L: layers P.. L-1, slot k = layer first_layer + k, the layer dim at param_scan_axis) from
+// a checkpoint of any layout: the same stack, or layer by layer from the sequential model's
+// layers_<l>, a scanned stack, or another pipeline's decoder/layers and outside stacks. Any
+// layout's reads of layer l past a file's decoder/layers stack find it in the file's
+// layers_outside_pipeline stack, so a P < L checkpoint restores into every layout too.
+Result<const void*> checkpoint_outside_tensor(const CheckpointFile& f, const std::string& name,
+                                              DType dtype, const Shape& shape,
+                                              int64_t param_scan_axis, int64_t first_layer,
+                                              std::vector<char>& scratch);
 
 // <base>/<run>/checkpoints
 std::string checkpoint_root(const std::string& base_output_directory, const std::string& run_name);

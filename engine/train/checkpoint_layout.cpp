@@ -2,9 +2,12 @@
 // decoder-layer layout (scan_layers true <-> false, pipelines' ([R,] S, lps, ...) stacks;
 // checkpoint.h's checkpoint_tensor and checkpoint_pipeline_tensor).
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 
+#include "engine/base/check.h"
 #include "engine/model/llama.h"
 #include "engine/train/checkpoint.h"
 
@@ -60,8 +63,43 @@ int64_t pipeline_stack_layers(const CheckpointFile::Entry& e, const Shape& layer
   return s.prod(0, lead);
 }
 
+constexpr std::string_view kStackedPart = "decoder/layers/";
+constexpr std::string_view kOutsidePart = "decoder/layers_outside_pipeline/";
+
+// ".../<from>..." -> ".../<to>...": a stack's name as the other stack (pipelines with
+// pipeline_parallel_layers < L keep the layers after the pipeline in a layers_outside_pipeline
+// stack beside their decoder/layers stack); nullopt for other names.
+std::optional<std::string> swap_part(const std::string& name, std::string_view from,
+                                     std::string_view to) {
+  const size_t at = name.find(from);
+  if (at == std::string::npos) return std::nullopt;
+  return name.substr(0, at) + std::string(to) + name.substr(at + from.size());
+}
+
+// Layer `held + k` of a file whose stack `stacked_name` holds only `held` layers (a pipeline
+// with pipeline_parallel_layers = held): slot k of its layers_outside_pipeline stack, copied
+// to `to`. Errors name the layer the file lacks.
+Status read_outside_layer(const CheckpointFile& f, const CheckpointFile::Entry& stack,
+                          int64_t held, int64_t k, DType dtype, const Shape& layer, char* to) {
+  const std::optional<std::string> name = swap_part(stack.spec.name, kStackedPart, kOutsidePart);
+  const CheckpointFile::Entry* e = name ? f.find(*name) : nullptr;
+  if (e == nullptr || e->spec.dtype != dtype)
+    return invalid_argument("restore: checkpoint '{}': '{}' {} has {} layers, the model wants "
+                            "layer {}", f.path, stack.spec.name, stack.spec.shape.to_string(),
+                            held, held + k);
+  ENG_ASSIGN_OR_RETURN(int b, file_scan_axis(f, *e, layer));
+  if (k >= e->spec.shape[b])
+    return invalid_argument("restore: checkpoint '{}' holds {} + {} layers in '{}' and '{}', the "
+                            "model wants layer {}", f.path, held, e->spec.shape[b],
+                            stack.spec.name, e->spec.name, held + k);
+  copy_slot(static_cast<const char*>(f.bytes(*e)), to, e->spec.shape, b, k, dtype_size(dtype),
+            false);
+  return ok_status();
+}
+
 // Layer l of a layer weight (shape `layer`) from the file: its layers_<l> tensor, or slot l
-// of the stacked tensor. Appends the bytes to out.
+// of the stacked tensor (past the stack's layers: of the layers_outside_pipeline stack beside
+// it). Appends the bytes to out.
 Status read_layer(const CheckpointFile& f, const std::string& stacked_name, int64_t l,
                   DType dtype, const Shape& layer, std::vector<char>& out) {
   const std::string flat = *unscanned_name(stacked_name, l);
@@ -80,22 +118,19 @@ Status read_layer(const CheckpointFile& f, const std::string& stacked_name, int6
   if (e == nullptr || e->spec.dtype != dtype)
     return not_found("restore: checkpoint '{}' has no tensor '{}' (nor a stacked '{}'; saved "
                      "from another model config?)", f.path, flat, stacked_name);
-  if (const int64_t L = pipeline_stack_layers(*e, layer); L > 0) {  // layer-major
-    if (l >= L)
-      return invalid_argument("restore: checkpoint '{}': pipeline '{}' {} has {} layers, the "
-                              "model wants layer {}", f.path, stacked_name,
-                              e->spec.shape.to_string(), L, l);
+  const int64_t piped = pipeline_stack_layers(*e, layer);  // layer-major when > 0
+  int b = -1;
+  if (piped == 0) {
+    ENG_ASSIGN_OR_RETURN(b, file_scan_axis(f, *e, layer));
+  }
+  const int64_t held = piped > 0 ? piped : e->spec.shape[b];
+  if (l >= held) return read_outside_layer(f, *e, held, l - held, dtype, layer, out.data() + at);
+  if (piped > 0)
     std::memcpy(out.data() + at, static_cast<const char*>(f.bytes(*e)) + l * n,
                 static_cast<size_t>(n));
-    return ok_status();
-  }
-  ENG_ASSIGN_OR_RETURN(int b, file_scan_axis(f, *e, layer));
-  if (l >= e->spec.shape[b])
-    return invalid_argument("restore: checkpoint '{}': stacked '{}' {} has {} layers, the model "
-                            "wants layer {}", f.path, stacked_name, e->spec.shape.to_string(),
-                            e->spec.shape[b], l);
-  copy_slot(static_cast<const char*>(f.bytes(*e)), out.data() + at, e->spec.shape, b, l,
-            dtype_size(dtype), false);
+  else
+    copy_slot(static_cast<const char*>(f.bytes(*e)), out.data() + at, e->spec.shape, b, l,
+              dtype_size(dtype), false);
   return ok_status();
 }
 
@@ -151,6 +186,32 @@ Result<const void*> checkpoint_pipeline_tensor(const CheckpointFile& f, const st
   // Else layer by layer: layers_<l> tensors, or slot l of a scanned stack (read_layer).
   scratch.clear();
   for (int64_t l = 0; l < L; ++l) ENG_RETURN_IF_ERROR(read_layer(f, name, l, dtype, layer, scratch));
+  return static_cast<const void*>(scratch.data());
+}
+
+Result<const void*> checkpoint_outside_tensor(const CheckpointFile& f, const std::string& name,
+                                              DType dtype, const Shape& shape,
+                                              int64_t param_scan_axis, int64_t first_layer,
+                                              std::vector<char>& scratch) {
+  const CheckpointFile::Entry* e = f.find(name);
+  const int axis = static_cast<int>(param_scan_axis);
+  const auto meta = f.metadata.find("param_scan_axis");
+  const bool same_axis = meta == f.metadata.end() || meta->second == fmt::format("{}", axis);
+  if (e != nullptr && e->spec.dtype == dtype && e->spec.shape == shape && same_axis)
+    return f.bytes(*e);
+  const std::optional<std::string> stacked = swap_part(name, kOutsidePart, kStackedPart);
+  ENG_CHECK(stacked && axis >= 0 && axis < shape.rank(),
+            "restore: '{}' {} is not a layers_outside_pipeline stack at dim {}", name,
+            shape.to_string(), axis);
+  // Layer by layer: layers_<l> tensors, a scanned stack, or another pipeline's stacks.
+  const Shape layer = without_dim(shape, axis);
+  std::vector<char> one;
+  scratch.assign(static_cast<size_t>(shape.numel() * dtype_size(dtype)), 0);
+  for (int64_t k = 0; k < shape[axis]; ++k) {
+    one.clear();
+    ENG_RETURN_IF_ERROR(read_layer(f, *stacked, first_layer + k, dtype, layer, one));
+    copy_slot(one.data(), scratch.data(), shape, axis, k, dtype_size(dtype), true);
+  }
   return static_cast<const void*>(scratch.data());
 }
 

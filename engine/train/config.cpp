@@ -78,10 +78,10 @@ const std::vector<ConfigKey> kKeys = {
     {"ici_diloco_parallelism", V{int64_t{1}}, "mesh axis 'diloco' size"},
     {"ici_data_parallelism", V{int64_t{1}}, "mesh axis 'data' size"},
     {"ici_pipeline_parallelism", V{int64_t{1}}, "mesh axis 'stage' size; > 1 traces the decoder as a pipeline (docs/sharding.md)"},
-    {"num_layers_per_pipeline_stage", V{int64_t{1}}, "decoder layers per pipeline stage per repeat lps (MaxText's default 1); R = num_decoder_layers / (stages x lps), circular when R > 1; num_decoder_layers / stages is the non-circular pipeline; -1: derived from num_pipeline_repeats"},
+    {"num_layers_per_pipeline_stage", V{int64_t{1}}, "decoder layers per pipeline stage per repeat lps (MaxText's default 1); R = num_decoder_layers (or pipeline_parallel_layers when set) / (stages x lps), circular when R > 1; num_decoder_layers / stages is the non-circular pipeline; -1: derived from num_pipeline_repeats"},
     {"num_pipeline_microbatches", V{int64_t{-1}}, "pipeline microbatches M (-1: the number of stages, twice that with pipeline_delay_activation_forwarding); must divide the global batch and be divisible by the stages"},
-    {"num_pipeline_repeats", V{int64_t{-1}}, "pipeline repeats R (-1: derived, num_decoder_layers / (stages x num_layers_per_pipeline_stage)); R > 1 is a circular pipeline; to choose R here, set num_layers_per_pipeline_stage = -1 (or to the matching value)"},
-    {"pipeline_parallel_layers", V{int64_t{-1}}, "layers run in the pipeline (-1: all); only all are supported"},
+    {"num_pipeline_repeats", V{int64_t{-1}}, "pipeline repeats R (-1: derived, num_decoder_layers (or pipeline_parallel_layers when set) / (stages x num_layers_per_pipeline_stage)); R > 1 is a circular pipeline; to choose R here, set num_layers_per_pipeline_stage = -1 (or to the matching value)"},
+    {"pipeline_parallel_layers", V{int64_t{-1}}, "the first P decoder layers run in the pipeline (-1: all), R = P / (stages x num_layers_per_pipeline_stage); the other num_decoder_layers - P run after it as scanned layers (params/decoder/layers_outside_pipeline/...) with the stage axis acting as data (MaxText's decoders.py)"},
     {"pipeline_delay_activation_forwarding", V{false}, "forward each stage's output one iteration late (delay d = 2; needs num_pipeline_microbatches >= 2 x stages)"},
     {"pipeline_fsdp_ag_once", V{false}, "all-gather the fsdp-sharded pipeline weights once per step instead of in every iteration (more memory held, fewer bytes moved)"},
     {"pipeline_fsdp_ag_per_repeat", V{false}, "all-gather the fsdp-sharded pipeline weights of each repeat once, before its first use"},
@@ -314,24 +314,26 @@ Status check_tensor_sizes(const ResolvedConfig& r) {
 namespace {
 
 // R and layers per stage from num_layers_per_pipeline_stage / num_pipeline_repeats (either
-// may be -1: derived; -1 for both: one repeat). Errors name both numbers.
-Status resolve_pipeline_repeats(const Config& c, int64_t S, int64_t L, ModelConfig& m) {
+// may be -1: derived; -1 for both: one repeat) over the L pipelined layers, named `what`
+// (num_decoder_layers, or pipeline_parallel_layers when it is set). Errors name both numbers.
+Status resolve_pipeline_repeats(const Config& c, int64_t S, int64_t L, const char* what,
+                                ModelConfig& m) {
   int64_t lps = c.get_int("num_layers_per_pipeline_stage");
   int64_t R = c.get_int("num_pipeline_repeats");
   if (R != -1 && (R < 1 || L % (R * S) != 0))
     return invalid_argument("config: num_pipeline_repeats {} x {} pipeline stages does not divide "
-                            "num_decoder_layers {}",
-                            R, S, L);
+                            "{} {}",
+                            R, S, what, L);
   if (lps != -1 && (lps < 1 || L % (lps * S) != 0))
     return invalid_argument("config: num_layers_per_pipeline_stage {} x {} stages does not "
-                            "divide num_decoder_layers {}",
-                            lps, S, L);
+                            "divide {} {}",
+                            lps, S, what, L);
   if (lps == -1) lps = L / (S * (R == -1 ? 1 : R));
   const int64_t derived = L / (lps * S);
   if (R != -1 && R != derived)
-    return invalid_argument("config: num_pipeline_repeats {} disagrees with num_decoder_layers {} / "
+    return invalid_argument("config: num_pipeline_repeats {} disagrees with {} {} / "
                             "(num_layers_per_pipeline_stage {} x {} stages) = {} repeats",
-                            R, L, lps, S, derived);
+                            R, what, L, lps, S, derived);
   m.pipeline_repeats = derived;
   return ok_status();
 }
@@ -377,16 +379,25 @@ Status resolve_pipeline(const Config& c, ResolvedConfig& r) {
   if (stages < 1)
     return invalid_argument("config: ici_pipeline_parallelism must be >= 1, got {}", stages);
   if (stages == 1) return ok_status();
-  if (L % stages != 0)
-    return invalid_argument("config: num_decoder_layers {} is not divisible by the {} pipeline "
+  // MaxText's pipeline_parallel_layers checks (configs/pyconfig_deprecated.py; types.py keeps
+  // the divisibility ones): -1 = all, else 0 < P <= L; R follows from P.
+  const int64_t P = c.get_int("pipeline_parallel_layers");
+  if (P != -1 && P <= 0)
+    return invalid_argument("config: pipeline_parallel_layers must be a positive number of layers "
+                            "<= num_decoder_layers {} (or -1: all), got {}",
+                            L, P);
+  if (P > L)
+    return invalid_argument("config: pipeline_parallel_layers {} is more than the {} decoder "
+                            "layers (num_decoder_layers): only a subset can be pipelined",
+                            P, L);
+  const int64_t pipelined = P == -1 ? L : P;
+  const char* what = P == -1 ? "num_decoder_layers" : "pipeline_parallel_layers";
+  if (pipelined % stages != 0)
+    return invalid_argument("config: {} {} is not divisible by the {} pipeline "
                             "stages (ici_pipeline_parallelism)",
-                            L, stages);
-  const int64_t ppl = c.get_int("pipeline_parallel_layers");
-  if (ppl != -1 && ppl != L)
-    return unimplemented("config: pipeline_parallel_layers={} is not supported: only all {} "
-                         "decoder layers (-1) run in the pipeline (no layers after it)",
-                         ppl, L);
-  ENG_RETURN_IF_ERROR(resolve_pipeline_repeats(c, stages, L, r.model));
+                            what, pipelined, stages);
+  ENG_RETURN_IF_ERROR(resolve_pipeline_repeats(c, stages, pipelined, what, r.model));
+  r.model.pipeline_parallel_layers = P;
   const int64_t delay = c.get_bool("pipeline_delay_activation_forwarding") ? 2 : 1;
   int64_t M = c.get_int("num_pipeline_microbatches");
   if (M == -1) M = stages * delay;
@@ -549,7 +560,18 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   ENG_RETURN_IF_ERROR(resolve_pipeline(c, r));
   // The default (MaxText's true) leaves a pipeline its own (stages, layers_per_stage, ...)
   // stacking; asking for scan_layers=true with stages explicitly is refused.
-  if (r.model.pipeline_stages > 1 && !c.has_override("scan_layers")) r.model.scan_layers = false;
+  // pipeline_parallel_layers < L: the layers after the pipeline are scanned, as MaxText
+  // requires ("Currently we only support scan_layers=True when pipelining a subset of
+  // layers"); scan_layers=true is then what runs, scan_layers=false is refused.
+  const bool outside = r.model.pipeline_stages > 1 &&
+                       r.model.pipelined_layers() < r.model.num_decoder_layers;
+  if (outside && !r.model.scan_layers)
+    return invalid_argument("config: pipeline_parallel_layers {} < num_decoder_layers {} runs the "
+                            "other layers scanned (MaxText supports only scan_layers=true there), "
+                            "but scan_layers=false",
+                            r.model.pipelined_layers(), r.model.num_decoder_layers);
+  if (r.model.pipeline_stages > 1 && (outside || !c.has_override("scan_layers")))
+    r.model.scan_layers = false;
   if (r.model.scan_layers && r.model.pipeline_stages > 1)
     return unimplemented("config: scan_layers=true with ici_pipeline_parallelism={} is not "
                          "supported yet (the pipeline stacks its own (stages, layers_per_stage, "

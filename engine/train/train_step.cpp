@@ -126,7 +126,8 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
                 .merged(model_logical_axis_rules(config.get_string("model_name")))
                 .merged(overrides, config.get_bool("override_logical_axis_rules"));
   if (config.get_int("ici_pipeline_parallelism") > 1)
-    o.rules = pipeline_logical_axis_rules(o.rules);
+    o.rules = pipeline_logical_axis_rules(o.rules,
+                                          config.get_int("pipeline_parallel_layers") != -1);
   return o;
 }
 

@@ -189,8 +189,9 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
       {"mesh", mesh_.to_string()},
       {"dataset", data_->describe()},
   };
-  if (config_.model.scan_layers)  // where the stacked weights keep their layer dim
-    meta["param_scan_axis"] = fmt::format("{}", config_.model.param_scan_axis);
+  const ModelConfig& m = config_.model;  // where the scanned stacks keep their layer dim
+  if (m.scan_layers || m.pipelined_layers() < m.num_decoder_layers)
+    meta["param_scan_axis"] = fmt::format("{}", m.param_scan_axis);
   // The run that wrote it, for the resumed run's parent_run_id even when this process dies
   // between the file's rename and its row in the store's checkpoints table.
   if (!recorder_->run_id().empty()) meta["shardlab_run_id"] = recorder_->run_id();
@@ -265,6 +266,9 @@ Status Trainer::restore_from(const std::string& path, bool params_only) {
         m.pipeline_stages > 1 && pipeline_param_subpath(v.name)
             ? checkpoint_pipeline_tensor(f, v.name, v.dtype, v.shape, pipeline_layer_dims(v),
                                          converted)
+        : outside_pipeline_subpath(v.name)
+            ? checkpoint_outside_tensor(f, v.name, v.dtype, v.shape, m.param_scan_axis,
+                                        m.pipelined_layers(), converted)
             : checkpoint_tensor(f, v.name, v.dtype, v.shape,
                                 m.scan_layers ? m.param_scan_axis : -1, converted));
     // Written with this array's own sharding: restoring onto another mesh reshards.

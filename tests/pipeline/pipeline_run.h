@@ -41,13 +41,25 @@ struct TrainRun {
 };
 
 // Stacked pipeline weights ([R,] S, lps, ...) split into their layers l (the
-// leading dims' row-major index).
-inline void split_pipeline_params(const Program& p, int num_params,
+// leading dims' row-major index); layers_outside_pipeline weights (..., L - P at
+// param_scan_axis, ...) into layers P + k.
+inline void split_pipeline_params(const Program& p, int num_params, const ModelConfig& m,
                                   std::vector<std::vector<float>>& fetched, TrainRun& run) {
   for (int i = 0; i < num_params; ++i) {
     const ValueInfo& v = p.value(p.args()[i].value);
     std::vector<float>& h = fetched[i];
-    if (auto sub = pipeline_param_subpath(v.name)) {
+    if (auto out = outside_pipeline_subpath(v.name)) {
+      const int a = static_cast<int>(m.param_scan_axis);
+      const int64_t outer = v.shape.prod(0, a), K = v.shape[a];
+      const int64_t inner = v.shape.prod(a + 1, v.shape.rank());
+      for (int64_t k = 0; k < K; ++k) {
+        std::vector<float>& layer =
+            run.params[fmt::format("params/decoder/layers_{}/{}", m.pipelined_layers() + k, *out)];
+        for (int64_t o = 0; o < outer; ++o)
+          layer.insert(layer.end(), h.begin() + (o * K + k) * inner,
+                       h.begin() + (o * K + k + 1) * inner);
+      }
+    } else if (auto sub = pipeline_param_subpath(v.name)) {
       const int lead = pipeline_layer_dims(v);
       const int64_t L = v.shape.prod(0, lead), n = v.shape.numel() / L;
       for (int64_t l = 0; l < L; ++l)
@@ -95,7 +107,7 @@ inline Result<TrainRun> train(const ResolvedConfig& cfg, const Mesh& mesh,
       run.collective_mismatch = std::max(run.collective_mismatch, std::fabs(mean[k] - b) / b);
   }
   ENG_ASSIGN_OR_RETURN(std::vector<std::vector<float>> fetched, fetch_params(rt, p, layout, state));
-  split_pipeline_params(p, layout.num_params, fetched, run);
+  split_pipeline_params(p, layout.num_params, cfg.model, fetched, run);
   return run;
 }
 
@@ -144,7 +156,7 @@ inline std::vector<double> interpreter_metrics(const Config& c) {
     t.data.assign(v.shape.numel(), 0.0);
     if (p.args()[i].role == ArgRole::kParam) {
       host.resize(v.shape.numel());
-      init_param(v, cfg->init_weights_seed, host.data());
+      init_param(v, cfg->init_weights_seed, host.data(), cfg->model.pipelined_layers());
       t.data.assign(host.begin(), host.end());
     } else if (static_cast<int>(i) >= layout.first_batch_arg) {
       const auto& a = *batch.arrays()[i - layout.first_batch_arg];
