@@ -59,9 +59,7 @@ Config tiny(const Outside& s) {
 
 const testing::TrainRun& sequential() {
   static const testing::TrainRun r = [] {
-    Result<ResolvedConfig> cfg = resolve_config(tiny({}), kBatch);
-    EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-    Result<testing::TrainRun> x = testing::train(*cfg, Mesh(), CompileOptions{}, kSteps);
+    Result<testing::TrainRun> x = testing::train_one_device(tiny({}), kBatch, kSteps);
     EXPECT_TRUE(x.ok()) << x.status().message();
     return x.ok() ? std::move(*x) : testing::TrainRun{};
   }();
@@ -76,9 +74,7 @@ struct Case {
 };
 
 int64_t size_of(const Case& c, const std::string& axis) {
-  for (size_t i = 0; i < c.axes.size(); ++i)
-    if (c.axes[i] == axis) return c.sizes[i];
-  return 1;
+  return testing::axis_size(c.axes, c.sizes, axis);
 }
 
 // The per-device batch rows of the rope outputs of the layers after the pipeline (the ropes
@@ -110,14 +106,9 @@ TEST_P(LayersOutside, EqualsSequentialOneDevice) {
   const Config config = tiny(shape);
   Result<ResolvedConfig> cfg = resolve_config(config, kBatch);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  Result<CompileOptions> from_config = compile_options_from_config(config);
-  ASSERT_TRUE(from_config.ok()) << from_config.status().message();
-  CompileOptions o;
-  o.rules = from_config->rules;
-  o.shard_mode = explicit_mode ? ShardMode::kExplicit : ShardMode::kAuto;
-  o.shard_optimizer_over_data = c.zero1;
   const Mesh mesh = *Mesh::create(c.axes, c.sizes);
-  Result<testing::TrainRun> r = testing::train(*cfg, mesh, o, kSteps);
+  Result<testing::TrainRun> r =
+      testing::train_in_mode(config, *cfg, mesh, explicit_mode, c.zero1, kSteps);
   ASSERT_TRUE(r.ok()) << r.status().message();
   const testing::RunDiff d = testing::compare_runs(*r, ref);
   const PipelineSchedule sch = pipeline_schedule(cfg->model);

@@ -111,6 +111,34 @@ inline Result<TrainRun> train(const ResolvedConfig& cfg, const Mesh& mesh,
   return run;
 }
 
+// The size of `axis` in the mesh (axes, sizes); 1 when the mesh has no such axis.
+inline int64_t axis_size(const std::vector<std::string>& axes, const std::vector<int64_t>& sizes,
+                         const std::string& axis) {
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i] == axis) return sizes[i];
+  return 1;
+}
+
+// `config` resolved for `devices` devices and trained `steps` steps on one device: the
+// sequential reference the pipeline equality tests compare against.
+inline Result<TrainRun> train_one_device(const Config& config, int64_t devices, int steps) {
+  ENG_ASSIGN_OR_RETURN(ResolvedConfig cfg, resolve_config(config, devices));
+  return train(cfg, Mesh(), CompileOptions{}, steps);
+}
+
+// `config` (resolved as `cfg`) trained on `mesh` with the config's logical rules (MaxText's
+// pipeline rewrite included), in auto or explicit mode, ZeRO-1 when zero1.
+inline Result<TrainRun> train_in_mode(const Config& config, const ResolvedConfig& cfg,
+                                      const Mesh& mesh, bool explicit_mode, bool zero1,
+                                      int steps) {
+  ENG_ASSIGN_OR_RETURN(CompileOptions from_config, compile_options_from_config(config));
+  CompileOptions o;
+  o.rules = from_config.rules;
+  o.shard_mode = explicit_mode ? ShardMode::kExplicit : ShardMode::kAuto;
+  o.shard_optimizer_over_data = zero1;
+  return train(cfg, mesh, o, steps);
+}
+
 // Largest relative differences of losses and of final params (max |diff| / max
 // |want| per param) between two runs; -1 when the param sets differ.
 struct RunDiff {
