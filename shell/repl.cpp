@@ -343,6 +343,20 @@ bool mpirun_reads_terminal() {
 // Under mpirun with several processes: lines are read by process 0 and run everywhere.
 bool lockstep() { return eng::dist::process().count > 1; }
 
+// Process 0 under mpirun that reads the terminal: g_terminal, opened from mpirun's stdin. The
+// user's modes come back after each line (LineWatcher), before a signal ends the process and
+// at exit (os.exit in a line).
+bool open_mpirun_terminal() {
+  const std::string parent_stdin = fmt::format("/proc/{}/fd/0", getppid());
+  const int fd = open(parent_stdin.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  g_terminal = fd >= 0 ? fdopen(fd, "r+") : nullptr;
+  if (g_terminal == nullptr) return false;
+  g_mpirun = getppid();
+  set_fatal_interrupt_cleanup(restore_user_modes);
+  std::atexit(restore_user_modes);
+  return true;
+}
+
 class Repl {
  public:
   explicit Repl(lua_State* L)
@@ -447,19 +461,13 @@ class Repl {
 
   // Readline on mpirun's pipe, with the terminal's modes set through g_terminal.
   void setup_mpirun_terminal() {
-    const std::string parent_stdin = fmt::format("/proc/{}/fd/0", getppid());
-    const int fd = open(parent_stdin.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
-    g_terminal = fd >= 0 ? fdopen(fd, "r+") : nullptr;
-    if (g_terminal == nullptr) return;
-    g_mpirun = getppid();
+    if (!open_mpirun_terminal()) return;
     rl_instream = stdin;
     rl_outstream = stdout;
     rl_prep_term_function = prep_mpirun_terminal;
     rl_deprep_term_function = deprep_mpirun_terminal;
     rl_bind_key(3, on_ctrl_c_key);  // Ctrl-C arrives as a key
     rl_getc_function = typeahead_getc;
-    set_fatal_interrupt_cleanup(restore_user_modes);
-    std::atexit(restore_user_modes);
     std::fflush(stderr);  // errors in order with the prompts: mpirun reads stderr separately
     dup2(STDOUT_FILENO, STDERR_FILENO);
   }
@@ -699,6 +707,13 @@ int load_stdin(lua_State* L) {
   }
   if (chunk.starts_with("#")) chunk.insert(0, "--");  // lua.c skips a first `#!` line
   return luaL_loadbuffer(L, chunk.data(), chunk.size(), "=stdin");
+}
+
+std::shared_ptr<void> watch_mpirun_terminal() {
+  if (!lockstep() || eng::dist::process().index != 0 || isatty(STDIN_FILENO) ||
+      !mpirun_reads_terminal() || !open_mpirun_terminal())
+    return nullptr;
+  return std::make_shared<LineWatcher>();
 }
 
 void run_repl(lua_State* L) {

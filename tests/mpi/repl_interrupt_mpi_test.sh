@@ -11,6 +11,8 @@
 #  - Keys typed while a line runs are not lost: Readline gets them at the next prompt.
 #  - A second Ctrl-C in the same line (the first one caught by pcall) ends the job, and the
 #    terminal is left in the user's modes (canonical, echo, ISIG).
+#  - Notebook mode: Ctrl-C during a cell's t:train stops it on both processes after the same
+#    step; the notebook goes on in lockstep and writes its report.
 set -euo pipefail
 bin=$(realpath "$1")
 mpirun=$2
@@ -49,8 +51,9 @@ type_line 'error(string.format("now at %d, %d steps", t.current_step, r2.steps))
 out "stdin:1: now at $((steps + 2)), 2 steps$" 120
 out 'process 1: the same error$'
 
-# A pure-Lua loop is interrupted on every process (Ctrl-C once both are in it).
-type_line 'io.stderr:write("looping on ", sl.process_index(), "\n") while true do end'
+# A pure-Lua loop is interrupted on every process (Ctrl-C once both are in it; each process
+# says so in one write: process 1's stderr reaches the terminal through mpirun, interleaved).
+type_line 'io.stderr:write(string.format("looping on %d\n", sl.process_index())) while true do end'
 wait_for 'looping on 0'
 wait_for 'looping on 1'
 T send-keys -t repl C-c
@@ -69,7 +72,7 @@ wait_prompt
 
 # A second Ctrl-C in the same line ends the job (the first one is caught by pcall), and the
 # terminal is given back in the user's modes.
-type_line 'io.stderr:write("caught on ", sl.process_index(), "\n") while true do pcall(function() while true do end end) end'
+type_line 'io.stderr:write(string.format("caught on %d\n", sl.process_index())) while true do pcall(function() while true do end end) end'
 wait_for 'caught on 0'
 wait_for 'caught on 1'
 forwarded=$(count 'Forwarding signal 10')
@@ -84,5 +87,36 @@ modes=$(screen | grep -A1 '^SESSION-ENDED' | tail -n 1)
 for m in icanon isig echo; do
   grep -qw -- "-$m" <<<"$modes" && fail "the terminal was left with -$m ($modes)"
 done
+T kill-session -t repl
+
+# Notebook mode under mpirun: Ctrl-C during a cell's t:train stops it on both processes after
+# the same step, the notebook goes on (in lockstep) and writes its report.
+cat >"$tmp/nb.lua" <<'LUA'
+-- %%
+delays = {} for i = 0, 1999 do delays[#delays + 1] = i end delays = table.concat(delays, ",")
+t = sl.trainer(sl.config{model = "llama-tiny", steps = 2000, per_device_batch_size = 1, max_target_length = 32, base_emb_dim = 32, base_num_query_heads = 4, base_num_kv_heads = 4, head_dim = 8, base_mlp_dim = 64, base_num_decoder_layers = 2, enable_checkpointing = false, debug_device_delay_seconds = 0.2, debug_device_delay_steps = delays}, sl.mesh{data = 2, devices = 2}, {store = false})
+-- %%
+t:train{steps = 3, quiet = true}
+io.open("training", "w"):close()
+r = t:train{steps = 1000, quiet = true}
+-- %%
+error(string.format("stopped at %d after %d steps, interrupted %s", t.current_step, r.steps, tostring(r.interrupted)))
+-- %%
+t:train{steps = 2, quiet = true}
+print("then at " .. t.current_step)
+LUA
+T new-session -d -s repl -x 200 -y 60 \
+  "cd '$tmp' && HOME='$tmp' TERM=xterm ${env[*]} '$mpirun' -np 2 '$bin' --db '$tmp/nb.db' --notebook nb.lua --allow-errors -o nb.md; echo NOTEBOOK-ENDED \$?; sleep 60"
+for _ in $(seq 1 2400); do [[ -e $tmp/training ]] && break; sleep 0.05; done
+[[ -e $tmp/training ]] || fail "the notebook did not start training"
+sleep 0.5
+T send-keys -t repl C-c
+wait_for '^NOTEBOOK-ENDED 0$' 120
+report=$(cat "$tmp/nb.md")
+nb_steps=$(grep -oE 'stopped at [0-9]+ after [0-9]+ steps, interrupted true' <<<"$report" |
+           grep -oE '^stopped at [0-9]+' | grep -oE '[0-9]+') || fail "no interrupted stop in the report: $report"
+((nb_steps > 3 && nb_steps < 1003)) || fail "the notebook trained to step $nb_steps"
+grep -q '^process 1: the same error$' <<<"$report" || fail "process 1 stopped elsewhere: $report"
+grep -q "^then at $((nb_steps + 2))$" <<<"$report" || fail "no lockstep after the interrupt: $report"
 T kill-session -t repl
 echo "repl_interrupt_mpi_test: ok"
