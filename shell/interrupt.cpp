@@ -10,6 +10,8 @@
 #include <csignal>
 #include <cstdio>
 
+#include "engine/dist/dist.h"
+
 namespace shell {
 namespace {
 
@@ -20,6 +22,8 @@ static_assert(std::atomic<bool>::is_always_lock_free, "flags set by signal handl
 std::atomic<bool> g_taken{false};        // a binding took an interrupt during this chunk
 lua_State* volatile g_running = nullptr; // the state running a chunk (for the signal handler)
 std::string g_last_error;                // report()'s last message (main thread only)
+bool g_process_interrupt = false;        // under mpirun: SIGUSR1 is Ctrl-C (install_terminate_handler)
+void (*g_fatal_cleanup)() = nullptr;     // set_fatal_interrupt_cleanup
 
 // Raised at the next Lua instruction after Ctrl-C, never inside C++ code.
 void stop_hook(lua_State* L, lua_Debug*) {
@@ -32,6 +36,7 @@ void stop_hook(lua_State* L, lua_Debug*) {
 void terminate_hook(lua_State* L, lua_Debug*) { luaL_error(L, "terminated (SIGTERM)"); }
 
 void on_sigalrm(int) {  // the watchdog: the shell did not end in time
+  if (g_fatal_cleanup) g_fatal_cleanup();
   std::signal(SIGTERM, SIG_DFL);
   std::raise(SIGTERM);
 }
@@ -51,8 +56,21 @@ void on_sigterm(int) {
   errno = saved_errno;
 }
 
+// Under mpirun, between chunks: a Ctrl-C that comes late (the line just ended) is dropped. A
+// handler rather than SIG_IGN, which a `$ cmd` child would inherit.
+void on_idle_sigusr1(int) {}
+
+// The second SIGUSR1 of a chunk: restore what must be restored (process 0's terminal), then
+// end the process by SIGUSR1's default action, as a second SIGINT does.
+void on_fatal_sigusr1(int) {
+  if (g_fatal_cleanup) g_fatal_cleanup();
+  std::signal(SIGUSR1, SIG_DFL);
+  std::raise(SIGUSR1);
+}
+
 void on_sigint(int sig) {
-  std::signal(sig, SIG_DFL);  // a second Ctrl-C ends the process (lua.c)
+  // A second Ctrl-C ends the process (lua.c); under mpirun, Ctrl-C is SIGUSR1 (interrupt.h).
+  std::signal(sig, sig == SIGUSR1 ? on_fatal_sigusr1 : SIG_DFL);
   g_interrupted.store(true);
   if (g_running) lua_sethook(g_running, stop_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
@@ -82,7 +100,13 @@ void install_terminate_handler() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a read or select() waiting at the prompt wakes up
   sigaction(SIGTERM, &sa, nullptr);
+  if (eng::dist::process().count > 1) {
+    g_process_interrupt = true;
+    std::signal(SIGUSR1, on_idle_sigusr1);
+  }
 }
+
+void set_fatal_interrupt_cleanup(void (*cleanup)()) { g_fatal_cleanup = cleanup; }
 
 bool shell_terminate_requested() { return g_terminate.load(); }
 int shell_terminate_fd() { return g_wake[0]; }
@@ -104,6 +128,7 @@ void shell_take_interrupt(lua_State* L) {
   lua_sethook(L, nullptr, 0, 0);
   if (L != g_running) lua_sethook(g_running, nullptr, 0, 0);
   std::signal(SIGINT, on_sigint);  // re-armed: on_sigint made the next Ctrl-C fatal
+  if (g_process_interrupt) std::signal(SIGUSR1, on_sigint);
 }
 
 int docall(lua_State* L, int narg, int nres) {
@@ -120,8 +145,11 @@ int docall(lua_State* L, int narg, int nres) {
   g_running = L;
   if (g_terminate.load()) lua_sethook(L, terminate_hook, LUA_MASKCOUNT, 1);  // just came
   auto previous = std::signal(SIGINT, on_sigint);
+  auto previous_usr1 = g_process_interrupt ? std::signal(SIGUSR1, on_sigint) : SIG_ERR;
   int status = lua_pcall(L, narg, nres, base);
   std::signal(SIGINT, previous == SIG_ERR ? SIG_DFL : previous);
+  if (g_process_interrupt)  // idle again (a nested docall gives the outer one's handler back)
+    std::signal(SIGUSR1, previous_usr1 == SIG_ERR ? on_idle_sigusr1 : previous_usr1);
   g_running = nullptr;
   lua_sethook(L, nullptr, 0, 0);  // Ctrl-C may have come after the last Lua instruction
   lua_remove(L, base);

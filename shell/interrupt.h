@@ -8,6 +8,13 @@
 // The first Ctrl-C while a chunk runs sets the flag and a Lua hook that raises "interrupted!" at
 // the next Lua instruction (so C++ code is never unwound by it); a second Ctrl-C ends the
 // process, as in lua.c. Bindings that call back into Lua must use lua_pcall.
+//
+// Under mpirun (more than one process) Ctrl-C while a line runs is SIGUSR1: process 0 reads
+// the key from mpirun's pipe and signals mpirun, which forwards SIGUSR1 to every rank
+// (docs/distributed.md, "Ctrl-C while a line runs"). While a chunk runs SIGUSR1 is handled as
+// SIGINT is (the flag and the Lua hook; the second one ends the process); between chunks it is
+// dropped. t:train then stops on every process after the same step: the flag is read once per
+// step by the trainer (TrainerOptions::stop_requested) and agreed over the processes.
 #pragma once
 
 #include <lua.hpp>
@@ -36,12 +43,17 @@ bool shell_interrupt_was_taken();
 // and arms a watchdog: a shell that has not ended kTerminateGraceSeconds later is ended by
 // SIGTERM's default action. A second SIGTERM ends it at once.
 inline constexpr unsigned kTerminateGraceSeconds = 10;
-void install_terminate_handler();  // once, at start-up (the REPL, scripts, notebooks)
+// Once, at start-up (the REPL, scripts, notebooks); under mpirun also makes SIGUSR1 harmless
+// between chunks and Ctrl-C while one runs (above).
+void install_terminate_handler();
 bool shell_terminate_requested();
 int shell_terminate_fd();  // readable once SIGTERM came (-1 before install): for select()
 // At the very end, after lua_close and the last flush: if SIGTERM came, ends the process by
 // SIGTERM's default action (a parent sees "killed by SIGTERM", exit status 143 in a shell).
 void finish_terminate();
+// An async-signal-safe function run before a signal ends the process abruptly (a second
+// SIGUSR1, the SIGTERM watchdog): process 0 under mpirun restores the user's terminal.
+void set_fatal_interrupt_cleanup(void (*cleanup)());
 
 // Runs the function at the top of the stack (below its narg arguments) under lua_pcall with a
 // traceback handler and Ctrl-C armed. Returns a Lua status; on error the message is on the stack.

@@ -114,6 +114,7 @@ Result<int> trainer_new(lua_State* L) {
     options.store = *store;
   }
   command_line(L, options);
+  options.stop_requested = shell_interrupt_requested;  // Ctrl-C, agreed per step under mpirun
   Result<std::unique_ptr<eng::Trainer>> t = eng::Trainer::create(*cfg, mesh, options);
   if (!t.ok()) return with_context(fn, t.status());
   const std::string note = (*t)->resume_note();
@@ -313,6 +314,10 @@ Result<int> trainer_train_body(lua_State* L) {
   }
   if (steps < 0) return eng::invalid_argument("{}: steps must be >= 0, got {}", fn, steps);
   const bool tty = isatty(STDOUT_FILENO) != 0;
+  // Under mpirun every process stops after the same step: the one whose per-step agreement
+  // (StepMetrics::stop_requested) first says that some process was interrupted. Stopping on
+  // the local flag could leave one process a step ahead, waiting in that step's collectives.
+  const bool agreed = eng::dist::process().count > 1;
   shell_clear_interrupt();
   const int64_t first_step = t->current_step();
   const double start_s = eng::now_seconds();
@@ -327,7 +332,7 @@ Result<int> trainer_train_body(lua_State* L) {
       else std::puts(eng::step_line(m).c_str());
       std::fflush(stdout);
     }
-    if (shell_interrupt_requested()) {
+    if (agreed ? m.stop_requested : shell_interrupt_requested()) {
       interrupted = true;
       return false;
     }

@@ -2,10 +2,14 @@
 // Under `mpirun -np P shardlab ...` every process runs the same command line (engine/dist,
 // docs/distributed.md); process 0 prints and writes the store, the others are silent unless
 // SHARDLAB_ALL_PROCESSES_PRINT=1.
+#include <pthread.h>
+
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/base/thread_pool.h"
 #include "engine/dist/dist.h"
 #include "shell/cli.h"
 
@@ -45,7 +49,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shardlab: --local-devices expects a device count in [1, 4096]\n");
     return EXIT_FAILURE;
   }
+  // The threads MPI starts inherit a mask without SIGINT, SIGTERM and SIGUSR1 (Ctrl-C under
+  // mpirun): their handlers (shell/interrupt.h) must run on the thread that runs Lua.
+  sigset_t mask;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+  eng::block_interrupt_signals();
   const eng::Status s = eng::dist::init(&argc, &argv, local_devices);
+  pthread_sigmask(SIG_SETMASK, &mask, nullptr);
   if (!s.ok()) {
     std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());
     eng::dist::finalize();

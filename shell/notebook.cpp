@@ -469,6 +469,7 @@ int notebook_pmain_body(lua_State* L) {
     else std::fprintf(stderr, "shardlab: notebook: --resume: %s (running every cell)\n", r.status().message().c_str());
   }
   m->cells = std::move(*cells);
+  const std::shared_ptr<void> watch = watch_mpirun_terminal();  // Ctrl-C under mpirun
   run_cells(L, m->cells, "@" + base_name(a.file), a.allow_errors, reuse, &m->runs, &info);
   m->cells_ran = true;
   return 0;

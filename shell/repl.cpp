@@ -2,6 +2,7 @@
 #include "shell/repl.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <readline/history.h>
 #include <readline/readline.h>
@@ -11,17 +12,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "engine/base/thread_pool.h"
 #include "engine/dist/dist.h"
 #include "engine/train/trainer.h"
 #include "shell/context.h"
@@ -76,8 +81,18 @@ void drop_line() {
 // and writes to stdout (mpirun's pty, so its output stays in order with the results); while
 // it reads a line, the terminal itself is put in Readline's raw mode, so mpirun forwards each
 // key at once, and with ISIG off, so Ctrl-C is a key that drops the line instead of a SIGINT
-// to mpirun (which would end the job). Between lines the terminal is as the user had it.
+// to mpirun (which would end the job). While a line runs, LineWatcher keeps ISIG off (below);
+// between lines the terminal is as the user had it.
 FILE* g_terminal = nullptr;  // the controlling terminal (opened from mpirun's stdin)
+pid_t g_mpirun = 0;          // process 0's parent, which reads that terminal
+// While a line runs (LineWatcher below) the terminal stays non-canonical without echo and
+// with ISIG off, so Ctrl-C is still a byte mpirun forwards; the user's modes are kept here.
+termios g_user_modes = {};
+std::atomic<bool> g_running_modes{false};  // the terminal is in the running modes
+// Keys typed while a line ran (the watcher read them from the pipe): Readline reads them
+// first at the next prompt (typeahead_getc), so nothing typed ahead is lost.
+std::string g_typeahead;
+size_t g_typeahead_next = 0;
 
 // Process 0 is not in the terminal's foreground process group (mpirun is): changing the
 // terminal's modes would stop it with SIGTTOU unless the signal is blocked.
@@ -115,6 +130,95 @@ void deprep_mpirun_terminal() {
   rl_instream = in;
 }
 
+// Back to the user's modes after a line, and before a signal ends process 0 (a second Ctrl-C,
+// the SIGTERM watchdog: interrupt.h's set_fatal_interrupt_cleanup) or it exits (atexit:
+// os.exit in a line). Async-signal-safe: an atomic exchange, pthread_sigmask, tcsetattr.
+void restore_user_modes() {
+  if (g_terminal == nullptr || !g_running_modes.exchange(false)) return;
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTTOU);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  tcsetattr(fileno(g_terminal), TCSADRAIN, &g_user_modes);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+void enter_running_modes() {
+  with_sigttou_blocked([] {
+    const int fd = fileno(g_terminal);
+    if (tcgetattr(fd, &g_user_modes) != 0) return;
+    termios t = g_user_modes;
+    t.c_lflag &= ~(ICANON | ECHO | ISIG | IEXTEN);
+    t.c_cc[VMIN] = 1;
+    t.c_cc[VTIME] = 0;
+    if (tcsetattr(fd, TCSADRAIN, &t) == 0) g_running_modes.store(true);
+  });
+}
+
+int typeahead_getc(FILE* stream) {
+  if (g_typeahead_next < g_typeahead.size())
+    return static_cast<unsigned char>(g_typeahead[g_typeahead_next++]);
+  g_typeahead.clear();
+  g_typeahead_next = 0;
+  return rl_getc(stream);
+}
+
+bool typeahead_pending() { return g_typeahead_next < g_typeahead.size(); }
+
+// Process 0 under mpirun with the terminal, while a line runs: a thread reads mpirun's pipe.
+// Ctrl-C (byte 3) becomes SIGUSR1 to mpirun, which forwards it to every process: each one's
+// running chunk is interrupted (shell/interrupt.h) and t:train stops everywhere after the same
+// step. Any other byte is typeahead for the next prompt. Started once the line is read, stopped
+// (a self-pipe) after the line's outcome exchange, before the next read. On SIGTERM it gives
+// the terminal back at once. A line that reads stdin itself (io.read) competes with it for the
+// keys (docs/distributed.md).
+class LineWatcher {
+ public:
+  LineWatcher() {
+    if (pipe2(stop_, O_CLOEXEC) != 0) return;
+    enter_running_modes();
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~LineWatcher() {
+    if (thread_.joinable()) {
+      const char byte = 1;
+      (void)!write(stop_[1], &byte, 1);
+      thread_.join();
+    }
+    for (int fd : stop_)
+      if (fd >= 0) close(fd);
+    restore_user_modes();
+  }
+  LineWatcher(const LineWatcher&) = delete;
+  LineWatcher& operator=(const LineWatcher&) = delete;
+
+ private:
+  void watch() {
+    eng::block_interrupt_signals();  // SIGINT, SIGTERM, SIGUSR1 belong to the Lua thread
+    pollfd fds[3] = {{stop_[0], POLLIN, 0}, {STDIN_FILENO, POLLIN, 0},
+                     {shell_terminate_fd(), POLLIN, 0}};
+    for (;;) {
+      if (poll(fds, fds[2].fd >= 0 ? 3 : 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[0].revents != 0) return;
+      if (fds[2].fd >= 0 && fds[2].revents != 0) return restore_user_modes();  // SIGTERM
+      if (fds[1].revents == 0) continue;
+      char buf[256];
+      const ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+      if (n <= 0) return;  // mpirun closed the pipe: Readline sees the end at the next prompt
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buf[i] != 3) g_typeahead.push_back(buf[i]);
+        else if (getppid() == g_mpirun) kill(g_mpirun, SIGUSR1);  // forwarded to every process
+      }
+    }
+  }
+
+  int stop_[2] = {-1, -1};
+  std::thread thread_;
+};
+
 int on_ctrl_c_key(int, int) {
   g_prompt_sigint = 1;
   return 0;
@@ -133,6 +237,15 @@ Read read_tty_line(const std::string& prompt, std::string* out) {
   rl_callback_handler_install(prompt.c_str(), on_line);
   Read result = Read::kLine;
   while (!g_line_done) {
+    if (typeahead_pending()) {  // keys typed while the last line ran (under mpirun)
+      rl_callback_read_char();
+      if (g_prompt_sigint && !g_line_done) {
+        drop_line();
+        result = Read::kInterrupted;
+        break;
+      }
+      continue;
+    }
     int fd = fileno(rl_instream);
     const int wake = shell_terminate_fd();  // SIGTERM (handled on any thread) writes to it
     fd_set fds;
@@ -230,6 +343,20 @@ bool mpirun_reads_terminal() {
 // Under mpirun with several processes: lines are read by process 0 and run everywhere.
 bool lockstep() { return eng::dist::process().count > 1; }
 
+// Process 0 under mpirun that reads the terminal: g_terminal, opened from mpirun's stdin. The
+// user's modes come back after each line (LineWatcher), before a signal ends the process and
+// at exit (os.exit in a line).
+bool open_mpirun_terminal() {
+  const std::string parent_stdin = fmt::format("/proc/{}/fd/0", getppid());
+  const int fd = open(parent_stdin.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  g_terminal = fd >= 0 ? fdopen(fd, "r+") : nullptr;
+  if (g_terminal == nullptr) return false;
+  g_mpirun = getppid();
+  set_fatal_interrupt_cleanup(restore_user_modes);
+  std::atexit(restore_user_modes);
+  return true;
+}
+
 class Repl {
  public:
   explicit Repl(lua_State* L)
@@ -254,6 +381,7 @@ class Repl {
         settle_steps();
         exchange_outcome();
       }
+      watcher_.reset();  // the terminal is the user's again before the next prompt
       if (shell_terminate_requested()) break;  // SIGTERM: end the session (docs/shell.md)
     }
     if (tty_ || mpirun_tty_) std::fputs("\n", stdout);
@@ -333,15 +461,13 @@ class Repl {
 
   // Readline on mpirun's pipe, with the terminal's modes set through g_terminal.
   void setup_mpirun_terminal() {
-    const std::string parent_stdin = fmt::format("/proc/{}/fd/0", getppid());
-    const int fd = open(parent_stdin.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
-    g_terminal = fd >= 0 ? fdopen(fd, "r+") : nullptr;
-    if (g_terminal == nullptr) return;
+    if (!open_mpirun_terminal()) return;
     rl_instream = stdin;
     rl_outstream = stdout;
     rl_prep_term_function = prep_mpirun_terminal;
     rl_deprep_term_function = deprep_mpirun_terminal;
     rl_bind_key(3, on_ctrl_c_key);  // Ctrl-C arrives as a key
+    rl_getc_function = typeahead_getc;
     std::fflush(stderr);  // errors in order with the prompts: mpirun reads stderr separately
     dup2(STDOUT_FILENO, STDERR_FILENO);
   }
@@ -367,12 +493,14 @@ class Repl {
     }
     if (line[0] == '%') {  // IPython-style magics: %run, %timeit, %time, %hist (shell/notebook.h)
       remember(raw);
+      watch_line();
       auto start = std::chrono::steady_clock::now();
       run_magic(L_, line);
       return show_time(seconds_since(start));
     }
     if (line[0] == '$') {  // trepl's shell escape
       remember(raw);
+      watch_line();  // Ctrl-C: mpirun's SIGUSR1 reaches the command too (its process group)
       auto start = std::chrono::steady_clock::now();
       shell_escape(trim(line.substr(1)));
       return show_time(seconds_since(start));
@@ -392,16 +520,24 @@ class Repl {
     remember(entered);
     if (status != LUA_OK) return report_error(status);
     int base = lua_gettop(L_) - 1;
+    watch_line();
     auto start = std::chrono::steady_clock::now();
     status = docall(L_, 0, LUA_MULTRET);
     double seconds = seconds_since(start);
     if (status != LUA_OK) report_error(status);
     else print_results(base, quiet);
-    if (status == LUA_OK && shell_interrupt_was_taken()) {  // t:train stopped on Ctrl-C
+    // t:train stopped on Ctrl-C (under mpirun every process did; process 0 says it once).
+    if (status == LUA_OK && shell_interrupt_was_taken() && eng::dist::process().index == 0) {
       std::fprintf(stderr, "interrupted! (stopped after the current step)\n");
       std::fflush(stderr);
     }
     show_time(seconds);
+  }
+
+  // Process 0 under mpirun with the terminal: from here until the line's outcome is exchanged,
+  // Ctrl-C interrupts every process (LineWatcher).
+  void watch_line() {
+    if (mpirun_tty_ && g_terminal != nullptr && !watcher_) watcher_ = std::make_unique<LineWatcher>();
   }
 
   // trepl's timer: `[0.0123s]` at the right edge after a slow command, on a terminal only.
@@ -541,6 +677,7 @@ class Repl {
   bool history_warned_ = false;  // warned once about an unwritable history file
   bool failed_ = false;          // the current line raised an error (under mpirun)
   std::string error_;            // ... its message
+  std::unique_ptr<LineWatcher> watcher_;  // while a line runs (watch_line)
 };
 
 }  // namespace
@@ -570,6 +707,13 @@ int load_stdin(lua_State* L) {
   }
   if (chunk.starts_with("#")) chunk.insert(0, "--");  // lua.c skips a first `#!` line
   return luaL_loadbuffer(L, chunk.data(), chunk.size(), "=stdin");
+}
+
+std::shared_ptr<void> watch_mpirun_terminal() {
+  if (!lockstep() || eng::dist::process().index != 0 || isatty(STDIN_FILENO) ||
+      !mpirun_reads_terminal() || !open_mpirun_terminal())
+    return nullptr;
+  return std::make_shared<LineWatcher>();
 }
 
 void run_repl(lua_State* L) {

@@ -8,6 +8,7 @@
 // Errors and Ctrl-C never end the session; Ctrl-D (end of input) does.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ bool interactive_input();
 // Loads stdin as a chunk (lua.c's `lua < file`); under mpirun process 0 reads it and every
 // process loads the same text.
 int load_stdin(lua_State* L);
+// Notebook mode under mpirun (docs/distributed.md): while the returned object lives, process 0
+// watches the terminal as the REPL does while a line runs, so Ctrl-C interrupts every process
+// (keys typed meanwhile are dropped). Null where there is nothing to watch (one process, the
+// other processes, mpirun not reading a terminal).
+std::shared_ptr<void> watch_mpirun_terminal();
 // Installs Readline's completion for L's globals (called by run_repl).
 void install_completion(lua_State* L);
 

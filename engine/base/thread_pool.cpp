@@ -55,6 +55,7 @@ void block_interrupt_signals() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);  // Ctrl-C under mpirun (shell/interrupt.h)
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 

@@ -201,17 +201,18 @@ void RunRecorder::record_tracing_hit(const CacheKey& key, int64_t step) {
   (void)store_->record_compilation(compilation_row(run_id_, step, key, "hit", "tracing"));
 }
 
-void RunRecorder::record_process_times(int64_t step, std::span<const double> times) {
+void RunRecorder::record_process_times(int64_t step, std::span<const double> times,
+                                       size_t per_process) {
   if (store_ == nullptr) return;
-  const size_t processes = times.size() / 2;
+  const size_t processes = times.size() / per_process;
   while (process_keys_.size() < processes) {  // the first step names them; later ones reuse
     const size_t p = process_keys_.size();
     process_keys_.emplace_back(fmt::format("dist/device_time_s/process_{}", p),
                                fmt::format("dist/collective_wait_s/process_{}", p));
   }
   for (size_t p = 0; p < processes; ++p) {
-    store_->log_metric(run_id_, process_keys_[p].first, step, times[2 * p]);
-    store_->log_metric(run_id_, process_keys_[p].second, step, times[2 * p + 1]);
+    store_->log_metric(run_id_, process_keys_[p].first, step, times[per_process * p]);
+    store_->log_metric(run_id_, process_keys_[p].second, step, times[per_process * p + 1]);
   }
 }
 

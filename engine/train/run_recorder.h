@@ -42,6 +42,9 @@ struct StepMetrics {
   double compile_s = 0;   // compile time before this step's dispatch (not in step_time_s)
   bool compiled = false;  // this step triggered a compilation
   bool synced = false;    // step_time_s was measured at a loss sync (train())
+  // Under mpirun: some process's TrainerOptions::stop_requested said yes after this step ran
+  // (Ctrl-C); the same on every process. Without mpirun: false.
+  bool stop_requested = false;
 };
 
 // "completed step: 3, seconds: 0.412, TFLOP/s/device: 0.113, Tokens/s/device: 4970.874,
@@ -95,10 +98,10 @@ class RunRecorder {
   void record_tracing_hit(const CacheKey& key, int64_t step);
   // One step: a `steps` row and the MaxText metrics, buffered; flushed every log_period.
   Status record_step(const StepMetrics& m, double global_tokens, int64_t num_devices);
-  // Under mpirun: each process's device time and collective wait of `step` (pairs per process,
-  // engine/dist), as metrics dist/device_time_s/process_<p> and dist/collective_wait_s/process_<p>
+  // Under mpirun: each process's device time and collective wait of `step` (the first two of
+  // per_process values per process, engine/dist), as metrics dist/device_time_s/process_<p> and dist/collective_wait_s/process_<p>
   // (docs/distributed.md has the straggler query).
-  void record_process_times(int64_t step, std::span<const double> times);
+  void record_process_times(int64_t step, std::span<const double> times, size_t per_process = 2);
   Status flush();  // everything buffered, in one transaction
   void record_checkpoint(int64_t step, const std::string& path, std::optional<int64_t> bytes,
                          double save_s, bool committed);

@@ -223,7 +223,8 @@ Status Trainer::setup_dispatch() {
   staging_.resize(static_cast<size_t>(capacity));
   slots_.resize(kStepSlots);
   if (dist::process().count > 1)  // init_state spans the processes then
-    for (StepSlot& s : slots_) s.process_times.assign(2 * static_cast<size_t>(dist::process().count), 0);
+    for (StepSlot& s : slots_)
+      s.process_times.assign(kProcessValues * static_cast<size_t>(dist::process().count), 0);
   dispatcher_ = std::make_unique<Dispatcher>(
       [this](int64_t ticket, int64_t) { return device_step(ticket); }, capacity);
   return ok_status();
@@ -310,9 +311,13 @@ Status Trainer::device_step(int64_t ticket) {
   for (size_t k = 0; s.ok() && k < layout_.metrics.size(); ++k)
     s = runtime_->fetch(outputs_[k], &slot.metrics[k]);
   slot.device_end = now_seconds();
-  if (s.ok() && !slot.process_times.empty()) {  // mpirun: every process's time, for process 0
-    const double mine[2] = {slot.device_end - slot.device_start,
-                            runtime_->collective_wait_seconds() - wait0};
+  // mpirun: every process's times (for process 0's store) and whether it asks to stop (for
+  // all: the agreement that stops t:train on every process after the same step).
+  if (s.ok() && !slot.process_times.empty()) {
+    const bool stop = options_.stop_requested != nullptr && options_.stop_requested();
+    const double mine[kProcessValues] = {slot.device_end - slot.device_start,
+                                         runtime_->collective_wait_seconds() - wait0,
+                                         stop ? 1.0 : 0.0};
     s = runtime_->gather_process_values(mine, slot.process_times);
   }
   if (!s.ok())
@@ -341,6 +346,8 @@ Result<StepMetrics> Trainer::metrics_of(int64_t ticket, int64_t step) {
   m.data_time_s = slot.data_s;
   m.device_time_s = slot.device_end - slot.device_start;
   m.synced = slot.synced_at > 0;
+  for (size_t p = kProcessValues - 1; p < slot.process_times.size(); p += kProcessValues)
+    m.stop_requested = m.stop_requested || slot.process_times[p] != 0;
   m.step_time_s = m.synced ? slot.step_time_s : m.device_time_s;
   const double tokens = static_cast<double>(config_.global_batch_size * config_.max_target_length);
   m.tokens_per_s = tokens / m.step_time_s;

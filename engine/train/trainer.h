@@ -68,6 +68,10 @@ struct TrainerOptions {
                                        // checkpoints and events are recorded
   std::vector<std::string> argv{};     // the command line, for the runs table
   std::string script{};                // the script path ("" in a REPL)
+  // Under mpirun: polled once per step on the dispatcher thread, after the step ran; whether
+  // any process's answer was true comes back in StepMetrics::stop_requested, the same on
+  // every process (the shell's Ctrl-C flag: t:train stops everywhere after the same step).
+  bool (*stop_requested)() = nullptr;
 };
 
 // A dispatched step. Reading its metrics synchronises with the devices. Valid while its
@@ -173,8 +177,10 @@ class Trainer {
   // A slot: the record, reset for each ticket, and a buffer sized once at setup and kept (a
   // step allocates nothing).
   struct StepSlot : StepRecord {
-    std::vector<double> process_times;  // under mpirun: per process, device_s and collective wait_s
+    // Under mpirun, kProcessValues per process: device_s, collective wait_s, stop requested.
+    std::vector<double> process_times;
   };
+  static constexpr size_t kProcessValues = 3;
   // Where each MaxText metric sits in StepSlot::metrics, found by name once.
   struct MetricIndex {
     int loss = -1, total_weights = -1, raw_grad_norm = -1, grad_norm = -1, param_norm = -1,

@@ -87,7 +87,7 @@ Status Trainer::flush_step(int64_t ticket, int64_t step,
   ENG_ASSIGN_OR_RETURN(StepMetrics m, metrics_of(ticket, step));
   const double tokens = static_cast<double>(config_.global_batch_size * config_.max_target_length);
   ENG_RETURN_IF_ERROR(recorder_->record_step(m, tokens, mesh_.num_devices()));
-  recorder_->record_process_times(step, slot.process_times);
+  recorder_->record_process_times(step, slot.process_times, kProcessValues);
   const bool more = on_step(m);
   if (keep_going != nullptr) *keep_going = more;
   return ok_status();

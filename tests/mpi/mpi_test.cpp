@@ -4,13 +4,15 @@
 // whole (the local communicator): the 5 losses and the final parameters are bitwise equal,
 // each local device received exactly the compiled collective bytes, and each process holds
 // only its devices' shards. Meshes whose device count is not a multiple of the process count
-// and different programs on different ranks are clear errors.
+// and different programs on different ranks are clear errors. A stop asked by one process
+// (Ctrl-C) stops training on every process after the same step.
 #include <gtest/gtest.h>
 
 #include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -340,6 +342,59 @@ TEST(ProcessData, EachProcessProducesOnlyItsRows) {
       }
     }
   }
+}
+
+// Ctrl-C under mpirun (shell/interrupt.h): every step gathers each process's answer to
+// TrainerOptions::stop_requested, and StepMetrics::stop_requested is their OR, the same on
+// every process, so train() stops every process after the same step. Here only the last
+// process asks, from its third step on.
+std::atomic<int> g_stop_polls{0};
+bool last_process_stops_from_third_step() {
+  const int poll = g_stop_polls.fetch_add(1);  // the dispatcher's polls: one per step
+  return dist::process().index == dist::process().count - 1 && poll >= 2;
+}
+
+std::unique_ptr<Trainer> stop_trainer() {
+  Config cfg = testing::tiny_llama_config(
+      {.model_name = "llama-tiny", .dataset = "synthetic", .emb_dim = 16, .query_heads = 2,
+       .kv_heads = 2, .head_dim = 8, .mlp_dim = 32, .layers = 1, .vocab_size = 256, .seq = 16,
+       .per_device_batch = 1.0, .steps = 20, .dtype = "float32"});
+  g_stop_polls = 0;
+  Result<std::unique_ptr<Trainer>> t =
+      Trainer::create(cfg, *Mesh::create({"data"}, {dist::process().count}),
+                      {.stop_requested = last_process_stops_from_third_step});
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+TEST(ProcessStop, AgreedFlagIsTheOrOverProcesses) {
+  if (dist::process().count == 1) GTEST_SKIP() << "one process";
+  std::unique_ptr<Trainer> t = stop_trainer();
+  ASSERT_NE(t, nullptr);
+  for (int step = 0; step < 4; ++step) {
+    Result<StepMetrics> m = t->step_and_wait();
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    EXPECT_EQ(m->stop_requested, step >= 2) << "step " << step << " on process "
+                                            << dist::process().index;
+  }
+}
+
+TEST(ProcessStop, TrainStopsEveryProcessAfterTheSameStep) {
+  if (dist::process().count == 1) GTEST_SKIP() << "one process";
+  std::unique_ptr<Trainer> t = stop_trainer();
+  ASSERT_NE(t, nullptr);
+  std::vector<int64_t> flushed;
+  ASSERT_TRUE(t->train(10, [&](const StepMetrics& m) {
+                 flushed.push_back(m.step);
+                 return !m.stop_requested;
+               }).ok());
+  // Step 2 asked to stop; step 3 was already dispatched (the loop flushes step N after
+  // dispatching N + 1), so every process ran steps 0-3 and no more.
+  EXPECT_EQ(flushed, (std::vector<int64_t>{0, 1, 2, 3})) << "process " << dist::process().index;
+  EXPECT_EQ(t->current_step(), 4);
+  // Still in lockstep: two more steps run on every process.
+  ASSERT_TRUE(t->train(2, [](const StepMetrics&) { return true; }).ok());
+  EXPECT_EQ(t->current_step(), 6);
 }
 
 // Host bytes in use (glibc's heap and its mmapped chunks).
