@@ -256,11 +256,14 @@ std::optional<int> take_exit_request(lua_State* L) {
   return code;
 }
 
-// Under mpirun every process runs each cell (docs/distributed.md): after it, every process
-// learns the others' errors, so all stop at the same cell; the cell's error (process 0's
-// report) names each other process's: `process 1: <message>` or `process 1: the same error`.
-void merge_process_errors(CellRun* r) {
+// Under mpirun every process runs each cell (docs/distributed.md): once the steps it
+// dispatched have run (a step's error is the cell's), every process learns the others' errors,
+// so all stop at the same cell; the cell's error (process 0's report) names each other
+// process's: `process 1: <message>` or `process 1: the same error`.
+void merge_process_errors(lua_State* L, CellRun* r) {
   if (eng::dist::process().count == 1) return;
+  if (std::string step_error = settle_steps(L); !step_error.empty() && r->error.empty())
+    r->error = std::move(step_error);
   std::vector<std::string> all;
   const eng::Status s = eng::dist::end_line(process_outcome(!r->error.empty(), r->error), &all);
   if (!s.ok()) {
@@ -341,7 +344,7 @@ bool run_cells(lua_State* L, const std::vector<Cell>& cells, const std::string& 
       set_global_raw(L, "_", top + 1);
       set_out(L, r.count, top + 1);
     }
-    merge_process_errors(&r);
+    merge_process_errors(L, &r);
     append_text(&r.outputs, cap.take());
     cap.end();
     cap.outputs = nullptr;
@@ -420,6 +423,8 @@ struct NotebookMain {
   NotebookArgs* args = nullptr;
   ShellContext* ctx = nullptr;
   int exit_code = 1;
+  // What the cells say: os.exit's code, else 0 when none failed (or errors were allowed).
+  int cells_exit_code() const { return info.exit_code >= 0 ? info.exit_code : info.ok ? 0 : 1; }
   // Filled by notebook_pmain; the report is written from them after lua_close, when every
   // trainer the notebook made has ended its run (the runs table shows their final status).
   bool cells_ran = false;
@@ -521,7 +526,7 @@ void write_report(NotebookMain* m) {
               reused ? fmt::format(" ({} cached cells reused)", reused).c_str() : "", info.seconds,
               fmt::format("{}", fmt::join(written, ", ")).c_str());
   std::fflush(stdout);
-  m->exit_code = info.exit_code >= 0 ? info.exit_code : info.ok ? 0 : 1;
+  m->exit_code = m->cells_exit_code();
 }
 
 int notebook_pmain(lua_State* L) { return call_guarded_main(L, notebook_pmain_body); }
@@ -566,7 +571,7 @@ int run_notebook_cli(int argc, char** argv) {
   if (status != LUA_OK) report(L, status, "shardlab");
   lua_close(L);  // every trainer's run ends here, before the report reads the runs table
   if (m.cells_ran && eng::dist::process().index == 0) write_report(&m);  // process 0 writes it
-  else if (m.cells_ran) m.exit_code = m.info.exit_code >= 0 ? m.info.exit_code : m.info.ok ? 0 : 1;
+  else if (m.cells_ran) m.exit_code = m.cells_exit_code();  // the others: no report to write
   if (ctx.store) {
     eng::Status s = ctx.store->flush();
     if (!s.ok()) std::fprintf(stderr, "shardlab: %s\n", s.message().c_str());

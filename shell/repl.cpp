@@ -419,17 +419,13 @@ class Repl {
     report(L_, status, nullptr);
   }
 
-  // Under mpirun a line ends when the steps it dispatched have run: the outcome exchange's
-  // MPI calls then never overlap a step's collectives (MPI_THREAD_SERIALIZED), and a step
-  // that waits for a process which skipped it is found (dist::end_line) rather than left
-  // running. A step's error is the line's error.
+  // Under mpirun a line ends when the steps it dispatched have run (shell::settle_steps); a
+  // step's error is the line's error.
   void settle_steps() {
-    for (const eng::Trainer* t : context(L_).trainers) {
-      const eng::Status s = const_cast<eng::Trainer*>(t)->wait_all();  // live userdata
-      if (s.ok() || failed_) continue;
-      lua_pushstring(L_, s.message().c_str());
-      report_error(LUA_ERRRUN);
-    }
+    const std::string error = shell::settle_steps(L_);
+    if (error.empty() || failed_) return;
+    lua_pushstring(L_, error.c_str());
+    report_error(LUA_ERRRUN);
   }
 
   // Under mpirun, after every line: each process learns whether each other's line failed and
@@ -719,6 +715,15 @@ std::shared_ptr<void> watch_mpirun_terminal() {
 void run_repl(lua_State* L) {
   context(L).interactive = true;
   Repl(L).run();
+}
+
+std::string settle_steps(lua_State* L) {
+  std::string first;
+  for (const eng::Trainer* t : context(L).trainers) {
+    const eng::Status s = const_cast<eng::Trainer*>(t)->wait_all();  // live userdata
+    if (!s.ok() && first.empty()) first = s.message();
+  }
+  return first;
 }
 
 std::string process_outcome(bool failed, const std::string& error) {

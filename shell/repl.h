@@ -39,5 +39,11 @@ void install_completion(lua_State* L);
 // `process p: the same error` (`processes 1, 3: the same error`). Empty when none failed.
 std::string process_outcome(bool failed, const std::string& error);
 std::string other_process_errors(const std::vector<std::string>& all);
+// Under mpirun, before that exchange: waits until every step the line or cell dispatched
+// (t:step() returns at once) has run on every trainer of L, so the exchange's MPI calls never
+// overlap a step's collectives (MPI_THREAD_SERIALIZED) and a step that waits for a process
+// which skipped it is found by dist::end_line rather than left running. Returns the first
+// step error (the line's or cell's error).
+std::string settle_steps(lua_State* L);
 
 }  // namespace shell
