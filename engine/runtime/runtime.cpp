@@ -187,10 +187,9 @@ struct Runtime::Prepared {
   int num_outputs = 0;                    // non-aliased program outputs
   std::vector<DeviceBuffer> arenas;       // per device: exe.arena_bytes()
   std::vector<DeviceBuffer> widen;        // per device: f32 copies of bf16 operands (executor.h)
-  // Per instruction: a bf16 matmul's plan (one shared by every device), or one per local
-  // device (plans[d - local.lo]) for the convert+sgemm fallback (reentrant: its scratch is per
-  // thread); else none.
-  std::vector<std::vector<std::unique_ptr<kern::Bf16MatmulPlan>>> plans;
+  // Per instruction: a bf16 matmul's plan, shared by every device (reentrant: every backend's
+  // buffers are per thread); else null.
+  std::vector<std::unique_ptr<kern::Bf16MatmulPlan>> plans;
   std::vector<InstrPath> paths;           // per instruction: how run_instr runs it (executor.h)
   std::vector<std::vector<void*>> ptrs;   // per device (other processes': empty): address per ValueId
   kern::ScratchNeeds scratch;             // kernel scratch every executing thread reserves
@@ -399,7 +398,8 @@ Runtime::Prepared* Runtime::find_prepared(const Executable& exe) {
 }
 
 namespace {
-// SHARDLAB_BF16_MATMUL=sgemm|onednn forces a backend (default: oneDNN where it builds).
+// SHARDLAB_BF16_MATMUL=sgemm|onednn forces a backend (default kAuto: the native GEMM on
+// avx512_bf16, else convert+sgemm; onednn_matmul.h).
 kern::MatmulBackend bf16_matmul_backend() {
   const char* v = std::getenv("SHARDLAB_BF16_MATMUL");
   if (v && std::string_view(v) == "sgemm") return kern::MatmulBackend::kConvertSgemm;
@@ -413,15 +413,10 @@ Status Runtime::make_plans(const Program& p, Prepared& prep) {
   prep.paths = instr_paths(p);
   prep.plans.resize(p.instrs().size());
   for (size_t i = 0; i < p.instrs().size(); ++i) {
-    ENG_ASSIGN_OR_RETURN(auto plan, make_bf16_matmul_plan(p, p.instrs()[i], backend));
-    if (!plan) continue;
-    const bool per_device = plan->backend() == kern::MatmulBackend::kConvertSgemm;
-    prep.scratch.bf16_matmul_bytes = std::max(prep.scratch.bf16_matmul_bytes, plan->scratch_bytes());
-    prep.plans[i].push_back(std::move(plan));
-    for (int64_t d = 1; per_device && d < local_.size(); ++d) {  // this process's devices
-      ENG_ASSIGN_OR_RETURN(auto copy, make_bf16_matmul_plan(p, p.instrs()[i], backend));
-      prep.plans[i].push_back(std::move(copy));
-    }
+    ENG_ASSIGN_OR_RETURN(prep.plans[i], make_bf16_matmul_plan(p, p.instrs()[i], backend));
+    if (prep.plans[i])
+      prep.scratch.bf16_matmul_bytes =
+          std::max(prep.scratch.bf16_matmul_bytes, prep.plans[i]->scratch_bytes());
   }
   return ok_status();
 }
@@ -537,11 +532,8 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   comm_->begin(prep.fingerprint, prep.executions++);
   for (size_t i = 0; i < ni; ++i) {
     const Instr& in = p.instrs()[i];
-    const auto& plans = prep.plans[i];
     auto scratch = [&](int64_t d) {
-      return InstrScratch{prep.widen[d].data(),
-                          plans.empty() ? nullptr : plans[plans.size() == 1 ? 0 : d - lo].get(),
-                          prep.paths[i]};
+      return InstrScratch{prep.widen[d].data(), prep.plans[i].get(), prep.paths[i]};
     };
     auto run_on = [&](int64_t d) {
       const double t0 = seconds ? now_seconds() : 0;
