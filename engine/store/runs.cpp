@@ -85,37 +85,35 @@ Result<std::string> MetricsStore::begin_run(const RunInfo& info) {
   if (name.empty()) {
     ENG_ASSIGN_OR_RETURN(name, unique_run_name());
   }
-  ENG_RETURN_IF_ERROR(exec("BEGIN"));
-  SqlValue args[] = {run_id,
-                     name,
-                     unix_ms(),
-                     host_name(),
-                     json_string_array(info.argv),
-                     text_or_null(info.script),
-                     text_or_null(info.git_rev),
-                     text_or_null(info.parent_run_id)};
-  Status s =
-      run("INSERT INTO runs (run_id, name, status, start_ms, host, argv, script, git_rev, "
-          "parent_run_id) VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?)",
-          args);
-  const int64_t pid = info.pid != 0 ? info.pid : int64_t{::getpid()};
-  std::vector<std::pair<std::string, std::string>> tags = {{"shardlab.pid", fmt::format("{}", pid)}};
-  if (std::string identity = process_identity(pid); !identity.empty())
-    tags.emplace_back("shardlab.pid_start", std::move(identity));
-  if (!info.script_hash.empty()) tags.emplace_back("shardlab.script_hash", info.script_hash);
-  for (size_t i = 0; s.ok() && i < tags.size(); ++i) {
-    SqlValue t[] = {run_id, tags[i].first, tags[i].second};
-    s = run("INSERT OR REPLACE INTO tags (run_id, key, value) VALUES (?, ?, ?)", t);
-  }
-  for (size_t i = 0; s.ok() && i < info.params.size(); ++i) {
-    SqlValue p[] = {run_id, info.params[i].first, info.params[i].second};
-    s = run("INSERT OR REPLACE INTO params (run_id, key, value) VALUES (?, ?, ?)", p);
-  }
-  if (s.ok()) s = exec("COMMIT");
-  if (!s.ok()) {
-    (void)exec("ROLLBACK");
+  ENG_RETURN_IF_ERROR(in_transaction([&] {
+    SqlValue args[] = {run_id,
+                       name,
+                       unix_ms(),
+                       host_name(),
+                       json_string_array(info.argv),
+                       text_or_null(info.script),
+                       text_or_null(info.git_rev),
+                       text_or_null(info.parent_run_id)};
+    Status s =
+        run("INSERT INTO runs (run_id, name, status, start_ms, host, argv, script, git_rev, "
+            "parent_run_id) VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?)",
+            args);
+    const int64_t pid = info.pid != 0 ? info.pid : int64_t{::getpid()};
+    std::vector<std::pair<std::string, std::string>> tags = {
+        {"shardlab.pid", fmt::format("{}", pid)}};
+    if (std::string identity = process_identity(pid); !identity.empty())
+      tags.emplace_back("shardlab.pid_start", std::move(identity));
+    if (!info.script_hash.empty()) tags.emplace_back("shardlab.script_hash", info.script_hash);
+    for (size_t i = 0; s.ok() && i < tags.size(); ++i) {
+      SqlValue t[] = {run_id, tags[i].first, tags[i].second};
+      s = run("INSERT OR REPLACE INTO tags (run_id, key, value) VALUES (?, ?, ?)", t);
+    }
+    for (size_t i = 0; s.ok() && i < info.params.size(); ++i) {
+      SqlValue p[] = {run_id, info.params[i].first, info.params[i].second};
+      s = run("INSERT OR REPLACE INTO params (run_id, key, value) VALUES (?, ?, ?)", p);
+    }
     return s;
-  }
+  }));
   return run_id;
 }
 
@@ -131,16 +129,13 @@ Result<bool> MetricsStore::discard_run_if_empty(const std::string& run_id) {
                     "(SELECT count(*) FROM tags WHERE run_id = ?1 AND key NOT LIKE 'shardlab.%')",
                     id, false));
   if (std::get<int64_t>(used.rows.at(0).at(0)) > 0) return false;
-  ENG_RETURN_IF_ERROR(exec("BEGIN"));
-  Status s;
-  for (const char* table : {"compilations", "events", "tensor_shardings", "meshes"})
-    if (s.ok()) s = run(fmt::format("UPDATE {} SET run_id = NULL WHERE run_id = ?", table), id);
-  if (s.ok()) s = run("DELETE FROM runs WHERE run_id = ?", id);
-  if (s.ok()) s = exec("COMMIT");
-  if (!s.ok()) {
-    (void)exec("ROLLBACK");
+  ENG_RETURN_IF_ERROR(in_transaction([&] {
+    Status s;
+    for (const char* table : {"compilations", "events", "tensor_shardings", "meshes"})
+      if (s.ok()) s = run(fmt::format("UPDATE {} SET run_id = NULL WHERE run_id = ?", table), id);
+    if (s.ok()) s = run("DELETE FROM runs WHERE run_id = ?", id);
     return s;
-  }
+  }));
   return true;
 }
 
