@@ -45,8 +45,9 @@ namespace {
 
 constexpr int64_t kMR = 8;    // rows per packed group of A
 constexpr int64_t kNR = 32;   // columns per packed panel of B (two zmm of f32)
-constexpr int64_t kRows = 6;  // micro-kernel rows (by 64 columns: 24 zmm accumulators)
-constexpr int64_t kMC = 48;   // rows per pool task (whole groups of kMR and of kRows)
+constexpr int64_t kRows = kNativeKernelRows;  // micro-kernel rows (by 64 columns: 24 zmm)
+constexpr int64_t kMC = kNativeTaskRows;       // rows per pool task (whole kMR and kRows groups)
+static_assert(kMC % kMR == 0 && kMC % kRows == 0 && 2 * kNR == kNativeKernelCols);
 constexpr int64_t kNC = 512;  // columns per chunk of B that a task's rows pass over (16 panels)
 constexpr int64_t kPackedB = int64_t{8} << 20;  // elements of B packed per pass (16 MiB)
 

@@ -14,6 +14,10 @@ namespace eng::kern::detail {
 // aligned, grown (the only allocation) when smaller.
 void* thread_matmul_scratch(int64_t bytes);
 
+// native_gemm's shape of work: pool tasks of kNativeTaskRows rows of C, a micro-kernel of
+// kNativeKernelRows x kNativeKernelCols (Bf16MatmulPlan::parts and describe report them).
+inline constexpr int64_t kNativeTaskRows = 48, kNativeKernelRows = 6, kNativeKernelCols = 64;
+
 // True when the CPU (and the build) can run native_gemm: cpu_has_avx512_bf16().
 bool native_bf16_gemm_available();
 // Per-thread packing scratch native_gemm(s) needs (in thread_matmul_scratch).

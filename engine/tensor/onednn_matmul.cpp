@@ -265,7 +265,8 @@ Result<std::unique_ptr<Bf16MatmulPlan>> Bf16MatmulPlan::create(const Bf16MatmulS
 }
 
 int64_t Bf16MatmulPlan::parts() const {
-  if (backend_ == MatmulBackend::kNative) return (shape_.M + 47) / 48;
+  if (backend_ == MatmulBackend::kNative)
+    return (shape_.M + detail::kNativeTaskRows - 1) / detail::kNativeTaskRows;
   if (backend_ == MatmulBackend::kOnednn) return impl_->split.parts;
   const ConvBlocks b = conv_blocks(shape_);
   return b.row_blocks * b.col_blocks;
@@ -273,7 +274,9 @@ int64_t Bf16MatmulPlan::parts() const {
 int64_t Bf16MatmulPlan::scratch_bytes() const { return impl_->scratch_bytes; }
 
 std::string Bf16MatmulPlan::describe() const {
-  if (backend_ == MatmulBackend::kNative) return "native avx512_bf16 (vdpbf16ps 6x64)";
+  if (backend_ == MatmulBackend::kNative)
+    return fmt::format("native avx512_bf16 (vdpbf16ps {}x{})", detail::kNativeKernelRows,
+                       detail::kNativeKernelCols);
   if (backend_ != MatmulBackend::kOnednn) return "convert+sgemm";
   return fmt::format("onednn {} x{} ({})", impl_->full.impl, impl_->split.parts,
                      impl_->split.by_rows ? "rows" : "columns");

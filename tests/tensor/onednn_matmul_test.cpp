@@ -93,7 +93,8 @@ void check(const Case& c, bool ta, bool tb, DType cd, bool acc, MatmulBackend be
 
 TEST(Bf16Matmul, EveryLayoutDtypeAndBackendMatchesFloat64) {
   const Case cases[] = {{1, 1, 1, 0}, {7, 13, 5, 3}, {33, 17, 65, 0}, {200, 300, 64, 5},
-                        {24, 900, 130, 1}, {64, 96, 40, 2}, {3, 5, 0, 1}};
+                        {24, 900, 130, 1}, {64, 96, 40, 2}, {3, 5, 0, 1},
+                        {300, 600, 70, 1}};  // more than one 256 x 512 block of C each way
   uint32_t seed = 11;
   for (const Case& c : cases)
     for (MatmulBackend be : {MatmulBackend::kAuto, MatmulBackend::kOnednn, MatmulBackend::kConvertSgemm})
