@@ -298,6 +298,24 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   return b.constraint(out, kActivation);
 }
 
+// nn.scan over the layers: layer k's weights are slice k of the stacked parameters, taken
+// inside its remat region (recomputed in the backward, never kept across layers).
+ValueId trace_scanned_layers(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked,
+                             int64_t n, ValueId x, ValueId positions, ValueId segment_ids,
+                             int32_t first_scope, bool stage_as_data) {
+  const std::vector<ValueId> ws = layer_param_list(stacked);
+  const int axis = static_cast<int>(m.param_scan_axis);
+  for (int64_t k = 0; k < n; ++k) {
+    const int32_t scope = first_scope + static_cast<int32_t>(k);
+    b.set_remat_scope(scope);
+    std::vector<ValueId> w;
+    for (ValueId s : ws) w.push_back(b.index_in_dim(s, axis, k));
+    x = trace_decoder_layer(b, m, layer_from_list(w), x, positions, scope, segment_ids,
+                            stage_as_data);
+  }
+  return x;
+}
+
 LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
                             const BatchArgs& batch) {
   const Logical kActivation = {"activation_batch", "activation_norm_length", "activation_embed"};
@@ -330,17 +348,8 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   if (m.pipeline_stages > 1) {
     x = trace_pipeline_decoder(b, m, p, x, batch.inputs_position, seg);
   } else if (m.scan_layers) {
-    // nn.scan over the layers: layer l's weights are slice l of the stacked parameters,
-    // taken inside its remat region (recomputed in the backward, never kept across layers).
-    const std::vector<ValueId> stacked = layer_param_list(p.stacked);
-    const int axis = static_cast<int>(m.param_scan_axis);
-    for (int64_t l = 0; l < m.num_decoder_layers; ++l) {
-      b.set_remat_scope(static_cast<int32_t>(l));
-      std::vector<ValueId> w;
-      for (ValueId s : stacked) w.push_back(b.index_in_dim(s, axis, l));
-      x = trace_decoder_layer(b, m, layer_from_list(w), x, batch.inputs_position,
-                              static_cast<int32_t>(l), seg);
-    }
+    x = trace_scanned_layers(b, m, p.stacked, m.num_decoder_layers, x, batch.inputs_position,
+                             seg, 0);
   } else {
     for (size_t l = 0; l < p.layers.size(); ++l)
       x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l),

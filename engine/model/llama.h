@@ -179,6 +179,13 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
                             ValueId positions, int32_t remat_scope,
                             ValueId segment_ids = kNoValue, bool stage_as_data = false);
 
+// n scanned decoder layers on x: layer k reads slice k (at param_scan_axis) of `stacked`'s
+// weights inside remat region first_scope + k (MaxText's scan_decoder_layers); stage_as_data
+// as in trace_decoder_layer.
+ValueId trace_scanned_layers(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked,
+                             int64_t n, ValueId x, ValueId positions, ValueId segment_ids,
+                             int32_t first_scope, bool stage_as_data = false);
+
 LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
                             const BatchArgs& batch);
 

@@ -366,20 +366,12 @@ ValueId run_stages(Builder& b, const ModelConfig& m, const PipelineSchedule& sch
 ValueId trace_outside_layers(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked,
                              ValueId x, ValueId positions, ValueId segment_ids,
                              int32_t first_scope) {
-  const std::vector<ValueId> ws = layer_param_list(stacked);
-  const int axis = static_cast<int>(m.param_scan_axis);
   const std::vector<std::string> rows = {pp_act_as_dp_name("activation_batch"),
                                          pp_act_as_dp_name("activation_norm_length")};
   const ValueId pos = b.constraint(positions, rows);  // (B, T), rows split as x's
   const ValueId seg = segment_ids == kNoValue ? kNoValue : b.constraint(segment_ids, rows);
-  for (int64_t k = 0; k < m.num_decoder_layers - m.pipelined_layers(); ++k) {
-    const int32_t scope = first_scope + static_cast<int32_t>(k);
-    b.set_remat_scope(scope);
-    std::vector<ValueId> w;
-    for (ValueId s : ws) w.push_back(b.index_in_dim(s, axis, k));
-    x = trace_decoder_layer(b, m, layer_from_list(w), x, pos, scope, seg, true);
-  }
-  return x;
+  return trace_scanned_layers(b, m, stacked, m.num_decoder_layers - m.pipelined_layers(), x, pos,
+                              seg, first_scope, true);
 }
 
 }  // namespace

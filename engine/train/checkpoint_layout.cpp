@@ -134,6 +134,29 @@ Status read_layer(const CheckpointFile& f, const std::string& stacked_name, int6
   return ok_status();
 }
 
+// A stack (shape, its layer dim at `axis`) whose slot k is layer first_layer + k of the file's
+// `stacked_name` (any layout: read_layer), assembled in scratch.
+Result<const void*> restack_layers(const CheckpointFile& f, const std::string& stacked_name,
+                                   int64_t first_layer, DType dtype, const Shape& shape, int axis,
+                                   std::vector<char>& scratch) {
+  const Shape layer = without_dim(shape, axis);
+  std::vector<char> one;
+  scratch.assign(static_cast<size_t>(shape.numel() * dtype_size(dtype)), 0);
+  for (int64_t k = 0; k < shape[axis]; ++k) {
+    one.clear();
+    ENG_RETURN_IF_ERROR(read_layer(f, stacked_name, first_layer + k, dtype, layer, one));
+    copy_slot(one.data(), scratch.data(), shape, axis, k, dtype_size(dtype), true);
+  }
+  return static_cast<const void*>(scratch.data());
+}
+
+// Whether the file's stacks keep their layer dim elsewhere than `axis` (its param_scan_axis
+// metadata; a file without it: no).
+bool other_scan_axis(const CheckpointFile& f, int axis) {
+  const auto meta = f.metadata.find("param_scan_axis");
+  return meta != f.metadata.end() && meta->second != fmt::format("{}", axis);
+}
+
 }  // namespace
 
 Result<const void*> checkpoint_tensor(const CheckpointFile& f, const std::string& name,
@@ -143,9 +166,7 @@ Result<const void*> checkpoint_tensor(const CheckpointFile& f, const std::string
   const int axis = static_cast<int>(param_scan_axis);
   // A stacked tensor saved with its layer dim elsewhere may still have the wanted shape
   // ((H, L, D, E) vs (L, H, D, E) when H == L): the file's param_scan_axis decides.
-  auto meta = f.metadata.find("param_scan_axis");
-  const bool restack = axis >= 0 && unscanned_name(name, 0) && meta != f.metadata.end() &&
-                       meta->second != fmt::format("{}", axis);
+  const bool restack = axis >= 0 && unscanned_name(name, 0) && other_scan_axis(f, axis);
   if (e != nullptr && e->spec.dtype == dtype && e->spec.shape == shape && !restack)
     return f.bytes(*e);
   scratch.clear();
@@ -155,15 +176,7 @@ Result<const void*> checkpoint_tensor(const CheckpointFile& f, const std::string
       return static_cast<const void*>(scratch.data());
     }
   } else if (unscanned_name(name, 0) && axis >= 0 && axis < shape.rank()) {  // scanned model
-    const Shape layer = without_dim(shape, axis);
-    std::vector<char> one;
-    scratch.resize(static_cast<size_t>(shape.numel() * dtype_size(dtype)));
-    for (int64_t l = 0; l < shape[axis]; ++l) {
-      one.clear();
-      ENG_RETURN_IF_ERROR(read_layer(f, name, l, dtype, layer, one));
-      copy_slot(one.data(), scratch.data(), shape, axis, l, dtype_size(dtype), true);
-    }
-    return static_cast<const void*>(scratch.data());
+    return restack_layers(f, name, 0, dtype, shape, axis, scratch);
   }
   if (e == nullptr)
     return not_found("restore: checkpoint '{}' has no tensor '{}' (saved from another model "
@@ -195,24 +208,15 @@ Result<const void*> checkpoint_outside_tensor(const CheckpointFile& f, const std
                                               std::vector<char>& scratch) {
   const CheckpointFile::Entry* e = f.find(name);
   const int axis = static_cast<int>(param_scan_axis);
-  const auto meta = f.metadata.find("param_scan_axis");
-  const bool same_axis = meta == f.metadata.end() || meta->second == fmt::format("{}", axis);
-  if (e != nullptr && e->spec.dtype == dtype && e->spec.shape == shape && same_axis)
+  if (e != nullptr && e->spec.dtype == dtype && e->spec.shape == shape &&
+      !other_scan_axis(f, axis))
     return f.bytes(*e);
   const std::optional<std::string> stacked = swap_part(name, kOutsidePart, kStackedPart);
   ENG_CHECK(stacked && axis >= 0 && axis < shape.rank(),
             "restore: '{}' {} is not a layers_outside_pipeline stack at dim {}", name,
             shape.to_string(), axis);
   // Layer by layer: layers_<l> tensors, a scanned stack, or another pipeline's stacks.
-  const Shape layer = without_dim(shape, axis);
-  std::vector<char> one;
-  scratch.assign(static_cast<size_t>(shape.numel() * dtype_size(dtype)), 0);
-  for (int64_t k = 0; k < shape[axis]; ++k) {
-    one.clear();
-    ENG_RETURN_IF_ERROR(read_layer(f, *stacked, first_layer + k, dtype, layer, one));
-    copy_slot(one.data(), scratch.data(), shape, axis, k, dtype_size(dtype), true);
-  }
-  return static_cast<const void*>(scratch.data());
+  return restack_layers(f, *stacked, first_layer, dtype, shape, axis, scratch);
 }
 
 }  // namespace eng
