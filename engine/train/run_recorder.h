@@ -99,9 +99,9 @@ class RunRecorder {
   // One step: a `steps` row and the MaxText metrics, buffered; flushed every log_period.
   Status record_step(const StepMetrics& m, double global_tokens, int64_t num_devices);
   // Under mpirun: each process's device time and collective wait of `step` (the first two of
-  // per_process values per process, engine/dist), as metrics dist/device_time_s/process_<p> and dist/collective_wait_s/process_<p>
-  // (docs/distributed.md has the straggler query).
-  void record_process_times(int64_t step, std::span<const double> times, size_t per_process = 2);
+  // per_process values per process, engine/dist), as metrics dist/device_time_s/process_<p>
+  // and dist/collective_wait_s/process_<p> (docs/distributed.md has the straggler query).
+  void record_process_times(int64_t step, std::span<const double> times, size_t per_process);
   Status flush();  // everything buffered, in one transaction
   void record_checkpoint(int64_t step, const std::string& path, std::optional<int64_t> bytes,
                          double save_s, bool committed);

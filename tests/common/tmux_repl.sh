@@ -32,10 +32,12 @@ type_keys() {
   T send-keys -t repl -l -- "$s"
 }
 type_line() { type_keys "$1"; T send-keys -t repl Enter; }
-# start [ENV...]: a REPL in $tmp with its own HOME, history file and store.
+# start [ENV...]: a REPL in $tmp with its own HOME, history file and store. The words given
+# go before the binary (environment, or a launcher such as `mpirun -np 2`); $after, if set, is
+# a shell command run in the terminal once the REPL has ended (after SESSION-ENDED).
 start() {
   T new-session -d -s repl -x 200 -y 60 \
-    "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm $* '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; sleep 60"
+    "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm $* '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; ${after:+$after;} sleep 60"
   wait_for '^sl>'
 }
 # wait_prompt [SECONDS]: until the screen ends with a bare `sl>` prompt: the REPL finished what it

@@ -22,9 +22,8 @@ out() { wait_for "^(sl> )*$1" "${@:2}"; }
 env=(SHARDLAB_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
      OMPI_MCA_rmaps_base_oversubscribe=1 SHARDLAB_COLLECTIVE_TIMEOUT=60)
 # After the job: the terminal's modes, as the shell that started mpirun sees them.
-T new-session -d -s repl -x 200 -y 60 \
-  "cd '$tmp' && HOME='$tmp' SHARDLAB_HISTORY='$tmp/history' TERM=xterm ${env[*]} '$mpirun' -np 2 '$bin' --db '$tmp/m.db'; echo SESSION-ENDED; stty -a | tr ' ;' '\n\n' | grep -E '^-?(icanon|isig|echo)$' | tr '\n' ' '; echo; sleep 60"
-wait_for '^sl>'
+after="stty -a | tr ' ;' '\n\n' | grep -E '^-?(icanon|isig|echo)$' | tr '\n' ' '; echo" \
+  start "${env[*]}" "'$mpirun'" -np 2
 
 # A trainer on data=2 whose every step sleeps 0.2 s on the devices: Ctrl-C lands mid-training.
 type_line 'delays = {} for i = 0, 1999 do delays[#delays + 1] = i end delays = table.concat(delays, ",")'

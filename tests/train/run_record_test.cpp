@@ -213,8 +213,11 @@ TEST(RunRecordTest, ProcessTimesAreNamedPerProcess) {
   RunRecorder rec(store.get(), 1);
   ASSERT_TRUE(rec.begin(RunInfo{}).ok());
   const double two[] = {1, 2, 3, 4}, three[] = {5, 6, 7, 8, 9, 10};
-  rec.record_process_times(0, two);
-  rec.record_process_times(1, three);
+  rec.record_process_times(0, two, 2);
+  rec.record_process_times(1, three, 2);
+  // The trainer's layout: three values per process, the third (the stop request) not recorded.
+  const double with_stop[] = {11, 12, 0, 13, 14, 1};
+  rec.record_process_times(2, with_stop, 3);
   ASSERT_TRUE(rec.flush().ok());
   std::map<std::string, double> got;
   for (const auto& row : q(*store,
@@ -228,7 +231,9 @@ TEST(RunRecordTest, ProcessTimesAreNamedPerProcess) {
       {"dist/device_time_s/process_1@0", 3}, {"dist/collective_wait_s/process_1@0", 4},
       {"dist/device_time_s/process_0@1", 5}, {"dist/collective_wait_s/process_0@1", 6},
       {"dist/device_time_s/process_1@1", 7}, {"dist/collective_wait_s/process_1@1", 8},
-      {"dist/device_time_s/process_2@1", 9}, {"dist/collective_wait_s/process_2@1", 10}};
+      {"dist/device_time_s/process_2@1", 9}, {"dist/collective_wait_s/process_2@1", 10},
+      {"dist/device_time_s/process_0@2", 11}, {"dist/collective_wait_s/process_0@2", 12},
+      {"dist/device_time_s/process_1@2", 13}, {"dist/collective_wait_s/process_1@2", 14}};
   EXPECT_EQ(got, want);
   rec.end(RunStatus::kFinished, true);
 }
