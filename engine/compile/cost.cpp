@@ -6,6 +6,7 @@
 #include "engine/compile/executable.h"
 #include "engine/compile/spmd.h"
 #include "engine/ir/op_table.h"
+#include "engine/sharding/shard_geometry.h"
 
 namespace eng {
 
@@ -46,12 +47,16 @@ double scattered_bytes(const Program& p, const Instr& in) {  // reduce_scatter
 double all_to_all_bytes(const Program& p, const Instr& in) {
   return (group(in) - 1) / group(in) * in_bytes(p, in);
 }
+// What the member of rank r receives: x from a source other than itself (op.h permute_source).
+double permute_bytes_to(const Program& p, const Instr& in, int64_t r) {
+  const int64_t from = permute_source(in.attrs, in.attrs.group_size, r);
+  return from >= 0 && from != r ? in_bytes(p, in) : 0;
+}
+// The mean over members: a partial permutation (fill_zero, source rows) reaches only some.
 double permute_bytes(const Program& p, const Instr& in) {
-  const OpAttrs& at = in.attrs;
-  if (at.fill_zero)  // a partial permutation: G - |shift| of G members receive
-    return std::max<double>(0, group(in) - std::abs(static_cast<double>(at.shift))) / group(in) *
-           in_bytes(p, in);
-  return at.group_size > 1 && at.shift % at.group_size != 0 ? in_bytes(p, in) : 0;
+  double sum = 0;
+  for (int64_t r = 0; r < in.attrs.group_size; ++r) sum += permute_bytes_to(p, in, r);
+  return sum / group(in);
 }
 
 // One op's cost: flops, and the bytes a device receives (collectives; others receive none).
@@ -154,6 +159,22 @@ double instr_flops(const Program& p, const Instr& in) {
 
 double collective_bytes_received(const Program& p, const Instr& in) {
   return kCost[op_index(in.kind)].bytes_received(p, in);
+}
+
+double collective_bytes_received(const Program& p, const Instr& in, int64_t rank) {
+  if (in.kind == OpKind::kCollectivePermute) return permute_bytes_to(p, in, rank);
+  return collective_bytes_received(p, in);
+}
+
+std::map<std::string, double> Executable::collective_bytes_received_by(int64_t device) const {
+  std::map<std::string, double> out;
+  for (const Instr& in : program_.instrs()) {
+    if (!is_collective(in.kind)) continue;
+    const int64_t rank = AxesGroup(mesh_, in.attrs.mesh_axes).rank(device);
+    const double b = collective_bytes_received(program_, in, rank);
+    if (b > 0) out[collective_axes_key(in.attrs.mesh_axes)] += b;
+  }
+  return out;
 }
 
 double instr_bytes_accessed(const Program& p, const Instr& in) {

@@ -86,6 +86,9 @@ class Executable {
   const std::vector<BufferSlot>& slots() const { return slots_; }  // indexed by ValueId
   const MemoryAnalysis& memory() const { return memory_; }
   const CostAnalysis& cost() const { return cost_; }
+  // What device `device` receives per execution, keyed as cost().collective_bytes (which is
+  // the mean over devices): what the runtime's counters show for that device.
+  std::map<std::string, double> collective_bytes_received_by(int64_t device) const;
   int64_t arena_bytes() const { return memory_.temp_bytes; }
   int64_t output_region_bytes() const { return output_region_bytes_; }
   // The n largest temporaries, largest first.

@@ -668,7 +668,78 @@ Status Partitioner::adamw(const Instr& in) {  // param, grad, mu, nu in the stat
 }
 
 Status Partitioner::rows(const Instr& in) {  // slice, pad: the sliced (padded) dim whole
-  const PartitionSpec d(whole(dims_only(spec_[in.inputs[0]]).dims(), {in.attrs.dim}));
+  const ValueId x = in.inputs[0];
+  const int dim = in.attrs.dim;
+  const Dims sd = dims_only(spec_[x]).dims();
+  if (in.kind == OpKind::kSlice && in.attrs.vmap == 0 && dim < static_cast<int>(sd.size()) &&
+      !sd[dim].empty()) {
+    // Rows [start, start + size) inside one member's block b of a sharded dim: member b slices
+    // them locally and sends them to each other member by a one-source permute (b -> b + k,
+    // the members' sum: exact, one term each), instead of every member gathering every block:
+    // each member receives the slice once, not (members - 1) blocks. The pipeline's stage-0
+    // input cotangent is such a slice (the transpose of its pad).
+    const Axes axes = sd[dim];
+    const int64_t n = axes_size(mesh_, axes), blk = gv(x).shape[dim] / n;
+    const int64_t b = in.attrs.start / blk;
+    if (in.attrs.size > 0 && (in.attrs.start + in.attrs.size - 1) / blk == b) {
+      ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(sd)));
+      OpAttrs local = in.attrs;
+      local.start = in.attrs.start - b * blk;
+      const ValueId part = b_.emit(OpKind::kSlice, {lx}, local)[0];
+      ValueId sum = kNoValue;
+      for (int64_t to = 0; to < n; ++to) {
+        OpAttrs a;
+        a.mesh_axes = axes;
+        a.group_size = n;
+        a.shift = to - b;
+        a.fill_zero = true;
+        a.start = b;
+        a.size = 1;
+        const ValueId moved = b_.emit(OpKind::kCollectivePermute, {part}, a)[0];
+        sum = sum == kNoValue ? moved : b_.emit(OpKind::kAdd, {sum, moved}, OpAttrs{})[0];
+      }
+      set(in.outputs[0], sum, PartitionSpec(whole(sd, {dim})));
+      return ok_status();
+    }
+  }
+  if (in.kind == OpKind::kPad && in.attrs.vmap == 0 && !in.attrs.out_logical.empty() &&
+      (dim >= static_cast<int>(sd.size()) || sd[dim].empty())) {
+    // out_sharding splits the padded dim and x's rows land inside one member's block b: each
+    // member pads x into a block (no traffic: x is whole on dim) and a zero-traffic permute
+    // (shift 0, source b) keeps member b's and gives the others zeros. Without it the
+    // whole padded dim (members x the block) is built on every member, then sliced.
+    LogicalAxes names = in.attrs.out_logical;
+    names.resize(rank(in.outputs[0]));
+    Result<PartitionSpec> want = logical_to_mesh(names, mesh_, o_.rules);
+    if (!want.ok()) return invalid_argument("pad out_sharding: {}", want.status().message());
+    const Axes axes = norm(*want, rank(in.outputs[0])).dims()[dim];
+    const int64_t n = axes_size(mesh_, axes), size = in.attrs.size;
+    const int64_t rows = gv(x).shape[dim], blk = n > 0 ? size / n : 0;
+    const int64_t b = blk > 0 ? in.attrs.start / blk : 0;
+    if (n > 1 && size % n == 0 && (in.attrs.start + rows - 1) / blk == b) {
+      ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(whole(sd, {dim}))));
+      ValueId block = lx;
+      if (rows != blk) {
+        OpAttrs local = in.attrs;
+        local.out_logical.clear();
+        local.start = in.attrs.start - b * blk;
+        local.size = blk;
+        block = b_.emit(OpKind::kPad, {lx}, local)[0];
+      }
+      OpAttrs a;
+      a.mesh_axes = axes;
+      a.group_size = n;
+      a.fill_zero = true;
+      a.start = b;
+      a.size = 1;
+      Dims od = whole(sd, {dim});
+      od.resize(std::max<size_t>(od.size(), dim + 1));
+      od[dim] = axes;
+      set(in.outputs[0], b_.emit(OpKind::kCollectivePermute, {block}, a)[0], PartitionSpec(od));
+      return ok_status();
+    }
+  }
+  const PartitionSpec d(whole(sd, {dim}));
   return simple(in, {d}, {d}, in.attrs);
 }
 
@@ -961,6 +1032,37 @@ Status Partitioner::reshape(const Instr& in) {
       if (px < py) px *= xs[i++];
       else py *= ys[j++];
     }
+    if (j - j0 == 1 && i - i0 > 1) {  // a merge: x's dims [i0, i) -> y's dim j0
+      // The merged dim keeps the axes of the leading dims held one row per member and of the
+      // first dim that is not: a member's rows stay contiguous. Dims after that lose theirs.
+      bool contiguous = true;
+      for (int k = i0; k < i; ++k) {
+        if (!contiguous) {
+          sd[k].clear();
+          continue;
+        }
+        od[j0].insert(od[j0].end(), sd[k].begin(), sd[k].end());
+        contiguous = axes_size(mesh_, sd[k]) == xs[k];
+      }
+      continue;
+    }
+    if (i - i0 == 1 && j - j0 > 1) {  // a split: x's dim i0 -> y's dims [j0, j)
+      // Its axes, major first, go to the leading output dims as far as each divides: an
+      // output dim held one row per member passes the rest on; the first one that is not
+      // ends it, and axes left over are dropped from x (gathered).
+      const Axes axes = sd[i0];
+      size_t a = 0;
+      for (int q = j0; q < j && a < axes.size(); ++q) {
+        int64_t n = 1;
+        while (a < axes.size() && ys[q] % (n * mesh_.axis_size(axes[a])) == 0) {
+          n *= mesh_.axis_size(axes[a]);
+          od[q].push_back(axes[a++]);
+        }
+        if (n != ys[q]) break;
+      }
+      sd[i0].resize(a);
+      continue;
+    }
     const int64_t n = axes_size(mesh_, sd[i0]);
     for (int k = i0 + 1; k < i; ++k) sd[k].clear();
     if (n > 1 && ys[j0] % n == 0) od[j0] = sd[i0];
@@ -994,6 +1096,8 @@ Status Partitioner::shift(const Instr& in) {
     a.group_size = axes_size(mesh_, axes);
     a.shift = in.attrs.shift;
     a.fill_zero = true;
+    a.start = in.attrs.start;  // one row per member: source rows are members
+    a.size = in.attrs.size;
     set(in.outputs[0], b_.emit(OpKind::kCollectivePermute, {lx}, a)[0], PartitionSpec(d));
     return ok_status();
   }

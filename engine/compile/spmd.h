@@ -64,9 +64,13 @@ Result<Partitioned> partition(const Program& global, const Mesh& mesh, const Spm
 // Bytes ONE device receives from other devices for collective `in` of a per-device program
 // (what engine/runtime/collectives moves): all_gather (G-1)·in, reduce_scatter (G-1)·out,
 // all_reduce (G-1)·x (every member reads every other member's buffer), all_to_all
-// (G-1)/G·in, collective_permute x (0 when shift % G == 0), dynamic_slice 0. Defined by the
+// (G-1)/G·in, collective_permute x times the share of members it reaches from another member
+// (0 when shift % G == 0), dynamic_slice 0. Defined by the
 // op table of compile/cost.cpp (0 for every other op).
 double collective_bytes_received(const Program& p, const Instr& in);
+// The same for the member of rank `rank` in its group: a partial collective_permute (fill_zero,
+// source rows) reaches only some members; the one above is the mean over members.
+double collective_bytes_received(const Program& p, const Instr& in, int64_t rank);
 // The key bytes are counted under: the collective's mesh axes sorted by name and joined by
 // ",", e.g. "fsdp" or "data,fsdp".
 std::string collective_axes_key(const std::vector<std::string>& mesh_axes);

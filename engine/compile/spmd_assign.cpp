@@ -115,7 +115,12 @@ Status assign_argument_shardings(Program& p, const Mesh& mesh, const SpmdOptions
       }
       case ArgRole::kStep: info.spec = PartitionSpec(); break;
       case ArgRole::kBatch: {
-        Result<NamedSharding> r = get_input_data_sharding(mesh, o.rules);
+        // The batch array's own logical axes (input_data_logical_axes: MaxText's default,
+        // or activation_batch when pipelined), else MaxText's default.
+        Result<NamedSharding> r =
+            info.logical.empty()
+                ? get_input_data_sharding(mesh, o.rules)
+                : get_input_data_sharding(mesh, o.rules, to_logical(info.logical, info.shape.rank()));
         if (!r.ok()) return invalid_argument("sharding of '{}': {}", info.name, r.status().message());
         info.spec = r->spec;
         break;

@@ -288,8 +288,10 @@ class Differentiator {
 
   void vjp_shift(const Instr& in) {
     const ValueId y = in.outputs[0];
-    accumulate(in.inputs[0],
-               fresh(b_.shift(tensor(in, y), in.attrs.dim, -in.attrs.shift), in.inputs[0]));
+    const OpAttrs& a = in.attrs;  // the sources' landing rows move back
+    accumulate(in.inputs[0], fresh(b_.shift(tensor(in, y), a.dim, -a.shift, a.start + a.shift,
+                                            a.size),
+                                   in.inputs[0]));
   }
 
   void vjp_transpose(const Instr& in) {  // the inverse permutation

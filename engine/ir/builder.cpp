@@ -625,11 +625,13 @@ ValueId Builder::slice(ValueId x, int dim, int64_t start, int64_t size) {
   return emit(OpKind::kSlice, {x}, a)[0];
 }
 
-ValueId Builder::pad(ValueId x, int dim, int64_t start, int64_t size) {
+ValueId Builder::pad(ValueId x, int dim, int64_t start, int64_t size,
+                     const std::vector<std::string>& out_sharding) {
   OpAttrs a;
   a.dim = dim;
   a.start = start;
   a.size = size;
+  a.out_logical = to_logical_axes(out_sharding);
   return emit(OpKind::kPad, {x}, a)[0];
 }
 
@@ -687,10 +689,15 @@ ValueId Builder::concat(std::vector<ValueId> xs, int dim) {
   return emit(OpKind::kConcat, std::move(xs), a)[0];
 }
 
-ValueId Builder::shift(ValueId x, int dim, int64_t shift) {
+ValueId Builder::shift(ValueId x, int dim, int64_t shift, int64_t source_start,
+                       int64_t source_size) {
   OpAttrs a;
   a.dim = dim;
   a.shift = shift;
+  if (source_size > 0) {
+    a.start = source_start;
+    a.size = source_size;
+  }
   return emit(OpKind::kShift, {x}, a)[0];
 }
 

@@ -46,9 +46,16 @@ class Builder {
   // ---- pipeline data movement (op.h) ----
   ValueId reshape(ValueId x, const Shape& shape);
   ValueId slice(ValueId x, int dim, int64_t start, int64_t size);
-  ValueId pad(ValueId x, int dim, int64_t start, int64_t size);
+  // out_sharding (logical names, as matmul's): where the padded result should live; a row
+  // block padded into one member's block of a dim split that way is placed there with no
+  // traffic (spmd.cpp rows) instead of padded whole then sliced.
+  ValueId pad(ValueId x, int dim, int64_t start, int64_t size,
+              const std::vector<std::string>& out_sharding = {});
   ValueId concat(std::vector<ValueId> xs, int dim);
-  ValueId shift(ValueId x, int dim, int64_t shift);
+  // kShift (op.h): rows move by `shift` along dim; with source_size > 0 only the rows
+  // [source_start, source_start + source_size) move (zeros elsewhere).
+  ValueId shift(ValueId x, int dim, int64_t shift, int64_t source_start = 0,
+                int64_t source_size = 0);
   // ---- scanned layers (op.h) ----
   ValueId index_in_dim(ValueId x, int dim, int64_t index);  // x[..., index, ...], dim removed
   // acc (or zeros with dim of length size) with update added into slot index along dim.

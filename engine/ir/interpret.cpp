@@ -149,6 +149,10 @@ class Evaluator {
         else if (i.kind == OpKind::kPad) src = r - at.start;
         else src = r - at.shift;
         if (src < 0 || src >= n_in) continue;
+        if (i.kind == OpKind::kShift) {
+          const ShiftRows rows = shift_source_rows(at, n_in);
+          if (src < rows.lo || src >= rows.hi) continue;
+        }
         std::copy_n(x + (o * n_in + src) * inner, inner, y + (o * n_out + r) * inner);
       }
     return ok_status();

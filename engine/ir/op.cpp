@@ -49,8 +49,11 @@ constexpr AttrField kDimAxes[] = {{"dim", &A::dim}, {"axes", &A::mesh_axes}};
 constexpr AttrField kAllReduce[] = {{"axes", &A::mesh_axes}, {"max", &A::reduce_max, P::kFlag}};
 constexpr AttrField kAllToAll[] = {
     {"split_dim", &A::dim}, {"concat_dim", &A::dim2}, {"axes", &A::mesh_axes}};
-constexpr AttrField kPermute[] = {
-    {"axes", &A::mesh_axes}, {"shift", &A::shift}, {"fill_zero", &A::fill_zero, P::kFlag}};
+constexpr AttrField kPermute[] = {{"axes", &A::mesh_axes},
+                                  {"shift", &A::shift},
+                                  {"fill_zero", &A::fill_zero, P::kFlag},
+                                  {"source_start", &A::start, P::kUnlessDefault},
+                                  {"source_size", &A::size, P::kUnlessDefault}};
 constexpr AttrField kReshape[] = {{"new_shape", &A::new_shape}};
 constexpr AttrField kPermutation[] = {{"permutation", &A::new_shape}};
 constexpr AttrField kDirection[] = {{"direction", &A::dim}};
@@ -62,7 +65,10 @@ constexpr AttrField kIndicesAxes[] = {{"indices", &A::new_shape},
                                       {"axes", &A::mesh_axes, P::kUnlessDefault}};
 constexpr AttrField kIndicesSizeAxes[] = {
     {"indices", &A::new_shape}, {"size", &A::size}, {"axes", &A::mesh_axes, P::kUnlessDefault}};
-constexpr AttrField kShift[] = {{"dim", &A::dim}, {"shift", &A::shift}};
+constexpr AttrField kShift[] = {{"dim", &A::dim},
+                                {"shift", &A::shift},
+                                {"source_start", &A::start, P::kUnlessDefault},
+                                {"source_size", &A::size, P::kUnlessDefault}};
 constexpr AttrField kRepeats[] = {{"repeats", &A::size}};
 constexpr AttrField kAxisIndex[] = {{"axes", &A::mesh_axes}, {"size", &A::size}};
 constexpr AttrField kClip[] = {{"threshold", &A::clip_threshold}};

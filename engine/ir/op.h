@@ -61,10 +61,14 @@
 //   kPad           (x) [dim, start, size] -> zeros with dim of length size, x placed at
 //                    [start, start + x.dim) along dim (the transpose of kSlice)
 //   kConcat        (x0, x1, ...) [dim] -> the inputs concatenated along dim, in input order
-//   kShift         (x) [dim, shift] -> out[i] = x[i - shift] along dim, zeros where
-//                    i - shift is out of range (MaxText's _shift_right for shift = 1); its
-//                    transpose is kShift by -shift. Partitioned over a sharded dim with one
-//                    row per member it is a kCollectivePermute with fill_zero.
+//   kShift         (x) [dim, shift, source_start=start, source_size=size] -> out[i] =
+//                    x[i - shift] along dim, zeros where i - shift is out of range (MaxText's
+//                    _shift_right for shift = 1) or, with source_size > 0, outside the source
+//                    rows [source_start, source_start + source_size) (one row: a move of
+//                    that row alone, zeros elsewhere); its transpose is kShift by -shift
+//                    from the rows the sources land on (shift_source_rows below).
+//                    Partitioned over a sharded dim with one row per member it is a
+//                    kCollectivePermute with fill_zero and the same source rows.
 //   -- scanned layers (scan_layers, engine/model/llama.cpp) --
 //   kIndexInDim    (x) [dim, index=start] -> x[..., start, ...] along dim, that dim removed
 //                    (jax.lax.index_in_dim, keepdims=False): layer l's weight of a stacked
@@ -123,10 +127,11 @@
 //   kAllToAll      (x) [split_dim=dim, concat_dim=dim2, mesh_axes] -> dim / G, dim2 * G:
 //                    member m's chunk r along dim goes to member r, which concatenates the
 //                    chunks it receives along dim2 in sender rank order
-//   kCollectivePermute (x) [mesh_axes, shift, fill_zero] -> member r's x goes to member
-//                    (r + shift) mod G; with fill_zero (jax ppermute with a partial
-//                    permutation) only to r + shift inside [0, G), and members nobody sends
-//                    to receive zeros
+//   kCollectivePermute (x) [mesh_axes, shift, fill_zero, source_start, source_size] ->
+//                    member r's x goes to member (r + shift) mod G; with fill_zero (jax
+//                    ppermute with a partial permutation) only to r + shift inside [0, G),
+//                    and with source_size > 0 only from the members [source_start,
+//                    source_start + source_size); members nobody sends to receive zeros
 //   kDynamicSlice  (x) [dim, mesh_axes] -> x with dim / G: member r keeps block r (no traffic)
 //   kSafeDivide    (a (), b ()) -> a / (b + 1e-8)   (finishes a masked mean from global sums)
 //   kMaskedMeanLoss with attr unnormalized: loss output = sum(xent * (seg != 0)) (no division)
@@ -152,6 +157,7 @@
 //                    xent = lse - picked (the global values once max/sumexp/picked are reduced)
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -282,7 +288,7 @@ struct OpAttrs {
   // assert in explicit mode); false = MaxText maybe_shard_with_logical (size-1 axes
   // dropped; a reshard in both modes).
   bool raw = false;
-  // kMatmul: MaxText/JAX out_sharding (logical names per output dim; empty = none), and
+  // kMatmul, kPad: MaxText/JAX out_sharding (logical names per output dim; empty = none), and
   // out_like: the value whose sharding the result should have (autodiff sets it to the
   // primal operand for the transposed matmuls). Both only settle otherwise ambiguous
   // shardings; neither is printed (the global program's semantics do not depend on them).
@@ -296,7 +302,8 @@ struct OpAttrs {
   int64_t shift = 0;                  // kCollectivePermute, kShift
   bool fill_zero = false;             // kCollectivePermute
   int64_t start = 0, size = 0;        // kSlice, kPad (dim as well); kAxisIndex: block size;
-                                      // kRepeatKv, kRepeatKvGrad: repeats R
+                                      // kRepeatKv, kRepeatKvGrad: repeats R; kShift,
+                                      // kCollectivePermute: source rows (size 0: all)
   std::vector<int64_t> new_shape;     // kReshape
   int64_t vmap = 0;                   // any op: vmapped over a leading dim of this size
   bool reduce_max = false;            // kAllReduce: max instead of sum
@@ -320,6 +327,31 @@ struct DotDims {
 };
 // Requires 0 < a_split < rank(a) and 0 < b_split < rank(b) (shape inference checks it).
 DotDims dot_dims(const OpAttrs& at, const Shape& a, const Shape& b);
+
+// kShift / kCollectivePermute with fill_zero over n rows (members): the source rows [lo, hi)
+// that land inside [0, n) and lie in the op's source rows (all when source_size is 0); row
+// src goes to src + shift. Empty when hi <= lo.
+struct ShiftRows {
+  int64_t lo, hi;
+};
+inline ShiftRows shift_source_rows(const OpAttrs& at, int64_t n) {
+  int64_t lo = std::max<int64_t>(0, -at.shift), hi = std::min(n, n - at.shift);
+  if (at.size > 0) {
+    lo = std::max(lo, at.start);
+    hi = std::min(hi, at.start + at.size);
+  }
+  return {lo, hi};
+}
+// The rank whose x the member of rank r receives in a kCollectivePermute over G members:
+// r - shift (mod G); with fill_zero no wrap-around and only the source rows, -1 (zeros)
+// otherwise.
+inline int64_t permute_source(const OpAttrs& a, int64_t G, int64_t r) {
+  if (a.fill_zero) {
+    const ShiftRows s = shift_source_rows(a, G);
+    return r - a.shift >= s.lo && r - a.shift < s.hi ? r - a.shift : -1;
+  }
+  return ((r - a.shift) % G + G) % G;
+}
 
 // ---- attribute schema: which OpAttrs fields an op reads, and how they print ----------
 // One walker per op over its schema drives printing; hashing and serialization walk every

@@ -98,10 +98,12 @@ Result<ModelConfig> model_preset(const std::string& name) {
                           fmt::join(model_preset_names(), ", "));
 }
 
-const std::vector<std::string>& input_data_logical_axes() {
+const std::vector<std::string>& input_data_logical_axes(bool pipelined) {
   static const std::vector<std::string> axes = {"activation_embed_and_logits_batch",
                                                 "activation_norm_length"};
-  return axes;
+  static const std::vector<std::string> pipeline_axes = {"activation_batch",
+                                                         "activation_norm_length"};
+  return pipelined ? pipeline_axes : axes;
 }
 
 std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
@@ -215,10 +217,10 @@ std::optional<ScannedName> scanned_name(const std::string& unscanned) {
   return ScannedName{unscanned.substr(0, at) + kScannedPart + unscanned.substr(i + 1), layer};
 }
 
-BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len) {
+BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len, bool pipelined) {
   auto arg = [&](const char* name) {
-    return b.argument(name, Shape{global_batch, seq_len}, DType::kI32, input_data_logical_axes(),
-                      ArgRole::kBatch);
+    return b.argument(name, Shape{global_batch, seq_len}, DType::kI32,
+                      input_data_logical_axes(pipelined), ArgRole::kBatch);
   };
   BatchArgs a;
   a.inputs = arg("inputs");
@@ -359,8 +361,13 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   ValueId logits = b.constraint(
       b.matmul(y, as_dtype(b, p.logits_dense, m.dtype), 2, 1, false, false, kLogits), kLogits);  // (B, T, V)
   logits = as_dtype(b, logits, DType::kF32);  // MaxText cast_logits_to_fp32 (default true)
-  ValueId xent = b.softmax_cross_entropy(logits, batch.targets).first;  // (B, T)
-  auto [loss, total_weights] = b.masked_mean_loss(xent, batch.targets_segmentation);
+  ValueId targets = batch.targets, targets_segmentation = batch.targets_segmentation;
+  if (m.pipeline_stages > 1) {  // the rows in the order the pipeline hands them over
+    targets = pipeline_output_rows(b, m, targets);
+    targets_segmentation = pipeline_output_rows(b, m, targets_segmentation);
+  }
+  ValueId xent = b.softmax_cross_entropy(logits, targets).first;  // (B, T)
+  auto [loss, total_weights] = b.masked_mean_loss(xent, targets_segmentation);
   return {loss, total_weights};
 }
 

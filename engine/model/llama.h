@@ -129,8 +129,11 @@ struct BatchArgs {
   ValueId targets, targets_position, targets_segmentation;
 };
 
-// Logical axes of the batch arrays (MaxText's input_data_sharding_logical_axes).
-const std::vector<std::string>& input_data_logical_axes();
+// Logical axes of the batch arrays (MaxText's input_data_sharding_logical_axes). Pipelined:
+// activation_batch, without `stage`: every stage holds its data/fsdp rows (int32, small), so
+// the embedding runs on the rows stage 0 takes in and the loss head's targets are local
+// slices (pipeline_output_rows); MaxText splits them over `stage` as well.
+const std::vector<std::string>& input_data_logical_axes(bool pipelined = false);
 
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m);
 
@@ -164,7 +167,8 @@ struct ScannedName {
   int64_t layer;
 };
 std::optional<ScannedName> scanned_name(const std::string& unscanned);
-BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len);
+BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len,
+                        bool pipelined = false);
 
 struct LossValues {
   ValueId loss;           // () f32: masked mean cross-entropy

@@ -19,6 +19,18 @@ constexpr const char* kOutsidePrefix = "params/decoder/layers_outside_pipeline/"
 constexpr const char* kPpAsDpSuffix = "@pp_act_as_dp";
 }  // namespace
 
+ValueId pipeline_output_rows(Builder& b, const ModelConfig& m, ValueId rows) {
+  const Shape s = b.info(rows).shape;  // (B, T)
+  const int64_t S = m.pipeline_stages, M = m.pipeline_microbatches;
+  // Row r*M + i, microbatch i = o*M/S + k: (micro, S, M/S, T) -> (S, micro, M/S, T); rows
+  // split over data/fsdp on micro stay so, and each stage keeps its own block (a local slice).
+  const ValueId v = b.transpose(b.reshape(rows, Shape{s[0] / M, S, M / S, s[1]}), {1, 0, 2, 3});
+  const ValueId owned =
+      b.constraint(v, {"activation_stage", "activation_batch", "", "activation_norm_length"});
+  return b.constraint(b.reshape(owned, s),
+                      {"activation_embed_and_logits_batch", "activation_norm_length"});
+}
+
 PipelineSchedule pipeline_schedule(const ModelConfig& m) {
   const int64_t S = m.pipeline_stages, R = m.pipeline_repeats;
   Result<PipelineSchedule> s = PipelineSchedule::make(
@@ -68,7 +80,7 @@ LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules, bool
   for (LogicalAxisRule& r : out) {
     if (r.logical != "activation_embed_and_logits_batch") continue;
     std::erase(r.mesh_axes, std::string("stage"));
-    r.mesh_axes.push_back("stage");
+    r.mesh_axes.insert(r.mesh_axes.begin(), "stage");
     r.bare = false;
     break;  // MaxText rewrites the first such rule only
   }
@@ -79,8 +91,9 @@ LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules, bool
     LogicalAxisRule r = out[i];
     r.logical = pp_act_as_dp_name(r.logical);
     std::erase(r.mesh_axes, std::string("stage"));
-    if (std::find(r.mesh_axes.begin(), r.mesh_axes.end(), "data") != r.mesh_axes.end())
-      r.mesh_axes.push_back("stage");
+    if (auto at = std::find(r.mesh_axes.begin(), r.mesh_axes.end(), "data");
+        at != r.mesh_axes.end())
+      r.mesh_axes.insert(at, "stage");
     r.bare = r.bare && r.mesh_axes.size() == 1;
     out.push_back(std::move(r));
   }
@@ -299,19 +312,25 @@ class StageRows {
   std::map<int64_t, ValueId> cache_;  // microbatch -> (1, micro, T)
 };
 
-// Leaving the pipeline: (B, T, E) sharded over the batch axes without `stage`
-// (activation_batch, MaxText's output_sharding), then constrained to the loss head's batch
-// sharding, which adds `stage` minor-most (pipeline_logical_axis_rules): a local slice, so the
-// final norm and the logits run on 1/S of those rows instead of computing S times the logits
-// and slicing after. Backward, the first constraint's VJP all_gathers the cotangent over
-// `stage` only (back to activation_batch) before the reshape's VJP, which cannot keep
-// (data, fsdp, stage) on `micro` and would otherwise gather the whole batch.
+// Leaving the pipeline. The loss is a mean over rows, so the loss head takes them in the
+// order pipeline_output_rows gives: stage s owns microbatches [s*M/S, (s+1)*M/S) (`stage`
+// major in the loss head's batch sharding, as MaxText's rule 2 has it when pipelining), and
+// microbatch i = s*M/S + k reaches its owner by ONE collective permute S-1 -> s when the last
+// stage finishes it (kShift with one source row; none when s = S-1), added into block s of
+// accumulator k (the other blocks are zeros: adds are exact). outputs[k] is accumulator k,
+// (S, micro, T, E); stacked as (S, micro, M/S, T, E) and merged into (B, T, E), sharded
+// (stage, data, fsdp, ...) by a local reshape. Backward, each microbatch's cotangent goes
+// back by the transposed permute s -> S-1: no value moves over `stage` but by permutes.
 ValueId pipeline_output(Builder& b, const std::vector<ValueId>& outputs, const Shape& xs) {
-  const ValueId out =
-      b.constraint(b.reshape(b.concat(outputs, 1), xs),
-                   {"activation_batch", "activation_norm_length", "activation_embed"});
-  return b.constraint(out, {"activation_embed_and_logits_batch", "activation_norm_length",
-                            "activation_embed"});
+  std::vector<ValueId> parts;
+  for (ValueId z : outputs) {
+    std::vector<int64_t> d = b.info(z).shape.dims();  // (S, micro, T, E)
+    d.insert(d.begin() + 2, 1);
+    parts.push_back(b.reshape(z, Shape(std::move(d))));
+  }
+  return b.constraint(b.reshape(b.concat(parts, 2), xs),
+                      {"activation_embed_and_logits_batch", "activation_norm_length",
+                       "activation_embed"});
 }
 
 // The state entering iteration t, (S, micro, T, E): stage s > 0 gets stage s-1's output of
@@ -327,7 +346,10 @@ ValueId stage_inputs(Builder& b, const PipelineSchedule& sch, int64_t t, ValueId
   auto add = [&](ValueId v) { state = state == kNoValue ? v : b.add(state, v); };
   if (t - p.delay >= 0) add(b.shift(ys[t - p.delay], 0, 1));  // _shift_right over `stage`
   if (t < p.microbatches) {
-    add(b.pad(b.reshape(b.slice(xm, 1, t, 1), Shape{1, xs[0], xs[2], xs[3]}), 0, 0, p.stages));
+    // stage 0's rows of the state, placed on stage 0 alone (no (S, micro, T, E) temporary)
+    add(b.pad(b.reshape(b.slice(xm, 1, t, 1), Shape{1, xs[0], xs[2], xs[3]}), 0, 0, p.stages,
+              {"activation_stage", "activation_batch", "activation_norm_length",
+               "activation_embed"}));
   } else if (auto it = wraps.find(t); it != wraps.end()) {
     add(it->second);
     wraps.erase(it);
@@ -368,8 +390,11 @@ ValueId trace_outside_layers(Builder& b, const ModelConfig& m, const LlamaLayerP
                              int32_t first_scope) {
   const std::vector<std::string> rows = {pp_act_as_dp_name("activation_batch"),
                                          pp_act_as_dp_name("activation_norm_length")};
-  const ValueId pos = b.constraint(positions, rows);  // (B, T), rows split as x's
-  const ValueId seg = segment_ids == kNoValue ? kNoValue : b.constraint(segment_ids, rows);
+  // (B, T) in the pipeline output's row order, rows split as x's
+  const ValueId pos = b.constraint(pipeline_output_rows(b, m, positions), rows);
+  const ValueId seg = segment_ids == kNoValue
+                          ? kNoValue
+                          : b.constraint(pipeline_output_rows(b, m, segment_ids), rows);
   return trace_scanned_layers(b, m, stacked, m.num_decoder_layers - m.pipelined_layers(), x, pos,
                               seg, first_scope, true);
 }
@@ -394,7 +419,7 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
   std::optional<StageRows> seg;
   if (segment_ids != kNoValue) seg.emplace(b, segment_ids, sch);
 
-  std::vector<ValueId> outputs(M, kNoValue);  // the last repeat's output per microbatch
+  std::vector<ValueId> outputs(M / S, kNoValue);  // accumulators (pipeline_output)
   std::vector<ValueId> ys;                    // each iteration's output (S, micro, T, E)
   std::map<int64_t, ValueId> wraps;           // iteration -> stage 0's input from stage S-1
   for (int64_t t = 0; t < sch.iterations(); ++t) {
@@ -404,8 +429,10 @@ ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaPara
     ys.push_back(run_stages(b, m, sch, t, state, weights, pos, seg ? &*seg : nullptr));
     const ScheduleCell last = sch.cell(t, S - 1);
     if (last.bubble()) continue;
-    if (last.repeat == R - 1) {  // microbatch done: (micro, 1, T, E)
-      outputs[last.microbatch] = b.reshape(b.slice(ys.back(), 0, S - 1, 1), Shape{mb, 1, T, E});
+    if (last.repeat == R - 1) {  // microbatch done: S-1 -> its owner stage
+      const int64_t owner = last.microbatch / (M / S), k = last.microbatch % (M / S);
+      const ValueId moved = b.shift(ys.back(), 0, owner - (S - 1), S - 1, 1);
+      outputs[k] = outputs[k] == kNoValue ? moved : b.add(outputs[k], moved);
     } else {  // stage 0 runs it again at iteration_of(0, mb, repeat + 1): S-1 -> 0 now
       wraps[sch.iteration_of(0, last.microbatch, last.repeat + 1)] =
           b.shift(ys.back(), 0, -(S - 1));

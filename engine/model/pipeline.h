@@ -53,6 +53,13 @@ LlamaLayerParams declare_outside_pipeline_params(Builder& b, const ModelConfig& 
 ValueId trace_pipeline_decoder(Builder& b, const ModelConfig& m, const LlamaParams& p, ValueId x,
                                ValueId positions, ValueId segment_ids = kNoValue);
 
+// A (B, T) per-row batch array (targets, positions, segment ids) in the row order the
+// pipeline hands the loss head (and the layers after it): stage s's block holds microbatches
+// [s*M/S, (s+1)*M/S) (microbatch i = rows b with b % M == i), so each finished microbatch
+// reaches one stage by one permute. The loss is a mean over rows: the order does not change
+// it. Sharded (stage, data, fsdp, ...) on B, taken from the array's rows by local slices.
+ValueId pipeline_output_rows(Builder& b, const ModelConfig& m, ValueId rows);
+
 // "params/decoder/layers/mlp/wo/kernel" -> "mlp/wo/kernel"; nullopt for other names.
 std::optional<std::string> pipeline_param_subpath(const std::string& name);
 // "params/decoder/layers_outside_pipeline/mlp/wo/kernel" -> "mlp/wo/kernel"; else nullopt.

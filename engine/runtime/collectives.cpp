@@ -124,12 +124,6 @@ class DeviceCommunicator final : public Communicator {
   static bool needs(const Instr& in, int64_t G, int64_t r, int64_t m) {
     return in.kind != OpKind::kCollectivePermute || permute_source(in.attrs, G, r) == m;
   }
-  // The rank whose x the member of rank r receives in a collective permute: r - shift (mod G);
-  // with fill_zero no wrap-around, and -1 (zeros) past either end.
-  static int64_t permute_source(const OpAttrs& a, int64_t G, int64_t r) {
-    if (a.fill_zero) return r - a.shift >= 0 && r - a.shift < G ? r - a.shift : -1;
-    return ((r - a.shift) % G + G) % G;
-  }
   static Piece piece(const Program& p, const Instr& in, int64_t G, int64_t r);
   template <typename F>
   void for_each_transfer(const Instr& in, const AxesGroup& g, bool outgoing, F&& f) const;

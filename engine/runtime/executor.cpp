@@ -212,9 +212,10 @@ void run_rows(const Args& a) {
       std::memcpy(ys, xs + at.start * row, at.size * row);
     } else if (a.in.kind == OpKind::kPad) {
       std::memcpy(ys + at.start * row, xs, n_in * row);
-    } else {  // shift: out[i] = x[i - shift]
-      const int64_t lo = std::max<int64_t>(0, at.shift), hi = std::min(n_in, n_in + at.shift);
-      if (hi > lo) std::memcpy(ys + lo * row, xs + (lo - at.shift) * row, (hi - lo) * row);
+    } else {  // shift: out[i] = x[i - shift], from the source rows [lo, hi)
+      const ShiftRows r = shift_source_rows(at, n_in);
+      if (r.hi > r.lo)
+        std::memcpy(ys + (r.lo + at.shift) * row, xs + r.lo * row, (r.hi - r.lo) * row);
     }
   }
 }

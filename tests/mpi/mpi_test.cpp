@@ -132,10 +132,11 @@ Result<MeshRun> train(const ResolvedConfig& cfg, const Mesh& mesh, const Compile
     for (int d = 0; d < rt.num_devices(); ++d) {
       if (!rt.is_local(d)) continue;
       auto moved = rt.communicator().bytes_received(d);
-      const auto& planned = exe->cost().collective_bytes;
-      if (moved.size() != planned.size()) run.max_collective_mismatch = 1e30;
+      auto planned = exe->collective_bytes_received_by(d);  // this device's share
       for (const auto& [k, b] : planned)
         run.max_collective_mismatch = std::max(run.max_collective_mismatch, std::fabs(moved[k] - b));
+      for (const auto& [k, b] : moved)
+        run.max_collective_mismatch = std::max(run.max_collective_mismatch, std::fabs(planned[k] - b));
     }
   }
   for (int d = 0; d < rt.num_devices(); ++d)

@@ -189,7 +189,10 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
   c[K::kSlice] =
       one([](Builder& b, const Sizes& z, ValueId x) { return b.slice(x, 2, 1, z.E - 2); });
   c[K::kPad] = one([](Builder& b, const Sizes& z, ValueId x) { return b.pad(x, 2, 1, z.E + 3); });
-  c[K::kShift] = one([](Builder& b, const Sizes&, ValueId x) { return b.shift(x, 1, 1); });
+  // A shift of every row, plus one of source row 2 alone (moved to row 1, zeros elsewhere).
+  c[K::kShift] = one([](Builder& b, const Sizes&, ValueId x) {
+    return b.add(b.shift(x, 1, 1), b.shift(x, 1, -1, 2, 1));
+  });
   c[K::kRepeatKv] =
       one([](Builder& b, const Sizes&, ValueId x) { return b.repeat_kv(x, 2); }, true);
   c[K::kGelu] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kGelu, {x})[0]; });
@@ -379,7 +382,8 @@ std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
       },
       // layout changes: E split over data (dynamic_slice from replicated), batch -> E over
       // data (all_to_all), back to replicated (all_gather); a shift along the split batch
-      // (collective_permute).
+      // (collective_permute); the first batch row alone (one member's rows, sent to the
+      // others by one-source collective_permutes).
       [](Builder& b, const Sizes& z) {
         ValueId x = act(b, "x", Shape{z.B, z.T, z.E});
         ValueId r = arg(b, "r", Shape{z.B, z.T, z.E});
@@ -387,6 +391,7 @@ std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
         ValueId moved = b.constraint(x, {"", "", "activation_batch"});
         b.output(b.constraint(b.scale(moved, 2.0), {"", "", ""}), "gathered");
         b.output(b.shift(x, 0, 1), "shifted");
+        b.output(b.slice(x, 0, 0, 1), "row0");
       },
   };
 }

@@ -100,8 +100,9 @@ TEST_P(Circular, EqualsSequentialOneDevice) {
   EXPECT_GT(ref.losses.front(), ref.losses.back());
 
   // The schedule's permutes along `stage`: forward one shift per iteration from
-  // d on, plus one S-1 -> 0 move per (microbatch, repeat boundary); as many
-  // transposed in the backward.
+  // d on, plus one S-1 -> 0 move per (microbatch, repeat boundary) and one S-1 ->
+  // owner move per finished microbatch; as many transposed in the backward; per
+  // microbatch, its input placed on stage 0 and its cotangent sent to the S stages.
   const int64_t M = sch.shape().microbatches, R = sch.shape().repeats;
   int permutes = 0;
   for (const Instr& in : r->exe->program().instrs())
@@ -109,7 +110,8 @@ TEST_P(Circular, EqualsSequentialOneDevice) {
       EXPECT_EQ(in.attrs.mesh_axes, std::vector<std::string>{"stage"});
       ++permutes;
     }
-  EXPECT_EQ(permutes, 2 * ((sch.iterations() - sch.shape().delay) + M * (R - 1)));
+  EXPECT_EQ(permutes, 2 * ((sch.iterations() - sch.shape().delay) + M * (R - 1) + M) +
+                         (1 + sch.shape().stages) * M);
 }
 
 const Shape8 kS2R2M2{.microbatches = 2, .repeats = 2};

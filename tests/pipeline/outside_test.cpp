@@ -259,7 +259,7 @@ TEST(LayersOutsideLayout, MaxTextsNamesAndShardings) {
   fmt::print("[outside cost] reduced over stage: P = 4 {} bytes, P = L {} bytes\n",
              reduced_over_stage(**exe), reduced_over_stage(**all));
   EXPECT_GT(reduced_over_stage(**exe), reduced_over_stage(**all));
-  // MaxText's logical_axis_rules_pp_act_as_dp: `stage` where the rule has `data`, nowhere else.
+  // MaxText's logical_axis_rules_pp_act_as_dp: `stage` just before `data`, nowhere else.
   const LogicalAxisRules& rules = o->rules;
   auto axes = [&](const std::string& name) {
     for (const LogicalAxisRule& r : rules.rules())
@@ -267,7 +267,7 @@ TEST(LayersOutsideLayout, MaxTextsNamesAndShardings) {
     return std::vector<std::string>{"<none>"};
   };
   EXPECT_EQ(axes(pp_act_as_dp_name("activation_batch")),
-            (std::vector<std::string>{"data", "fsdp", "fsdp_transpose", "expert", "stage"}));
+            (std::vector<std::string>{"stage", "data", "fsdp", "fsdp_transpose", "expert"}));
   EXPECT_EQ(axes(pp_act_as_dp_name("layers")), std::vector<std::string>{});
   EXPECT_EQ(axes(pp_act_as_dp_name("activation_embed")), axes("activation_embed"));
 }

@@ -11,6 +11,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/compile/executable.h"
 #include "engine/ir/interpret.h"
@@ -133,8 +134,10 @@ TEST_P(Pipeline, EqualsSequentialOneDevice) {
   EXPECT_LT(r->collective_mismatch, 1e-9);
   EXPECT_GT(ref.losses.front(), ref.losses.back());
 
-  // The schedule: one forward shift per iteration but the last (M + S - 2) and as many
-  // transposed shifts in the backward pass, all collective permutes along `stage`.
+  // The schedule: one forward shift per iteration but the last (M + S - 2), and each finished
+  // microbatch's one move S-1 -> its owner stage (M); as many transposed in the backward
+  // pass; per microbatch, its input placed on stage 0 (a zero-traffic permute) and its
+  // cotangent sent from stage 0 to the S stages (S): all collective permutes along `stage`.
   int permutes = 0;
   for (const Instr& in : r->exe->program().instrs())
     if (in.kind == OpKind::kCollectivePermute) {
@@ -142,8 +145,51 @@ TEST_P(Pipeline, EqualsSequentialOneDevice) {
       EXPECT_TRUE(in.attrs.fill_zero);
       ++permutes;
     }
-  EXPECT_EQ(permutes, 2 * (iterations(S, M) - 1));
+  EXPECT_EQ(permutes, 2 * (iterations(S, M) - 1 + M) + (1 + S) * M);
   EXPECT_GT(r->exe->cost().collective_bytes.count("stage"), 0u);
+}
+
+// Issue 12, "the last-stage all-gather is gone": over `stage`, only collective permutes move
+// activations: the forward shifts (M + S - 2), each finished microbatch's one move S-1 -> its
+// owner stage (none for the M/S the last stage owns) and their transposes, and each
+// microbatch's stage-0 input cotangent sent from stage 0 to the other stages (the embedding
+// runs on every stage), each permute counted as the share of members that receive ((S-1)/S
+// of a shift, 1/S of a move). Nothing is gathered over `stage`; what else crosses it is
+// reductions (the loss head's weight gradient, partial over `stage`, and scalars). Before
+// (main at 416f9fe) the last stage's output was all-gathered over `stage` every iteration,
+// its cotangent gathered back and the stage-0 input cotangent gathered (docs/sharding.md).
+TEST(PipelineStageBytes, OnlyPermutesMoveActivations) {
+  for (const Case& c : {Case{{"stage"}, {2}}, Case{{"stage"}, {2}, 4}, Case{{"stage"}, {4}},
+                        Case{{"stage"}, {4}, 8}, Case{{"data", "stage"}, {2, 2}},
+                        Case{{"stage", "fsdp"}, {2, 2}, 4}}) {
+    const int64_t S = stage_size(c);
+    const Config config = small(S, c.microbatches);
+    Result<ResolvedConfig> cfg = resolve_config(config, 8);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    const Mesh mesh = *Mesh::create(c.axes, c.sizes);
+    TrainStepLayout layout;
+    auto exe = compile(build_train_step(*cfg, &layout), mesh, *compile_options_from_config(config));
+    ASSERT_TRUE(exe.ok()) << exe.status().message();
+    const Program& p = (*exe)->program();
+    std::map<std::string, double> by_op;
+    for (const Instr& in : p.instrs()) {
+      const auto& axes = in.attrs.mesh_axes;
+      if (!is_collective(in.kind) || std::find(axes.begin(), axes.end(), "stage") == axes.end())
+        continue;
+      by_op[std::string(op_name(in.kind))] += collective_bytes_received(p, in);
+    }
+    const int64_t M = cfg->model.pipeline_microbatches, B = cfg->global_batch_size;
+    const int64_t rows = B / M / (mesh.num_devices() / S);  // a microbatch's rows per device
+    const double state = static_cast<double>(rows * 16 * 32 * 4);  // (1, rows, T, E) f32
+    const double predicted =
+        state * (2 * (iterations(S, M) - 1) * (S - 1.0) / S + 2 * (M - M / S) * 1.0 / S +
+                 M * (S - 1.0) / S);
+    fmt::print("[stage bytes] {} M={}: {}; permutes predicted {}\n", mesh.to_string(), M,
+               fmt::join(by_op, ", "), predicted);
+    EXPECT_EQ(by_op.count("all_gather"), 0u) << mesh.to_string();
+    EXPECT_EQ(by_op.count("all_to_all"), 0u) << mesh.to_string();
+    EXPECT_DOUBLE_EQ(by_op["collective_permute"], predicted) << mesh.to_string();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

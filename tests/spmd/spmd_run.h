@@ -84,11 +84,13 @@ inline Result<SpmdRun> run_train_steps(const ResolvedConfig& cfg, const Mesh& me
     run.losses.push_back(loss);
     for (int d = 0; d < rt.num_devices(); ++d) {
       auto moved = rt.communicator().bytes_received(d);
-      const auto& planned = exe->cost().collective_bytes;
-      if (moved.size() != planned.size()) run.max_collective_mismatch = 1e30;
+      auto planned = exe->collective_bytes_received_by(d);  // this device's share
       for (const auto& [k, b] : planned)
         run.max_collective_mismatch =
             std::max(run.max_collective_mismatch, std::fabs(moved[k] - b));
+      for (const auto& [k, b] : moved)
+        run.max_collective_mismatch =
+            std::max(run.max_collective_mismatch, std::fabs(planned[k] - b));
     }
   }
   if (inspect) inspect(p, *exe, rt, state, outputs);
