@@ -1,5 +1,6 @@
 -- examples/pipeline_plans.lua: MaxText PR #2744's two pipeline test cases as shape-only plans
--- (nothing is allocated), in auto and explicit mode, plus a circular variant: per-device
+-- (nothing is allocated), in auto and explicit mode, plus a circular variant and one with
+-- layers after the pipeline (pipeline_parallel_layers): per-device
 -- memory, collective bytes per mesh axis per step, the schedule's bubble fraction, the
 -- program's instruction count and compile time, printed as the Markdown table of
 -- docs/sharding.md ("MaxText PR #2744's cases as plans").
@@ -35,6 +36,11 @@ local cases = {
            shard_optimizer_over_data = true}},
   {name = "circular R=2: stage=2 fsdp=2, ag_once", mesh = {stage = 2, fsdp = 2},
    keys = with(pr, {num_pipeline_repeats = 2})},
+  -- pipeline_parallel_layers: the first 16 layers in the pipeline, the other 16 after it
+  -- (MaxText's layers_outside_pipeline, `stage` acting as data there).
+  {name = "P=16 of 32 layers: stage=2 fsdp=2", mesh = {stage = 2, fsdp = 2},
+   keys = {ici_pipeline_parallelism = 2, num_pipeline_microbatches = 8,
+           pipeline_parallel_layers = 16}, modes = {"auto"}},
 }
 
 -- One plan: the trainer's compile and its numbers, or the error that stopped it.

@@ -2,10 +2,11 @@
 -- shape-only llama2-7b plans on a v5p-8-sized mesh) runs, prints its table, and its numbers
 -- hold together: the schedule's bubble fraction (1/9; 1/17 circular), collectives over stage
 -- and fsdp, auto = explicit, and the trade pipeline_fsdp_ag_once makes (fewer fsdp bytes per
--- step, more temp memory). ~20 s of CPU: seven llama2-7b compiles of a fully unrolled pipeline.
+-- step, more temp memory), and layers after the pipeline (fewer fsdp bytes, their gradients
+-- reduced over stage). ~25 s of CPU: eight llama2-7b compiles of a fully unrolled pipeline.
 local here = arg[0]:match("^(.*)/")
 local plans = dofile(here .. "/../../examples/pipeline_plans.lua")
-assert(#plans == 7, #plans)
+assert(#plans == 8, #plans)
 local by = {}
 for _, p in ipairs(plans) do by[p.name .. "/" .. p.mode] = p end
 
@@ -33,6 +34,11 @@ for key, p in pairs(by) do
     assert(p.compiled.memory.temp_bytes > base.compiled.memory.temp_bytes, key)
   end
 end
+-- 16 of the 32 layers after the pipeline: their weights are gathered 3 times per step instead
+-- of in each of the 9 iterations, and their gradients reduced over `stage` as over data.
+local outside = by["P=16 of 32 layers: stage=2 fsdp=2/auto"]
+assert(outside.compiled.cost.collective_bytes.fsdp < bfsdp)
+assert(outside.compiled.cost.collective_bytes.stage > 2 * base.compiled.cost.collective_bytes.stage)
 -- ZeRO-1 over data=2: no fsdp traffic (fsdp = 1), optimizer state split over data.
 local zero1 = by["case 2: data=2 stage=2, ZeRO-1/auto"]
 assert(zero1.compiled.cost.collective_bytes.fsdp == nil and zero1.compiled.cost.collective_bytes.data > 0)
