@@ -21,6 +21,11 @@ using Dims = std::vector<Axes>;
 
 bool contains(const Axes& v, const std::string& a) { return std::find(v.begin(), v.end(), a) != v.end(); }
 
+// Partitioner::rows moves a slice or pad within one member's block by one permute per member
+// when a dim is split over at most this many members (pipeline stages); beyond, one
+// all_gather (or padding whole) takes fewer collectives.
+constexpr int64_t kMaxRowMembers = 8;
+
 bool is_prefix(const Axes& p, const Axes& of) {
   return p.size() <= of.size() && std::equal(p.begin(), p.end(), of.begin());
 }
@@ -329,13 +334,31 @@ class Partitioner {
     attrs.out_logical.clear();
     attrs.out_like = -1;
     std::vector<ValueId> outs = b_.emit(in.kind, std::move(inputs), attrs);
-    for (size_t o = 0; o < outs.size() && o < in.outputs.size(); ++o) {
-      set(in.outputs[o], outs[o], norm(specs[o], rank(in.outputs[o])));
-      // Remat attribution (engine/ir/remat.h) survives partitioning, for c:temps(n).
-      b_.mutable_info(outs[o]).recomputed = gv(in.outputs[o]).recomputed;
-      b_.mutable_info(outs[o]).checkpoint_name = gv(in.outputs[o]).checkpoint_name;
-    }
+    for (size_t o = 0; o < outs.size() && o < in.outputs.size(); ++o)
+      set_attributed(in, outs[o], norm(specs[o], rank(in.outputs[o])), static_cast<int>(o));
     return outs;
+  }
+
+  // set() for in's output o, keeping its remat attribution (engine/ir/remat.h) for
+  // c:temps(n).
+  void set_attributed(const Instr& in, ValueId local, PartitionSpec s, int o = 0) {
+    set(in.outputs[o], local, std::move(s));
+    b_.mutable_info(local).recomputed = gv(in.outputs[o]).recomputed;
+    b_.mutable_info(local).checkpoint_name = gv(in.outputs[o]).checkpoint_name;
+  }
+
+  // A collective permute over `axes` with zero fill: member r's x goes to r + shift, from
+  // the members [source_start, source_start + source_size) only when source_size > 0.
+  ValueId permute(ValueId x, const Axes& axes, int64_t shift, int64_t source_start,
+                  int64_t source_size) {
+    OpAttrs a;
+    a.mesh_axes = axes;
+    a.group_size = axes_size(mesh_, axes);
+    a.shift = shift;
+    a.fill_zero = true;
+    a.start = source_start;
+    a.size = source_size;
+    return b_.emit(OpKind::kCollectivePermute, {x}, a)[0];
   }
 
   // The sharding elementwise operands agree on: the most-sharded operand's dims.
@@ -440,7 +463,7 @@ class Partitioner {
     return b_.emit(OpKind::kReshape, {x}, a)[0];
   }
   Status matmul(const Instr& in);
-  Status matmul_wanted(const Instr& in, int out_rank, std::optional<PartitionSpec>& want);
+  Status wanted_out(const Instr& in, int out_rank, std::optional<PartitionSpec>& want);
   Status check_matmul_ambiguity(const MatmulDims& m, const Dims& da, const Dims& db);
   void agree_contracting(const MatmulDims& m, bool paired, Dims& da, Dims& db) const;
   Status emit_matmul(const Instr& in, const MatmulDims& m, const Dims& da, const Dims& db,
@@ -667,75 +690,69 @@ Status Partitioner::adamw(const Instr& in) {  // param, grad, mu, nu in the stat
   return simple(in, {st, st, st, st, rep, rep, rep}, {st, st, st}, in.attrs);
 }
 
-Status Partitioner::rows(const Instr& in) {  // slice, pad: the sliced (padded) dim whole
+// Slice, pad: the sliced (padded) dim whole, except in two cases where the rows stay within
+// one member's block b of a dim split over `axes` (n members, a handful: kMaxRowMembers):
+// - a slice of rows inside block b of x's sharded dim: member b slices them locally and sends
+//   them to each other member by a one-source permute (b -> b + k; the members' sum is exact,
+//   one term each), so each receives the slice once instead of gathering every block (the
+//   pipeline's stage-0 input cotangent is such a slice: the transpose of its pad);
+// - a pad whose out_sharding splits the padded dim, of an x whole on it, landing inside block
+//   b: each member pads x into a block and a zero-traffic permute (shift 0, source b) keeps
+//   member b's and gives the others zeros, instead of every member building the whole padded
+//   dim and slicing it (the pipeline's stage-0 input).
+Status Partitioner::rows(const Instr& in) {
   const ValueId x = in.inputs[0];
   const int dim = in.attrs.dim;
-  const Dims sd = dims_only(spec_[x]).dims();
-  if (in.kind == OpKind::kSlice && in.attrs.vmap == 0 && dim < static_cast<int>(sd.size()) &&
-      !sd[dim].empty()) {
-    // Rows [start, start + size) inside one member's block b of a sharded dim: member b slices
-    // them locally and sends them to each other member by a one-source permute (b -> b + k,
-    // the members' sum: exact, one term each), instead of every member gathering every block:
-    // each member receives the slice once, not (members - 1) blocks. The pipeline's stage-0
-    // input cotangent is such a slice (the transpose of its pad).
+  Dims sd = dims_only(spec_[x]).dims();
+  sd.resize(std::max<size_t>(sd.size(), dim + 1));
+  const int64_t start = in.attrs.start;
+  // The block of `size` rows over `axes` that holds rows [start, start + rows), or -1.
+  auto block_of = [&](const Axes& axes, int64_t size, int64_t rows) -> int64_t {
+    const int64_t n = axes_size(mesh_, axes);
+    if (n <= 1 || n > kMaxRowMembers || size % n != 0 || rows < 1) return -1;
+    const int64_t blk = size / n;
+    return start / blk == (start + rows - 1) / blk ? start / blk : -1;
+  };
+  if (in.attrs.vmap == 0 && in.kind == OpKind::kSlice) {
     const Axes axes = sd[dim];
-    const int64_t n = axes_size(mesh_, axes), blk = gv(x).shape[dim] / n;
-    const int64_t b = in.attrs.start / blk;
-    if (in.attrs.size > 0 && (in.attrs.start + in.attrs.size - 1) / blk == b) {
+    const int64_t b = block_of(axes, gv(x).shape[dim], in.attrs.size);
+    if (b >= 0) {
       ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(sd)));
       OpAttrs local = in.attrs;
-      local.start = in.attrs.start - b * blk;
+      local.start = start - b * (gv(x).shape[dim] / axes_size(mesh_, axes));
       const ValueId part = b_.emit(OpKind::kSlice, {lx}, local)[0];
       ValueId sum = kNoValue;
-      for (int64_t to = 0; to < n; ++to) {
-        OpAttrs a;
-        a.mesh_axes = axes;
-        a.group_size = n;
-        a.shift = to - b;
-        a.fill_zero = true;
-        a.start = b;
-        a.size = 1;
-        const ValueId moved = b_.emit(OpKind::kCollectivePermute, {part}, a)[0];
+      for (int64_t to = 0; to < axes_size(mesh_, axes); ++to) {
+        const ValueId moved = permute(part, axes, to - b, b, 1);
         sum = sum == kNoValue ? moved : b_.emit(OpKind::kAdd, {sum, moved}, OpAttrs{})[0];
       }
-      set(in.outputs[0], sum, PartitionSpec(whole(sd, {dim})));
+      set_attributed(in, sum, PartitionSpec(whole(sd, {dim})));
       return ok_status();
     }
   }
-  if (in.kind == OpKind::kPad && in.attrs.vmap == 0 && !in.attrs.out_logical.empty() &&
-      (dim >= static_cast<int>(sd.size()) || sd[dim].empty())) {
-    // out_sharding splits the padded dim and x's rows land inside one member's block b: each
-    // member pads x into a block (no traffic: x is whole on dim) and a zero-traffic permute
-    // (shift 0, source b) keeps member b's and gives the others zeros. Without it the
-    // whole padded dim (members x the block) is built on every member, then sliced.
-    LogicalAxes names = in.attrs.out_logical;
-    names.resize(rank(in.outputs[0]));
-    Result<PartitionSpec> want = logical_to_mesh(names, mesh_, o_.rules);
-    if (!want.ok()) return invalid_argument("pad out_sharding: {}", want.status().message());
-    const Axes axes = norm(*want, rank(in.outputs[0])).dims()[dim];
-    const int64_t n = axes_size(mesh_, axes), size = in.attrs.size;
-    const int64_t rows = gv(x).shape[dim], blk = n > 0 ? size / n : 0;
-    const int64_t b = blk > 0 ? in.attrs.start / blk : 0;
-    if (n > 1 && size % n == 0 && (in.attrs.start + rows - 1) / blk == b) {
-      ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(whole(sd, {dim}))));
+  if (in.attrs.vmap == 0 && in.kind == OpKind::kPad && sd[dim].empty()) {
+    std::optional<PartitionSpec> want;
+    ENG_RETURN_IF_ERROR(wanted_out(in, rank(in.outputs[0]), want));
+    const Axes axes = want ? want->dims()[dim] : Axes{};
+    bool shared = false;  // an axis of the padded dim already splits another dim of x
+    for (const Axes& other : sd)
+      for (const std::string& a : axes) shared |= contains(other, a);
+    const int64_t size = in.attrs.size, rows = gv(x).shape[dim];
+    const int64_t b = shared ? -1 : block_of(axes, size, rows);
+    if (b >= 0) {
+      ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(sd)));
+      const int64_t blk = size / axes_size(mesh_, axes);
       ValueId block = lx;
       if (rows != blk) {
         OpAttrs local = in.attrs;
         local.out_logical.clear();
-        local.start = in.attrs.start - b * blk;
+        local.start = start - b * blk;
         local.size = blk;
         block = b_.emit(OpKind::kPad, {lx}, local)[0];
       }
-      OpAttrs a;
-      a.mesh_axes = axes;
-      a.group_size = n;
-      a.fill_zero = true;
-      a.start = b;
-      a.size = 1;
-      Dims od = whole(sd, {dim});
-      od.resize(std::max<size_t>(od.size(), dim + 1));
+      Dims od = sd;
       od[dim] = axes;
-      set(in.outputs[0], b_.emit(OpKind::kCollectivePermute, {block}, a)[0], PartitionSpec(od));
+      set_attributed(in, permute(block, axes, 0, b, 1), PartitionSpec(od));
       return ok_status();
     }
   }
@@ -1009,7 +1026,9 @@ Status Partitioner::vmapped(const Instr& in) {
 
 // Row-major reshape: non-unit dims are matched in groups of equal products; a group keeps
 // the sharding of its major input dim on its major output dim when that divides (the
-// members' contiguous chunks are the same), else the group is gathered.
+// members' contiguous chunks are the same), else the group is gathered. A merge into one dim
+// also keeps the axes of the dims after leading dims held one row per member; a split of one
+// dim passes its axes, major first, to the output dims they divide.
 Status Partitioner::reshape(const Instr& in) {
   const ValueId x = in.inputs[0], y = in.outputs[0];
   const Shape& xs = gv(x).shape;
@@ -1091,14 +1110,9 @@ Status Partitioner::shift(const Instr& in) {
   const Axes axes = d[dim];
   if (!axes.empty() && axes_size(mesh_, axes) == gv(x).shape[dim]) {
     ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(d)));
-    OpAttrs a;
-    a.mesh_axes = axes;
-    a.group_size = axes_size(mesh_, axes);
-    a.shift = in.attrs.shift;
-    a.fill_zero = true;
-    a.start = in.attrs.start;  // one row per member: source rows are members
-    a.size = in.attrs.size;
-    set(in.outputs[0], b_.emit(OpKind::kCollectivePermute, {lx}, a)[0], PartitionSpec(d));
+    // one row per member: the source rows are members
+    set_attributed(in, permute(lx, axes, in.attrs.shift, in.attrs.start, in.attrs.size),
+                   PartitionSpec(d));
     return ok_status();
   }
   d[dim].clear();
@@ -1268,7 +1282,7 @@ Status Partitioner::matmul(const Instr& in) {
   Dims da = spec_[ga].dims(), db = spec_[gb].dims();
 
   std::optional<PartitionSpec> want;
-  ENG_RETURN_IF_ERROR(matmul_wanted(in, m.out_rank(), want));
+  ENG_RETURN_IF_ERROR(wanted_out(in, m.out_rank(), want));
   bool paired = m.a_con.size() == m.b_con.size();
   for (size_t k = 0; paired && k < m.a_con.size(); ++k) paired = A[m.a_con[k]] == B[m.b_con[k]];
   if (!want) ENG_RETURN_IF_ERROR(check_matmul_ambiguity(m, da, db));
@@ -1279,16 +1293,17 @@ Status Partitioner::matmul(const Instr& in) {
   return emit_matmul(in, m, da, db, want);
 }
 
-// The wanted result sharding, if the program says: out_sharding (an error if its logical
-// names do not resolve), else autodiff's out_like when that value is already placed.
-Status Partitioner::matmul_wanted(const Instr& in, int out_rank,
-                                  std::optional<PartitionSpec>& want) {
+// The wanted result sharding (matmul, pad), if the program says: out_sharding (an error if
+// its logical names do not resolve), else autodiff's out_like when that value is already
+// placed.
+Status Partitioner::wanted_out(const Instr& in, int out_rank, std::optional<PartitionSpec>& want) {
   const OpAttrs& at = in.attrs;
   if (!at.out_logical.empty()) {
     LogicalAxes names = at.out_logical;
     names.resize(out_rank);
     Result<PartitionSpec> w = logical_to_mesh(names, mesh_, o_.rules);
-    if (!w.ok()) return invalid_argument("matmul out_sharding: {}", w.status().message());
+    if (!w.ok())
+      return invalid_argument("{} out_sharding: {}", op_name(in.kind), w.status().message());
     want = norm(*w, out_rank);
   } else if (at.out_like >= 0 && local_[at.out_like] != kNoValue) {
     // out_like is not an operand: under vmap its tracked spec still has the leading dim.

@@ -130,8 +130,10 @@
 //   kCollectivePermute (x) [mesh_axes, shift, fill_zero, source_start, source_size] ->
 //                    member r's x goes to member (r + shift) mod G; with fill_zero (jax
 //                    ppermute with a partial permutation) only to r + shift inside [0, G),
-//                    and with source_size > 0 only from the members [source_start,
-//                    source_start + source_size); members nobody sends to receive zeros
+//                    and, with fill_zero and source_size > 0, only from the members
+//                    [source_start, source_start + source_size) (the partitioner's shift,
+//                    slice and pad rules; a cyclic permute ignores them); members nobody
+//                    sends to receive zeros
 //   kDynamicSlice  (x) [dim, mesh_axes] -> x with dim / G: member r keeps block r (no traffic)
 //   kSafeDivide    (a (), b ()) -> a / (b + 1e-8)   (finishes a masked mean from global sums)
 //   kMaskedMeanLoss with attr unnormalized: loss output = sum(xent * (seg != 0)) (no division)

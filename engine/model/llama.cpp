@@ -324,6 +324,9 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   const Logical kLogits = {"activation_embed_and_logits_batch", "activation_length",
                            "activation_vocab"};
   const double eps = m.normalization_layer_epsilon;
+  ENG_CHECK(b.info(batch.inputs).logical == input_data_logical_axes(m.pipeline_stages > 1),
+            "trace_llama_loss: the batch was declared {}pipelined, the model has {} stages",
+            m.pipeline_stages > 1 ? "un" : "", m.pipeline_stages);
 
   // Projections carry MaxText's explicit-mode out_sharding (logical names; used by the
   // partitioner to settle otherwise ambiguous matmuls); constraints are MaxText's

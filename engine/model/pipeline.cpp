@@ -167,23 +167,29 @@ ValueId constrain(Builder& b, ValueId x, std::vector<std::string> logical, bool 
 // kept M + S - 1 local copies of the stage's weights: 0.7 GiB).
 //
 // pipeline_fsdp_ag_once instead gathers each stacked weight over fsdp once, before the loop;
-// _per_repeat gathers repeat r's (S, lps, ...) once, before its first use. The per-use
-// constraints then keep the gathered sharding; their VJPs still reduce-scatter each layer's
-// gradient (a `drop` constraint transposes to the constraint without it).
+// _per_repeat gathers repeat r's (S, lps, ...) once, before its first use. Right after a
+// gather every layer of it is sliced out, so the gathered stack dies there and the plan holds
+// the gathered weights once, as per-layer (S, ...) values (slicing them on first use kept the
+// stack, each repeat's slab and the slices alive together: 2.3x the gathered weights at the
+// peak of a circular plan). The per-use constraints keep the gathered sharding; their VJPs
+// still reduce-scatter each layer's gradient (a `drop` constraint transposes to the
+// constraint without it).
 //
 // Circular pipelines: a stage's repeat r slab is w[r] (index_in_dim on the unsharded repeats
 // dim: local). When the stages are at different repeats (d*(S-1) iterations per repeat
 // boundary), each stage selects its own repeat's row with index_per_row (op.h), as MaxText's
 // per-stage dynamic slice vmapped over stages: the stacked weight stays split over `stage`
 // and no weight byte moves (a concat of the slabs' rows gathered them over `stage`). Its
-// VJP adds each stage's gradient into its selected row only, in place. With _per_repeat, the
-// stages select from their repeats' gathered slabs, stacked locally (each slab is gathered once).
+// VJP adds each stage's gradient into its selected row only, in place. Gathered, the stages
+// select from their repeats' gathered layers, stacked locally (a transient copy of one layer
+// per repeat; nothing is gathered twice).
 class StageWeights {
  public:
   StageWeights(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked)
       : b_(b),
         stacked_(stacked),
         R_(m.pipeline_repeats),
+        lps_(m.pipelined_layers() / (m.pipeline_stages * m.pipeline_repeats)),
         once_(m.pipeline_fsdp_ag_once || (m.pipeline_fsdp_ag_per_repeat && R_ == 1)),
         per_repeat_(m.pipeline_fsdp_ag_per_repeat && R_ > 1) {}
 
@@ -198,44 +204,58 @@ class StageWeights {
   bool gathered() const { return once_ || per_repeat_; }
   int lead() const { return R_ > 1 ? 3 : 2; }  // (R,) S, lps
 
-  // The stacked weight, gathered over fsdp once with _ag_once.
-  ValueId source(ValueId w) {
-    if (!once_) return w;
-    auto it = gathered_.find(w);
-    if (it == gathered_.end()) {
-      std::vector<std::string> logical = b_.info(w).logical;
-      it = gathered_.emplace(w, constrain(b_, w, std::move(logical), true)).first;
-    }
-    return it->second;
+  // x with the fsdp axes dropped from its sharding (an all_gather over them).
+  ValueId gather(ValueId x, std::vector<std::string> logical) {
+    return constrain(b_, x, std::move(logical), true);
   }
 
-  // (S, lps, ...): stage s's rows of repeat repeats[s] (all equal: the repeat's slab).
-  ValueId slab(ValueId w, const std::vector<int64_t>& repeats) {
-    const auto key = std::pair{w, repeats};
-    if (auto it = slabs_.find(key); it != slabs_.end()) return it->second;
-    const bool same = std::all_of(repeats.begin(), repeats.end(),
-                                  [&](int64_t r) { return r == repeats[0]; });
-    if (!same) return slabs_[key] = mixed(w, repeats);
-    ValueId out = R_ > 1 ? b_.index_in_dim(source(w), 0, repeats[0]) : source(w);
-    if (per_repeat_) {
-      std::vector<std::string> logical = b_.info(w).logical;
-      logical.erase(logical.begin());
-      out = constrain(b_, out, std::move(logical), true);
+  // Layer j of every stage at repeat r, (S, ...), a local copy. The first time a repeat's
+  // slab (S, lps, ...) is needed all its layers are sliced out, so the slab dies there: with
+  // _ag_once, every repeat's layers of the stack gathered once; with _per_repeat, repeat r's
+  // gathered slab; otherwise the device's shard of w[r] (w when R = 1).
+  ValueId layer_of(ValueId w, int64_t r, int64_t j) {
+    const auto key = std::tuple{w, r, j};
+    if (auto it = layers_.find(key); it != layers_.end()) return it->second;
+    std::vector<int64_t> repeats = {r};
+    ValueId stack = w;
+    if (once_) {
+      stack = gather(w, b_.info(w).logical);
+      repeats.resize(R_);
+      for (int64_t k = 0; k < R_; ++k) repeats[k] = k;
     }
-    return slabs_[key] = out;
+    for (int64_t rr : repeats) {
+      ValueId from = R_ > 1 ? b_.index_in_dim(stack, 0, rr) : stack;
+      if (per_repeat_) {
+        std::vector<std::string> logical = b_.info(w).logical;
+        logical.erase(logical.begin());
+        from = gather(from, std::move(logical));
+      }
+      for (int64_t jj = 0; jj < lps_; ++jj)
+        layers_[std::tuple{w, rr, jj}] = slice_layer(w, from, jj);
+    }
+    return layers_.at(key);
   }
 
-  // Stages at different repeats: each selects its own row (index_per_row), from the stacked
-  // weight, or with _per_repeat from its repeats' gathered slabs stacked (a local concat over
-  // a new unsharded dim: nothing is gathered twice).
-  ValueId mixed(ValueId w, const std::vector<int64_t>& repeats) {
-    if (!per_repeat_) return b_.index_per_row(source(w), repeats);
+  ValueId slice_layer(ValueId w, ValueId slab, int64_t j) {
+    const ValueInfo wi = b_.info(w);  // a copy: emitting below may move the program's values
+    std::vector<int64_t> d(wi.shape.dims().begin() + (lead() - 2), wi.shape.dims().end());
+    d.erase(d.begin() + 1);  // (S, ...)
+    return b_.reshape(b_.slice(slab, 1, j, 1), Shape(std::move(d)));
+  }
+
+  // Stages at different repeats: each selects its own row (index_per_row) of the stacked
+  // weight's layer j, or, gathered, of its repeats' gathered layers stacked locally.
+  ValueId mixed(ValueId w, int64_t j, const std::vector<int64_t>& repeats) {
+    if (!gathered()) {
+      const ValueId rows = b_.index_per_row(w, repeats);  // (S, lps, ...)
+      return slice_layer(w, rows, j);
+    }
     std::vector<int64_t> used = repeats;
     std::sort(used.begin(), used.end());
     used.erase(std::unique(used.begin(), used.end()), used.end());
     std::vector<ValueId> parts;
     for (int64_t r : used) {
-      const ValueId one = slab(w, std::vector<int64_t>(repeats.size(), r));
+      const ValueId one = layer_of(w, r, j);
       std::vector<int64_t> d = b_.info(one).shape.dims();
       d.insert(d.begin(), 1);
       parts.push_back(b_.reshape(one, Shape(std::move(d))));
@@ -247,30 +267,30 @@ class StageWeights {
   }
 
   ValueId weight(ValueId w, int64_t j, const std::vector<int64_t>& repeats) {
-    const ValueInfo wi = b_.info(w);  // a copy: emitting below may move the program's values
-    std::vector<std::string> logical = wi.logical;  // (layers, <the layer weight's>)
+    std::vector<std::string> logical = b_.info(w).logical;  // (layers, <the layer weight's>)
     logical.erase(logical.begin(), logical.begin() + lead());
     logical.insert(logical.begin(), "layers");
-    const auto key = std::tuple{w, repeats, j};
-    auto it = sliced_.find(key);
-    if (it == sliced_.end()) {
-      const ValueId stages = slab(w, repeats);  // (S, lps, ...)
-      std::vector<int64_t> d(wi.shape.dims().begin() + (lead() - 2), wi.shape.dims().end());
-      d.erase(d.begin() + 1);  // (S, ...)
-      const ValueId layer = b_.reshape(b_.slice(stages, 1, j, 1), Shape(std::move(d)));
-      it = sliced_.emplace(key, layer).first;
+    const bool same = std::all_of(repeats.begin(), repeats.end(),
+                                  [&](int64_t r) { return r == repeats[0]; });
+    ValueId layer;
+    if (same) {
+      layer = layer_of(w, repeats[0], j);
+    } else {
+      const auto key = std::tuple{w, repeats, j};
+      auto it = mixed_.find(key);
+      if (it == mixed_.end()) it = mixed_.emplace(key, mixed(w, j, repeats)).first;
+      layer = it->second;
     }
-    return constrain(b_, it->second, std::move(logical), gathered());
+    return constrain(b_, layer, std::move(logical), gathered());
   }
 
   Builder& b_;
   const LlamaLayerParams& stacked_;
-  const int64_t R_;
+  const int64_t R_, lps_;
   const bool once_, per_repeat_;
-  std::map<ValueId, ValueId> gathered_;                   // stacked weight -> gathered (once)
-  // (weight, each stage's repeat) -> (S, lps, ...)
-  std::map<std::pair<ValueId, std::vector<int64_t>>, ValueId> slabs_;
-  std::map<std::tuple<ValueId, std::vector<int64_t>, int64_t>, ValueId> sliced_;
+  std::map<std::tuple<ValueId, int64_t, int64_t>, ValueId> layers_;  // (w, repeat, j) -> (S, ...)
+  // (weight, each stage's repeat, j) -> (S, ...)
+  std::map<std::tuple<ValueId, std::vector<int64_t>, int64_t>, ValueId> mixed_;
 };
 
 // A per-row i32 batch array (positions, segment ids) as the stages see it: at iteration t,
@@ -316,7 +336,8 @@ class StageRows {
 // order pipeline_output_rows gives: stage s owns microbatches [s*M/S, (s+1)*M/S) (`stage`
 // major in the loss head's batch sharding, as MaxText's rule 2 has it when pipelining), and
 // microbatch i = s*M/S + k reaches its owner by ONE collective permute S-1 -> s when the last
-// stage finishes it (kShift with one source row; none when s = S-1), added into block s of
+// stage finishes it (kShift with one source row; for s = S-1 a shift by 0 that keeps row S-1
+// and zeros the others, no traffic), added into block s of
 // accumulator k (the other blocks are zeros: adds are exact). outputs[k] is accumulator k,
 // (S, micro, T, E); stacked as (S, micro, M/S, T, E) and merged into (B, T, E), sharded
 // (stage, data, fsdp, ...) by a local reshape. Backward, each microbatch's cotangent goes

@@ -382,8 +382,9 @@ std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
       },
       // layout changes: E split over data (dynamic_slice from replicated), batch -> E over
       // data (all_to_all), back to replicated (all_gather); a shift along the split batch
-      // (collective_permute); the first batch row alone (one member's rows, sent to the
-      // others by one-source collective_permutes).
+      // (collective_permute); the first and the last batch row alone (one member's rows,
+      // sent to the others by one-source collective_permutes); a row padded into one
+      // member's block of a split dim (pad with an out_sharding).
       [](Builder& b, const Sizes& z) {
         ValueId x = act(b, "x", Shape{z.B, z.T, z.E});
         ValueId r = arg(b, "r", Shape{z.B, z.T, z.E});
@@ -392,6 +393,11 @@ std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
         b.output(b.constraint(b.scale(moved, 2.0), {"", "", ""}), "gathered");
         b.output(b.shift(x, 0, 1), "shifted");
         b.output(b.slice(x, 0, 0, 1), "row0");
+        b.output(b.slice(x, 0, z.B - 1, 1), "last_row");  // the last member's block
+        // One row of r (whole on dim 0) padded into the second half of 2B rows split over
+        // data, one row into its block (a local pad, then the zero-traffic permute).
+        b.output(b.pad(b.slice(r, 0, 0, 1), 0, z.B + 1, 2 * z.B, {"activation_batch", "", ""}),
+                 "placed");
       },
   };
 }

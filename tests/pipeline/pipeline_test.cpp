@@ -151,7 +151,8 @@ TEST_P(Pipeline, EqualsSequentialOneDevice) {
 
 // Issue 12, "the last-stage all-gather is gone": over `stage`, only collective permutes move
 // activations: the forward shifts (M + S - 2), each finished microbatch's one move S-1 -> its
-// owner stage (none for the M/S the last stage owns) and their transposes, and each
+// owner stage (a shift by 0, no traffic, for the M/S the last stage owns) and their
+// transposes, and each
 // microbatch's stage-0 input cotangent sent from stage 0 to the other stages (the embedding
 // runs on every stage), each permute counted as the share of members that receive ((S-1)/S
 // of a shift, 1/S of a move). Nothing is gathered over `stage`; what else crosses it is

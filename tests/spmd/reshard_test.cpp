@@ -143,6 +143,66 @@ TEST(Collectives, PermuteReduceAgainstReference) {
   EXPECT_EQ(comm->bytes_received(3)["stage"], 32 + 32 + 3 * 32 + 3 * 32 + 3 * 8);
 }
 
+TEST(Partition, BadInputsGiveClearErrors) {
+  const Mesh mesh = mesh3();
+  auto try_spec = [&](PartitionSpec s) {
+    Program p = reshard_program(Shape{6, 8}, s, PartitionSpec());
+    return compile(p, mesh, CompileOptions{}).status();
+  };
+  Status longer = try_spec(PartitionSpec({{"data"}, {}, {"fsdp"}}));
+  EXPECT_FALSE(longer.ok());
+  EXPECT_NE(longer.message().find("rank"), std::string::npos) << longer.message();
+  Status indiv = try_spec(PartitionSpec({{"data", "fsdp"}}));
+  EXPECT_FALSE(indiv.ok());
+  EXPECT_NE(indiv.message().find("'x'"), std::string::npos) << indiv.message();
+  EXPECT_NE(indiv.message().find("divisible"), std::string::npos) << indiv.message();
+  Status unknown = try_spec(PartitionSpec({{"expert"}}));
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.message().find("expert"), std::string::npos) << unknown.message();
+}
+
+// The mesh axes ZeRO-1 and vmap use are options (SpmdOptions::axes), not names in compile/:
+// renamed axes work the same, and MaxText's default names are absent from this mesh.
+TEST(Partition, AxisNamesAreOptions) {
+  const Mesh mesh = *Mesh::create({"dp", "mp"}, {2, 2});
+  Builder b("zero1");
+  ValueId w = b.argument("params/w", Shape{4, 6}, DType::kF32, {}, ArgRole::kParam);
+  ValueId mu = b.argument("opt_state/mu/w", Shape{4, 6}, DType::kF32, {}, ArgRole::kOptMu);
+  ValueId nu = b.argument("opt_state/nu/w", Shape{4, 6}, DType::kF32, {}, ArgRole::kOptNu);
+  b.mutable_info(w).spec = PartitionSpec({{"mp"}, {}});
+  b.output(b.add(mu, nu), "y");
+  const Program p = std::move(b).finish();
+  SpmdOptions o;
+  o.shard_optimizer_over_data = true;
+  Result<std::vector<NamedSharding>> defaults = argument_shardings(p, mesh, o);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().message();
+  EXPECT_EQ((*defaults)[1].spec, PartitionSpec({{"mp"}, {}}));  // no `data` axis: unchanged
+  o.axes.zero1 = "dp";
+  Result<std::vector<NamedSharding>> dp = argument_shardings(p, mesh, o);
+  ASSERT_TRUE(dp.ok()) << dp.status().message();
+  EXPECT_EQ((*dp)[1].spec, PartitionSpec({{"dp", "mp"}, {}}));
+  o.axes.zero1_skip = "mp";  // dim 0 carries `mp`: the next divisible dim takes `dp`
+  Result<std::vector<NamedSharding>> skip = argument_shardings(p, mesh, o);
+  ASSERT_TRUE(skip.ok()) << skip.status().message();
+  EXPECT_EQ((*skip)[2].spec, PartitionSpec({{"mp"}, {"dp"}}));
+
+  Builder v("vmapped");
+  ValueId x = v.argument("x", Shape{2, 4}, DType::kF32, {}, ArgRole::kParam);
+  v.set_vmap(2);
+  ValueId y = v.scale(x, 2.0);
+  v.set_vmap(0);
+  v.output(y, "y");
+  const Program vp = std::move(v).finish();
+  CompileOptions co;
+  co.axes.vmap = "pp";
+  Status st = compile(vp, mesh, co).status();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("the mesh's pp axis has size 1"), std::string::npos)
+      << st.message();
+  const Mesh pp = *Mesh::create({"pp", "mp"}, {2, 2});
+  EXPECT_TRUE(compile(vp, pp, co).ok());
+}
+
 // A reshape merging a dim held one row per member with a split one keeps both splits on the
 // merged dim (stage major, as the pipeline's output reaches the loss head), and the split
 // back restores them: no collective either way (the output is then gathered: replicated).
