@@ -153,12 +153,16 @@ ValueId constrain(Builder& b, ValueId x, std::vector<std::string> logical, bool 
 }
 
 // Stage weights for layer j of every stage, each stage at its current repeat: (S, ...).
-// Sliced once per (weight, repeats of the stages, j) (a local copy of each device's shard),
-// then constrained to the stacked weight's own sharding in every use. The constraint is a
-// no-op forward; its VJP reshards the layer's gradient (partial over the batch axes) to the
-// weight's sharding right there, so the pad back to (S, lps, ...) and the sum over j run on
-// sharded gradients, not on whole (S, lps, ...) partial sums (1.4 GiB per llama2-7b MLP
-// weight on stage=4 x fsdp=64).
+// Taken out of the (S, lps, ...) slab once per (weight, repeat, j) by index_in_dim (a local
+// copy of each device's shard; all lps layers of a slab together, the first time one is
+// needed), then constrained to the stacked weight's own sharding in every use. The
+// constraint is a no-op forward; its VJP reshards the layer's gradient (partial over the
+// batch axes) to the weight's sharding right there, so index_in_dim's VJP adds sharded
+// gradients into slot j of one (S, lps, ...) accumulator in place, not whole (S, lps, ...)
+// partial sums (1.4 GiB per llama2-7b MLP weight on stage=4 x fsdp=64). Taking a weight's
+// layers together also finishes one weight's gradient before the next one's starts in the
+// backward pass (slices taken per use interleaved the weights: the three MLP gradients were
+// built together, 5.9 GiB more temps on llama2-7b stage=2 x fsdp=2).
 //
 // A fresh constraint in every iteration, as MaxText's scan body selects each stage's weights
 // per iteration: one value per (iteration, layer), so the fsdp all_gather of a layer's weights
@@ -168,9 +172,9 @@ ValueId constrain(Builder& b, ValueId x, std::vector<std::string> logical, bool 
 //
 // pipeline_fsdp_ag_once instead gathers each stacked weight over fsdp once, before the loop;
 // _per_repeat gathers repeat r's (S, lps, ...) once, before its first use. Right after a
-// gather every layer of it is sliced out, so the gathered stack dies there and the plan holds
-// the gathered weights once, as per-layer (S, ...) values (slicing them on first use kept the
-// stack, each repeat's slab and the slices alive together: 2.3x the gathered weights at the
+// gather every layer of it is taken out, so the gathered stack dies there and the plan holds
+// the gathered weights once, as per-layer (S, ...) values (taking them on first use kept the
+// stack, each repeat's slab and the layers alive together: 2.3x the gathered weights at the
 // peak of a circular plan). The per-use constraints keep the gathered sharding; their VJPs
 // still reduce-scatter each layer's gradient (a `drop` constraint transposes to the
 // constraint without it).
@@ -210,7 +214,7 @@ class StageWeights {
   }
 
   // Layer j of every stage at repeat r, (S, ...), a local copy. The first time a repeat's
-  // slab (S, lps, ...) is needed all its layers are sliced out, so the slab dies there: with
+  // slab (S, lps, ...) is needed all its layers are taken out, so the slab dies there: with
   // _ag_once, every repeat's layers of the stack gathered once; with _per_repeat, repeat r's
   // gathered slab; otherwise the device's shard of w[r] (w when R = 1).
   ValueId layer_of(ValueId w, int64_t r, int64_t j) {
@@ -231,24 +235,22 @@ class StageWeights {
         from = gather(from, std::move(logical));
       }
       for (int64_t jj = 0; jj < lps_; ++jj)
-        layers_[std::tuple{w, rr, jj}] = slice_layer(w, from, jj);
+        layers_[std::tuple{w, rr, jj}] = b_.index_in_dim(from, 1, jj);
     }
     return layers_.at(key);
   }
 
-  ValueId slice_layer(ValueId w, ValueId slab, int64_t j) {
-    const ValueInfo wi = b_.info(w);  // a copy: emitting below may move the program's values
-    std::vector<int64_t> d(wi.shape.dims().begin() + (lead() - 2), wi.shape.dims().end());
-    d.erase(d.begin() + 1);  // (S, ...)
-    return b_.reshape(b_.slice(slab, 1, j, 1), Shape(std::move(d)));
-  }
-
   // Stages at different repeats: each selects its own row (index_per_row) of the stacked
-  // weight's layer j, or, gathered, of its repeats' gathered layers stacked locally.
+  // weight (every layer taken out of that selection together), or, gathered, of its repeats'
+  // gathered layer j stacked locally.
   ValueId mixed(ValueId w, int64_t j, const std::vector<int64_t>& repeats) {
+    const auto key = std::tuple{w, repeats, j};
+    if (auto it = mixed_.find(key); it != mixed_.end()) return it->second;
     if (!gathered()) {
       const ValueId rows = b_.index_per_row(w, repeats);  // (S, lps, ...)
-      return slice_layer(w, rows, j);
+      for (int64_t jj = 0; jj < lps_; ++jj)
+        mixed_[std::tuple{w, repeats, jj}] = b_.index_in_dim(rows, 1, jj);
+      return mixed_.at(key);
     }
     std::vector<int64_t> used = repeats;
     std::sort(used.begin(), used.end());
@@ -263,7 +265,7 @@ class StageWeights {
     std::vector<int64_t> at;  // each stage's position in `used`
     for (int64_t r : repeats)
       at.push_back(std::lower_bound(used.begin(), used.end(), r) - used.begin());
-    return b_.index_per_row(b_.concat(parts, 0), at);
+    return mixed_[key] = b_.index_per_row(b_.concat(parts, 0), at);
   }
 
   ValueId weight(ValueId w, int64_t j, const std::vector<int64_t>& repeats) {
@@ -272,15 +274,7 @@ class StageWeights {
     logical.insert(logical.begin(), "layers");
     const bool same = std::all_of(repeats.begin(), repeats.end(),
                                   [&](int64_t r) { return r == repeats[0]; });
-    ValueId layer;
-    if (same) {
-      layer = layer_of(w, repeats[0], j);
-    } else {
-      const auto key = std::tuple{w, repeats, j};
-      auto it = mixed_.find(key);
-      if (it == mixed_.end()) it = mixed_.emplace(key, mixed(w, j, repeats)).first;
-      layer = it->second;
-    }
+    const ValueId layer = same ? layer_of(w, repeats[0], j) : mixed(w, j, repeats);
     return constrain(b_, layer, std::move(logical), gathered());
   }
 

@@ -91,8 +91,8 @@ FsdpGathers fsdp_gathers(const Executable& exe, int64_t vocab) {
   return g;
 }
 
-// The per-layer weights a gathered plan slices out of its gathered stacks (fsdp all_gathers
-// of pipeline weights, through index_in_dim and a per-repeat gather): their bytes, whether
+// The per-layer weights a gathered plan indexes out of its gathered stacks (fsdp all_gathers
+// of pipeline weights, through a repeat's index_in_dim and a per-repeat gather): their bytes, whether
 // their live ranges share an instruction, and the bytes of gathered stacks live at the plan's
 // peak (the instruction with the most temporary bytes live).
 struct HeldLayers {
@@ -109,9 +109,11 @@ HeldLayers held_layers(const Executable& exe) {
                         in.attrs.mesh_axes == std::vector<std::string>{"fsdp"} &&
                         p.value(in.inputs[0]).shape.rank() >= 3;
     const bool from_stack = !in.inputs.empty() && stack[in.inputs[0]];
-    if (gather || (from_stack && (in.kind == OpKind::kIndexInDim || in.kind == OpKind::kSlice)))
+    // (R, S, lps, ...) -> repeat r's slab (S, lps, ...) -> layer j (S, ...)
+    const bool index = from_stack && in.kind == OpKind::kIndexInDim;
+    if (gather || (index && in.attrs.dim == 0 && p.value(in.inputs[0]).shape.rank() >= 4))
       stack[in.outputs[0]] = true;
-    if (from_stack && in.kind == OpKind::kReshape) layer[in.outputs[0]] = true;
+    else if (index) layer[in.outputs[0]] = true;
   }
   HeldLayers h;
   int lo = 0, hi = 1 << 30;
