@@ -76,7 +76,9 @@ std::vector<float> init_values(const ValueInfo& v, int64_t pipelined) {
 // Saves `from`'s initial params, restores each of `to`'s params from the file.
 // (A scanned run writes its param_scan_axis, as the trainer does.)
 void round_trip(const Config& from, const Config& to, bool to_pipeline, const std::string& what) {
-  const std::string path = ::testing::TempDir() + "shardlab_pipeline_ckpt.bin";
+  // A directory of this process's own: ctest runs this file's tests in parallel processes.
+  const testing::TempDir dir("pipeline_ckpt");
+  const std::string path = dir / "ckpt.bin";
   const std::vector<ValueInfo> src = params_of(from);
   const int64_t from_p = pipelined_layers(from), to_p = pipelined_layers(to);
   std::vector<CheckpointTensorSpec> specs;

@@ -5,6 +5,7 @@
 // and the schedule has M + S - 1 iterations; each device holds only its stage's layers;
 // bad pipeline shapes are clear errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -231,7 +232,8 @@ TEST(PipelineInterpreter, GlobalProgramEqualsSequential) {
 // Packed documents (segment ids in every stage's attention, positions restarting) through the
 // pipeline equal the sequential model on the same packed batch.
 TEST(PipelineInterpreter, PackedBatchEqualsSequential) {
-  const std::string path = ::testing::TempDir() + "shardlab_pipeline_fortunes.txt";
+  const std::string path =
+      fmt::format("{}shardlab_pipeline_fortunes_{}.txt", ::testing::TempDir(), ::getpid());
   {
     std::ofstream f(path);
     for (int i = 0; i < 40; ++i)  // documents of 4..14 bytes between '%' lines

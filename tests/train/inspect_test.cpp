@@ -3,6 +3,7 @@
 #include "engine/train/inspect.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 
@@ -79,7 +80,7 @@ TEST(Inspect, BadRuleOverridesAreErrors) {
 TEST(Inspect, SnapshotsGoToTheStore) {
   auto t = tiny(fsdp4_tensor2());
   ShardingTable tab = trainer_shardings(*t).value();
-  const std::string path = ::testing::TempDir() + "inspect_test.db";
+  const std::string path = fmt::format("{}inspect_test_{}.db", ::testing::TempDir(), ::getpid());
   std::remove(path.c_str());
   Result<std::unique_ptr<MetricsStore>> store = MetricsStore::open(path);
   ASSERT_TRUE(store.ok()) << store.status().message();
