@@ -21,10 +21,6 @@ using Dims = std::vector<Axes>;
 
 bool contains(const Axes& v, const std::string& a) { return std::find(v.begin(), v.end(), a) != v.end(); }
 
-// Partitioner::rows moves a slice or pad within one member's block by one permute per member
-// when a dim is split over at most this many members (pipeline stages); beyond, one
-// all_gather (or padding whole) takes fewer collectives.
-constexpr int64_t kMaxRowMembers = 8;
 
 bool is_prefix(const Axes& p, const Axes& of) {
   return p.size() <= of.size() && std::equal(p.begin(), p.end(), of.begin());
@@ -691,10 +687,11 @@ Status Partitioner::adamw(const Instr& in) {  // param, grad, mu, nu in the stat
 }
 
 // Slice, pad: the sliced (padded) dim whole, except in two cases where the rows stay within
-// one member's block b of a dim split over `axes` (n members, a handful: kMaxRowMembers):
+// one member's block b of a dim split over `axes` (n members):
 // - a slice of rows inside block b of x's sharded dim: member b slices them locally and sends
 //   them to each other member by a one-source permute (b -> b + k; the members' sum is exact,
-//   one term each), so each receives the slice once instead of gathering every block (the
+//   one term each), so each receives the slice once instead of gathering every block: n
+//   collectives moving (n-1)/n of the slice per member against one moving n-1 blocks (the
 //   pipeline's stage-0 input cotangent is such a slice: the transpose of its pad);
 // - a pad whose out_sharding splits the padded dim, of an x whole on it, landing inside block
 //   b: each member pads x into a block and a zero-traffic permute (shift 0, source b) keeps
@@ -709,7 +706,7 @@ Status Partitioner::rows(const Instr& in) {
   // The block of `size` rows over `axes` that holds rows [start, start + rows), or -1.
   auto block_of = [&](const Axes& axes, int64_t size, int64_t rows) -> int64_t {
     const int64_t n = axes_size(mesh_, axes);
-    if (n <= 1 || n > kMaxRowMembers || size % n != 0 || rows < 1) return -1;
+    if (n <= 1 || size % n != 0 || rows < 1) return -1;
     const int64_t blk = size / n;
     return start / blk == (start + rows - 1) / blk ? start / blk : -1;
   };

@@ -160,9 +160,9 @@ ValueId constrain(Builder& b, ValueId x, std::vector<std::string> logical, bool 
 // batch axes) to the weight's sharding right there, so index_in_dim's VJP adds sharded
 // gradients into slot j of one (S, lps, ...) accumulator in place, not whole (S, lps, ...)
 // partial sums (1.4 GiB per llama2-7b MLP weight on stage=4 x fsdp=64). Taking a weight's
-// layers together also finishes one weight's gradient before the next one's starts in the
-// backward pass (slices taken per use interleaved the weights: the three MLP gradients were
-// built together, 5.9 GiB more temps on llama2-7b stage=2 x fsdp=2).
+// layers together also assembles one weight's stacked gradient before the next one's in the
+// backward pass (slices taken per use interleaved the weights: the three MLP weights' stacked
+// gradients were built together, 5.9 GiB more temps on llama2-7b stage=2 x fsdp=2).
 //
 // A fresh constraint in every iteration, as MaxText's scan body selects each stage's weights
 // per iteration: one value per (iteration, layer), so the fsdp all_gather of a layer's weights
@@ -237,7 +237,9 @@ class StageWeights {
       for (int64_t jj = 0; jj < lps_; ++jj)
         layers_[std::tuple{w, rr, jj}] = b_.index_in_dim(from, 1, jj);
     }
-    return layers_.at(key);
+    const auto it = layers_.find(key);
+    ENG_CHECK(it != layers_.end(), "StageWeights: no layer {} of repeat {}", j, r);
+    return it->second;
   }
 
   // Stages at different repeats: each selects its own row (index_per_row) of the stacked
@@ -250,7 +252,9 @@ class StageWeights {
       const ValueId rows = b_.index_per_row(w, repeats);  // (S, lps, ...)
       for (int64_t jj = 0; jj < lps_; ++jj)
         mixed_[std::tuple{w, repeats, jj}] = b_.index_in_dim(rows, 1, jj);
-      return mixed_.at(key);
+      const auto it = mixed_.find(key);
+      ENG_CHECK(it != mixed_.end(), "StageWeights: no layer {} of the mixed repeats", j);
+      return it->second;
     }
     std::vector<int64_t> used = repeats;
     std::sort(used.begin(), used.end());

@@ -24,6 +24,7 @@ constexpr int kSteps = 5;
 struct Shape8 {  // what a case sets beyond the tiny model (8 layers, batch 8)
   int64_t stages = 1, microbatches = -1, repeats = -1;
   bool delay = false;
+  const char* gather = nullptr;  // pipeline_fsdp_ag_once or _per_repeat
 };
 
 Config tiny(const Shape8& s) {
@@ -50,6 +51,7 @@ Config tiny(const Shape8& s) {
   if (s.microbatches > 0) set("num_pipeline_microbatches", s.microbatches);
   if (s.repeats > 0) set("num_pipeline_repeats", s.repeats);
   if (s.delay) set("pipeline_delay_activation_forwarding", true);
+  if (s.gather != nullptr) set(s.gather, true);
   return c;
 }
 
@@ -120,6 +122,10 @@ const Shape8 kS4R2M4{.microbatches = 4, .repeats = 2};
 const Shape8 kS4R2M8{.microbatches = 8, .repeats = 2};
 const Shape8 kR2Delay{.repeats = 2, .delay = true};  // M = 2S by default with delay
 const Shape8 kR1Delay{.delay = true};
+// Gathered weights with delay (M = 2S, so two repeat patterns per boundary): the stages select
+// from their repeats' gathered layers.
+const Shape8 kR2DelayOnce{.repeats = 2, .delay = true, .gather = "pipeline_fsdp_ag_once"};
+const Shape8 kR2DelayPerRepeat{.repeats = 2, .delay = true, .gather = "pipeline_fsdp_ag_per_repeat"};
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, Circular,
@@ -129,6 +135,8 @@ INSTANTIATE_TEST_SUITE_P(
                           Case{{"stage"}, {2}, kR2Delay}, Case{{"stage"}, {4}, kR2Delay},
                           Case{{"stage"}, {2}, kR1Delay}, Case{{"data", "stage"}, {2, 2}, kS2R2M4},
                           Case{{"stage", "fsdp"}, {2, 2}, kR2Delay},
+                          Case{{"stage", "fsdp"}, {2, 2}, kR2DelayOnce},
+                          Case{{"stage", "fsdp"}, {2, 2}, kR2DelayPerRepeat},
                           Case{{"stage", "tensor"}, {2, 2}, kS2R2M2},
                           Case{{"data", "stage"}, {2, 2}, kS2R2M4, true}),
         ::testing::Bool()));

@@ -190,7 +190,10 @@ TEST(FsdpGather, OncePerStepInsteadOfEveryIteration) {
       // use kept them alive with the slices: 94208 gathered bytes at the R = 2 peak).
       const HeldLayers h = held_layers(*once.exe);
       EXPECT_EQ(h.bytes, held) << flag << " R=" << R;
-      EXPECT_TRUE(h.all_live_together) << flag << " R=" << R;
+      // (_per_repeat holds every repeat's layers too, here; MaxText's re-gathers per repeat.)
+      if (std::string(flag) == "pipeline_fsdp_ag_once") {
+        EXPECT_TRUE(h.all_live_together) << flag << " R=" << R;
+      }
       EXPECT_EQ(h.stack_bytes_then, 0) << flag << " R=" << R;
       EXPECT_GT(extra, 0) << flag;
       EXPECT_LE(extra, held) << flag;

@@ -203,6 +203,37 @@ TEST(Partition, AxisNamesAreOptions) {
   EXPECT_TRUE(compile(vp, pp, co).ok());
 }
 
+// Rows inside one member's block move by one-source permutes: a slice of the last member's
+// block of a split dim, and a pad (with an out_sharding) of a whole-dim row into one
+// member's block, padded locally first (the row is not the block). No all_gather, and every
+// permute's source is that member; the values are the global program's (tests/ops).
+TEST(Partition, RowsInOneBlockMoveByPermutes) {
+  const Mesh mesh = *Mesh::create({"stage", "data"}, {4, 2});
+  Builder b("rows");
+  ValueId x = b.argument("x", Shape{8, 6}, DType::kF32, {"activation_stage", ""}, ArgRole::kParam);
+  ValueId r = b.argument("r", Shape{1, 6}, DType::kF32, {}, ArgRole::kParam);
+  b.output(b.scale(b.slice(x, 0, 7, 1), 2.0), "last_row");            // block 3 of 4
+  b.output(b.pad(r, 0, 5, 8, {"activation_stage", ""}), "placed");     // row 1 of block 2
+  auto exe = compile(std::move(b).finish(), mesh, CompileOptions{});
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  const Program& p = (*exe)->program();
+  std::vector<int64_t> sources;
+  bool pad_local = false;
+  for (const Instr& in : p.instrs()) {
+    if (in.kind == OpKind::kCollectivePermute) {
+      EXPECT_EQ(in.attrs.size, 1) << p.to_text();
+      sources.push_back(in.attrs.start);
+    }
+    pad_local |= in.kind == OpKind::kPad && in.attrs.start == 1 && in.attrs.size == 2;
+    if (in.kind == OpKind::kAllGather) {  // only the outputs' gathers, after both moves
+      EXPECT_EQ(sources.size(), 5u) << p.to_text();
+    }
+  }
+  // The slice: one permute to each of the 4 stages from stage 3; the pad: one from stage 2.
+  EXPECT_EQ(sources, (std::vector<int64_t>{3, 3, 3, 3, 2})) << p.to_text();
+  EXPECT_TRUE(pad_local) << p.to_text();
+}
+
 // A reshape merging a dim held one row per member with a split one keeps both splits on the
 // merged dim (stage major, as the pipeline's output reaches the loss head), and the split
 // back restores them: no collective either way (the output is then gathered: replicated).
