@@ -703,20 +703,24 @@ Status Partitioner::rows(const Instr& in) {
   Dims sd = dims_only(spec_[x]).dims();
   sd.resize(std::max<size_t>(sd.size(), dim + 1));
   const int64_t start = in.attrs.start;
-  // The block of `size` rows over `axes` that holds rows [start, start + rows), or -1.
-  auto block_of = [&](const Axes& axes, int64_t size, int64_t rows) -> int64_t {
+  // The block (index b, blk rows) of `size` rows over `axes` that holds rows
+  // [start, start + rows); b = -1 when there is none.
+  struct Block {
+    int64_t b = -1, blk = 0;
+  };
+  auto block_of = [&](const Axes& axes, int64_t size, int64_t rows) {
     const int64_t n = axes_size(mesh_, axes);
-    if (n <= 1 || size % n != 0 || rows < 1) return -1;
+    if (n <= 1 || size % n != 0 || rows < 1) return Block{};
     const int64_t blk = size / n;
-    return start / blk == (start + rows - 1) / blk ? start / blk : -1;
+    return start / blk == (start + rows - 1) / blk ? Block{start / blk, blk} : Block{};
   };
   if (in.attrs.vmap == 0 && in.kind == OpKind::kSlice) {
     const Axes axes = sd[dim];
-    const int64_t b = block_of(axes, gv(x).shape[dim], in.attrs.size);
+    const auto [b, blk] = block_of(axes, gv(x).shape[dim], in.attrs.size);
     if (b >= 0) {
       ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(sd)));
       OpAttrs local = in.attrs;
-      local.start = start - b * (gv(x).shape[dim] / axes_size(mesh_, axes));
+      local.start = start - b * blk;
       const ValueId part = b_.emit(OpKind::kSlice, {lx}, local)[0];
       ValueId sum = kNoValue;
       for (int64_t to = 0; to < axes_size(mesh_, axes); ++to) {
@@ -735,10 +739,9 @@ Status Partitioner::rows(const Instr& in) {
     for (const Axes& other : sd)
       for (const std::string& a : axes) shared |= contains(other, a);
     const int64_t size = in.attrs.size, rows = gv(x).shape[dim];
-    const int64_t b = shared ? -1 : block_of(axes, size, rows);
+    const auto [b, blk] = shared ? Block{} : block_of(axes, size, rows);
     if (b >= 0) {
       ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(sd)));
-      const int64_t blk = size / axes_size(mesh_, axes);
       ValueId block = lx;
       if (rows != blk) {
         OpAttrs local = in.attrs;

@@ -217,10 +217,10 @@ std::optional<ScannedName> scanned_name(const std::string& unscanned) {
   return ScannedName{unscanned.substr(0, at) + kScannedPart + unscanned.substr(i + 1), layer};
 }
 
-BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len, bool pipelined) {
+BatchArgs declare_batch(Builder& b, const ModelConfig& m, int64_t global_batch, int64_t seq_len) {
   auto arg = [&](const char* name) {
     return b.argument(name, Shape{global_batch, seq_len}, DType::kI32,
-                      input_data_logical_axes(pipelined), ArgRole::kBatch);
+                      input_data_logical_axes(m.pipeline_stages > 1), ArgRole::kBatch);
   };
   BatchArgs a;
   a.inputs = arg("inputs");
@@ -324,9 +324,6 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   const Logical kLogits = {"activation_embed_and_logits_batch", "activation_length",
                            "activation_vocab"};
   const double eps = m.normalization_layer_epsilon;
-  ENG_CHECK(b.info(batch.inputs).logical == input_data_logical_axes(m.pipeline_stages > 1),
-            "trace_llama_loss: the batch was declared {}pipelined, the model has {} stages",
-            m.pipeline_stages > 1 ? "un" : "", m.pipeline_stages);
 
   // Projections carry MaxText's explicit-mode out_sharding (logical names; used by the
   // partitioner to settle otherwise ambiguous matmuls); constraints are MaxText's

@@ -167,8 +167,8 @@ struct ScannedName {
   int64_t layer;
 };
 std::optional<ScannedName> scanned_name(const std::string& unscanned);
-BatchArgs declare_batch(Builder& b, int64_t global_batch, int64_t seq_len,
-                        bool pipelined = false);
+// The batch arrays of model m (sharded by input_data_logical_axes(m is pipelined)).
+BatchArgs declare_batch(Builder& b, const ModelConfig& m, int64_t global_batch, int64_t seq_len);
 
 struct LossValues {
   ValueId loss;           // () f32: masked mean cross-entropy

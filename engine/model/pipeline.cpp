@@ -302,9 +302,8 @@ class StageRows {
     const int64_t M = sch.shape().microbatches;
     mb_ = s[0] / M;
     T_ = s[1];
-    // The input batch's sharding has `stage` minor-most, which the reshape cannot keep on
-    // `micro`; dropping `stage` first (an all_gather over it) keeps the rows split over
-    // data/fsdp. (MaxText all-gathers positions and segment ids to replicated here.)
+    // Split over data/fsdp only (the pipelined batch arrays' sharding; MaxText all-gathers
+    // positions and segment ids to replicated here), so the reshape keeps them on `micro`.
     view_ = b.reshape(b.constraint(rows, {"activation_batch", "activation_norm_length"}),
                       Shape{mb_, M, T_});
   }
@@ -401,8 +400,8 @@ ValueId run_stages(Builder& b, const ModelConfig& m, const PipelineSchedule& sch
 // The L - P layers after the pipeline (MaxText's scan_decoder_layers "layers_outside_pipeline"
 // under logical_axis_rules_pp_act_as_dp): layer P + k reads slice k of the stacked weights
 // inside its remat region, as the scanned model does; its activations carry the pp_act_as_dp
-// names, so x (B, T, E) (the loss head's sharding, `stage` minor-most) stays split over
-// `stage` and each device runs these layers on its own rows. Remat scopes continue after the
+// names, so x (B, T, E) (the loss head's sharding, `stage` major) stays split over `stage`
+// and each device runs these layers on its own rows. Remat scopes continue after the
 // pipeline's (first_scope + k).
 ValueId trace_outside_layers(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked,
                              ValueId x, ValueId positions, ValueId segment_ids,

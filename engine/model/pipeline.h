@@ -72,24 +72,17 @@ inline constexpr const char* kLayersOutsidePipeline = "layers_outside_pipeline";
 Status validate_pipeline(int64_t num_layers, int64_t stages, int64_t microbatches,
                          int64_t global_batch);
 
-// The rules a pipelined plan uses (MaxText's types.py rewrites rule 2 when pipelining): the
-// batch of the embedding, logits and loss (`activation_embed_and_logits_batch`, also the
-// input batch's sharding) gets `stage`, so the loss head is split over stages as well as over
-// data/fsdp. MaxText puts `stage` first (and swaps `stage` ahead of `data` in its mesh); here
-// `stage` goes LAST, minor-most: the decoder layers' `activation_batch` (data, fsdp, ...
-// without stage) is then a prefix of it, so entering the pipeline is an all_gather over
-// `stage` of a per-device batch slice and leaving it is a local slice, and no value of
-// global-batch size exists on one device (with `stage` first that reshard is not a prefix
-// change and gathers the whole batch). Only which device holds which rows differs from
-// MaxText; every value is the same. Rules without that name are returned unchanged.
+// The rules a pipelined plan uses, as MaxText's types.py rewrites rule 2 when pipelining: the
+// batch of the logits and loss (`activation_embed_and_logits_batch`) gets `stage` first, so the
+// loss head is split over stages (stage-major, in pipeline_output_rows order) as well as over
+// data/fsdp. (The pipelined batch arrays use activation_batch instead: llama.h
+// input_data_logical_axes.) Rules without that name are returned unchanged.
 //
 // outside_layers (pipeline_parallel_layers set): every rule is also appended under its
 // pp_act_as_dp_name with MaxText's logical_axis_rules_pp_act_as_dp applied (utils/
-// sharding.py: `stage` removed, and added where the rule has `data`), the rules the layers
-// after the pipeline resolve their activations by. MaxText inserts `stage` just before
-// `data`; here it goes last, as in rule 2 above, so the layers after the pipeline get their
-// rows by a local slice of the pipeline's output and hand the loss head exactly its sharding
-// (with `stage` before `data` both reshards would gather). Same values, other rows per device.
+// sharding.py: `stage` removed, and inserted just before `data` where the rule has it), the
+// rules the layers after the pipeline resolve their activations by: they take the pipeline's
+// output rows and hand the loss head its sharding with no reshard.
 LogicalAxisRules pipeline_logical_axis_rules(const LogicalAxisRules& rules,
                                              bool outside_layers = false);
 // "activation_batch" -> "activation_batch@pp_act_as_dp": the name a layer after the pipeline

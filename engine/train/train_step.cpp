@@ -38,8 +38,7 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     nu[i] = b.argument("opt_state/nu/" + path, p.shape, p.dtype, p.logical, ArgRole::kOptNu);
   }
   ValueId step = b.argument("step", Shape{}, DType::kI32, {}, ArgRole::kStep);
-  BatchArgs batch =
-      declare_batch(b, c.global_batch_size, c.max_target_length, c.model.pipeline_stages > 1);
+  BatchArgs batch = declare_batch(b, c.model, c.global_batch_size, c.max_target_length);
 
   LossValues loss = trace_llama_loss(b, c.model, params, batch);
   const int forward_end = static_cast<int>(b.program().instrs().size());

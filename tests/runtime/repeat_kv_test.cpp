@@ -41,7 +41,7 @@ TEST(Executor, GqaLlamaLossAndGradientsMatchTheInterpreter) {
   Builder b("gqa_forward");
   LlamaParams p = declare_llama_params(b, m);
   EXPECT_EQ(b.info(p.layers[0].key).shape, (Shape{32, 2, 8}));
-  BatchArgs batch = declare_batch(b, 2, 6);
+  BatchArgs batch = declare_batch(b, m, 2, 6);
   LossValues loss = trace_llama_loss(b, m, p, batch);
   std::vector<ValueId> grads = append_gradients(b, loss.loss, p.all);
   b.output(loss.loss, "loss");

@@ -254,7 +254,7 @@ TEST(DataTest, PackedDocumentsDoNotAttendAcrossEachOtherInTheModel) {
     m.attention_segment_ids = segments;
     Builder b("packed");
     LlamaParams p = declare_llama_params(b, m);
-    BatchArgs batch = declare_batch(b, 1, T);
+    BatchArgs batch = declare_batch(b, m, 1, T);
     b.output(trace_llama_loss(b, m, p, batch).loss, "loss");
     const Program prog = std::move(b).finish();
     std::vector<HostTensor> args;
