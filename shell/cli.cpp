@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/tensor/blas.h"
+#include "engine/tensor/system_info.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/interrupt.h"
@@ -34,6 +36,7 @@ constexpr OptionHelp kOptions[] = {
     {"-l mod", "require library 'mod' into global 'mod'"},
     {"-l g=mod", "require library 'mod' into global 'g'"},
     {"-v", "show version information"},
+    {"--version", "show the version, the CPU, the BLAS core and the kernel paths, and exit"},
     {"-E", "ignore environment variables (LUA_INIT, LUA_PATH, LUA_CPATH)"},
     {"-W", "turn warnings on"},
     {"--db PATH", "metrics store (default $SHARDLAB_DB or ./shardlab.db)"},
@@ -59,6 +62,13 @@ void print_version() {
   std::fflush(stdout);
 }
 
+// --version: the banner, then what this process runs on (a slow run explains itself).
+void print_full_version() {
+  print_version();
+  std::fputs(eng::system_info_text().c_str(), stdout);
+  std::fflush(stdout);
+}
+
 // What the command line asked for. Parsed before Lua starts, so parsing never raises.
 struct Options {
   bool interactive = false;  // -i
@@ -66,6 +76,7 @@ struct Options {
   bool ignore_env = false;   // -E
   bool has_e = false;        // any -e
   bool help = false;         // -h / --help
+  bool full_version = false; // --version
   bool notebook = false;     // --notebook: notebook mode parses the whole command line itself
   std::string db;            // --db
   int script = 0;            // argv index of the script ("-" = stdin), 0 if none
@@ -90,6 +101,8 @@ Options parse(int argc, char** argv) {
     if (std::strcmp(a, "-") == 0) break;  // stdin as the script
     if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0) {
       o.help = true;
+    } else if (std::strcmp(a, "--version") == 0) {
+      o.full_version = true;
     } else if (std::strcmp(a, "--db") == 0) {
       if (i + 1 >= argc) return needs_arg(a), o;
       o.db = argv[++i];
@@ -258,6 +271,17 @@ int run_main(int argc, char** argv) {
   }
   if (o.help) {
     print_usage(stdout);
+    return EXIT_SUCCESS;
+  }
+  // OpenBLAS's core is chosen when it loads (engine/tensor/blas.h): a bad
+  // SHARDLAB_OPENBLAS_CORETYPE is reported here, before anything loads it.
+  if (eng::Status s = eng::check_blas_environment(); !s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProgname, s.message().c_str());
+    return EXIT_FAILURE;
+  }
+  eng::blas_info();  // load it now, before any other thread reads the environment
+  if (o.full_version) {
+    print_full_version();
     return EXIT_SUCCESS;
   }
   ShellContext ctx;

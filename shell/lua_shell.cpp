@@ -1,4 +1,4 @@
-// shell/lua_shell.cpp: bindings about the shell itself: sl.pretty, sl.help, sl.timing, sl.version, sl.db_path, who().
+// shell/lua_shell.cpp: bindings about the shell itself: sl.pretty, sl.help, sl.timing, sl.version, sl.system, sl.db_path, who().
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/tensor/system_info.h"
 #include "engine/train/trainer.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
@@ -54,6 +55,16 @@ Result<int> help(lua_State* L) {
 
 Result<int> db_path(lua_State* L) {
   lua_pushstring(L, context(L).db_path.c_str());
+  return 1;
+}
+
+// sl.system(): engine/tensor/system_info.h's pairs as a table.
+Result<int> system(lua_State* L) {
+  lua_newtable(L);
+  for (const auto& [k, v] : eng::system_info()) {
+    lua_pushstring(L, v.c_str());
+    lua_setfield(L, -2, k.c_str());
+  }
   return 1;
 }
 
@@ -153,6 +164,10 @@ constexpr Function kShellFunctions[] = {
      "The docstring of a binding, a type or a value's type; `?x` in the REPL prints it."},
     {"db_path", lua_entry<db_path>, "sl.db_path() -> string",
      "Path of the metrics store (--db, else $SHARDLAB_DB, else ./shardlab.db)."},
+    {"system", lua_entry<system>, "sl.system() -> table",
+     "What this process runs on: cpu, cpu_flags, blas_core (OpenBLAS's kernels), blas_best (the\n"
+     "  strongest this CPU runs), blas_env, simd (the engine's kernels), matmul_f32, matmul_bf16.\n"
+     "  `shardlab --version` prints the same; every run records them as shardlab.* tags."},
     {"timing", lua_entry<timing>, "sl.timing([on]) -> boolean",
      "Switches the REPL's per-command timer (trepl's `[0.0123s]` after commands over 0.1 s,\n"
      "  only on a terminal); returns the current setting."},

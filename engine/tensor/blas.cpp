@@ -1,4 +1,4 @@
-// engine/tensor/blas.cpp: the only includer of cblas.h; dlopens OpenBLAS after fixing its env.
+// engine/tensor/blas.cpp: the only includer of cblas.h; dlopens OpenBLAS after choosing its core.
 #include "engine/tensor/blas.h"
 
 #include <cblas.h>  // enums and prototypes only: symbols are resolved with dlsym
@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/check.h"
+#include "engine/tensor/cpu_info.h"
 
 namespace eng {
 namespace {
@@ -53,31 +54,57 @@ void restore_environment(const SavedEnv& saved) {
   }
 }
 
-// Removes the variables that would slow us down; returns a note for logs.
-std::string fix_environment(const SavedEnv& saved) {
+// Sets OPENBLAS_CORETYPE to the chosen core (cpu_info.h: from CPUID, or the user's when at
+// least as strong, or SHARDLAB_OPENBLAS_CORETYPE), drops OPENBLAS_L2_SIZE (a preset cache size
+// for another CPU); returns a note for logs.
+std::string fix_environment(const SavedEnv& saved, BlasInfo& info) {
   std::string note;
-  for (int i = 0; i < 2; ++i) {  // OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE
-    if (!saved.set[i]) continue;
-    note += fmt::format("unset {}={}; ", kEnvVars[i], saved.value[i]);
-    unsetenv(kEnvVars[i]);
+  if (saved.set[1]) {  // OPENBLAS_L2_SIZE
+    note += fmt::format("unset {}={}; ", kEnvVars[1], saved.value[1]);
+    unsetenv(kEnvVars[1]);
   }
-  const char* forced = std::getenv("SHARDLAB_OPENBLAS_CORETYPE");
-  if (forced != nullptr && *forced != '\0') {
-    setenv("OPENBLAS_CORETYPE", forced, 1);
-    note += fmt::format("OPENBLAS_CORETYPE={} (from SHARDLAB_OPENBLAS_CORETYPE); ", forced);
-  } else {
-    note += "core type autodetected; ";
-  }
+  Result<CoreChoice> choice = choose_openblas_core(
+      cpu_info(), saved.set[0] ? saved.value[0].c_str() : nullptr,
+      std::getenv("SHARDLAB_OPENBLAS_CORETYPE"));
+  ENG_CHECK(choice.ok(), "blas: {} (check_blas_environment() reports this as an error)",
+            choice.status().message());
+  info.chosen_core = choice->core;
+  setenv("OPENBLAS_CORETYPE", choice->core.c_str(), 1);
+  note += choice->note + "; ";
+  if (choice->replaced_env) info.warnings.push_back(choice->note);
   // Start no OpenBLAS worker threads at all: the engine's pool does the splitting.
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   return note;
+}
+
+// After loading: the core OpenBLAS reports against the CPU's best (it can differ when the
+// library was loaded before us, or when OpenBLAS itself falls back).
+void check_loaded_core(BlasInfo& info) {
+  const CpuInfo& cpu = cpu_info();
+  const std::string_view best = best_openblas_core(cpu);
+  const OpenblasCore* loaded = find_openblas_core(info.core);
+  const int best_strength = find_openblas_core(best)->strength;
+  info.weaker_than_cpu = loaded == nullptr || loaded->strength < best_strength;
+  if (info.weaker_than_cpu)
+    info.warnings.push_back(fmt::format(
+        "OpenBLAS runs its {} kernels, weaker than this CPU ({}) allows: {}{}", info.core,
+        cpu.model_name, best,
+        info.preloaded ? " (the library was loaded before shardlab could choose its core)"
+        : info.env_note.find("from SHARDLAB_OPENBLAS_CORETYPE") != std::string::npos
+            ? " (as SHARDLAB_OPENBLAS_CORETYPE asks)"
+            : ""));
+  if (!cpu.avx2 || !cpu.fma)
+    info.warnings.push_back(fmt::format(
+        "this CPU ({}) has no AVX2+FMA: matmuls run OpenBLAS's {} kernels and the engine's scalar "
+        "kernels, several times slower than on an AVX2 CPU",
+        cpu.model_name, info.core));
 }
 
 Api load() {
   Api api;
   api.info.preloaded = dlopen(kLibName, RTLD_NOW | RTLD_NOLOAD) != nullptr;
   const SavedEnv saved = save_environment();
-  api.info.env_note = fix_environment(saved);
+  api.info.env_note = fix_environment(saved, api.info);
   if (api.info.preloaded) api.info.env_note += "library was already loaded: env fix too late; ";
   void* lib = dlopen(kLibName, RTLD_NOW | RTLD_LOCAL);
   restore_environment(saved);  // read by OpenBLAS's constructor during dlopen, not after
@@ -93,6 +120,9 @@ Api load() {
   api.info.core = corename();
   api.info.config = config();
   while (!api.info.config.empty() && api.info.config.back() == ' ') api.info.config.pop_back();
+  check_loaded_core(api.info);
+  // Said once per process, on stderr: a slow run should explain itself.
+  for (const std::string& w : api.info.warnings) fmt::print(stderr, "shardlab: {}\n", w);
   return api;
 }
 
@@ -104,6 +134,11 @@ const Api& api() {
 }  // namespace
 
 const BlasInfo& blas_info() { return api().info; }
+
+Status check_blas_environment() {
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  return choose_openblas_core(cpu_info(), env, std::getenv("SHARDLAB_OPENBLAS_CORETYPE")).status();
+}
 
 namespace blas {
 

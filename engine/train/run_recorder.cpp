@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/hash.h"
+#include "engine/tensor/system_info.h"
 
 namespace eng {
 
@@ -110,6 +111,9 @@ Status RunRecorder::begin(RunInfo info) {
                                     : script.parent_path());
   }
   ENG_ASSIGN_OR_RETURN(run_id_, store_->begin_run(info));
+  // What the run ran on (CPU, BLAS core, kernel paths): a slow run explains itself.
+  for (const auto& [k, v] : system_info())
+    ENG_RETURN_IF_ERROR(store_->set_tag(run_id_, "shardlab." + k, v));
   return ok_status();
 }
 

@@ -35,6 +35,15 @@ check(rc == 0 and out:find("usage: shardlab [options] [script [args]]", 1, true)
       out:find("--db PATH", 1, true), "-h prints usage", out)
 out, rc = run(shardlab("-v"))
 check(rc == 0 and out:find("^shardlab 0%.1 %(Lua 5%.4"), "-v prints the version", out)
+out, rc = run(shardlab("--version"))
+check(rc == 0 and out:find("^shardlab 0%.1 %(Lua 5%.4") and out:find("\nblas_core: %a+") and
+      out:find("\ncpu: ") and out:find("\nmatmul_bf16: "), "--version names the CPU, BLAS core, paths", out)
+-- The BLAS core (engine/tensor/blas.h): a bad SHARDLAB_OPENBLAS_CORETYPE is an error naming the
+-- accepted ones, before any script runs.
+out, rc = run(sh(string.format("SHARDLAB_OPENBLAS_CORETYPE=Skylake %q -e 'print(1)'", bin)))
+check(rc == 1 and out:find("SHARDLAB_OPENBLAS_CORETYPE=Skylake: not an OpenBLAS 0.3.21 core type; accepted: ", 1, true)
+      and out:find("Haswell, Zen, SkylakeX, Cooperlake", 1, true) and not out:find("\n1\n"),
+      "unknown SHARDLAB_OPENBLAS_CORETYPE", out)
 out, rc = run(shardlab("--notebook nb.lua -o r.md"))
 check(rc == 1 and out:find("notebook: cannot open 'nb.lua'", 1, true), "--notebook with a missing file", out)
 

@@ -32,6 +32,12 @@ assert(run.argv:find("runs_test.lua", 1, true) and run.argv:sub(1, 1) == "[", ru
 assert(run.tags["shardlab.script_hash"]:match("^%x+$") and #run.tags["shardlab.script_hash"] == 32)
 assert(run.host and #run.host > 0)
 assert(tonumber(run.tags["shardlab.pid"]) > 0)
+-- What it ran on (engine/tensor/system_info.h), as sl.system() says: a slow run explains itself.
+local sys = sl.system()
+for _, k in ipairs{"cpu", "cpu_flags", "blas_core", "blas_best", "blas_env", "simd", "matmul_f32",
+                   "matmul_bf16"} do
+  assert(run.tags["shardlab." .. k] == sys[k] and #sys[k] > 0, k .. ": " .. tostring(run.tags["shardlab." .. k]))
+end
 assert(run.git_rev == nil or run.git_rev:match("^%x+$"), tostring(run.git_rev))
 local git = io.popen(string.format("git -C %q rev-parse HEAD 2>/dev/null", arg[0]:match("^(.*)/")))
 local head = git:read("l")

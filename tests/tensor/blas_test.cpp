@@ -1,11 +1,13 @@
 // tests/tensor/blas_test.cpp: OpenBLAS is loaded with the fast kernels whatever the environment
-// presets, single-threaded, and SHARDLAB_OPENBLAS_CORETYPE can still force a core type.
+// presets (a weaker OPENBLAS_CORETYPE is replaced), single-threaded, and
+// SHARDLAB_OPENBLAS_CORETYPE can still force a core type (an unknown one is an error).
 #include <cstdio>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "engine/tensor/blas.h"
+#include "engine/tensor/cpu_info.h"
 
 namespace eng {
 namespace {
@@ -30,20 +32,47 @@ std::string field(const std::string& out, const std::string& key) {
   return out.substr(at + key.size() + 1, end - at - key.size() - 1);
 }
 
-TEST(Blas, HaswellPresetIsIgnored) {
+// A preset weaker than the CPU's best (Prescott, weaker than anything with AVX) is replaced by
+// the best core; OPENBLAS_L2_SIZE is dropped; children still see the user's environment.
+TEST(Blas, WeakerPresetIsReplaced) {
+  const std::string best(best_openblas_core(cpu_info()));
+  if (best == "Prescott") GTEST_SKIP() << "this CPU's best core is Prescott";
   std::string out = run_tool(
-      "env -u SHARDLAB_OPENBLAS_CORETYPE OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512");
-  EXPECT_NE(field(out, "core"), "");
-  EXPECT_EQ(field(out, "core").find("Haswell"), std::string::npos) << out;
+      "env -u SHARDLAB_OPENBLAS_CORETYPE OPENBLAS_CORETYPE=Prescott OPENBLAS_L2_SIZE=512");
+  EXPECT_EQ(field(out, "chosen"), best) << out;
+  EXPECT_EQ(field(out, "core"), best) << out;
   EXPECT_EQ(field(out, "threads"), "1") << out;
   EXPECT_EQ(field(out, "result_ok"), "true") << out;
-  EXPECT_NE(field(out, "env").find("unset OPENBLAS_CORETYPE=Haswell"), std::string::npos) << out;
-  EXPECT_EQ(field(out, "coretype_after_load"), "Haswell") << "children see the user's env";
+  EXPECT_NE(field(out, "env").find("OPENBLAS_CORETYPE=Prescott replaced by " + best),
+            std::string::npos) << out;
+  EXPECT_NE(field(out, "env").find("unset OPENBLAS_L2_SIZE=512"), std::string::npos) << out;
+  EXPECT_EQ(field(out, "coretype_after_load"), "Prescott") << "children see the user's env";
+}
+
+// The machines' Haswell preset: kept where Haswell is as strong as the CPU's best (AVX2 CPUs),
+// replaced on AVX-512 ones.
+TEST(Blas, HaswellPresetKeptOnlyWhenAsStrong) {
+  const OpenblasCore* best = find_openblas_core(best_openblas_core(cpu_info()));
+  if (!find_openblas_core("Haswell")->runs_on(cpu_info())) GTEST_SKIP() << "no AVX2 here";
+  std::string out = run_tool("env -u SHARDLAB_OPENBLAS_CORETYPE OPENBLAS_CORETYPE=Haswell");
+  EXPECT_EQ(field(out, "core"), best->strength > 3 ? std::string(best->name) : "Haswell") << out;
+}
+
+TEST(Blas, UnknownShardlabCoretypeIsAnError) {
+  std::string cmd = "env SHARDLAB_OPENBLAS_CORETYPE=Skylake '" SHARDLAB_BLAS_INFO_TOOL "' 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, f) != nullptr) out += buf;
+  EXPECT_NE(pclose(f), 0) << out;
+  EXPECT_NE(out.find("SHARDLAB_OPENBLAS_CORETYPE=Skylake: not an OpenBLAS 0.3.21 core type; "
+                     "accepted: Katmai"), std::string::npos) << out;
 }
 
 TEST(Blas, ShardlabCoretypeForcesTheCore) {
-  std::string out = run_tool("env OPENBLAS_CORETYPE=SkylakeX SHARDLAB_OPENBLAS_CORETYPE=Haswell");
-  EXPECT_EQ(field(out, "core"), "Haswell") << out;
+  std::string out = run_tool("env OPENBLAS_CORETYPE=Haswell SHARDLAB_OPENBLAS_CORETYPE=Nehalem");
+  EXPECT_EQ(field(out, "core"), "Nehalem") << out;
   EXPECT_EQ(field(out, "result_ok"), "true") << out;
 }
 

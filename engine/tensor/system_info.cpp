@@ -1,0 +1,40 @@
+// engine/tensor/system_info.cpp: system_info() (see system_info.h).
+#include "engine/tensor/system_info.h"
+
+#include <fmt/format.h>
+
+#include "engine/tensor/blas.h"
+#include "engine/tensor/cpu_info.h"
+#include "engine/tensor/onednn_matmul.h"
+#include "engine/tensor/simd.h"
+
+namespace eng {
+
+std::vector<std::pair<std::string, std::string>> system_info() {
+  const CpuInfo& cpu = cpu_info();
+  const BlasInfo& blas = blas_info();
+  std::string bf16 = "?";
+  kern::Bf16MatmulShape s{.M = 64, .N = 64, .K = 64, .lda = 64, .ldb = 64, .ldc = 64};
+  if (auto plan = kern::Bf16MatmulPlan::create(s); plan.ok()) bf16 = (*plan)->describe();
+  std::string blas_env = blas.env_note;
+  while (!blas_env.empty() && (blas_env.back() == ' ' || blas_env.back() == ';')) blas_env.pop_back();
+  return {
+      {"cpu", fmt::format("{} ({} family {} model {})", cpu.model_name, cpu.vendor, cpu.family,
+                          cpu.model)},
+      {"cpu_flags", cpu.flags()},
+      {"blas_core", blas.core},
+      {"blas_best", std::string(best_openblas_core(cpu))},
+      {"blas_env", blas_env},
+      {"simd", ENG_AVX512 ? "avx512" : "scalar"},
+      {"matmul_f32", fmt::format("openblas {} sgemm", blas.core)},
+      {"matmul_bf16", bf16},
+  };
+}
+
+std::string system_info_text() {
+  std::string out;
+  for (const auto& [k, v] : system_info()) out += fmt::format("{}: {}\n", k, v);
+  return out;
+}
+
+}  // namespace eng
