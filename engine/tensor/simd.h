@@ -79,7 +79,7 @@ struct Vec {
 inline Mask mask_for(int64_t r) { return r > 0; }
 inline Vec set1(float x) { return {x}; }
 inline Vec load(const float* p, Mask) { return {*p}; }
-inline Vec load_or(const float* p, Mask, float) { return {*p}; }
+inline Vec load_or(const float* p, Mask m, float fill) { return {m ? *p : fill}; }
 inline void store(float* p, Vec v, Mask) { *p = v.v; }
 inline Vec operator+(Vec a, Vec b) { return {a.v + b.v}; }
 inline Vec operator-(Vec a, Vec b) { return {a.v - b.v}; }
