@@ -398,10 +398,11 @@ Runtime::Prepared* Runtime::find_prepared(const Executable& exe) {
 }
 
 namespace {
-// SHARDLAB_BF16_MATMUL=sgemm|onednn forces a backend (default kAuto: the native GEMM on
-// avx512_bf16, else convert+sgemm; onednn_matmul.h).
+// SHARDLAB_BF16_MATMUL=sgemm|onednn|packed forces a backend (default kAuto: the native GEMM on
+// avx512_bf16, else the packed f32 one; onednn_matmul.h).
 kern::MatmulBackend bf16_matmul_backend() {
   const char* v = std::getenv("SHARDLAB_BF16_MATMUL");
+  if (v && std::string_view(v) == "packed") return kern::MatmulBackend::kPacked;
   if (v && std::string_view(v) == "sgemm") return kern::MatmulBackend::kConvertSgemm;
   if (v && std::string_view(v) == "onednn") return kern::MatmulBackend::kOnednn;
   return kern::MatmulBackend::kAuto;

@@ -1,5 +1,7 @@
-// engine/tensor/bf16_gemm.h: the engine's own avx512_bf16 GEMM (bf16_gemm.cpp), private to
-// engine/tensor/*.cpp: Bf16MatmulPlan's kNative backend, and bf16 attention's blocks.
+// engine/tensor/bf16_gemm.h: the engine's own bf16 GEMMs, private to engine/tensor/*.cpp: the
+// avx512_bf16 one (bf16_gemm.cpp: Bf16MatmulPlan's kNative backend, and bf16 attention's
+// blocks) and the one for CPUs without it (bf16_packed_gemm.cpp: kPacked, bf16 widened to f32
+// in the packing, f32 FMA micro-kernel).
 #pragma once
 
 #include <cstdint>
@@ -35,5 +37,17 @@ int64_t packed_b_elems_all(const Bf16MatmulShape& s);
 void pack_b_all(const Bf16MatmulShape& s, const uint16_t* B, uint16_t* dst);
 void native_gemm_packed_b(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b,
                           int64_t packed_k, void* C);
+
+// packed_gemm's shape of work: pool tasks of kPackedTaskRows rows (by 256 columns of C).
+inline constexpr int64_t kPackedTaskRows = 48;
+// True when the build has AVX2+FMA or AVX-512F (the CPU then has them too: -march).
+bool packed_bf16_gemm_available();
+const char* packed_bf16_gemm_isa();  // "avx512f", "avx2" or "none"
+int64_t packed_gemm_kernel_rows();   // the micro-kernel's rows x columns, for describe()
+int64_t packed_gemm_kernel_cols();
+// Per-thread scratch packed_gemm(s) needs (in thread_matmul_scratch).
+int64_t packed_gemm_scratch_bytes(const Bf16MatmulShape& s);
+// C = op(A) op(B) [+ C], f32 sums in a fixed order (bitwise the same for any thread count).
+void packed_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C);
 
 }  // namespace eng::kern::detail

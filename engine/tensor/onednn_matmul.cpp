@@ -243,6 +243,13 @@ Result<std::unique_ptr<Bf16MatmulPlan>> Bf16MatmulPlan::create(const Bf16MatmulS
     im->scratch_bytes = detail::native_gemm_scratch_bytes(s);
     return std::unique_ptr<Bf16MatmulPlan>(new Bf16MatmulPlan(s, MatmulBackend::kNative, std::move(im)));
   }
+  const bool packed = detail::packed_bf16_gemm_available();
+  if (backend == MatmulBackend::kPacked && !packed)
+    return unimplemented("bf16 matmul: the packed backend needs a build with AVX2+FMA or AVX-512F");
+  if (backend == MatmulBackend::kPacked || (backend == MatmulBackend::kAuto && packed)) {
+    if (!empty) im->scratch_bytes = detail::packed_gemm_scratch_bytes(s);
+    return std::unique_ptr<Bf16MatmulPlan>(new Bf16MatmulPlan(s, MatmulBackend::kPacked, std::move(im)));
+  }
   if (backend == MatmulBackend::kOnednn && !empty) {
     im->split = plan_split(s.M, s.N, s.K);
     const Split& sp = im->split;
@@ -268,6 +275,8 @@ int64_t Bf16MatmulPlan::parts() const {
   if (backend_ == MatmulBackend::kNative)
     return (shape_.M + detail::kNativeTaskRows - 1) / detail::kNativeTaskRows;
   if (backend_ == MatmulBackend::kOnednn) return impl_->split.parts;
+  if (backend_ == MatmulBackend::kPacked)
+    return (shape_.M + detail::kPackedTaskRows - 1) / detail::kPackedTaskRows * ((shape_.N + 255) / 256);
   const ConvBlocks b = conv_blocks(shape_);
   return b.row_blocks * b.col_blocks;
 }
@@ -277,6 +286,9 @@ std::string Bf16MatmulPlan::describe() const {
   if (backend_ == MatmulBackend::kNative)
     return fmt::format("native avx512_bf16 (vdpbf16ps {}x{})", detail::kNativeKernelRows,
                        detail::kNativeKernelCols);
+  if (backend_ == MatmulBackend::kPacked)
+    return fmt::format("packed {} (bf16 widened in packing, f32 FMA {}x{})", detail::packed_bf16_gemm_isa(),
+                       detail::packed_gemm_kernel_rows(), detail::packed_gemm_kernel_cols());
   if (backend_ != MatmulBackend::kOnednn) return "convert+sgemm";
   return fmt::format("onednn {} x{} ({})", impl_->full.impl, impl_->split.parts,
                      impl_->split.by_rows ? "rows" : "columns");
@@ -287,6 +299,7 @@ void Bf16MatmulPlan::run(const uint16_t* A, const uint16_t* B, void* C) const {
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) return run_empty_k(s, C);
   if (backend_ == MatmulBackend::kNative) return detail::native_gemm(s, A, B, C);
+  if (backend_ == MatmulBackend::kPacked) return detail::packed_gemm(s, A, B, C);
   if (backend_ == MatmulBackend::kConvertSgemm) return run_convert_sgemm(s, impl_->scratch_bytes, A, B, C);
   const Split& sp = impl_->split;
   const int64_t dim = sp.by_rows ? s.M : s.N;

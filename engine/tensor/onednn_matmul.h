@@ -25,7 +25,10 @@
 // with kAuto a step allocates nothing on any CPU (tests/tensor/bf16_alloc_test.cpp,
 // tests/train/trainer_alloc_test.cpp, both also run with SHARDLAB_DISABLE_AVX512_BF16=1).
 //
-// CPUs without avx512_bf16: kAuto runs convert+sgemm: blocks of C (256 x 512), each a pool
+// CPUs without avx512_bf16: kAuto runs kPacked (bf16_packed_gemm.cpp): a GotoBLAS-style GEMM
+// that widens bf16 to f32 while packing its panels (the operands stay bf16 in memory) and runs
+// an f32 FMA micro-kernel, as fast as sgemm on the same shapes. kConvertSgemm, the fallback of
+// builds with neither AVX2 nor AVX-512 (and the oracle it replaced): blocks of C (256 x 512), each a pool
 // task that widens its rows of A and columns of B to f32 (exact) in the thread's scratch and
 // runs one single-threaded sgemm over the whole K. kOnednn (SHARDLAB_BF16_MATMUL=onednn) runs
 // oneDNN's bf16 matmul (its avx512_core emulation there). Every backend gives the
@@ -48,8 +51,10 @@ namespace eng::kern {
 bool cpu_has_avx512_bf16();
 
 enum class MatmulBackend : uint8_t {
-  kAuto,          // kNative on avx512_bf16, else kConvertSgemm (both allocate nothing in run())
+  kAuto,          // kNative on avx512_bf16, else kPacked (AVX2+FMA or AVX-512F builds), else
+                  // kConvertSgemm (all three allocate nothing in run())
   kNative,        // the engine's vdpbf16ps GEMM (bf16_gemm.cpp): allocates nothing in run()
+  kPacked,        // bf16 widened to f32 while packing, f32 FMA micro-kernel (bf16_packed_gemm.cpp)
   kOnednn,        // oneDNN or an error from create()
   kConvertSgemm,  // blocks of A and B widened to f32 in per-thread scratch, then sgemm
 };

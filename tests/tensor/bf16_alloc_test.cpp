@@ -9,6 +9,7 @@
 
 #include "engine/base/thread_pool.h"
 #include "engine/tensor/blas.h"
+#include "engine/tensor/cpu_info.h"
 #include "engine/tensor/kernels.h"
 #include "engine/tensor/onednn_matmul.h"
 
@@ -58,10 +59,12 @@ TEST(Bf16Alloc, FusedKernelsAllocateNothingAfterReserve) {
 // argument maps), measured here so a change shows up.
 TEST(Bf16Alloc, MatmulRunAllocatesNothingNativeAndBookkeepingOnednn) {
   for (kern::MatmulBackend be : {kern::MatmulBackend::kAuto, kern::MatmulBackend::kConvertSgemm,
-                                 kern::MatmulBackend::kOnednn})
+                                 kern::MatmulBackend::kOnednn, kern::MatmulBackend::kPacked})
     for (int64_t M : {256, 1024}) {
       kern::Bf16MatmulShape s{false, true, M, 512, 256, 256, 256, 512, DType::kBF16};
       auto plan = kern::Bf16MatmulPlan::create(s, be);
+      if (be == kern::MatmulBackend::kPacked && !plan.ok()) continue;  // a build without AVX2
+      if (be == kern::MatmulBackend::kOnednn && !cpu_info().avx512()) continue;  // no oneDNN bf16
       ASSERT_TRUE(plan.ok());
       const int64_t bytes = (*plan)->scratch_bytes();
       default_pool().run_on_every_thread([&] { kern::reserve_bf16_matmul_scratch(bytes); });

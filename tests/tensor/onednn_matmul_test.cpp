@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/tensor/cpu_info.h"
 #include "engine/tensor/dtype.h"
 #include "engine/tensor/onednn_matmul.h"
 #include "engine/tensor/reference.h"
@@ -97,11 +98,35 @@ TEST(Bf16Matmul, EveryLayoutDtypeAndBackendMatchesFloat64) {
                         {300, 600, 70, 1}};  // more than one 256 x 512 block of C each way
   uint32_t seed = 11;
   for (const Case& c : cases)
-    for (MatmulBackend be : {MatmulBackend::kAuto, MatmulBackend::kOnednn, MatmulBackend::kConvertSgemm})
+    for (MatmulBackend be : {MatmulBackend::kAuto, MatmulBackend::kOnednn, MatmulBackend::kConvertSgemm,
+                             MatmulBackend::kPacked}) {
+      if (be == MatmulBackend::kPacked &&
+          !Bf16MatmulPlan::create({false, false, 1, 1, 1, 1, 1, 1}, be).ok())
+        continue;  // a build without AVX2+FMA or AVX-512F
+      if (be == MatmulBackend::kOnednn && !cpu_info().avx512()) continue;  // oneDNN 2.6: no bf16 below avx512_core
       for (int ta = 0; ta < 2; ++ta)
         for (int tb = 0; tb < 2; ++tb)
           for (DType cd : {DType::kF32, DType::kBF16})
             for (bool acc : {false, true}) check(c, ta, tb, cd, acc, be, seed += 3);
+    }
+}
+
+// The packed GEMM (bf16 widened in its packing) over several k blocks (K > 256), several row
+// tasks and column tasks, partial panels and two passes of packed columns, against float64
+// within the bound that convert+sgemm (the fallback it replaced) meets: the same f32 sums up to
+// order.
+TEST(Bf16Matmul, PackedAcrossKBlocksTasksAndPasses) {
+  if (!Bf16MatmulPlan::create({false, false, 1, 1, 1, 1, 1, 1}, MatmulBackend::kPacked).ok())
+    GTEST_SKIP() << "a build without AVX2+FMA or AVX-512F";
+  uint32_t seed = 101;
+  for (const Case& c : {Case{100, 70, 600, 3}, Case{97, 530, 257, 0}, Case{6, 32, 1000, 1}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        check(c, ta, tb, DType::kF32, ta == tb, MatmulBackend::kPacked, seed += 3);
+        check(c, ta, tb, DType::kBF16, ta != tb, MatmulBackend::kPacked, seed += 3);
+      }
+  check({6, 4200, 1024, 0}, false, false, DType::kF32, false, MatmulBackend::kPacked, 7);  // 2 passes
+  check({6, 4200, 1024, 0}, true, true, DType::kBF16, true, MatmulBackend::kPacked, 8);
 }
 
 // llama-small-like shapes (tokens x embed x mlp), the ones the benchmark measures.
@@ -112,6 +137,7 @@ TEST(Bf16Matmul, ModelShapesMatchFloat64) {
 }
 
 TEST(Bf16Matmul, OnThisMachineOnednnBuildsEveryLayout) {
+  if (!cpu_info().avx512()) GTEST_SKIP() << "oneDNN 2.6 has no bf16 matmul below avx512_core";
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       Bf16MatmulShape s{bool(ta), bool(tb), 256, 512, 128, ta ? 256 : 128, tb ? 128 : 512, 512};
@@ -165,6 +191,14 @@ TEST(Bf16Matmul, CpuFlagMatchesCompilerAndEnvironment) {
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ((*plan)->backend() == MatmulBackend::kNative, kern::cpu_has_avx512_bf16() && ENG_AVX512)
       << (*plan)->describe();
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  // Without avx512_bf16, the packed f32 GEMM (never convert+sgemm) where the build has the ISA.
+  if ((*plan)->backend() != MatmulBackend::kNative) {
+    EXPECT_EQ((*plan)->backend(), MatmulBackend::kPacked) << (*plan)->describe();
+  }
+#else
+  EXPECT_EQ((*plan)->backend(), MatmulBackend::kConvertSgemm) << (*plan)->describe();
+#endif
   EXPECT_EQ(Bf16MatmulPlan::create({false, false, 8, 8, 8, 8, 8, 8}, MatmulBackend::kNative).ok(),
             (*plan)->backend() == MatmulBackend::kNative);
 }

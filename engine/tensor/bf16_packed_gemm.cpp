@@ -1,0 +1,259 @@
+// engine/tensor/bf16_packed_gemm.cpp: the bf16 GEMM for CPUs without avx512_bf16
+// (MatmulBackend::kPacked): bf16 operands widened to f32 while they are packed, an f32 FMA
+// micro-kernel (AVX2+FMA: 6 x 16, AVX-512F: 6 x 32), f32 sums, C rounded once at the end.
+//
+// GotoBLAS-style, as bf16_gemm.cpp: op(B) is packed (in parallel, all of K, up to kPackedB
+// floats per pass of columns) into panels of kNR columns, widened to f32 on the way; then tiles
+// of kMC rows x kNC columns go to the pool. A tile walks K in blocks of kKC: it packs its rows of
+// op(A) for the block (widened, kMR-row groups), and every (panel, row group) pair runs the
+// micro-kernel over the block, adding into the tile's f32 sums (kept in the thread's scratch).
+// After the last block the sums go to C (f32, or rounded to bf16; added to C's old values when
+// accumulating). The operands stay bf16 in memory; only a tile's block of A (kMC x kKC) and the
+// pass's panels of B exist as f32, in per-thread scratch.
+//
+// Every element of C is the same f32 sum in the same order (k blocks in order, k within a block
+// in order) for any thread count: the tiles depend only on the shape. The sums differ from the
+// convert+sgemm fallback's only in order (docs/precision.md).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/base/check.h"
+#include "engine/base/thread_pool.h"
+#include "engine/tensor/bf16_gemm.h"
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/kernels.h"
+#include "engine/tensor/simd.h"  // immintrin.h (AVX-512 builds)
+
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace eng::kern::detail {
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int64_t kLanes = 16;
+using VF = __m512;
+inline VF vzero() { return _mm512_setzero_ps(); }
+inline VF vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, VF v) { _mm512_storeu_ps(p, v); }
+inline VF vbroadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+// 16 bf16 -> 16 f32 (exact: the bf16 bits are the f32's high half).
+inline void widen_lanes(const uint16_t* x, float* y) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  _mm512_storeu_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+}
+constexpr const char* kIsa = "avx512f";
+#else
+constexpr int64_t kLanes = 8;
+using VF = __m256;
+inline VF vzero() { return _mm256_setzero_ps(); }
+inline VF vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, VF v) { _mm256_storeu_ps(p, v); }
+inline VF vbroadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+inline void widen_lanes(const uint16_t* x, float* y) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  _mm256_storeu_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+}
+constexpr const char* kIsa = "avx2";
+#endif
+
+constexpr int64_t kMR = 6;               // micro-kernel rows
+constexpr int64_t kNR = 2 * kLanes;      // micro-kernel columns: two vectors (12 accumulators)
+constexpr int64_t kKC = 256;             // k per block: a panel of B's block is kKC x kNR f32
+constexpr int64_t kMC = kPackedTaskRows;  // rows per pool task (whole kMR groups)
+static_assert(kMC % kMR == 0);
+constexpr int64_t kNC = 256;             // columns per task (whole panels)
+static_assert(kNC % kNR == 0);
+constexpr int64_t kPackedB = int64_t{4} << 20;  // f32 elements of B packed per pass (16 MiB)
+
+// Per-thread scratch (thread_matmul_scratch), in floats: [A block: kMC x kKC | C tile: kMC x kNC |
+// B panels: the calling thread's, read by the workers].
+constexpr int64_t kAElems = kMC * kKC, kCElems = kMC * kNC;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+// Columns packed per pass: all of N when that fits in kPackedB floats, else whole tasks' worth.
+int64_t pass_cols(const Bf16MatmulShape& s) {
+  const int64_t per_chunk = std::max<int64_t>(1, kNC * s.K);
+  return std::min(s.N, std::max<int64_t>(1, kPackedB / per_chunk) * kNC);
+}
+int64_t packed_b_elems(const Bf16MatmulShape& s) { return round_up(pass_cols(s), kNR) * s.K; }
+
+float* scratch(int64_t floats) { return static_cast<float*>(thread_matmul_scratch(4 * floats)); }
+
+// Panel j of op(B) (columns [j kNR, j kNR + kNR)) over all of K: dst[k][c], zero past N. Panels
+// are K x kNR, so a block of kKC rows of a panel is contiguous.
+void pack_b_panel(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, float* dst) {
+  const int64_t n0 = j * kNR, nn = std::min(kNR, s.N - n0);
+  if (!s.trans_b && nn == kNR) {
+    for (int64_t k = 0; k < s.K; ++k) {
+      const uint16_t* row = B + k * s.ldb + n0;
+      widen_lanes(row, dst + k * kNR);
+      widen_lanes(row + kLanes, dst + k * kNR + kLanes);
+    }
+    return;
+  }
+  if (!s.trans_b) {
+    for (int64_t k = 0; k < s.K; ++k)
+      for (int64_t c = 0; c < kNR; ++c) dst[k * kNR + c] = c < nn ? bf16_to_f32(B[k * s.ldb + n0 + c]) : 0.f;
+    return;
+  }
+  // B is (N, K): column c of the panel is row n0 + c of B, contiguous in k.
+  for (int64_t c = 0; c < kNR; ++c) {
+    if (c >= nn) {
+      for (int64_t k = 0; k < s.K; ++k) dst[k * kNR + c] = 0.f;
+      continue;
+    }
+    const uint16_t* row = B + (n0 + c) * s.ldb;
+    for (int64_t k = 0; k < s.K; ++k) dst[k * kNR + c] = bf16_to_f32(row[k]);
+  }
+}
+
+// Rows [m0, m0 + mm) of op(A), k in [k0, k0 + kc), as groups of kMR rows: dst[g][k][r] (zero
+// past M). Not transposed: each row's run of k is widened 16 (or 8) at a time into a row
+// buffer, then scattered into the group layout.
+void pack_a_block(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64_t mm, int64_t k0,
+                  int64_t kc, float* dst) {
+  for (int64_t g = 0; g < round_up(mm, kMR); g += kMR) {
+    float* out = dst + g * kc;
+    for (int64_t r = 0; r < kMR; ++r) {
+      const int64_t m = m0 + g + r;
+      if (g + r >= mm) {
+        for (int64_t k = 0; k < kc; ++k) out[k * kMR + r] = 0.f;
+        continue;
+      }
+      if (s.trans_a) {  // a[m][k] = A[k * lda + m]
+        for (int64_t k = 0; k < kc; ++k) out[k * kMR + r] = bf16_to_f32(A[(k0 + k) * s.lda + m]);
+        continue;
+      }
+      const uint16_t* row = A + m * s.lda + k0;
+      int64_t k = 0;
+      alignas(64) float buf[kLanes];
+      for (; k + kLanes <= kc; k += kLanes) {
+        widen_lanes(row + k, buf);
+#pragma GCC unroll 16
+        for (int64_t i = 0; i < kLanes; ++i) out[(k + i) * kMR + r] = buf[i];
+      }
+      for (; k < kc; ++k) out[k * kMR + r] = bf16_to_f32(row[k]);
+    }
+  }
+}
+
+// c[r][0..kNR) (+)= sum_k a[k][r] b[k][0..kNR) for r < kMR: 12 accumulators in registers; c is
+// the tile's f32 sums (row stride ldc), read unless `first`.
+void micro_kernel(const float* a, const float* b, int64_t kc, float* c, int64_t ldc, bool first) {
+  VF acc[kMR][2];
+#pragma GCC unroll 6
+  for (int64_t r = 0; r < kMR; ++r) {
+    acc[r][0] = first ? vzero() : vload(c + r * ldc);
+    acc[r][1] = first ? vzero() : vload(c + r * ldc + kLanes);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const VF b0 = vload(b + k * kNR), b1 = vload(b + k * kNR + kLanes);
+#pragma GCC unroll 6
+    for (int64_t r = 0; r < kMR; ++r) {
+      const VF av = vbroadcast(a + k * kMR + r);
+      acc[r][0] = vfma(av, b0, acc[r][0]);
+      acc[r][1] = vfma(av, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int64_t r = 0; r < kMR; ++r) {
+    vstore(c + r * ldc, acc[r][0]);
+    vstore(c + r * ldc + kLanes, acc[r][1]);
+  }
+}
+
+// The tile's sums (mm x nn of ct, row stride kNC) into C at (m0, n0).
+void store_tile(const Bf16MatmulShape& s, const float* ct, void* C, int64_t m0, int64_t mm,
+                int64_t n0, int64_t nn) {
+  for (int64_t r = 0; r < mm; ++r) {
+    const float* src = ct + r * kNC;
+    if (s.c_dtype == DType::kF32) {
+      float* dst = static_cast<float*>(C) + (m0 + r) * s.ldc + n0;
+      if (s.accumulate)
+        for (int64_t i = 0; i < nn; ++i) dst[i] += src[i];
+      else
+        std::memcpy(dst, src, 4 * nn);
+    } else {
+      uint16_t* dst = static_cast<uint16_t*>(C) + (m0 + r) * s.ldc + n0;
+      if (s.accumulate)
+        for (int64_t i = 0; i < nn; ++i) dst[i] = f32_to_bf16(bf16_to_f32(dst[i]) + src[i]);
+      else
+        convert_f32_to_bf16(src, dst, nn);
+    }
+  }
+}
+
+// One pool task: rows [m0, m0 + kMC) x columns [n0, n1) of C, over all of K.
+void tile(const Bf16MatmulShape& s, const uint16_t* A, const float* packed_b, void* C, int64_t m0,
+          int64_t n0, int64_t n1) {
+  float* pa = scratch(kAElems + kCElems);
+  float* ct = pa + kAElems;
+  const int64_t mm = std::min(kMC, s.M - m0), nn = n1 - n0;
+  for (int64_t k0 = 0; k0 < s.K; k0 += kKC) {
+    const int64_t kc = std::min(kKC, s.K - k0);
+    pack_a_block(s, A, m0, mm, k0, kc, pa);
+    for (int64_t n = 0; n < nn; n += kNR) {
+      const float* pb = packed_b + (n / kNR) * kNR * s.K + k0 * kNR;
+      for (int64_t g = 0; g < mm; g += kMR) micro_kernel(pa + g * kc, pb, kc, ct + g * kNC + n, kNC, k0 == 0);
+    }
+  }
+  store_tile(s, ct, C, m0, mm, n0, nn);
+}
+
+}  // namespace
+
+bool packed_bf16_gemm_available() { return true; }
+const char* packed_bf16_gemm_isa() { return kIsa; }
+int64_t packed_gemm_kernel_rows() { return kMR; }
+int64_t packed_gemm_kernel_cols() { return kNR; }
+
+int64_t packed_gemm_scratch_bytes(const Bf16MatmulShape& s) {
+  return 4 * (kAElems + kCElems + packed_b_elems(s));
+}
+
+// Per pass of columns: pack its panels of B (one pool job), then every (kNC columns, kMC rows)
+// tile (another), column-major so both threads share panels in cache.
+void packed_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C) {
+  float* pb = scratch(kAElems + kCElems + packed_b_elems(s)) + kAElems + kCElems;
+  const int64_t mt = (s.M + kMC - 1) / kMC;
+  const bool inline_only = ThreadPool::in_parallel_region() || default_pool().num_threads() <= 1;
+  const int64_t cols = pass_cols(s);
+  for (int64_t p0 = 0; p0 < s.N; p0 += cols) {
+    const int64_t p1 = std::min(s.N, p0 + cols), np = (p1 - p0 + kNR - 1) / kNR;
+    const int64_t chunks = (p1 - p0 + kNC - 1) / kNC;
+    auto pack = [&](int64_t j) { pack_b_panel(s, B, p0 / kNR + j, pb + j * kNR * s.K); };
+    auto work = [&](int64_t t) {
+      const int64_t n0 = p0 + (t / mt) * kNC, n1 = std::min(p1, n0 + kNC);
+      tile(s, A, pb + (n0 - p0) * s.K, C, (t % mt) * kMC, n0, n1);
+    };
+    if (inline_only) {
+      for (int64_t j = 0; j < np; ++j) pack(j);
+      for (int64_t t = 0; t < chunks * mt; ++t) work(t);
+    } else {
+      default_pool().run(np, pack);
+      default_pool().run(chunks * mt, work);
+    }
+  }
+}
+
+#else  // neither AVX2+FMA nor AVX-512F in this build: Bf16MatmulPlan uses convert+sgemm
+
+bool packed_bf16_gemm_available() { return false; }
+const char* packed_bf16_gemm_isa() { return "none"; }
+int64_t packed_gemm_kernel_rows() { return 0; }
+int64_t packed_gemm_kernel_cols() { return 0; }
+int64_t packed_gemm_scratch_bytes(const Bf16MatmulShape&) { return 0; }
+void packed_gemm(const Bf16MatmulShape&, const uint16_t*, const uint16_t*, void*) {
+  ENG_CHECK(false, "bf16 matmul: packed backend used in a build without AVX2+FMA or AVX-512F");
+}
+
+#endif
+
+}  // namespace eng::kern::detail
