@@ -1,8 +1,12 @@
 // bench/bf16_gemm_bench.cpp: the bf16 GEMM at llama-small's matmul shapes (forward X W, the
 // input gradient dY W^T and the weight gradient X^T dY), side by side in one run:
-//   plan    kern::Bf16MatmulPlan with kAuto (the engine's native GEMM on avx512_bf16) on the pool
+//   plan    kern::Bf16MatmulPlan with kAuto (the engine's native GEMM on avx512_bf16, else the
+//           packed f32 GEMM that widens bf16 while packing) on the pool
+//   convert the plan with kConvertSgemm (blocks widened to f32, then sgemm: the fallback the
+//           packed GEMM replaced)
 //   onednn  oneDNN 2.x used directly: one primitive over the whole shape, plain row-major
 //           operands (as the engine holds them), its own OpenMP threads = the pool's threads
+//           ("n/a" on CPUs without AVX-512: oneDNN 2.6 has no bf16 matmul there)
 //   sgemm   kern::matmul on f32 copies (the fp32 reference at the same shape)
 // and the core's vdpbf16ps / vfmadd231ps peaks (12-24 independent accumulators, no memory),
 // measured before and after the shapes.
@@ -93,7 +97,15 @@ struct Onednn {
   dnnl::matmul prim;
   dnnl::memory a, b, c;
   std::string impl;
+  bool ok = false;
   Onednn(const Case& k, uint16_t* A, uint16_t* B, uint16_t* C) {
+    try {
+      make(k, A, B, C);
+    } catch (const dnnl::error& e) {  // e.g. no bf16 matmul below avx512_core
+      impl = std::string("oneDNN: ") + e.what();
+    }
+  }
+  void make(const Case& k, uint16_t* A, uint16_t* B, uint16_t* C) {
     using dims = dnnl::memory::dims;
     using dt = dnnl::memory::data_type;
     const int64_t lda = k.ta ? k.M : k.K, ldb = k.tb ? k.K : k.N;
@@ -106,8 +118,10 @@ struct Onednn {
     a = dnnl::memory(ad, eng, A);
     b = dnnl::memory(bd, eng, B);
     c = dnnl::memory(cd, eng, C);
+    ok = true;
   }
   void run() {
+    if (!ok) return;
     prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     strm.wait();
   }
@@ -159,9 +173,9 @@ int main(int argc, char** argv) {
   g_cpu_time = threads == 1;
   std::printf("threads %d (pool; oneDNN's OpenMP set to the same)\n", threads);
   double best_peak = print_peaks();
-  double t_plan = 0, t_dnnl = 0, t_sgemm = 0, step_flops = 0;
-  std::printf("%-13s %5s %5s %5s  %8s %8s %8s  %s\n", "shape", "M", "N", "K", "plan", "onednn",
-              "sgemm", "(GFLOP/s, best of reps; oneDNN impl)");
+  double t_plan = 0, t_conv = 0, t_dnnl = 0, t_sgemm = 0, step_flops = 0;
+  std::printf("%-13s %5s %5s %5s  %8s %8s %8s %8s  %s\n", "shape", "M", "N", "K", "plan", "convert",
+              "onednn", "sgemm", "(GFLOP/s, best of reps; plan; oneDNN impl)");
   for (const Case& k : kCases) {
     auto A = random_bf16(k.M * k.K, 1), B = random_bf16(k.K * k.N, 2);
     std::vector<uint16_t> C(k.M * k.N);
@@ -171,16 +185,20 @@ int main(int argc, char** argv) {
     const int64_t lda = k.ta ? k.M : k.K, ldb = k.tb ? k.K : k.N;
     Bf16MatmulShape s{k.ta, k.tb, k.M, k.N, k.K, lda, ldb, k.N, eng::DType::kBF16};
     auto plan = eng::kern::Bf16MatmulPlan::create(s).value();
-    const int64_t bytes = plan->scratch_bytes();
+    auto conv = eng::kern::Bf16MatmulPlan::create(s, eng::kern::MatmulBackend::kConvertSgemm).value();
+    const int64_t bytes = std::max(plan->scratch_bytes(), conv->scratch_bytes());
     eng::default_pool().run_on_every_thread([&] { eng::kern::reserve_bf16_matmul_scratch(bytes); });
     omp_set_num_threads(threads);
     Onednn dn(k, A.data(), B.data(), C.data());
-    double bp = 1e9, bd = 1e9, bs = 1e9;
+    double bp = 1e9, bc = 1e9, bd = 1e9, bs = 1e9;
     for (int r = 0; r <= reps; ++r) {  // r == 0 warms up
       const int runs = k.per_step == 0 ? kInCacheRuns : 1;
       auto t0 = Clock::now();
       for (int i = 0; i < runs; ++i) plan->run(A.data(), B.data(), C.data());
       const double tp = seconds(t0);
+      t0 = Clock::now();
+      for (int i = 0; i < runs; ++i) conv->run(A.data(), B.data(), C.data());
+      const double tc = seconds(t0);
       omp_set_num_threads(threads);
       t0 = Clock::now();
       for (int i = 0; i < runs; ++i) dn.run();
@@ -190,20 +208,24 @@ int main(int argc, char** argv) {
         eng::kern::matmul(k.ta, k.tb, k.M, k.N, k.K, 1.f, A32.data(), lda, B32.data(), ldb, 0.f,
                           C32.data(), k.N);
       const double ts = seconds(t0);
-      if (r > 0) bp = std::min(bp, tp), bd = std::min(bd, td), bs = std::min(bs, ts);
+      if (r > 0) bp = std::min(bp, tp), bc = std::min(bc, tc), bd = std::min(bd, td), bs = std::min(bs, ts);
     }
     const double f = 2.0 * k.M * k.N * k.K * (k.per_step == 0 ? kInCacheRuns : 1);
-    std::printf("%-13s %5lld %5lld %5lld  %8.0f %8.0f %8.0f  %s\n", k.name,
+    std::printf("%-13s %5lld %5lld %5lld  %8.0f %8.0f %8.0f %8.0f  %s; %s\n", k.name,
                 static_cast<long long>(k.M), static_cast<long long>(k.N),
-                static_cast<long long>(k.K), f / bp * 1e-9, f / bd * 1e-9, f / bs * 1e-9,
-                dn.impl.c_str());
-    t_plan += bp * k.per_step, t_dnnl += bd * k.per_step, t_sgemm += bs * k.per_step;
+                static_cast<long long>(k.K), f / bp * 1e-9, f / bc * 1e-9, dn.ok ? f / bd * 1e-9 : 0.0,
+                f / bs * 1e-9, plan->describe().c_str(), dn.impl.c_str());
+    t_plan += bp * k.per_step, t_conv += bc * k.per_step, t_dnnl += bd * k.per_step;
+    t_sgemm += bs * k.per_step;
     step_flops += f * k.per_step;
   }
-  std::printf("one step's matmuls (%.0f GFLOP): plan %.3f s (%.0f GFLOP/s), onednn %.3f s (%.0f), "
-              "sgemm %.3f s (%.0f); plan/onednn time %.2f\n",
-              step_flops * 1e-9, t_plan, step_flops / t_plan * 1e-9, t_dnnl,
-              step_flops / t_dnnl * 1e-9, t_sgemm, step_flops / t_sgemm * 1e-9, t_plan / t_dnnl);
+  std::printf("one step's matmuls (%.0f GFLOP): plan %.3f s (%.0f GFLOP/s), convert+sgemm %.3f s "
+              "(%.0f), onednn %.3f s (%.0f), sgemm %.3f s (%.0f); plan/onednn time %.2f, "
+              "plan/sgemm time %.2f\n",
+              step_flops * 1e-9, t_plan, step_flops / t_plan * 1e-9, t_conv,
+              step_flops / t_conv * 1e-9, t_dnnl, t_dnnl > 0 ? step_flops / t_dnnl * 1e-9 : 0.0,
+              t_sgemm, step_flops / t_sgemm * 1e-9, t_dnnl > 0 ? t_plan / t_dnnl : 0.0,
+              t_plan / t_sgemm);
   best_peak = std::max(best_peak, print_peaks());  // again after the shapes: the better of two
   // The register-only loop runs on one thread: with more threads, the plan's rate per thread.
   const double per_thread = step_flops / t_plan * 1e-9 / threads;

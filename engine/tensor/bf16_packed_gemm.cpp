@@ -103,35 +103,34 @@ void pack_b_panel(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, float*
       for (int64_t c = 0; c < kNR; ++c) dst[k * kNR + c] = c < nn ? bf16_to_f32(B[k * s.ldb + n0 + c]) : 0.f;
     return;
   }
-  // B is (N, K): column c of the panel is row n0 + c of B, contiguous in k.
-  for (int64_t c = 0; c < kNR; ++c) {
-    if (c >= nn) {
-      for (int64_t k = 0; k < s.K; ++k) dst[k * kNR + c] = 0.f;
-      continue;
-    }
-    const uint16_t* row = B + (n0 + c) * s.ldb;
-    for (int64_t k = 0; k < s.K; ++k) dst[k * kNR + c] = bf16_to_f32(row[k]);
-  }
+  // B is (N, K): column c of the panel is row n0 + c of B, contiguous in k. k outer: the
+  // panel is written in order while the nn rows are read as nn sequential streams.
+  for (int64_t k = 0; k < s.K; ++k)
+    for (int64_t c = 0; c < kNR; ++c) dst[k * kNR + c] = c < nn ? bf16_to_f32(B[(n0 + c) * s.ldb + k]) : 0.f;
 }
 
 // Rows [m0, m0 + mm) of op(A), k in [k0, k0 + kc), as groups of kMR rows: dst[g][k][r] (zero
-// past M). Not transposed: each row's run of k is widened 16 (or 8) at a time into a row
-// buffer, then scattered into the group layout.
+// past M). Not transposed: each row's run of k is widened kLanes at a time into a row buffer,
+// then scattered into the group layout; transposed (A is (K, M)): the group's kMR rows are
+// contiguous in each row k of A, read in order.
 void pack_a_block(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64_t mm, int64_t k0,
                   int64_t kc, float* dst) {
   for (int64_t g = 0; g < round_up(mm, kMR); g += kMR) {
     float* out = dst + g * kc;
+    const int64_t rows = std::min(kMR, mm - g);
+    if (s.trans_a) {
+      for (int64_t k = 0; k < kc; ++k) {
+        const uint16_t* col = A + (k0 + k) * s.lda + m0 + g;
+        for (int64_t r = 0; r < kMR; ++r) out[k * kMR + r] = r < rows ? bf16_to_f32(col[r]) : 0.f;
+      }
+      continue;
+    }
     for (int64_t r = 0; r < kMR; ++r) {
-      const int64_t m = m0 + g + r;
-      if (g + r >= mm) {
+      if (r >= rows) {
         for (int64_t k = 0; k < kc; ++k) out[k * kMR + r] = 0.f;
         continue;
       }
-      if (s.trans_a) {  // a[m][k] = A[k * lda + m]
-        for (int64_t k = 0; k < kc; ++k) out[k * kMR + r] = bf16_to_f32(A[(k0 + k) * s.lda + m]);
-        continue;
-      }
-      const uint16_t* row = A + m * s.lda + k0;
+      const uint16_t* row = A + (m0 + g + r) * s.lda + k0;
       int64_t k = 0;
       alignas(64) float buf[kLanes];
       for (; k + kLanes <= kc; k += kLanes) {
