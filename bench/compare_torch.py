@@ -4,8 +4,13 @@
 Runs, in one session and alternating so machine noise hits all alike, REPS repetitions of
     train_bench --model llama-<preset> --dtype float32|bfloat16   (shardlab, one device)
     torch_llama.py --preset <preset> --arch llama [--autocast-bf16] (PyTorch, python3-torch)
-with the same threads (2) and the same BLAS kernels (OpenBLAS SkylakeX; GOMP_SPINCOUNT=0 for
-torch, its best setting on 2 cores), then prints medians and ratios as a Markdown table.
+with the same threads (2), then prints medians and ratios as a Markdown table.
+
+shardlab runs as a user runs it: the caller's environment, nothing forced (OPENBLAS_CORETYPE
+included: shardlab chooses its OpenBLAS core from the CPU's features, keeping the caller's
+only when it is at least as strong). PyTorch gets its best documented setting
+(../shared/bench/README.md): OPENBLAS_CORETYPE set to the strongest core this CPU runs (as
+train_bench --peak-only reports it: blas_best), GOMP_SPINCOUNT=0, and its best allocator.
 
 shardlab bf16 is MaxText's mixed precision (dtype=bfloat16, weight_dtype=grad_dtype=float32);
 PyTorch bf16 is torch.autocast("cpu", dtype=torch.bfloat16) over the forward pass and the loss,
@@ -105,13 +110,21 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3")
     a = ap.parse_args()
     bench = os.path.join(a.build, "bench", "train_bench")
-    ours_env = clean_env({"SHARDLAB_NUM_THREADS": "2", "SHARDLAB_OPENBLAS_CORETYPE": "SkylakeX"})
+    # As a user runs it: the caller's environment; only the thread count matches torch's.
+    ours_env = dict(os.environ, SHARDLAB_NUM_THREADS="2")
     dtypes = a.dtypes.split(",")
 
     peaks = run_json([bench, "--peak-only"], ours_env)
     if "error" in peaks:
         sys.exit(f"train_bench --peak-only failed: {peaks['error']}")
     peak, bf16_peak = peaks["sgemm_peak_gflops"], peaks.get("bf16_peak_gflops", 0.0)
+    best_core = peaks.get("blas_best", "Haswell")
+    print(f"CPU: {peaks.get('cpu', '?')}; shardlab's OpenBLAS core: {peaks.get('blas_core', '?')} "
+          f"(this CPU's best: {best_core}); PyTorch runs with OPENBLAS_CORETYPE={best_core}")
+    print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    if "theoretical_peak_gflops" in peaks:
+        print(f"theoretical f32 peak of the cores in use: {peaks['theoretical_peak_gflops']:.1f} "
+              f"GFLOP/s (clock {peaks.get('clock_ghz', 0):.2f} GHz)")
     print(f"sgemm peak (kern::matmul, 2 threads, best median of LM shapes): {peak:.1f} GFLOP/s")
     print(f"bf16 matmul peak (Bf16MatmulPlan, same shapes): {bf16_peak:.1f} GFLOP/s", flush=True)
 
@@ -122,7 +135,7 @@ def main():
         if alloc == "tcmalloc" and not have_tcmalloc():
             notes.append(f"{TCMALLOC} not installed: PyTorch ran with the glibc tunables instead")
             alloc = "tunables"
-        torch_env = clean_env({"OPENBLAS_CORETYPE": "SkylakeX", "GOMP_SPINCOUNT": "0",
+        torch_env = clean_env({"OPENBLAS_CORETYPE": best_core, "GOMP_SPINCOUNT": "0",
                                **alloc_env(alloc)})
         runs = {(who, dt): [] for who in ("shardlab", "torch") for dt in dtypes}
         errors = {}
@@ -164,7 +177,8 @@ def main():
         print(f"| llama-{preset} | {dt} | {fmt_tps(mo)} | {mfu(mo, peak)} | {mfu(mo, bf16_peak)} | "
               f"{fmt_tps(mt)} ({alloc}) | {mfu(mt, peak)} | {mfu(mt, bf16_peak)} | {ratio} |")
     print(f"\n(medians of {a.reps} alternating runs; sgemm peak {peak:.0f} GFLOP/s, bf16 matmul "
-          f"peak {bf16_peak:.0f} GFLOP/s; MFU = model FLOPs (torch_llama.py formula) / peak)")
+          f"peak {bf16_peak:.0f} GFLOP/s; MFU = model FLOPs (torch_llama.py formula) / peak; "
+          f"load average at the end {os.getloadavg()[0]:.2f})")
     for note in notes:
         print(f"- {note}")
 

@@ -1,6 +1,11 @@
 // bench/train_bench.cpp: training throughput of a preset (tokens/s, TFLOP/s per device, MFU
-// against the sgemm peak and the bf16 matmul peak measured in the same process), as one JSON
-// line plus a summary.
+// against the sgemm peak and the bf16 matmul peak measured in the same process, and against
+// the theoretical f32 FMA peak of the cores in use), as one JSON line plus a summary.
+//
+// The theoretical peak (FMA units x f32 lanes x 2 x measured clock x pool threads, for the
+// vector width of the OpenBLAS core in use; engine/tensor/cpu_info.h) does not depend on the
+// kernels: a misdetected BLAS core (Prescott on an AVX-512 CPU) or a throttled clock shows as
+// a low sgemm peak over it and a low MFU over it, where MFU over the measured peak looks fine.
 //
 //   train_bench --model llama-tiny --steps 10 --warmup 3      (synthetic data, one device)
 //   train_bench --model llama-small --dtype bfloat16          (MaxText's mixed precision)
@@ -24,6 +29,8 @@
 #include "engine/base/clock.h"
 #include "engine/base/thread_pool.h"
 #include "engine/tensor/blas.h"
+#include "engine/tensor/cpu_info.h"
+#include "engine/tensor/system_info.h"
 #include "engine/tensor/kernels.h"
 #include "engine/tensor/onednn_matmul.h"
 #include "engine/train/trainer.h"
@@ -133,16 +140,34 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (eng::Status st = eng::check_blas_environment(); !st.ok()) {
+    fmt::print(stderr, "train_bench: {}\n", st.message());
+    return 2;
+  }
   const eng::BlasInfo& blas = eng::blas_info();
   fmt::print("BLAS: {} ({}; {} BLAS thread, {}); pool threads: {}\n", blas.core, blas.config,
              blas.num_threads, blas.env_note, eng::default_pool().num_threads());
+  fmt::print("{}", eng::system_info_text());
+  // The independent yardstick: what the cores in use can do at all with this core's vectors.
+  const eng::OpenblasCore* core = eng::find_openblas_core(blas.core);
+  const int flops_per_cycle = eng::fp32_flops_per_cycle(eng::cpu_info(), core ? core->strength : 1);
+  const double ghz = eng::measure_clock_ghz(0.1);
+  const int threads = eng::default_pool().num_threads();
+  const double theory = threads * flops_per_cycle * ghz;
+  fmt::print("theoretical f32 peak: {} threads x {} FLOP/cycle ({} kernels) x {:.2f} GHz (measured) "
+             "= {:.1f} GFLOP/s\n", threads, flops_per_cycle, blas.core, ghz, theory);
   if (peak <= 0) peak = measure_sgemm_peak(true);
-  fmt::print("sgemm peak (best median): {:.1f} GFLOP/s\n", peak);
+  fmt::print("sgemm peak (best median): {:.1f} GFLOP/s = {:.0f}% of the theoretical peak\n", peak,
+             100 * peak / theory);
   if (bf16_peak <= 0) bf16_peak = measure_bf16_peak(true);
   fmt::print("bf16 matmul peak (best median; avx512_bf16: {}): {:.1f} GFLOP/s\n",
              eng::kern::cpu_has_avx512_bf16() ? "yes" : "no", bf16_peak);
   if (peak_only) {
-    fmt::print("{{\"sgemm_peak_gflops\": {:.1f}, \"bf16_peak_gflops\": {:.1f}}}\n", peak, bf16_peak);
+    fmt::print("{{\"sgemm_peak_gflops\": {:.1f}, \"bf16_peak_gflops\": {:.1f}, "
+               "\"theoretical_peak_gflops\": {:.1f}, \"clock_ghz\": {:.2f}, \"blas_core\": \"{}\", "
+               "\"blas_best\": \"{}\", \"cpu\": \"{}\"}}\n",
+               peak, bf16_peak, theory, ghz, blas.core, eng::best_openblas_core(eng::cpu_info()),
+               eng::cpu_info().model_name);
     return 0;
   }
 
@@ -192,17 +217,20 @@ int main(int argc, char** argv) {
   const double maxtext_tflops_s = t->tflops().total / med;
   fmt::print(
       "RESULT model={} dtype={} remat={} median_step_ms={:.1f} tokens_per_s={:.0f} model_GFLOPs={:.1f} "
-      "mfu={:.1f}% mfu_bf16_peak={:.1f}% maxtext_TFLOP/s/device={:.3f} (min_ms={:.1f} max_ms={:.1f} n={})\n",
-      model, dtype, remat, med * 1e3, tps, gflops, 100 * gflops / peak,
+      "mfu={:.1f}% mfu_theoretical={:.1f}% mfu_bf16_peak={:.1f}% maxtext_TFLOP/s/device={:.3f} "
+      "(min_ms={:.1f} max_ms={:.1f} n={})\n",
+      model, dtype, remat, med * 1e3, tps, gflops, 100 * gflops / peak, 100 * gflops / theory,
       bf16_peak > 0 ? 100 * gflops / bf16_peak : 0.0, maxtext_tflops_s,
       *std::min_element(times.begin(), times.end()) * 1e3,
       *std::max_element(times.begin(), times.end()) * 1e3, times.size());
   fmt::print(
       "{{\"model\": \"{}\", \"dtype\": \"{}\", \"median_step_ms\": {:.2f}, \"tokens_per_s\": {:.1f}, "
       "\"model_gflops\": {:.2f}, \"sgemm_peak_gflops\": {:.1f}, \"bf16_peak_gflops\": {:.1f}, "
-      "\"mfu\": {:.4f}, \"mfu_bf16_peak\": {:.4f}, \"flops_per_token\": {:.0f}, "
+      "\"theoretical_peak_gflops\": {:.1f}, \"blas_core\": \"{}\", "
+      "\"mfu\": {:.4f}, \"mfu_theoretical\": {:.4f}, \"mfu_bf16_peak\": {:.4f}, \"flops_per_token\": {:.0f}, "
       "\"maxtext_tflops_per_s_per_device\": {:.4f}}}\n",
-      model, dtype, med * 1e3, tps, gflops, peak, bf16_peak, gflops / peak,
+      model, dtype, med * 1e3, tps, gflops, peak, bf16_peak, theory, blas.core, gflops / peak,
+      gflops / theory,
       bf16_peak > 0 ? gflops / bf16_peak : 0.0, flops_per_token, maxtext_tflops_s);
   return 0;
 }
