@@ -91,6 +91,53 @@ inline void store(uint16_t* p, simd::Vec v, simd::Mask m) {
 #endif
   _mm256_mask_storeu_epi16(p, m, high_halves(round_bits_sw(_mm512_castps_si512(v.v))));
 }
+#elif ENG_AVX2
+// Lanes whose bits are f32 rounded to bf16, still as f32 (low 16 bits zero); the software rule.
+inline __m256i round_bits_sw(__m256i u) {
+  const __m256 f = _mm256_castsi256_ps(u);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);  // quiet NaN
+  return _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+}
+inline simd::Vec round(simd::Vec v) {
+  return {_mm256_castsi256_ps(round_bits_sw(_mm256_castps_si256(v.v)))};
+}
+// 8 bf16 (16 bytes) widened to f32.
+inline __m256 widen8(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline simd::Vec load(const uint16_t* p, simd::Mask m) {
+  if (m.full) return {widen8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+  alignas(16) uint16_t buf[8] = {};
+  for (int i = 0; i < m.n; ++i) buf[i] = p[i];  // only the lanes that may be read
+  return {_mm256_and_ps(widen8(_mm_load_si128(reinterpret_cast<const __m128i*>(buf))),
+                        _mm256_castsi256_ps(m.m))};
+}
+inline simd::Vec select(simd::Mask m, simd::Vec v) {
+  return {_mm256_and_ps(_mm256_castsi256_ps(m.m), v.v)};
+}
+inline simd::Mask visible(const int32_t* seg, int64_t s, int64_t valid, int32_t seg_t) {
+  const simd::Mask m = simd::mask_for(valid - s);  // no lanes when s >= valid
+  if (seg == nullptr || m.n == 0) return m;
+  const __m256i eq = _mm256_cmpeq_epi32(_mm256_maskload_epi32(seg + s, m.m), _mm256_set1_epi32(seg_t));
+  const __m256i on = _mm256_and_si256(eq, m.m);
+  return {on, m.n, _mm256_movemask_ps(_mm256_castsi256_ps(on)) == 0xff};
+}
+inline void store(uint16_t* p, simd::Vec v, simd::Mask m) {
+  const __m256i r = _mm256_srli_epi32(round_bits_sw(_mm256_castps_si256(v.v)), 16);
+  const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  if (m.full) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+    return;
+  }
+  alignas(16) uint16_t buf[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(buf), h);
+  const int on = _mm256_movemask_ps(_mm256_castsi256_ps(m.m));
+  for (int i = 0; i < m.n; ++i)
+    if ((on >> i) & 1) p[i] = buf[i];
+}
 #else
 inline simd::Vec round(simd::Vec v) { return {bf16_to_f32(f32_to_bf16(v.v))}; }
 inline simd::Vec load(const uint16_t* p, simd::Mask) { return {bf16_to_f32(*p)}; }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/base/thread_pool.h"
+#include "engine/tensor/bf16_simd.h"
 #include "engine/tensor/dtype.h"
 #include "engine/tensor/kernels.h"
 #include "engine/tensor/simd.h"
@@ -89,6 +90,8 @@ void convert_f32_to_bf16(const float* x, uint16_t* y, int64_t n) {
       r = _mm512_mask_mov_epi32(r, nan, q);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtepi32_epi16(r));
     }
+#elif ENG_AVX2
+    for (; i + 8 <= hi; i += 8) bf16::store(y + i, simd::load(x + i, simd::mask_for(8)), simd::mask_for(8));
 #endif
     for (; i < hi; ++i) y[i] = f32_to_bf16(x[i]);
   });
@@ -104,6 +107,9 @@ void convert_bf16_to_f32(const uint16_t* x, float* y, int64_t n) {
       __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
       _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
     }
+#elif ENG_AVX2
+    for (; i + 8 <= hi; i += 8)
+      _mm256_storeu_ps(y + i, bf16::widen8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
 #endif
     for (; i < hi; ++i) y[i] = bf16_to_f32(x[i]);
   });

@@ -25,7 +25,7 @@ std::vector<std::pair<std::string, std::string>> system_info() {
       {"blas_core", blas.core},
       {"blas_best", std::string(best_openblas_core(cpu))},
       {"blas_env", blas_env},
-      {"simd", ENG_AVX512 ? "avx512" : "scalar"},
+      {"simd", kern::simd::kSimdPath},
       {"matmul_f32", fmt::format("openblas {} sgemm", blas.core)},
       {"matmul_bf16", bf16},
   };

@@ -16,7 +16,7 @@ namespace eng {
 //   blas_core    OpenBLAS's core as loaded, e.g. "Zen"
 //   blas_best    the strongest core this CPU runs (best_openblas_core)
 //   blas_env     what was done to OPENBLAS_* before loading (BlasInfo::env_note)
-//   simd         the engine's own kernels: "avx512" (build and CPU) or "scalar"
+//   simd         the engine's own kernels' vectors: "avx512", "avx2" or "scalar" (the build's)
 //   matmul_f32   "openblas <core> sgemm"
 //   matmul_bf16  the bf16 matmul kAuto picks (Bf16MatmulPlan::describe)
 std::vector<std::pair<std::string, std::string>> system_info();
