@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/tensor/bf16_gemm.h"
 #include "engine/tensor/blas.h"
 #include "engine/tensor/cpu_info.h"
 #include "engine/tensor/onednn_matmul.h"
@@ -28,6 +29,9 @@ std::vector<std::pair<std::string, std::string>> system_info() {
       {"simd", kern::simd::kSimdPath},
       {"matmul_f32", fmt::format("openblas {} sgemm", blas.core)},
       {"matmul_bf16", bf16},
+      {"attention_bf16", kern::detail::native_bf16_gemm_available()
+                             ? "vdpbf16ps GEMM (bf16 operands), sgemm (f32 p, ds)"
+                             : "sgemm on f32 copies"},
   };
 }
 

@@ -19,6 +19,7 @@ namespace eng {
 //   simd         the engine's own kernels' vectors: "avx512", "avx2" or "scalar" (the build's)
 //   matmul_f32   "openblas <core> sgemm"
 //   matmul_bf16  the bf16 matmul kAuto picks (Bf16MatmulPlan::describe)
+//   attention_bf16  what bf16 attention's block products run on
 std::vector<std::pair<std::string, std::string>> system_info();
 
 // The same, one "key: value" per line.

@@ -1,9 +1,17 @@
 // tests/tensor/cpu_info_test.cpp: the OpenBLAS core chosen from CPU features (pure, on made-up
 // CPUs), the loaded core against that table on this machine, and the FMA peak's arithmetic.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "engine/tensor/blas.h"
 #include "engine/tensor/cpu_info.h"
+#include "engine/tensor/onednn_matmul.h"
+#include "engine/tensor/simd.h"
+#include "engine/tensor/system_info.h"
 
 namespace eng {
 namespace {
@@ -106,6 +114,29 @@ TEST(CpuInfo, PeakArithmetic) {
   const double ghz = measure_clock_ghz(0.01);
   EXPECT_GT(ghz, 0.3);
   EXPECT_LT(ghz, 8.0);
+}
+
+// The dispatch says which path each kernel took, and it is the one this build and CPU allow.
+TEST(SystemInfo, NamesThePathsThisBuildRuns) {
+  std::map<std::string, std::string> info;
+  for (const auto& [k, v] : system_info()) info[k] = v;
+  std::printf("%s", system_info_text().c_str());
+  for (const char* k : {"cpu", "cpu_flags", "blas_core", "blas_best", "blas_env", "simd",
+                        "matmul_f32", "matmul_bf16", "attention_bf16"})
+    EXPECT_FALSE(info[k].empty()) << k;
+  EXPECT_EQ(info["simd"], ENG_AVX512 ? "avx512" : ENG_AVX2 ? "avx2" : "scalar");
+  EXPECT_EQ(info["blas_core"], blas_info().core);
+  const std::string bf16 = info["matmul_bf16"];
+#if defined(__AVX512BF16__)
+  const bool native = kern::cpu_has_avx512_bf16();
+#else
+  const bool native = false;
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  EXPECT_EQ(bf16.rfind(native ? "native" : "packed", 0), 0u) << bf16;
+#else
+  EXPECT_EQ(bf16, "convert+sgemm");
+#endif
 }
 
 }  // namespace
