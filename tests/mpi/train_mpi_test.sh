@@ -62,6 +62,12 @@ rows=$("$shardlab" --db "$work/mpi_df4/run.db" -e 'io.write(#sl.sql("SELECT * FR
 per=$("$shardlab" --db "$work/mpi_df4/run.db" -e 'io.write(#sl.sql(
   "SELECT * FROM metrics WHERE key LIKE ? AND value >= 0", "dist/collective_wait_s/process_%"))')
 [[ $per == 12 ]] || fail "store of the 4-process run has $per collective wait rows, expected 3 x 4"
+# ... and the job's process count (JAX's process_count) as a param of the run.
+for case in sim_df:1 mpi_df2:2 mpi_df4:4; do
+  pc=$("$shardlab" --db "$work/${case%%:*}/run.db" -e 'io.write(sl.sql(
+    "SELECT value FROM params WHERE key = ?", "process_count")[1].value)')
+  [[ $pc == "${case#*:}" ]] || fail "${case%%:*}: params.process_count is '$pc', expected ${case#*:}"
+done
 
 # 2. Restore a 4-process checkpoint (after step 2) on 1 and 2 processes; run 2 more steps.
 run sim_5 1 data:2,fsdp:2 5 "$work/sim_5/out"
