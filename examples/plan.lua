@@ -54,16 +54,26 @@ end
 local sorted = {}
 for axis in pairs(axes) do sorted[#sorted + 1] = axis end
 table.sort(sorted)
+local negligible = {}  -- axes whose traffic rounds to 0.00 GiB on every mesh: no row of zeros
 for _, axis in ipairs(sorted) do
-  row("collective GiB/step @" .. axis, function(p)
-    return string.format("%.2f", (p.compiled.cost.collective_bytes[axis] or 0) / GiB)
-  end)
+  local most = 0
+  for _, p in ipairs(plans) do most = math.max(most, p.compiled.cost.collective_bytes[axis] or 0) end
+  if most < 0.005 * GiB then
+    negligible[#negligible + 1] = string.format("%s (%.1f MiB at most)", axis, most / 2 ^ 20)
+  else
+    row("collective GiB/step @" .. axis, function(p)
+      return string.format("%.2f", (p.compiled.cost.collective_bytes[axis] or 0) / GiB)
+    end)
+  end
 end
 row("TFLOP / device / step", function(p) return string.format("%.1f", p.compiled.cost.flops / 1e12) end)
 for _, h in ipairs(hbm_gib) do
   row(string.format("fits %d GiB HBM?", h), function(p)
     return p.compiled.memory.peak_bytes <= h * GiB and "yes" or "no"
   end)
+end
+if #negligible > 0 then
+  print("collectives under 0.01 GiB/step on every mesh: " .. table.concat(negligible, ", "))
 end
 
 -- How an MLP weight and a (grouped-query) key weight are split on each mesh: scanned layers
@@ -77,5 +87,6 @@ for _, p in ipairs(plans) do
   print(string.format("%-20s key:  %-34s %-32s local (%s)", p.name, k.type, tostring(k.spec),
                       table.concat(k.local_shape, ", ")))
 end
+-- MaxText's memory line (what JAX prints at compile), one per plan.
 print()
-print(plans[1].compiled.memory.summary)
+for _, p in ipairs(plans) do print(string.format("%s: %s", p.name, p.compiled.memory.summary)) end

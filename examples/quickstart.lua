@@ -2,9 +2,14 @@
 -- simulated devices (data=2 x fsdp=2), then ask the metrics store what happened.
 -- Run: scripts/quickstart.sh   (or: build/shell/shardlab --db quickstart.db examples/quickstart.lua)
 --
--- Arguments: [steps] [corpus]   e.g. shardlab examples/quickstart.lua 50
-local steps = tonumber(arg and arg[1]) or 300
-local corpus = (arg and arg[2]) or "/usr/share/games/fortunes/cookie"
+-- Arguments: MaxText-style config overrides, applied by sl.config below over its own keys,
+-- e.g. `shardlab examples/quickstart.lua steps=50 dataset=text:/usr/share/games/fortunes/art`.
+for i = 1, #(arg or {}) do
+  if not arg[i]:find("=", 1, true) then
+    error(string.format("quickstart.lua: arguments are config overrides key=value (steps=50), got '%s'",
+                        arg[i]), 0)
+  end
+end
 
 -- A mesh over MaxText's 12 axes: data parallel x FSDP on 4 simulated devices.
 local mesh = sl.mesh{data = 2, fsdp = 2, devices = 4}
@@ -12,8 +17,8 @@ print(mesh)
 
 local cfg = sl.config{
   model = "llama-tiny",              -- vocab 256 (bytes), emb 256, 4 layers, 4 heads, mlp 704
-  dataset = "text:" .. corpus,       -- byte-level: the loss starts near ln(256) = 5.55
-  steps = steps,
+  dataset = "text:/usr/share/games/fortunes/cookie",  -- byte-level: loss starts near ln(256) = 5.55
+  steps = 300,
   per_device_batch_size = 2,         -- global batch 4 x 2 = 8 sequences of 256 tokens
   learning_rate = 3e-3,
   warmup_steps_fraction = 0.05,
@@ -37,7 +42,7 @@ for axis, bytes in pairs(c.cost.collective_bytes) do
   print(string.format("collectives over %-10s %8.1f MiB per device per step", axis, bytes / 2^20))
 end
 
-local result = t:train{steps = steps}
+local result = t:train{}             -- to the config's steps (300, or steps=N given)
 
 -- Everything is in the store (--db): one row per step, the config, the compilation. The
 -- queries name this run (t.run_id): the file may hold earlier runs too.

@@ -8,7 +8,12 @@
 
 #include <lua.hpp>
 
+#include <span>
 #include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/train/config.h"
 
 namespace shell {
 
@@ -34,6 +39,11 @@ void open_shardlab(lua_State* L, ShellContext* ctx);
 // An uncaught error is ending the script (or notebook) with `error`: every run a live trainer
 // records ends FAILED (lua_shell.cpp), unless Ctrl-C or SIGTERM ended it (then KILLED).
 void fail_open_runs(lua_State* L, const std::string& error);
+// The script's arguments of the form key=value (a config key: letters, digits, '_'), as
+// MaxText-style overrides every sl.config applies (ShellContext::arg_overrides); other
+// arguments are the script's own. Errors (an unknown key, a value of the wrong type) name the
+// argument, so `shardlab train.lua stesp=5` fails before the script runs.
+eng::Result<std::vector<eng::ConfigOverride>> script_config_overrides(std::span<char* const> args);
 // Records the current global names as the system's (who() hides them); open_shardlab calls it.
 void remember_system_globals(lua_State* L);
 

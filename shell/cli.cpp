@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -241,7 +242,24 @@ int pmain_body(lua_State* L) {
   if (o.version) print_version();
   if (!o.ignore_env && handle_luainit(L) != LUA_OK) return 0;
   if (!run_actions(L, m->argv, o)) return 0;
-  if (o.script > 0 && handle_script(L, m->argv, o.script) != LUA_OK) return 0;
+  if (o.script > 0) {
+    // key=value arguments override every sl.config of the script (MaxText's argv).
+    auto overrides = script_config_overrides(std::span(m->argv + o.script + 1, m->argv + m->argc));
+    if (!overrides.ok()) {
+      lua_pushstring(L, overrides.status().message().c_str());
+      return report(L, LUA_ERRRUN, kProgname), 0;
+    }
+    m->ctx->arg_overrides = *std::move(overrides);
+    if (handle_script(L, m->argv, o.script) != LUA_OK) return 0;
+    if (!m->ctx->arg_overrides.empty() && !m->ctx->arg_overrides_applied) {
+      std::string given;
+      for (const eng::ConfigOverride& a : m->ctx->arg_overrides) given += " " + a.token;
+      lua_pushstring(L, fmt::format("script arguments{} were not applied: the script made no "
+                                    "sl.config (they override a script's config)",
+                                    given).c_str());
+      return report(L, LUA_ERRRUN, kProgname), 0;
+    }
+  }
   if (o.interactive) {
     run_repl(L);
   } else if (o.script == 0 && !o.has_e && !o.version) {

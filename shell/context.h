@@ -9,6 +9,7 @@
 
 #include "engine/base/status.h"
 #include "engine/store/metrics_store.h"
+#include "engine/train/config.h"
 
 namespace eng {
 class Trainer;
@@ -23,6 +24,10 @@ struct ShellContext {
   bool timing = true;                          // sl.timing: the REPL shows slow commands' times
   bool interactive = false;                    // the REPL is reading commands (not a script)
   std::vector<const eng::Trainer*> trainers;   // live Trainer userdata (lua_train.cpp keeps it)
+  // The script's key=value arguments (`shardlab train.lua steps=5`): MaxText's command-line
+  // overrides, applied by every sl.config after its own keys (shell/cli.cpp checks them first).
+  std::vector<eng::ConfigOverride> arg_overrides;
+  bool arg_overrides_applied = false;          // some sl.config applied them
 
   // Real compiles so far by the live trainers (%timeit tells a compiling first call apart).
   int64_t compiles() const;

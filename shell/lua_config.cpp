@@ -1,5 +1,7 @@
 // shell/lua_config.cpp: Lua bindings for training configurations: sl.config, sl.config_keys, Config.
 #include <algorithm>
+#include <cctype>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -7,6 +9,7 @@
 
 #include "engine/train/config.h"
 #include "shell/bindings.h"
+#include "shell/context.h"
 #include "shell/lua_binding.h"
 #include "shell/lua_sharding.h"
 #include "shell/lua_types.h"
@@ -57,15 +60,10 @@ Result<bool> set_rules_table(lua_State* L, eng::Config& c, const std::string& ke
   return true;
 }
 
-// sl.config("model=llama-tiny steps=10 run_name='a b'"): MaxText's command-line overrides, split
-// and typed as pyconfig does (engine/train/config.h). Every error names the token it is about.
-Status set_from_overrides(eng::Config& c, std::string_view text) {
-  constexpr std::string_view fn = "sl.config";
-  Result<std::vector<eng::ConfigOverride>> parsed = eng::split_config_overrides(text);
-  if (!parsed.ok()) return with_context(fn, parsed.status());
-  std::vector<eng::ConfigOverride> items = std::move(parsed).value();
-  // model_name first, so preset-dependent validation sees it (as for the table form); later
-  // tokens override earlier ones, as in MaxText's argv.
+// Sets MaxText command-line overrides, typed as pyconfig does (engine/train/config.h): model
+// first, so preset-dependent validation sees it (as for the table form); later tokens override
+// earlier ones, as in MaxText's argv. Every error names `fn` and the token it is about.
+Status apply_overrides(eng::Config& c, std::vector<eng::ConfigOverride> items, std::string_view fn) {
   std::stable_partition(items.begin(), items.end(), [](const eng::ConfigOverride& o) {
     return o.key == "model" || o.key == "model_name";
   });
@@ -79,6 +77,14 @@ Status set_from_overrides(eng::Config& c, std::string_view text) {
       return with_context(fn, Status(s.code(), fmt::format("{} (in '{}')", s.message(), o.token)));
   }
   return eng::ok_status();
+}
+
+// sl.config("model=llama-tiny steps=10 run_name='a b'"): MaxText's command-line overrides.
+Status set_from_overrides(eng::Config& c, std::string_view text) {
+  constexpr std::string_view fn = "sl.config";
+  Result<std::vector<eng::ConfigOverride>> parsed = eng::split_config_overrides(text);
+  if (!parsed.ok()) return with_context(fn, parsed.status());
+  return apply_overrides(c, std::move(parsed).value(), fn);
 }
 
 Result<int> config_new(lua_State* L) {
@@ -119,6 +125,12 @@ Result<int> config_new(lua_State* L) {
       eng::Status s = c.set(k, std::move(v).value());
       if (!s.ok()) return with_context(fn, s);
     }
+  }
+  // The script's key=value arguments override its config, as MaxText's argv overrides the YAML.
+  ShellContext& ctx = context(L);
+  if (!ctx.arg_overrides.empty()) {
+    ENG_RETURN_IF_ERROR(apply_overrides(c, ctx.arg_overrides, "sl.config: script argument"));
+    ctx.arg_overrides_applied = true;
   }
   push_udata(L, std::move(c));
   return 1;
@@ -199,7 +211,8 @@ constexpr Function kConfigFunctions[] = {
      "  A string takes MaxText's command-line overrides: sl.config(\"model=llama-tiny steps=10\n"
      "  per_device_batch_size=1 run_name='my run'\"), typed by each key's type as pyconfig does\n"
      "  (integers, numbers, true/false in any case, strings; quotes group; the last of a repeated\n"
-     "  key wins)."},
+     "  key wins). The script's key=value arguments (`shardlab train.lua steps=5`) override\n"
+     "  every sl.config's keys, as MaxText's command line overrides its YAML."},
     {"config_keys", lua_entry<config_keys_doc>, "sl.config_keys() -> {key = doc}",
      "Every configuration key with its meaning and default."},
 };
@@ -212,6 +225,24 @@ constexpr Method kConfigMethods[] = {
 };
 
 }  // namespace
+
+Result<std::vector<eng::ConfigOverride>> script_config_overrides(std::span<char* const> args) {
+  std::vector<eng::ConfigOverride> out;
+  for (const char* a : args) {
+    const std::string_view token(a);
+    const size_t eq = token.find('=');
+    if (eq == std::string_view::npos || eq == 0) continue;
+    const std::string_view key = token.substr(0, eq);
+    const bool name = std::all_of(key.begin(), key.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+    });
+    if (!name || std::isdigit(static_cast<unsigned char>(key[0]))) continue;  // a path, say
+    out.push_back({std::string(key), std::string(token.substr(eq + 1)), std::string(token)});
+  }
+  eng::Config scratch;  // unknown keys and ill-typed values fail before the script runs
+  ENG_RETURN_IF_ERROR(apply_overrides(scratch, out, "script argument"));
+  return out;
+}
 
 void open_lua_config(lua_State* L, int sl) {
   define_type(L, {"Config", "A training configuration (MaxText key names).", lua_entry<config_tostring>,

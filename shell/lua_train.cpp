@@ -283,12 +283,14 @@ Result<int> handle_tostring(lua_State* L) {
 
 // A one-line progress bar for a terminal, counting global steps (a resumed run starts where it
 // left off): "[#####.....] 120/200 loss 2.310 0.21 s/step ETA 0:17 5124 tok/s/device".
-// `done` steps of this call took `elapsed_s`; the ETA is their mean times the steps left.
+// `done` steps of this call took `elapsed_s`; the ETA is their mean times the steps left. The
+// bar's fill is the counter's fraction (global steps), not the call's.
 // Ends with "erase to the end of the line": a shorter bar leaves nothing of the longer one.
 std::string progress_bar(int64_t done, int64_t total, int64_t first_step, double elapsed_s,
                          const eng::StepMetrics& m) {
   constexpr int kWidth = 30;
-  int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+  const int64_t end = first_step + total;  // the fill counts what the counter counts
+  const int filled = end > 0 ? static_cast<int>(kWidth * std::clamp<int64_t>(m.step + 1, 0, end) / end) : kWidth;
   const double per_step = done > 0 ? elapsed_s / static_cast<double>(done) : 0;
   const auto eta = static_cast<int64_t>(per_step * static_cast<double>(total - done) + 0.5);
   return fmt::format("\r[{}{}] {}/{} loss {:.3f} {:.2f} s/step ETA {}:{:02d} {:.0f} tok/s/device \033[K",
@@ -302,7 +304,7 @@ Result<int> trainer_train_body(lua_State* L) {
   constexpr std::string_view fn = "Trainer:train";
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, fn));
   int64_t steps = t->config().steps - t->current_step();
-  bool quiet = false;
+  bool quiet = false, asked = false;
   if (!lua_isnoneornil(L, 2)) {
     ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
     static const std::vector<std::string> kAllowed = {"steps", "quiet"};
@@ -310,9 +312,14 @@ Result<int> trainer_train_body(lua_State* L) {
     ENG_ASSIGN_OR_RETURN(std::optional<int64_t> s, field_int(L, 2, "steps", fn));
     ENG_ASSIGN_OR_RETURN(std::optional<bool> q, field_bool(L, 2, "quiet", fn));
     if (s) steps = *s;
+    asked = s.has_value();
     quiet = q.value_or(false);
   }
-  if (steps < 0) return eng::invalid_argument("{}: steps must be >= 0, got {}", fn, steps);
+  if (asked && steps < 0) return eng::invalid_argument("{}: steps must be >= 0, got {}", fn, steps);
+  // Past the config's steps: t:train{} has nothing left (said, not an error); a call that asks
+  // for steps beyond them trains them and says so (after the bar, with the warmup warning).
+  const std::string past = eng::past_steps_note(t->config(), t->current_step(), steps, asked);
+  steps = std::max<int64_t>(steps, 0);
   const bool tty = isatty(STDOUT_FILENO) != 0;
   // Under mpirun every process stops after the same step: the one whose per-step agreement
   // (StepMetrics::stop_requested) first says that some process was interrupted. Stopping on
@@ -339,7 +346,9 @@ Result<int> trainer_train_body(lua_State* L) {
     return true;
   });
   if (tty && !quiet && done > 0) std::puts("");
-  if (interrupted) t->recorder().set_interrupted(true);  // the run ends KILLED unless trained on
+  // A script stopped by Ctrl-C ends its run KILLED unless it trains on; in the REPL, Ctrl-C
+  // stops the call and the session goes on: a session ended normally (Ctrl-D) ends it FINISHED.
+  if (interrupted && !context(L).interactive) t->recorder().set_interrupted(true);
   ENG_RETURN_IF_ERROR(with_context(fn, s));
   lua_createtable(L, 0, 4);
   lua_pushinteger(L, done);
@@ -352,11 +361,12 @@ Result<int> trainer_train_body(lua_State* L) {
   }
   if (interrupted) shell_take_interrupt(L);  // reported in the result, not raised
   TrainerBox* box = to_udata<TrainerBox>(L, 1);  // arg_trainer checked it
-  const std::string warning =
+  std::string warning =
       interrupted || box->warned_warmup
           ? std::string()
           : eng::warmup_warning(t->config(), done, last.step, last.learning_rate);
   box->warned_warmup = box->warned_warmup || !warning.empty();
+  if (!past.empty()) warning = warning.empty() ? past : past + "\n" + warning;
   if (warning.empty()) lua_pushnil(L);
   else lua_pushstring(L, warning.c_str());
   return 2;

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "engine/base/thread_pool.h"
 #include "engine/dist/dist.h"
 #include "shell/cli.h"
+#include "shell/interrupt.h"
 
 namespace {
 
@@ -64,7 +66,16 @@ int main(int argc, char** argv) {
   const char* all = std::getenv("SHARDLAB_ALL_PROCESSES_PRINT");
   if (eng::dist::process().index > 0 && !(all && std::strcmp(all, "1") == 0))
     if (!std::freopen("/dev/null", "w", stdout)) return EXIT_FAILURE;
-  const int rc = shell::run_main(argc, argv);
+  int rc = shell::run_main(argc, argv);
+  // Under mpirun: how every process ended. A process whose script failed ends the others within
+  // seconds (each names the error) instead of leaving them in a collective (dist::end_job).
+  std::string error = rc == EXIT_SUCCESS ? "" : shell::last_reported_error();
+  error = error.substr(0, error.find('\n'));  // the message, not its traceback
+  const eng::Status end = eng::dist::end_job(rc == EXIT_SUCCESS || !error.empty() ? error : "exit status 1");
+  if (!end.ok()) {
+    std::fprintf(stderr, "shardlab: %s\n", end.message().c_str());
+    rc = EXIT_FAILURE;
+  }
   eng::dist::finalize();
   return rc;
 }

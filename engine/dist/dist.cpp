@@ -2,6 +2,7 @@
 // includer of mpi.h).
 #include "engine/dist/dist.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -97,6 +98,15 @@ double collective_timeout_s() {
 
 // Whether process `peer` finished the current REPL line (end_line's notice is waiting).
 bool peer_finished_line(int peer);
+
+// How each other process's script ended (end_job's notices), received as they arrive.
+struct EndNotice {
+  bool received = false;
+  std::string error;  // "" = it ended fine
+};
+std::vector<EndNotice> g_end_notices;
+// Receives every end_job notice that has arrived, without waiting.
+void receive_end_notices();
 
 // Two duplicates of MPI_COMM_WORLD whose errors return, made by init (where every process is
 // at once): the one every channel sends on, and the REPL's lockstep messages (a line's
@@ -231,8 +241,28 @@ class MpiChannel final : public Channel {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (waited > timeout_s_) abort_job(timeout_message(first, n));
-      if ((spin & 65535) == 65535) check_lockstep(first, n, waited, &diverged_at);
+      if ((spin & 65535) == 65535) {
+        ENG_RETURN_IF_ERROR(check_peer_failed(first, n));
+        check_lockstep(first, n, waited, &diverged_at);
+      }
     }
+  }
+
+  // A process whose script failed (its end_job notice is here) will make no more calls: this
+  // one fails too, naming that process and its error (after it every call fails: the job is
+  // over).
+  Status check_peer_failed(int first, int n) {
+    receive_end_notices();
+    for (int q = 0; q < g_process.count; ++q) {
+      const EndNotice& e = g_end_notices[q];
+      if (!e.received || e.error.empty()) continue;
+      g_diverged = failed_precondition(
+          "dist: process {} ended with an error while process {} waited for it in {}: {}",
+          q, g_process.index, header_.to_string(), e.error);
+      abandon(first, n);
+      return g_diverged;
+    }
+    return ok_status();
   }
 
   // A peer this wait still needs (a request of [first, n) not done) that finished the current
@@ -242,7 +272,9 @@ class MpiChannel final : public Channel {
   void check_lockstep(int first, int n, double waited, double* diverged_at) {
     int peer = -1;
     for (int i = first; i < n && peer < 0; ++i)
-      if (!request_done(i) && peer_finished_line(pending_peer_[i])) peer = pending_peer_[i];
+      if (!request_done(i) && (peer_finished_line(pending_peer_[i]) ||
+                               g_end_notices[pending_peer_[i]].received))
+        peer = pending_peer_[i];
     if (peer < 0) return;
     if (*diverged_at < 0) *diverged_at = waited;
     if (waited - *diverged_at < 2.0) return;
@@ -304,6 +336,7 @@ Status init(int* argc, char*** argv, int local_devices) {
   MPI_Comm_size(MPI_COMM_WORLD, &g_process.count);
   g_channel_comm = dup_world();  // collective: made here, where every process is
   g_lockstep_comm = dup_world();
+  g_end_notices.resize(static_cast<size_t>(g_process.count));
   // The trainer's dispatcher thread runs the collectives, the main thread fetches: one at a time.
   if (provided < MPI_THREAD_SERIALIZED)
     return failed_precondition(
@@ -343,6 +376,7 @@ Status wait_patiently(MPI_Request* req) {
 }
 
 constexpr int kLineDoneTag = 1;
+constexpr int kEndTag = 2;  // end_job's notices: 'K' (fine) or 'E' + the error
 
 // Called by a collective's wait (the dispatcher thread; the main thread is waiting for the
 // step, so MPI stays serialized): a notice of end_line not yet drained.
@@ -393,6 +427,59 @@ Status all_gather_text(const std::string& mine, std::vector<std::string>* all) {
   ENG_RETURN_IF_ERROR(wait_patiently(&req));
   all->clear();
   for (int q = 0; q < P; ++q) all->push_back(joined.substr(offsets[q], sizes[q]));
+  return ok_status();
+}
+
+namespace {
+void receive_end_notices() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kEndTag, g_lockstep_comm, &flag, &st) != MPI_SUCCESS || !flag)
+      return;
+    int n = 0;
+    MPI_Get_count(&st, MPI_CHAR, &n);
+    std::string text(static_cast<size_t>(std::max(n, 0)), '\0');
+    MPI_Recv(text.data(), n, MPI_CHAR, st.MPI_SOURCE, kEndTag, g_lockstep_comm, MPI_STATUS_IGNORE);
+    EndNotice& e = g_end_notices[static_cast<size_t>(st.MPI_SOURCE)];
+    e.received = true;
+    e.error = text.empty() || text[0] != 'E' ? "" : text.substr(1);
+  }
+}
+}  // namespace
+
+Status end_job(const std::string& error) {
+  if (!g_process.mpi || g_process.count == 1) return ok_status();
+  const int P = g_process.count;
+  const std::string mine = (error.empty() ? "K" : "E") + error;
+  std::vector<MPI_Request> sends;
+  for (int q = 0; q < P; ++q) {
+    if (q == g_process.index) continue;
+    sends.emplace_back();
+    MPI_Isend(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, q, kEndTag, g_lockstep_comm,
+              &sends.back());
+  }
+  const double t0 = now_seconds();
+  for (;;) {
+    receive_end_notices();
+    std::string running;
+    for (int q = 0; q < P; ++q)
+      if (q != g_process.index && !g_end_notices[q].received)
+        running += fmt::format("{}{}", running.empty() ? "" : ", ", q);
+    if (running.empty()) break;
+    if (!error.empty() && now_seconds() - t0 > kEndGraceSeconds)
+      abort_job(fmt::format(
+          "shardlab: process {}: ending the job: process(es) {} still running {:.0f} s after "
+          "this process's error: {}",
+          g_process.index, running, kEndGraceSeconds, error));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+  if (!error.empty()) return ok_status();  // this process's own error is already reported
+  for (int q = 0; q < P; ++q)
+    if (!g_end_notices[q].error.empty())
+      return failed_precondition("process {}: process {} ended with an error: {}",
+                                 g_process.index, q, g_end_notices[q].error);
   return ok_status();
 }
 
@@ -453,6 +540,8 @@ Status all_gather_text(const std::string& mine, std::vector<std::string>* all) {
 Status end_line(const std::string& mine, std::vector<std::string>* all) {
   return all_gather_text(mine, all);
 }
+
+Status end_job(const std::string&) { return ok_status(); }
 
 #endif
 

@@ -110,4 +110,17 @@ Status all_gather_text(const std::string& mine, std::vector<std::string>* all);
 // SHARDLAB_COLLECTIVE_TIMEOUT (docs/distributed.md).
 Status end_line(const std::string& mine, std::vector<std::string>* all);
 
+// The end of the job's script (shell/main.cpp, after the script, the store and every trainer
+// are closed): tells every other process how this one ended (`error` "" = fine, else the error
+// it reported) and learns how they ended. A process whose script failed waits at most
+// kEndGraceSeconds for the others to end too, then ends the job (MPI_Abort) naming the ones
+// still running; one that succeeded waits for every other (as MPI_Finalize would) and returns
+// an error naming a process that failed. Meanwhile a process waiting in a collective for the
+// failed process (Channel::exchange looks for the notice while it waits) fails that call with
+// the other's error, within a fraction of a second, so its script ends too, naming it: a Lua
+// error on one process ends every process within seconds, not after
+// SHARDLAB_COLLECTIVE_TIMEOUT. Without MPI or with one process: ok.
+inline constexpr double kEndGraceSeconds = 3.0;
+Status end_job(const std::string& error);
+
 }  // namespace eng::dist

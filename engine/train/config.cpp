@@ -737,4 +737,27 @@ std::string warmup_warning(const ResolvedConfig& r, int64_t steps_run, int64_t l
       last_step, r.learning_rate, r.warmup_steps);
 }
 
+std::string past_steps_note(const ResolvedConfig& r, int64_t first_step, int64_t steps,
+                            bool asked) {
+  if (!asked)
+    return first_step < r.steps ? std::string() : fmt::format(
+        "Trainer:train: nothing to train: the trainer is at step {}, the config's steps = {} "
+        "are done (t:train{{steps = N}} trains N steps more, past the config)",
+        first_step, r.steps);
+  const int64_t last = first_step + steps - 1;
+  if (steps < 1 || last < r.steps) return "";
+  const int64_t first_past = std::max(first_step, r.steps);
+  std::string note = fmt::format(
+      "Trainer:train: step{} {} {} past the config's steps = {}", first_past == last ? "" : "s",
+      first_past == last ? fmt::format("{}", last) : fmt::format("{}-{}", first_past, last),
+      first_past == last ? "is" : "are", r.steps);
+  const int64_t schedule_end = r.warmup_steps + r.cos_steps;
+  if (r.cos_steps > 0 && last >= schedule_end)
+    note += fmt::format(
+        "; the learning-rate schedule ends at step {} (learning_rate_schedule_steps), from there "
+        "the learning rate is 0 and steps leave the weights as they are",
+        schedule_end);
+  return note;
+}
+
 }  // namespace eng

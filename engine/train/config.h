@@ -140,5 +140,11 @@ Result<ConfigValue> parse_config_value(std::string_view key, std::string_view te
 // length and the lr at the last step; "" when the warmup is over.
 std::string warmup_warning(const ResolvedConfig& r, int64_t steps_run, int64_t last_step,
                            double last_lr);
+// What t:train{} says when a call starts at `first_step` and asks for `steps` steps past the
+// config's `steps` (MaxText trains exactly `steps` steps): with no steps given (`asked` false)
+// that there is nothing left to train; else which steps lie past it and, past the learning-rate
+// schedule's end, that their learning rate is 0 (they leave the weights as they are). "" when
+// the call stays within the config's steps.
+std::string past_steps_note(const ResolvedConfig& r, int64_t first_step, int64_t steps, bool asked);
 
 }  // namespace eng

@@ -21,7 +21,8 @@ namespace {
 bool is_state_arg(ArgRole r) { return r != ArgRole::kBatch; }
 
 // The params row set of a run: the flattened config with the values that took effect where
-// the config only hinted (ici_* sizes, -1 fills), plus mesh.<axis> sizes and derived sizes.
+// the config only hinted (ici_* sizes, -1 fills), plus mesh.<axis> sizes, derived sizes and
+// the job's process count (JAX's process_count: mpirun -np P).
 std::vector<std::pair<std::string, std::string>> run_params(const Config& raw,
                                                             const ResolvedConfig& c,
                                                             const Mesh& mesh) {
@@ -32,6 +33,7 @@ std::vector<std::pair<std::string, std::string>> run_params(const Config& raw,
     p["mesh." + mesh.axis_names()[i]] = fmt::format("{}", mesh.axis_sizes()[i]);
   p["mesh"] = mesh.to_string();
   p["num_devices"] = fmt::format("{}", mesh.num_devices());
+  p["process_count"] = fmt::format("{}", dist::process().count);  // jax.process_count()
   p["model_name"] = c.model.name;
   p["model.num_params"] = fmt::format("{}", c.model.num_params());
   p["per_device_batch_size_effective"] = fmt::format(

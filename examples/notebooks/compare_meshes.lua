@@ -1,5 +1,6 @@
 -- examples/notebooks/compare_meshes.lua: the same small llama on two 2-device meshes, data=2 vs fsdp=2.
--- Run: shardlab --notebook examples/notebooks/compare_meshes.lua -o compare.md --html [-p steps=40]
+-- Run: shardlab --notebook examples/notebooks/compare_meshes.lua --html [-p steps=40]   (writes
+-- compare_meshes.report.md and .html in the current directory, which git ignores)
 -- Cells are jupytext percent cells (`-- %%`); cells share globals, not locals (docs/notebook.md).
 
 -- %% [markdown]

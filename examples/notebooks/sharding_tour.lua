@@ -1,7 +1,8 @@
 -- examples/notebooks/sharding_tour.lua: JAX's sharding tutorials ("Distributed arrays and
 -- automatic parallelization", "Explicit sharding", "Autodiff and sharding", "Manual
 -- parallelism with shard_map") redone in Lua on simulated devices, showing what the compiler did.
--- Run: shardlab --notebook examples/notebooks/sharding_tour.lua -o tour.md --html
+-- Run: shardlab --notebook examples/notebooks/sharding_tour.lua --html   (writes
+-- sharding_tour.report.md and .html in the current directory, which git ignores; -o PATH: elsewhere)
 -- Cells are jupytext percent cells (`-- %%`); docs/frontend.md describes the API.
 
 -- %% [markdown]

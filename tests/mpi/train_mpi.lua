@@ -1,5 +1,6 @@
 -- tests/mpi/train_mpi.lua: the same script on every process (tests/mpi/train_mpi_test.sh runs it
--- with and without mpirun). Arguments: mesh ("data=2,fsdp=2"), steps to run now, output dir,
+-- with and without mpirun). Arguments: mesh ("data:2,fsdp:2"; key=value arguments are
+-- config overrides), steps to run now, output dir,
 -- [steps of the schedule, default 8].
 -- Trains llama-tiny through the real Trainer (async dispatch, data, checkpoints) and prints
 -- every loss as a hex float, so runs compare bitwise; resumes from the latest checkpoint in
@@ -7,7 +8,7 @@
 local mesh_arg, steps, out, total = arg[1], tonumber(arg[2]), arg[3], tonumber(arg[4] or 8)
 local axes = {}
 local n = 1
-for name, size in mesh_arg:gmatch("(%w+)=(%d+)") do
+for name, size in mesh_arg:gmatch("(%w+):(%d+)") do
   axes[name] = tonumber(size)
   n = n * tonumber(size)
 end

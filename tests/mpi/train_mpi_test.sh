@@ -47,12 +47,12 @@ if "$shardlab" --local-devices 0 -e '' 2>"$work/bad_flag.txt"; then fail "--loca
 grep -q "expects a device count" "$work/bad_flag.txt" || fail "$(cat "$work/bad_flag.txt")"
 
 # 1. Bitwise equal to the simulated mesh.
-run sim_data 1 data=2 3 "$work/sim_data/out"
-run mpi_data 2 data=2 3 "$work/mpi_data/out"
+run sim_data 1 data:2 3 "$work/sim_data/out"
+run mpi_data 2 data:2 3 "$work/mpi_data/out"
 same sim_data mpi_data
-run sim_df 1 data=2,fsdp=2 3 "$work/sim_df/out"
-run mpi_df2 2 data=2,fsdp=2 3 "$work/mpi_df2/out"
-run mpi_df4 4 data=2,fsdp=2 3 "$work/mpi_df4/out"
+run sim_df 1 data:2,fsdp:2 3 "$work/sim_df/out"
+run mpi_df2 2 data:2,fsdp:2 3 "$work/mpi_df2/out"
+run mpi_df4 4 data:2,fsdp:2 3 "$work/mpi_df4/out"
 same sim_df mpi_df2
 same sim_df mpi_df4
 grep -q "^step 2 loss " "$work/mpi_df4/out.txt" || fail "no losses printed"
@@ -62,13 +62,19 @@ rows=$("$shardlab" --db "$work/mpi_df4/run.db" -e 'io.write(#sl.sql("SELECT * FR
 per=$("$shardlab" --db "$work/mpi_df4/run.db" -e 'io.write(#sl.sql(
   "SELECT * FROM metrics WHERE key LIKE ? AND value >= 0", "dist/collective_wait_s/process_%"))')
 [[ $per == 12 ]] || fail "store of the 4-process run has $per collective wait rows, expected 3 x 4"
+# ... and the job's process count (JAX's process_count) as a param of the run.
+for case in sim_df:1 mpi_df2:2 mpi_df4:4; do
+  pc=$("$shardlab" --db "$work/${case%%:*}/run.db" -e 'io.write(sl.sql(
+    "SELECT value FROM params WHERE key = ?", "process_count")[1].value)')
+  [[ $pc == "${case#*:}" ]] || fail "${case%%:*}: params.process_count is '$pc', expected ${case#*:}"
+done
 
 # 2. Restore a 4-process checkpoint (after step 2) on 1 and 2 processes; run 2 more steps.
-run sim_5 1 data=2,fsdp=2 5 "$work/sim_5/out"
+run sim_5 1 data:2,fsdp:2 5 "$work/sim_5/out"
 for np in 1 2; do
   mkdir -p "$work/resume$np"
   cp -r "$work/mpi_df4/out" "$work/resume$np/out"
-  run resume$np $np data=2,fsdp=2 2 "$work/resume$np/out"
+  run resume$np $np data:2,fsdp:2 2 "$work/resume$np/out"
   # The resumed run's store holds steps 3 and 4; the uninterrupted one 0..4.
   grep -v "^step [012] " "$work/sim_5/out.txt" >"$work/sim_5/tail.txt"
   grep -q "^resumed from step 2 of .*/checkpoints/2/" "$work/resume$np/out.txt" ||
@@ -80,7 +86,7 @@ done
 
 # 3. A mesh of 3 devices on 2 processes.
 mkdir -p "$work/bad"
-if (cd "$work/bad" && timeout 60 "$mpirun" -np 2 "$shardlab" --db run.db "$script" data=3 1 \
+if (cd "$work/bad" && timeout 60 "$mpirun" -np 2 "$shardlab" --db run.db "$script" data:3 1 \
   "$work/bad/out" >out.txt 2>err.txt); then
   fail "a 3-device mesh on 2 processes ran"
 fi
@@ -89,8 +95,8 @@ grep -q "a mesh of 3 devices cannot be split over 2 processes" "$work/bad/err.tx
 
 # 3b. Different configs on the two ranks (schedules of 8 and 9 steps: different programs).
 mkdir -p "$work/mismatch"
-if (cd "$work/mismatch" && timeout 60 "$mpirun" -np 1 "$shardlab" --db run.db "$script" data=2 1 \
-  "$work/mismatch/out" 8 : -np 1 "$shardlab" --db run.db "$script" data=2 1 "$work/mismatch/out" 9 \
+if (cd "$work/mismatch" && timeout 60 "$mpirun" -np 1 "$shardlab" --db run.db "$script" data:2 1 \
+  "$work/mismatch/out" 8 : -np 1 "$shardlab" --db run.db "$script" data:2 1 "$work/mismatch/out" 9 \
   >out.txt 2>err.txt); then
   fail "different programs on the two ranks ran"
 fi
@@ -100,7 +106,7 @@ grep -q "^step 0 loss" "$work/mismatch/out.txt" && fail "a step ran despite the 
 
 # 4. Kill rank 2 of 4 once the job is training; it must end within 10 s naming the rank.
 mkdir -p "$work/kill"
-(cd "$work/kill" && exec "$mpirun" -np 4 "$shardlab" --db run.db "$script" data=4 100000 \
+(cd "$work/kill" && exec "$mpirun" -np 4 "$shardlab" --db run.db "$script" data:4 100000 \
   "$work/kill/out" 100000 >out.txt 2>err.txt) &
 job=$!
 victim=""

@@ -9,8 +9,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 cd "$tmp"
-"$shardlab" --db q.db "$src/examples/quickstart.lua" 8 > first.txt
-"$shardlab" --db q.db "$src/examples/quickstart.lua" 2 > second.txt
+"$shardlab" --db q.db "$src/examples/quickstart.lua" steps=8 > first.txt
+"$shardlab" --db q.db "$src/examples/quickstart.lua" steps=2 > second.txt
 line=$(grep '^trained 2 steps' second.txt) || { cat second.txt; fail "no summary line"; }
 best_step=$(sed -E 's/.* at step ([0-9]+)$/\1/' <<< "$line")
 best_loss=$(sed -E 's/.*best ([0-9.]+) at step.*/\1/' <<< "$line")
