@@ -11,6 +11,7 @@
 #include <cmath>
 #include <map>
 
+#include "engine/base/limits.h"
 #include "engine/frontend/numpy.h"
 #include "engine/sharding/shard_geometry.h"
 #include "shell/bindings.h"
@@ -406,7 +407,10 @@ Result<Placement> read_placement(lua_State* L, int idx, std::string_view fn) {
 // Values of a nested Lua table (rectangular), row-major, and its shape.
 Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape,
                    std::vector<double>& out, std::string_view fn) {
-  if (depth > 16) return eng::invalid_argument("{}: values nested deeper than 16", fn);
+  if (depth > eng::kMaxRank)
+    return eng::invalid_argument("{}: values nested {} deep, over the limit of {} dims per array",
+                                 fn, depth, eng::kMaxRank);
+  if (!lua_checkstack(L, 2)) return eng::invalid_argument("{}: no Lua stack left", fn);
   if (lua_type(L, idx) == LUA_TNUMBER) {
     if (depth != static_cast<int>(shape.size()))
       return eng::invalid_argument(

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/base/limits.h"
+
 namespace shell {
 namespace {
 
@@ -260,6 +262,8 @@ size_t typo_distance(std::string_view a, std::string_view b) {
 
 std::string did_you_mean(std::string_view word, std::span<const std::string> candidates) {
   std::string best;
+  // typo_distance is quadratic: a word longer than any name is close to none (limits.h).
+  if (static_cast<int64_t>(word.size()) > eng::kMaxNameLength) return best;
   size_t best_d = std::max<size_t>(1, word.size() / 4) + 1;  // the cut-off: "nope" is not "dtype"
   for (const std::string& c : candidates) {
     size_t d = typo_distance(word, c);

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/base/limits.h"
 #include "engine/train/config.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
@@ -29,6 +30,10 @@ const std::vector<std::string>& config_key_names() {
 
 // An unknown key in the shell's one wording (the engine's own message says it differently).
 Status check_config_key(std::string_view fn, const std::string& key) {
+  if (static_cast<int64_t>(key.size()) > eng::kMaxNameLength)  // as Config::set says it
+    return eng::invalid_argument(
+        "{}: a key of {} characters ('{}...') is over the limit of {} characters", fn,
+        key.size(), key.substr(0, 32), eng::kMaxNameLength);
   const std::vector<std::string>& names = config_key_names();
   if (std::find(names.begin(), names.end(), key) != names.end()) return eng::ok_status();
   return eng::invalid_argument("{}: unknown key '{}'{}", fn, key, did_you_mean_hint(key, names));
@@ -43,7 +48,11 @@ Result<eng::ConfigValue> to_config_value(lua_State* L, int idx, const std::strin
     case LUA_TNUMBER:
       if (lua_isinteger(L, idx)) return eng::ConfigValue{static_cast<int64_t>(lua_tointeger(L, idx))};
       return eng::ConfigValue{lua_tonumber(L, idx)};
-    case LUA_TSTRING: return eng::ConfigValue{std::string(lua_tostring(L, idx))};
+    case LUA_TSTRING: {  // with its length: a NUL inside reaches Config::set (refused there)
+      size_t n = 0;
+      const char* p = lua_tolstring(L, idx, &n);
+      return eng::ConfigValue{std::string(p, n)};
+    }
     default:
       return eng::invalid_argument("sl.config: key '{}' expected a number, boolean or string, got {}",
                                    key, luaL_typename(L, idx));
@@ -105,7 +114,9 @@ Result<int> config_new(lua_State* L) {
         lua_pop(L, 2);
         return eng::invalid_argument("sl.config: keys must be strings (MaxText config names)");
       }
-      keys.emplace_back(lua_tostring(L, -2));
+      size_t n = 0;
+      const char* k = lua_tolstring(L, -2, &n);
+      keys.emplace_back(k, n);  // whole: "run_name\0x" is not run_name
       lua_pop(L, 1);
     }
     std::sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {

@@ -10,8 +10,9 @@ namespace {
 
 constexpr int kMaxTreeDepth = 32;
 
+// path: the tables being flattened, outermost first (a table met again is a cycle).
 Status flatten_at(lua_State* L, int idx, const std::string& what, Tree* tree,
-                  std::vector<ArrayBox*>* leaves, int depth) {
+                  std::vector<ArrayBox*>* leaves, int depth, std::vector<const void*>* path) {
   if (ArrayBox* a = to_udata<ArrayBox>(L, idx)) {
     tree->leaf = true;
     leaves->push_back(a);
@@ -24,6 +25,14 @@ Status flatten_at(lua_State* L, int idx, const std::string& what, Tree* tree,
     return eng::invalid_argument("{}: tables nested over {} deep (a table containing itself?)",
                                  what, kMaxTreeDepth);
   idx = lua_absindex(L, idx);
+  const void* self = lua_topointer(L, idx);
+  if (std::find(path->begin(), path->end(), self) != path->end())
+    return eng::invalid_argument("{} contains itself (a pytree must be a tree)", what);
+  // Each level holds the table, a key and a value on the Lua stack: make room (Lua only
+  // promises LUA_MINSTACK slots to a C function).
+  if (!lua_checkstack(L, 4))
+    return eng::invalid_argument("{}: no Lua stack left for tables nested {} deep", what, depth);
+  path->push_back(self);
   tree->leaf = false;
   std::vector<TreeKey> keys;
   lua_pushnil(L);
@@ -55,11 +64,12 @@ Status flatten_at(lua_State* L, int idx, const std::string& what, Tree* tree,
       lua_rawget(L, idx);
     }
     Tree kid;
-    Status st = flatten_at(L, -1, what + k.to_string(), &kid, leaves, depth + 1);
+    Status st = flatten_at(L, -1, what + k.to_string(), &kid, leaves, depth + 1, path);
     lua_pop(L, 1);
     if (!st.ok()) return st;
     tree->kids.emplace_back(std::move(k), std::move(kid));
   }
+  path->pop_back();
   return eng::ok_status();
 }
 
@@ -79,7 +89,8 @@ int Tree::num_leaves() const {
 Status flatten(lua_State* L, int idx, const std::string& what, Tree* tree,
                std::vector<ArrayBox*>* leaves) {
   *tree = Tree{};
-  return flatten_at(L, idx, what, tree, leaves, 0);
+  std::vector<const void*> path;
+  return flatten_at(L, idx, what, tree, leaves, 0, &path);
 }
 
 void unflatten(lua_State* L, const Tree& tree, int* next,
@@ -88,6 +99,8 @@ void unflatten(lua_State* L, const Tree& tree, int* next,
     push_leaf((*next)++);
     return;
   }
+  // flatten() bounds a Tree's depth (kMaxTreeDepth); each level holds a table and a key.
+  ENG_CHECK(lua_checkstack(L, 3), "unflatten: no Lua stack left");
   lua_createtable(L, 0, static_cast<int>(tree.kids.size()));
   for (const auto& [k, kid] : tree.kids) {
     unflatten(L, kid, next, push_leaf);

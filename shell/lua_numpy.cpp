@@ -299,11 +299,28 @@ Result<int> rmsnorm(lua_State* L) {
                [e](fe::Trace& tr, Ins in) { return one(np::rmsnorm(tr, in[0], in[1], e)); });
 }
 
+// Concrete int32 labels of concrete logits must lie in [0, V) (the kernel gives NaN for one
+// outside, as optax does; eagerly a bad label is an error naming it and V).
+Status check_label_range(const ArrayBox& logits, const ArrayBox& labels, std::string_view fn) {
+  if (labels.is_tracer() || !labels.data || labels.deleted || labels.dtype != eng::DType::kI32 ||
+      logits.shape.rank() < 1)
+    return eng::ok_status();
+  const int64_t V = logits.shape.dim(-1);
+  ENG_ASSIGN_OR_RETURN(std::vector<double> ids, fe::fetch(*labels.data));
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= static_cast<double>(V))
+      return eng::invalid_argument("{}: label {} at flat index {} is outside [0, {}) (the logits' "
+                                   "last dim)",
+                                   fn, static_cast<int64_t>(ids[i]), i, V);
+  return eng::ok_status();
+}
+
 // sl.nn.softmax_cross_entropy_with_integer_labels(logits, labels)
 Result<int> cross_entropy(lua_State* L) {
   constexpr std::string_view fn = "softmax_cross_entropy_with_integer_labels";
   ENG_ASSIGN_OR_RETURN(ArrayBox * logits, arg_array(L, 1, fn, "logits"));
   ENG_ASSIGN_OR_RETURN(ArrayBox * labels, arg_array(L, 2, fn, "labels"));
+  ENG_RETURN_IF_ERROR(check_label_range(*logits, *labels, fn));
   Operand a, b;
   a.array = logits;
   b.array = labels;

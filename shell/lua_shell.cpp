@@ -27,6 +27,9 @@ Result<int> pretty_string(lua_State* L) {
     ENG_ASSIGN_OR_RETURN(auto color, field_bool(L, 2, "color", "sl.pretty"));
     ENG_ASSIGN_OR_RETURN(auto width, field_int(L, 2, "width", "sl.pretty"));
     ENG_ASSIGN_OR_RETURN(auto rows, field_bool(L, 2, "rows", "sl.pretty"));
+    if (depth && (*depth < 0 || *depth > kMaxPrettyDepth))
+      return eng::invalid_argument("sl.pretty: depth {} is outside [0, {}]", *depth,
+                                   kMaxPrettyDepth);
     o.rows = rows.value_or(false);
     o.max_depth = static_cast<int>(depth.value_or(o.max_depth));
     o.color = color.value_or(false);

@@ -310,7 +310,9 @@ std::string render_markdown(const ReportInfo& info, const std::vector<CellRun>& 
   std::string md = "*" + header_line(info) + "*\n\n" + md_header(info);
   auto image = [&](const std::string& svg) {
     std::string name = fmt::format("plot-{}.svg", files->size() + 1);
-    files->emplace_back(name, svg);
+    // A standalone .svg opened in a browser runs its scripts: sanitised as the HTML report's
+    // inline SVG is (notebook_svg.cpp's allow-list), since cell values can put text in it.
+    files->emplace_back(name, sanitize_svg(svg));
     return fmt::format("![{}]({}/{})\n\n", name, files_dir_ref, name);
   };
   for (const CellRun& r : cells) {

@@ -316,8 +316,10 @@ void set_rows_metatable(lua_State* L, int idx, const std::vector<std::string>& c
 
 std::string pretty(lua_State* L, int idx, const PrettyOptions& options) {
   int top = lua_gettop(L);
-  lua_checkstack(L, 2 * options.max_depth + 20);
-  std::string out = Printer(L, options).value(idx, 0, 0);
+  PrettyOptions o = options;
+  o.max_depth = std::clamp(o.max_depth, 0, kMaxPrettyDepth);
+  if (!lua_checkstack(L, 2 * o.max_depth + 20)) o.max_depth = 1;
+  std::string out = Printer(L, o).value(idx, 0, 0);
   lua_settop(L, top);
   return out;
 }

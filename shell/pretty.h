@@ -15,6 +15,10 @@
 
 namespace shell {
 
+// The deepest a table is rendered (each level is a C++ frame and two Lua stack slots);
+// sl.pretty refuses a deeper {depth = n}. Lua's own C-call limit is 200.
+inline constexpr int kMaxPrettyDepth = 200;
+
 struct PrettyOptions {
   bool color = false;  // ANSI colours
   int max_depth = 5;   // deeper tables print as {...}

@@ -24,6 +24,26 @@ inline constexpr int64_t kMaxDevices = int64_t{1} << 17;
 // Steps and data positions: 2^53, exact in a double (Lua numbers, JSON); step + 1 cannot wrap.
 inline constexpr int64_t kMaxStep = int64_t{1} << 53;
 
+// Dims of one array: 8 (the runtime's block copies and collectives index with fixed arrays of
+// this size). Shapes from users (sl.zeros, reshape, broadcast_to, indexing, traced programs)
+// are checked against it; a rank-9 array aborted the process (issue 30).
+inline constexpr int kMaxRank = 8;
+// OK when rank <= kMaxRank, else "<what>: shape <shape> has <rank> dims, over the limit of 8".
+inline Status check_rank(int rank, std::string_view what, std::string_view shape) {
+  if (rank <= kMaxRank) return ok_status();
+  return invalid_argument("{}: shape {} has {} dims, over the limit of {} dims per array", what,
+                          shape, rank, kMaxRank);
+}
+
+// Characters of a name a user types (a config key, an option key): did-you-mean compares
+// names by edit distance (quadratic in length); a 10^6-character key took 20 s (issue 30).
+inline constexpr int64_t kMaxNameLength = 256;
+
+// Cells (iterations x stages) of one pipeline schedule: the engine traces every iteration and
+// the grid is drawn cell by cell; sl.pipeline_schedule{stages = 2^20} or {repeats = 1e9} ran
+// without end (issue 30). 2^16 is 64 stages x 1024 iterations.
+inline constexpr int64_t kMaxPipelineCells = int64_t{1} << 16;
+
 // What this process may still allocate, and where the number comes from. The smallest of:
 // MemAvailable (/proc/meminfo; else sysconf's available pages), the cgroup's memory.max minus
 // memory.current (cgroup v2; the OOM killer's limit in a container), and RLIMIT_AS minus the

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/base/limits.h"
+
 namespace eng {
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -20,6 +22,8 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 std::string closest_match(std::string_view word, std::span<const std::string_view> candidates) {
   std::string best;
+  // Edit distance is quadratic: a word longer than any name is close to none (limits.h).
+  if (static_cast<int64_t>(word.size()) > kMaxNameLength) return best;
   size_t best_d = std::max<size_t>(3, word.size() / 3) + 1;
   for (std::string_view c : candidates) {
     size_t d = edit_distance(word, c);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/base/limits.h"
 #include "engine/sharding/shard_geometry.h"
 
 namespace eng::frontend::np {
@@ -116,6 +117,7 @@ Result<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
 Result<ValueId> broadcast_to(Trace& tr, ValueId x, const Shape& shape) {
   const Shape s = info(tr, x).shape;  // a copy: emitting below grows the values
   if (s == shape) return x;
+  ENG_RETURN_IF_ERROR(check_rank(shape.rank(), "broadcast_to", py_shape(shape)));
   if (s.rank() > shape.rank())
     return invalid_argument("broadcast_to: cannot broadcast {} to {} (rank {} > {})", py_shape(s),
                             py_shape(shape), s.rank(), shape.rank());
@@ -214,6 +216,8 @@ Result<ValueId> matmul(Trace& tr, ValueId a, ValueId b, const std::optional<Part
 
 Result<ValueId> reshape(Trace& tr, ValueId x, std::vector<int64_t> dims) {
   const Shape s = info(tr, x).shape;
+  ENG_RETURN_IF_ERROR(check_rank(static_cast<int>(dims.size()), "reshape",
+                                 fmt::format("({})", fmt::join(dims, ", "))));
   int fill = -1;
   int64_t known = 1;
   for (size_t i = 0; i < dims.size(); ++i) {

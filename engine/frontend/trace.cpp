@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "engine/base/limits.h"
 #include "engine/compile/spmd.h"
 #include "engine/sharding/shard_geometry.h"
 
@@ -52,6 +53,7 @@ ShardMode shard_mode_of(const Mesh& mesh) {
 }
 
 Status check_host_values(const Shape& shape, std::string_view what) {
+  ENG_RETURN_IF_ERROR(check_rank(shape.rank(), what, shape.to_string()));
   if (shape.numel() > kMaxHostValues)
     return invalid_argument(
         "{}: shape {} has {} elements, over the front-end's limit of {} per "
@@ -297,6 +299,12 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
   c->manual_ = tr.manual();
   const LogicalAxisRules rules = tr.rules();
   Builder& b = tr.builder();
+  // Every value the program holds (not only what reshape or broadcast_to made) fits the
+  // runtime's rank limit (engine/base/limits.h).
+  for (const ValueInfo& v : b.program().values())
+    ENG_RETURN_IF_ERROR(check_rank(v.shape.rank(), fmt::format("{}: {}", req.fn_name,
+                                                               v.name.empty() ? "a value" : v.name),
+                                   v.shape.to_string()));
   for (const Argument& a : b.program().args())
     if (c->sources_[&a - b.program().args().data()].kind == Trace::Source::Kind::kInput)
       c->in_shardings_.push_back({c->mesh_, *b.info(a.value).spec});

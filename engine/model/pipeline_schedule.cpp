@@ -2,8 +2,11 @@
 #include "engine/model/pipeline_schedule.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
+
+#include "engine/base/limits.h"
 
 namespace eng {
 
@@ -26,6 +29,17 @@ Result<PipelineSchedule> PipelineSchedule::make(const PipelineShape& s) {
         "pipeline schedule: num_pipeline_microbatches {} is not divisible by "
         "the {} pipeline stages",
         s.microbatches, s.stages);
+  // Each factor below the cell limit first, so that the products cannot overflow.
+  for (const auto& [name, v] : {std::pair{"stages", s.stages}, {"num_pipeline_microbatches", s.microbatches},
+                                {"num_pipeline_repeats", s.repeats}, {"layers per stage", s.layers_per_stage}})
+    if (v > kMaxPipelineCells)
+      return invalid_argument("pipeline schedule: {} {} is over the limit of {}", name, v,
+                              kMaxPipelineCells);
+  const int64_t cells = (s.microbatches * s.repeats + s.delay * (s.stages - 1)) * s.stages;
+  if (cells > kMaxPipelineCells)
+    return invalid_argument(
+        "pipeline schedule: {} iterations x {} stages = {} cells, over the limit of {}",
+        s.microbatches * s.repeats + s.delay * (s.stages - 1), s.stages, cells, kMaxPipelineCells);
   if (s.delay == 2 && s.stages > 1 && s.microbatches < 2 * s.stages)
     return invalid_argument(
         "pipeline schedule: pipeline_delay_activation_forwarding needs "

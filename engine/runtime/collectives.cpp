@@ -13,6 +13,7 @@
 
 #include "engine/base/check.h"
 #include "engine/base/clock.h"
+#include "engine/base/limits.h"
 #include "engine/compile/spmd.h"
 #include "engine/ir/op_table.h"
 #include "engine/sharding/shard_geometry.h"
@@ -21,8 +22,6 @@
 namespace eng {
 
 namespace {
-
-constexpr int kMaxRank = 8;
 
 // (outer, mid, inner) view of a local shape around `dim`.
 void split3(const Shape& s, int dim, int64_t& outer, int64_t& mid, int64_t& inner) {

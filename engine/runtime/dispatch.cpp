@@ -1,6 +1,8 @@
 // engine/runtime/dispatch.cpp: the device-side executor thread (see dispatch.h).
 #include "engine/runtime/dispatch.h"
 
+#include <new>
+
 #include "engine/base/thread_pool.h"
 
 namespace eng {
@@ -32,7 +34,15 @@ void Dispatcher::worker_loop() {
     const int64_t arg = args_[static_cast<size_t>(ticket % capacity_)];
     const bool skip = failed_ticket_ >= 0;
     lock.unlock();
-    Status s = skip ? ok_status() : work_(ticket, arg);
+    Status s = ok_status();
+    // An exception must not end this thread (std::terminate): out of memory inside a step is
+    // the step's error (issue 30), the host thread sees it at its next wait.
+    try {
+      if (!skip) s = work_(ticket, arg);
+    } catch (const std::bad_alloc&) {
+      s = resource_exhausted("step {}: out of memory on the device thread (std::bad_alloc)",
+                             ticket);
+    }
     lock.lock();
     if (!s.ok() && failed_ticket_ < 0) {
       failed_ticket_ = ticket;

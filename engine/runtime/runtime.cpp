@@ -3,6 +3,7 @@
 #include "engine/runtime/runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,8 +26,6 @@ std::string human_bytes(int64_t b) {
   if (b >= 1024) return fmt::format("{:.2f} KiB", b / 1024.0);
   return fmt::format("{} B", b);
 }
-
-constexpr int kMaxRank = 8;
 
 // Device d's block of a global array: its local shape and the global index of its first
 // element per dim (NamedSharding::local_shape / local_offset, computed without allocating
@@ -89,6 +88,12 @@ Status check_placeable(const Mesh& mesh, const Shape& shape, const NamedSharding
     return invalid_argument("{}: cannot place a partial (unreduced) sharding {}", what,
                             sharding.spec.to_string());
   return ok_status();
+}
+
+Status scratch_exhausted(const std::string& program) {
+  return resource_exhausted("execute {}: out of memory reserving the kernels' scratch (this "
+                            "host's memory or ulimit -v is exhausted); nothing ran",
+                            program);
 }
 
 // A cheap per-step check of an array made by put/zeros (whose sharding was validated then).
@@ -286,6 +291,7 @@ Runtime::Runtime(Mesh mesh, int64_t device_capacity_bytes, bool span_processes)
 Runtime::~Runtime() = default;
 
 Status check_array_bytes(const Shape& shape, DType dtype, std::string_view what) {
+  ENG_RETURN_IF_ERROR(check_rank(shape.rank(), what, shape.to_string()));
   // numel() <= kMaxTensorElements (shape.h), so the product below cannot overflow.
   const int64_t bytes = shape.numel() * dtype_size(dtype);
   if (bytes > kMaxArrayBytes)
@@ -451,7 +457,11 @@ Status Runtime::prepare(const Executable& exe) {
   prep->scratch = scratch_needs(exe.program());
   ENG_RETURN_IF_ERROR(make_plans(exe.program(), *prep));
   const kern::ScratchNeeds& needs = prep->scratch;
-  default_pool().run_on_every_thread([&] { kern::reserve_scratch(needs); });
+  std::atomic<bool> reserved{true};
+  default_pool().run_on_every_thread([&] {
+    if (!kern::reserve_scratch(needs)) reserved = false;
+  });
+  if (!reserved) return scratch_exhausted(exe.program().name());
   prepared_.push_back(std::move(prep));
   return ok_status();
 }
@@ -523,8 +533,10 @@ Status Runtime::execute(const Executable& exe, std::span<Array* const> args,
   ENG_RETURN_IF_ERROR(prepare(exe));
   Prepared& prep = *find_prepared(exe);
   ENG_RETURN_IF_ERROR(bind(exe, args, outputs, prep));
-  kern::reserve_scratch(prep.scratch);  // the calling thread may not be a pool thread
   const Program& p = exe.program();
+  // The calling thread may not be a pool thread (the dispatcher's): out of memory here is an
+  // error before any instruction ran, so the state is as it was.
+  if (!kern::reserve_scratch(prep.scratch)) return scratch_exhausted(p.name());
   const int64_t lo = local_.lo, n = local_.size();  // this process's devices
   const size_t ni = p.instrs().size();
   double* const seconds = prep.timing ? prep.seconds.data() : nullptr;  // set_timing

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -264,6 +266,7 @@ Result<std::unique_ptr<MetricsStore>> MetricsStore::open(const std::string& path
   if (sqlite3_db_readonly(db, "main") == 1)
     return io_error("store: cannot open '{}': file is read-only", path);
   sqlite3_busy_timeout(db, options.busy_timeout_ms);
+  store->busy_timeout_ms_ = options.busy_timeout_ms;
   // journal_mode reads the header first, so a corrupt file fails here.
   Result<QueryResult> mode = store->select_locked("PRAGMA journal_mode=WAL", {}, false);
   if (!mode.ok()) return fail(mode.status());
@@ -310,6 +313,7 @@ MetricsStore::~MetricsStore() {
   {
     std::lock_guard lock(mu_);
     (void)flush_locked();
+    (void)end_pending_locked();
     for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
     stmts_.clear();
   }
@@ -403,11 +407,43 @@ Status MetricsStore::set_tag(const std::string& run_id, const std::string& key,
 
 Status MetricsStore::end_run(const std::string& run_id, RunStatus status) {
   std::lock_guard lock(mu_);
-  ENG_RETURN_IF_ERROR(flush_locked());
+  // Rows that cannot be written are lost: the run did not end as it says, so it ends FAILED.
+  // The status is set even then (and kept for a retry when that fails too).
+  const Status flushed = flush_locked();
+  if (!flushed.ok()) status = RunStatus::kFailed;
   SqlValue p[] = {std::string(run_status_name(status)), unix_ms(), run_id};
-  ENG_RETURN_IF_ERROR(run("UPDATE runs SET status = ?, end_ms = ? WHERE run_id = ?", p));
+  Status s = run("UPDATE runs SET status = ?, end_ms = ? WHERE run_id = ?", p);
+  note_write(s);
+  if (!s.ok()) {
+    pending_ends_.emplace_back(run_id, status);
+    return flushed.ok() ? s : flushed;
+  }
   if (sqlite3_changes(db_) != 1) return not_found("store: end_run: no run with id '{}'", run_id);
+  return flushed;
+}
+
+Status MetricsStore::end_pending_locked() {
+  while (!pending_ends_.empty()) {
+    const auto& [run_id, status] = pending_ends_.back();
+    SqlValue p[] = {std::string(run_status_name(status)), unix_ms(), run_id};
+    Status s = run("UPDATE runs SET status = ?, end_ms = ? WHERE run_id = ? AND status = 'RUNNING'",
+                   p);
+    if (!s.ok()) return s;
+    pending_ends_.pop_back();
+  }
   return ok_status();
+}
+
+void MetricsStore::note_write(const Status& s) {
+  const bool transient = !s.ok() && s.code() != Code::kFailedPrecondition &&
+                         s.code() != Code::kInvalidArgument;
+  if (transient && !failing_) {
+    failing_ = true;
+    sqlite3_busy_timeout(db_, std::min(kFailingBusyMs, busy_timeout_ms_));
+  } else if (s.ok() && failing_) {
+    failing_ = false;
+    sqlite3_busy_timeout(db_, busy_timeout_ms_);
+  }
 }
 
 void MetricsStore::log_step(StepRow row) {
@@ -436,9 +472,18 @@ Status MetricsStore::flush() {
 // A transient failure (another writer holding the lock past busy_timeout, a full disk, an I/O
 // error) is retried once here, and the rows stay buffered for the next flush either way.
 Status MetricsStore::flush_locked() {
-  if (pending_steps_.empty() && pending_metrics_.empty()) return ok_status();
+  if (pending_steps_.empty() && pending_metrics_.empty()) {
+    if (pending_ends_.empty()) return ok_status();
+    Status s = end_pending_locked();
+    note_write(s);
+    return s;
+  }
   Status s = flush_once_locked();
-  if (s.ok()) return s;
+  note_write(s);
+  if (s.ok()) {
+    (void)end_pending_locked();
+    return s;
+  }
   const size_t n = pending_steps_.size() + pending_metrics_.size();
   // A constraint or type error fails the same way every time: that batch can never be written.
   if (s.code() == Code::kFailedPrecondition || s.code() == Code::kInvalidArgument) {
@@ -449,7 +494,11 @@ Status MetricsStore::flush_locked() {
   }
   ::usleep(50 * 1000);
   s = flush_once_locked();
-  if (s.ok()) return s;
+  note_write(s);
+  if (s.ok()) {
+    (void)end_pending_locked();
+    return s;
+  }
   return Status(s.code(), fmt::format("{} ({} rows kept for the next flush)", s.message(), n));
 }
 
@@ -617,15 +666,49 @@ struct UserGuard {  // the authorizer's and progress handler's state during one 
   bool interrupted = false;
   std::string writes;  // the first write the statement asked for ("DELETE FROM steps")
   bool reads_journal_mode = false;  // "PRAGMA journal_mode" with no value: only reads it
+  std::vector<std::string> store_names;  // lower-case names in the main schema (write = true)
+  std::string shadows;              // the refusal of a temp object shadowing one of them
+  bool recursive = false;           // uses a recursive CTE (SQLITE_RECURSIVE)
+  int64_t progress_calls = 0;       // progress handler calls (one per kProgressPeriod VM steps)
+  bool over_budget = false;         // a recursive CTE ran past kMaxRecursiveCalls
 };
+
+// The progress handler runs every kProgressPeriod SQLite VM instructions. A recursive CTE's
+// rows never reach the row cap when the statement returns only an aggregate of them
+// ("select count(*) from r" over an endless r), so such a statement gets a budget of work
+// instead: kMaxQueryRows rows at 100 VM instructions each (a simple CTE needs far fewer; a few
+// seconds; issue 30).
+constexpr int kProgressPeriod = 1000;
+constexpr int64_t kMaxRecursiveCalls =
+    static_cast<int64_t>(MetricsStore::kMaxQueryRows) * 100 / kProgressPeriod;
 
 int authorize(void* p, int action, const char* a1, const char* a2, const char*, const char*) {
   auto* g = static_cast<UserGuard*>(p);
   if (g->writes.empty()) g->writes = written_by(action, a1);
+  if (action == SQLITE_RECURSIVE) g->recursive = true;
   // SQLite marks every journal_mode PRAGMA as writing (the same PRAGMA can set the mode).
   if (action == SQLITE_PRAGMA && a2 == nullptr && a1 != nullptr &&
       std::string_view(a1) == "journal_mode")
     g->reads_journal_mode = true;
+  // A temp table or view named like a store table or view shadows it for every later
+  // statement on this connection: the recorder's writes would land in it (issue 30). A temp
+  // trigger on a store table would rewrite the recorder's rows.
+  auto is_store = [&](const char* name) {
+    if (name == nullptr) return false;
+    std::string lower(name);
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return std::find(g->store_names.begin(), g->store_names.end(), lower) != g->store_names.end();
+  };
+  if ((action == SQLITE_CREATE_TEMP_TABLE || action == SQLITE_CREATE_TEMP_VIEW) && is_store(a1)) {
+    g->shadows = fmt::format("create a temp {} named '{}' like the store's own (it would hide "
+                             "the store's from every later statement)",
+                             action == SQLITE_CREATE_TEMP_TABLE ? "table" : "view", a1);
+    return SQLITE_DENY;
+  }
+  if (action == SQLITE_CREATE_TEMP_TRIGGER && is_store(a2)) {
+    g->shadows = fmt::format("create a temp trigger '{}' on the store's table '{}'", a1, a2);
+    return SQLITE_DENY;
+  }
   const char* why = denied_action(action, a1, a2);
   if (why == nullptr) return SQLITE_OK;
   // DDL also writes sqlite_schema; name the statement's own action rather than that write.
@@ -637,7 +720,8 @@ int authorize(void* p, int action, const char* a1, const char* a2, const char*, 
 int progress(void* p) {
   auto* g = static_cast<UserGuard*>(p);
   if (g->interrupt != nullptr && *g->interrupt && (*g->interrupt)()) g->interrupted = true;
-  return g->interrupted ? 1 : 0;
+  if (g->recursive && ++g->progress_calls > kMaxRecursiveCalls) g->over_budget = true;
+  return g->interrupted || g->over_budget ? 1 : 0;
 }
 
 }  // namespace
@@ -645,10 +729,20 @@ int progress(void* p) {
 Result<QueryResult> MetricsStore::select_locked(std::string_view sql,
                                                 std::span<const SqlValue> args, bool user,
                                                 SqlAccess access) {
-  UserGuard guard{nullptr, &interrupt_check_, false, {}};
+  UserGuard guard;
+  guard.interrupt = &interrupt_check_;
+  if (user && access == SqlAccess::kReadWrite) {  // the names a temp object may not shadow
+    ENG_ASSIGN_OR_RETURN(QueryResult names,
+                         step_rows("SELECT lower(name) FROM main.sqlite_master WHERE type IN "
+                                   "('table', 'view')",
+                                   {}, 0, nullptr, nullptr));
+    for (const std::vector<SqlValue>& row : names.rows)
+      if (const auto* name = std::get_if<std::string>(&row[0]))
+        guard.store_names.push_back(*name);
+  }
   if (user) {
     sqlite3_set_authorizer(db_, authorize, &guard);
-    sqlite3_progress_handler(db_, 1000, progress, &guard);
+    sqlite3_progress_handler(db_, kProgressPeriod, progress, &guard);
   }
   struct Reset {  // the guard lives on this frame: unhook before it goes
     sqlite3* db;
@@ -663,6 +757,9 @@ Result<QueryResult> MetricsStore::select_locked(std::string_view sql,
   Result<QueryResult> r = step_rows(sql, args, user ? kMaxQueryRows : 0,
                                     access == SqlAccess::kReadOnly ? &writes : nullptr,
                                     &guard.reads_journal_mode);
+  if (!guard.shadows.empty())
+    return failed_precondition("store: sl.sql may not {} (in \"{}\"); see docs/metrics-store.md",
+                               guard.shadows, sql_excerpt(sql));
   if (guard.denied != nullptr)
     return failed_precondition("store: sl.sql may not {} (in \"{}\"); see docs/metrics-store.md",
                                guard.denied, sql_excerpt(sql));
@@ -674,6 +771,11 @@ Result<QueryResult> MetricsStore::select_locked(std::string_view sql,
   if (!r.ok() && guard.interrupted)
     return Status(Code::kCancelled,
                   fmt::format("store: query interrupted (in \"{}\")", sql_excerpt(sql)));
+  if (!r.ok() && guard.over_budget)
+    return resource_exhausted(
+        "store: a recursive CTE ran past the work of {} rows ({} SQLite VM steps), the sl.sql "
+        "row cap; give its recursion a stopping condition or a LIMIT (in \"{}\")",
+        kMaxQueryRows, kMaxRecursiveCalls * kProgressPeriod, sql_excerpt(sql));
   return r;
 }
 

@@ -277,6 +277,18 @@ class MetricsStore {
   std::vector<StepRow> pending_steps_;                      // buffered until flush()
   std::vector<PendingMetric> pending_metrics_;              // buffered until flush()
   std::function<bool()> interrupt_check_;                   // polled during user queries
+  // A flush that failed for a transient reason (a lock held past busy_timeout, a full disk)
+  // puts the store in a failing state: later writes wait kFailingBusyMs, not busy_timeout_ms_,
+  // so a run over a store that stays locked ends in seconds, not minutes (issue 30). The
+  // first write that succeeds restores the full timeout.
+  static constexpr int kFailingBusyMs = 200;
+  void note_write(const Status& s);
+  int busy_timeout_ms_ = 5000;                              // OpenOptions::busy_timeout_ms
+  bool failing_ = false;
+  // end_run calls whose UPDATE failed: retried after the next write that succeeds and at
+  // close, so a run whose store was locked at its end does not stay RUNNING once it is free.
+  std::vector<std::pair<std::string, RunStatus>> pending_ends_;
+  Status end_pending_locked();
 };
 
 // Formats a value the way the sqlite3 CLI would ("NULL", 3, 0.5, text, x'00ff').

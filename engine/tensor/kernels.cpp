@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/base/check.h"
@@ -336,7 +338,7 @@ void ScratchNeeds::merge(const ScratchNeeds& o) {
 void reserve_attention_scratch(int64_t T);  // attention.cpp
 void reserve_bf16_scratch(const ScratchNeeds& n);  // kernels_bf16.cpp
 
-void reserve_scratch(const ScratchNeeds& n) {
+static void reserve_scratch_or_throw(const ScratchNeeds& n) {
   reserve_bf16_scratch(n);
   if (n.attention_seq > 0) reserve_attention_scratch(n.attention_seq);
   const int64_t blocks = (n.rmsnorm_rows + kNormRows - 1) / kNormRows;
@@ -353,6 +355,17 @@ void reserve_scratch(const ScratchNeeds& n) {
     if (last >= 0) table.row(last);  // tabulates every position up to `last`
     if (static_cast<int64_t>(t_rope_odd.size()) < n.rope_dim) t_rope_odd.resize(n.rope_dim);
   }
+}
+
+bool reserve_scratch(const ScratchNeeds& n) {
+  try {
+    reserve_scratch_or_throw(n);
+  } catch (const std::bad_alloc&) {
+    return false;
+  } catch (const std::length_error&) {  // a size over the vector's max_size
+    return false;
+  }
+  return true;
 }
 
 }  // namespace eng::kern

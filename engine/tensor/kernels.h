@@ -84,7 +84,8 @@ void convert_f32_to_bf16(const float* x, uint16_t* y, int64_t n);
 void convert_bf16_to_f32(const uint16_t* x, float* y, int64_t n);
 
 // ---- loss ----------------------------------------------------------------------------------
-// lse[n] = logsumexp_v logits[n, v]; xent[n] = lse[n] - logits[n, targets[n]].
+// lse[n] = logsumexp_v logits[n, v]; xent[n] = lse[n] - logits[n, targets[n]] (NaN for a target
+// outside [0, V): nothing out of range is read).
 void softmax_cross_entropy_forward(const float* logits /*(N, V)*/, const int32_t* targets /*(N)*/,
                                    float* xent /*(N)*/, float* lse /*(N)*/, int64_t N, int64_t V);
 // dlogits[n, v] = dxent[n] * (exp(logits[n, v] - lse[n]) - (v + offset == targets[n])).
@@ -129,7 +130,9 @@ struct ScratchNeeds {
   void merge(const ScratchNeeds& o);  // element-wise max (rope: the last non-empty one)
 };
 // Grows the calling thread's scratch to `needs`; allocates nothing when already large enough.
-void reserve_scratch(const ScratchNeeds& needs);
+// False when the memory could not be had (std::bad_alloc caught here: out of memory inside a
+// step is an error the runtime returns, never an abort).
+bool reserve_scratch(const ScratchNeeds& needs);
 
 
 // ---- bf16 (MaxText's dtype=bfloat16) -------------------------------------------------------------

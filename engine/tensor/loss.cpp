@@ -45,9 +45,11 @@ void softmax_cross_entropy_forward(const float* logits, const int32_t* targets, 
   parallel_for(N, rows_per_chunk(V), [&](int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; ++n) {
       const float* row = logits + n * V;  // (V)
-      ENG_DCHECK(targets[n] >= 0 && targets[n] < V, "xent: target {} outside [0, {})", targets[n], V);
       lse[n] = row_lse(row, V);
-      xent[n] = lse[n] - row[targets[n]];
+      // A label outside [0, V) reads nothing: its loss is NaN, as jnp.take_along_axis's
+      // default "fill" mode gives optax's loss (the gradient skips it, as backward does).
+      const int32_t t = targets[n];
+      xent[n] = t >= 0 && t < V ? lse[n] - row[t] : std::numeric_limits<float>::quiet_NaN();
     }
   });
 }

@@ -211,7 +211,8 @@ void softmax_cross_entropy_forward(const T* logits, const int32_t* targets, T* x
     T z = 0;
     for (int64_t v = 0; v < V; ++v) z += std::exp(logits[n * V + v] - mx);
     lse[n] = mx + std::log(z);
-    xent[n] = lse[n] - logits[n * V + targets[n]];
+    const int32_t t = targets[n];  // outside [0, V): NaN, as the kernel (kernels.h)
+    xent[n] = t >= 0 && t < V ? lse[n] - logits[n * V + t] : std::numeric_limits<T>::quiet_NaN();
   }
 }
 

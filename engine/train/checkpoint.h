@@ -127,7 +127,8 @@ std::string checkpoint_root(const std::string& base_output_directory, const std:
 // <root>/<step>/state.safetensors
 std::string checkpoint_path(const std::string& root, int64_t step);
 // Steps with a committed file under root, ascending (a missing root is an empty list; names
-// that are not a step in [0, kMaxStep] are skipped).
+// that are not a step in [0, kMaxStep], and step directories that are symbolic links, are
+// skipped).
 std::vector<int64_t> list_checkpoints(const std::string& root);
 // Deletes the oldest committed checkpoints so that `keep` remain (keep <= 0: keep all).
 Status prune_checkpoints(const std::string& root, int64_t keep);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "engine/ir/remat.h"
+#include "engine/model/pipeline_schedule.h"
 
 namespace eng {
 
@@ -104,6 +105,9 @@ const std::vector<ConfigKey> kKeys = {
     {"base_output_directory", V{std::string()}, "checkpoints go to <this>/<run_name>/checkpoints/<step>/"},
     {"load_parameters_path", V{std::string()}, "restore params only from this checkpoint (file or step dir)"},
     {"load_full_state_path", V{std::string()}, "restore the full state from this checkpoint (file or step dir)"},
+    // Divergence (issue 30): MaxText base.yml's keys and defaults.
+    {"abort_on_nan_loss", V{true}, "stop training (an error and an event; the run ends FAILED) when a step's loss is NaN"},
+    {"abort_on_inf_loss", V{true}, "stop training (an error and an event; the run ends FAILED) when a step's loss is +-inf"},
     // Debug options for honest-timing tests: delays on the DEVICE side (dispatcher thread).
     {"debug_device_delay_seconds", V{0.0}, "debug: the devices sleep this long on debug_device_delay_steps"},
     {"debug_device_delay_steps", V{std::string()}, "debug: comma-separated steps to delay on the devices, e.g. \"3,7\""},
@@ -205,6 +209,10 @@ Status Config::set(std::string_view key, ConfigValue value) {
     overrides_["dataset_path"] = colon == std::string::npos ? std::string() : s.substr(colon + 1);
     return ok_status();
   }
+  if (static_cast<int64_t>(key.size()) > kMaxNameLength)
+    return invalid_argument("config: a key of {} characters ('{}...') is over the limit of {} "
+                            "characters",
+                            key.size(), key.substr(0, 32), kMaxNameLength);
   const ConfigKey* k = find_key(key);
   if (k == nullptr) {
     std::string hint = suggest_config_key(key);
@@ -228,6 +236,9 @@ Status Config::set(std::string_view key, ConfigValue value) {
     return invalid_argument("config: {} expects {}, got {} ({})", key,
                             type_name(k->default_value), type_name(value),
                             config_value_string(value));
+  if (value.index() == 3)  // a NUL would cut a path or name short where C strings are used
+    if (const size_t nul = std::get<std::string>(value).find('\0'); nul != std::string::npos)
+      return invalid_argument("config: {} contains a NUL byte (at character {})", key, nul);
   if (key == "run_name")  // checkpoints go to <base_output_directory>/<run_name>: stay there
     ENG_RETURN_IF_ERROR(check_confined_name("config: run_name", std::get<std::string>(value)));
   if (key == "model_name") {
@@ -414,6 +425,12 @@ Status resolve_pipeline(const Config& c, ResolvedConfig& r) {
     return invalid_argument("config: pipeline_delay_activation_forwarding needs "
                             "num_pipeline_microbatches >= 2 x {} stages, got {}",
                             stages, M);
+  // The schedule the engine traces unrolled (pipeline.h), within its size limit (limits.h).
+  const int64_t R = r.model.pipeline_repeats;
+  if (Result<PipelineSchedule> sched =
+          PipelineSchedule::make({stages, M, R, delay, pipelined / (stages * R)});
+      !sched.ok())
+    return invalid_argument("config: {}", sched.status().message());
   ENG_RETURN_IF_ERROR(resolve_pipeline_fsdp_gather(c, r));
   r.model.pipeline_stages = stages;
   r.model.pipeline_microbatches = M;

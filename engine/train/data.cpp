@@ -2,6 +2,7 @@
 #include "engine/train/data.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
@@ -9,6 +10,7 @@
 
 #include "engine/base/file.h"
 #include "engine/base/hash.h"
+#include "engine/base/limits.h"
 
 namespace eng {
 
@@ -195,6 +197,37 @@ Result<std::string> read_file(const std::string& path) {
 }  // namespace
 
 // A 1-D .npy array of integers (<u2, <i4, <i8, |u1): numpy.save's format version 1-3.
+namespace {
+
+// The element count of a .npy header's 'shape': (N,), (A, B) or () (a scalar: 1).
+Result<int64_t> npy_shape_numel(const std::string& path, const std::string& header) {
+  const size_t key = header.find("'shape'");
+  const size_t open = key == std::string::npos ? key : header.find('(', key);
+  const size_t close = open == std::string::npos ? open : header.find(')', open);
+  if (close == std::string::npos)
+    return invalid_argument("data: '{}': the .npy header has no 'shape': ({})", path, header);
+  const std::string dims = header.substr(open + 1, close - open - 1);
+  int64_t numel = 1;
+  size_t i = 0;
+  while (i < dims.size()) {
+    const size_t comma = std::min(dims.find(',', i), dims.size());
+    std::string d = dims.substr(i, comma - i);
+    d.erase(0, d.find_first_not_of(" \t"));
+    d.erase(d.find_last_not_of(" \t") + 1);
+    i = comma + 1;
+    if (d.empty() && comma == dims.size()) break;  // "(N,)": the trailing comma
+    int64_t v = -1;
+    const auto [ptr, err] = std::from_chars(d.data(), d.data() + d.size(), v);
+    if (d.empty() || err != std::errc() || ptr != d.data() + d.size() || v < 0 ||
+        (v > 0 && numel > kMaxTensorElements / v))
+      return invalid_argument("data: '{}': bad .npy shape ({})", path, dims);
+    numel *= v;
+  }
+  return numel;
+}
+
+}  // namespace
+
 Result<std::vector<int32_t>> parse_npy_tokens(const std::string& path, const std::string& raw,
                                               int64_t vocab) {
   if (raw.size() < 10 || raw.compare(0, 6, "\x93NUMPY") != 0)
@@ -234,7 +267,14 @@ Result<std::vector<int32_t>> parse_npy_tokens(const std::string& path, const std
     return invalid_argument("data: '{}': dtype {} not supported; use uint8, uint16, int32 or int64",
                             path, descr);
   const size_t data_off = offset + header_len;
-  const size_t n = (raw.size() - data_off) / width;
+  // The header's shape says how many tokens there are: the data must hold exactly that many
+  // (a truncated or padded file is refused, not read short or long).
+  ENG_ASSIGN_OR_RETURN(const int64_t numel, npy_shape_numel(path, header));
+  if (static_cast<uint64_t>(numel) * static_cast<uint64_t>(width) != raw.size() - data_off)
+    return invalid_argument("data: '{}': the header's shape holds {} tokens ({} bytes of "
+                            "{}-byte tokens) but the file has {} data bytes",
+                            path, numel, numel * width, width, raw.size() - data_off);
+  const size_t n = static_cast<size_t>(numel);
   std::vector<int32_t> tokens(n);
   for (size_t i = 0; i < n; ++i) {
     int64_t v = 0;

@@ -90,8 +90,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
       t->config_.max_target_length);
   ENG_RETURN_IF_ERROR(t->read_options(config));
   if (!options.shape_only) {
+    // The whole state fits (state_memory.h), checked before anything batch-sized is allocated:
+    // the data source holds a batch too (per_device_batch_size = 1e9 took 8 GB first).
+    ENG_RETURN_IF_ERROR(check_trainer_memory(*t));
     ENG_ASSIGN_OR_RETURN(t->data_, make_data_source(t->config_));
-    ENG_RETURN_IF_ERROR(check_trainer_memory(*t));  // the whole state fits (state_memory.h)
     ENG_RETURN_IF_ERROR(t->init_state());
     ENG_RETURN_IF_ERROR(t->restore());  // before the run: a resumed run names its parent
     ENG_RETURN_IF_ERROR(t->begin_run());

@@ -42,6 +42,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/base/function_ref.h"
@@ -215,6 +216,7 @@ class Trainer {
   Status sync_for_timing(StepSlot& slot);
   Status flush_step(int64_t ticket, int64_t step, FunctionRef<bool(const StepMetrics&)> on_step,
                     bool* keep_going);
+  Status check_loss_finite(const StepMetrics& m) const;  // abort_on_nan_loss / _inf_loss
   bool checkpoint_due(int64_t step) const;
   Status restore();
   Status restore_from(const std::string& path, bool params_only);
@@ -250,6 +252,7 @@ class Trainer {
   std::string restored_from_;   // checkpoint path this trainer started from
   std::string resume_note_;     // resume_note()
   std::string restore_message_;  // the restore event, recorded once the run has begun
+  std::vector<std::pair<int64_t, std::string>> restore_warnings_;  // skipped checkpoints: step, why
   std::string parent_run_id_;   // the run that saved the restored checkpoint ("" if unknown)
   int64_t first_step_ = 0;      // step_ after restore: the run stepped when step_ moves past it
   bool failed_ = false;         // an async step failed (the run is FAILED)

@@ -3,6 +3,10 @@
 // records, and checkpoint save/restore.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -64,6 +68,8 @@ Status Trainer::begin_run() {
   info.parent_run_id = parent_run_id_;
   info.params = run_params(raw_config_, config_, mesh_);
   ENG_RETURN_IF_ERROR(recorder_->begin(std::move(info)));
+  for (const auto& [step, message] : restore_warnings_)
+    recorder_->record_event("restore", "warning", step, message);
   if (!restored_from_.empty()) recorder_->record_event("restore", "info", step_, restore_message_);
   return ok_status();
 }
@@ -92,7 +98,21 @@ Status Trainer::flush_step(int64_t ticket, int64_t step,
   recorder_->record_process_times(step, slot.process_times, kProcessValues);
   const bool more = on_step(m);
   if (keep_going != nullptr) *keep_going = more;
-  return ok_status();
+  return check_loss_finite(m);
+}
+
+// MaxText's abort_on_nan_loss / abort_on_inf_loss (both true by default): a step whose loss is
+// not finite stops train() with this error (recorded as the run's error event; the run ends
+// FAILED). The step itself is recorded first (its loss NULL in the store).
+Status Trainer::check_loss_finite(const StepMetrics& m) const {
+  const bool nan = std::isnan(m.loss), inf = std::isinf(m.loss);
+  const char* key = nan ? "abort_on_nan_loss" : "abort_on_inf_loss";
+  if ((!nan && !inf) || !raw_config_.get_bool(key)) return ok_status();
+  return failed_precondition("step {}: the loss is {} (training diverged: learning_rate {}, "
+                             "adam_eps {}); training stopped. Set {}=false to keep going",
+                             m.step, nan ? "NaN" : (m.loss > 0 ? "inf" : "-inf"),
+                             raw_config_.get_float("learning_rate"),
+                             raw_config_.get_float("adam_eps"), key);
 }
 
 // MaxText's _should_save_checkpoint_at_step: every checkpoint_period steps; step 0 (always a
@@ -238,13 +258,19 @@ Result<CheckpointInfo> Trainer::save_checkpoint() {
 Status Trainer::restore() {
   if (raw_config_.get_bool("enable_checkpointing")) {
     std::vector<int64_t> steps = list_checkpoints(checkpoint_dir());
-    // The latest checkpoint that verifies; a corrupt one (refused before any state is
-    // written) is skipped with a warning naming it.
+    // The latest checkpoint that restores; any bad one (corrupt, truncated, not a regular
+    // file, a tensor of another shape or dtype) is skipped with a warning naming it, recorded
+    // once the run has begun (begin_run). An older one rewrites every state array, so what a
+    // refused one wrote first is overwritten.
     for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
-      Status s = restore_from(checkpoint_path(checkpoint_dir(), *step), false);
-      if (s.ok() || s.code() != Code::kDataLoss || step + 1 == steps.rend()) return s;
-      recorder_->record_event("restore", "warning", *step,
-                   fmt::format("skipped checkpoint {}: {}", *step, s.message()));
+      const std::string path = checkpoint_path(checkpoint_dir(), *step);
+      std::error_code ec;
+      Status s = std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))
+                     ? failed_precondition("checkpoint '{}' is a symbolic link", path)
+                     : restore_from(path, false);
+      if (s.ok() || step + 1 == steps.rend()) return s;
+      restore_warnings_.emplace_back(*step,
+                                     fmt::format("skipped checkpoint {}: {}", *step, s.message()));
     }
   }
   const std::string params = raw_config_.get_string("load_parameters_path");
@@ -254,8 +280,36 @@ Status Trainer::restore() {
   return ok_status();
 }
 
+namespace {
+
+// The optimizer's step count (the i32 "step" state, the schedule's and AdamW's count) is the
+// number of updates so far: __metadata__ step + 1. A file where they disagree would train on
+// at another learning rate (count 1e6 with step 3: lr 0; count -7: a negative lr), and a step
+// the count cannot hold (over 2^31 - 2) would wrap it.
+Status check_step_count(const CheckpointFile& f) {
+  ENG_ASSIGN_OR_RETURN(int64_t step, f.metadata_int("step"));
+  constexpr int64_t kMaxCountStep = std::numeric_limits<int32_t>::max() - 1;
+  if (step > kMaxCountStep)
+    return data_loss("checkpoint '{}': __metadata__ step {} is over {}, the most the optimizer's "
+                     "int32 step count holds",
+                     f.path, step, kMaxCountStep);
+  const CheckpointFile::Entry* e = f.find("step");
+  if (e == nullptr || e->spec.dtype != DType::kI32 || e->spec.shape.numel() != 1)
+    return ok_status();  // checkpoint_tensor names what is missing or of another type
+  int32_t count = 0;
+  std::memcpy(&count, f.bytes(*e), sizeof(count));
+  if (count != step + 1)
+    return data_loss("checkpoint '{}': the optimizer's step count is {} but __metadata__ step is "
+                     "{} (the count after step {} is {})",
+                     f.path, count, step, step, step + 1);
+  return ok_status();
+}
+
+}  // namespace
+
 Status Trainer::restore_from(const std::string& path, bool params_only) {
   ENG_ASSIGN_OR_RETURN(CheckpointFile f, read_checkpoint(path));
+  if (!params_only) ENG_RETURN_IF_ERROR(check_step_count(f));
   const auto& args = program_.args();
   for (size_t i = 0; i < args.size(); ++i) {
     if (!is_state_arg(args[i].role) || (params_only && args[i].role != ArgRole::kParam)) continue;

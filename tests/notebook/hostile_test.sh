@@ -76,6 +76,13 @@ python3 "$here/check_report.py" html $h 1 || exit 1
 has evil.md '&lt;img src=x onerror=alert(5)&gt;\[x\](javascript:alert(6))'
 has evil.md '&lt;b&gt;bold&lt;/b&gt; \[y\](javascript:alert(7))'
 lacks evil.md '| <img'
+# The Markdown report's SVG files are sanitised as the HTML report's inline SVG (issue 30).
+svg=evil_files/plot-1.svg
+[[ -f $svg ]] || fail "no $svg"
+for bad in "<script" "onload=" "onclick=" "<foreignObject" "<iframe" "javascript:"; do
+  lacks $svg "$bad"
+done
+has $svg '<polyline points="0,0 5,5" stroke="red"/>'
 # ---- The runs table shows a run's final status even when its trainer is still a global. -------
 cat > live.lua <<'LUA'
 -- %% Train
