@@ -29,5 +29,14 @@ local by = {}
 for _, row in ipairs(rows) do by[row.recipe.model] = row end
 assert(by["llama2-70b"].predicted, "llama2-70b is a preset: its row is predicted")
 assert(by["llama2-70b"].predicted.fits)
+
+-- sl.plan on a mesh the topology cannot hold names the topology's device count.
+local ok, err = pcall(sl.plan, sl.config{model_name = "llama-tiny", compile_topology = "v6e-8",
+                                         ici_fsdp_parallelism = 3}, {store = false})
+assert(not ok and err:find("Number of devices per slice 8", 1, true), err)
+ok, err = pcall(sl.plan, sl.config{model_name = "llama-tiny", compile_topology = "v6e-9"})
+assert(not ok and err:find("v6e-8", 1, true), err)  -- the known sizes
+ok, err = pcall(sl.plan, sl.config{model_name = "llama-tiny"})
+assert(not ok and err:find("compile_topology is not set", 1, true), err)
 print(string.format("predict_recipes_test ok: %d of %d rows predicted in %.1f s", predicted,
                     #rows, os.clock() - start))
