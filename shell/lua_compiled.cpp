@@ -188,6 +188,8 @@ void push_prediction(lua_State* L, const eng::Prediction& p) {
   lua_setfield(L, -2, "peak_bytes");
   lua_pushinteger(L, p.hbm_bytes);
   lua_setfield(L, -2, "hbm_bytes");
+  lua_pushinteger(L, p.hbm_bytes - p.peak_bytes);  // negative when it does not fit
+  lua_setfield(L, -2, "headroom_bytes");
   lua_pushstring(L, p.bound.c_str());
   lua_setfield(L, -2, "bound");
   num("compute_s", p.compute_s);

@@ -29,6 +29,8 @@ local by = {}
 for _, row in ipairs(rows) do by[row.recipe.model] = row end
 assert(by["llama2-70b"].predicted, "llama2-70b is a preset: its row is predicted")
 assert(by["llama2-70b"].predicted.fits)
+local p70 = by["llama2-70b"].predicted
+assert(p70.headroom_bytes == p70.hbm_bytes - p70.peak_bytes and p70.headroom_bytes > 0)
 
 -- sl.plan on a mesh the topology cannot hold names the topology's device count.
 local ok, err = pcall(sl.plan, sl.config{model_name = "llama-tiny", compile_topology = "v6e-8",

@@ -103,6 +103,19 @@ TEST(Plan, DcnAxesSpanSlices) {
   EXPECT_TRUE(data_axis);  // gradients are reduced over the slices too
 }
 
+TEST(Plan, GpuHostsAreSlicesOverDcn) {
+  Config c = config("llama-tiny", "a3", 1, 256);
+  ASSERT_TRUE(c.set("compile_topology_num_slices", int64_t{2}).ok());
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->physical.mesh.num_devices(), 16);
+  EXPECT_EQ(r->physical.axis("fsdp")->to_string(), "fsdp: 8 over the NVLink switch (8)");
+  EXPECT_EQ(r->physical.axis("data")->to_string(), "data: 2 over 2 slices over DCN");
+  EXPECT_EQ(r->predicted.hbm_bytes, int64_t{80'000'000'000});
+  EXPECT_GT(r->predicted.step_time_s, 0);
+  EXPECT_NEAR(r->predicted.mfu, r->predicted.tflops_per_s_per_device / 989, 1e-12);
+}
+
 TEST(Plan, Errors) {
   Config none = config("llama-tiny", "", 1, 256);
   Result<Plan> r0 = plan_for_topology(none);
