@@ -102,4 +102,15 @@ err=$("$bin" train_compile "$configs/base.yml" model_name=mixtral-8x7b num_devic
 rc=$?
 set -e
 [[ $rc == 1 ]] && echo "$err" | grep -q "not supported yet" || fail "mixtral: $err"
+# llama2-70b at 4 x 8192 per device on v5e-8 (16 GB HBM per chip): does not fit, by how much.
+set +e
+err=$("$bin" train_compile "$configs/base.yml" model_name=llama2-70b compile_topology=v5e-8 \
+      compile_topology_num_slices=1 per_device_batch_size=4 max_target_length=8192 --db "$db" 2>&1)
+rc=$?
+set -e
+[[ $rc == 1 ]] || fail "llama2-70b on v5e-8: exit $rc: $err"
+echo "$err" | grep -q "does not fit: the peak per device is .* GB but a v5e device (v5e-8) has 16.00 GB of HBM: over by" ||
+  fail "llama2-70b on v5e-8: $err"
+[[ $(sqlite3 "$db" "SELECT value FROM metrics WHERE key = 'plan/fits' ORDER BY wall_ms DESC LIMIT 1") == 0.0 ]] ||
+  fail "plan/fits not recorded as 0"
 echo PASS
