@@ -286,6 +286,8 @@ constexpr Unsupported kUnsupported[] = {
     {"mu_dtype", "''", "an optimizer-moment dtype other than weight_dtype"},
     {"ici_sequence_parallelism", "1", "the 'sequence' mesh axis"},
     {"dcn_sequence_parallelism", "1", "the 'sequence' mesh axis"},
+    {"custom_mesh_and_rule", "''", "custom mesh axes and logical axis rules"},
+    {"custom_mesh", "''", "custom device orders (hybrid rings)"},
 };
 
 // Keys this file consumes itself (they shape the mesh, the model file, the dims).
@@ -425,9 +427,8 @@ Status derive_mesh(MaxTextConfig& m) {
       if (x == -1) x = p > 0 && n % p == 0 ? n / p : 0;
     if (product(v) != n)
       return invalid_argument(
-          "config: the {}_*_parallelism sizes ({}) do not multiply to {} "
-          "(devices {})",
-          level, fmt::join(v, " x "), n, std::string(level) == "ici" ? "per slice" : "slices");
+          "config: the {}_*_parallelism sizes ({}) do not multiply to {}, the {}", level,
+          fmt::join(v, " x "), n, std::string(level) == "ici" ? "devices per slice" : "slices");
     return ok_status();
   };
   ENG_RETURN_IF_ERROR(fill(ici, per_slice, "ici"));
@@ -491,24 +492,41 @@ Status fill_config(MaxTextConfig& m) {
 
 // MaxText's remat_policy=custom names each tensor's fate in its own key (decoder_layer_input,
 // query_proj, ...: 'remat' | 'device' | 'offload'); shardlab's custom policy takes the saved
-// names in remat_save_names.
-Status custom_remat(MaxTextConfig& m) {
-  if (m.config.get_string("remat_policy") != "custom" || m.config.has_override("remat_save_names"))
-    return ok_status();
+// names in remat_save_names. Host offload is not modelled: an offloaded tensor is planned as
+// rematerialised, which holds the same device memory (neither stays in HBM) but not the same
+// time (no host transfers, and recompute instead); the policies named *_offloaded likewise
+// plan as full. Each such mapping is a note.
+Status map_remat(MaxTextConfig& m) {
+  const std::string policy = m.config.get_string("remat_policy");
+  if (policy.ends_with("_offloaded")) {
+    m.notes.push_back(
+        fmt::format("remat_policy={}: host offload is not modelled; planned as "
+                    "full (the same device memory, not the same step time)",
+                    policy));
+    return m.config.set("remat_policy", std::string("full"));
+  }
+  if (policy != "custom" || m.config.has_override("remat_save_names")) return ok_status();
   static const char* kTensors[] = {"context",    "mlpwi",    "mlpwi_0",    "mlpwi_1", "mlpwo",
                                    "query_proj", "key_proj", "value_proj", "out_proj"};
-  std::vector<std::string> saved;
+  std::vector<std::string> saved, offloaded;
   for (const char* t : kTensors) {
     auto it = m.keys.find(t);
     if (it == m.keys.end() || it->second.value.kind != Kind::kString) continue;
     const std::string& fate = it->second.value.s;
     if (fate == "offload")
-      return unimplemented(
-          "config: {}: {}='offload' is not supported yet (host offload of "
-          "saved activations)",
-          it->second.source, t);
-    if (fate == "device") saved.push_back(t);
+      offloaded.push_back(t);
+    else if (fate == "device")
+      saved.push_back(t);
+    else if (fate != "remat")
+      return invalid_argument("config: {}: {}='{}': expected 'remat', 'device' or 'offload'",
+                              it->second.source, t, fate);
   }
+  if (!offloaded.empty())
+    m.notes.push_back(
+        fmt::format("remat_policy=custom: {} offloaded to host: planned as "
+                    "rematerialised (the same device memory, not the same step "
+                    "time; host offload is not modelled)",
+                    fmt::join(offloaded, ", ")));
   return m.config.set("remat_save_names", fmt::format("{}", fmt::join(saved, ",")));
 }
 
@@ -561,7 +579,7 @@ Result<MaxTextConfig> load_maxtext_config(const std::string& path,
   ENG_RETURN_IF_ERROR(scale_dims(m));
   ENG_RETURN_IF_ERROR(check_unsupported(m));
   ENG_RETURN_IF_ERROR(fill_config(m));
-  ENG_RETURN_IF_ERROR(custom_remat(m));
+  ENG_RETURN_IF_ERROR(map_remat(m));
   ENG_RETURN_IF_ERROR(derive_mesh(m));
   collect_no_effect(m);
   return m;

@@ -286,6 +286,37 @@ TEST(MaxTextConfig, GlobalParameterScaleAndDcn) {
   EXPECT_EQ(mesh->num_devices(), 16);
 }
 
+TEST(MaxTextConfig, RematCustomAndOffload) {
+  Files f;
+  const std::string base = f.write("base.yml", std::string(kBase) +
+                                                   "remat_policy: 'full'\n"
+                                                   "decoder_layer_input: 'device'\n"
+                                                   "query_proj: 'remat'\nkey_proj: 'remat'\n"
+                                                   "out_proj: 'remat'\ncustom_mesh_and_rule: ''\n");
+  Result<MaxTextConfig> m = load_maxtext_config(
+      base, argv({"remat_policy=custom", "query_proj=device", "key_proj=offload"}));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config.get_string("remat_save_names"), "query_proj");
+  EXPECT_NE(m->report().find("key_proj offloaded to host: planned as rematerialised"),
+            std::string::npos)
+      << m->report();
+  Result<MaxTextConfig> off = load_maxtext_config(base, argv({"remat_policy=qkv_proj_offloaded"}));
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  EXPECT_EQ(off->config.get_string("remat_policy"), "full");
+  EXPECT_NE(off->report().find("remat_policy=qkv_proj_offloaded: host offload is not modelled"),
+            std::string::npos);
+  Result<MaxTextConfig> bad =
+      load_maxtext_config(base, argv({"remat_policy=custom", "out_proj=keep"}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("out_proj='keep': expected 'remat', 'device' or 'offload'"),
+            std::string::npos);
+  Result<MaxTextConfig> rules = load_maxtext_config(base, argv({"custom_mesh_and_rule=pure-fsdp"}));
+  ASSERT_FALSE(rules.ok());
+  EXPECT_NE(rules.status().message().find("custom_mesh_and_rule='pure-fsdp' is not supported yet"),
+            std::string::npos)
+      << rules.status().message();
+}
+
 TEST(MaxTextConfigReal, BaseYmlAndEveryModelFile) {
   REQUIRE_MAXTEXT_CONFIGS(dir);
   Result<MaxTextConfig> base = load_maxtext_config(dir + "/base.yml", argv({"num_devices=4"}));
