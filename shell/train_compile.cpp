@@ -175,10 +175,13 @@ int train_compile(const Args& a, const std::vector<std::string>& argv) {
       if (peak > hbm) {
         std::fprintf(stderr,
                      "shardlab train_compile: does not fit: the peak per device is %.2f GB but a "
-                     "%s device (%s) has %.2f GB of HBM: over by %.2f GB (%.0f%% more than fits)\n",
+                     "%s device (%s) has %.2f GB of HBM: over by %.2f GB (%.0f%% more than "
+                     "fits). As XLA says it: Ran out of memory in memory space hbm. Used %.2fG of "
+                     "%.2fG hbm. Exceeded hbm capacity by %.2fG.\n",
                      gb(peak), m->topology->chip.name.c_str(), m->topology->name.c_str(), gb(hbm),
                      gb(peak - hbm),
-                     100.0 * static_cast<double>(peak - hbm) / static_cast<double>(hbm));
+                     100.0 * static_cast<double>(peak - hbm) / static_cast<double>(hbm), gb(peak),
+                     gb(hbm), gb(peak - hbm));
         status = EXIT_FAILURE;
       } else {
         std::printf("Fits: the peak per device is %.2f GB of a %s device's %.2f GB HBM (%.0f%%)\n",
