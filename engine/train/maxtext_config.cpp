@@ -470,7 +470,7 @@ Status fill_config(MaxTextConfig& m) {
         continue;
       }
       Result<ConfigValue> v = to_config_value(key, it->second, k.default_value);
-      if (!v.ok() || config_value_string(*v) != config_value_string(current))
+      if (!v.ok() || *v != current)
         m.notes.push_back(fmt::format("{}: {}={} kept as shardlab's {} ({})", root, key,
                                       it->second.value.to_string(), config_value_string(current),
                                       own->why));
@@ -479,8 +479,7 @@ Status fill_config(MaxTextConfig& m) {
     ENG_ASSIGN_OR_RETURN(ConfigValue v, to_config_value(key, it->second, k.default_value));
     if (key == "logical_axis_rules") {  // merged by the Config as MaxText merges a model's
       if (std::get<std::string>(v) == std::get<std::string>(current)) continue;
-    } else if (config_value_string(v) == config_value_string(current) &&
-               v.index() == current.index()) {
+    } else if (v == current) {  // exact: {:g} text would hide a change in the 7th digit
       continue;
     }
     Status s = m.config.set(key, std::move(v));

@@ -155,6 +155,10 @@ TEST(MaxTextConfig, BaseConfigChainChildOverParent) {
   EXPECT_EQ(m->config.get_int("max_target_length"), 512);
   EXPECT_EQ(m->config.get_int("steps"), 10000);
   EXPECT_DOUBLE_EQ(m->config.get_float("learning_rate"), 1e-5);
+  // A change past the 6th digit is still a change (no text comparison in between).
+  Result<MaxTextConfig> fine = load_maxtext_config(mine, argv({"learning_rate=3.0000001e-5"}));
+  ASSERT_TRUE(fine.ok()) << fine.status().message();
+  EXPECT_EQ(fine->config.get_float("learning_rate"), 3.0000001e-5);
   // base.yml's tfds is not applied (no tfds here); the note says so.
   EXPECT_EQ(m->config.get_string("dataset_type"), "synthetic");
   const std::string report = m->report();
