@@ -6,6 +6,7 @@ packages=(
   g++ cmake ninja-build pkg-config
   libopenblas-dev liblua5.4-dev libreadline-dev libfmt-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
+  libyaml-cpp-dev         # MaxText's YAML configs (shardlab train_compile, sl.config("x.yml"))
   fortunes fortunes-min   # a real English corpus for the quickstart (/usr/share/games/fortunes)
   tmux                    # the interactive REPL test drives the shell in a pseudo-terminal
   libdnnl-dev             # oneDNN: bf16 matmuls (AVX-512 BF16 where the CPU has it)

@@ -20,6 +20,7 @@
 #include "shell/lua_binding.h"
 #include "shell/notebook.h"
 #include "shell/repl.h"
+#include "shell/train_compile.h"
 
 namespace shell {
 namespace {
@@ -55,6 +56,12 @@ constexpr OptionHelp kOptions[] = {
 void print_usage(FILE* out) {
   std::fprintf(out, "usage: %s [options] [script [args]]\nAvailable options are:\n", kProgname);
   for (const OptionHelp& o : kOptions) std::fprintf(out, "  %-16s %s\n", o.flag, o.help);
+  std::fprintf(out,
+               "Commands:\n"
+               "  %s train_compile <config.yml> [key=value ...] [--shardings]\n"
+               "                   MaxText's train_compile on MaxText's YAML: a shape-only plan\n"
+               "                   for compile_topology; exit 1 when it does not fit\n",
+               kProgname);
   std::fflush(out);
 }
 
@@ -280,6 +287,7 @@ int pmain(lua_State* L) { return call_guarded_main(L, pmain_body); }
 
 int run_main(int argc, char** argv) {
   install_terminate_handler();  // SIGTERM ends runs KILLED, at once (shell/interrupt.h)
+  if (argc > 1 && std::strcmp(argv[1], "train_compile") == 0) return run_train_compile(argc, argv);
   Options o = parse(argc, argv);
   if (o.notebook) return run_notebook_cli(argc, argv);
   if (!o.error.empty()) {

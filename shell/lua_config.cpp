@@ -9,6 +9,7 @@
 
 #include "engine/base/limits.h"
 #include "engine/train/config.h"
+#include "engine/train/maxtext_yaml.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
 #include "shell/lua_binding.h"
@@ -96,9 +97,81 @@ Status set_from_overrides(eng::Config& c, std::string_view text) {
   return apply_overrides(c, std::move(parsed).value(), fn);
 }
 
+// A Lua override value as MaxText's command line would spell it: 12, 1e-05, true, text, [a, b].
+Result<std::string> override_text(lua_State* L, int idx, const std::string& key, int depth) {
+  switch (lua_type(L, idx)) {
+    case LUA_TBOOLEAN: return std::string(lua_toboolean(L, idx) ? "true" : "false");
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) return fmt::format("{}", lua_tointeger(L, idx));
+      return fmt::format("{}", lua_tonumber(L, idx));
+    case LUA_TSTRING: return std::string(lua_tostring(L, idx));
+    case LUA_TTABLE: {
+      if (depth > 8) return eng::invalid_argument("sl.config: {}: lists nested too deeply", key);
+      std::vector<std::string> items;
+      const lua_Integer n = luaL_len(L, idx);
+      for (lua_Integer i = 1; i <= n; ++i) {
+        const bool text = lua_rawgeti(L, idx, i) == LUA_TSTRING;
+        Result<std::string> t = override_text(L, lua_absindex(L, -1), key, depth + 1);
+        lua_pop(L, 1);
+        if (!t.ok()) return t.status();
+        if (text && t->find('\'') != std::string::npos)
+          return eng::invalid_argument("sl.config: {}: a list item may not hold a quote", key);
+        items.push_back(text ? "'" + *t + "'" : *t);
+      }
+      return fmt::format("[{}]", fmt::join(items, ", "));
+    }
+    default:
+      return eng::invalid_argument("sl.config: {}: expected a number, boolean, string or list, got "
+                                   "{}",
+                                   key, luaL_typename(L, idx));
+  }
+}
+
+// sl.config("base.yml" [, {key = value} | "key=value ..."]): MaxText's YAML and overrides
+// (engine/train/maxtext_yaml.h); what has no effect on the plan is printed once.
+Result<int> config_from_yaml(lua_State* L, const std::string& path) {
+  constexpr std::string_view fn = "sl.config";
+  std::vector<eng::ConfigOverride> overrides;
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    ENG_ASSIGN_OR_RETURN(overrides,
+                         with_context(fn, eng::split_config_overrides(lua_tostring(L, 2))));
+  } else if (lua_type(L, 2) == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, 2) != 0) {
+      if (lua_type(L, -2) != LUA_TSTRING) {
+        lua_pop(L, 2);
+        return eng::invalid_argument("sl.config: override keys must be strings (MaxText names)");
+      }
+      const std::string key = lua_tostring(L, -2);
+      Result<std::string> text = override_text(L, lua_absindex(L, -1), key, 0);
+      lua_pop(L, 1);
+      if (!text.ok()) return text.status();
+      overrides.push_back({key, *text, key + "=" + *text});
+    }
+    std::sort(overrides.begin(), overrides.end(),
+              [](const eng::ConfigOverride& a, const eng::ConfigOverride& b) {
+                return a.key < b.key;
+              });
+  } else if (!lua_isnoneornil(L, 2)) {
+    return arg_error(L, 2, fn, "overrides", "table or \"key=value ...\" string");
+  }
+  Result<eng::MaxTextConfig> m = eng::load_maxtext_config(path, overrides);
+  if (!m.ok()) return with_context(fn, m.status());
+  const std::string report = m->report();
+  push_udata(L, std::move(m->config));
+  if (!report.empty()) {  // through print (protected), as sl.trainer's resume note
+    lua_getglobal(L, "print");
+    lua_pushlstring(L, report.data(), report.size() - 1);  // without the last newline
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);
+  }
+  return 1;
+}
+
 Result<int> config_new(lua_State* L) {
   constexpr std::string_view fn = "sl.config";
   eng::Config c;
+  if (lua_type(L, 1) == LUA_TSTRING && eng::is_yaml_path(lua_tostring(L, 1)))
+    return config_from_yaml(L, lua_tostring(L, 1));
   if (lua_type(L, 1) == LUA_TSTRING) {
     size_t n = 0;
     const char* text = lua_tolstring(L, 1, &n);
@@ -223,7 +296,11 @@ constexpr Function kConfigFunctions[] = {
      "  per_device_batch_size=1 run_name='my run'\"), typed by each key's type as pyconfig does\n"
      "  (integers, numbers, true/false in any case, strings; quotes group; the last of a repeated\n"
      "  key wins). The script's key=value arguments (`shardlab train.lua steps=5`) override\n"
-     "  every sl.config's keys, as MaxText's command line overrides its YAML."},
+     "  every sl.config's keys, as MaxText's command line overrides its YAML.\n"
+     "  A path ending in .yml/.yaml reads MaxText's own YAML with pyconfig's rules (base_config\n"
+     "  chains, models/<model_name>.yml, derived values): sl.config(\"base.yml\", {model_name =\n"
+     "  \"llama2-7b\", num_devices = 8}) (overrides as a table or \"key=value ...\" string, typed\n"
+     "  like the file's values); keys with no effect on the plan are printed once (docs/train_compile.md)."},
     {"config_keys", lua_entry<config_keys_doc>, "sl.config_keys() -> {key = doc}",
      "Every configuration key with its meaning and default."},
 };

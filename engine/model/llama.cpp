@@ -28,6 +28,7 @@ constexpr Preset kPresets[] = {
     {"llama2-7b", 32000, 4096, 32, 128, 11008, 32},
     {"llama2-13b", 32000, 5120, 40, 128, 13824, 40},
     {"llama2-70b", 32000, 8192, 64, 128, 28672, 80, 8},  // grouped-query: 8 kv heads
+    {"default", 32000, 2048, 16, 128, 7168, 16},  // MaxText's model_name: "default" (base.yml)
 };
 
 using Logical = std::vector<std::string>;

@@ -29,7 +29,7 @@ constexpr double kMaxElements = 1125899906842624.0;
 // tfds is not available here).
 const std::vector<ConfigKey> kKeys = {
     {"run_name", V{std::string()}, "name of the run in the metrics store (default: generated)"},
-    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b"},
+    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b, default (MaxText base.yml's model)"},
     {"steps", V{int64_t{150001}}, "number of training steps"},
     {"per_device_batch_size", V{12.0}, "sequences per device per step (global batch = devices x this)"},
     {"max_target_length", V{int64_t{2048}}, "sequence length T"},

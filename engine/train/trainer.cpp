@@ -98,6 +98,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
     ENG_RETURN_IF_ERROR(t->restore());  // before the run: a resumed run names its parent
     ENG_RETURN_IF_ERROR(t->begin_run());
     ENG_RETURN_IF_ERROR(t->setup_dispatch());
+  } else if (options.record_shape_only) {
+    ENG_RETURN_IF_ERROR(t->begin_run());  // its compile and plan rows go to a run of their own
   }
   return t;
 }

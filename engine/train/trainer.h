@@ -64,6 +64,7 @@ class Trainer;
 
 struct TrainerOptions {
   bool shape_only = false;             // compile and analyse; allocate no arrays
+  bool record_shape_only = false;      // shape_only: still record a run (train_compile)
   int64_t device_capacity_bytes = 0;   // per simulated device; 0 = unlimited
   MetricsStore* store = nullptr;       // not owned; when set: runs, params, steps, metrics,
                                        // checkpoints and events are recorded

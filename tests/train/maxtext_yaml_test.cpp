@@ -1,0 +1,374 @@
+// tests/train/maxtext_yaml_test.cpp: MaxText's YAML configs: typing, base_config chains, command
+// line overrides, model files, bad input, and MaxText's own base.yml and models/*.yml (read in
+// place from ../shared/maxtext/configs beside the checkout; skipped with a message without it).
+#include "engine/train/maxtext_yaml.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/train/train_step.h"
+
+namespace eng {
+namespace {
+
+namespace fs = std::filesystem;
+using Kind = YamlValue::Kind;
+
+// MaxText's configs: $SHARDLAB_MAXTEXT_CONFIGS, else ../shared/maxtext/configs beside the
+// checkout (where CI puts them). "" when absent.
+std::string maxtext_configs() {
+  std::string dir;
+  if (const char* env = std::getenv("SHARDLAB_MAXTEXT_CONFIGS"); env && *env)
+    dir = env;
+  else if (const char* src = std::getenv("SHARDLAB_SOURCE_DIR"); src && *src)
+    dir = std::string(src) + "/../shared/maxtext/configs";
+  std::error_code ec;
+  return !dir.empty() && fs::exists(dir + "/base.yml", ec) ? dir : "";
+}
+
+#define REQUIRE_MAXTEXT_CONFIGS(dir)                                                   \
+  const std::string dir = maxtext_configs();                                           \
+  if (dir.empty())                                                                     \
+  GTEST_SKIP() << "MaxText's configs not found: ../shared/maxtext/configs beside the " \
+                  "checkout (or $SHARDLAB_MAXTEXT_CONFIGS) is absent"
+
+// A scratch directory of small YAML files, per process (ctest runs tests in parallel).
+class Files {
+ public:
+  Files() {
+    dir_ = fs::temp_directory_path() /
+           fmt::format("shardlab_yaml_{}_{}", getpid(),
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  ~Files() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+
+ private:
+  fs::path dir_;
+};
+
+std::vector<ConfigOverride> argv(std::initializer_list<std::string> tokens) {
+  std::vector<ConfigOverride> out;
+  for (const std::string& t : tokens) {
+    const size_t eq = t.find('=');
+    out.push_back({t.substr(0, eq), t.substr(eq + 1), t});
+  }
+  return out;
+}
+
+// A base file with the keys the tests touch, in MaxText's spelling and types.
+constexpr const char* kBase = R"(
+run_name: ""
+model_name: "default"
+override_model_config: false
+steps: 150_001
+per_device_batch_size: 12.0
+learning_rate: 3.e-5
+scan_layers: True
+max_target_length: 2048
+base_emb_dim: 2048
+base_num_query_heads: 16
+base_num_kv_heads: 16
+base_mlp_dim: 7168
+base_num_decoder_layers: 16
+head_dim: 128
+vocab_size: 32000
+normalization_layer_epsilon: 1.e-05
+mlp_activations: ["silu", "linear"]
+num_experts: 1
+decoder_block: "llama2"
+ici_fsdp_parallelism: -1
+ici_tensor_parallelism: 1
+dcn_data_parallelism: -1
+dataset_type: tfds
+enable_dropout: true
+hardware: 'tpu'
+)";
+
+TEST(YamlScalar, TypedAsMaxTextsLoader) {
+  EXPECT_EQ(plain_scalar("10_000").kind, Kind::kInt);
+  EXPECT_EQ(plain_scalar("10_000").i, 10000);
+  EXPECT_EQ(plain_scalar("-3").i, -3);
+  EXPECT_EQ(plain_scalar("0x10").i, 16);
+  EXPECT_EQ(plain_scalar("1e-5").kind, Kind::kFloat);  // OmegaConf: a float without a dot
+  EXPECT_DOUBLE_EQ(plain_scalar("1e-5").f, 1e-5);
+  EXPECT_DOUBLE_EQ(plain_scalar("1.e-05").f, 1e-5);
+  EXPECT_DOUBLE_EQ(plain_scalar(".5").f, 0.5);
+  EXPECT_DOUBLE_EQ(plain_scalar("3.").f, 3.0);
+  EXPECT_EQ(plain_scalar("True").kind, Kind::kBool);
+  EXPECT_FALSE(plain_scalar("off").b);
+  EXPECT_EQ(plain_scalar("~").kind, Kind::kNull);
+  EXPECT_EQ(plain_scalar("None").kind, Kind::kString);  // YAML has no None
+  EXPECT_EQ(plain_scalar("1e").kind, Kind::kString);
+  EXPECT_EQ(plain_scalar("v5e-256").kind, Kind::kString);
+  EXPECT_EQ(plain_scalar("99999999999999999999").kind, Kind::kString);
+}
+
+TEST(YamlDocument, ValuesAndErrors) {
+  Result<YamlDocument> d =
+      parse_yaml_document("a: [['norm', 'fsdp']]\nb: 'quoted 12'\nc: 12\n", "x.yml");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->keys[0].second.to_string(), "[['norm', 'fsdp']]");
+  EXPECT_EQ(d->keys[1].second.kind, Kind::kString);
+  EXPECT_EQ(d->keys[2].second.kind, Kind::kInt);
+  EXPECT_TRUE(parse_yaml_document("", "empty.yml").ok());
+
+  Result<YamlDocument> scalar = parse_yaml_document("just some text\n", "notes.txt");
+  ASSERT_FALSE(scalar.ok());
+  EXPECT_NE(scalar.status().message().find("notes.txt: not a MaxText config"), std::string::npos);
+  Result<YamlDocument> bad = parse_yaml_document("a: [1, 2\nb: 3\n", "bad.yml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.yml: not valid YAML (line"), std::string::npos)
+      << bad.status().message();
+  Result<YamlDocument> twice = parse_yaml_document("a: 1\nb: 2\na: 3\n", "t.yml");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("line 3: key 'a' is given twice"), std::string::npos);
+  EXPECT_FALSE(
+      parse_yaml_document("a: " + std::string(100, '[') + std::string(100, ']'), "d").ok());
+}
+
+TEST(MaxTextConfig, BaseConfigChainChildOverParent) {
+  Files f;
+  f.write("configs/base.yml", kBase);
+  const std::string mine = f.write("mine/run.yml",
+                                   "base_config: \"../configs/base.yml\"\n"
+                                   "per_device_batch_size: 2\nmax_target_length: 512\n"
+                                   "enable_dropout: false\n");
+  Result<MaxTextConfig> m = load_maxtext_config(mine, argv({"steps=10_000", "learning_rate=1e-5"}));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->files.size(), 2u);
+  EXPECT_EQ(m->config.get_string("model_name"), "default");
+  EXPECT_DOUBLE_EQ(m->config.get_float("per_device_batch_size"), 2.0);
+  EXPECT_EQ(m->config.get_int("max_target_length"), 512);
+  EXPECT_EQ(m->config.get_int("steps"), 10000);
+  EXPECT_DOUBLE_EQ(m->config.get_float("learning_rate"), 1e-5);
+  // A change past the 6th digit is still a change (no text comparison in between).
+  Result<MaxTextConfig> fine = load_maxtext_config(mine, argv({"learning_rate=3.0000001e-5"}));
+  ASSERT_TRUE(fine.ok()) << fine.status().message();
+  EXPECT_EQ(fine->config.get_float("learning_rate"), 3.0000001e-5);
+  // base.yml's tfds is not applied (no tfds here); the note says so.
+  EXPECT_EQ(m->config.get_string("dataset_type"), "synthetic");
+  const std::string report = m->report();
+  EXPECT_NE(report.find("dataset_type='tfds' kept as shardlab's synthetic"), std::string::npos)
+      << report;
+  // enable_dropout set by the child: named; the root's hardware: counted.
+  EXPECT_NE(report.find("accepted, no effect on the plan: enable_dropout=False (" + mine + ")"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("other key(s) of"), std::string::npos);
+  // Keys equal to shardlab's defaults are not overrides (has_override drives checks).
+  EXPECT_FALSE(m->config.has_override("scan_layers"));
+}
+
+TEST(MaxTextConfig, CommandLineErrorsNameKeyAndFile) {
+  Files f;
+  const std::string base = f.write("base.yml", kBase);
+  Result<MaxTextConfig> typo = load_maxtext_config(base, argv({"per_device_batch_sise=4"}));
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("did you mean 'per_device_batch_size'?"),
+            std::string::npos)
+      << typo.status().message();
+  Result<MaxTextConfig> list = load_maxtext_config(base, argv({"per_device_batch_size=[1,2]"}));
+  ASSERT_FALSE(list.ok());
+  EXPECT_NE(list.status().message().find("per_device_batch_size=[1,2]: expected a number, got a "
+                                         "list"),
+            std::string::npos)
+      << list.status().message();
+  Result<MaxTextConfig> word = load_maxtext_config(base, argv({"steps=many"}));
+  ASSERT_FALSE(word.ok());
+  EXPECT_NE(word.status().message().find("steps=many: expected an integer"), std::string::npos);
+  // shardlab's own keys are accepted on the command line too.
+  Result<MaxTextConfig> own =
+      load_maxtext_config(base, argv({"num_devices=8", "scan_layers=false"}));
+  ASSERT_TRUE(own.ok()) << own.status().message();
+  EXPECT_EQ(own->num_devices, 8);
+  EXPECT_EQ(own->config.get_int("ici_fsdp_parallelism"), 8);  // -1 filled; dcn_data fills to 1
+  EXPECT_FALSE(own->config.get_bool("scan_layers"));
+}
+
+TEST(MaxTextConfig, BadFilesAreClearErrors) {
+  Files f;
+  const std::string a = f.write("a.yml", "base_config: b.yml\nsteps: 1\n");
+  f.write("b.yml", "base_config: a.yml\nsteps: 2\n");
+  Result<MaxTextConfig> cycle = load_maxtext_config(a, {});
+  ASSERT_FALSE(cycle.ok());
+  EXPECT_NE(cycle.status().message().find("base_config cycle: "), std::string::npos);
+  EXPECT_NE(cycle.status().message().find("b.yml -> "), std::string::npos)
+      << cycle.status().message();
+
+  const std::string orphan = f.write("orphan.yml", "base_config: nowhere.yml\n");
+  Result<MaxTextConfig> missing = load_maxtext_config(orphan, {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("nowhere.yml: no such file (the base_config of "),
+            std::string::npos)
+      << missing.status().message();
+
+  const std::string binary = f.write("w.yml", std::string("\x7f"
+                                                          "ELF\0\0\1",
+                                                          7));
+  Result<MaxTextConfig> bin = load_maxtext_config(binary, {});
+  ASSERT_FALSE(bin.ok());
+  EXPECT_NE(bin.status().message().find("not a YAML file"), std::string::npos);
+
+  const std::string base = f.write("base.yml", kBase);
+  const std::string listy = f.write("listy.yml", "base_config: base.yml\nsteps: [1, 2]\n");
+  Result<MaxTextConfig> l = load_maxtext_config(listy, {});
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find(listy + ": steps expects an integer, got a list ([1, 2])"),
+            std::string::npos)
+      << l.status().message();
+  (void)base;
+}
+
+TEST(MaxTextConfig, ModelFileOverridesAndConflicts) {
+  Files f;
+  const std::string base = f.write("base.yml", kBase);
+  f.write("models/llama2-7b.yml",
+          "base_emb_dim: 4096\nbase_num_query_heads: 32\nbase_num_kv_heads: 32\n"
+          "base_mlp_dim: 11008\nbase_num_decoder_layers: 32\nlogits_dot_in_fp32: false\n");
+  f.write("models/mixtral-8x7b.yml", "num_experts: 8\n");
+  Result<MaxTextConfig> unknown_key = load_maxtext_config(base, argv({"model_name=llama2-7b"}));
+  ASSERT_FALSE(unknown_key.ok());  // logits_dot_in_fp32 is not in this base
+  EXPECT_NE(unknown_key.status().message().find("key 'logits_dot_in_fp32' does not exist"),
+            std::string::npos);
+  f.write("models/llama2-7b.yml",
+          "base_emb_dim: 4096\nbase_num_query_heads: 32\nbase_num_kv_heads: 32\n"
+          "base_mlp_dim: 11008\nbase_num_decoder_layers: 32\n");
+  Result<MaxTextConfig> m = load_maxtext_config(base, argv({"model_name=llama2-7b"}));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config.get_int("base_emb_dim"), 4096);
+  Result<MaxTextConfig> both =
+      load_maxtext_config(base, argv({"model_name=llama2-7b", "base_emb_dim=1024"}));
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("override_model_config=true"), std::string::npos);
+  Result<MaxTextConfig> wins = load_maxtext_config(
+      base, argv({"model_name=llama2-7b", "base_emb_dim=1024", "override_model_config=true"}));
+  ASSERT_TRUE(wins.ok()) << wins.status().message();
+  EXPECT_EQ(wins->config.get_int("base_emb_dim"), 1024);
+  Result<MaxTextConfig> moe = load_maxtext_config(base, argv({"model_name=mixtral-8x7b"}));
+  ASSERT_FALSE(moe.ok());
+  EXPECT_NE(moe.status().message().find("num_experts=8 is not supported yet (mixture-of-experts"),
+            std::string::npos)
+      << moe.status().message();
+  Result<MaxTextConfig> nofile = load_maxtext_config(base, argv({"model_name=llama9-1t"}));
+  ASSERT_FALSE(nofile.ok());
+  EXPECT_NE(nofile.status().message().find("no models/llama9-1t.yml"), std::string::npos);
+}
+
+TEST(MaxTextConfig, GlobalParameterScaleAndDcn) {
+  Files f;
+  const std::string base = f.write("base.yml", std::string(kBase) +
+                                                   "global_parameter_scale: 8\nnum_slices: -1\n"
+                                                   "dcn_fsdp_parallelism: 1\n");
+  Result<MaxTextConfig> m = load_maxtext_config(
+      base, argv({"num_devices=16", "num_slices=2", "ici_tensor_parallelism=2"}));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  // scale 8 = 2^3: one doubling each of heads/mlp, embed and layers.
+  EXPECT_EQ(m->config.get_int("base_emb_dim"), 4096);
+  EXPECT_EQ(m->config.get_int("base_num_query_heads"), 32);
+  EXPECT_EQ(m->config.get_int("base_mlp_dim"), 14336);
+  EXPECT_EQ(m->config.get_int("base_num_decoder_layers"), 32);
+  // 16 devices in 2 slices: ici fsdp fills 8 / 2 = 4, dcn data fills 2.
+  EXPECT_EQ(m->config.get_int("ici_fsdp_parallelism"), 4);
+  EXPECT_EQ(m->config.get_int("ici_data_parallelism"), 2);
+  EXPECT_EQ(m->config.get_int("ici_tensor_parallelism"), 2);
+  Result<Mesh> mesh = mesh_from_config(m->config, m->num_devices);
+  ASSERT_TRUE(mesh.ok()) << mesh.status().message();
+  EXPECT_EQ(mesh->num_devices(), 16);
+}
+
+TEST(MaxTextConfig, RematCustomAndOffload) {
+  Files f;
+  const std::string base = f.write("base.yml", std::string(kBase) +
+                                                   "remat_policy: 'full'\n"
+                                                   "decoder_layer_input: 'device'\n"
+                                                   "query_proj: 'remat'\nkey_proj: 'remat'\n"
+                                                   "out_proj: 'remat'\ncustom_mesh_and_rule: ''\n");
+  Result<MaxTextConfig> m = load_maxtext_config(
+      base, argv({"remat_policy=custom", "query_proj=device", "key_proj=offload"}));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config.get_string("remat_save_names"), "query_proj");
+  EXPECT_NE(m->report().find("key_proj offloaded to host: planned as rematerialised"),
+            std::string::npos)
+      << m->report();
+  Result<MaxTextConfig> off = load_maxtext_config(base, argv({"remat_policy=qkv_proj_offloaded"}));
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  EXPECT_EQ(off->config.get_string("remat_policy"), "full");
+  EXPECT_NE(off->report().find("remat_policy=qkv_proj_offloaded: host offload is not modelled"),
+            std::string::npos);
+  Result<MaxTextConfig> bad =
+      load_maxtext_config(base, argv({"remat_policy=custom", "out_proj=keep"}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("out_proj='keep': expected 'remat', 'device' or 'offload'"),
+            std::string::npos);
+  Result<MaxTextConfig> rules = load_maxtext_config(base, argv({"custom_mesh_and_rule=pure-fsdp"}));
+  ASSERT_FALSE(rules.ok());
+  EXPECT_NE(rules.status().message().find("custom_mesh_and_rule='pure-fsdp' is not supported yet"),
+            std::string::npos)
+      << rules.status().message();
+}
+
+TEST(MaxTextConfigReal, BaseYmlAndEveryModelFile) {
+  REQUIRE_MAXTEXT_CONFIGS(dir);
+  Result<MaxTextConfig> base = load_maxtext_config(dir + "/base.yml", argv({"num_devices=4"}));
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  EXPECT_EQ(base->config.get_string("model_name"), "default");
+  EXPECT_GT(base->defaults_without_effect, 400);  // base.yml's ~700 keys, most not modelled
+  Result<ResolvedConfig> r = resolve_config(base->config, base->num_devices);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->model.emb_dim, 2048);
+  EXPECT_EQ(r->global_batch_size, 48);  // 4 devices x per_device_batch_size 12
+
+  for (const auto& entry : fs::directory_iterator(dir + "/models")) {
+    const std::string name = entry.path().stem().string();
+    Result<MaxTextConfig> m =
+        load_maxtext_config(dir + "/base.yml", argv({"model_name=" + name, "num_devices=8"}));
+    if (m.ok()) {
+      Result<ResolvedConfig> rm = resolve_config(m->config, 8);
+      EXPECT_TRUE(rm.ok()) << name << ": " << rm.status().message();
+      continue;
+    }
+    // Not modelled yet: says so, naming the feature (or the model name).
+    EXPECT_EQ(m.status().code(), Code::kUnimplemented) << name << ": " << m.status().message();
+    EXPECT_NE(m.status().message().find("not supported yet"), std::string::npos)
+        << name << ": " << m.status().message();
+  }
+  Result<MaxTextConfig> l70 =
+      load_maxtext_config(dir + "/base.yml", argv({"model_name=llama2-70b", "num_devices=8"}));
+  ASSERT_TRUE(l70.ok()) << l70.status().message();
+  EXPECT_EQ(l70->config.get_int("base_num_kv_heads"), 8);
+  EXPECT_EQ(l70->config.get_int("base_num_decoder_layers"), 80);
+  EXPECT_EQ(l70->config.get_string("model_name"), "llama2-70b");
+}
+
+TEST(MaxTextConfigReal, UsersOwnFileOverBaseYml) {
+  REQUIRE_MAXTEXT_CONFIGS(dir);
+  Files f;
+  const std::string mine =
+      f.write("mine.yml", fmt::format("base_config: \"{}/base.yml\"\nmodel_name: llama2-7b\n"
+                                      "per_device_batch_size: 1\nmax_target_length: 1024\n"
+                                      "remat_policy: minimal\nici_tensor_parallelism: 2\n",
+                                      fs::absolute(dir).string()));
+  Result<MaxTextConfig> m = load_maxtext_config(mine, argv({"num_devices=8"}));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config.get_int("base_emb_dim"), 4096);  // models/ found next to base.yml
+  EXPECT_EQ(m->config.get_string("remat_policy"), "minimal");
+  EXPECT_EQ(m->config.get_int("ici_fsdp_parallelism"), 4);
+  EXPECT_EQ(m->config.get_int("ici_tensor_parallelism"), 2);
+}
+
+}  // namespace
+}  // namespace eng
