@@ -59,6 +59,11 @@ double permute_bytes(const Program& p, const Instr& in) {
   return sum / group(in);
 }
 
+// moe_dispatch / moe_combine: 2 flops per (b, s, e, c, m) (combine (B,S,E,C), other (.., M)).
+double moe_einsum_flops(const Program& p, const Instr& in) {
+  return 2.0 * numel(p, in.inputs[0]) * p.value(in.inputs[1]).shape.dim(-1);
+}
+
 // One op's cost: flops, and the bytes a device receives (collectives; others receive none).
 struct Cost {
   CostFn flops = nullptr;
@@ -148,6 +153,28 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
         {OpKind::kAddIndexPerRow, per_input_element},  // one add per update element
         {OpKind::kAdamW,
          [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
+        // Mixture of experts: the routing's few flops per (token, expert); dispatch and
+        // combine as MaxText's dense einsums (2 flops per (b, s, e, c, m)), which is what XLA
+        // runs; the expert GEMMs 2·R·K·N per expert.
+        {OpKind::kMoeRoute,
+         [](const Program& p, const Instr& in) { return 10.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMoeRouteGrad,
+         [](const Program& p, const Instr& in) { return 20.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMoeDispatch, moe_einsum_flops},
+        {OpKind::kMoeCombine, moe_einsum_flops},
+        {OpKind::kMoeCombineWeightsGrad,
+         [](const Program& p, const Instr& in) {
+           return 2.0 * numel(p, in.outputs[0]) * p.value(in.inputs[0]).shape.dim(-1);
+         }},
+        {OpKind::kExpertMatmul,
+         [](const Program& p, const Instr& in) {
+           return 2.0 * numel(p, in.outputs[0]) * p.value(in.inputs[0]).shape.dim(-1);
+         }},
+        {OpKind::kExpertMatmulGrad,
+         [](const Program& p, const Instr& in) {
+           const Shape& a = p.value(in.inputs[0]).shape;
+           return 2.0 * numel(p, in.outputs[0]) * a.prod(1, a.rank() - 1);
+         }},
     },
     Cost{unary_flops}, Cost{unary_grad_flops});
 

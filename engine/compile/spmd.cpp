@@ -445,6 +445,10 @@ class Partitioner {
   Status shift(const Instr& in);
   Status attention(const Instr& in);  // attention and its grad, with or without segment ids
   Status repeat_kv(const Instr& in);
+  Status moe_route(const Instr& in);
+  Status moe_dispatch(const Instr& in);
+  Status moe_combine_weights_grad(const Instr& in);
+  Status expert_matmul(const Instr& in);
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
   Dims accumulator_dims(const Instr& in, int dim) const;
@@ -960,6 +964,13 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kSelect, factors("(...),(...),(...)->(...)")},
         {OpKind::kIndexPerRow, {&Pt::index_per_row}},
         {OpKind::kAddIndexPerRow, {&Pt::add_index_per_row}},
+        {OpKind::kMoeRoute, {&Pt::moe_route}},
+        {OpKind::kMoeRouteGrad, {&Pt::moe_route}},
+        {OpKind::kMoeDispatch, {&Pt::moe_dispatch}},
+        {OpKind::kMoeCombine, {&Pt::moe_dispatch}},
+        {OpKind::kMoeCombineWeightsGrad, {&Pt::moe_combine_weights_grad}},
+        {OpKind::kExpertMatmul, {&Pt::expert_matmul}},
+        {OpKind::kExpertMatmulGrad, {&Pt::expert_matmul}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace
@@ -1272,6 +1283,83 @@ Status Partitioner::masked_mean_loss(const Instr& in) {
   set(in.outputs[0], loss, PartitionSpec());
   set(in.outputs[1], w, PartitionSpec());
   return ok_status();
+}
+
+// ---- mixture of experts (op.h) ----------------------------------------------------------------
+namespace {
+Axes minus(const Axes& a, const Axes& used) {
+  Axes out;
+  for (const std::string& x : a)
+    if (std::find(used.begin(), used.end(), x) == used.end()) out.push_back(x);
+  return out;
+}
+Axes joined(Axes a, const Axes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+}  // namespace
+
+// Routing is per row b: the sequence and expert dims whole, rows where the logits have them;
+// the load-balance loss and the load are sums over the rows (partial over their axes).
+Status Partitioner::moe_route(const Instr& in) {
+  const Axes b = dims_only(spec_[in.inputs[0]]).dim_or_none(0);
+  const PartitionSpec rows(Dims{b, {}, {}}), rows4(Dims{b, {}, {}, {}});
+  if (in.kind == OpKind::kMoeRouteGrad) return simple(in, {rows, rows4}, {rows}, in.attrs);
+  return simple(in, {rows}, {rows4, PartitionSpec(Dims{}, b), PartitionSpec(Dims{{}, {}}, b)},
+                in.attrs);
+}
+
+// dispatch (combine, x (B,S,M)) -> (E,B,C,M) and combine (combine, y (E,B,C,M)) -> (B,S,M):
+// rows b as the combine weights have them (the expert dim of the expert-major side whole: its
+// `expert` axis moves to the rows, an all-to-all), the model dim M where x / y has it.
+Status Partitioner::moe_dispatch(const Instr& in) {
+  const bool forward = in.kind == OpKind::kMoeDispatch;
+  const Axes b = dims_only(spec_[in.inputs[0]]).dim_or_none(0);
+  const PartitionSpec sx = dims_only(spec_[in.inputs[1]]);
+  const Axes m = minus(sx.dim_or_none(forward ? 2 : 3), b);
+  const PartitionSpec comb(Dims{b, {}, {}, {}}), tokens(Dims{b, {}, m}), experts(Dims{{}, b, {}, m});
+  return forward ? simple(in, {comb, tokens}, {experts}, in.attrs)
+                 : simple(in, {comb, experts}, {tokens}, in.attrs);
+}
+
+// (dout (B,S,M), y (E,B,C,M)) -> (B,S,E,C): rows b as dout's; M contracted (partial over its
+// axes).
+Status Partitioner::moe_combine_weights_grad(const Instr& in) {
+  const PartitionSpec sd = dims_only(spec_[in.inputs[0]]);
+  const Axes b = sd.dim_or_none(0), m = minus(sd.dim_or_none(2), b);
+  return simple(in, {PartitionSpec(Dims{b, {}, m}), PartitionSpec(Dims{{}, b, {}, m})},
+                {PartitionSpec(Dims{b, {}, {}, {}}, m)}, in.attrs);
+}
+
+// expert_matmul (a (G,...,K), w (G,K,N)): experts g where a has them (else w), a's row dims
+// keep their other axes, K whole (the weight gathered over its fsdp axes, as FSDP), N where w
+// has it. expert_matmul_grad (a, dy) -> (G,K,N): a sum over the rows, partial over their axes.
+Status Partitioner::expert_matmul(const Instr& in) {
+  const PartitionSpec sa = dims_only(spec_[in.inputs[0]]), sw = dims_only(spec_[in.inputs[1]]);
+  const int r = rank(in.inputs[0]);
+  Axes g = sa.dim_or_none(0);
+  if (g.empty()) g = sw.dim_or_none(0);
+  Dims da(r), dw(rank(in.inputs[1]));
+  da[0] = g;
+  dw[0] = g;
+  Axes used = g;
+  for (int i = 1; i < r - 1; ++i) {
+    da[i] = minus(sa.dim_or_none(i), used);
+    used = joined(used, da[i]);
+  }
+  const Axes rows = minus(used, g);
+  if (in.kind == OpKind::kExpertMatmulGrad) {
+    for (int i = 1; i < r - 1; ++i) dw[i] = da[i];
+    da[r - 1] = minus(sa.dim_or_none(r - 1), used);
+    dw[r - 1] = minus(sw.dim_or_none(r - 1), joined(used, da[r - 1]));
+    return simple(in, {PartitionSpec(da), PartitionSpec(dw)},
+                  {PartitionSpec(Dims{g, da[r - 1], dw[r - 1]}, rows)}, in.attrs);
+  }
+  const int n_dim = in.attrs.trans_b ? 1 : 2;
+  dw[n_dim] = minus(sw.dim_or_none(n_dim), used);
+  Dims out(da.begin(), da.end() - 1);
+  out.push_back(dw[n_dim]);
+  return simple(in, {PartitionSpec(da), PartitionSpec(dw)}, {PartitionSpec(out)}, in.attrs);
 }
 
 Status Partitioner::matmul(const Instr& in) {

@@ -144,6 +144,57 @@ class Differentiator {
               op_name(in.kind), what);
   }
 
+  // ---- mixture of experts (op.h) ----
+  // combine and lb have cotangents; lb's must be a constant (the loss adds it, maybe scaled),
+  // which folds into the grad op's lb_scale; load is a metric.
+  void vjp_moe_route(const Instr& in) {
+    check_no_cotangent(in, 2, "load");
+    const Cot& dlb = cot_[in.outputs[1]];
+    ENG_CHECK(dlb.value == kNoValue,
+              "autodiff: moe_route's load-balance loss must reach the loss through adds and "
+              "scales by constants");
+    OpAttrs a = in.attrs;
+    a.eps = dlb.has_constant ? in.attrs.eps * dlb.constant : 0.0;
+    ENG_CHECK(cot_[in.outputs[0]].present(), "autodiff: moe_route's combine has no cotangent");
+    ValueId g = b_.emit(OpKind::kMoeRouteGrad, {in.inputs[0], tensor(in, in.outputs[0])}, a)[0];
+    accumulate(in.inputs[0], fresh(g, in.inputs[0]));
+  }
+
+  // dispatch (combine, x): dx = combine(combine, dy); with weights, dcombine too.
+  // combine (combine, y): dy = dispatch(combine, dout); with weights, dcombine too.
+  void vjp_moe_dispatch(const Instr& in) {
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const bool forward = in.kind == OpKind::kMoeDispatch;
+    OpAttrs a;
+    a.raw = in.attrs.raw;
+    const ValueId c = in.inputs[0], x = in.inputs[1];
+    if (needs(x))
+      accumulate(x, fresh(b_.emit(forward ? OpKind::kMoeCombine : OpKind::kMoeDispatch, {c, dy},
+                                  a)[0],
+                          x));
+    if (!in.attrs.raw && needs(c)) {
+      const ValueId dc = forward ? b_.emit(OpKind::kMoeCombineWeightsGrad, {x, dy})[0]
+                                 : b_.emit(OpKind::kMoeCombineWeightsGrad, {dy, x})[0];
+      accumulate(c, fresh(dc, c));
+    }
+  }
+
+  void vjp_expert_matmul(const Instr& in) {
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const ValueId a = in.inputs[0], w = in.inputs[1];
+    if (needs(a)) {
+      OpAttrs t;
+      t.trans_b = !in.attrs.trans_b;  // dy (G,..,N) . w^T
+      accumulate(a, fresh(b_.emit(OpKind::kExpertMatmul, {dy, w}, t)[0], a));
+    }
+    if (needs(w)) {
+      // dw = a^T dy (G,K,N); with trans_b the weight is (G,N,K): dy^T a.
+      const ValueId dw = in.attrs.trans_b ? b_.emit(OpKind::kExpertMatmulGrad, {dy, a})[0]
+                                          : b_.emit(OpKind::kExpertMatmulGrad, {a, dy})[0];
+      accumulate(w, fresh(dw, w));
+    }
+  }
+
   // ---- VJP rules: one per op (the kVjps table below) -----------------------------------------
 
   void vjp(const Instr& in) { (this->*kVjps[op_index(in.kind)])(in); }
@@ -489,6 +540,13 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kSelect, &D::vjp_select},
         {OpKind::kIndexPerRow, &D::vjp_index_per_row},
         {OpKind::kAddIndexPerRow, &D::vjp_add_index_per_row},
+        {OpKind::kMoeRoute, &D::vjp_moe_route},
+        {OpKind::kMoeRouteGrad, &D::not_differentiable},
+        {OpKind::kMoeDispatch, &D::vjp_moe_dispatch},
+        {OpKind::kMoeCombine, &D::vjp_moe_dispatch},
+        {OpKind::kMoeCombineWeightsGrad, &D::not_differentiable},
+        {OpKind::kExpertMatmul, &D::vjp_expert_matmul},
+        {OpKind::kExpertMatmulGrad, &D::not_differentiable},
     },
     &D::vjp_unary, &D::not_differentiable);
 

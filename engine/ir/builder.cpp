@@ -463,6 +463,86 @@ Outs infer_compare_select(OpKind kind, const In& in, const OpAttrs& at) {
   return {like(*in[select ? 1 : 0])};
 }
 
+// ---- mixture of experts (op.h): B,S,E,C,M as in MaxText's moe.py einsums ----
+Logical pick(const ValueInfo& v, std::initializer_list<int> dims) {  // "" for -1
+  Logical l;
+  for (int d : dims) l.push_back(d < 0 || v.logical.empty() ? std::string() : v.logical[d]);
+  return l;
+}
+
+Outs infer_moe_route(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, kind == OpKind::kMoeRoute ? 1 : 2);
+  const ValueInfo& x = *in[0];
+  check_rank(kind, x, 3, "logits");
+  ENG_CHECK(x.dtype == DType::kF32, "{}: logits must be f32, got {}", op_name(kind),
+            x.type_string());
+  const int64_t B = x.shape[0], S = x.shape[1], E = x.shape[2];
+  ENG_CHECK(at.size >= 1 && at.size <= E && at.start >= 1 && at.dim >= 0 && at.dim <= 2,
+            "{}: k {} of {} experts, capacity {}, score_func {}", op_name(kind), at.size, E,
+            at.start, at.dim);
+  if (kind == OpKind::kMoeRouteGrad) {
+    ENG_CHECK(in[1]->shape == Shape({B, S, E, at.start}), "moe_route_grad: dcombine {} for {}",
+              in[1]->type_string(), x.type_string());
+    return {like(x)};
+  }
+  return {make(Shape{B, S, E, at.start}, DType::kF32, pick(x, {0, 1, -1, -1})), scalar(),
+          make(Shape{2, E})};
+}
+
+// (combine (B,S,E,C), x (B,S,M)) -> (E,B,C,M); (combine, y (E,B,C,M)) -> (B,S,M).
+Outs infer_moe_dispatch(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  const ValueInfo &c = *in[0], &x = *in[1];
+  check_rank(kind, c, 4, "combine");
+  const int64_t B = c.shape[0], S = c.shape[1], E = c.shape[2], C = c.shape[3];
+  if (kind == OpKind::kMoeDispatch) {
+    check_rank(kind, x, 3, "x");
+    ENG_CHECK(x.shape[0] == B && x.shape[1] == S, "moe_dispatch: x {} for combine {}",
+              x.type_string(), c.type_string());
+    return {make(Shape{E, B, C, x.shape[2]}, x.dtype, pick(x, {-1, 0, -1, 2}))};
+  }
+  check_rank(kind, x, 4, "y");
+  ENG_CHECK(x.shape[0] == E && x.shape[1] == B && x.shape[2] == C,
+            "moe_combine: y {} for combine {}", x.type_string(), c.type_string());
+  return {make(Shape{B, S, x.shape[3]}, x.dtype, concat(pick(c, {0, 1}), pick(x, {3})))};
+}
+
+// (dout (B,S,M), y (E,B,C,M)) -> (B,S,E,C) f32
+Outs infer_moe_combine_weights_grad(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  const ValueInfo &d = *in[0], &y = *in[1];
+  check_rank(kind, d, 3, "dout");
+  check_rank(kind, y, 4, "y");
+  ENG_CHECK(y.shape[1] == d.shape[0] && y.shape[3] == d.shape[2],
+            "moe_combine_weights_grad: dout {} for y {}", d.type_string(), y.type_string());
+  return {make(Shape{d.shape[0], d.shape[1], y.shape[0], y.shape[2]}, DType::kF32,
+               pick(d, {0, 1, -1, -1}))};
+}
+
+// (a (G,...,K), w (G,K,N) or (G,N,K) with trans_b) -> (G,...,N); grad: (a, dy) -> (G,K,N).
+Outs infer_expert_matmul(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 2);
+  const ValueInfo &a = *in[0], &w = *in[1];
+  const int r = a.shape.rank();
+  ENG_CHECK(r >= 2 && w.shape.rank() >= 2 && a.shape[0] == w.shape[0], "{}: {} and {}",
+            op_name(kind), a.type_string(), w.type_string());
+  const int64_t K = a.shape[r - 1];
+  if (kind == OpKind::kExpertMatmulGrad) {
+    ENG_CHECK(w.shape.rank() == r && w.shape.slice(0, r - 1) == a.shape.slice(0, r - 1),
+              "expert_matmul_grad: a {} and dy {}", a.type_string(), w.type_string());
+    return {make(Shape{a.shape[0], K, w.shape[r - 1]}, DType::kF32)};
+  }
+  ENG_CHECK(w.shape.rank() == 3 && w.shape[at.trans_b ? 2 : 1] == K,
+            "expert_matmul: inner dims differ: {} x {}{}", a.shape.to_string(),
+            w.shape.to_string(), at.trans_b ? " (trans_b)" : "");
+  const int64_t N = w.shape[at.trans_b ? 1 : 2];
+  std::vector<int64_t> dims(a.shape.dims().begin(), a.shape.dims().end());
+  dims.back() = N;
+  Logical l = logical_slice(a, 0, r - 1);
+  l.push_back(w.logical.empty() ? std::string() : w.logical[at.trans_b ? 1 : 2]);
+  return {make(Shape(dims), promote(in), std::move(l))};
+}
+
 // Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
 constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     {
@@ -525,6 +605,13 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kSelect, infer_compare_select},
         {OpKind::kIndexPerRow, infer_index_per_row},
         {OpKind::kAddIndexPerRow, infer_index_per_row},
+        {OpKind::kMoeRoute, infer_moe_route},
+        {OpKind::kMoeRouteGrad, infer_moe_route},
+        {OpKind::kMoeDispatch, infer_moe_dispatch},
+        {OpKind::kMoeCombine, infer_moe_dispatch},
+        {OpKind::kMoeCombineWeightsGrad, infer_moe_combine_weights_grad},
+        {OpKind::kExpertMatmul, infer_expert_matmul},
+        {OpKind::kExpertMatmulGrad, infer_expert_matmul},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 

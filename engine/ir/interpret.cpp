@@ -10,6 +10,7 @@
 #include "engine/base/check.h"
 #include "engine/ir/builder.h"
 #include "engine/ir/op_table.h"
+#include "engine/ir/moe_attrs.h"
 #include "engine/tensor/reference.h"
 
 namespace eng {
@@ -224,6 +225,49 @@ class Evaluator {
         if (add) y[at] += ind(i, 0)[row];
         else y[row] = ind(i, 0)[at];
       }
+    return ok_status();
+  }
+
+  // Mixture of experts (op.h; the loops of engine/tensor/moe.h in double).
+  Status moe_route(const Instr& i) {
+    const Shape& x = in(i, 0).shape;
+    if (i.kind == OpKind::kMoeRoute)
+      moe::route(ind(i, 0), x[0], x[1], x[2], route_params(i.attrs), outd(i, 0), outd(i, 1),
+                 outd(i, 2));
+    else
+      moe::route_grad(ind(i, 0), ind(i, 1), x[0], x[1], x[2], route_params(i.attrs), outd(i, 0));
+    return ok_status();
+  }
+
+  Status moe_dispatch(const Instr& i) {
+    const Shape& c = in(i, 0).shape;
+    const Shape& x = in(i, 1).shape;
+    const int64_t M = x[x.rank() - 1];
+    if (i.kind == OpKind::kMoeDispatch)
+      moe::dispatch(ind(i, 0), ind(i, 1), c[0], c[1], c[2], c[3], M, i.attrs.raw, outd(i, 0));
+    else
+      moe::combine(ind(i, 0), ind(i, 1), c[0], c[1], c[2], c[3], M, i.attrs.raw, outd(i, 0));
+    return ok_status();
+  }
+
+  Status moe_combine_weights_grad(const Instr& i) {
+    const Shape& d = in(i, 0).shape;
+    const Shape& y = in(i, 1).shape;
+    moe::combine_weights_grad(ind(i, 0), ind(i, 1), d[0], d[1], y[0], y[2], d[2], outd(i, 0));
+    return ok_status();
+  }
+
+  Status expert_matmul(const Instr& i) {
+    const Shape& a = in(i, 0).shape;
+    const Shape& w = in(i, 1).shape;
+    const int r = a.rank();
+    const int64_t G = a[0], R = a.prod(1, r - 1), K = a[r - 1];
+    if (i.kind == OpKind::kExpertMatmulGrad) {
+      moe::expert_matmul_grad(ind(i, 0), ind(i, 1), G, R, K, w[r - 1], outd(i, 0));
+    } else {
+      const int64_t N = w[i.attrs.trans_b ? 1 : 2];
+      moe::expert_matmul(ind(i, 0), ind(i, 1), G, R, K, N, i.attrs.trans_b, outd(i, 0));
+    }
     return ok_status();
   }
 
@@ -554,6 +598,13 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kSelect, &E::select},
         {OpKind::kIndexPerRow, &E::index_per_row},
         {OpKind::kAddIndexPerRow, &E::index_per_row},
+        {OpKind::kMoeRoute, &E::moe_route},
+        {OpKind::kMoeRouteGrad, &E::moe_route},
+        {OpKind::kMoeDispatch, &E::moe_dispatch},
+        {OpKind::kMoeCombine, &E::moe_dispatch},
+        {OpKind::kMoeCombineWeightsGrad, &E::moe_combine_weights_grad},
+        {OpKind::kExpertMatmul, &E::expert_matmul},
+        {OpKind::kExpertMatmulGrad, &E::expert_matmul},
     },
     &E::unary, &E::unary_grad);
 

@@ -71,6 +71,15 @@ constexpr AttrField kShift[] = {{"dim", &A::dim},
                                 {"source_size", &A::size, P::kUnlessDefault}};
 constexpr AttrField kRepeats[] = {{"repeats", &A::size}};
 constexpr AttrField kAxisIndex[] = {{"axes", &A::mesh_axes}, {"size", &A::size}};
+constexpr AttrField kMoeRoute[] = {{"k", &A::size},
+                                   {"capacity", &A::start},
+                                   {"score_func", &A::dim},
+                                   {"deepseek_weights", &A::dim2, P::kUnlessDefault},
+                                   {"norm_topk_prob", &A::inverse, P::kFlag},
+                                   {"routed_scaling_factor", &A::scale, P::kUnlessDefault},
+                                   {"lb_scale", &A::eps}};
+constexpr AttrField kMask[] = {{"mask", &A::raw, P::kFlag}};
+constexpr AttrField kTransB[] = {{"trans_b", &A::trans_b, P::kFlag}};
 constexpr AttrField kClip[] = {{"threshold", &A::clip_threshold}};
 constexpr AttrField kLearningRate[] = {{"lr", &A::learning_rate},
                                        {"warmup_steps", &A::warmup_steps},
@@ -139,6 +148,13 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kSelect, kNone},
         {K::kIndexPerRow, {kIndicesAxes}},
         {K::kAddIndexPerRow, {kIndicesSizeAxes, false, 0, {1, -1, -1}}},  // updates acc (input 1)
+        {K::kMoeRoute, {kMoeRoute}},
+        {K::kMoeRouteGrad, {kMoeRoute}},
+        {K::kMoeDispatch, {kMask}},
+        {K::kMoeCombine, {kMask}},
+        {K::kMoeCombineWeightsGrad, kNone},
+        {K::kExpertMatmul, {kTransB}},
+        {K::kExpertMatmulGrad, kNone},
     },
     kNone, kNone);
 

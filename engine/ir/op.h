@@ -94,6 +94,34 @@
 //                    other attributes describing the per-slice op. The partitioner maps
 //                    the leading dim onto the `stage` axis (spmd_axis_name="stage") and
 //                    emits the plain op on each device's slice.
+//   -- mixture of experts (engine/model/moe.cpp; MaxText's layers/moe.py dense_matmul) --
+//   kMoeRoute      (logits f32 (B,S,E)) [k=size, capacity=start C, score_func=dim (0 none,
+//                    1 softmax, 2 sigmoid), deepseek_weights=dim2, norm_topk_prob=inverse,
+//                    routed_scaling_factor=scale, lb_scale=eps] -> combine f32 (B,S,E,C),
+//                    lb f32 (), load f32 (2,E). Per token: s = score_func(logits); the k
+//                    largest s (ties: lower expert first, as jax.lax.top_k) in rank order;
+//                    weights w = softmax over those k values (MaxText's non-deepseek blocks),
+//                    or with deepseek_weights w = s (divided by their sum for sigmoid) times
+//                    routed_scaling_factor; norm_topk_prob divides w by its sum. Capacity:
+//                    each row b walks (s, rank) in order and counts per expert; the j-th
+//                    arrival at expert e takes slot j - 1 when j <= C, else is dropped:
+//                    combine[b,s,e,slot] = w (MaxText's combine_mask; every other entry 0).
+//                    lb = lb_scale * sum_{b,e} count[b,e] * sum_s softmax(s)[b,s,e], count =
+//                    top-k choices before dropping (MaxText's load_balance_loss with lb_scale
+//                    = E * weight / (B * S^2)). load[0,e] = choices of e, load[1,e] = those
+//                    dropped. lb and load are sums over b (partial when b is split).
+//   kMoeRouteGrad  (logits, dcombine (B,S,E,C)) [as kMoeRoute; lb_scale = lb_scale * dlb]
+//                    -> dlogits (B,S,E): the VJP of combine and lb (load has none)
+//   kMoeDispatch   (combine (B,S,E,C), x (B,S,M)) [mask=raw] -> (E,B,C,M): out[e,b,c,:] =
+//                    sum_s g(combine[b,s,e,c]) x[b,s,:], g = (v != 0) with mask (MaxText's
+//                    dispatch einsum BSM,BSEC->EBCM over dispatch_mask), else g = v
+//   kMoeCombine    (combine (B,S,E,C), y (E,B,C,M)) [mask=raw] -> (B,S,M): out[b,s,:] =
+//                    sum_{e,c} g(combine[b,s,e,c]) y[e,b,c,:] (EBCM,BSEC->BSM)
+//   kMoeCombineWeightsGrad (dout (B,S,M), y (E,B,C,M)) -> (B,S,E,C): out[b,s,e,c] =
+//                    sum_m dout[b,s,m] y[e,b,c,m] (the combine weights' cotangent)
+//   kExpertMatmul  (a (G,...,K), w (G,K,N)) [trans_b: w is (G,N,K)] -> (G,...,N): one GEMM
+//                    per expert g (EBCM,EMH->EBCH)
+//   kExpertMatmulGrad (a (G,...,K), dy (G,...,N)) -> dw (G,K,N) = per g a^T dy
 //   -- backward --
 //   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
@@ -238,7 +266,14 @@ namespace eng {
   X(Compare, "compare", kCustom)                                    \
   X(Select, "select", kCustom)                                      \
   X(IndexPerRow, "index_per_row", kCustom)                          \
-  X(AddIndexPerRow, "add_index_per_row", kCustom)
+  X(AddIndexPerRow, "add_index_per_row", kCustom)                   \
+  X(MoeRoute, "moe_route", kCustom)                                 \
+  X(MoeRouteGrad, "moe_route_grad", kCustom)                        \
+  X(MoeDispatch, "moe_dispatch", kCustom)                           \
+  X(MoeCombine, "moe_combine", kCustom)                             \
+  X(MoeCombineWeightsGrad, "moe_combine_weights_grad", kCustom)     \
+  X(ExpertMatmul, "expert_matmul", kCustom)                         \
+  X(ExpertMatmulGrad, "expert_matmul_grad", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

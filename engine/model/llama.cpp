@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/hash.h"
+#include "engine/model/moe.h"
 
 namespace eng {
 
@@ -65,19 +66,23 @@ Status ModelConfig::validate() const {
   if (mlp_activations != std::vector<std::string>{"silu", "linear"})
     return unimplemented("model {}: mlp_activations [{}] not supported; only [silu, linear]", name,
                          fmt::join(mlp_activations, ", "));
-  return ok_status();
+  return validate_moe(*this);
 }
 
 int64_t ModelConfig::num_params() const {
   const int64_t E = emb_dim, H = num_query_heads, Hkv = num_kv_heads, D = head_dim, M = mlp_dim;
   // norms; query and out (E*H*D each); key and value (E*Hkv*D each); the MLP.
   int64_t per_layer = 2 * E + 2 * E * H * D + 2 * E * Hkv * D + 3 * E * M;
+  if (moe.enabled())  // the experts' wi_0, wi_1, wo and the router instead of the MLP
+    per_layer += moe.num_experts * 3 * E * (moe.moe_mlp_dim > 0 ? moe.moe_mlp_dim : M) +
+                 E * moe.num_experts - 3 * E * M;
   return vocab_size * E * 2 + E + num_decoder_layers * per_layer;
 }
 
 std::vector<std::string> model_preset_names() {
   std::vector<std::string> names;
   for (const Preset& p : kPresets) names.push_back(p.name);
+  for (const std::string& n : moe_preset_names()) names.push_back(n);
   return names;
 }
 
@@ -95,6 +100,7 @@ Result<ModelConfig> model_preset(const std::string& name) {
     m.num_decoder_layers = p.layers;
     return m;
   }
+  if (std::optional<ModelConfig> m = moe_model_preset(name)) return *m;
   return invalid_argument("unknown model '{}': known models are {}", name,
                           fmt::join(model_preset_names(), ", "));
 }
@@ -107,7 +113,7 @@ const std::vector<std::string>& input_data_logical_axes(bool pipelined) {
   return pipelined ? pipeline_axes : axes;
 }
 
-std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
+static std::vector<LayerWeight> dense_layer_weights(const ModelConfig& m) {
   const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
                 M = m.mlp_dim;
   return {{"pre_self_attention_layer_norm/scale", {E}, {"norm"}},
@@ -121,9 +127,20 @@ std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
           {"mlp/wo/kernel", {M, E}, {"mlp", "embed"}}};
 }
 
+std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
+  std::vector<LayerWeight> w = dense_layer_weights(m);
+  if (m.moe.enabled()) {  // the experts in the MLP's place, the router's kernel last
+    std::vector<LayerWeight> experts = moe_layer_weights(m);
+    std::copy(experts.begin(), experts.begin() + 3, w.end() - 3);
+    w.push_back(experts[3]);
+  }
+  return w;
+}
+
 LlamaLayerParams layer_from_list(const std::vector<ValueId>& v) {
-  ENG_CHECK(v.size() == 9, "llama: {} layer weights, expected 9", v.size());
-  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+  ENG_CHECK(v.size() == 9 || v.size() == 10, "llama: {} layer weights, expected 9 (10 with "
+            "experts)", v.size());
+  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v.size() == 10 ? v[9] : kNoValue};
 }
 
 namespace {
@@ -134,7 +151,10 @@ constexpr const char* kLayerPart = "decoder/layers_";
 }  // namespace
 
 std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp) {
-  return {lp.pre_norm, lp.query, lp.key, lp.value, lp.out, lp.post_norm, lp.wi_0, lp.wi_1, lp.wo};
+  std::vector<ValueId> v = {lp.pre_norm,  lp.query, lp.key, lp.value, lp.out,
+                            lp.post_norm, lp.wi_0,  lp.wi_1, lp.wo};
+  if (lp.gate != kNoValue) v.push_back(lp.gate);
+  return v;
 }
 
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
@@ -242,7 +262,7 @@ static ValueId as_dtype(Builder& b, ValueId x, DType dtype) {
 
 ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
                             ValueId positions, int32_t remat_scope, ValueId segment_ids,
-                            bool stage_as_data) {
+                            bool stage_as_data, MoeOutputs* moe) {
   auto names = [&](Logical l) {  // a layer after the pipeline: the pp_act_as_dp names
     if (stage_as_data)
       for (std::string& n : l) n = pp_act_as_dp_name(n);
@@ -291,6 +311,12 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
 
   // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
   ValueId h2 = b.rmsnorm(x, s(lp.post_norm), eps).first;              // (B, T, E)
+  if (lp.gate != kNoValue) {  // a routed MoE block in the MLP's place (engine/model/moe.h)
+    ENG_CHECK(moe != nullptr, "llama: a MoE layer needs somewhere to put its load-balance loss");
+    ValueId out = b.add(x, trace_moe_block(b, m, lp, h2, stage_as_data, *moe));
+    b.set_remat_scope(-1);
+    return b.constraint(out, kActivation);
+  }
   ValueId gate = b.checkpoint_name(b.matmul(h2, w(lp.wi_0), 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
   ValueId up = b.checkpoint_name(b.matmul(h2, w(lp.wi_1), 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
   ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
@@ -305,7 +331,7 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
 // inside its remat region (recomputed in the backward, never kept across layers).
 ValueId trace_scanned_layers(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked,
                              int64_t n, ValueId x, ValueId positions, ValueId segment_ids,
-                             int32_t first_scope, bool stage_as_data) {
+                             int32_t first_scope, bool stage_as_data, MoeOutputs* moe) {
   const std::vector<ValueId> ws = layer_param_list(stacked);
   const int axis = static_cast<int>(m.param_scan_axis);
   for (int64_t k = 0; k < n; ++k) {
@@ -314,7 +340,7 @@ ValueId trace_scanned_layers(Builder& b, const ModelConfig& m, const LlamaLayerP
     std::vector<ValueId> w;
     for (ValueId s : ws) w.push_back(b.index_in_dim(s, axis, k));
     x = trace_decoder_layer(b, m, layer_from_list(w), x, positions, scope, segment_ids,
-                            stage_as_data);
+                            stage_as_data, moe);
   }
   return x;
 }
@@ -348,15 +374,16 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   // the decoder layer); its input is tagged decoder_layer_input and its output, the next
   // layer's input, is emitted outside the region (always saved, like a scan carry).
   const ValueId seg = m.attention_segment_ids ? batch.inputs_segmentation : kNoValue;
+  MoeOutputs moe;
   if (m.pipeline_stages > 1) {
     x = trace_pipeline_decoder(b, m, p, x, batch.inputs_position, seg);
   } else if (m.scan_layers) {
     x = trace_scanned_layers(b, m, p.stacked, m.num_decoder_layers, x, batch.inputs_position,
-                             seg, 0);
+                             seg, 0, false, &moe);
   } else {
     for (size_t l = 0; l < p.layers.size(); ++l)
       x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l),
-                              seg);
+                              seg, false, &moe);
   }
   ValueId y = b.rmsnorm(x, as_dtype(b, p.decoder_norm, DType::kF32), eps).first;  // (B, T, E)
   ValueId logits = b.constraint(
@@ -369,7 +396,15 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   }
   ValueId xent = b.softmax_cross_entropy(logits, targets).first;  // (B, T)
   auto [loss, total_weights] = b.masked_mean_loss(xent, targets_segmentation);
-  return {loss, total_weights};
+  LossValues out;
+  out.loss = loss;
+  out.total_weights = total_weights;
+  if (!moe.lb.empty()) {  // MaxText train.py: loss += mean over layers of moe_lb_loss
+    out.moe_lb_loss = mean_lb_loss(b, moe);
+    out.loss = b.add(loss, out.moe_lb_loss);
+    out.moe_load = moe.load;
+  }
+  return out;
 }
 
 int64_t kernel_fan_in(const ValueInfo& param) {
@@ -380,6 +415,7 @@ int64_t kernel_fan_in(const ValueInfo& param) {
   };
   // out (H, D, E) contracts H and D; every other kernel contracts its first dim.
   if (ends_with("self_attention/out/kernel")) return param.shape.prod(0, 2);
+  if (const int64_t f = moe_kernel_fan_in(param); f > 0) return f;
   return param.shape[0];
 }
 

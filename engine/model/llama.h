@@ -42,6 +42,7 @@
 
 #include "engine/base/status.h"
 #include "engine/ir/builder.h"
+#include "engine/model/moe_config.h"
 #include "engine/model/pipeline.h"
 
 namespace eng {
@@ -88,6 +89,8 @@ struct ModelConfig {
   // Scanned layers (MaxText's scan_layers / param_scan_axis; layout above).
   bool scan_layers = false;
   int64_t param_scan_axis = 1;  // 0 or 1: where the layer dim goes in every stacked weight
+  // Mixture of experts (engine/model/moe.h): num_experts > 1 replaces every layer's MLP.
+  MoeConfig moe;
 
   // Every size positive, kv heads divide query heads, head_dim even; errors name the value.
   Status validate() const;
@@ -104,8 +107,11 @@ struct ModelConfig {
 Result<ModelConfig> model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 
+// With experts (moe.enabled()), wi_0, wi_1 and wo are the experts' (MoeBlock_0/...) and gate
+// is the router's kernel; a dense layer has no gate.
 struct LlamaLayerParams {
   ValueId pre_norm, query, key, value, out, post_norm, wi_0, wi_1, wo;
+  ValueId gate = kNoValue;
 };
 
 struct LlamaParams {
@@ -137,7 +143,7 @@ const std::vector<std::string>& input_data_logical_axes(bool pipelined = false);
 
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m);
 
-// The nine weights of a layer in LlamaLayerParams order.
+// The nine weights of a layer in LlamaLayerParams order (ten with experts: gate last).
 std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp);
 LlamaLayerParams layer_from_list(const std::vector<ValueId>& v);
 
@@ -171,24 +177,32 @@ std::optional<ScannedName> scanned_name(const std::string& unscanned);
 BatchArgs declare_batch(Builder& b, const ModelConfig& m, int64_t global_batch, int64_t seq_len);
 
 struct LossValues {
-  ValueId loss;           // () f32: masked mean cross-entropy
+  ValueId loss;           // () f32: masked mean cross-entropy (+ the MoE load-balance loss)
   ValueId total_weights;  // () f32: number of non-padding targets
+  // Mixture of experts: the mean over layers of the load-balance losses (MaxText's
+  // moe_lb_loss, already in `loss`), and each MoE layer's load (2, E) (engine/model/moe.h).
+  ValueId moe_lb_loss = kNoValue;
+  std::vector<ValueId> moe_load;
 };
+struct MoeOutputs;
 // One decoder layer (attention + MLP blocks) on x (B, T, E), as remat region remat_scope.
 // Under Builder::set_vmap(S) every operand carries a leading stage dim (the pipeline body).
 // segment_ids (B, T) i32: packed sequences' segments for the attention mask; kNoValue: none.
 // stage_as_data: the layer's activation logical names are their pp_act_as_dp forms
 // (pp_act_as_dp_name, pipeline.h), as MaxText runs the layers after a pipeline.
+// moe: where a MoE layer appends its load-balance loss and load (required with experts).
 ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
                             ValueId positions, int32_t remat_scope,
-                            ValueId segment_ids = kNoValue, bool stage_as_data = false);
+                            ValueId segment_ids = kNoValue, bool stage_as_data = false,
+                            MoeOutputs* moe = nullptr);
 
 // n scanned decoder layers on x: layer k reads slice k (at param_scan_axis) of `stacked`'s
 // weights inside remat region first_scope + k (MaxText's scan_decoder_layers); stage_as_data
 // as in trace_decoder_layer.
 ValueId trace_scanned_layers(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked,
                              int64_t n, ValueId x, ValueId positions, ValueId segment_ids,
-                             int32_t first_scope, bool stage_as_data = false);
+                             int32_t first_scope, bool stage_as_data = false,
+                             MoeOutputs* moe = nullptr);
 
 LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
                             const BatchArgs& batch);

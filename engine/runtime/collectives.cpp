@@ -373,6 +373,10 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
         ENG_NOT_COLLECTIVE(kAddIndexInDim)
         ENG_NOT_COLLECTIVE(kTranspose) ENG_NOT_COLLECTIVE(kCompare) ENG_NOT_COLLECTIVE(kSelect)
         ENG_NOT_COLLECTIVE(kIndexPerRow) ENG_NOT_COLLECTIVE(kAddIndexPerRow)
+        ENG_NOT_COLLECTIVE(kMoeRoute) ENG_NOT_COLLECTIVE(kMoeRouteGrad)
+        ENG_NOT_COLLECTIVE(kMoeDispatch) ENG_NOT_COLLECTIVE(kMoeCombine)
+        ENG_NOT_COLLECTIVE(kMoeCombineWeightsGrad) ENG_NOT_COLLECTIVE(kExpertMatmul)
+        ENG_NOT_COLLECTIVE(kExpertMatmulGrad)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/ir/moe_attrs.h"
 #include "engine/ir/op_table.h"
 #include "engine/sharding/shard_geometry.h"
 #include "engine/tensor/kernels.h"
@@ -355,6 +356,50 @@ void run_collective(const Args& a) {  // runtime.cpp runs these across devices
             op_name(a.in.kind));
 }
 
+// ---- mixture of experts (op.h; engine/tensor/moe.h's loops in float, sgemm per expert) ----
+void run_moe_route(const Args& a) {
+  const Shape& x = a.shape(0);
+  if (a.in.kind == OpKind::kMoeRoute)
+    moe::route(a.f(0), x[0], x[1], x[2], route_params(a.in.attrs), a.out(0), a.out(1), a.out(2));
+  else
+    moe::route_grad(a.f(0), a.f(1), x[0], x[1], x[2], route_params(a.in.attrs), a.out(0));
+}
+
+void run_moe_dispatch(const Args& a) {
+  const Shape& c = a.shape(0);
+  const int64_t M = a.last_dim(1);
+  if (a.in.kind == OpKind::kMoeDispatch)
+    moe::dispatch(a.f(0), a.f(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.out(0));
+  else
+    moe::combine(a.f(0), a.f(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.out(0));
+}
+
+void run_moe_combine_weights_grad(const Args& a) {
+  const Shape& d = a.shape(0);
+  const Shape& y = a.shape(1);
+  moe::combine_weights_grad(a.f(0), a.f(1), d[0], d[1], y[0], y[2], d[2], a.out(0));
+}
+
+// One sgemm per expert g: (R, K) . (K, N) (trans_b: (N, K)^T); grad: (R, K)^T . (R, N).
+void run_expert_matmul(const Args& a) {
+  const Shape& as = a.shape(0);
+  const Shape& ws = a.shape(1);
+  const int r = as.rank();
+  const int64_t G = as[0], R = as.prod(1, r - 1), K = as[r - 1];
+  if (a.in.kind == OpKind::kExpertMatmulGrad) {
+    const int64_t N = ws[r - 1];
+    for (int64_t g = 0; g < G; ++g)
+      kern::matmul(true, false, K, N, R, 1.0f, a.f(0) + g * R * K, K, a.f(1) + g * R * N, N, 0.0f,
+                   a.out(0) + g * K * N, N);
+    return;
+  }
+  const bool tb = a.in.attrs.trans_b;
+  const int64_t N = ws[tb ? 1 : 2];
+  for (int64_t g = 0; g < G; ++g)
+    kern::matmul(false, tb, R, N, K, 1.0f, a.f(0) + g * R * K, K, a.f(1) + g * K * N, tb ? K : N,
+                 0.0f, a.out(0) + g * R * N, N);
+}
+
 // One kernel per op. any_dtype: data movement and casts, exempt from the f32/i32 check.
 struct Kernel {
   void (*run)(const Args&) = nullptr;
@@ -513,6 +558,13 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kSelect, {run_select}},
         {OpKind::kIndexPerRow, {run_index_per_row, true}},
         {OpKind::kAddIndexPerRow, {run_add_index_per_row}},
+        {OpKind::kMoeRoute, {run_moe_route}},
+        {OpKind::kMoeRouteGrad, {run_moe_route}},
+        {OpKind::kMoeDispatch, {run_moe_dispatch}},
+        {OpKind::kMoeCombine, {run_moe_dispatch}},
+        {OpKind::kMoeCombineWeightsGrad, {run_moe_combine_weights_grad}},
+        {OpKind::kExpertMatmul, {run_expert_matmul}},
+        {OpKind::kExpertMatmulGrad, {run_expert_matmul}},
         // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
         {OpKind::kAllGather, {run_collective, true}},
         {OpKind::kAllToAll, {run_collective, true}},

@@ -255,6 +255,10 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
                                                  ENG_NO_SCRATCH(kAddIndexInDim)
         ENG_NO_SCRATCH(kTranspose) ENG_NO_SCRATCH(kCompare) ENG_NO_SCRATCH(kSelect)
             ENG_NO_SCRATCH(kIndexPerRow) ENG_NO_SCRATCH(kAddIndexPerRow)
+                ENG_NO_SCRATCH(kMoeRoute) ENG_NO_SCRATCH(kMoeRouteGrad)
+                    ENG_NO_SCRATCH(kMoeDispatch) ENG_NO_SCRATCH(kMoeCombine)
+                        ENG_NO_SCRATCH(kMoeCombineWeightsGrad) ENG_NO_SCRATCH(kExpertMatmul)
+                            ENG_NO_SCRATCH(kExpertMatmulGrad)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

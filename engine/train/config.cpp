@@ -29,7 +29,7 @@ constexpr double kMaxElements = 1125899906842624.0;
 // tfds is not available here).
 const std::vector<ConfigKey> kKeys = {
     {"run_name", V{std::string()}, "name of the run in the metrics store (default: generated)"},
-    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b, default (MaxText base.yml's model)"},
+    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b, mixtral-tiny, mixtral-8x7b, mixtral-8x22b, default (MaxText base.yml's model)"},
     {"steps", V{int64_t{150001}}, "number of training steps"},
     {"per_device_batch_size", V{12.0}, "sequences per device per step (global batch = devices x this)"},
     {"max_target_length", V{int64_t{2048}}, "sequence length T"},
@@ -112,6 +112,22 @@ const std::vector<ConfigKey> kKeys = {
     {"dcn_tensor_sequence_parallelism", V{int64_t{1}}, "mesh axis 'tensor_sequence' size over slices (DCN)"},
     {"dcn_expert_parallelism", V{int64_t{1}}, "mesh axis 'expert' size over slices (DCN)"},
     {"dcn_autoregressive_parallelism", V{int64_t{1}}, "mesh axis 'autoregressive' size over slices (DCN)"},
+    // Mixture of experts (engine/model/moe.h, docs/sharding.md "Mixture of experts").
+    {"num_experts", V{int64_t{1}}, "experts per MoE layer (> 1: every decoder layer's MLP is a routed MoE block)"},
+    {"num_experts_per_tok", V{int64_t{1}}, "experts each token is routed to (top-k)"},
+    {"base_moe_mlp_dim", V{int64_t{-1}}, "each expert's hidden width (-1: base_mlp_dim)"},
+    {"capacity_factor", V{-1.0}, "expert capacity factor: > 0 with sparse_matmul=false is the dense dispatch with capacity (tokens over capacity are dropped); -1: dropless"},
+    {"sparse_matmul", V{true}, "dropless sparse dispatch (MaxText's default; not implemented here yet: set false with capacity_factor > 0)"},
+    {"megablox", V{true}, "the sparse dispatch's grouped matmul kernel (MaxText's megablox)"},
+    {"load_balance_loss_weight", V{0.0}, "weight of the Switch load-balance loss added to the loss (learning/moe_lb_loss)"},
+    {"shared_experts", V{int64_t{0}}, "dense shared experts beside the routed ones (deepseek; not implemented yet)"},
+    {"first_num_dense_layers", V{int64_t{0}}, "dense decoder layers before the MoE layers (deepseek; not implemented yet)"},
+    {"routed_score_func", V{std::string()}, "router score function: '' (mixtral: softmax over the top-k logits), softmax or sigmoid (deepseek weighting)"},
+    {"routed_bias", V{false}, "a learnable router bias used for the choice only (deepseek; not implemented yet)"},
+    {"routed_scaling_factor", V{1.0}, "scale of the routed weights (with routed_score_func set)"},
+    {"norm_topk_prob", V{false}, "divide the top-k weights by their sum (qwen3)"},
+    {"shard_exp_on_fsdp", V{false}, "expert weights' expert dim on embed_moe (fsdp) instead of exp (expert)"},
+    {"moe_dispatch_no_expert_sharding", V{true}, "the dispatched tokens' batch dim leaves `expert` to the experts' dim, so tokens move by all-to-all over `expert` (MaxText's default is false: expert weights all-gathered instead)"},
     // Asynchronous dispatch and checkpoints (docs/checkpoints.md).
     {"max_inflight_steps", V{int64_t{2}}, "steps the host may dispatch ahead of the devices (0: synchronous)"},
     {"enable_checkpointing", V{false}, "save checkpoints (MaxText default true; off here so a REPL writes no files)"},
@@ -155,9 +171,18 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
   out["head_dim"] = m->head_dim;
   out["base_mlp_dim"] = m->mlp_dim;
   out["base_num_decoder_layers"] = m->num_decoder_layers;
-  if (model_name == "llama-tiny" || model_name == "llama-small") {
+  if (model_name == "llama-tiny" || model_name == "llama-small" || model_name == "mixtral-tiny") {
     out["per_device_batch_size"] = 8.0;
-    out["max_target_length"] = int64_t{model_name == "llama-tiny" ? 256 : 512};
+    out["max_target_length"] = int64_t{model_name == "llama-small" ? 512 : 256};
+  }
+  if (m->moe.enabled()) {  // configs/models/mixtral-*.yml's MoE keys
+    out["num_experts"] = m->moe.num_experts;
+    out["num_experts_per_tok"] = m->moe.num_experts_per_tok;
+    out["base_moe_mlp_dim"] = m->moe.moe_mlp_dim;
+  }
+  if (model_name == "mixtral-tiny") {  // trainable here: the dense dispatch with capacity
+    out["sparse_matmul"] = false;
+    out["capacity_factor"] = 1.25;
   }
   return out;
 }
@@ -539,6 +564,25 @@ static Result<DType> config_float_dtype(const Config& c, const char* key) {
   return *d;
 }
 
+// The MoE keys into the model (engine/model/moe_config.h); ModelConfig::validate checks them.
+static void resolve_moe(const Config& c, MoeConfig& moe) {
+  moe.num_experts = c.get_int("num_experts");
+  moe.num_experts_per_tok = c.get_int("num_experts_per_tok");
+  moe.moe_mlp_dim = c.get_int("base_moe_mlp_dim");
+  moe.capacity_factor = c.get_float("capacity_factor");
+  moe.sparse_matmul = c.get_bool("sparse_matmul");
+  moe.megablox = c.get_bool("megablox");
+  moe.load_balance_loss_weight = c.get_float("load_balance_loss_weight");
+  moe.shared_experts = c.get_int("shared_experts");
+  moe.first_num_dense_layers = c.get_int("first_num_dense_layers");
+  moe.routed_score_func = c.get_string("routed_score_func");
+  moe.routed_bias = c.get_bool("routed_bias");
+  moe.routed_scaling_factor = c.get_float("routed_scaling_factor");
+  moe.norm_topk_prob = c.get_bool("norm_topk_prob");
+  moe.shard_exp_on_fsdp = c.get_bool("shard_exp_on_fsdp");
+  moe.moe_dispatch_no_expert_sharding = c.get_bool("moe_dispatch_no_expert_sharding");
+}
+
 Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   ResolvedConfig r;
   r.num_devices = num_devices;
@@ -556,6 +600,7 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.scan_layers = c.get_bool("scan_layers");
   r.model.param_scan_axis = c.get_int("param_scan_axis");
   r.model.iota_embed_max_bytes = c.get_int("iota_embed_max_bytes");
+  resolve_moe(c, r.model.moe);
   if (r.model.iota_embed_max_bytes < 0)
     return invalid_argument("config: iota_embed_max_bytes must be >= 0, got {}",
                             r.model.iota_embed_max_bytes);
@@ -592,6 +637,17 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
         "shardings never carry size-1 mesh axes (docs/memory.md)");
   ENG_RETURN_IF_ERROR(check_tensor_sizes(r));
   ENG_RETURN_IF_ERROR(resolve_pipeline(c, r));
+  if (r.model.moe.enabled()) {
+    const int64_t ep = c.get_int("ici_expert_parallelism");
+    if (ep > 1 && r.model.moe.num_experts % ep != 0)
+      return invalid_argument("config: ici_expert_parallelism {} does not divide num_experts {} "
+                              "(each device of an `expert` group holds num_experts / {} experts)",
+                              ep, r.model.moe.num_experts, ep);
+    if (r.model.pipeline_stages > 1)
+      return unimplemented("config: num_experts={} with ici_pipeline_parallelism={} is not "
+                           "supported yet (MoE layers in a pipeline stage)",
+                           r.model.moe.num_experts, r.model.pipeline_stages);
+  }
   // The default (MaxText's true) leaves a pipeline its own (stages, layers_per_stage, ...)
   // stacking; asking for scan_layers=true with stages explicitly is refused.
   // pipeline_parallel_layers < L: the layers after the pipeline are scanned, as MaxText

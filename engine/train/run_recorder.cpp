@@ -254,6 +254,7 @@ Status RunRecorder::record_step(const StepMetrics& m, double tokens, int64_t num
       {"perf/per_device_tokens_per_sec", m.tokens_per_s_per_device},
   };
   for (const auto& [key, value] : metrics) store_->log_metric(run_id_, key, m.step, value);
+  for (const auto& [key, value] : m.extra) store_->log_metric(run_id_, key, m.step, value);
   // One transaction per log_period steps; queries, checkpoints and train()'s end flush too.
   if (++unflushed_steps_ < log_period_) return ok_status();
   return flush();

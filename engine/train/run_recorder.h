@@ -45,6 +45,9 @@ struct StepMetrics {
   // Under mpirun: some process's TrainerOptions::stop_requested said yes after this step ran
   // (Ctrl-C); the same on every process. Without mpirun: false.
   bool stop_requested = false;
+  // The model's own metrics by MaxText-style name (MoE: learning/moe_lb_loss,
+  // moe/layer_<l>/expert_<e>/tokens and .../dropped); empty for a dense llama.
+  std::vector<std::pair<std::string, double>> extra;
 };
 
 // "completed step: 3, seconds: 0.412, TFLOP/s/device: 0.113, Tokens/s/device: 4970.874,

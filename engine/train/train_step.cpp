@@ -7,6 +7,7 @@
 #include "engine/ir/builder.h"
 #include "engine/ir/remat.h"
 #include "engine/model/llama.h"
+#include "engine/model/moe.h"
 
 namespace eng {
 
@@ -20,6 +21,27 @@ int NamedLayout::at(std::string_view name) const {
   const int i = find(name);
   ENG_CHECK(i >= 0, "train_step layout: no array named '{}'", name);
   return i;
+}
+
+// learning/moe_lb_loss (MaxText's name), and per MoE layer l and expert e the tokens routed
+// there (moe/layer_<l>/expert_<e>/tokens) and dropped (moe/layer_<l>/expert_<e>/dropped):
+// scalars sliced from each layer's (2, E) load.
+static std::vector<std::pair<std::string, ValueId>> moe_metrics(Builder& b, const LossValues& loss) {
+  std::vector<std::pair<std::string, ValueId>> out;
+  if (loss.moe_lb_loss == kNoValue) return out;
+  out.push_back({"learning/moe_lb_loss", loss.moe_lb_loss});
+  for (size_t l = 0; l < loss.moe_load.size(); ++l) {
+    const ValueId load = loss.moe_load[l];
+    const int64_t E = b.info(load).shape[1];
+    const char* kinds[] = {"tokens", "dropped"};
+    for (int64_t row = 0; row < 2; ++row) {
+      const ValueId r = b.index_in_dim(load, 0, row);
+      for (int64_t e = 0; e < E; ++e)
+        out.push_back({fmt::format("moe/layer_{}/expert_{}/{}", l, e, kinds[row]),
+                       b.index_in_dim(r, 0, e)});
+    }
+  }
+  return out;
 }
 
 Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
@@ -93,6 +115,10 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     b.output(v, name);
     l.metric_names.push_back(name);
   }
+  for (const auto& [name, v] : moe_metrics(b, loss)) {  // MoE models only
+    b.output(v, name);
+    l.metric_names.push_back(name);
+  }
   Program traced = std::move(b).finish();
   for (const std::string& name : l.metric_names)
     l.metrics.slots.push_back({name, traced.find_output(name)});
@@ -122,8 +148,14 @@ Result<CompileOptions> compile_options_from_config(const Config& config) {
                                 r.to_string(), a, fmt::join(known, ", "));
   // pyconfig.py: base.yml's rules, then the model yml's (merged), then the user's (merged, or
   // replacing everything with override_logical_axis_rules).
+  // MoE: MaxText moe.py's activation_batch_no_exp (the dispatched tokens' batch dim without
+  // `expert`, which the experts' dim takes), beside the model's own rules.
+  LogicalAxisRules model_rules = model_logical_axis_rules(config.get_string("model_name"));
+  if (config.get_int("num_experts") > 1)
+    model_rules = model_rules.merged(LogicalAxisRules({LogicalAxisRule{
+        "activation_batch_no_exp", {"data", "fsdp", "fsdp_transpose"}, false}}));
   o.rules = LogicalAxisRules::maxtext_default()
-                .merged(model_logical_axis_rules(config.get_string("model_name")))
+                .merged(model_rules)
                 .merged(overrides, config.get_bool("override_logical_axis_rules"));
   if (config.get_int("ici_pipeline_parallelism") > 1)
     o.rules = pipeline_logical_axis_rules(o.rules,
@@ -164,7 +196,9 @@ TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double
   const double Hq = static_cast<double>(m.num_query_heads), Hkv = static_cast<double>(m.num_kv_heads);
   const double hd = static_cast<double>(m.head_dim), V = static_cast<double>(m.vocab_size);
   const double n_act = static_cast<double>(m.mlp_activations.size());
-  const double ffn = 2 * B * S * mlp * E * n_act + 2 * B * S * mlp * E;
+  // MoE (mixtral): (gate + ffn(moe_mlp) x k) per layer, capacity padding not counted.
+  const double ffn = m.moe.enabled() ? moe_ffn_flops(m, B, S)
+                                     : 2 * B * S * mlp * E * n_act + 2 * B * S * mlp * E;
   const double qkv = 2 * B * S * E * (Hq + 2 * Hkv) * hd;
   const double proj = 2 * B * S * E * Hq * hd;
   const double causal_attention = 4 * B * S * S * Hq * hd / (halved ? 2 : 1);

@@ -193,8 +193,8 @@ Status Trainer::init_state() {
 }
 
 Status Trainer::setup_dispatch() {
-  ENG_CHECK(layout_.metrics.size() <= std::size(StepSlot{}.metrics), "trainer: {} metrics",
-            layout_.metrics.size());
+  const size_t n_base = kMaxTextMetrics;
+  ENG_CHECK(layout_.metric_names.size() >= n_base, "trainer: {} metrics", layout_.metrics.size());
   // The metrics are the non-aliased outputs, so a metric's slot is its place among them.
   auto slot_of = [&](const char* name) {
     return layout_.metrics.at(name) - layout_.first_metric_output;
@@ -226,6 +226,8 @@ Status Trainer::setup_dispatch() {
   const int capacity = std::max(1, max_inflight_);
   staging_.resize(static_cast<size_t>(capacity));
   slots_.resize(kStepSlots);
+  if (layout_.metrics.size() > n_base)  // model metrics beyond MaxText's (MoE)
+    for (StepSlot& s : slots_) s.extra_metrics.assign(layout_.metrics.size() - n_base, 0.0f);
   if (dist::process().count > 1)  // init_state spans the processes then
     for (StepSlot& s : slots_)
       s.process_times.assign(kProcessValues * static_cast<size_t>(dist::process().count), 0);
@@ -312,8 +314,10 @@ Status Trainer::device_step(int64_t ticket) {
     std::this_thread::sleep_for(std::chrono::duration<double>(delays_.device_s));
   const double wait0 = runtime_->collective_wait_seconds();
   Status s = runtime_->execute(*slot.exe, arg_ptrs_, outputs_);
+  constexpr size_t n_base = kMaxTextMetrics;
   for (size_t k = 0; s.ok() && k < layout_.metrics.size(); ++k)
-    s = runtime_->fetch(outputs_[k], &slot.metrics[k]);
+    s = runtime_->fetch(outputs_[k],
+                        k < n_base ? &slot.metrics[k] : &slot.extra_metrics[k - n_base]);
   slot.device_end = now_seconds();
   // mpirun: every process's times (for process 0's store) and whether it asks to stop (for
   // all: the agreement that stops t:train on every process after the same step).
@@ -358,7 +362,17 @@ Result<StepMetrics> Trainer::metrics_of(int64_t ticket, int64_t step) {
   m.tokens_per_s_per_device = tokens / mesh_.num_devices() / m.step_time_s;
   m.tflops_per_device = tflops_.total;
   m.tflops_per_s_per_device = tflops_.total / m.step_time_s;
+  for (size_t k = 0; k < slot.extra_metrics.size(); ++k)  // allocates only for such models
+    m.extra.push_back({layout_.metric_names[kMaxTextMetrics + k], slot.extra_metrics[k]});
   return m;
+}
+
+Result<StepMetrics> Trainer::last_step_metrics() {
+  if (options_.shape_only || !dispatcher_ || dispatcher_->submitted() == 0)
+    return failed_precondition("trainer: no step has run yet");
+  ENG_RETURN_IF_ERROR(wait_all());
+  const int64_t ticket = dispatcher_->submitted() - 1;
+  return metrics_of(ticket, slots_[static_cast<size_t>(ticket % kStepSlots)].step);
 }
 
 Result<std::vector<float>> Trainer::fetch_argument(const std::string& name) const {

@@ -156,6 +156,9 @@ class Trainer {
   // Saves the state after the last dispatched step (a barrier) under checkpoint_dir().
   Result<CheckpointInfo> save_checkpoint();
 
+  // The metrics of the last dispatched step (waits for it); an error before any step.
+  Result<StepMetrics> last_step_metrics();
+
   // Host copies of a parameter or optimizer-state argument by program argument name
   // (waits for in-flight steps first).
   Result<std::vector<float>> fetch_argument(const std::string& name) const;
@@ -181,8 +184,14 @@ class Trainer {
   struct StepSlot : StepRecord {
     // Under mpirun, kProcessValues per process: device_s, collective wait_s, stop requested.
     std::vector<double> process_times;
+    // The model's metrics after MaxText's first eight (MoE: learning/moe_lb_loss and each
+    // layer's load), in layout_.metrics order; sized at setup.
+    std::vector<float> extra_metrics;
   };
   static constexpr size_t kProcessValues = 3;
+  // MaxText's metrics (learning/loss ... current_learning_rate) come first, in metrics[];
+  // the model's own (MoE) after them, in extra_metrics.
+  static constexpr size_t kMaxTextMetrics = 6;
   // Where each MaxText metric sits in StepSlot::metrics, found by name once.
   struct MetricIndex {
     int loss = -1, total_weights = -1, raw_grad_norm = -1, grad_norm = -1, param_norm = -1,

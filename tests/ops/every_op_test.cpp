@@ -271,6 +271,96 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
       true};
 }
 
+// Mixture of experts (op.h): routing with capacity, dispatch/combine, the expert GEMMs.
+ValueId f32(Builder& b, ValueId x) {
+  return b.info(x).dtype == DType::kF32 ? x : b.convert(x, DType::kF32);
+}
+OpAttrs route_attrs(bool deepseek) {
+  OpAttrs a;
+  a.size = 2;   // k of 4 experts
+  a.start = 3;  // capacity: tokens over it are dropped (T is 3..5)
+  a.dim = deepseek ? 2 : 0;
+  a.dim2 = deepseek ? 1 : 0;
+  a.scale = deepseek ? 2.5 : 1.0;
+  a.inverse = !deepseek;
+  a.eps = 0.3;
+  return a;
+}
+const Names kExpertMajor = {"", "activation_batch", "", ""};
+
+void add_moe_cases(std::map<OpKind, Case>& c) {
+  // Two routings (mixtral's softmax over the top-k with norm_topk_prob; deepseek's sigmoid
+  // scores scaled), their combine weights projected to (B, T) and both load-balance losses in
+  // the loss: the VJP covers combine and lb.
+  c[K::kMoeRoute] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                       ValueId x = f32(b, wrt_all(w, {act(b, "logits", Shape{z.B, z.T, 4})})[0]);
+                       auto r0 = b.emit(K::kMoeRoute, {x}, route_attrs(false));
+                       auto r1 = b.emit(K::kMoeRoute, {x}, route_attrs(true));
+                       ValueId wt = arg(b, "w", Shape{4, 3, 1});
+                       ValueId seg = ids(b, z, "segmentation");
+                       auto project = [&](ValueId c) {  // (B, T, E, C) -> (B, T)
+                         return b.reshape(b.matmul(c, wt, 2, 2), Shape{z.B, z.T});
+                       };
+                       ValueId l0 = b.masked_mean_loss(project(r0[0]), seg).first;
+                       ValueId l1 = b.masked_mean_loss(project(r1[0]), seg).first;
+                       ValueId loss = b.add(b.add(l0, r0[1]), b.add(l1, r1[1]));
+                       return {loss, r0[0], r0[2], r1[0], r1[2]};
+                     },
+                     true};
+  // Dispatch with weights (differentiable in both) and with the mask; E = T so the result
+  // (E, B, C, M) transposes to the loss head's (B, T, ...).
+  c[K::kMoeDispatch] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto xs = wrt_all(w, {act(b, "combine", Shape{z.B, z.T, z.T, 2}),
+                              act(b, "x", Shape{z.B, z.T, z.E})});
+        OpAttrs mask;
+        mask.raw = true;
+        ValueId y = b.emit(K::kMoeDispatch, {xs[0], xs[1]})[0];
+        ValueId ym = b.emit(K::kMoeDispatch, {xs[0], xs[1]}, mask)[0];
+        return {b.transpose(y, {1, 0, 2, 3}), ym};
+      },
+      true};
+  c[K::kMoeCombine] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto xs = wrt_all(w, {act(b, "combine", Shape{z.B, z.T, 3, 2}),
+                              arg(b, "y", Shape{3, z.B, 2, z.E}, kExpertMajor)});
+        OpAttrs mask;
+        mask.raw = true;
+        return {b.emit(K::kMoeCombine, {xs[0], xs[1]})[0],
+                b.emit(K::kMoeCombine, {xs[0], xs[1]}, mask)[0]};
+      },
+      true};
+  // The expert GEMMs, plain and with the weight transposed; G = T for the loss head.
+  c[K::kExpertMatmul] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto xs = wrt_all(w, {arg(b, "a", Shape{z.T, z.B, 2, z.E}, kExpertMajor),
+                              arg(b, "w", Shape{z.T, z.E, z.F}, {"", "", "mlp"}),
+                              arg(b, "wt", Shape{z.T, z.F, z.E}, {"", "mlp", ""})});
+        OpAttrs t;
+        t.trans_b = true;
+        ValueId y = b.emit(K::kExpertMatmul, {xs[0], xs[1]})[0];
+        ValueId yt = b.emit(K::kExpertMatmul, {xs[0], xs[2]}, t)[0];
+        return {b.transpose(b.add(y, yt), {1, 0, 2, 3})};
+      },
+      true};
+  c[K::kMoeRouteGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    OpAttrs a = route_attrs(true);
+    a.inverse = true;
+    return b.emit(K::kMoeRouteGrad, {f32(b, act(b, "logits", Shape{z.B, z.T, 4})),
+                                     f32(b, act(b, "dcombine", Shape{z.B, z.T, 4, 3}))},
+                  a);
+  }};
+  c[K::kMoeCombineWeightsGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    return b.emit(K::kMoeCombineWeightsGrad,
+                  {act(b, "dout", Shape{z.B, z.T, z.E}), arg(b, "y", Shape{3, z.B, 2, z.E},
+                                                             kExpertMajor)});
+  }};
+  c[K::kExpertMatmulGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    return b.emit(K::kExpertMatmulGrad, {arg(b, "a", Shape{z.T, z.B, 2, z.E}, kExpertMajor),
+                                         arg(b, "dy", Shape{z.T, z.B, 2, z.F}, kExpertMajor)});
+  }};
+}
+
 std::map<OpKind, Case> forward_cases() {
   using K = OpKind;
   using V = std::vector<ValueId>;
@@ -350,6 +440,7 @@ std::map<OpKind, Case> forward_cases() {
   add_backward_cases(c);
   add_optimizer_cases(c);
   add_data_movement_cases(c);
+  add_moe_cases(c);
   return c;
 }
 

@@ -1,0 +1,205 @@
+// engine/model/moe.cpp: the routed MoE block (engine/model/moe.h), dense dispatch with capacity.
+#include "engine/model/moe.h"
+
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace eng {
+
+namespace {
+
+using Logical = std::vector<std::string>;
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int64_t mlp_width(const ModelConfig& m) {
+  return m.moe.moe_mlp_dim > 0 ? m.moe.moe_mlp_dim : m.mlp_dim;
+}
+
+}  // namespace
+
+Status validate_moe(const ModelConfig& m) {
+  const MoeConfig& c = m.moe;
+  if (c.num_experts < 1)
+    return invalid_argument("model {}: num_experts must be >= 1, got {}", m.name, c.num_experts);
+  if (!c.enabled()) return ok_status();
+  if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts)
+    return invalid_argument("model {}: num_experts_per_tok {} must be between 1 and num_experts {}",
+                            m.name, c.num_experts_per_tok, c.num_experts);
+  if (c.sparse_matmul)
+    return unimplemented(
+        "model {}: dropless sparse not implemented yet: set sparse_matmul=false and "
+        "capacity_factor>0 (got sparse_matmul=true, megablox={}, capacity_factor={:g}; MaxText's "
+        "default is the dropless sparse dispatch)",
+        m.name, c.megablox, c.capacity_factor);
+  if (!(c.capacity_factor > 0))
+    return invalid_argument(
+        "model {}: sparse_matmul=false needs capacity_factor > 0 (the dense dispatch's slots per "
+        "expert are ceil(max_target_length x num_experts_per_tok / num_experts) x "
+        "capacity_factor), got capacity_factor={:g} with num_experts={}",
+        m.name, c.capacity_factor, c.num_experts);
+  if (c.routed_score_func != "" && c.routed_score_func != "softmax" &&
+      c.routed_score_func != "sigmoid")
+    return invalid_argument("model {}: routed_score_func '{}' is not one of '', softmax, sigmoid",
+                            m.name, c.routed_score_func);
+  if (c.routed_bias)
+    return unimplemented("model {}: routed_bias=true is not implemented yet (deepseek's "
+                         "choice-only bias)", m.name);
+  if (c.shared_experts != 0)
+    return unimplemented("model {}: shared_experts={} is not implemented yet (set 0)", m.name,
+                         c.shared_experts);
+  if (c.first_num_dense_layers != 0)
+    return unimplemented("model {}: first_num_dense_layers={} is not implemented yet (set 0)",
+                         m.name, c.first_num_dense_layers);
+  if (m.mlp_activations != std::vector<std::string>{"silu", "linear"})
+    return unimplemented("model {}: experts support only mlp_activations [silu, linear]", m.name);
+  return ok_status();
+}
+
+int64_t moe_capacity(const MoeConfig& c, int64_t S) {
+  const double per_expert = std::ceil(static_cast<double>(S * c.num_experts_per_tok) /
+                                      static_cast<double>(c.num_experts));
+  return static_cast<int64_t>(std::max(per_expert * c.capacity_factor, c.capacity_factor));
+}
+
+std::vector<LayerWeight> moe_layer_weights(const ModelConfig& m) {
+  const int64_t E = m.moe.num_experts, D = m.emb_dim, H = mlp_width(m);
+  // MaxText: ("exp", "embed_moe", "mlp_moe"); shard_exp_on_fsdp: ("embed_moe", None, "mlp_moe").
+  const bool on_fsdp = m.moe.shard_exp_on_fsdp;
+  const Logical wi = on_fsdp ? Logical{"embed_moe", "", "mlp_moe"}
+                             : Logical{"exp", "embed_moe", "mlp_moe"};
+  const Logical wo = on_fsdp ? Logical{"embed_moe", "mlp_moe", ""}
+                             : Logical{"exp", "mlp_moe", "embed_moe"};
+  return {{"MoeBlock_0/wi_0", {E, D, H}, wi},
+          {"MoeBlock_0/wi_1", {E, D, H}, wi},
+          {"MoeBlock_0/wo", {E, H, D}, wo},
+          {"MoeBlock_0/gate/kernel", {D, E}, {"embed_moe", ""}}};
+}
+
+int64_t moe_kernel_fan_in(const ValueInfo& param) {
+  const std::string& n = param.name;
+  if (!(ends_with(n, "MoeBlock_0/wi_0") || ends_with(n, "MoeBlock_0/wi_1") ||
+        ends_with(n, "MoeBlock_0/wo")) ||
+      param.shape.rank() != 3)
+    return 0;
+  return param.shape[0] * param.shape[2];
+}
+
+ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId h,
+                        bool stage_as_data, MoeOutputs& out) {
+  auto names = [&](Logical l) {
+    if (stage_as_data)
+      for (std::string& n : l) n = pp_act_as_dp_name(n);
+    return l;
+  };
+  const MoeConfig& c = m.moe;
+  const Shape hs = b.info(h).shape;  // (B, S, emb), global
+  const int64_t B = hs[0], S = hs[1], E = c.num_experts, C = moe_capacity(c, S);
+  // The MoE ops compute in float32 (engine/tensor/moe.h); a bf16 model casts around the block.
+  const DType dtype = b.info(h).dtype;
+  auto f32 = [&](ValueId v) { return b.info(v).dtype == DType::kF32 ? v : b.convert(v, DType::kF32); };
+  const ValueId x = f32(h);
+
+  // Gate: (B, S, emb) . (emb, E) -> (B, S, E), MaxText's constraint on the logits.
+  const Logical kLogits = names({"activation_batch", "activation_norm_length", ""});
+  ValueId logits = b.constraint(b.matmul(x, f32(lp.gate), 2, 1, false, false, kLogits), kLogits);
+
+  OpAttrs ra;
+  ra.size = c.num_experts_per_tok;
+  ra.start = C;
+  ra.dim = c.routed_score_func == "softmax" ? 1 : c.routed_score_func == "sigmoid" ? 2 : 0;
+  ra.dim2 = c.routed_score_func.empty() ? 0 : 1;  // deepseek's weights with a score function
+  ra.inverse = c.norm_topk_prob;
+  ra.scale = c.routed_scaling_factor;
+  // mean_{b,e}(density * density_prob) * E^2 * weight with density = count / S and
+  // density_prob = sum_s p / S: E * weight / (B * S^2) times sum_{b,e} count * sum_s p.
+  ra.eps = c.load_balance_loss_weight * static_cast<double>(E) /
+           (static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S));
+  std::vector<ValueId> routed = b.emit(OpKind::kMoeRoute, {logits}, ra);
+  const ValueId combine = b.constraint(
+      routed[0], names({"activation_batch", "activation_norm_length", "", ""}));  // (B,S,E,C)
+  out.lb.push_back(routed[1]);
+  out.load.push_back(routed[2]);
+
+  // MaxText's dense_matmul einsums; the expert-major tensors on activation_exp.
+  const std::string batch = c.moe_dispatch_no_expert_sharding ? "activation_batch_no_exp"
+                                                              : "activation_batch_moe";
+  const Logical kDispatch = names({"activation_exp", batch, "", "activation_embed"});
+  const Logical kMlp = names({"activation_exp", batch, "", "activation_mlp"});
+  OpAttrs mask;
+  mask.raw = true;
+  ValueId dispatch = b.constraint(b.emit(OpKind::kMoeDispatch, {combine, x}, mask)[0], kDispatch);
+  auto expert = [&](ValueId a, ValueId w, const Logical& l, const char* name) {
+    return b.checkpoint_name(b.constraint(b.emit(OpKind::kExpertMatmul, {a, f32(w)})[0], l),
+                             name);
+  };
+  ValueId w0 = expert(dispatch, lp.wi_0, kMlp, "mlpwi_0");  // (E, B, C, H)
+  ValueId w1 = expert(dispatch, lp.wi_1, kMlp, "mlpwi_1");
+  ValueId act = b.constraint(b.swiglu(w0, w1), kMlp);
+  ValueId y = expert(act, lp.wo, kDispatch, "mlpwo");  // (E, B, C, emb)
+  ValueId o = b.emit(OpKind::kMoeCombine, {combine, y})[0];  // (B, S, emb)
+  o = b.constraint(o, names({"activation_batch", "activation_norm_length", "activation_embed"}));
+  return dtype == DType::kF32 ? o : b.convert(o, dtype);
+}
+
+ValueId mean_lb_loss(Builder& b, const MoeOutputs& out) {
+  ValueId sum = out.lb[0];
+  for (size_t l = 1; l < out.lb.size(); ++l) sum = b.add(sum, out.lb[l]);
+  return out.lb.size() == 1 ? sum : b.scale(sum, 1.0 / static_cast<double>(out.lb.size()));
+}
+
+namespace {
+struct MoePreset {
+  const char* name;
+  int64_t vocab, emb, heads, kv_heads, head_dim, mlp, layers, experts, per_tok;
+  double rope_max_timescale;
+};
+// mixtral-tiny: llama-tiny's shapes with 4 experts, top-2, each expert llama-tiny's MLP.
+// mixtral-8x7b / -8x22b: MaxText's configs/models/mixtral-*.yml.
+constexpr MoePreset kMoePresets[] = {
+    {"mixtral-tiny", 256, 256, 4, 4, 64, 704, 4, 4, 2, 10000.0},
+    {"mixtral-8x7b", 32000, 4096, 32, 8, 128, 14336, 32, 8, 2, 1e6},
+    {"mixtral-8x22b", 32768, 6144, 48, 8, 128, 16384, 56, 8, 2, 1e6},
+};
+}  // namespace
+
+std::vector<std::string> moe_preset_names() {
+  std::vector<std::string> names;
+  for (const MoePreset& p : kMoePresets) names.push_back(p.name);
+  return names;
+}
+
+std::optional<ModelConfig> moe_model_preset(const std::string& name) {
+  for (const MoePreset& p : kMoePresets) {
+    if (name != p.name) continue;
+    ModelConfig m;
+    m.name = p.name;
+    m.vocab_size = p.vocab;
+    m.emb_dim = p.emb;
+    m.num_query_heads = p.heads;
+    m.num_kv_heads = p.kv_heads;
+    m.head_dim = p.head_dim;
+    m.mlp_dim = p.mlp;
+    m.num_decoder_layers = p.layers;
+    m.rope_max_timescale = p.rope_max_timescale;
+    m.moe.num_experts = p.experts;
+    m.moe.num_experts_per_tok = p.per_tok;
+    m.moe.moe_mlp_dim = p.mlp;
+    return m;
+  }
+  return std::nullopt;
+}
+
+double moe_ffn_flops(const ModelConfig& m, double B, double S) {
+  const double E = static_cast<double>(m.emb_dim), H = static_cast<double>(mlp_width(m));
+  const double n_act = static_cast<double>(m.mlp_activations.size());
+  const double ffn = 2 * B * S * H * E * n_act + 2 * B * S * H * E;
+  const double gate = 2 * B * S * E * static_cast<double>(m.moe.num_experts);
+  return gate + ffn * static_cast<double>(m.moe.num_experts_per_tok);
+}
+
+}  // namespace eng

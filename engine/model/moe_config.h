@@ -1,0 +1,33 @@
+// engine/model/moe_config.h: the mixture-of-experts keys of a model (MaxText's names and
+// base.yml defaults); engine/model/moe.h traces the block they describe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace eng {
+
+struct MoeConfig {
+  int64_t num_experts = 1;           // E; > 1 makes every decoder layer's MLP a routed MoE block
+  int64_t num_experts_per_tok = 1;   // k (top-k)
+  int64_t moe_mlp_dim = -1;          // base_moe_mlp_dim: each expert's hidden width (-1: mlp_dim)
+  double capacity_factor = -1.0;     // > 0 with sparse_matmul=false: dense dispatch with capacity
+  bool sparse_matmul = true;         // MaxText's default: dropless sparse (not implemented here)
+  bool megablox = true;
+  double load_balance_loss_weight = 0.0;
+  int64_t shared_experts = 0;        // deepseek's dense MLP beside the routed experts
+  int64_t first_num_dense_layers = 0;
+  std::string routed_score_func;     // "", "softmax" or "sigmoid"
+  bool routed_bias = false;
+  double routed_scaling_factor = 1.0;
+  bool norm_topk_prob = false;
+  bool shard_exp_on_fsdp = false;    // wi/wo expert dim on embed_moe (fsdp), embed dim whole
+  // Peel `expert` off the dispatched tensor's batch dim so the experts stay on `expert` and
+  // the tokens move by all-to-all (MaxText's moe_dispatch_no_expert_sharding; default true
+  // here, false in MaxText: docs/sharding.md "Mixture of experts").
+  bool moe_dispatch_no_expert_sharding = true;
+
+  bool enabled() const { return num_experts > 1; }
+};
+
+}  // namespace eng

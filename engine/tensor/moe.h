@@ -1,0 +1,277 @@
+// engine/tensor/moe.h: the mixture-of-experts routing, dispatch and combine loops (op.h's
+// kMoeRoute, kMoeRouteGrad, kMoeDispatch, kMoeCombine, kMoeCombineWeightsGrad), templated on
+// the element type: the executor runs them in float, the reference interpreter in double.
+// MaxText's layers/moe.py (get_topk, generate_masks, load_balance_loss, dense_matmul's
+// einsums) is the specification; the comments name its steps.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace eng::moe {
+
+struct RouteParams {
+  int64_t k = 1;         // num_experts_per_tok
+  int64_t capacity = 1;  // C: slots per expert per sequence
+  int score_func = 0;    // 0 none, 1 softmax, 2 sigmoid (routed_score_func)
+  bool deepseek_weights = false;
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+  double lb_scale = 0.0;  // load_balance_loss_weight * E / (B * S^2), B and S global
+};
+
+// One token's routing: scores s (E), the chosen experts in rank order and their weights.
+template <class T>
+struct Token {
+  std::vector<T> s, p;         // scores; softmax(s) (the load-balance loss's probabilities)
+  std::vector<int64_t> idx;    // k chosen experts, largest score first, ties lower first
+  std::vector<T> w0, w;        // weights before / after norm_topk_prob
+  T w0_sum = 0;
+};
+
+template <class T>
+void softmax(const T* x, T* y, int64_t n) {
+  T m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  T sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += (y[i] = std::exp(x[i] - m));
+  for (int64_t i = 0; i < n; ++i) y[i] /= sum;
+}
+
+template <class T>
+void route_token(const T* logits, int64_t E, const RouteParams& p, Token<T>& t) {
+  t.s.assign(logits, logits + E);
+  if (p.score_func == 1) softmax(logits, t.s.data(), E);
+  if (p.score_func == 2)
+    for (int64_t e = 0; e < E; ++e) t.s[e] = T(1) / (T(1) + std::exp(-logits[e]));
+  t.p.resize(E);
+  softmax(t.s.data(), t.p.data(), E);
+  // jax.lax.top_k: descending, stable (equal values keep the lower index first).
+  t.idx.resize(E);
+  for (int64_t e = 0; e < E; ++e) t.idx[e] = e;
+  std::stable_sort(t.idx.begin(), t.idx.end(),
+                   [&](int64_t a, int64_t b) { return t.s[a] > t.s[b]; });
+  t.idx.resize(p.k);
+  t.w0.resize(p.k);
+  std::vector<T> top(p.k);
+  for (int64_t j = 0; j < p.k; ++j) top[j] = t.s[t.idx[j]];
+  if (!p.deepseek_weights) {  // softmax over the top-k values (mixtral, qwen3)
+    softmax(top.data(), t.w0.data(), p.k);
+  } else {  // deepseek_scale_weights
+    T sum = 0;
+    for (T v : top) sum += v;
+    for (int64_t j = 0; j < p.k; ++j)
+      t.w0[j] = (p.score_func == 2 ? top[j] / sum : top[j]) * T(p.routed_scaling_factor);
+  }
+  t.w0_sum = 0;
+  for (T v : t.w0) t.w0_sum += v;
+  t.w = t.w0;
+  if (p.norm_topk_prob)
+    for (T& v : t.w) v /= t.w0_sum;
+}
+
+// The slot of each (s, rank) choice in row b, -1 when dropped (generate_masks: a cumsum over
+// the fused (S, k) axis per expert; arrival j takes slot j - 1 while j <= C).
+inline void assign_slots(const std::vector<int64_t>& idx, int64_t S, int64_t k, int64_t E,
+                         int64_t C, std::vector<int64_t>& slot) {
+  std::vector<int64_t> count(E, 0);
+  slot.resize(S * k);
+  for (int64_t i = 0; i < S * k; ++i) {
+    const int64_t c = count[idx[i]]++;
+    slot[i] = c < C ? c : -1;
+  }
+}
+
+// combine (B,S,E,C), lb (), load (2,E): op.h kMoeRoute.
+template <class T>
+void route(const T* logits, int64_t B, int64_t S, int64_t E, const RouteParams& p, T* combine,
+           T* lb, T* load) {
+  const int64_t C = p.capacity, k = p.k;
+  std::fill(combine, combine + B * S * E * C, T(0));
+  std::fill(load, load + 2 * E, T(0));
+  double loss = 0;
+  Token<T> t;
+  std::vector<int64_t> idx(S * k), slot;
+  std::vector<std::vector<T>> w(S);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> count(E, 0), prob(E, 0);
+    for (int64_t s = 0; s < S; ++s) {
+      route_token(logits + (b * S + s) * E, E, p, t);
+      for (int64_t j = 0; j < k; ++j) {
+        idx[s * k + j] = t.idx[j];
+        count[t.idx[j]] += 1;
+      }
+      for (int64_t e = 0; e < E; ++e) prob[e] += static_cast<double>(t.p[e]);
+      w[s] = t.w;
+    }
+    assign_slots(idx, S, k, E, C, slot);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = idx[s * k + j], c = slot[s * k + j];
+        load[e] += T(1);
+        if (c < 0) {
+          load[E + e] += T(1);
+          continue;
+        }
+        combine[((b * S + s) * E + e) * C + c] = w[s][j];
+      }
+    for (int64_t e = 0; e < E; ++e) loss += count[e] * prob[e];
+  }
+  *lb = static_cast<T>(p.lb_scale * loss);
+}
+
+// dlogits (B,S,E) from dcombine (B,S,E,C) and the load-balance cotangent folded into
+// p.lb_scale: op.h kMoeRouteGrad.
+template <class T>
+void route_grad(const T* logits, const T* dcombine, int64_t B, int64_t S, int64_t E,
+                const RouteParams& p, T* dlogits) {
+  const int64_t C = p.capacity, k = p.k;
+  Token<T> t;
+  std::vector<int64_t> idx(S * k), slot;
+  std::vector<T> ds(E), dw(k), dt(k);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<T> count(E, T(0));
+    for (int64_t s = 0; s < S; ++s) {
+      route_token(logits + (b * S + s) * E, E, p, t);
+      for (int64_t j = 0; j < k; ++j) {
+        idx[s * k + j] = t.idx[j];
+        count[t.idx[j]] += T(1);
+      }
+    }
+    assign_slots(idx, S, k, E, C, slot);
+    for (int64_t s = 0; s < S; ++s) {
+      const T* x = logits + (b * S + s) * E;
+      route_token(x, E, p, t);
+      std::fill(ds.begin(), ds.end(), T(0));
+      // combine: the kept choices' weights.
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t c = slot[s * k + j];
+        dw[j] = c < 0 ? T(0) : dcombine[((b * S + s) * E + t.idx[j]) * C + c];
+      }
+      if (p.norm_topk_prob) {  // w = w0 / sum(w0)
+        T dot = 0;
+        for (int64_t j = 0; j < k; ++j) dot += t.w[j] * dw[j];
+        for (int64_t j = 0; j < k; ++j) dw[j] = (dw[j] - dot) / t.w0_sum;
+      }
+      if (!p.deepseek_weights) {  // w0 = softmax(top)
+        T dot = 0;
+        for (int64_t j = 0; j < k; ++j) dot += t.w0[j] * dw[j];
+        for (int64_t j = 0; j < k; ++j) dt[j] = t.w0[j] * (dw[j] - dot);
+      } else if (p.score_func == 2) {  // w0 = rsf * top / sum(top)
+        T sum = 0, dot = 0;
+        for (int64_t j = 0; j < k; ++j) sum += t.s[t.idx[j]];
+        for (int64_t j = 0; j < k; ++j) dot += t.s[t.idx[j]] / sum * dw[j];
+        for (int64_t j = 0; j < k; ++j)
+          dt[j] = T(p.routed_scaling_factor) * (dw[j] - dot) / sum;
+      } else {
+        for (int64_t j = 0; j < k; ++j) dt[j] = T(p.routed_scaling_factor) * dw[j];
+      }
+      for (int64_t j = 0; j < k; ++j) ds[t.idx[j]] += dt[j];
+      // load balance: d lb / d p[e] = lb_scale * count[b,e]; p = softmax(s).
+      T dot = 0;
+      for (int64_t e = 0; e < E; ++e) dot += t.p[e] * T(p.lb_scale) * count[e];
+      for (int64_t e = 0; e < E; ++e) ds[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
+      // the score function
+      T* dx = dlogits + (b * S + s) * E;
+      if (p.score_func == 0) {
+        for (int64_t e = 0; e < E; ++e) dx[e] = ds[e];
+      } else if (p.score_func == 1) {
+        T d = 0;
+        for (int64_t e = 0; e < E; ++e) d += t.s[e] * ds[e];
+        for (int64_t e = 0; e < E; ++e) dx[e] = t.s[e] * (ds[e] - d);
+      } else {
+        for (int64_t e = 0; e < E; ++e) dx[e] = ds[e] * t.s[e] * (T(1) - t.s[e]);
+      }
+    }
+  }
+}
+
+template <class T>
+T gate(T v, bool mask) {
+  return mask ? (v != T(0) ? T(1) : T(0)) : v;
+}
+
+// out (E,B,C,M) = sum_s g(combine[b,s,e,c]) x[b,s,:]: op.h kMoeDispatch. X is the element
+// type of x and out (float or bfloat16 storage is the executor's business: T here).
+template <class T>
+void dispatch(const T* combine, const T* x, int64_t B, int64_t S, int64_t E, int64_t C,
+              int64_t M, bool mask, T* out) {
+  std::fill(out, out + E * B * C * M, T(0));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t c = 0; c < C; ++c) {
+          const T g = gate(combine[((b * S + s) * E + e) * C + c], mask);
+          if (g == T(0)) continue;
+          T* o = out + ((e * B + b) * C + c) * M;
+          const T* xs = x + (b * S + s) * M;
+          for (int64_t m = 0; m < M; ++m) o[m] += g * xs[m];
+        }
+}
+
+// out (B,S,M) = sum_{e,c} g(combine[b,s,e,c]) y[e,b,c,:]: op.h kMoeCombine.
+template <class T>
+void combine(const T* comb, const T* y, int64_t B, int64_t S, int64_t E, int64_t C, int64_t M,
+             bool mask, T* out) {
+  std::fill(out, out + B * S * M, T(0));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) {
+      T* o = out + (b * S + s) * M;
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t c = 0; c < C; ++c) {
+          const T g = gate(comb[((b * S + s) * E + e) * C + c], mask);
+          if (g == T(0)) continue;
+          const T* ys = y + ((e * B + b) * C + c) * M;
+          for (int64_t m = 0; m < M; ++m) o[m] += g * ys[m];
+        }
+    }
+}
+
+// out (B,S,E,C) = <dout[b,s,:], y[e,b,c,:]>: op.h kMoeCombineWeightsGrad.
+template <class T>
+void combine_weights_grad(const T* dout, const T* y, int64_t B, int64_t S, int64_t E, int64_t C,
+                          int64_t M, T* out) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t c = 0; c < C; ++c) {
+          const T* d = dout + (b * S + s) * M;
+          const T* ys = y + ((e * B + b) * C + c) * M;
+          T acc = 0;
+          for (int64_t m = 0; m < M; ++m) acc += d[m] * ys[m];
+          out[((b * S + s) * E + e) * C + c] = acc;
+        }
+}
+
+// out (G,R,N) = a (G,R,K) . w (G,K,N) (or w (G,N,K) transposed): op.h kExpertMatmul (the
+// reference; the executor uses sgemm per expert).
+template <class T>
+void expert_matmul(const T* a, const T* w, int64_t G, int64_t R, int64_t K, int64_t N,
+                   bool trans_b, T* out) {
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        T acc = 0;
+        for (int64_t q = 0; q < K; ++q)
+          acc += a[(g * R + r) * K + q] *
+                 (trans_b ? w[(g * N + n) * K + q] : w[(g * K + q) * N + n]);
+        out[(g * R + r) * N + n] = acc;
+      }
+}
+
+// dw (G,K,N) = a (G,R,K)^T . dy (G,R,N): op.h kExpertMatmulGrad.
+template <class T>
+void expert_matmul_grad(const T* a, const T* dy, int64_t G, int64_t R, int64_t K, int64_t N,
+                        T* dw) {
+  std::fill(dw, dw + G * K * N, T(0));
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t q = 0; q < K; ++q) {
+        const T av = a[(g * R + r) * K + q];
+        for (int64_t n = 0; n < N; ++n) dw[(g * K + q) * N + n] += av * dy[(g * R + r) * N + n];
+      }
+}
+
+}  // namespace eng::moe

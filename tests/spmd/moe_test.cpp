@@ -1,0 +1,190 @@
+// tests/spmd/moe_test.cpp: the mixture-of-experts block (engine/model/moe.h) trained on
+// expert-parallel meshes equals the one-device run (float32, both shard modes, 4 steps); the
+// partitioned program moves the dispatched tokens by all-to-all over `expert`; mixtral-8x7b's
+// shape-only plan on fsdp=64 x expert=4 moves exactly docs/sharding.md's hand-calculated
+// bytes over `expert`; bad MoE settings are errors naming both values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "engine/compile/executable.h"
+#include "engine/model/moe.h"
+#include "engine/train/config.h"
+#include "engine/train/train_step.h"
+#include "tests/common/tiny_config.h"
+#include "tests/spmd/spmd_run.h"
+
+namespace eng {
+namespace {
+
+constexpr int kSteps = 4;
+
+// spmd_model's llama with 4 experts (top-2) in every layer: the dense dispatch with a
+// capacity that drops tokens (capacity_factor 1: 16 slots for 32 x 2 / 4 = 16 arrivals on
+// average), the load-balance loss on.
+Config moe_config() {
+  Config c = testing::tiny_llama_config(testing::spmd_model(kSteps));
+  for (auto [k, v] : std::initializer_list<std::pair<const char*, ConfigValue>>{
+           {"num_experts", int64_t{4}},
+           {"num_experts_per_tok", int64_t{2}},
+           {"sparse_matmul", false},
+           {"capacity_factor", 1.0},
+           {"load_balance_loss_weight", 0.01}})
+    EXPECT_TRUE(c.set(k, v).ok()) << k;
+  return c;
+}
+
+struct MoeRun : testing::SpmdRun {
+  std::string program_text;  // the partitioned program
+};
+
+Result<MoeRun> train(const Mesh& mesh, ShardMode mode) {
+  const Config c = moe_config();
+  ENG_ASSIGN_OR_RETURN(ResolvedConfig cfg, resolve_config(c, 8));  // global batch 8
+  ENG_ASSIGN_OR_RETURN(CompileOptions o, compile_options_from_config(c));
+  o.shard_mode = mode;
+  MoeRun run;
+  auto keep_text = [&](const Program&, const Executable& exe, Runtime&, const std::vector<Array>&,
+                       const std::vector<Array>&) { run.program_text = exe.program().to_text(); };
+  ENG_ASSIGN_OR_RETURN(static_cast<testing::SpmdRun&>(run),
+                       testing::run_train_steps(cfg, mesh, o, kSteps, keep_text));
+  return run;
+}
+
+const MoeRun& reference() {
+  static const MoeRun r = [] {
+    Result<MoeRun> x = train(Mesh(), ShardMode::kAuto);
+    EXPECT_TRUE(x.ok()) << x.status().message();
+    return x.ok() ? *x : MoeRun{};
+  }();
+  return r;
+}
+
+struct Case {
+  std::vector<std::string> axes;
+  std::vector<int64_t> sizes;
+};
+
+class MoeMatrix : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
+
+TEST_P(MoeMatrix, EqualsOneDevice) {
+  const auto& [c, explicit_mode] = GetParam();
+  const MoeRun& ref = reference();
+  ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kSteps));
+  const Mesh mesh = *Mesh::create(c.axes, c.sizes);
+  Result<MoeRun> r = train(mesh, explicit_mode ? ShardMode::kExplicit : ShardMode::kAuto);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const double loss_rel = testing::max_loss_rel(r->losses, ref.losses);
+  const double param_rel = testing::max_param_rel(r->params, ref.params);
+  fmt::print("[moe] {} {}: loss rel {:.2e}, param rel {:.2e}, losses {:.5f}..{:.5f}\n",
+             mesh.to_string(), explicit_mode ? "explicit" : "auto", loss_rel, param_rel,
+             r->losses.front(), r->losses.back());
+  EXPECT_LT(loss_rel, 1e-5);
+  EXPECT_LT(param_rel, 1e-5);
+  EXPECT_EQ(r->max_collective_mismatch, 0);
+  // The dispatched tokens go to their experts' devices and back by all-to-all over `expert`.
+  EXPECT_NE(r->program_text.find("all_to_all"), std::string::npos);
+  EXPECT_NE(r->program_text.find("axes=(expert)"), std::string::npos);
+  EXPECT_GT(ref.losses.front(), ref.losses.back());  // it trains
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, MoeMatrix,
+                         ::testing::Combine(::testing::Values(Case{{"expert"}, {2}},
+                                                              Case{{"fsdp", "expert"}, {2, 2}},
+                                                              Case{{"data", "expert"}, {2, 2}},
+                                                              Case{{"tensor", "expert"}, {2, 2}}),
+                                            ::testing::Bool()));
+
+Status resolve_with(std::initializer_list<std::pair<const char*, ConfigValue>> kv,
+                    int64_t devices = 8) {
+  Config c = moe_config();
+  for (auto [k, v] : kv) ENG_RETURN_IF_ERROR(c.set(k, v));
+  return resolve_config(c, devices).status();
+}
+
+TEST(MoeErrors, NameBothNumbers) {
+  Status s = resolve_with({{"num_experts_per_tok", int64_t{5}}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("num_experts_per_tok 5"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("num_experts 4"), std::string::npos) << s.message();
+
+  s = resolve_with({{"ici_expert_parallelism", int64_t{3}}}, 3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ici_expert_parallelism 3"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("num_experts 4"), std::string::npos) << s.message();
+
+  s = resolve_with({{"capacity_factor", 0.0}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("capacity_factor=0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("num_experts=4"), std::string::npos) << s.message();
+
+  // MaxText's default dispatch is not built: a clear error, never another mode.
+  s = resolve_with({{"sparse_matmul", true}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("dropless sparse not implemented yet: set sparse_matmul=false and "
+                             "capacity_factor>0"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(MoeCapacity, IsMaxTexts) {
+  MoeConfig c;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.capacity_factor = 1.25;
+  EXPECT_EQ(moe_capacity(c, 2048), 640);  // int(max(ceil(2048 * 2 / 8) * 1.25, 1.25))
+  c.capacity_factor = 1.0;
+  EXPECT_EQ(moe_capacity(c, 3), 1);  // ceil(6 / 8) = 1
+  c.capacity_factor = 0.1;
+  EXPECT_EQ(moe_capacity(c, 3), 0);  // int(max(0.1, 0.1)): MaxText's int() of 0.1
+}
+
+// mixtral-8x7b, one sequence of 2048 per device, on fsdp=64 x expert=4 (256 devices): the
+// experts are split over `expert`, and the bytes moved over `expert` alone are the
+// dispatch all-to-alls of docs/sharding.md's hand calculation.
+TEST(MoeShapeOnly, Mixtral8x7bOnFsdp64Expert4) {
+  Config c;
+  for (auto [k, v] : std::initializer_list<std::pair<const char*, ConfigValue>>{
+           {"model_name", std::string("mixtral-8x7b")},
+           {"per_device_batch_size", 1.0},
+           {"max_target_length", int64_t{2048}},
+           {"sparse_matmul", false},
+           {"capacity_factor", 1.0},
+           {"ici_fsdp_parallelism", int64_t{64}},
+           {"ici_expert_parallelism", int64_t{4}}})
+    ASSERT_TRUE(c.set(k, v).ok()) << k;
+  Result<ResolvedConfig> r = resolve_config(c, 256);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->model.num_params(), int64_t{46702792704});  // MaxText's 46.70B
+  TrainStepLayout layout;
+  const Program p = build_train_step(*r, &layout);
+  Result<CompileOptions> o = compile_options_from_config(c);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  const Mesh mesh = *Mesh::create({"fsdp", "expert"}, {64, 4});
+  auto exe = compile(p, mesh, *o);
+  ASSERT_TRUE(exe.ok()) << exe.status().message();
+  // The experts' weights: dim 0 (E = 8) over expert, 2 experts per device.
+  bool found = false;
+  for (size_t k = 0; k < p.args().size(); ++k) {
+    const std::string& name = p.value(p.args()[k].value).name;
+    if (name != "params/decoder/layers/MoeBlock_0/wi_0") continue;
+    found = true;
+    const std::string spec = (*exe)->argument_sharding(static_cast<int>(k)).spec.to_string();
+    EXPECT_EQ(spec, "P('expert', None, 'fsdp', None)") << spec;
+  }
+  EXPECT_TRUE(found);
+  // docs/sharding.md: per layer 6 all-to-alls (dispatch and return, forward, the remat
+  // recompute and backward) of the (E, B/256, C, M) f32 block, each receiving 3/4 of it:
+  // C = 512, 8 x 1 x 512 x 4096 x 4 B = 64 MiB; 6 x 48 MiB x 32 layers = 9 GiB.
+  const double want = 6.0 * 0.75 * 8 * 1 * 512 * 4096 * 4 * 32;
+  const auto& bytes = (*exe)->cost().collective_bytes;
+  ASSERT_TRUE(bytes.count("expert")) << "no collective over expert alone";
+  fmt::print("[moe] mixtral-8x7b fsdp=64 x expert=4: expert {:.3f} GiB (hand {:.3f} GiB)\n",
+             bytes.at("expert") / 1073741824.0, want / 1073741824.0);
+  EXPECT_NEAR(bytes.at("expert") / want, 1.0, 0.05);
+}
+
+}  // namespace
+}  // namespace eng
