@@ -477,6 +477,9 @@ constexpr Function kLaxFunctions[] = {
      "  zeros where nothing arrives)."},
     {"axis_index", lua_entry<axis_index>, "sl.lax.axis_index(axis_name) -> Array",
      "Inside sl.shard_map: this device's index along the axis (int32)."},
+    {"with_sharding_constraint", lua_entry<with_sharding_constraint>,
+     "sl.lax.with_sharding_constraint(x, spec) -> Array", "sl.with_sharding_constraint's name in "
+     "jax.lax."},
     {"slice_in_dim", lua_entry<slice_in_dim>,
      "sl.lax.slice_in_dim(x, start, stop [, axis=0]) -> Array",
      "x[start:stop] along axis (0-based; stop exclusive), as jax.lax.slice_in_dim."},
@@ -513,6 +516,10 @@ void open_lua_numpy(lua_State* L, int sl, int mt) {
   add_functions(L, lua_gettop(L), "sl.nn", kNnFunctions);
   open_lua_nn_ops(L, lua_gettop(L));
   lua_setfield(L, sl, "nn");
+  lua_getfield(L, sl, "numpy");
+  lua_getfield(L, sl, "nn");
+  open_lua_numpy_jax(L, sl, -2, -1);
+  lua_pop(L, 2);
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
   lua_setfield(L, sl, "lax");
