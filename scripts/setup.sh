@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
+  clang-14                # the second compiler CI builds with (scripts/test.sh)
   libopenblas-dev liblua5.4-dev libreadline-dev libfmt-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min   # a real English corpus for the quickstart (/usr/share/games/fortunes)

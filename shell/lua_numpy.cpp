@@ -206,7 +206,10 @@ Result<int> reduction(lua_State* L, std::string_view fn,
                                                 bool)) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "a"));
   ENG_ASSIGN_OR_RETURN(auto ak, read_axis(L, 2, fn));
-  const auto [axis, keepdims] = ak;
+  // Named copies, not a structured binding: lambdas capture them (clang 14 cannot capture
+  // a binding, a C++20 feature it lacks).
+  const std::optional<int> axis = ak.first;
+  const bool keepdims = ak.second;
   return apply(
       L, fn, fmt::format("axis={} keepdims={}", axis ? *axis : 9999, keepdims), {x},
       [f, axis, keepdims](fe::Trace& tr, Ins in) { return one(f(tr, in[0], axis, keepdims)); });
@@ -358,7 +361,8 @@ Result<int> all_gather(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
   ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, read_axis_names(L, 2, fn));
   ENG_ASSIGN_OR_RETURN(auto at, read_dim_tiled(L, 3, fn, "axis"));
-  const auto [axis, tiled] = at;
+  const auto axis = at.first;  // copies: captured below (clang 14 cannot capture bindings)
+  const bool tiled = at.second;
   return apply(L, fn, "", {x}, [axes, axis, tiled](fe::Trace& tr, Ins in) {
     return one(np::all_gather(tr, in[0], axes, axis, tiled));
   });
@@ -369,7 +373,8 @@ Result<int> psum_scatter(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
   ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, read_axis_names(L, 2, fn));
   ENG_ASSIGN_OR_RETURN(auto at, read_dim_tiled(L, 3, fn, "scatter_dimension"));
-  const auto [dim, tiled] = at;
+  const auto dim = at.first;  // copies: captured below (clang 14 cannot capture bindings)
+  const bool tiled = at.second;
   return apply(L, fn, "", {x}, [axes, dim, tiled](fe::Trace& tr, Ins in) {
     return one(np::psum_scatter(tr, in[0], axes, dim, tiled));
   });

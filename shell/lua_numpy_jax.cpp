@@ -255,7 +255,10 @@ Result<int> moment(lua_State* L, std::string_view fn, bool root) {
     lua_setfield(L, 2, "ddof");
   }
   ENG_ASSIGN_OR_RETURN(auto ak, read_axis(L, 2, fn));
-  const auto [axis, keepdims] = ak;
+  // Named copies, not a structured binding: lambdas capture them (clang 14 cannot capture
+  // a binding, a C++20 feature it lacks).
+  const std::optional<int> axis = ak.first;
+  const bool keepdims = ak.second;
   return apply(L, fn, fmt::format("axis={} keepdims={} ddof={}", axis ? *axis : 9999, keepdims, ddof),
                {x}, [=](fe::Trace& tr, Ins in) {
                  return one(root ? np::std_(tr, in[0], axis, keepdims, ddof)
