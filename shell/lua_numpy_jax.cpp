@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,24 @@ Operand of(ArrayBox* a) {
 
 int clamp_axis(int64_t a) { return static_cast<int>(std::clamp<int64_t>(a, -1000, 1000)); }
 
+// Replaces the options table at idx by a shallow copy without `keys` (the ones this function
+// reads itself), so that the shared readers (read_placement, read_axis) see only theirs; the
+// caller's table is left as it was.
+void drop_keys(lua_State* L, int idx, std::initializer_list<const char*> keys) {
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    lua_pushvalue(L, -2);  // key, value, key
+    lua_insert(L, -2);     // key, key, value
+    lua_rawset(L, -4);     // copy[key] = value; key stays for lua_next
+  }
+  for (const char* k : keys) {
+    lua_pushnil(L);
+    lua_setfield(L, -2, k);
+  }
+  lua_replace(L, idx);
+}
+
 // ---- creation ----------------------------------------------------------------------------
 
 // np.linspace(start, stop [, num = 50 [, endpoint = true]] [, {num, endpoint, dtype,
@@ -58,10 +77,7 @@ Result<int> linspace(lua_State* L) {
     ENG_ASSIGN_OR_RETURN(std::optional<bool> e, field_bool(L, opts, "endpoint", fn));
     num = n.value_or(num);
     endpoint = e.value_or(endpoint);
-    lua_pushnil(L);
-    lua_setfield(L, opts, "num");
-    lua_pushnil(L);
-    lua_setfield(L, opts, "endpoint");
+    drop_keys(L, opts, {"num", "endpoint"});
   }
   if (num < 1 || num > fe::kMaxHostValues)
     return eng::invalid_argument("{}: num must be between 1 and {}, got {}", fn,
@@ -95,10 +111,7 @@ Result<int> eye(lua_State* L) {
     ENG_ASSIGN_OR_RETURN(std::optional<int64_t> kk, field_int(L, opts, "k", fn));
     m = mm.value_or(m);
     k = kk.value_or(k);
-    lua_pushnil(L);
-    lua_setfield(L, opts, "M");
-    lua_pushnil(L);
-    lua_setfield(L, opts, "k");
+    drop_keys(L, opts, {"M", "k"});
   }
   ENG_ASSIGN_OR_RETURN(eng::Shape s, with_context(fn, eng::Shape::checked({n, m})));
   ENG_RETURN_IF_ERROR(fe::check_host_values(s, fn));
@@ -129,8 +142,7 @@ Result<int> filled_like(lua_State* L, std::string_view fn, std::optional<double>
       shape_given = true;
     }
     lua_pop(L, 1);
-    lua_pushnil(L);
-    lua_setfield(L, opts, "shape");
+    drop_keys(L, opts, {"shape"});
   }
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, opts, fn));
   if (!p.dtype_given) p.dtype = a->dtype;
@@ -251,8 +263,7 @@ Result<int> moment(lua_State* L, std::string_view fn, bool root) {
   if (lua_type(L, 2) == LUA_TTABLE) {
     ENG_ASSIGN_OR_RETURN(std::optional<double> d, field_number(L, 2, "ddof", fn));
     ddof = d.value_or(0);
-    lua_pushnil(L);
-    lua_setfield(L, 2, "ddof");
+    drop_keys(L, 2, {"ddof"});
   }
   ENG_ASSIGN_OR_RETURN(auto ak, read_axis(L, 2, fn));
   // Named copies, not a structured binding: lambdas capture them (clang 14 cannot capture

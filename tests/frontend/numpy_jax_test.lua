@@ -34,6 +34,9 @@ close(np.empty({3}):totable(), {0, 0, 0})
 assert(sl.typeof(np.arange(8, {out_sharding = sl.P("X")})) == "i32[8@X]")
 close(np.linspace(0, 1, 5):totable(), {0, 0.25, 0.5, 0.75, 1})
 close(np.linspace(0, 1, {num = 4, endpoint = false}):totable(), {0, 0.25, 0.5, 0.75})
+local opts = {num = 4, endpoint = false}
+np.linspace(0, 1, opts)
+assert(opts.num == 4 and opts.endpoint == false)  -- the caller's options table is left alone
 close(np.eye(3):totable(), {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}})
 close(np.eye(2, 3, 1):totable(), {{0, 1, 0}, {0, 0, 1}})
 local x = sl.device_put(sl.arange(32.0):reshape(8, 4), sl.P("X", "Y"))
