@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
+  clang-14                # the second compiler CI builds with (scripts/test.sh)
   libopenblas-dev liblua5.4-dev libreadline-dev libfmt-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev         # MaxText's YAML configs (shardlab train_compile, sl.config("x.yml"))

@@ -275,6 +275,16 @@ Result<eng::AxisType> parse_axis_type(lua_State* L, int idx, std::string_view fn
 // (the engine's meshes have one type).
 Result<eng::AxisType> read_axis_types(lua_State* L, int opts, size_t n, std::string_view fn) {
   if (lua_isnoneornil(L, opts)) return eng::AxisType::kExplicit;  // jax.make_mesh's default
+  if (lua_type(L, opts) == LUA_TTABLE) {  // positional, as jax.make_mesh's (Auto, Auto)
+    const bool positional = lua_rawgeti(L, opts, 1) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (positional) {
+      lua_newtable(L);
+      lua_pushvalue(L, opts);
+      lua_setfield(L, -2, "axis_types");
+      lua_replace(L, opts);
+    }
+  }
   ENG_RETURN_IF_ERROR(arg_table(L, opts, fn, "options"));
   static const std::vector<std::string> kKeys = {"axis_types"};
   ENG_RETURN_IF_ERROR(check_keys(L, opts, fn, kKeys));
@@ -366,43 +376,7 @@ Result<int> use_mesh(lua_State* L) {
 
 // ---- reading values and options ---------------------------------------------------------
 
-struct Placement {
-  eng::DType dtype = eng::DType::kF32;
-  bool dtype_given = false;
-  eng::NamedSharding sharding;
-};
 
-// {dtype=, sharding = sl.P(...) | NamedSharding, mesh=} at idx (may be none).
-Result<Placement> read_placement(lua_State* L, int idx, std::string_view fn) {
-  Placement p;
-  p.sharding.mesh = current_mesh();
-  if (lua_isnoneornil(L, idx)) return p;
-  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
-  static const std::vector<std::string> kKeys = {"dtype", "sharding", "mesh"};
-  ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, kKeys));
-  ENG_ASSIGN_OR_RETURN(std::optional<std::string> dt, field_string(L, idx, "dtype", fn));
-  if (dt) {
-    ENG_ASSIGN_OR_RETURN(p.dtype, with_context(fn, eng::parse_dtype(*dt)));
-    p.dtype_given = true;
-  }
-  push_field(L, idx, "mesh");
-  if (!lua_isnil(L, -1)) {
-    Result<eng::Mesh*> m = arg_udata<eng::Mesh>(L, lua_gettop(L), fn, "mesh");
-    if (!m.ok()) return m.status();
-    p.sharding.mesh = **m;
-  }
-  lua_pop(L, 1);
-  push_field(L, idx, "sharding");
-  const int s = lua_gettop(L);
-  Status st = eng::ok_status();
-  if (auto* spec = to_udata<eng::PartitionSpec>(L, s))
-    p.sharding.spec = *spec;
-  else if (!lua_isnil(L, s))
-    st = arg_error(L, s, fn, "sharding", "PartitionSpec (sl.P(...))");
-  lua_pop(L, 1);
-  ENG_RETURN_IF_ERROR(st);
-  return p;
-}
 
 // Values of a nested Lua table (rectangular), row-major, and its shape.
 Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape,
@@ -448,13 +422,6 @@ Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape
   return eng::ok_status();
 }
 
-Result<int> put_values(lua_State* L, std::string_view fn, const std::vector<double>& values,
-                       const eng::Shape& shape, const Placement& p) {
-  ENG_ASSIGN_OR_RETURN(fe::ArrayRef a,
-                       with_context(fn, fe::device_put(values, shape, p.dtype, p.sharding)));
-  push_concrete(L, std::move(a));
-  return 1;
-}
 
 Result<int> array(lua_State* L) {
   constexpr std::string_view fn = "sl.array";
@@ -487,7 +454,53 @@ Result<std::vector<int64_t>> read_shape_table(lua_State* L, int idx, std::string
   return dims;
 }
 
-namespace {
+// {dtype=, sharding = sl.P(...), out_sharding = sl.P(...), mesh=} at idx (may be none), or a
+// dtype name there (jnp.zeros(shape, dtype)); out_sharding is JAX's name for sharding.
+Result<Placement> read_placement(lua_State* L, int idx, std::string_view fn) {
+  Placement p;
+  p.sharding.mesh = current_mesh();
+  if (lua_isnoneornil(L, idx)) return p;
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    ENG_ASSIGN_OR_RETURN(p.dtype, with_context(fn, eng::parse_dtype(lua_tostring(L, idx))));
+    p.dtype_given = true;
+    return p;
+  }
+  ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
+  static const std::vector<std::string> kKeys = {"dtype", "sharding", "out_sharding", "mesh"};
+  ENG_RETURN_IF_ERROR(check_keys(L, idx, fn, kKeys));
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> dt, field_string(L, idx, "dtype", fn));
+  if (dt) {
+    ENG_ASSIGN_OR_RETURN(p.dtype, with_context(fn, eng::parse_dtype(*dt)));
+    p.dtype_given = true;
+  }
+  push_field(L, idx, "mesh");
+  if (!lua_isnil(L, -1)) {
+    Result<eng::Mesh*> m = arg_udata<eng::Mesh>(L, lua_gettop(L), fn, "mesh");
+    if (!m.ok()) return m.status();
+    p.sharding.mesh = **m;
+  }
+  lua_pop(L, 1);
+  for (const char* key : {"sharding", "out_sharding"}) {
+    push_field(L, idx, key);
+    const int s = lua_gettop(L);
+    Status st = eng::ok_status();
+    if (auto* spec = to_udata<eng::PartitionSpec>(L, s))
+      p.sharding.spec = *spec;
+    else if (!lua_isnil(L, s))
+      st = arg_error(L, s, fn, key, "PartitionSpec (sl.P(...))");
+    lua_pop(L, 1);
+    ENG_RETURN_IF_ERROR(st);
+  }
+  return p;
+}
+
+Result<int> put_values(lua_State* L, std::string_view fn, const std::vector<double>& values,
+                       const eng::Shape& shape, const Placement& p) {
+  ENG_ASSIGN_OR_RETURN(fe::ArrayRef a,
+                       with_context(fn, fe::device_put(values, shape, p.dtype, p.sharding)));
+  push_concrete(L, std::move(a));
+  return 1;
+}
 
 Result<eng::Shape> read_dims(lua_State* L, int idx, std::string_view fn) {
   std::vector<int64_t> dims;
@@ -501,6 +514,9 @@ Result<eng::Shape> read_dims(lua_State* L, int idx, std::string_view fn) {
   }
   return with_context(fn, eng::Shape::checked(std::move(dims)));
 }
+
+namespace {
+
 
 Result<int> filled(lua_State* L, std::string_view fn, double value, int opts) {
   ENG_ASSIGN_OR_RETURN(eng::Shape s, read_dims(L, 1, fn));
@@ -543,19 +559,24 @@ Result<int> arange(lua_State* L) {
 }
 
 // sl.device_put(x, sharding [, mesh]): x an Array (re-placed) or values; sharding sl.P(...)
-// on `mesh` (default: x's mesh, else the current one).
+// on `mesh` (default: x's mesh, else the current one), or a NamedSharding (its own mesh).
 Result<int> device_put(lua_State* L) {
   constexpr std::string_view fn = "sl.device_put";
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec,
-                       arg_udata<eng::PartitionSpec>(L, 2, fn, "sharding"));
   ArrayBox* a = to_udata<ArrayBox>(L, 1);
   if (a) ENG_RETURN_IF_ERROR(check_live(*a, fn));
-  eng::Mesh mesh = a && !a->is_tracer() ? a->data->array.sharding.mesh : current_mesh();
+  eng::NamedSharding target{a && !a->is_tracer() ? a->data->array.sharding.mesh : current_mesh(),
+                            {}};
+  if (auto* ns = to_udata<eng::NamedSharding>(L, 2)) {
+    target = *ns;
+  } else {
+    ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec,
+                         arg_udata<eng::PartitionSpec>(L, 2, fn, "sharding"));
+    target.spec = *spec;
+  }
   if (!lua_isnoneornil(L, 3)) {
     ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 3, fn, "mesh"));
-    mesh = *m;
+    target.mesh = *m;
   }
-  const eng::NamedSharding target{mesh, *spec};
   if (a && a->is_tracer())
     return eng::invalid_argument("{}: inside jit use sl.reshard(x, spec)", fn);
   if (a) {
@@ -927,12 +948,16 @@ constexpr Function kArrayFunctions[] = {
      "An array from (nested) Lua lists of numbers, placed on the simulated devices of the mesh\n"
      "  (default sl.get_mesh()): each device holds only its shards. dtype float32 (default),\n"
      "  bfloat16 or int32."},
-    {"zeros", lua_entry<zeros>, "sl.zeros(shape [, {dtype, sharding, mesh}]) -> Array", "Zeros."},
-    {"ones", lua_entry<ones>, "sl.ones(shape [, {dtype, sharding, mesh}]) -> Array", "Ones."},
-    {"full", lua_entry<full>, "sl.full(shape, value [, {dtype, sharding, mesh}]) -> Array",
+    {"zeros", lua_entry<zeros>,
+     "sl.zeros(shape [, dtype | {dtype, out_sharding, mesh}]) -> Array",
+     "Zeros (also np.zeros, np.empty; sharding= is out_sharding=)."},
+    {"ones", lua_entry<ones>, "sl.ones(shape [, dtype | {dtype, out_sharding, mesh}]) -> Array",
+     "Ones."},
+    {"full", lua_entry<full>,
+     "sl.full(shape, value [, dtype | {dtype, out_sharding, mesh}]) -> Array",
      "An array filled with value."},
     {"arange", lua_entry<arange>,
-     "sl.arange([start,] stop [, step] [, {dtype, sharding, mesh}]) -> Array",
+     "sl.arange([start,] stop [, step] [, dtype | {dtype, out_sharding, mesh}]) -> Array",
      "Evenly spaced values (jnp.arange): int32 for integer arguments, float32 otherwise."},
     {"device_put", lua_entry<device_put>, "sl.device_put(x, spec [, mesh]) -> Array",
      "x (an Array or values) placed with sharding spec on mesh (default: x's mesh or the "

@@ -65,6 +65,20 @@ using OpFn = std::function<Result<std::vector<eng::ValueId>>(eng::frontend::Trac
 Result<int> apply(lua_State* L, std::string_view fn, const std::string& key,
                   const std::vector<Operand>& operands, const OpFn& op);
 
+// Where a new array goes (sl.zeros's and np.zeros's options): its dtype and sharding.
+struct Placement {
+  eng::DType dtype = eng::DType::kF32;
+  bool dtype_given = false;
+  eng::NamedSharding sharding;  // on the current mesh unless the options name one
+};
+// {dtype=, sharding | out_sharding = sl.P(...), mesh=} or a dtype name at idx (may be none).
+Result<Placement> read_placement(lua_State* L, int idx, std::string_view fn);
+// Places host values (row-major) as p says and pushes the Array.
+Result<int> put_values(lua_State* L, std::string_view fn, const std::vector<double>& values,
+                       const eng::Shape& shape, const Placement& p);
+// A shape at idx: a number (rank 1) or a table {d0, d1, ...}.
+Result<eng::Shape> read_dims(lua_State* L, int idx, std::string_view fn);
+
 // A PartitionSpec argument (sl.P(...)) or nil.
 Result<std::optional<eng::PartitionSpec>> opt_spec(lua_State* L, int idx, std::string_view fn,
                                                    std::string_view name);

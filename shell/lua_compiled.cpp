@@ -250,6 +250,8 @@ Result<int> compiled_pipeline(lua_State* L) {  // lua_pipeline.cpp
 constexpr Method kCompiledMethods[] = {
     {"text", lua_entry<compiled_text>, "c:text() -> string",
      "The compiled (per-device) program as jaxpr-like text."},
+    {"as_text", lua_entry<compiled_text>, "c:as_text() -> string",
+     "c:text() (JAX's Compiled.as_text name; the engine's text, not HLO)."},
     {"temps", lua_entry<compiled_temps>,
      "c:temps([n]) -> rows {name, type, size, bytes, first, last, op, layer, offset}",
      "The n largest temporaries (default 10), printed as a table: the value's name in c:text()\n"

@@ -30,38 +30,6 @@ namespace {
 
 constexpr int kMaxTraceDepth = 32;  // sl.jit inside sl.jit: deeper is recursion through jit
 
-// The ops autodiff has VJP rules for (engine/ir/autodiff.cpp); a program with any other op
-// cannot be differentiated (its rule aborts), so grad refuses it first.
-bool differentiable(eng::OpKind k) {
-  using eng::OpKind;
-  if (eng::op_class(k) == eng::OpClass::kUnary) return true;
-  switch (k) {
-    case OpKind::kMatmul:
-    case OpKind::kAdd:
-    case OpKind::kMul:
-    case OpKind::kScale:
-    case OpKind::kConvert:
-    case OpKind::kConstraint:
-    case OpKind::kReshape:
-    case OpKind::kSlice:
-    case OpKind::kPad:
-    case OpKind::kConcat:
-    case OpKind::kShift:
-    case OpKind::kRmsNorm:
-    case OpKind::kRope:
-    case OpKind::kSoftmaxCrossEntropy:
-    case OpKind::kAttention:
-    case OpKind::kSwiglu:
-    case OpKind::kRepeatKv:
-    case OpKind::kTranspose:
-    case OpKind::kCompare:
-    case OpKind::kSelect:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // The function's parameter names (debug info), for the program's argument legend.
 std::vector<std::string> param_names(lua_State* L, int fidx, int n) {
   std::vector<std::string> names;
@@ -241,7 +209,7 @@ std::string_view transform_name(const JitBox& j) {
 Result<std::vector<eng::ValueId>> gradients(std::string_view what, fe::Trace& tr, eng::ValueId loss,
                                             const std::vector<eng::ValueId>& wrt) {
   for (const eng::Instr& in : tr.builder().program().instrs())
-    if (!differentiable(in.kind))
+    if (!eng::has_vjp(in.kind))
       return eng::invalid_argument("{}: the program uses {}, which has no VJP rule in the engine",
                                    what, eng::op_name(in.kind));
   // The engine's autodiff seeds d(loss)/d(loss) = 1 as a constant that only the loss op of a

@@ -206,7 +206,10 @@ Result<int> reduction(lua_State* L, std::string_view fn,
                                                 bool)) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "a"));
   ENG_ASSIGN_OR_RETURN(auto ak, read_axis(L, 2, fn));
-  const auto [axis, keepdims] = ak;
+  // Named copies, not a structured binding: lambdas capture them (clang 14 cannot capture
+  // a binding, a C++20 feature it lacks).
+  const std::optional<int> axis = ak.first;
+  const bool keepdims = ak.second;
   return apply(
       L, fn, fmt::format("axis={} keepdims={}", axis ? *axis : 9999, keepdims), {x},
       [f, axis, keepdims](fe::Trace& tr, Ins in) { return one(f(tr, in[0], axis, keepdims)); });
@@ -375,7 +378,8 @@ Result<int> all_gather(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
   ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, read_axis_names(L, 2, fn));
   ENG_ASSIGN_OR_RETURN(auto at, read_dim_tiled(L, 3, fn, "axis"));
-  const auto [axis, tiled] = at;
+  const auto axis = at.first;  // copies: captured below (clang 14 cannot capture bindings)
+  const bool tiled = at.second;
   return apply(L, fn, "", {x}, [axes, axis, tiled](fe::Trace& tr, Ins in) {
     return one(np::all_gather(tr, in[0], axes, axis, tiled));
   });
@@ -386,7 +390,8 @@ Result<int> psum_scatter(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
   ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, read_axis_names(L, 2, fn));
   ENG_ASSIGN_OR_RETURN(auto at, read_dim_tiled(L, 3, fn, "scatter_dimension"));
-  const auto [dim, tiled] = at;
+  const auto dim = at.first;  // copies: captured below (clang 14 cannot capture bindings)
+  const bool tiled = at.second;
   return apply(L, fn, "", {x}, [axes, dim, tiled](fe::Trace& tr, Ins in) {
     return one(np::psum_scatter(tr, in[0], axes, dim, tiled));
   });
@@ -494,6 +499,9 @@ constexpr Function kLaxFunctions[] = {
      "  zeros where nothing arrives)."},
     {"axis_index", lua_entry<axis_index>, "sl.lax.axis_index(axis_name) -> Array",
      "Inside sl.shard_map: this device's index along the axis (int32)."},
+    {"with_sharding_constraint", lua_entry<with_sharding_constraint>,
+     "sl.lax.with_sharding_constraint(x, spec) -> Array", "sl.with_sharding_constraint's name in "
+     "jax.lax."},
     {"slice_in_dim", lua_entry<slice_in_dim>,
      "sl.lax.slice_in_dim(x, start, stop [, axis=0]) -> Array",
      "x[start:stop] along axis (0-based; stop exclusive), as jax.lax.slice_in_dim."},
@@ -530,6 +538,10 @@ void open_lua_numpy(lua_State* L, int sl, int mt) {
   add_functions(L, lua_gettop(L), "sl.nn", kNnFunctions);
   open_lua_nn_ops(L, lua_gettop(L));
   lua_setfield(L, sl, "nn");
+  lua_getfield(L, sl, "numpy");
+  lua_getfield(L, sl, "nn");
+  open_lua_numpy_jax(L, sl, -2, -1);
+  lua_pop(L, 2);
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
   lua_setfield(L, sl, "lax");

@@ -41,6 +41,9 @@ Result<bool> read_bool_option(lua_State* L, int idx, std::string_view fn, const 
 // x:transpose, ...) to the Array metatable mt's methods.
 void open_lua_numpy_ops(lua_State* L, int np_table, int mt);
 void open_lua_nn_ops(lua_State* L, int nn_table);  // sl.nn.softmax, sl.nn.log_softmax
+// JAX's other jax.numpy / jax.nn names (lua_numpy_jax.cpp): creation (np.zeros ... are sl's
+// aliases), elementwise math, reductions, shape moves, take, cumsum, sl.nn.relu, one_hot ...
+void open_lua_numpy_jax(lua_State* L, int sl, int np_table, int nn_table);
 
 // x[key] for a number or table key: numpy's basic indexing (lua_numpy_ops.cpp); x.T.
 Result<int> array_getitem(lua_State* L);

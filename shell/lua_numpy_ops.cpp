@@ -96,7 +96,10 @@ Result<int> arg_reduction(lua_State* L, std::string_view fn,
                           Result<eng::ValueId> (*f)(fe::Trace&, eng::ValueId, std::optional<int>)) {
   ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "a"));
   ENG_ASSIGN_OR_RETURN(auto ak, read_axis(L, 2, fn));
-  const auto [axis, keepdims] = ak;
+  // Named copies, not a structured binding: lambdas capture them (clang 14 cannot capture
+  // a binding, a C++20 feature it lacks).
+  const std::optional<int> axis = ak.first;
+  const bool keepdims = ak.second;
   return apply(L, fn, fmt::format("axis={} keepdims={}", axis ? *axis : 9999, keepdims), {x},
                [f, axis, keepdims](fe::Trace& tr, Ins in) -> Result<Values> {
                  const eng::Shape s = tr.info(in[0]).shape;

@@ -21,10 +21,6 @@
 
 namespace shell {
 
-template <>
-struct LuaType<eng::NamedSharding> {
-  static constexpr const char* kName = "NamedSharding";
-};
 // t:shardings()'s value: the engine's table and, per row and dim, how the rules resolved it.
 struct ShardingView {
   eng::ShardingTable table;

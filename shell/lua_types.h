@@ -23,6 +23,10 @@ template <>
 struct LuaType<eng::PartitionSpec> {
   static constexpr const char* kName = "PartitionSpec";
 };
+template <>
+struct LuaType<eng::NamedSharding> {
+  static constexpr const char* kName = "NamedSharding";
+};
 
 // "Mesh('data': 2, 'fsdp': 2) (4 devices)": the axes of size > 1 only ("Mesh(1 device)" for none).
 std::string mesh_label(const eng::Mesh& m);

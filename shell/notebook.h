@@ -95,7 +95,7 @@ struct ReportInfo {
   std::string failed_at;  // "cell 4 (line 37)" when !ok
   int exit_code = -1;     // a cell called os.exit(exit_code): the run stopped there; -1: none
   std::string date;       // when the notebook started: "2026-11-21 07:55:12 UTC"
-  std::string git_rev;    // `git rev-parse --short HEAD` in the notebook's directory, or ""
+  std::string git_rev;    // HEAD's commit (7 hex digits) in the notebook's repository, or ""
   std::vector<std::string> meshes;  // distinct meshes of `runs`, in order
   CellValue runs;                   // run_id, name, status, mesh, steps (header)
   CellValue compile_summary;        // v_compile_summary rows for those runs (footer)
@@ -121,7 +121,7 @@ std::string html_escape(std::string_view s);
 struct ShellContext;
 // "2026-11-21 07:55:12 UTC".
 std::string report_date(int64_t unix_ms);
-// `git -C dir rev-parse --short HEAD`, or "" when that fails (not a repository, no git).
+// HEAD's commit in dir's repository, 7 hex digits (eng::git_revision), or "" outside one.
 std::string git_revision(const std::string& dir);
 // Fills info's runs/meshes/compile_summary/step_time with the runs this host began in ctx's store
 // since `since_ms` (the store has no process id). Nothing if the store was never opened.

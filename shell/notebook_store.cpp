@@ -13,33 +13,14 @@
 #include <fmt/format.h>
 
 #include "engine/base/clock.h"
+#include "engine/base/git.h"
 #include "engine/base/hash.h"
+#include "engine/base/text.h"
 #include "shell/context.h"
 #include "shell/notebook.h"
 
 namespace shell {
 namespace {
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += std::string("\\") + c;
-    else if (c == '\n')
-      out += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20)
-      out += fmt::format("\\u{:04x}", c);
-    else
-      out += c;
-  }
-  return out + "\"";
-}
-
-std::string shell_quote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string cell_text(const eng::SqlValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return fmt::format("{}", *i);
@@ -103,16 +84,7 @@ std::string report_date(int64_t unix_ms) {
 }
 
 std::string git_revision(const std::string& dir) {
-  std::string cmd = fmt::format("git -C {} rev-parse --short HEAD 2>/dev/null",
-                                shell_quote(dir.empty() ? "." : dir));
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return "";
-  std::string out;
-  char buf[256];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  if (pclose(p) != 0) return "";
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out.find_first_of(" \n") == std::string::npos ? out : "";
+  return eng::git_revision(dir.empty() ? "." : dir).substr(0, 7);
 }
 
 eng::Status add_store_summary(ShellContext& ctx, int64_t since_ms, ReportInfo* info) {
@@ -164,7 +136,7 @@ namespace {
 
 std::string json_list(const std::vector<std::string>& items) {
   std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + json_string(items[i]);
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + eng::json_string(items[i]);
   return out + "]";
 }
 
@@ -173,7 +145,7 @@ std::string cached_output_json(const CellRun& r, int64_t from_ms) {
   std::string out = ", \"outputs\": [";
   for (size_t i = 0; i < r.outputs.size(); ++i)
     out += fmt::format("{}[\"{}\", {}]", i ? ", " : "", r.outputs[i].kind == Output::kSvg ? "svg" : "text",
-                       json_string(r.outputs[i].data));
+                       eng::json_string(r.outputs[i].data));
   out += "]";
   if (r.has_value) {
     std::vector<std::string> rows;
@@ -181,7 +153,7 @@ std::string cached_output_json(const CellRun& r, int64_t from_ms) {
     std::string rows_json = "[";
     for (size_t i = 0; i < rows.size(); ++i) rows_json += (i ? ", " : "") + rows[i];
     out += fmt::format(", \"value\": {{\"text\": {}, \"svg\": {}, \"columns\": {}, \"rows\": {}]}}",
-                       json_string(r.value.text), json_string(r.value.svg), json_list(r.value.columns), rows_json);
+                       eng::json_string(r.value.text), eng::json_string(r.value.svg), json_list(r.value.columns), rows_json);
   }
   return out + fmt::format(", \"from_ms\": {}", from_ms);
 }
@@ -253,7 +225,7 @@ eng::Status log_cell_events(ShellContext& ctx, const std::string& notebook, int6
     e.payload_json = fmt::format(
         "{{\"notebook\": {}, \"started_ms\": {}, \"cell\": {}, \"line\": {}, \"title\": {}, "
         "\"source_hash\": \"{}\", \"seconds\": {:.6f}, \"ok\": {}{}{}}}",
-        json_string(notebook), started_ms, r.count, c.first_line, json_string(c.title), source_hash(c),
+        eng::json_string(notebook), started_ms, r.count, c.first_line, eng::json_string(c.title), source_hash(c),
         r.seconds, r.error.empty() ? "true" : "false", r.reused() ? ", \"reused\": true" : "",
         keep ? cached_output_json(r, r.reused() ? r.reused_from_ms : started_ms) : "");
     ENG_RETURN_IF_ERROR(store->record_event(e).status());

@@ -1,8 +1,10 @@
-// engine/base/text.cpp: edit distance, did-you-mean and XML escaping.
+// engine/base/text.cpp: edit distance, did-you-mean, XML and JSON escaping.
 #include "engine/base/text.h"
 
 #include <algorithm>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "engine/base/limits.h"
 
@@ -50,6 +52,25 @@ std::string xml_escape(std::string_view s) {
     }
   }
   return out;
+}
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20)
+          out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        else
+          out += c;
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace eng

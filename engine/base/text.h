@@ -17,4 +17,8 @@ std::string closest_match(std::string_view word, std::span<const std::string_vie
 // Escapes <, >, & and " for XML, SVG and HTML text and attribute values.
 std::string xml_escape(std::string_view s);
 
+// `s` as a JSON string literal, quotes included: " and \ escaped, \n \t \r as themselves,
+// other control characters as \u00XX; other bytes (UTF-8 included) unchanged.
+std::string json_string(std::string_view s);
+
 }  // namespace eng

@@ -37,6 +37,10 @@ bool is_float(DType d) { return d != DType::kI32; }
 
 class Differentiator {
  public:
+  // False for the ops whose row is not_differentiable (has_vjp in autodiff.h).
+  static bool has_rule(OpKind kind) {
+    return kVjps[op_index(kind)] != &Differentiator::not_differentiable;
+  }
   Differentiator(Builder& b, const std::vector<ValueId>& wrt) : b_(b) {
     const Program& p = b.program();
     depends_.assign(p.values().size(), false);
@@ -551,6 +555,8 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
     &D::vjp_unary, &D::not_differentiable);
 
 }  // namespace
+
+bool has_vjp(OpKind kind) { return D::has_rule(kind); }
 
 std::vector<ValueId> append_gradients(Builder& b, ValueId loss, const std::vector<ValueId>& wrt) {
   ENG_CHECK(loss >= 0 && loss < static_cast<ValueId>(b.program().values().size()),

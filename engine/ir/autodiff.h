@@ -16,4 +16,9 @@ namespace eng {
 
 std::vector<ValueId> append_gradients(Builder& b, ValueId loss, const std::vector<ValueId>& wrt);
 
+// Whether autodiff has a VJP rule for `kind` (its row of the VJP table is not the abort of
+// backward, optimizer, metric and per-device ops). append_gradients aborts on a program with
+// an op without one, so callers with user programs (sl.grad) check this first.
+bool has_vjp(OpKind kind);
+
 }  // namespace eng

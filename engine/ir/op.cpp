@@ -177,6 +177,18 @@ double tanh_grad(double x) {
 }
 double reciprocal(double x) { return 1.0 / x; }
 double reciprocal_grad(double x) { return -1.0 / (x * x); }
+double sqrt_(double x) { return std::sqrt(x); }
+double sqrt_grad(double x) { return 0.5 / std::sqrt(x); }
+double abs_(double x) { return std::abs(x); }
+double sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }  // sign(+-0) = +-0, NaN stays
+double zero(double) { return 0.0; }  // piecewise constant: sign, floor
+double sin_(double x) { return std::sin(x); }
+double cos_(double x) { return std::cos(x); }
+double minus_sin(double x) { return -std::sin(x); }
+double floor_(double x) { return std::floor(x); }
+double log1p_(double x) { return std::log1p(x); }
+double log1p_grad(double x) { return 1.0 / (1.0 + x); }
+double expm1_(double x) { return std::expm1(x); }
 
 constexpr auto kUnaryOps = std::to_array<UnaryMath>({
     {OpKind::kGelu, OpKind::kGeluGrad, gelu, gelu_grad, 8, 14},
@@ -184,6 +196,14 @@ constexpr auto kUnaryOps = std::to_array<UnaryMath>({
     {OpKind::kLog, OpKind::kLogGrad, log_, log_grad, 4, 2},
     {OpKind::kTanh, OpKind::kTanhGrad, tanh_, tanh_grad, 6, 8},
     {OpKind::kReciprocal, OpKind::kReciprocalGrad, reciprocal, reciprocal_grad, 1, 3},
+    {OpKind::kSqrt, OpKind::kSqrtGrad, sqrt_, sqrt_grad, 4, 6},
+    {OpKind::kAbs, OpKind::kAbsGrad, abs_, sign, 1, 2},
+    {OpKind::kSign, OpKind::kSignGrad, sign, zero, 1, 1},
+    {OpKind::kSin, OpKind::kSinGrad, sin_, cos_, 4, 5},
+    {OpKind::kCos, OpKind::kCosGrad, cos_, minus_sin, 4, 5},
+    {OpKind::kFloor, OpKind::kFloorGrad, floor_, zero, 1, 1},
+    {OpKind::kLog1p, OpKind::kLog1pGrad, log1p_, log1p_grad, 4, 3},
+    {OpKind::kExpm1, OpKind::kExpm1Grad, expm1_, exp_, 4, 5},
 });
 
 // Every kUnary op has exactly one row, every kUnaryGrad op is exactly one row's grad.

@@ -35,6 +35,9 @@
 //                    (approximate=True); kGeluGrad (x, dy) -> dy * gelu'(x). A kUnary op.
 //   kExp, kLog, kTanh, kReciprocal (x) -> exp(x), log(x), tanh(x), 1/x: kUnary ops (the
 //                    front-end's np.exp, np.log, np.tanh and division; docs/frontend.md)
+//   kSqrt, kAbs, kSign, kSin, kCos, kFloor, kLog1p, kExpm1 (x) -> numpy's functions of those
+//                    names (sign(0) = 0; abs'(0) = sign(0) = 0 and floor' = sign' = 0, as
+//                    JAX's rules): kUnary ops for the front-end's np.sqrt ... (docs/frontend.md)
 //   kAdd, kMul     (a, b) same shape -> elementwise
 //   kTranspose     (x) [permutation=new_shape] -> y with y.shape[i] = x.shape[perm[i]]
 //                    (jax.lax.transpose); any dtype (data movement); rank <= kMaxTransposeRank;
@@ -273,7 +276,23 @@ namespace eng {
   X(MoeCombine, "moe_combine", kCustom)                             \
   X(MoeCombineWeightsGrad, "moe_combine_weights_grad", kCustom)     \
   X(ExpertMatmul, "expert_matmul", kCustom)                         \
-  X(ExpertMatmulGrad, "expert_matmul_grad", kCustom)
+  X(ExpertMatmulGrad, "expert_matmul_grad", kCustom)         \
+  X(Sqrt, "sqrt", kUnary)                                           \
+  X(SqrtGrad, "sqrt_grad", kUnaryGrad)                              \
+  X(Abs, "abs", kUnary)                                             \
+  X(AbsGrad, "abs_grad", kUnaryGrad)                                \
+  X(Sign, "sign", kUnary)                                           \
+  X(SignGrad, "sign_grad", kUnaryGrad)                              \
+  X(Sin, "sin", kUnary)                                             \
+  X(SinGrad, "sin_grad", kUnaryGrad)                                \
+  X(Cos, "cos", kUnary)                                             \
+  X(CosGrad, "cos_grad", kUnaryGrad)                                \
+  X(Floor, "floor", kUnary)                                         \
+  X(FloorGrad, "floor_grad", kUnaryGrad)                            \
+  X(Log1p, "log1p", kUnary)                                         \
+  X(Log1pGrad, "log1p_grad", kUnaryGrad)                            \
+  X(Expm1, "expm1", kUnary)                                         \
+  X(Expm1Grad, "expm1_grad", kUnaryGrad)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

@@ -15,6 +15,7 @@
 
 #include "engine/base/clock.h"
 #include "engine/base/file.h"
+#include "engine/base/text.h"
 
 namespace eng {
 
@@ -31,22 +32,6 @@ SqlValue text_or_null(const std::string& s) { return s.empty() ? SqlValue() : Sq
 SqlValue boolean(bool b) { return SqlValue(int64_t{b ? 1 : 0}); }
 int64_t now_or(int64_t ms) { return ms != 0 ? ms : unix_ms(); }
 
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out += c;
-    }
-  }
-  return out + "\"";
-}
 
 template <typename T>
 std::string json_array(const std::vector<T>& xs) {

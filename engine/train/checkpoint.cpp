@@ -20,6 +20,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/base/file.h"
+#include "engine/base/text.h"
 
 namespace eng {
 
@@ -56,18 +57,6 @@ std::optional<DType> parse_safetensors_dtype(std::string_view s) {
   return std::nullopt;
 }
 
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 
 std::string errno_text() { return std::strerror(errno); }
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/base/git.h"
 #include "engine/base/hash.h"
 #include "engine/tensor/system_info.h"
 
@@ -45,49 +46,6 @@ std::string file_digest(const std::string& path) {
   if (!in) return "";
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return fmt::format("{:016x}{:016x}", hash_bytes(bytes), hash_bytes(bytes, 0x9e3779b97f4a7c15ULL));
-}
-
-std::string first_line(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-// The commit checked out in the repository containing `dir`, read from .git without running
-// git: HEAD, then the ref it names (loose, else packed-refs). Worktrees (.git is a file naming
-// the git dir; refs live in its commondir) included. "" outside a repository.
-std::string git_revision(std::filesystem::path dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  dir = fs::absolute(dir, ec);
-  for (; !dir.empty(); dir = dir.parent_path()) {
-    fs::path git = dir / ".git";
-    if (fs::is_regular_file(git, ec)) {  // "gitdir: <path>"
-      const std::string l = first_line(git);
-      if (!l.starts_with("gitdir: ")) return "";
-      git = fs::path(l.substr(8));
-      if (git.is_relative()) git = dir / git;
-    } else if (!fs::is_directory(git, ec)) {
-      if (dir == dir.parent_path()) break;
-      continue;
-    }
-    std::string head = first_line(git / "HEAD");
-    if (!head.starts_with("ref: ")) return head;  // detached
-    const std::string ref = head.substr(5);
-    fs::path common = git;
-    if (fs::exists(git / "commondir", ec))
-      common = fs::weakly_canonical(git / first_line(git / "commondir"), ec);
-    for (const fs::path& base : {git, common}) {
-      std::string rev = first_line(base / ref);
-      if (!rev.empty()) return rev;
-    }
-    std::ifstream packed(common / "packed-refs");
-    for (std::string line; std::getline(packed, line);)
-      if (line.size() > 41 && line.substr(41) == ref) return line.substr(0, 40);
-    return "";
-  }
-  return "";
 }
 
 }  // namespace

@@ -237,6 +237,82 @@ function R.einsum(spec, a, b)
   end)
 end
 
+-- Issue 29's JAX names (engine/frontend/numpy_jax.h), in double.
+local function sign(x) if x > 0 then return 1 elseif x < 0 then return -1 end return x end
+U.sqrt, U.abs, U.sign, U.sin, U.cos, U.floor = math.sqrt, math.abs, sign, math.sin, math.cos,
+                                                math.floor
+U.log1p = function(x) return math.log(1 + x) end
+U.expm1 = function(x) return math.exp(x) - 1 end
+U.square = function(x) return x * x end
+U.relu = function(x) return x > 0 and x or 0 end
+local function logaddexp(x, y)
+  local m = math.max(x, y)
+  return m + math.log(math.exp(x - m) + math.exp(y - m))
+end
+U.softplus = function(x) return logaddexp(x, 0) end
+B.logaddexp = logaddexp
+B.power = function(x, p) return x ^ p end
+function R.prod(a, axis, keepdims)
+  return reduce(a, axis, keepdims, function(x, y) return x * y end)
+end
+function R.var(a, axis, keepdims)
+  local m = R.mean(a, axis, true)
+  local c = R.binary("subtract", a, m)
+  return R.mean(R.binary("multiply", c, c), axis, keepdims)
+end
+function R.std(a, axis, keepdims) return R.unary("sqrt", R.var(a, axis, keepdims)) end
+function R.any(a, axis, keepdims)  -- a float mask, as np.any's here
+  local mask = new(a.shape, function(idx) return get(a, idx) ~= 0 and 1 or 0 end)
+  return reduce(mask, axis, keepdims, math.max)
+end
+function R.logsumexp(a, axis, keepdims)
+  local m = R.max(a, axis, true)
+  local e = R.unary("exp", R.binary("subtract", a, m))
+  local r = R.binary("add", m, R.unary("log", R.sum(e, axis, true)))
+  if not keepdims then
+    if axis == nil then
+      r.shape = {}
+    else
+      table.remove(r.shape, (axis < 0 and axis + #a.shape or axis) + 1)
+    end
+  end
+  return r
+end
+function R.cumsum(a, axis)
+  local ax = axis < 0 and axis + #a.shape or axis
+  return new(a.shape, function(idx)
+    local j, acc = copy(idx), 0
+    for i = 0, idx[ax + 1] do j[ax + 1] = i; acc = acc + get(a, j) end
+    return acc
+  end)
+end
+function R.moveaxis(a, src, dst)  -- one axis
+  local order = {}
+  for i = 0, #a.shape - 1 do if i ~= src then order[#order + 1] = i end end
+  table.insert(order, dst + 1, src)
+  return R.transpose(a, order)
+end
+function R.tile(a, reps)  -- #reps == rank
+  local s = {}
+  for i, d in ipairs(a.shape) do s[i] = d * reps[i] end
+  return new(s, function(idx)
+    local j = {}
+    for i = 1, #idx do j[i] = idx[i] % a.shape[i] end
+    return get(a, j)
+  end)
+end
+function R.take(a, ids, axis)
+  local ax = axis < 0 and axis + #a.shape or axis
+  local s = copy(a.shape)
+  s[ax + 1] = #ids
+  return new(s, function(idx)
+    local j = copy(idx)
+    local i = ids[idx[ax + 1] + 1]
+    j[ax + 1] = i < 0 and i + a.shape[ax + 1] or i
+    return get(a, j)
+  end)
+end
+
 -- ---- programs: steps over a pool of values; the same steps run on either backend --------
 -- step = {op, a, b, c (pool indices), p (parameters)}; op "input" takes argument p.
 local REF, DEV = {}, {}
@@ -281,6 +357,78 @@ DEV.einsum = function(v, st)
   if st.b then return np.einsum(st.p.spec, v[st.a], v[st.b], {out_sharding = st.p.out}) end
   return np.einsum(st.p.spec, v[st.a], {out_sharding = st.p.out})
 end
+-- issue 29's names
+for _, f in ipairs({"sqrt", "abs", "sign", "sin", "cos", "floor", "log1p", "expm1", "square"}) do
+  REF[f] = function(v, st) return R.unary(f, v[st.a]) end
+  DEV[f] = function(v, st) return np[f](v[st.a]) end
+end
+for _, f in ipairs({"relu", "softplus"}) do
+  REF[f] = function(v, st) return R.unary(f, v[st.a]) end
+  DEV[f] = function(v, st) return sl.nn[f](v[st.a]) end
+end
+REF.logaddexp = function(v, st) return R.binary("logaddexp", v[st.a], v[st.b]) end
+DEV.logaddexp = function(v, st) return np.logaddexp(v[st.a], v[st.b]) end
+REF.power = function(v, st)
+  return R.binary("power", v[st.a], {shape = {}, data = {st.p.p}})
+end
+DEV.power = function(v, st) return np.power(v[st.a], st.p.p) end
+REF.clip = function(v, st)
+  local lo = R.binary("maximum", v[st.a], {shape = {}, data = {st.p.lo}})
+  return R.binary("minimum", lo, {shape = {}, data = {st.p.hi}})
+end
+DEV.clip = function(v, st) return np.clip(v[st.a], st.p.lo, st.p.hi) end
+for _, f in ipairs({"prod", "var", "std", "any", "logsumexp"}) do
+  REF[f] = function(v, st) return R[f](v[st.a], st.p.axis, st.p.keepdims) end
+  local dev = f == "logsumexp" and sl.nn.logsumexp or np[f]
+  DEV[f] = function(v, st) return dev(v[st.a], {axis = st.p.axis, keepdims = st.p.keepdims}) end
+end
+REF.cumsum = function(v, st) return R.cumsum(v[st.a], st.p.axis) end
+DEV.cumsum = function(v, st) return np.cumsum(v[st.a], st.p.axis) end
+REF.stack = function(v, st)
+  local a, b = v[st.a], v[st.b]
+  local s = copy(a.shape)
+  table.insert(s, st.p.axis + 1, 1)
+  return R.concatenate({{shape = s, data = a.data}, {shape = s, data = b.data}}, st.p.axis)
+end
+DEV.stack = function(v, st) return np.stack({v[st.a], v[st.b]}, st.p.axis) end
+REF.split = function(v, st)
+  local a = v[st.a]
+  local n = a.shape[st.p.axis + 1] // st.p.sections
+  local items = {}
+  for i = 1, st.p.axis do items[i] = {} end
+  items[st.p.axis + 1] = {st.p.piece * n, (st.p.piece + 1) * n}
+  return R.index(a, items)
+end
+DEV.split = function(v, st) return np.split(v[st.a], st.p.sections, st.p.axis)[st.p.piece + 1] end
+REF.expand_dims = function(v, st)
+  local s = copy(v[st.a].shape)
+  table.insert(s, st.p.axis + 1, 1)
+  return {shape = s, data = v[st.a].data}
+end
+DEV.expand_dims = function(v, st) return np.expand_dims(v[st.a], st.p.axis) end
+REF.squeeze = function(v, st)
+  local s = {}
+  for _, d in ipairs(v[st.a].shape) do if d ~= 1 then s[#s + 1] = d end end
+  return {shape = s, data = v[st.a].data}
+end
+DEV.squeeze = function(v, st) return np.squeeze(v[st.a]) end
+REF.swapaxes = function(v, st)
+  local perm = {}
+  for i = 0, #v[st.a].shape - 1 do perm[i + 1] = i end
+  perm[st.p.i + 1], perm[st.p.j + 1] = st.p.j, st.p.i
+  return R.transpose(v[st.a], perm)
+end
+DEV.swapaxes = function(v, st) return np.swapaxes(v[st.a], st.p.i, st.p.j) end
+REF.moveaxis = function(v, st) return R.moveaxis(v[st.a], st.p.i, st.p.j) end
+DEV.moveaxis = function(v, st) return np.moveaxis(v[st.a], st.p.i, st.p.j) end
+REF.tile = function(v, st) return R.tile(v[st.a], st.p.reps) end
+DEV.tile = function(v, st) return np.tile(v[st.a], st.p.reps) end
+REF.take = function(v, st) return R.take(v[st.a], st.p.ids, st.p.axis) end
+DEV.take = function(v, st) return np.take(v[st.a], st.p.ids, st.p.axis) end
+REF.full_like = function(v, st)
+  return R.binary("add", v[st.a], {shape = {}, data = {st.p.c}})
+end
+DEV.full_like = function(v, st) return v[st.a] + np.full_like(v[st.a], st.p.c) end
 REF.reshard = function(v, st) return v[st.a] end
 DEV.reshard = function(v, st) return sl.reshard(v[st.a], st.p.spec) end
 
@@ -361,7 +509,8 @@ local function gen_program(mesh_def)
     local r = #x.shape
     local kind = pick({"binary", "binary", "compare", "where", "unary", "reduce", "reduce",
                        "softmax", "transpose", "index", "index", "concat", "reshape", "matmul",
-                       "einsum", "einsum", "reshard"})
+                       "einsum", "einsum", "reshard", "unary29", "unary29", "binary29",
+                       "reduce29", "reduce29", "moves29", "moves29", "take29"})
     local st = {a = a, p = {}}
     if kind == "binary" or kind == "compare" then
       st.op = pick(kind == "binary" and {"add", "subtract", "multiply", "maximum", "minimum"}
@@ -468,6 +617,69 @@ local function gen_program(mesh_def)
       local ref = R.einsum(st.p.spec, x, st.b and vals[st.b])
       if not small(ref.shape) or #ref.shape > 3 then st = nil
       elseif math.random() < 0.6 then st.p.out = random_spec(mesh_def, ref.shape) end
+    elseif kind == "unary29" then
+      local lo, big = math.huge, 0
+      for _, v in ipairs(x.data) do lo = math.min(lo, v); big = math.max(big, math.abs(v)) end
+      local ops = {"abs", "sign", "sin", "cos", "floor", "square", "relu", "softplus"}
+      if lo > 0.01 then ops[#ops + 1] = "sqrt" end    -- away from sqrt's infinite slope at 0
+      if lo > -0.9 then ops[#ops + 1] = "log1p" end
+      if big < 4 then ops[#ops + 1] = "expm1" end
+      st.op = pick(ops)
+    elseif kind == "binary29" then
+      local u = math.random()
+      if u < 0.4 then
+        st.op = "logaddexp"
+        st.b = partner(x.shape)
+        if math.random() < 0.5 then st.a, st.b = st.b, st.a end
+        if not small(bshape(vals[st.a].shape, vals[st.b].shape)) then st = nil end
+      elseif u < 0.7 then
+        st.op = "power"
+        st.p.p = pick({2, 3, -1, 0})
+        for _, v in ipairs(x.data) do if st.p.p < 0 and math.abs(v) < 0.1 then st = nil break end end
+      else
+        st.op = "clip"
+        st.p.lo = math.random() * 2 - 1.5
+        st.p.hi = st.p.lo + math.random() * 2
+      end
+    elseif kind == "reduce29" and r >= 1 then
+      st.op = pick({"prod", "var", "std", "any", "logsumexp", "cumsum"})
+      if st.op == "cumsum" then
+        st.p.axis = math.random(-r, r - 1)
+      else
+        if math.random() < 0.8 then st.p.axis = math.random(-r, r - 1) end
+        st.p.keepdims = math.random() < 0.3
+        local n = st.p.axis and x.shape[(st.p.axis % r) + 1] or numel(x.shape)
+        if st.op == "std" and n < 2 then st = nil end  -- sqrt's slope at a zero variance
+      end
+    elseif kind == "moves29" and r >= 1 then
+      st.op = pick({"stack", "split", "expand_dims", "squeeze", "swapaxes", "moveaxis", "tile",
+                    "full_like"})
+      if st.op == "stack" then
+        st.p.axis = math.random(0, r)
+        st.b = input(copy(x.shape))
+        if not small(x.shape) then st = nil end
+      elseif st.op == "split" then
+        st.p.axis = math.random(0, r - 1)
+        local n = x.shape[st.p.axis + 1]
+        st.p.sections = n % 2 == 0 and 2 or 1
+        st.p.piece = math.random(0, st.p.sections - 1)
+      elseif st.op == "expand_dims" then
+        st.p.axis = math.random(0, r)
+      elseif st.op == "swapaxes" or st.op == "moveaxis" then
+        st.p.i, st.p.j = math.random(0, r - 1), math.random(0, r - 1)
+      elseif st.op == "tile" then
+        st.p.reps = {}
+        for i = 1, r do st.p.reps[i] = math.random() < 0.3 and 2 or 1 end
+        if numel(x.shape) * 2 ^ r > 96 then st = nil end
+      elseif st.op == "full_like" then
+        st.p.c = math.random() * 2 - 1
+      end
+    elseif kind == "take29" and r >= 1 then
+      st.op = "take"
+      st.p.axis = math.random(0, r - 1)
+      local n = x.shape[st.p.axis + 1]
+      st.p.ids = {}
+      for i = 1, math.random(1, 4) do st.p.ids[i] = math.random(-n, n - 1) end
     elseif kind == "reshard" then
       st.op = "reshard"
       st.p.spec = random_spec(mesh_def, x.shape)

@@ -132,11 +132,14 @@ void add_backward_cases(std::map<OpKind, Case>& c) {
     return b.emit(K::kGeluGrad, {act(b, "x", s), act(b, "dy", s)});
   }};
   // The front-end's unary ops (docs/frontend.md); log's and 1/x's inputs made positive by exp.
-  for (K grad : {K::kExpGrad, K::kLogGrad, K::kTanhGrad, K::kReciprocalGrad}) {
+  for (K grad : {K::kExpGrad, K::kLogGrad, K::kTanhGrad, K::kReciprocalGrad, K::kSqrtGrad,
+                 K::kAbsGrad, K::kSignGrad, K::kSinGrad, K::kCosGrad, K::kFloorGrad,
+                 K::kLog1pGrad, K::kExpm1Grad}) {
     c[grad] = {[grad](Builder& b, const Sizes& z, V&) -> V {
       const Shape s{z.B, z.T, z.E};
       ValueId x = act(b, "x", s);
-      if (grad == K::kLogGrad || grad == K::kReciprocalGrad) x = b.emit(K::kExp, {x})[0];
+      if (grad == K::kLogGrad || grad == K::kReciprocalGrad || grad == K::kSqrtGrad)
+        x = b.emit(K::kExp, {x})[0];
       return b.emit(grad, {x, act(b, "dy", s)});
     }};
   }
@@ -235,7 +238,16 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
       true};
   c[K::kExp] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kExp, {x})[0]; });
   c[K::kTanh] = one([](Builder& b, const Sizes&, ValueId x) { return b.emit(K::kTanh, {x})[0]; });
-  for (K k : {K::kLog, K::kReciprocal})  // on exp(x): inputs > 0
+  // numpy's sqrt, abs, sign, sin, cos, floor, log1p, expm1 (docs/frontend.md). abs, sign and
+  // floor are checked away from their kinks and jumps: the inputs are random, the
+  // finite-difference steps small.
+  for (K k : {K::kAbs, K::kSin, K::kCos, K::kLog1p, K::kExpm1})
+    c[k] = one([k](Builder& b, const Sizes&, ValueId x) { return b.emit(k, {x})[0]; });
+  // sign and floor have zero gradients: x + f(x), so that the check is not vacuous (a wrong
+  // VJP of f would add to x's 1).
+  for (K k : {K::kSign, K::kFloor})
+    c[k] = one([k](Builder& b, const Sizes&, ValueId x) { return b.add(x, b.emit(k, {x})[0]); });
+  for (K k : {K::kLog, K::kReciprocal, K::kSqrt})  // on exp(x): inputs > 0
     c[k] = one([k](Builder& b, const Sizes&, ValueId x) {
       return b.emit(k, {b.emit(K::kExp, {x})[0]})[0];
     });
@@ -592,6 +604,7 @@ TEST_P(EveryOp, MatchesReferenceGradientsCostAndShardedRuns) {
       auto exe = compile(p, mesh4(), CompileOptions{});
       ASSERT_TRUE(exe.ok()) << exe.status().message();
       if (!contains_op((*exe)->program(), kind)) continue;
+      EXPECT_FALSE(has_vjp(kind)) << op_name(kind) << ": a per-device op with a VJP rule";
       expect_runs_match(p, irtest::make_args(p, 7), kind, true);
       return;
     }
@@ -599,6 +612,12 @@ TEST_P(EveryOp, MatchesReferenceGradientsCostAndShardedRuns) {
            << "a program to per_device_programs() whose partitioned form contains it";
   }
   const Case& c = it->second;
+  // has_vjp (what sl.grad checks a user's program against) is the VJP table's: true exactly for
+  // the ops whose gradient this test checks against finite differences, and for the two whose
+  // rule gives no gradient: compare (piecewise constant, as lax.eq's) and one_hot (int ids).
+  EXPECT_EQ(has_vjp(kind),
+            c.differentiable || kind == OpKind::kCompare || kind == OpKind::kOneHot)
+      << op_name(kind) << ": has_vjp disagrees with this op's case";
   const Sizes z = random_sizes(1000 + GetParam());
   Builder b(std::string(op_name(kind)));
   std::vector<ValueId> wrt;

@@ -1,0 +1,77 @@
+// engine/frontend/numpy_jax.h: the rest of JAX's jax.numpy and jax.nn names (issue 29 item 5):
+// elementwise math, reductions, array moves and jax.nn's activations, each composed from the
+// engine's one op table (engine/ir/op.h) through numpy.h / numpy_ops.h, checked first as
+// those are, and differentiable through the ops' VJP rules.
+//
+//   ENG_ASSIGN_OR_RETURN(ValueId v, np::var(tr, x, 0, false, 0));
+//   ENG_ASSIGN_OR_RETURN(ValueId s, np::cumsum(tr, x, 1));
+//
+// How each maps onto the op set:
+//   sqrt abs sign sin cos floor log1p expm1   one kUnary op each (op.cpp's UnaryMath rows)
+//   square         x * x;  power(x, p): p an integer (|p| <= 64) by repeated squaring (1 / ...
+//                  for p < 0); 0.5 sqrt; otherwise exp(p * log(x)) (NaN for x < 0, as numpy's
+//                  float power); an array exponent exp(y * log(x))
+//   clip           minimum(maximum(x, lo), hi)
+//   logaddexp      m + log(exp(a - m) + exp(b - m)), m = maximum(a, b): the gradient is the
+//                  softmax weight (1/2 each at a tie) whichever operand the max picked
+//   prod           log2(n) rounds of multiply over the two halves of the axis (exact zeros)
+//   var, std       mean((x - mean(x))^2) * n / (n - ddof); std = sqrt(var)
+//   any, all       max / min of (x != 0): a float mask (the engine has no bool dtype)
+//   stack split expand_dims squeeze tile   reshape, slice, concatenate
+//   swapaxes moveaxis                      one transpose
+//   take           embed_lookup (a gather of rows) on a moved and flattened view; negative
+//                  indices count from the end; an index out of range gives zeros (JAX: NaN)
+//   cumsum         log2(n) rounds of x + shift(x, 2^k) (Hillis-Steele), zeros shifted in
+//   relu           where(x > 0, x, 0) (relu'(0) = 0, as JAX's); softplus logaddexp(x, 0);
+//   one_hot        x[..., None] == arange(n) (a float compare, any dtype in)
+//   logsumexp      max + log(sum(exp(x - max)))
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "engine/frontend/numpy.h"
+
+namespace eng::frontend::np {
+
+Result<ValueId> square(Trace& tr, ValueId x);
+Result<ValueId> power(Trace& tr, ValueId x, double p);
+Result<ValueId> power(Trace& tr, ValueId x, ValueId y);  // y broadcast with x
+// lo / hi may be absent (no bound on that side); each broadcast with x.
+Result<ValueId> clip(Trace& tr, ValueId x, std::optional<ValueId> lo, std::optional<ValueId> hi);
+Result<ValueId> logaddexp(Trace& tr, ValueId a, ValueId b);
+
+// Reductions over one axis (negative from the end) or all (nullopt), numpy's keepdims.
+Result<ValueId> prod(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false);
+Result<ValueId> var(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false,
+                    double ddof = 0);
+Result<ValueId> std_(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false,
+                     double ddof = 0);
+Result<ValueId> any(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false);
+Result<ValueId> all(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false);
+Result<ValueId> logsumexp(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false);
+// cumsum along axis (nullopt: of the flattened array).
+Result<ValueId> cumsum(Trace& tr, ValueId x, std::optional<int> axis);
+
+// Shape moves.
+Result<ValueId> expand_dims(Trace& tr, ValueId x, int axis);
+Result<ValueId> squeeze(Trace& tr, ValueId x, std::optional<int> axis);
+Result<ValueId> stack(Trace& tr, const std::vector<ValueId>& xs, int axis);
+// numpy.split: `sections` equal parts (must divide), or at the sorted `indices`.
+Result<std::vector<ValueId>> split(Trace& tr, ValueId x, int64_t sections, int axis);
+Result<std::vector<ValueId>> split_at(Trace& tr, ValueId x, const std::vector<int64_t>& indices,
+                                      int axis);
+Result<ValueId> swapaxes(Trace& tr, ValueId x, int axis1, int axis2);
+Result<ValueId> moveaxis(Trace& tr, ValueId x, const std::vector<int>& source,
+                         const std::vector<int>& destination);
+Result<ValueId> tile(Trace& tr, ValueId x, const std::vector<int64_t>& reps);
+// jnp.take(a, indices, axis): indices int32 (any shape); axis nullopt: of the flattened a.
+Result<ValueId> take(Trace& tr, ValueId a, ValueId indices, std::optional<int> axis);
+
+// jax.nn.
+Result<ValueId> relu(Trace& tr, ValueId x);
+Result<ValueId> softplus(Trace& tr, ValueId x);
+// jax.nn.one_hot(x, num_classes, dtype, axis=-1): 1 where x == class, in dtype (f32 or bf16).
+Result<ValueId> one_hot(Trace& tr, ValueId x, int64_t num_classes, DType dtype, int axis = -1);
+
+}  // namespace eng::frontend::np

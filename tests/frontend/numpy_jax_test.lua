@@ -1,0 +1,144 @@
+-- tests/frontend/numpy_jax_test.lua: JAX's jax.numpy / jax.nn names of issue 29 (docs/frontend.md
+-- "JAX's numpy names"): values against hand-computed results, the creation functions' dtype and
+-- out_sharding, shardings the ops keep, gradients (take's goes through embed_lookup, which
+-- sl.grad refused before has_vjp came from the VJP table), and bad input.
+local np = sl.numpy
+
+local function close(a, b, tol)
+  if type(a) == "table" then
+    assert(type(b) == "table" and #a == #b, "shapes differ: " .. #a .. " vs " .. tostring(#b))
+    for i = 1, #a do close(a[i], b[i], tol) end
+    return
+  end
+  tol = tol or 1e-6
+  if b ~= b then assert(a ~= a, string.format("%.9g vs NaN", a)) return end
+  assert(math.abs(a - b) <= tol * math.max(1, math.abs(b)), string.format("%.9g vs %.9g", a, b))
+end
+local function fails(pattern, f, ...)
+  local ok, err = pcall(f, ...)
+  assert(not ok, "expected an error matching " .. pattern)
+  assert(tostring(err):find(pattern, 1, true), "error was: " .. tostring(err))
+end
+
+-- ---- creation: dtype and out_sharding ------------------------------------------------------
+assert(np.zeros == sl.zeros and np.arange == sl.arange)  -- sl's names stay, as aliases
+local m = sl.make_mesh({4, 2}, {"X", "Y"})
+sl.set_mesh(m)
+local z = np.zeros({8, 4}, {dtype = np.float32, out_sharding = sl.P("X", "Y")})
+assert(sl.typeof(z) == "f32[8@X,4@Y]", sl.typeof(z))
+assert(sl.typeof(np.ones({8}, np.int32)) == "i32[8]")
+assert(sl.typeof(np.full({4, 2}, 7, {dtype = "bfloat16", out_sharding = sl.P(nil, "Y")})) ==
+       "bf16[4,2@Y]")
+close(np.full({2}, 7):totable(), {7, 7})
+close(np.empty({3}):totable(), {0, 0, 0})
+assert(sl.typeof(np.arange(8, {out_sharding = sl.P("X")})) == "i32[8@X]")
+close(np.linspace(0, 1, 5):totable(), {0, 0.25, 0.5, 0.75, 1})
+close(np.linspace(0, 1, {num = 4, endpoint = false}):totable(), {0, 0.25, 0.5, 0.75})
+local opts = {num = 4, endpoint = false}
+np.linspace(0, 1, opts)
+assert(opts.num == 4 and opts.endpoint == false)  -- the caller's options table is left alone
+close(np.eye(3):totable(), {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}})
+close(np.eye(2, 3, 1):totable(), {{0, 1, 0}, {0, 0, 1}})
+local x = sl.device_put(sl.arange(32.0):reshape(8, 4), sl.P("X", "Y"))
+assert(sl.typeof(np.zeros_like(x)) == "f32[8@X,4@Y]")            -- a's sharding
+assert(sl.typeof(np.ones_like(x, np.int32)) == "i32[8@X,4@Y]")
+close(np.full_like(x, 2):totable()[8], {2, 2, 2, 2})
+assert(sl.typeof(np.zeros_like(x, {out_sharding = sl.P(nil, "X")})) == "f32[8,4@X]")
+-- inside jit, *_like of a tracer is a constant resharded like it
+local fl = sl.jit(function(t) return np.full_like(t, 3) + t end)(x)
+assert(sl.typeof(fl) == "f32[8@X,4@Y]", sl.typeof(fl))
+close(fl:totable()[1], {3, 4, 5, 6})
+
+-- ---- elementwise -----------------------------------------------------------------------------
+local v = sl.array({-2.5, -1, 0, 0.5, 4})
+close(np.square(v):totable(), {6.25, 1, 0, 0.25, 16})
+close(np.abs(v):totable(), {2.5, 1, 0, 0.5, 4})
+close(np.sign(v):totable(), {-1, -1, 0, 1, 1})
+close(np.floor(v):totable(), {-3, -1, 0, 0, 4})
+close(np.sqrt(sl.array({0, 1, 4, 2})):totable(), {0, 1, 2, math.sqrt(2)})
+close(np.sin(v):totable()[4], math.sin(0.5))
+close(np.cos(v):totable()[1], math.cos(-2.5))
+close(np.log1p(sl.array({1e-7}))[0]:item(), 1e-7 - 0.5e-14, 1e-12)  -- exact near 0
+close(np.expm1(sl.array({1e-7}))[0]:item(), 1e-7 + 0.5e-14, 1e-12)
+close(np.power(v, 2):totable(), {6.25, 1, 0, 0.25, 16})
+close(np.power(v, 3):totable(), {-15.625, -1, 0, 0.125, 64})
+close(np.power(sl.array({2, 4}), -1):totable(), {0.5, 0.25})
+close(np.power(sl.array({2, 4}), 0.5):totable(), {math.sqrt(2), 2})
+close(np.power(sl.array({2, 4}), sl.array({3, 0.5})):totable(), {8, 2}, 1e-5)
+close(np.clip(v, -1, 1):totable(), {-1, -1, 0, 0.5, 1})
+close(np.clip(v, nil, 0):totable(), {-2.5, -1, 0, 0, 0})
+close(np.clip(v, {min = 0}):totable(), {0, 0, 0, 0.5, 4})
+close(np.logaddexp(sl.array({0, 100}), sl.array({0, 100})):totable(),
+      {math.log(2), 100 + math.log(2)})  -- stable: no overflow at 100
+close(sl.nn.relu(v):totable(), {0, 0, 0, 0.5, 4})
+close(sl.nn.softplus(sl.array({0, 50})):totable(), {math.log(2), 50})
+
+-- ---- reductions --------------------------------------------------------------------------------
+local a = sl.array({{1, 2, 3}, {4, 5, 6}})
+close(np.prod(a):item(), 720)
+close(np.prod(a, 1):totable(), {6, 120})
+close(np.prod(a, {axis = 0, keepdims = true}):totable(), {{4, 10, 18}})
+close(np.var(a):item(), 35 / 12)
+close(np.var(a, {axis = 1, ddof = 1}):totable(), {1, 1})
+close(np.std(a, 0):totable(), {1.5, 1.5, 1.5})
+close(np.any(sl.array({{0, 0}, {0, 3}}), 1):totable(), {0, 1})   -- a float mask
+close(np.all(sl.array({{1, 0}, {2, 3}}), 1):totable(), {0, 1})
+close(np.argmax(a, {axis = 1, keepdims = true}):totable(), {{2}, {2}})
+close(sl.nn.logsumexp(a, 1):totable(), {3 + math.log(1 + math.exp(-1) + math.exp(-2)),
+                                        6 + math.log(1 + math.exp(-1) + math.exp(-2))})
+close(np.cumsum(a, 1):totable(), {{1, 3, 6}, {4, 9, 15}})
+close(np.cumsum(a):totable(), {1, 3, 6, 10, 15, 21})
+
+-- ---- shape moves, take, one_hot --------------------------------------------------------------
+close(np.stack({sl.array({1, 2}), sl.array({3, 4})}):totable(), {{1, 2}, {3, 4}})
+close(np.stack({sl.array({1, 2}), sl.array({3, 4})}, 1):totable(), {{1, 3}, {2, 4}})
+local parts = np.split(sl.arange(6.0), 3)
+assert(#parts == 3)
+close(parts[2]:totable(), {2, 3})
+close(np.split(sl.arange(6.0), {1, 4})[2]:totable(), {1, 2, 3})
+assert(np.expand_dims(a, 1).shape[2] == 1 and #np.expand_dims(a, -1).shape == 3)
+close(np.squeeze(sl.array({{{1}, {2}}})):totable(), {1, 2})
+close(np.swapaxes(a, 0, 1):totable(), {{1, 4}, {2, 5}, {3, 6}})
+assert(table.concat(np.moveaxis(np.zeros({2, 3, 4}), 0, -1).shape, ",") == "3,4,2")
+close(np.tile(sl.array({1, 2}), 2):totable(), {1, 2, 1, 2})
+close(np.tile(a, {2, 1}):totable(), {{1, 2, 3}, {4, 5, 6}, {1, 2, 3}, {4, 5, 6}})
+close(np.take(a, {2, 0}, 1):totable(), {{3, 1}, {6, 4}})
+close(np.take(a, -1, 0):totable(), {4, 5, 6})
+close(np.take(a, sl.array({{1}, {0}}, {dtype = "int32"})):totable(), {{2}, {1}})  -- flattened
+close(sl.nn.one_hot(sl.array({0, 2}, {dtype = "int32"}), 3):totable(), {{1, 0, 0}, {0, 0, 1}})
+close(sl.nn.one_hot(sl.array({1}), 2, {axis = 0}):totable(), {{0}, {1}})
+
+-- ---- shardings kept (explicit mode: they are types) ---------------------------------------
+assert(sl.typeof(np.sin(x)) == "f32[8@X,4@Y]")
+assert(sl.typeof(np.swapaxes(x, 0, 1)) == "f32[4@Y,8@X]")
+assert(sl.typeof(np.square(x)) == "f32[8@X,4@Y]")
+assert(sl.typeof(np.prod(x, 1)) == "f32[8@X]", sl.typeof(np.prod(x, 1)))
+close(np.cumsum(x, 0):totable()[8], {112, 120, 128, 136})  -- over the sharded axis
+
+-- ---- gradients ---------------------------------------------------------------------------------
+sl.set_mesh(nil)
+local g = sl.grad(function(t) return np.sum(np.take(t, {2, 0, 2}, 1)) end)(a)
+close(g:totable(), {{1, 0, 2}, {1, 0, 2}})  -- embed_lookup's VJP (has_vjp from the table)
+close(sl.grad(function(t) return np.sum(np.abs(t) + np.sqrt(np.square(t) + 1)) end)(v):totable(),
+      {-1 - 2.5 / math.sqrt(7.25), -1 - 1 / math.sqrt(2), 0, 1 + 0.5 / math.sqrt(1.25),
+       1 + 4 / math.sqrt(17)})
+close(sl.grad(function(t) return np.prod(t) end)(a):totable(),
+      {{720, 360, 240}, {180, 144, 120}})
+close(sl.grad(function(t) return np.sum(np.logaddexp(t, t)) end)(sl.array({1, 2})):totable(),
+      {1, 1})  -- a tie: half from each operand
+close(sl.grad(function(t) return np.sum(np.cumsum(t, 1)) end)(a):totable(), {{3, 2, 1}, {3, 2, 1}})
+close(sl.grad(function(t) return np.sum(sl.nn.relu(t)) end)(v):totable(), {0, 0, 0, 1, 1})
+close(sl.grad(function(t) return np.sum(np.floor(t) + np.sign(t)) end)(v):totable(),
+      {0, 0, 0, 0, 0})
+close(sl.grad(function(t) return np.sum(np.var(t, 1)) end)(a):totable(),
+      {{-2 / 3, 0, 2 / 3}, {-2 / 3, 0, 2 / 3}})
+
+-- ---- bad input -------------------------------------------------------------------------------
+fails("array split does not result in an equal division", np.split, sl.arange(6.0), 4)
+fails("cannot select an axis to squeeze out", np.squeeze, a, 0)
+fails("axis2 2 is out of bounds for array of dimension 2", np.swapaxes, a, 0, 2)
+fails("indices must be int32", np.take, sl.array({1, 2}), sl.array({1.0}))
+fails("ddof 3 must be >= 0 and below the 3 elements", np.var, a, {axis = 1, ddof = 3})
+fails("unknown key", np.zeros, {2}, {out_shardings = sl.P()})
+fails("needs a floating-point array", np.sqrt, sl.array({1}, {dtype = "int32"}))
+print("numpy_jax_test: ok")

@@ -1,0 +1,204 @@
+-- tests/frontend/tutorial_sharding_test.lua: the code cells of JAX's tutorial "Distributed arrays
+-- and automatic parallelization" (docs/new_docs/201/sharding.md of jax-ml/jax at commit cec06d1,
+-- August 2026; docs.jax.dev/en/latest/201/sharding.html), translated mechanically: Python
+-- syntax to Lua (tuples and lists as tables, keyword arguments as a trailing table, methods
+-- with `:`, `None` as nil), `jnp.` read as `sl.numpy.`, `jax.` as `sl.`, numpy's `np.` as
+-- `sl.numpy.`, nothing renamed. Each cell checks what the tutorial prints (its comments and
+-- text). Cells that cannot run are listed in `missing` with what the engine lacks (also in
+-- docs/frontend.md "JAX's tutorials"); the test fails if a cell listed as running fails.
+local jax, jnp, np = sl, sl.numpy, sl.numpy
+local missing = {}
+local function cannot(cell, why) missing[#missing + 1] = string.format("cell %d: %s", cell, why) end
+local function expect(got, want, what)
+  assert(tostring(got) == want, string.format("%s: got %q, the tutorial %q", what, tostring(got),
+                                              want))
+end
+
+-- cell 1 (`from __future__ import annotations`, `import enum`): Python imports, nothing to run.
+-- cell 2: `jax.config.update('jax_num_cpu_devices', 8)`: meshes are simulated; there is no
+-- device count to set.
+cannot(2, "jax.config.update: no device-count setting (every mesh is simulated)")
+
+-- cell 3
+jax.set_mesh(jax.make_mesh({4, 2}, {'X', 'Y'}))  -- explicit mode by default
+local x = jnp.arange(8 * 4.):reshape(8, 4)
+x = jax.device_put(x, jax.P('X', 'Y'))
+expect(jax.typeof(x), "f32[8@X,4@Y]", "cell 3")  -- the tutorial: f32[8@X, 4@Y]
+
+-- cell 4
+local grid = jax.debug.visualize_array_sharding(x)
+assert(tostring(grid):find("CPU 0", 1, true) and tostring(grid):find("CPU 7", 1, true),
+       "cell 4: " .. tostring(grid))
+
+-- cell 5
+local y = jnp.sin(x).T
+expect(jax.typeof(y), "f32[4@Y,8@X]", "cell 5")
+
+-- cells 6 and 7 declare Python classes (AbstractMesh, AxisType, Mesh) to explain them.
+
+-- cell 8
+local mesh = jax.make_mesh({4, 2}, {'X', 'Y'})
+expect(mesh, "Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))", "cell 8")
+
+-- cell 9
+jax.set_mesh(mesh)
+
+-- cell 10
+cannot(10, "jax.sharding.AbstractMesh and use_abstract_mesh (a jit changing its mesh) are not "
+           .. "offered")
+
+-- cell 11: x.sharding is the PartitionSpec here, printed P(...) (JAX: NamedSharding(mesh=...,
+-- spec=PartitionSpec('X', 'Y'), memory_kind=device)).
+expect(x.sharding, "P('X', 'Y')", "cell 11")
+jax.debug.visualize_array_sharding(x)
+
+-- cell 12: addressable_shards is a method here (a property in JAX).
+local shards = x:addressable_shards()
+assert(#shards == 8)
+expect(shards[1].device, "0", "cell 12 device")
+local d0 = shards[1].data:totable()
+assert(d0[1][1] == 0 and d0[1][2] == 1 and d0[2][1] == 4 and d0[2][2] == 5, "cell 12 data")
+local d1 = shards[2].data:totable()
+assert(d1[1][1] == 2 and d1[2][2] == 7, "cell 12: device 1 holds columns 2:4")
+
+-- cell 13
+y = jax.device_put(x, jax.P('Y', 'X'))
+expect(y.sharding, "P('Y', 'X')", "cell 13")
+jax.debug.visualize_array_sharding(y)
+
+-- cell 14
+y = jax.device_put(x, jax.P('X', nil))
+expect(y.sharding, "P('X', None)", "cell 14")
+jax.debug.visualize_array_sharding(y)
+
+-- cell 15: replicated over Y: devices 0 and 1 hold the same rows 0:2.
+shards = y:addressable_shards()
+assert(#shards[1].data:totable() == 2 and #shards[1].data:totable()[1] == 4, "cell 15 shape")
+assert(shards[2].data:totable()[2][4] == shards[1].data:totable()[2][4], "cell 15 replica")
+
+-- cell 16
+y = jax.device_put(x, jax.P({'X', 'Y'}))
+expect(y.sharding, "P(('X', 'Y'))", "cell 16")
+jax.debug.visualize_array_sharding(y)
+
+-- cells 17 and 18
+cannot(17, "unreduced={...} in a PartitionSpec (partial sums are compiler-internal state)")
+cannot(18, "the shards of an unreduced array (cell 17)")
+
+-- cell 19: NamedSharding on another mesh (y is cell 16's: cell 17 did not run).
+local mesh2 = jax.make_mesh({8}, {'A'})
+local z = jax.device_put(x, jax.NamedSharding(mesh2, jax.P('A', nil)))
+expect(z.sharding, "P('A', None)", "cell 19")
+expect(z.mesh, "Mesh('A': 8, axis_types=(Explicit,))", "cell 19 mesh")
+expect(y.sharding, "P(('X', 'Y'))", "cell 19")
+
+-- cells 20 and 21
+cannot(20, "jax.typeof(x).sharding: sl.typeof returns the type's text, not a type object")
+cannot(21, "jax.typeof(x).sharding inside jit (as cell 20)")
+
+-- cell 22: numpy's int arrays place and type as the tutorial's; adding them needs int32
+-- arithmetic, which the engine's elementwise ops lack (float32 and bfloat16 only).
+local arg0 = jax.device_put(np.arange(4):reshape(4, 1), jax.P("X", nil))
+local arg1 = jax.device_put(np.arange(8):reshape(1, 8), jax.P(nil, "Y"))
+expect(jax.typeof(arg0), "i32[4@X,1]", "cell 22 arg0")
+expect(jax.typeof(arg1), "i32[1,8@Y]", "cell 22 arg1")
+assert(not pcall(function() return arg0 + arg1 end))
+cannot(22, "arg0 + arg1 of int32 arrays: elementwise ops take float32/bfloat16 only")
+cannot(23, "add_arrays: int32 addition (cell 22)")
+
+-- cell 24
+x = jax.random.normal(jax.random.key(0), {8, 4}, {out_sharding = jax.P('X', 'Y')})
+expect(jax.typeof(x), "f32[8@X,4@Y]", "cell 24")
+
+-- cell 25
+y = x:sum(0)
+expect(jax.typeof(y), "f32[4@Y]", "cell 25")
+
+-- cell 26: the compiled text is the engine's (all_reduce), not XLA's HLO (all-reduce().
+local compile_txt = jax.jit(function(x) return x:sum(0) end):lower(x):compile():as_text()
+assert(compile_txt:find('all_reduce', 1, true), "cell 26: " .. compile_txt)
+assert(not compile_txt:find('all-reduce(', 1, true))
+cannot(26, "prints True in JAX; the engine's text names the collective all_reduce, not HLO's "
+           .. "all-reduce( (the all-reduce is there)")
+
+-- cell 27: JAX refuses a dot whose contracting dims are sharded, even alike (f32[8,4@X] .
+-- f32[4@X,16]); the engine's explicit-mode rule refuses only contracting dims sharded
+-- differently, and here all-reduces (engine/compile/spmd.cpp matmul_ambiguous).
+x = jax.device_put(jnp.arange(8 * 4.):reshape(8, 4), jax.P(nil, 'X'))
+y = jax.device_put(jnp.arange(4 * 16.):reshape(4, 16), jax.P('X', nil))
+local ok, e = pcall(function() return jnp.dot(x, y) end)
+assert(ok and jax.typeof(e) == "f32[8,16]", tostring(e))
+cannot(27, "no error: the engine refuses contracting dims sharded differently, JAX any sharded "
+           .. "contracting dims (\"Contracting dimensions are sharded and it is ambiguous ...\")")
+
+-- cell 28
+z = jnp.dot(x, y, {out_sharding = jax.P('X', nil)})
+expect(jax.typeof(z), "f32[8@X,16]", "cell 28")
+
+-- cell 29: the int32 arrays again: the error is the dtype's before the shardings'.
+local auto_axes, explicit_axes = jax.sharding.auto_axes, jax.sharding.explicit_axes
+assert(auto_axes == sl.auto_axes and explicit_axes == sl.explicit_axes)
+x = jax.device_put(np.arange(16):reshape(4, 4), jax.P("X", nil))
+y = jax.device_put(np.arange(16):reshape(4, 4), jax.P(nil, "X"))
+assert(not pcall(function() return x + y end))
+cannot(29, "x + y of int32 arrays fails on the dtype (JAX's error is the shardings')")
+cannot(30, "auto_axes with out_sharding at the call (here at decoration: "
+           .. "sl.auto_axes(f, {out_sharding=})), get_abstract_mesh, int32 addition")
+
+-- cell 31
+local Auto = jax.sharding.AxisType.Auto
+local auto_mesh = jax.make_mesh({4, 2}, {'X', 'Y'}, {Auto, Auto})
+jax.set_mesh(auto_mesh)
+x = jax.device_put(jnp.arange(8 * 4.):reshape(8, 4), jax.P(nil, 'X'))
+y = jax.device_put(jnp.arange(4 * 16.):reshape(4, 16), jax.P('X', nil))
+z = jnp.dot(x, y)  -- not an error!
+local want = {}
+for i = 0, 7 do
+  want[i + 1] = {}
+  for j = 0, 15 do
+    local s = 0
+    for k = 0, 3 do s = s + (4 * i + k) * (16 * k + j) end
+    want[i + 1][j + 1] = s
+  end
+end
+local got = z:totable()
+for i = 1, 8 do for j = 1, 16 do assert(got[i][j] == want[i][j], "cell 31 values") end end
+
+-- cell 32: the compiler's choice (JAX's XLA picked its own; the tutorial does not print it).
+assert(tostring(z.sharding):find("P(", 1, true))
+
+-- cell 33
+local f = jax.jit(function(x, y)
+  local z = jnp.dot(x, y)
+  z = jax.lax.with_sharding_constraint(z, jax.P('X', nil))
+  return z
+end)
+z = f(x, y)
+expect(z.sharding, "P('X', None)", "cell 33")
+
+-- cells 34 and 35
+cannot(34, "explicit_axes with in_sharding at the call (here at decoration) and "
+           .. "jax.sharding.get_abstract_mesh")
+cannot(35, "get_abstract_mesh, jax.typeof(x).sharding.spec, auto_axes' out_sharding at the call")
+
+-- cell 36: shard_map with out_specs only (in_specs from the arguments' types) is not offered;
+-- with the in_specs the arguments have, the same program runs.
+mesh = jax.make_mesh({4, 2}, {'X', 'Y'})
+jax.set_mesh(mesh)
+x = jax.device_put(jnp.arange(8 * 4.):reshape(8, 4), jax.P(nil, 'X'))
+y = jax.device_put(jnp.arange(4 * 16.):reshape(4, 16), jax.P('X', nil))
+local matmul = jax.shard_map(function(x_shard, y_shard)
+  local z_summand = jnp.dot(x_shard, y_shard)
+  return jax.lax.psum_scatter(z_summand, 'X', {tiled = true})
+end, {in_specs = {jax.P(nil, 'X'), jax.P('X', nil)}, out_specs = jax.P('X', nil)})
+z = matmul(x, y)
+expect(jax.typeof(z), "f32[8@X,16]", "cell 36")
+local z_ref = jnp.dot(x, y, {out_sharding = jax.P('X', nil)})
+local a, b = z_ref:totable(), z:totable()
+for i = 1, 8 do for j = 1, 16 do assert(a[i][j] == b[i][j], "cell 36 values") end end
+cannot(36, "jax.shard_map(out_specs=) without in_specs (inferred from the arguments' types) "
+           .. "and jnp.allclose")
+
+jax.set_mesh(nil)
+print("tutorial 201/sharding: cells that do not run as written:")
+for _, m in ipairs(missing) do print("  " .. m) end
