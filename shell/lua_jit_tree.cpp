@@ -22,8 +22,7 @@ Status flatten_at(lua_State* L, int idx, const std::string& what, Tree* tree,
     return eng::invalid_argument("{} is {} (expected an Array or a table of Arrays)", what,
                                  luaL_typename(L, idx));
   if (depth >= kMaxTreeDepth)
-    return eng::invalid_argument("{}: tables nested over {} deep (a table containing itself?)",
-                                 what, kMaxTreeDepth);
+    return eng::invalid_argument("{}: tables nested over {} deep", what, kMaxTreeDepth);
   idx = lua_absindex(L, idx);
   const void* self = lua_topointer(L, idx);
   if (std::find(path->begin(), path->end(), self) != path->end())

@@ -31,7 +31,7 @@ struct Tree {
 
 // Flattens the value at idx into `tree` and its Arrays (appended to `leaves`). `what` names it
 // in errors ("fn: result 2"): a leaf that is not an Array, a key that is neither an integer
-// nor a string, or nesting deeper than 32 (a table that contains itself) is an error.
+// nor a string, nesting deeper than 32, or a table that contains itself is an error.
 Status flatten(lua_State* L, int idx, const std::string& what, Tree* tree,
                std::vector<ArrayBox*>* leaves);
 // Pushes `tree` rebuilt, leaf k pushed by push_leaf(*next + k order): *next advances.
