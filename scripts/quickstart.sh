@@ -7,6 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "quickstart.sh: building build/shell/shardlab (the first build compiles the whole engine:" \
-     "about a quarter of an hour on 2 cores; later runs only check it)" >&2
+     "about 6 minutes on 2 idle cores, far longer on a shared machine; later runs only check it)" >&2
 SHARDLAB_BUILD_TARGET=shardlab scripts/build.sh build -DSHARDLAB_WERROR=ON -DSHARDLAB_SANITIZE=OFF >&2
 exec build/shell/shardlab --db "${SHARDLAB_DB:-quickstart.db}" examples/quickstart.lua "$@"
