@@ -54,7 +54,8 @@ double hbm_bytes(const Program& p, const Instr& in) {
       return 2 * bytes_of(p, in.outputs[0]);
     case OpKind::kAddIndexInDim:   // (update[, acc]): read the slot and the update, write the
     case OpKind::kAddIndexPerRow:  // slot; without acc the stack is first zeroed (written once)
-      return 3 * bytes_of(p, in.inputs[0]) + (in.inputs.size() < 2 ? bytes_of(p, in.outputs[0]) : 0);
+      return 3 * bytes_of(p, in.inputs[0]) +
+             (in.inputs.size() < 2 ? bytes_of(p, in.outputs[0]) : 0);
     default:
       return instr_bytes_accessed(p, in);
   }
@@ -279,7 +280,8 @@ std::string Prediction::to_table() const {
   s += fmt::format("  memory: peak {} of {} HBM per device: {}\n", human_bytes(peak_bytes),
                    human_bytes(hbm_bytes),
                    fits ? fmt::format("fits ({} free)", human_bytes(hbm_bytes - peak_bytes))
-                        : fmt::format("DOES NOT FIT ({} over)", human_bytes(peak_bytes - hbm_bytes)));
+                        : fmt::format("DOES NOT FIT ({} over)",
+                                      human_bytes(peak_bytes - hbm_bytes)));
   s += fmt::format("  {:<22} {:>12} {:>8} {:>14} {:>8}\n", "compute", "time", "share",
                    "TFLOP", "ops");
   for (const PredictedCompute& c : compute)
