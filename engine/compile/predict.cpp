@@ -54,7 +54,8 @@ double hbm_bytes(const Program& p, const Instr& in) {
       return 2 * bytes_of(p, in.outputs[0]);
     case OpKind::kAddIndexInDim:   // (update[, acc]): read the slot and the update, write the
     case OpKind::kAddIndexPerRow:  // slot; without acc the stack is first zeroed (written once)
-      return 3 * bytes_of(p, in.inputs[0]) + (in.inputs.size() < 2 ? bytes_of(p, in.outputs[0]) : 0);
+      return 3 * bytes_of(p, in.inputs[0]) +
+             (in.inputs.size() < 2 ? bytes_of(p, in.outputs[0]) : 0);
     default:
       return instr_bytes_accessed(p, in);
   }
@@ -158,6 +159,8 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
   NetworkTimeline net;
   // Values computed from parameters alone (no step input, no step result).
   std::vector<bool> from_weights(p.values().size(), false);
+  // Per value: the axes of the collective it (or the weights-only chain to it) came from.
+  std::vector<const std::string*> waited_on(p.values().size(), nullptr);
   for (const Argument& a : p.args())
     from_weights[a.value] = a.role == ArgRole::kParam;
   double compute_clock = 0, net_clock = 0;
@@ -184,6 +187,7 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
       finish = start + dur;
       net_clock = std::max(net_clock, finish);
       PredictedCollectives& c = by_axes[key];
+      for (ValueId v : in.outputs) waited_on[v] = &c.axes;
       c.axes = key;
       c.seconds += dur;
       c.bytes += collective_bytes_received(p, in);
@@ -212,38 +216,6 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
         dur = std::max(dur, work / (peak * eff));
       }
       if (bytes == 0 && flops == 0) dur = 0;
-      // Work on the weights alone (a layer's slice of a stacked parameter, its bf16 convert)
-      // depends on no step result: XLA schedules it early, so it runs when its inputs are
-      // ready and its time is still charged to the compute stream.
-      if (weights_only) {
-        const double t0 = std::max(inputs_ready, 0.0);
-        compute_clock += dur;
-        for (ValueId v : in.outputs) ready[v] = t0 + dur, from_weights[v] = true;
-        PredictedCompute& c = by_class[cost_class(in.kind)];
-        c.op_class = cost_class(in.kind);
-        c.seconds += dur;
-        c.flops += flops;
-        c.bytes += bytes;
-        ++c.count;
-        out.compute_s += dur;
-        continue;
-      }
-      // A compute instruction waits for its inputs; the wait past the compute stream's own
-      // clock is exposed collective time when a collective produced the late input.
-      const double start = std::max(compute_clock, inputs_ready);
-      out.exposed_collective_s += start - compute_clock;
-      if (start > compute_clock) {
-        // Charge the wait to the axes of the collective that produced the latest input.
-        for (ValueId v : in.inputs) {
-          if (ready[v] != inputs_ready || p.value(v).producer < 0) continue;
-          const Instr& prod = p.instrs()[static_cast<size_t>(p.value(v).producer)];
-          if (moves_data(prod.kind))
-            by_axes[collective_axes_key(prod.attrs.mesh_axes)].exposed_seconds +=
-                start - compute_clock;
-          break;
-        }
-      }
-      finish = compute_clock = start + dur;
       PredictedCompute& c = by_class[cost_class(in.kind)];
       c.op_class = cost_class(in.kind);
       c.seconds += dur;
@@ -251,6 +223,26 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
       c.bytes += bytes;
       ++c.count;
       out.compute_s += dur;
+      // The collective the latest input waited for (through weights-only ops), if any.
+      const std::string* late = nullptr;
+      for (ValueId v : in.inputs)
+        if (ready[v] == inputs_ready && waited_on[v] != nullptr) late = waited_on[v];
+      if (weights_only) {
+        // Work on the weights alone (a layer's slice of a stacked parameter, its bf16 convert)
+        // depends on no step result: XLA schedules it early, so it runs when its inputs are
+        // ready and its time is still charged to the compute stream.
+        compute_clock += dur;
+        for (ValueId v : in.outputs) ready[v] = inputs_ready + dur, waited_on[v] = late;
+        for (ValueId v : in.outputs) from_weights[v] = true;
+        continue;
+      }
+      // A compute instruction waits for its inputs; the wait past the compute stream's own
+      // clock is exposed collective time, charged to the collective's axes.
+      const double start = std::max(compute_clock, inputs_ready);
+      out.exposed_collective_s += start - compute_clock;
+      if (start > compute_clock && late != nullptr)
+        by_axes[*late].exposed_seconds += start - compute_clock;
+      finish = compute_clock = start + dur;
     }
     for (ValueId v : in.outputs) ready[v] = finish, from_weights[v] = weights_only;
   }
@@ -288,7 +280,8 @@ std::string Prediction::to_table() const {
   s += fmt::format("  memory: peak {} of {} HBM per device: {}\n", human_bytes(peak_bytes),
                    human_bytes(hbm_bytes),
                    fits ? fmt::format("fits ({} free)", human_bytes(hbm_bytes - peak_bytes))
-                        : fmt::format("DOES NOT FIT ({} over)", human_bytes(peak_bytes - hbm_bytes)));
+                        : fmt::format("DOES NOT FIT ({} over)",
+                                      human_bytes(peak_bytes - hbm_bytes)));
   s += fmt::format("  {:<22} {:>12} {:>8} {:>14} {:>8}\n", "compute", "time", "share",
                    "TFLOP", "ops");
   for (const PredictedCompute& c : compute)

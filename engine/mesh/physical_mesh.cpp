@@ -20,7 +20,8 @@ void combinations(int n, int k, std::vector<std::vector<int>>& out) {
     while (i >= 0 && idx[static_cast<size_t>(i)] == n - k + i) --i;
     if (i < 0) return;
     ++idx[static_cast<size_t>(i)];
-    for (int j = i + 1; j < k; ++j) idx[static_cast<size_t>(j)] = idx[static_cast<size_t>(j - 1)] + 1;
+    for (int j = i + 1; j < k; ++j)
+      idx[static_cast<size_t>(j)] = idx[static_cast<size_t>(j - 1)] + 1;
   }
 }
 

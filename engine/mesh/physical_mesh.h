@@ -8,7 +8,7 @@
 //   collective_seconds(CollectiveKind::kAllGather, shard_bytes, group_of(pm, {"fsdp"}))
 //
 // Layout (MaxText maxtext_utils.create_device_mesh -> jax mesh_utils.create_device_mesh /
-// create_hybrid_device_mesh; read at jax commit 01a6442, MaxText 19142c2): the ICI sizes are
+// create_hybrid_device_mesh; jax's mesh_utils.py read at commit 01a6442): the ICI sizes are
 // assigned from the LAST mesh axis (the most network-intensive, MaxText's order) to the
 // first; each takes the first combination of 3, then 2, then 1 still-free physical dims
 // (itertools.combinations order) whose sizes multiply to the axis size; a size-1 axis takes

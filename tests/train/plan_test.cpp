@@ -52,6 +52,10 @@ TEST(Plan, FsdpOnV5pOverlapsItsCollectives) {
   ASSERT_FALSE(p.collectives.empty());
   EXPECT_EQ(p.collectives[0].axes, "fsdp");
   EXPECT_LT(p.exposed_collective_s, p.collective_s);  // the FSDP gathers overlap compute
+  double exposed = 0;  // every wait is charged to the axes of the collective it waited for
+  for (const PredictedCollectives& k : p.collectives) exposed += k.exposed_seconds;
+  EXPECT_NEAR(exposed, p.exposed_collective_s, 1e-9);
+  EXPECT_GT(exposed, 0);
   EXPECT_EQ(p.compute[0].op_class, "matmul");
   // Matmuls at the v5p peak at least: their flops over 4.59e14.
   EXPECT_GE(p.compute[0].seconds, p.compute[0].flops / 4.59e14 * (1 - 1e-12));
