@@ -161,6 +161,71 @@ void push_cache_info(lua_State* L, const eng::CompileInfo& c) {
   lua_setfield(L, -2, "compile_s");
 }
 
+// c.predicted: a table of the prediction's fields that prints as its table.
+int prediction_tostring(lua_State* L) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  return 1;
+}
+
+void push_prediction(lua_State* L, const eng::Prediction& p) {
+  lua_createtable(L, 0, 16);
+  auto num = [&](const char* k, double v) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+  };
+  lua_pushstring(L, p.topology.c_str());
+  lua_setfield(L, -2, "topology");
+  lua_pushinteger(L, p.num_slices);
+  lua_setfield(L, -2, "num_slices");
+  num("step_time_s", p.step_time_s);
+  num("tflops_per_device", p.tflops_per_device);
+  num("tflops_per_s_per_device", p.tflops_per_s_per_device);
+  num("tokens_per_s_per_device", p.tokens_per_s_per_device);
+  num("mfu", p.mfu);
+  lua_pushboolean(L, p.fits);
+  lua_setfield(L, -2, "fits");
+  lua_pushinteger(L, p.peak_bytes);
+  lua_setfield(L, -2, "peak_bytes");
+  lua_pushinteger(L, p.hbm_bytes);
+  lua_setfield(L, -2, "hbm_bytes");
+  lua_pushinteger(L, p.hbm_bytes - p.peak_bytes);  // negative when it does not fit
+  lua_setfield(L, -2, "headroom_bytes");
+  lua_pushstring(L, p.bound.c_str());
+  lua_setfield(L, -2, "bound");
+  num("compute_s", p.compute_s);
+  num("collective_s", p.collective_s);
+  num("exposed_collective_s", p.exposed_collective_s);
+  lua_createtable(L, 0, static_cast<int>(p.compute.size()));  // breakdown.compute[class]
+  lua_createtable(L, 0, static_cast<int>(p.compute.size()));
+  for (const eng::PredictedCompute& c : p.compute) {
+    lua_createtable(L, 0, 4);
+    num("seconds", c.seconds);
+    num("flops", c.flops);
+    num("bytes", c.bytes);
+    lua_pushinteger(L, c.count);
+    lua_setfield(L, -2, "count");
+    lua_setfield(L, -2, c.op_class.c_str());
+  }
+  lua_setfield(L, -2, "compute");
+  lua_createtable(L, 0, static_cast<int>(p.collectives.size()));
+  for (const eng::PredictedCollectives& c : p.collectives) {
+    lua_createtable(L, 0, 4);
+    num("seconds", c.seconds);
+    num("exposed_seconds", c.exposed_seconds);
+    num("bytes", c.bytes);
+    lua_pushinteger(L, c.count);
+    lua_setfield(L, -2, "count");
+    lua_setfield(L, -2, c.axes.c_str());
+  }
+  lua_setfield(L, -2, "collectives");
+  lua_setfield(L, -2, "breakdown");
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, p.to_table().c_str());
+  lua_pushcclosure(L, prediction_tostring, 1);
+  lua_setfield(L, -2, "__tostring");
+  lua_setmetatable(L, -2);
+}
+
 Result<int> compiled_property(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled"));
   std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
@@ -172,6 +237,7 @@ Result<int> compiled_property(lua_State* L) {
   else if (key == "instructions")
     lua_pushinteger(L, static_cast<lua_Integer>(c->exe->program().instrs().size()));
   else if (key == "mesh") push_udata(L, c->exe->mesh());
+  else if (key == "predicted" && c->predicted) push_prediction(L, *c->predicted);
   else lua_pushnil(L);
   return 1;
 }
@@ -194,7 +260,7 @@ constexpr Method kCompiledMethods[] = {
      "The pipeline schedule this program runs, as t:pipeline() gives it (no measurement)."},
 };
 constexpr const char* kCompiledProperties[] = {"memory", "cost", "key",          "cache",
-                                               "name",   "mesh", "instructions"};
+                                               "name",   "mesh", "instructions", "predicted"};
 
 }  // namespace
 
@@ -204,7 +270,8 @@ void open_lua_compiled(lua_State* L, int) {
                   "  device, and MaxText's summary line), c.cost (flops, bytes_accessed,\n"
                   "  collective_bytes per mesh axis, collectives: rows per op and mesh axes), c.key\n"
                   "  (program fingerprint), c.cache (the cache lookup: outcome, level, reason,\n"
-                  "  explanation, key, compile_s), c.name, c.mesh, c.instructions (per-device program).",
+                  "  explanation, key, compile_s), c.name, c.mesh, c.instructions (per-device program),\n"
+                  "  c.predicted (sl.plan's predicted step on named hardware; nil otherwise).",
                   lua_entry<compiled_tostring>, nullptr, udata_gc<CompiledBox>, kCompiledMethods,
                   lua_entry<compiled_property>, kCompiledProperties});
 }

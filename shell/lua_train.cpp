@@ -15,6 +15,7 @@
 #include "engine/dist/dist.h"
 #include "engine/train/config.h"
 #include "engine/train/inspect.h"
+#include "engine/train/plan.h"
 #include "engine/train/train_step.h"
 #include "engine/train/trainer.h"
 #include "shell/bindings.h"
@@ -612,6 +613,40 @@ int trainer_gc(lua_State* L) {
   return udata_gc<TrainerBox>(L);
 }
 
+// ---- sl.plan ----------------------------------------------------------------------------
+
+// sl.plan(config [, {causal_attention_halved=bool, store=bool}]) -> Compiled with c.predicted.
+Result<int> plan_new(lua_State* L) {
+  constexpr std::string_view fn = "sl.plan";
+  ENG_ASSIGN_OR_RETURN(eng::Config * cfg, arg_udata<eng::Config>(L, 1, fn, "config"));
+  eng::PlanOptions options;
+  bool record = true;
+  if (!lua_isnoneornil(L, 2)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+    static const std::vector<std::string> kAllowed = {"causal_attention_halved", "store"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kAllowed));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> halved,
+                         field_bool(L, 2, "causal_attention_halved", fn));
+    ENG_ASSIGN_OR_RETURN(std::optional<bool> use_store, field_bool(L, 2, "store", fn));
+    options.causal_attention_halved = halved.value_or(true);
+    record = use_store.value_or(true);
+  }
+  if (record && eng::dist::process().index == 0) {
+    Result<eng::MetricsStore*> store = context(L).open_store();
+    if (!store.ok()) return with_context(fn, store.status());
+    options.store = *store;
+  }
+  eng::TrainerOptions argv_holder;
+  command_line(L, argv_holder);
+  options.argv = std::move(argv_holder.argv);
+  options.script = std::move(argv_holder.script);
+  ENG_ASSIGN_OR_RETURN(eng::Plan plan, with_context(fn, eng::plan_for_topology(*cfg, options)));
+  push_udata(L, CompiledBox{plan.exe, plan.trainer->program().name(),
+                            plan.trainer->last_compile(), pipeline_shape_of(plan.trainer->config()),
+                            std::move(plan.predicted)});
+  return 1;
+}
+
 constexpr Function kTrainFunctions[] = {
     {"trainer", lua_entry<trainer_new>,
      "sl.trainer(config [, mesh] [, {shape_only=true, device_capacity_bytes=N, store=false}]) -> Trainer",
@@ -620,6 +655,15 @@ constexpr Function kTrainFunctions[] = {
      "  shape_only=true it only traces and compiles (no arrays): memory analysis for meshes and\n"
      "  models far larger than this machine. The run is recorded in the metrics store (--db)\n"
      "  unless store=false."},
+    {"plan", lua_entry<plan_new>,
+     "sl.plan(config [, {causal_attention_halved=true, store=true}]) -> Compiled",
+     "A shape-only compile of train_step for the config's compile_topology (MaxText's names:\n"
+     "  v5p-256, v6e-256, a3, ...; compile_topology_num_slices slices; the mesh from the\n"
+     "  ici_* and dcn_* keys, laid on the torus as MaxText lays it; no sl.mesh needed), with\n"
+     "  c.predicted: step_time_s, tflops_per_device (MaxText's count; causal_attention_halved=\n"
+     "  false for logs before MaxText PR #1988), tokens_per_s_per_device, mfu, fits (peak vs\n"
+     "  HBM), the breakdown (compute by op class, collectives by mesh axes, exposed) and the\n"
+     "  bound. Written to the store's predictions table (docs/prediction.md)."},
 };
 
 constexpr Method kTrainerMethods[] = {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/train/trainer.h"
+#include "engine/compile/predict.h"
 #include "engine/mesh/mesh.h"
 #include "engine/model/pipeline_schedule.h"
 #include "engine/sharding/partition_spec.h"
@@ -37,6 +38,7 @@ struct CompiledBox {
   std::string fn_name;  // "train_step"
   eng::CompileInfo cache;  // the cache lookup that produced exe (key, outcome, level, reason)
   std::optional<eng::PipelineShape> pipeline = std::nullopt;  // c:pipeline() (lua_pipeline.h)
+  std::optional<eng::Prediction> predicted = std::nullopt;    // sl.plan's c.predicted
 };
 template <>
 struct LuaType<CompiledBox> {

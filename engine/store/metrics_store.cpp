@@ -548,6 +548,36 @@ Status MetricsStore::record_cost_analysis(int64_t compile_id,
   });
 }
 
+Status MetricsStore::record_prediction(int64_t compile_id, const PredictionRow& r) {
+  std::lock_guard lock(mu_);
+  return in_transaction([&] {
+    SqlValue a[] = {compile_id,      r.topology,      r.num_slices,
+                    r.step_time_s,   r.tflops_per_device, r.tflops_per_s_per_device,
+                    r.tokens_per_s_per_device, r.mfu, boolean(r.fits),
+                    r.peak_bytes,    r.hbm_bytes,     r.bound,
+                    r.compute_s,     r.collective_s,  r.exposed_collective_s};
+    Status s = run(
+        "INSERT OR REPLACE INTO predictions (compile_id, topology, num_slices, step_time_s, "
+        "tflops_per_device, tflops_per_s_per_device, tokens_per_s_per_device, mfu, fits, "
+        "peak_bytes, hbm_bytes, bound, compute_s, collective_s, exposed_collective_s) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        a);
+    if (s.ok()) {
+      SqlValue d[] = {compile_id, r.topology};
+      s = run("DELETE FROM prediction_parts WHERE compile_id = ? AND topology = ?", d);
+    }
+    for (size_t i = 0; s.ok() && i < r.parts.size(); ++i) {
+      const PredictionPart& p = r.parts[i];
+      SqlValue b[] = {compile_id, r.topology, p.kind, p.name, p.seconds, p.exposed_seconds,
+                      p.flops, p.bytes};
+      s = run("INSERT INTO prediction_parts (compile_id, topology, kind, name, seconds, "
+              "exposed_seconds, flops, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+              b);
+    }
+    return s;
+  });
+}
+
 Status MetricsStore::record_checkpoint(const CheckpointRow& r) {
   std::lock_guard lock(mu_);
   SqlValue a[] = {r.run_id,  r.step,           r.path,   opt(r.bytes),

@@ -134,6 +134,24 @@ struct MemoryAnalysisRow {
       peak_memory_in_bytes{}, device_limit_bytes{};
 };
 
+// sl.plan's predicted step on named hardware (docs/prediction.md), per compilation.
+struct PredictionPart {
+  std::string kind;  // "compute" (name: op class) | "collective" (name: mesh axes)
+  std::string name;
+  double seconds = 0, exposed_seconds = 0, flops = 0, bytes = 0;
+};
+struct PredictionRow {
+  std::string topology{};  // "v6e-256"
+  int64_t num_slices = 1;
+  double step_time_s = 0, tflops_per_device = 0, tflops_per_s_per_device = 0,
+         tokens_per_s_per_device = 0, mfu = 0;
+  bool fits = false;
+  int64_t peak_bytes = 0, hbm_bytes = 0;
+  std::string bound{};
+  double compute_s = 0, collective_s = 0, exposed_collective_s = 0;
+  std::vector<PredictionPart> parts{};
+};
+
 struct CheckpointRow {
   std::string run_id{};
   int64_t step = 0;
@@ -223,6 +241,9 @@ class MetricsStore {
   Status record_memory_analysis(int64_t compile_id, const MemoryAnalysisRow& m);
   Status record_cost_analysis(int64_t compile_id,
                               std::span<const std::pair<std::string, double>> costs);
+  // A `predictions` row and its `prediction_parts` (replacing any for this compile and
+  // topology), in one transaction.
+  Status record_prediction(int64_t compile_id, const PredictionRow& row);
   Status record_checkpoint(const CheckpointRow& row);
   Result<int64_t> record_event(const EventRow& row);
   // One snapshot of what shard() showed; returns its snapshot_id.

@@ -242,8 +242,47 @@ SELECT r.run_id, r.name, r.status, r.start_ms, r.end_ms,
 FROM runs r;
 )sql";
 
+// sl.plan's predictions (docs/prediction.md): one row per compilation and topology, and its
+// breakdown (compute by op class, collectives by mesh axes).
+constexpr const char* kPredictions = R"sql(
+CREATE TABLE predictions (
+  compile_id              INTEGER NOT NULL
+                          REFERENCES compilations (compile_id) ON DELETE CASCADE,
+  topology                TEXT NOT NULL,      -- compile_topology, e.g. v6e-256
+  num_slices              INTEGER NOT NULL,
+  step_time_s             REAL NOT NULL,
+  tflops_per_device       REAL,               -- MaxText's count per step
+  tflops_per_s_per_device REAL,
+  tokens_per_s_per_device REAL,
+  mfu                     REAL,
+  fits                    INTEGER NOT NULL CHECK (fits IN (0, 1)),
+  peak_bytes              INTEGER,
+  hbm_bytes               INTEGER,
+  bound                   TEXT,
+  compute_s               REAL,
+  collective_s            REAL,
+  exposed_collective_s    REAL,
+  PRIMARY KEY (compile_id, topology)
+) STRICT;
+
+CREATE TABLE prediction_parts (
+  compile_id      INTEGER NOT NULL,
+  topology        TEXT NOT NULL,
+  kind            TEXT NOT NULL CHECK (kind IN ('compute', 'collective')),
+  name            TEXT NOT NULL,              -- op class or mesh axes
+  seconds         REAL NOT NULL,
+  exposed_seconds REAL,
+  flops           REAL,
+  bytes           REAL,
+  PRIMARY KEY (compile_id, topology, kind, name),
+  FOREIGN KEY (compile_id, topology) REFERENCES predictions (compile_id, topology)
+    ON DELETE CASCADE
+) STRICT;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema", kSchemaV1},
+    {2, "predictions", kPredictions},
 };
 
 }  // namespace

@@ -185,6 +185,7 @@ void RunRecorder::record_compile(const CompileEvent& ev, std::optional<int64_t> 
     }
     Result<int64_t> id = store_->record_compilation(r);
     if (!id.ok() || static_cast<int>(i) != ev.analysis_record || !ev.exe) continue;
+    last_analysis_compile_id_ = *id;
     (void)store_->record_memory_analysis(*id, memory_row(ev.exe->memory(), device_limit_bytes));
     const CostAnalysis& cost = ev.exe->cost();
     std::vector<std::pair<std::string, double>> costs = {{"flops", cost.flops},

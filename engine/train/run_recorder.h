@@ -94,6 +94,8 @@ class RunRecorder {
   // that produced the executable, and an event per note. Best effort.
   void record_compile(const CompileEvent& ev, std::optional<int64_t> step,
                       int64_t device_limit_bytes);
+  // The compile_id of the last record_compile row that carries an analysis (0: none).
+  int64_t last_analysis_compile_id() const { return last_analysis_compile_id_; }
   // The steady-state tracing hit of a step (no CompileEvent is built for it).
   void record_tracing_hit(const CacheKey& key, int64_t step);
   // One step: a `steps` row and the MaxText metrics, buffered; flushed every log_period.
@@ -121,6 +123,7 @@ class RunRecorder {
   std::string script_error_;  // set_script_error: "" = none
   int64_t last_step_ = 0;     // the last step recorded (for the script error's event)
   int64_t snapshot_step_ = -1, snapshot_id_ = 0;  // the last sharding snapshot
+  int64_t last_analysis_compile_id_ = 0;  // record_compile's row with the analysis
   // record_process_times' metric names per process (device time, collective wait), made once.
   std::vector<std::pair<std::string, std::string>> process_keys_;
 };

@@ -158,7 +158,7 @@ Status check_mesh_matches_config(const Config& config, const Mesh& mesh) {
 }
 
 TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double B, int64_t seq,
-                                                    int64_t grad_accum) {
+                                                    int64_t grad_accum, bool halved) {
   const double S = static_cast<double>(seq), E = static_cast<double>(m.emb_dim);
   const double mlp = static_cast<double>(m.mlp_dim), L = static_cast<double>(m.num_decoder_layers);
   const double Hq = static_cast<double>(m.num_query_heads), Hkv = static_cast<double>(m.num_kv_heads);
@@ -167,7 +167,7 @@ TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double
   const double ffn = 2 * B * S * mlp * E * n_act + 2 * B * S * mlp * E;
   const double qkv = 2 * B * S * E * (Hq + 2 * Hkv) * hd;
   const double proj = 2 * B * S * E * Hq * hd;
-  const double causal_attention = 4 * B * S * S * Hq * hd / 2;
+  const double causal_attention = 4 * B * S * S * Hq * hd / (halved ? 2 : 1);
   const double embedding = 2 * B * S * E * V;
   TrainingTflops t;
   t.learnable = (ffn * L + (qkv + proj) * L + embedding) * 3 / 1e12 * static_cast<double>(grad_accum);

@@ -64,8 +64,11 @@ Status check_mesh_matches_config(const Config& config, const Mesh& mesh);
 struct TrainingTflops {
   double total = 0, learnable = 0, attention = 0;
 };
+// causal_attention_halved: MaxText since PR #1988 (2025-07) halves the attention count for
+// the causal mask; tpu-recipes logs before it (v0.1.0-v0.1.4) count it whole.
 TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double per_device_batch,
                                                     int64_t seq_len,
-                                                    int64_t gradient_accumulation_steps = 1);
+                                                    int64_t gradient_accumulation_steps = 1,
+                                                    bool causal_attention_halved = true);
 
 }  // namespace eng

@@ -286,37 +286,39 @@ TEST_F(StoreTest, QueryErrorsNameSqliteMessageAndSql) {
 }
 
 TEST_F(StoreTest, MigratesFromOlderVersionAndRefusesNewer) {
-  static const Migration v2[] = {
-      {1, "initial schema", store_migrations()[0].sql},
-      {2, "add runs.note", "ALTER TABLE runs ADD COLUMN note TEXT; UPDATE runs SET note = 'old';"},
-  };
+  // This binary's migrations plus one more step (a newer shardlab), and a broken one after it.
+  const int n = store_schema_version();
+  std::vector<Migration> next(store_migrations().begin(), store_migrations().end());
+  next.push_back({n + 1, "add runs.note",
+                  "ALTER TABLE runs ADD COLUMN note TEXT; UPDATE runs SET note = 'old';"});
   std::string path = db_path();
   std::string run;
   {
     auto s = open_ok(path);
     run = *s->begin_run({.name = "before"});
-    EXPECT_EQ(*s->user_version(), 1);
+    EXPECT_EQ(*s->user_version(), n);
   }
   {
-    auto s = open_ok(path, {.migrations = v2});
+    auto s = open_ok(path, {.migrations = next});
     ASSERT_TRUE(s);
-    EXPECT_EQ(*s->user_version(), 2);
+    EXPECT_EQ(*s->user_version(), n + 1);
     EXPECT_EQ(text_of(one(*s, "SELECT note FROM runs")), "old");  // data kept, step applied
   }
-  auto newer = MetricsStore::open(path);  // this binary only knows v1
+  auto newer = MetricsStore::open(path);  // this binary only knows n
   ASSERT_FALSE(newer.ok());
   EXPECT_EQ(newer.status().message(),
-            fmt::format("store: cannot open '{}': schema version 2 is newer than this shardlab "
-                        "supports (1)", path));
+            fmt::format("store: cannot open '{}': schema version {} is newer than this shardlab "
+                        "supports ({})", path, n + 1, n));
   // A failing migration rolls back and says which step failed.
-  static const Migration broken[] = {{1, "initial schema", store_migrations()[0].sql},
-                                         {2, "add runs.note", "ALTER TABLE runs ADD COLUMN note TEXT"},
-                                         {3, "bad step", "CREATE TABLE runs (x)"}};
+  std::vector<Migration> broken = next;
+  broken.back().sql = "ALTER TABLE runs ADD COLUMN note TEXT";
+  broken.push_back({n + 2, "bad step", "CREATE TABLE runs (x)"});
   auto b = MetricsStore::open(path, {.migrations = broken});
   ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.status().message().find("migration to v3 (bad step) failed"), std::string::npos)
+  EXPECT_NE(b.status().message().find(fmt::format("migration to v{} (bad step) failed", n + 2)),
+            std::string::npos)
       << b.status().message();
-  EXPECT_EQ(*open_ok(path, {.migrations = v2})->user_version(), 2);  // still v2
+  EXPECT_EQ(*open_ok(path, {.migrations = next})->user_version(), n + 1);  // still n + 1
 }
 
 TEST_F(StoreTest, ClearErrorsForBadPaths) {

@@ -1,0 +1,161 @@
+// tests/train/plan_test.cpp: sl.plan's engine side: the config's mesh on named hardware, the
+// predicted step (roofline per instruction, overlapped collectives), MaxText's TFLOP count,
+// fits against HBM, the store's predictions rows, and the errors.
+#include "engine/train/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/store/metrics_store.h"
+#include "tests/train/tiny_trainer.h"
+
+namespace eng {
+namespace {
+
+using testing::TempDir;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+Config config(const std::string& model, const std::string& topology, double batch, int64_t seq) {
+  Config c;
+  EXPECT_TRUE(c.set("model_name", model).ok());
+  EXPECT_TRUE(c.set("compile_topology", topology).ok());
+  EXPECT_TRUE(c.set("per_device_batch_size", batch).ok());
+  EXPECT_TRUE(c.set("max_target_length", seq).ok());
+  return c;
+}
+
+TEST(Predict, MatmulEfficiencyPadsToTheMatrixUnit) {
+  EXPECT_DOUBLE_EQ(matmul_efficiency(4096, 8192, 1024, 256), 1.0);
+  EXPECT_DOUBLE_EQ(matmul_efficiency(100, 256, 256, 128), 100.0 / 128);
+  EXPECT_DOUBLE_EQ(matmul_efficiency(128, 128, 128, 256), 1.0 / 8);
+}
+
+TEST(Predict, CausalBlockFactorCountsWholeTiles) {
+  EXPECT_DOUBLE_EQ(causal_block_factor(4096, 1, 1), 1.0);
+  EXPECT_DOUBLE_EQ(causal_block_factor(4096, 512, 512), (4096.0 + 512) / (4096 + 1));
+  EXPECT_DOUBLE_EQ(causal_block_factor(8192, 2048, 2048), (8192.0 + 2048) / (8192 + 1));
+  EXPECT_DOUBLE_EQ(causal_block_factor(100, 512, 512), 100.0 * 100 / (100.0 * 101 / 2));
+}
+
+TEST(Plan, FsdpOnV5pOverlapsItsCollectives) {
+  Config c = config("llama2-7b", "v5p-16", 1, 1024);
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const Prediction& p = r->predicted;
+  EXPECT_EQ(r->physical.mesh.axis_size("fsdp"), 8);
+  EXPECT_EQ(p.topology, "v5p-16");
+  // The step is at least the compute stream and at most compute plus every collective.
+  EXPECT_GE(p.step_time_s, p.compute_s);
+  EXPECT_LE(p.step_time_s, p.compute_s + p.collective_s + 1e-9);
+  ASSERT_FALSE(p.collectives.empty());
+  EXPECT_EQ(p.collectives[0].axes, "fsdp");
+  EXPECT_LT(p.exposed_collective_s, p.collective_s);  // the FSDP gathers overlap compute
+  EXPECT_EQ(p.compute[0].op_class, "matmul");
+  // Matmuls at the v5p peak at least: their flops over 4.59e14.
+  EXPECT_GE(p.compute[0].seconds, p.compute[0].flops / 4.59e14 * (1 - 1e-12));
+  // MaxText's count for the config, per device.
+  const TrainingTflops tf = calculate_tflops_training_per_device(
+      r->trainer->config().model, 1, 1024);
+  EXPECT_DOUBLE_EQ(p.tflops_per_device, tf.total);
+  EXPECT_NEAR(p.tflops_per_s_per_device, tf.total / p.step_time_s, 1e-9);
+  EXPECT_NEAR(p.tokens_per_s_per_device, 1024 / p.step_time_s, 1e-9);
+  EXPECT_NEAR(p.mfu, p.tflops_per_s_per_device / 459, 1e-12);
+  EXPECT_TRUE(p.fits);
+  EXPECT_TRUE(contains(p.to_table(), "predicted step on v5p-16"));
+  EXPECT_TRUE(contains(p.to_table(), "fsdp"));
+}
+
+TEST(Plan, CausalHalvingIsTheRowsConvention) {
+  Config c = config("llama-tiny", "v6e-8", 1, 256);
+  PlanOptions whole;
+  whole.causal_attention_halved = false;
+  Result<Plan> a = plan_for_topology(c), b = plan_for_topology(c, whole);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const TrainingTflops h = calculate_tflops_training_per_device(a->trainer->config().model, 1, 256);
+  EXPECT_DOUBLE_EQ(a->predicted.tflops_per_device, h.total);
+  EXPECT_DOUBLE_EQ(b->predicted.tflops_per_device, h.learnable + 2 * h.attention);
+  EXPECT_DOUBLE_EQ(a->predicted.step_time_s, b->predicted.step_time_s);  // time is the same
+}
+
+TEST(Plan, FitsIsFalseWhenThePeakExceedsHbm) {
+  // llama2-7b's f32 params and moments over 4 v5e chips: ~25 GiB per device, 16 GiB of HBM.
+  Result<Plan> r = plan_for_topology(config("llama2-7b", "v5e-4", 1, 512));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_GT(r->predicted.peak_bytes, r->predicted.hbm_bytes);
+  EXPECT_EQ(r->predicted.hbm_bytes, int64_t{16} << 30);
+  EXPECT_FALSE(r->predicted.fits);
+  EXPECT_TRUE(contains(r->predicted.to_table(), "DOES NOT FIT"));
+}
+
+TEST(Plan, DcnAxesSpanSlices) {
+  Config c = config("llama-tiny", "v5p-8", 1, 256);
+  ASSERT_TRUE(c.set("compile_topology_num_slices", int64_t{2}).ok());
+  Result<Plan> r = plan_for_topology(c);  // dcn_data_parallelism -1: data = 2 over DCN
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->physical.mesh.num_devices(), 8);
+  EXPECT_EQ(r->physical.mesh.axis_size("data"), 2);
+  EXPECT_EQ(r->physical.mesh.axis_size("fsdp"), 4);
+  bool data_axis = false;
+  for (const PredictedCollectives& k : r->predicted.collectives)
+    data_axis = data_axis || contains(k.axes, "data");
+  EXPECT_TRUE(data_axis);  // gradients are reduced over the slices too
+}
+
+TEST(Plan, GpuHostsAreSlicesOverDcn) {
+  Config c = config("llama-tiny", "a3", 1, 256);
+  ASSERT_TRUE(c.set("compile_topology_num_slices", int64_t{2}).ok());
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->physical.mesh.num_devices(), 16);
+  EXPECT_EQ(r->physical.axis("fsdp")->to_string(), "fsdp: 8 over the NVLink switch (8)");
+  EXPECT_EQ(r->physical.axis("data")->to_string(), "data: 2 over 2 slices over DCN");
+  EXPECT_EQ(r->predicted.hbm_bytes, int64_t{80'000'000'000});
+  EXPECT_GT(r->predicted.step_time_s, 0);
+  EXPECT_NEAR(r->predicted.mfu, r->predicted.tflops_per_s_per_device / 989, 1e-12);
+}
+
+TEST(Plan, Errors) {
+  Config none = config("llama-tiny", "", 1, 256);
+  Result<Plan> r0 = plan_for_topology(none);
+  ASSERT_FALSE(r0.ok());
+  EXPECT_TRUE(contains(r0.status().message(), "compile_topology is not set"));
+  Result<Plan> r1 = plan_for_topology(config("llama-tiny", "v9-8", 1, 256));
+  ASSERT_FALSE(r1.ok());
+  EXPECT_TRUE(contains(r1.status().message(), "known families: v4-N"));
+  Config bad = config("llama-tiny", "v6e-8", 1, 256);
+  ASSERT_TRUE(bad.set("ici_fsdp_parallelism", int64_t{2}).ok());
+  ASSERT_TRUE(bad.set("ici_tensor_parallelism", int64_t{2}).ok());
+  Result<Plan> r2 = plan_for_topology(bad);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_TRUE(contains(r2.status().message(), "Number of devices per slice 8 does not match the "
+                                              "product of the ICI parallelism 4"))
+      << r2.status().message();
+}
+
+TEST(Plan, WritesThePredictionUnderItsCompilation) {
+  TempDir dir("plan");
+  auto store = MetricsStore::open(dir / "m.db").value();
+  PlanOptions o;
+  o.store = store.get();
+  Result<Plan> r = plan_for_topology(config("llama-tiny", "v6e-8", 1, 256), o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_GT(r->compile_id, 0);
+  SqlValue id[] = {r->compile_id};
+  Result<QueryResult> q = store->query(
+      "SELECT topology, step_time_s, fits FROM predictions WHERE compile_id = ?", id);
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  ASSERT_EQ(q->rows.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(q->rows[0][0]), "v6e-8");
+  EXPECT_DOUBLE_EQ(std::get<double>(q->rows[0][1]), r->predicted.step_time_s);
+  EXPECT_EQ(std::get<int64_t>(q->rows[0][2]), 1);
+  Result<QueryResult> parts = store->query(
+      "SELECT count(*) FROM prediction_parts WHERE compile_id = ? AND kind = 'compute'", id);
+  ASSERT_TRUE(parts.ok());
+  EXPECT_EQ(std::get<int64_t>(parts->rows[0][0]),
+            static_cast<int64_t>(r->predicted.compute.size()));
+}
+
+}  // namespace
+}  // namespace eng
