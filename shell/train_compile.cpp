@@ -17,6 +17,7 @@
 #include "engine/store/metrics_store.h"
 #include "engine/train/inspect.h"
 #include "engine/train/maxtext_yaml.h"
+#include "engine/train/plan.h"
 #include "engine/train/train_step.h"
 #include "engine/train/trainer.h"
 
@@ -110,8 +111,6 @@ int train_compile(const Args& a, const std::vector<std::string>& argv) {
     return fail(eng::invalid_argument(
         "no device count: set compile_topology (with compile_topology_num_slices) or num_devices=N "
         "(or every ici_*_parallelism)"));
-  eng::Result<eng::Mesh> mesh = eng::mesh_from_config(m->config, m->num_devices);
-  if (!mesh.ok()) return fail(mesh.status());
 
   std::unique_ptr<eng::MetricsStore> store;
   std::string db = a.db;
@@ -123,77 +122,103 @@ int train_compile(const Args& a, const std::vector<std::string>& argv) {
   if (!opened.ok()) return fail(opened.status());
   store = std::move(opened).value();
 
-  eng::TrainerOptions options;
-  options.shape_only = true;
-  options.record_shape_only = true;
-  options.store = store.get();
-  options.argv = argv;
-  options.script = a.config;
-  int status = EXIT_SUCCESS;
-  {
+  // With compile_topology: sl.plan's path (the mesh laid on the hardware, the predicted step);
+  // else a shape-only trainer on the ici_* mesh of num_devices.
+  std::unique_ptr<eng::Trainer> trainer;
+  std::shared_ptr<const eng::Executable> exe;
+  std::optional<eng::Prediction> predicted;
+  if (m->topology) {
+    eng::PlanOptions options;
+    options.store = store.get();
+    options.argv = argv;
+    options.script = a.config;
+    options.record_run = true;
+    eng::Result<eng::Plan> plan = eng::plan_for_topology(m->config, options);
+    if (!plan.ok()) return fail(plan.status());
+    trainer = std::move(plan->trainer);
+    exe = plan->exe;
+    predicted = plan->predicted;
+  } else {
+    eng::Result<eng::Mesh> mesh = eng::mesh_from_config(m->config, m->num_devices);
+    if (!mesh.ok()) return fail(mesh.status());
+    eng::TrainerOptions options;
+    options.shape_only = true;
+    options.record_shape_only = true;
+    options.store = store.get();
+    options.argv = argv;
+    options.script = a.config;
     eng::Result<std::unique_ptr<eng::Trainer>> t = eng::Trainer::create(m->config, *mesh, options);
     if (!t.ok()) return fail(t.status());
-    eng::Trainer& trainer = **t;
-    const eng::ResolvedConfig& r = trainer.config();
-    std::printf("train_compile: %s: model %s, %lld devices%s, mesh %s, global batch %lld x %lld\n",
-                a.config.c_str(), r.model.name.c_str(), static_cast<long long>(m->num_devices),
-                m->compile_topology.empty()
-                    ? ""
-                    : fmt::format(" ({} x {} slice{})", m->compile_topology, m->num_slices,
-                                  m->num_slices == 1 ? "" : "s")
-                          .c_str(),
-                mesh_line(*mesh).c_str(), static_cast<long long>(r.global_batch_size),
-                static_cast<long long>(r.max_target_length));
-    std::printf("%s", m->report().c_str());
-    std::fflush(stdout);
-    eng::Result<std::shared_ptr<const eng::Executable>> exe = trainer.compile();
-    if (!exe.ok()) return fail(exe.status());
-    const eng::MemoryAnalysis& mem = (*exe)->memory();
-    std::printf("%s\n", mem.to_string().c_str());
-    print_temps(**exe, 5);
-    if (a.shardings) {
-      eng::Result<eng::ShardingTable> tab = eng::trainer_shardings(trainer);
-      if (!tab.ok()) return fail(tab.status());
-      std::printf("%s", tab->to_string().c_str());
-    }
-    eng::RunRecorder& rec = trainer.recorder();
-    (void)rec.log_value("plan/peak_bytes", 0, static_cast<double>(mem.peak_bytes()));
-    (void)rec.log_value("plan/argument_bytes", 0, static_cast<double>(mem.argument_bytes));
-    (void)rec.log_value("plan/temp_bytes", 0, static_cast<double>(mem.temp_bytes));
-    (void)rec.log_value("plan/num_devices", 0, static_cast<double>(m->num_devices));
-    (void)rec.set_tag("train_compile.config", a.config);
-    if (!m->compile_topology.empty())
-      (void)rec.set_tag("train_compile.topology", m->compile_topology);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("Compiled train_step shape-only in %.2f s (nothing allocated)\n", seconds);
-    if (m->topology) {
-      const int64_t hbm = m->topology->hbm_bytes_per_device();
-      const int64_t peak = mem.peak_bytes();
-      (void)rec.log_value("plan/hbm_bytes", 0, static_cast<double>(hbm));
-      (void)rec.log_value("plan/fits", 0, peak <= hbm ? 1.0 : 0.0);
-      if (peak > hbm) {
-        std::fprintf(stderr,
-                     "shardlab train_compile: does not fit: the peak per device is %.2f GB but a "
-                     "%s device (%s) has %.2f GB of HBM: over by %.2f GB (%.0f%% more than "
-                     "fits). As XLA says it: Ran out of memory in memory space hbm. Used %.2fG of "
-                     "%.2fG hbm. Exceeded hbm capacity by %.2fG.\n",
-                     gb(peak), m->topology->chip.name.c_str(), m->topology->name.c_str(), gb(hbm),
-                     gb(peak - hbm),
-                     100.0 * static_cast<double>(peak - hbm) / static_cast<double>(hbm), gb(peak),
-                     gb(hbm), gb(peak - hbm));
-        status = EXIT_FAILURE;
-      } else {
-        std::printf("Fits: the peak per device is %.2f GB of a %s device's %.2f GB HBM (%.0f%%)\n",
-                    gb(peak), m->topology->chip.name.c_str(), gb(hbm),
-                    100.0 * static_cast<double>(peak) / static_cast<double>(hbm));
-      }
-    } else {
-      std::printf("No HBM check: no compile_topology (num_devices gives the devices only)\n");
-    }
-    if (!trainer.run_id().empty())
-      std::printf("run %s in %s\n", trainer.run_id().c_str(), db.c_str());
+    trainer = std::move(t).value();
+    eng::Result<std::shared_ptr<const eng::Executable>> e = trainer->compile();
+    if (!e.ok()) return fail(e.status());
+    exe = *e;
   }
+  int status = EXIT_SUCCESS;
+  const eng::ResolvedConfig& r = trainer->config();
+  std::printf("train_compile: %s: model %s, %lld devices%s, mesh %s, global batch %lld x %lld\n",
+              a.config.c_str(), r.model.name.c_str(), static_cast<long long>(m->num_devices),
+              m->compile_topology.empty()
+                  ? ""
+                  : fmt::format(" ({} x {} slice{})", m->compile_topology, m->num_slices,
+                                m->num_slices == 1 ? "" : "s")
+                        .c_str(),
+              mesh_line(trainer->mesh()).c_str(), static_cast<long long>(r.global_batch_size),
+              static_cast<long long>(r.max_target_length));
+  std::printf("%s", m->report().c_str());
+  const eng::MemoryAnalysis& mem = exe->memory();
+  std::printf("%s\n", mem.to_string().c_str());
+  print_temps(*exe, 5);
+  if (a.shardings) {
+    eng::Result<eng::ShardingTable> tab = eng::trainer_shardings(*trainer);
+    if (!tab.ok()) return fail(tab.status());
+    std::printf("%s", tab->to_string().c_str());
+  }
+  eng::RunRecorder& rec = trainer->recorder();
+  (void)rec.log_value("plan/peak_bytes", 0, static_cast<double>(mem.peak_bytes()));
+  (void)rec.log_value("plan/argument_bytes", 0, static_cast<double>(mem.argument_bytes));
+  (void)rec.log_value("plan/temp_bytes", 0, static_cast<double>(mem.temp_bytes));
+  (void)rec.log_value("plan/num_devices", 0, static_cast<double>(m->num_devices));
+  (void)rec.set_tag("train_compile.config", a.config);
+  if (!m->compile_topology.empty())
+    (void)rec.set_tag("train_compile.topology", m->compile_topology);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("Compiled train_step shape-only in %.2f s (nothing allocated)\n", seconds);
+  if (predicted) {
+    std::printf("Predicted step on %s (docs/prediction.md):\n%s\n", m->compile_topology.c_str(),
+                predicted->to_table().c_str());
+    (void)rec.log_value("plan/predicted_step_time_s", 0, predicted->step_time_s);
+  }
+  if (m->topology) {
+    const int64_t hbm = m->topology->hbm_bytes_per_device();
+    const int64_t peak = mem.peak_bytes();
+    (void)rec.log_value("plan/hbm_bytes", 0, static_cast<double>(hbm));
+    (void)rec.log_value("plan/fits", 0, peak <= hbm ? 1.0 : 0.0);
+    if (peak > hbm) {
+      std::fprintf(stderr,
+                   "shardlab train_compile: does not fit: the peak per device is %.2f GB but a "
+                   "%s device (%s) has %.2f GB of HBM: over by %.2f GB (%.0f%% more than "
+                   "fits). As XLA says it: Ran out of memory in memory space hbm. Used %.2fG of "
+                   "%.2fG hbm. Exceeded hbm capacity by %.2fG.\n",
+                   gb(peak), m->topology->chip.name.c_str(), m->topology->name.c_str(), gb(hbm),
+                   gb(peak - hbm),
+                   100.0 * static_cast<double>(peak - hbm) / static_cast<double>(hbm), gb(peak),
+                   gb(hbm), gb(peak - hbm));
+      status = EXIT_FAILURE;
+    } else {
+      std::printf("Fits: the peak per device is %.2f GB of a %s device's %.2f GB HBM (%.0f%%)\n",
+                  gb(peak), m->topology->chip.name.c_str(), gb(hbm),
+                  100.0 * static_cast<double>(peak) / static_cast<double>(hbm));
+    }
+  } else {
+    std::printf(
+        "No HBM check and no predicted step: no compile_topology (num_devices gives the "
+        "devices only)\n");
+  }
+  if (!trainer->run_id().empty())
+    std::printf("run %s in %s\n", trainer->run_id().c_str(), db.c_str());
+  trainer.reset();  // ends the run before the store flushes
   eng::Status flushed = store->flush();
   if (!flushed.ok()) return fail(flushed);
   return status;

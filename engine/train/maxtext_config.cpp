@@ -12,6 +12,8 @@
 #include "engine/mesh/mesh.h"
 #include "engine/mesh/topology.h"
 #include "engine/train/maxtext_yaml.h"
+#include "engine/train/plan.h"
+#include "engine/train/train_step.h"
 
 namespace eng {
 
@@ -367,45 +369,43 @@ Status scale_dims(MaxTextConfig& m) {
   return ok_status();
 }
 
-// The mesh: every axis ici x dcn, -1 filling a slice (ici) or the slices (dcn); num_devices
-// from compile_topology x slices, else shardlab's num_devices, else the product of the sizes.
+// The mesh. With compile_topology (shardlab keys since the named-hardware work): the ici_* and
+// dcn_* keys stay as given and physical_mesh_from_config lays them on the hardware (sl.plan and
+// train_compile use that mesh); MaxText's train_compile needs compile_topology_num_slices >= 1.
+// Without it: every axis is ici x dcn, -1 filling a slice (ici) or the slices (dcn, over
+// MaxText's num_slices), folded into the ici_* keys for mesh_from_config, the dcn_* keys reset
+// to 1; num_devices, else the product of the sizes, is the device count.
 Status derive_mesh(MaxTextConfig& m) {
-  if (auto it = m.keys.find("compile_topology");
-      it != m.keys.end() && it->second.value.kind == Kind::kString && !it->second.value.s.empty())
-    m.compile_topology = it->second.value.s;
-  ENG_ASSIGN_OR_RETURN(int64_t slices, int_key(m, "num_slices", -1));
+  m.compile_topology = m.config.get_string("compile_topology");
   if (!m.compile_topology.empty()) {
-    ENG_ASSIGN_OR_RETURN(slices, int_key(m, "compile_topology_num_slices", -1));
+    const int64_t slices = m.config.get_int("compile_topology_num_slices");
     if (slices < 1)
       return invalid_argument(
-          "config: compile_topology={} needs compile_topology_num_slices >= 1, "
-          "got {}",
+          "config: compile_topology={} needs compile_topology_num_slices >= 1 (MaxText's "
+          "train_compile asserts it; base.yml has -1), got {}",
           m.compile_topology, slices);
+    Result<PhysicalMesh> pm = physical_mesh_from_config(m.config);
+    if (!pm.ok())
+      return Status(pm.status().code(), fmt::format("config: {}", pm.status().message()));
+    m.num_slices = slices;
+    m.topology = pm->topology;
+    m.num_devices = pm->mesh.num_devices();
+    const int64_t wanted = m.config.get_int("num_devices");
+    if (wanted != -1 && wanted != m.num_devices)
+      return invalid_argument(
+          "config: num_devices={} but compile_topology {} x {} slice(s) has {} "
+          "devices",
+          wanted, m.compile_topology, slices, m.num_devices);
+    return ok_status();
   }
+  ENG_ASSIGN_OR_RETURN(int64_t slices, int_key(m, "num_slices", -1));
   m.num_slices = slices < 1 ? 1 : slices;
   int64_t total = m.config.get_int("num_devices");
-  if (!m.compile_topology.empty()) {
-    Result<Topology> topo = topology_from_name(m.compile_topology, m.num_slices);
-    if (!topo.ok())
-      return Status(topo.status().code(),
-                    fmt::format("config: {}: compile_topology: {}",
-                                m.keys.at("compile_topology").source, topo.status().message()));
-    m.topology = *topo;
-    const int64_t per_slice = topo->devices_per_slice;
-    if (total != -1 && total != per_slice * m.num_slices)
-      return invalid_argument(
-          "config: num_devices={} but compile_topology {} x {} slice(s) has "
-          "{} devices",
-          total, m.compile_topology, m.num_slices, per_slice * m.num_slices);
-    total = per_slice * m.num_slices;
-  }
   const std::vector<std::string>& axes = maxtext_mesh_axes();
   std::vector<int64_t> ici, dcn;
   for (const std::string& axis : axes) {
-    const std::string name = axis == "stage" ? "pipeline" : axis;
-    ici.push_back(m.config.get_int(fmt::format("ici_{}_parallelism", name)));
-    ENG_ASSIGN_OR_RETURN(int64_t d, int_key(m, fmt::format("dcn_{}_parallelism", name), 1));
-    dcn.push_back(d);
+    ici.push_back(m.config.get_int(ici_key(axis)));
+    dcn.push_back(m.config.get_int(dcn_key(axis)));
   }
   auto product = [](const std::vector<int64_t>& v) {
     int64_t p = 1;
@@ -434,10 +434,10 @@ Status derive_mesh(MaxTextConfig& m) {
   ENG_RETURN_IF_ERROR(fill(ici, per_slice, "ici"));
   ENG_RETURN_IF_ERROR(fill(dcn, m.num_slices, "dcn"));
   for (size_t i = 0; i < axes.size(); ++i) {
-    const std::string name = axes[i] == "stage" ? "pipeline" : axes[i];
-    const std::string key = fmt::format("ici_{}_parallelism", name);
-    if (m.config.get_int(key) != ici[i] * dcn[i])
-      ENG_RETURN_IF_ERROR(m.config.set(key, ici[i] * dcn[i]));
+    if (m.config.get_int(ici_key(axes[i])) != ici[i] * dcn[i])
+      ENG_RETURN_IF_ERROR(m.config.set(ici_key(axes[i]), ici[i] * dcn[i]));
+    if (m.config.get_int(dcn_key(axes[i])) != 1 && m.config.has_override(dcn_key(axes[i])))
+      ENG_RETURN_IF_ERROR(m.config.set(dcn_key(axes[i]), int64_t{1}));  // folded into ici_*
   }
   m.num_devices = total;
   if (m.config.get_int("num_devices") != total)

@@ -21,8 +21,10 @@
 //    model file and the command line is an error unless override_model_config=true (then the
 //    command line wins).
 //  - derived values: global_parameter_scale scales base_emb_dim, heads, base_mlp_dim and layers
-//    (pyconfig's get_individual_scales); the mesh is ici_* x dcn_* per axis, -1 filling the
-//    devices of a slice (ici) or the slices (dcn); the global batch is resolve_config's.
+//    (pyconfig's get_individual_scales); with compile_topology the ici_*/dcn_* keys are laid on
+//    the hardware by physical_mesh_from_config (plan.h), else every axis is ici_* x dcn_*
+//    folded into the ici_* keys, -1 filling the devices of a slice (ici) or the slices (dcn);
+//    the global batch is resolve_config's.
 //
 // What takes effect: every key of shardlab's key table (config.h) whose value differs from
 // shardlab's default for the model. base.yml's values are shardlab's defaults except for a few
@@ -101,7 +103,7 @@ struct MaxTextConfig {
 
 // Reads `path` with MaxText's rules (above), applies `overrides` (MaxText's argv[2:]) and fills
 // a Config. Errors name the file (or "command line") and the key. compile_topology names the
-// hardware (engine/mesh/topology.h); its devices x compile_topology_num_slices is the mesh.
+// hardware (engine/mesh/topology.h); `topology` and `num_devices` then come from its mesh.
 Result<MaxTextConfig> load_maxtext_config(const std::string& path,
                                           const std::vector<ConfigOverride>& overrides);
 

@@ -46,6 +46,7 @@ Result<Plan> plan_for_topology(const Config& config, const PlanOptions& options)
   topts.store = options.store;
   topts.argv = options.argv;
   topts.script = options.script;
+  topts.record_shape_only = options.record_run;
   ENG_ASSIGN_OR_RETURN(plan.trainer, Trainer::create(c, mesh, topts));
   ENG_ASSIGN_OR_RETURN(plan.exe, plan.trainer->compile());
   PredictOptions popts;

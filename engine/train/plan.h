@@ -28,6 +28,7 @@ struct PlanOptions {
   bool causal_attention_halved = true;
   std::vector<std::string> argv{};
   std::string script{};
+  bool record_run = false;  // the trainer records a run of its own (shardlab train_compile)
 };
 
 struct Plan {

@@ -102,6 +102,18 @@ err=$("$bin" train_compile "$configs/base.yml" model_name=mixtral-8x7b num_devic
 rc=$?
 set -e
 [[ $rc == 1 ]] && echo "$err" | grep -q "not supported yet" || fail "mixtral: $err"
+# With compile_topology: the mesh laid on the hardware, the predicted step, the HBM check.
+out=$("$bin" train_compile "$configs/base.yml" model_name=llama2-7b compile_topology=v5p-8 \
+      compile_topology_num_slices=1 per_device_batch_size=1 max_target_length=1024 --db "$db")
+echo "$out" | grep -q "model llama2-7b, 4 devices (v5p-8 x 1 slice), mesh fsdp=4" || fail "v5p-8: $out"
+echo "$out" | grep -q "Predicted step on v5p-8" || fail "no predicted step: $out"
+echo "$out" | grep -q "Fits: the peak per device is" || fail "no HBM check: $out"
+set +e
+err=$("$bin" train_compile "$configs/base.yml" model_name=llama2-7b compile_topology=v5p-8 --db "$db" 2>&1)
+rc=$?
+set -e
+[[ $rc == 1 ]] && echo "$err" | grep -q "compile_topology_num_slices >= 1" || fail "slices -1: $err"
+
 # llama2-70b at 4 x 8192 per device on v5e-8 (16 GB HBM per chip): does not fit, by how much.
 set +e
 err=$("$bin" train_compile "$configs/base.yml" model_name=llama2-70b compile_topology=v5e-8 \
