@@ -42,8 +42,9 @@ struct MoeRun : testing::SpmdRun {
   std::string program_text;  // the partitioned program
 };
 
-Result<MoeRun> train(const Mesh& mesh, ShardMode mode) {
-  const Config c = moe_config();
+Result<MoeRun> train(const Mesh& mesh, ShardMode mode, bool shard_exp_on_fsdp = false) {
+  Config c = moe_config();
+  ENG_RETURN_IF_ERROR(c.set("shard_exp_on_fsdp", shard_exp_on_fsdp));
   ENG_ASSIGN_OR_RETURN(ResolvedConfig cfg, resolve_config(c, 8));  // global batch 8
   ENG_ASSIGN_OR_RETURN(CompileOptions o, compile_options_from_config(c));
   o.shard_mode = mode;
@@ -98,6 +99,16 @@ INSTANTIATE_TEST_SUITE_P(Meshes, MoeMatrix,
                                                               Case{{"data", "expert"}, {2, 2}},
                                                               Case{{"tensor", "expert"}, {2, 2}}),
                                             ::testing::Bool()));
+
+// shard_exp_on_fsdp: the experts' dim over fsdp (embed_moe) instead of expert; the same run.
+TEST(MoeShardExpOnFsdp, EqualsOneDevice) {
+  const MoeRun& ref = reference();
+  Result<MoeRun> r = train(*Mesh::create({"fsdp", "expert"}, {2, 2}), ShardMode::kAuto, true);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_LT(testing::max_loss_rel(r->losses, ref.losses), 1e-5);
+  EXPECT_LT(testing::max_param_rel(r->params, ref.params), 1e-5);
+  EXPECT_EQ(r->max_collective_mismatch, 0);
+}
 
 Status resolve_with(std::initializer_list<std::pair<const char*, ConfigValue>> kv,
                     int64_t devices = 8) {
