@@ -24,6 +24,7 @@
 #include "shell/lua_binding.h"
 #include "shell/lua_runs.h"
 #include "shell/lua_sharding.h"
+#include "shell/lua_experts.h"
 #include "shell/lua_pipeline.h"
 #include "shell/lua_types.h"
 
@@ -611,6 +612,11 @@ Result<int> trainer_pipeline(lua_State* L) {  // lua_pipeline.cpp
   return push_trainer_pipeline(L, *t);
 }
 
+Result<int> trainer_experts(lua_State* L) {  // lua_experts.cpp
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:experts"));
+  return push_trainer_experts(L, *t);
+}
+
 Result<int> trainer_tag(lua_State* L) { return trainer_tag_or_log(L, false); }
 Result<int> trainer_log(lua_State* L) { return trainer_tag_or_log(L, true); }
 
@@ -722,6 +728,11 @@ constexpr Method kTrainerMethods[] = {
      "  counted from the grid, per_iteration (instructions, collective bytes per axis);\n"
      "  prints as a Gantt chart, p:svg() draws it. {measure = true} times every later step's\n"
      "  instructions; then p.measured = the share of step time spent in bubble slots."},
+    {"experts", lua_entry<trainer_experts>, "t:experts() -> ExpertLoad",
+     "Mixture of experts: the last step's tokens routed to each expert and dropped over\n"
+     "  capacity, per layer, printed as a table with a sparkline per layer (fields step,\n"
+     "  capacity, layers[l + 1] = {tokens = {...}, dropped = {...}}). The store has the same\n"
+     "  numbers per step: metrics moe/layer_<l>/expert_<e>/tokens and .../dropped."},
     {"visualize", lua_entry<trainer_visualize>, "t:visualize(path [, {dims={i, j}, color=bool}]) -> string",
      "The device grid of one array of the state (see sl.visualize), e.g.\n"
      "  t:visualize(\"params/decoder/layers_0/mlp/wi_0/kernel\")."},

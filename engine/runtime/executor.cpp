@@ -374,10 +374,16 @@ void run_moe_dispatch(const Args& a) {
     moe::combine(a.f(0), a.f(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.out(0));
 }
 
+// out[b, :, e, :] (S, C; rows E*C apart) = dout[b] (S, M) . y[e, b]^T (C, M)^T: one sgemm per
+// (row, expert).
 void run_moe_combine_weights_grad(const Args& a) {
   const Shape& d = a.shape(0);
   const Shape& y = a.shape(1);
-  moe::combine_weights_grad(a.f(0), a.f(1), d[0], d[1], y[0], y[2], d[2], a.out(0));
+  const int64_t B = d[0], S = d[1], M = d[2], E = y[0], C = y[2];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t e = 0; e < E; ++e)
+      kern::matmul(false, true, S, C, M, 1.0f, a.f(0) + b * S * M, M, a.f(1) + (e * B + b) * C * M,
+                   M, 0.0f, a.out(0) + b * S * E * C + e * C, E * C);
 }
 
 // One sgemm per expert g: (R, K) . (K, N) (trans_b: (N, K)^T); grad: (R, K)^T . (R, N).

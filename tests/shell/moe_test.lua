@@ -1,0 +1,44 @@
+-- tests/shell/moe_test.lua: mixture of experts through the shell: t:shardings shows the
+-- experts' weights split over `expert`, c.cost the all-to-all bytes over `expert`,
+-- t:experts() the last step's load (each layer routes B x T x k choices), the store the same
+-- numbers per step; bad MoE settings are errors naming both values.
+local mesh = sl.mesh{expert = 2, devices = 2}
+local cfg = sl.config{model = "mixtral-tiny", base_num_decoder_layers = 2, max_target_length = 32,
+                      per_device_batch_size = 2, steps = 3, dtype = "float32",
+                      load_balance_loss_weight = 0.01}
+local t = sl.trainer(cfg, mesh)
+local wi = t:shardings():find("params/decoder/layers/MoeBlock_0/wi_0")
+assert(wi.type == "f32[4@expert,2,256,704]", wi.type)
+local gate = t:shardings():find("params/decoder/layers/MoeBlock_0/gate/kernel")
+assert(gate.type == "f32[256,2,4]", gate.type)
+local c = t:compile()
+assert((c.cost.collective_bytes.expert or 0) > 0, "no bytes over expert")
+assert(c:text():find("all_to_all", 1, true), "no all_to_all in the partitioned program")
+
+t:train{steps = 2, quiet = true}
+local e = t:experts()
+assert(e.step == 1 and #e.layers == 2, tostring(e))
+for l = 1, 2 do
+  local sum = 0
+  for _, v in ipairs(e.layers[l].tokens) do sum = sum + v end
+  assert(sum == 4 * 32 * 2, sum)  -- global batch 4 x 32 tokens x top-2
+end
+assert(tostring(e):find("expert_3", 1, true), tostring(e))
+local rows = sl.sql("SELECT count(*) AS n FROM metrics WHERE run_id = ? AND key LIKE 'moe/layer_%'",
+                    t.run_id)
+assert(rows[1].n == 2 * 2 * 4 * 2, rows[1].n)  -- 2 steps x 2 layers x 4 experts x 2 kinds
+local lb = sl.sql("SELECT value FROM metrics WHERE run_id = ? AND key = 'learning/moe_lb_loss'",
+                  t.run_id)
+assert(#lb == 2 and lb[1].value > 0, #lb)
+
+local ok, err = pcall(sl.trainer, sl.config{model = "mixtral-tiny", num_experts_per_tok = 5},
+                      sl.mesh{devices = 1}, {store = false})
+assert(not ok and err:find("num_experts_per_tok 5", 1, true) and err:find("num_experts 4", 1, true),
+       err)
+ok, err = pcall(sl.trainer, sl.config{model = "mixtral-8x7b", per_device_batch_size = 1},
+                sl.mesh{fsdp = 8, devices = 8}, {shape_only = true, store = false})
+assert(not ok and err:find("dropless sparse not implemented yet", 1, true), err)
+ok, err = pcall(function() return sl.trainer(sl.config{model = "llama-tiny"}, sl.mesh{devices = 1},
+                                             {store = false}):experts() end)
+assert(not ok and err:find("has no experts", 1, true), err)
+print("moe_test ok")
