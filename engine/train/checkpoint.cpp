@@ -123,12 +123,19 @@ std::string make_header(std::span<const CheckpointTensorSpec> tensors,
 
 // ---- a small JSON reader, enough for safetensors headers -----------------------------------
 
+struct JsonField;
 struct Json {
   enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
   double number = 0;
   std::string str;
-  std::vector<Json> items;                          // kArray
-  std::vector<std::pair<std::string, Json>> fields;  // kObject, in file order
+  std::vector<Json> items;        // kArray
+  std::vector<JsonField> fields;  // kObject, in file order
+};
+// Declared after Json (not std::pair<std::string, Json> inside it): a pair of the incomplete
+// Json is an error to clang 14 with libstdc++ 12.
+struct JsonField {
+  std::string key;
+  Json value;
 };
 
 class JsonParser {
@@ -166,7 +173,7 @@ class JsonParser {
         if (pos_ >= s_.size() || s_[pos_] != ':') return error("expected ':'");
         ++pos_;
         ENG_ASSIGN_OR_RETURN(Json item, value(depth + 1));
-        v.fields.emplace_back(std::move(key), std::move(item));
+        v.fields.push_back(JsonField{std::move(key), std::move(item)});
         skip_ws();
         if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
         if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return v; }
