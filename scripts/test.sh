@@ -26,6 +26,26 @@ timed() {
 
 timed "release build" scripts/build.sh build -DSHARDLAB_WERROR=ON -DSHARDLAB_SANITIZE=OFF
 timed "release tests" ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900 -E '^mpi_'
+# Every SIMD path: the kernel and every-op tests built again for other -march levels (AVX2+FMA
+# without AVX-512: the packed bf16 GEMM's AVX2 kernel; plain x86-64: the scalar kernels and
+# convert+sgemm), only those binaries, each run as a whole. A level above this CPU is skipped.
+march_variant() {
+  local level=$1 dir=build-$1
+  if ! c++ -march="$level" -E -x c++ - </dev/null >/dev/null 2>&1; then return; fi
+  case $level in
+    x86-64-v3) grep -qw avx2 /proc/cpuinfo || { echo "test.sh: no AVX2: $level skipped"; return; } ;;
+    x86-64-v4) grep -qw avx512bw /proc/cpuinfo || { echo "test.sh: no AVX-512: $level skipped"; return; } ;;
+  esac
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${SHARDLAB_CMAKE_ARGS:-} \
+    -DSHARDLAB_WERROR=ON -DSHARDLAB_SANITIZE=OFF -DSHARDLAB_MARCH="$level" >/dev/null
+  cmake --build "$dir" -j "$jobs" --target tensor_test tensor_alloc_test blas_info_tool every_op_test
+  SHARDLAB_SOURCE_DIR=$PWD "$dir/tests/tensor/tensor_test" --gtest_brief=1
+  SHARDLAB_SOURCE_DIR=$PWD SHARDLAB_DISABLE_AVX512_BF16=1 "$dir/tests/tensor/tensor_test" \
+    --gtest_brief=1 --gtest_filter='Bf16*'
+  SHARDLAB_SOURCE_DIR=$PWD "$dir/tests/tensor/tensor_alloc_test" --gtest_brief=1
+  SHARDLAB_SOURCE_DIR=$PWD "$dir/tests/ops/every_op_test" --gtest_brief=1
+}
+for level in x86-64-v3 x86-64; do timed "tests built for -march=$level" march_variant "$level"; done
 # Real processes (tests/mpi, docs/distributed.md): mpirun with 2 and 4 ranks, run on their own
 # so the ranks do not compete with other tests for the cores. Registered only in an MPI build.
 timed "mpi tests" ctest --test-dir build --output-on-failure --timeout 900 -R '^mpi_' --no-tests=ignore
