@@ -374,6 +374,8 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
         ENG_NOT_COLLECTIVE(kAddIndexInDim)
         ENG_NOT_COLLECTIVE(kTranspose) ENG_NOT_COLLECTIVE(kCompare) ENG_NOT_COLLECTIVE(kSelect)
         ENG_NOT_COLLECTIVE(kIndexPerRow) ENG_NOT_COLLECTIVE(kAddIndexPerRow)
+            ENG_NOT_COLLECTIVE(kLayerNorm) ENG_NOT_COLLECTIVE(kLayerNormGrad)
+                ENG_NOT_COLLECTIVE(kBiasAdd) ENG_NOT_COLLECTIVE(kBiasAddGrad)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE
