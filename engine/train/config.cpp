@@ -144,6 +144,10 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
     out["per_device_batch_size"] = 8.0;
     out["max_target_length"] = int64_t{model_name == "llama-tiny" ? 256 : 512};
   }
+  if (model_name == "gpt3-tiny") {  // as llama-tiny (base.yml's 2048 exceeds its 1024 positions)
+    out["per_device_batch_size"] = 8.0;
+    out["max_target_length"] = int64_t{256};
+  }
   return out;
 }
 

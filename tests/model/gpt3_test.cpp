@@ -52,6 +52,16 @@ TEST(Gpt3, PresetsAndParameterCounts) {
   }
 }
 
+TEST(Gpt3, TinyDefaultsResolve) {  // batch 8 x 256, as llama-tiny
+  Config c;
+  ASSERT_TRUE(c.set("model_name", std::string("gpt3-tiny")).ok());
+  Result<ResolvedConfig> r = resolve_config(c, 1);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->max_target_length, 256);
+  EXPECT_EQ(r->global_batch_size, 8);
+  EXPECT_TRUE(r->model.use_iota_embed);
+}
+
 TEST(Gpt3, BadKeysAreClearErrors) {
   ModelConfig m = model_preset("gpt3-tiny").value();
   m.num_kv_heads = 2;

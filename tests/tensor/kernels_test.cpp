@@ -237,6 +237,41 @@ TEST(Rope, Llama31ScalingBands) {
   EXPECT_LT(ts(30, true), 8 * t30);
 }
 
+// ---- LayerNorm with bias (gpt3) and bias add ----------------------------------------------
+
+// Against the float64 oracles; rows beyond one task and widths not a multiple of the column
+// block (64).
+TEST(LayerNorm, ForwardBackwardAndBiasAddMatchReference) {
+  for (auto [N, E] : {std::pair<int64_t, int64_t>{7, 5}, {300, 130}}) {
+    auto x = random_floats(N * E, 40, -3.f, 3.f), s = random_floats(E, 41), b = random_floats(E, 42);
+    auto dy = random_floats(N * E, 43);
+    std::vector<float> y(N * E), mean(N), rstd(N), dx(N * E), ds(E), db(E);
+    kern::layernorm_forward(x.data(), s.data(), b.data(), y.data(), mean.data(), rstd.data(), N, E,
+                            1e-5f);
+    kern::layernorm_backward(x.data(), s.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
+                             ds.data(), db.data(), N, E);
+    auto xd = to_double(x), sd = to_double(s), bd = to_double(b), dyd = to_double(dy);
+    std::vector<double> wy(N * E), wm(N), wr(N), wdx(N * E), wds(E), wdb(E);
+    ref::layernorm_forward<double>(xd.data(), sd.data(), bd.data(), wy.data(), wm.data(), wr.data(),
+                                   N, E, 1e-5);
+    ref::layernorm_backward<double>(xd.data(), sd.data(), wm.data(), wr.data(), dyd.data(),
+                                    wdx.data(), wds.data(), wdb.data(), N, E);
+    EXPECT_TRUE(all_close(y, wy, 1e-5, 1e-5)) << N << "x" << E;
+    EXPECT_TRUE(all_close(mean, wm, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(rstd, wr, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(dx, wdx, 1e-4, 1e-5));
+    EXPECT_TRUE(all_close(ds, wds, 1e-4, 1e-4));
+    EXPECT_TRUE(all_close(db, wdb, 1e-5, 1e-5));
+    std::vector<float> yb(N * E), gb(E);
+    kern::bias_add(x.data(), b.data(), yb.data(), N, E);
+    for (int64_t k = 0; k < N * E; ++k) ASSERT_EQ(yb[k], x[k] + b[k % E]) << k;
+    kern::bias_add_grad(dy.data(), gb.data(), N, E);
+    std::vector<double> wgb(E);
+    ref::bias_add_grad<double>(dyd.data(), wgb.data(), N, E);
+    EXPECT_TRUE(all_close(gb, wgb, 1e-5, 1e-5));
+  }
+}
+
 // ---- elementwise ----------------------------------------------------------------------------
 
 TEST(Elementwise, MatchReference) {
