@@ -6,7 +6,12 @@
 --   shardlab examples/plan.lua llama2-70b   -- MaxText's llama2-70b (emb 8192, 64 query heads
 --                                           -- over 8 kv heads, mlp 28672, 80 layers; 68.98B
 --                                           -- params): fsdp=256, fsdp=32 x tensor=8
+--   shardlab examples/plan.lua MODEL [DEVICES]  -- any preset (docs/models.md), e.g.
+--                                           -- llama3.1-70b, llama3.1-405b, mistral-7b: its
+--                                           -- recipe's fsdp mesh (reference hardware.md
+--                                           -- section 7), or fsdp=DEVICES
 local model = (arg and arg[1]) or "llama2-7b"
+local devices = arg and tonumber(arg[2])
 local GiB = 2 ^ 30
 local hbm_gib = {16, 95}  -- per-device HBM to check against (e.g. v5e 16 GiB, v5p 95 GiB)
 
@@ -21,8 +26,15 @@ local meshes = {
     {name = "fsdp=256", mesh = sl.mesh{fsdp = 256}},
     {name = "fsdp=32 x tensor=8", mesh = sl.mesh{fsdp = 32, tensor = 8}},
   },
+  -- MaxText's v5p-1024 recipe (configs/tpu/v5p/gpt3_175b): ici_fsdp 64 x ici_tensor 8.
+  ["gpt3-175b"] = {{name = "fsdp=64 x tensor=8", mesh = sl.mesh{fsdp = 64, tensor = 8}}},
 }
-local plans = meshes[model] or {{name = "fsdp=256", mesh = sl.mesh{fsdp = 256}}}
+-- The published recipes' device counts (ici_fsdp -1): v6e-256, v6e-8 (mistral-7b), v5p-1024
+-- (512 chips, llama3.1-405b); any other model: 256.
+local recipe_devices = {["llama3.1-405b"] = 512, ["mistral-7b"] = 8}
+local n = devices or recipe_devices[model] or 256
+local plans = (not devices and meshes[model]) or
+              {{name = "fsdp=" .. n, mesh = sl.mesh{fsdp = n, devices = n}}}
 local cfg = sl.config{model = model, per_device_batch_size = 1, max_target_length = 2048}
 
 local start = os.clock()
@@ -31,8 +43,10 @@ for _, p in ipairs(plans) do
   p.compiled = t:compile()
   p.trainer = t
 end
-print(string.format("%s, per_device_batch_size=1, T=2048: %d plans compiled in %.2f s\n",
-                    model, #plans, os.clock() - start))
+local total, active = plans[1].trainer:num_params()
+print(string.format("%s (%.2fB parameters, %.2fB active per token), per_device_batch_size=1, "
+                    .. "T=2048: %d plans compiled in %.2f s\n",
+                    model, total / 1e9, active / 1e9, #plans, os.clock() - start))
 
 -- One line per quantity, one column per mesh.
 local function row(label, f)
@@ -77,15 +91,19 @@ if #negligible > 0 then
 end
 
 -- How an MLP weight and a (grouped-query) key weight are split on each mesh: scanned layers
--- (MaxText's default scan_layers): one array per weight kind, the layer dim second.
+-- (MaxText's default scan_layers): one array per weight kind, the layer dim second. gpt3's
+-- are mlp/wi and the fused self_attention/qkv_proj.
 print()
 for _, p in ipairs(plans) do
-  local r = p.trainer:shardings():find("params/decoder/layers/mlp/wi_0/kernel")
-  print(string.format("%-20s wi_0: %-34s %-32s local (%s)", p.name, r.type, tostring(r.spec),
-                      table.concat(r.local_shape, ", ")))
-  local k = p.trainer:shardings():find("params/decoder/layers/self_attention/key/kernel")
-  print(string.format("%-20s key:  %-34s %-32s local (%s)", p.name, k.type, tostring(k.spec),
-                      table.concat(k.local_shape, ", ")))
+  local tab = p.trainer:shardings()
+  for _, w in ipairs{{"wi_0", "mlp/wi_0/kernel", "mlp/wi/kernel"},
+                     {"key", "self_attention/key/kernel", "self_attention/qkv_proj/kernel"}} do
+    local r = tab:find("params/decoder/layers/" .. w[2]) or tab:find("params/decoder/layers/" .. w[3])
+    if r then
+      print(string.format("%-20s %-5s %-40s %-34s local (%s)", p.name, w[1] .. ":", r.type,
+                          tostring(r.spec), table.concat(r.local_shape, ", ")))
+    end
+  end
 end
 -- MaxText's memory line (what JAX prints at compile), one per plan.
 print()

@@ -42,6 +42,7 @@ struct TrainerBox {
   }
   std::unique_ptr<eng::Trainer> trainer;
   ShellContext* ctx;  // lists the live trainers (ShellContext::compiles)
+  bool printed_num_params = false;  // MaxText's "number parameters" line, once per trainer
   bool warned_warmup = false;  // t:train{} printed its lr-still-warming-up warning
 };
 struct HandleBox {
@@ -323,6 +324,13 @@ Result<int> trainer_train_body(lua_State* L) {
   const std::string past = eng::past_steps_note(t->config(), t->current_step(), steps, asked);
   steps = std::max<int64_t>(steps, 0);
   const bool tty = isatty(STDOUT_FILENO) != 0;
+  if (!quiet && steps > 0) {  // MaxText's train loop logs it once, before the first step
+    ENG_ASSIGN_OR_RETURN(TrainerBox * box, arg_udata<TrainerBox>(L, 1, fn));
+    if (!box->printed_num_params) {
+      std::puts(eng::number_parameters_line(t->config().model.num_params()).c_str());
+      box->printed_num_params = true;
+    }
+  }
   // Under mpirun every process stops after the same step: the one whose per-step agreement
   // (StepMetrics::stop_requested) first says that some process was interrupted. Stopping on
   // the local flag could leave one process a step ahead, waiting in that step's collectives.
@@ -554,6 +562,14 @@ Result<int> trainer_paths(lua_State* L) {
   }
   return 1;
 }
+// t:num_params() -> total, active: every parameter, and those one token's forward pass reads
+// (equal for a dense model; the routed experts a token skips are not active).
+Result<int> trainer_num_params(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:num_params"));
+  lua_pushinteger(L, t->config().model.num_params());
+  lua_pushinteger(L, t->config().model.num_active_params());
+  return 2;
+}
 Result<int> trainer_audit(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Trainer * t, arg_trainer(L, "Trainer:audit"));
   return push_trainer_audit(L, *t);
@@ -568,7 +584,6 @@ Result<int> trainer_property(lua_State* L) {
   std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
   if (key == "current_step") lua_pushinteger(L, t->current_step());
   else if (key == "mesh") push_udata(L, t->mesh());
-  else if (key == "num_params") lua_pushinteger(L, t->config().model.num_params());
   else if (key == "run_id" && !t->run_id().empty()) lua_pushstring(L, t->run_id().c_str());
   else if (key == "run" && !t->run_id().empty() && t->recorder().store() != nullptr)
     return push_run(L, *t->recorder().store(), t->run_id(), "Trainer.run");
@@ -718,6 +733,9 @@ constexpr Method kTrainerMethods[] = {
      "  non-trivial axis (fsdp, tensor, context, stage, expert, ...), largest first, with the axes\n"
      "  each misses; exceeds = their share of elements > tolerance (default: the config's\n"
      "  sharding_tolerance, 0.02)."},
+    {"num_params", lua_entry<trainer_num_params>, "t:num_params() -> total, active",
+     "The model's parameter count and the parameters one token's forward pass reads (the\n"
+     "  same for dense models). Training prints MaxText's \"number parameters: N billion\"."},
     {"tag", lua_entry<trainer_tag>, "t:tag{key = value, ...} -> t",
      "Tags the run in the store (MLflow's set_tag): string keys, values as strings."},
     {"log", lua_entry<trainer_log>, "t:log{name = number, ...} -> t",
@@ -737,7 +755,7 @@ constexpr Method kTrainerMethods[] = {
      "The device grid of one array of the state (see sl.visualize), e.g.\n"
      "  t:visualize(\"params/decoder/layers_0/mlp/wi_0/kernel\")."},
 };
-constexpr const char* kTrainerProperties[] = {"current_step", "mesh", "num_params", "run_id", "run"};
+constexpr const char* kTrainerProperties[] = {"current_step", "mesh", "run_id", "run"};
 
 constexpr Method kHandleMethods[] = {
     {"wait", lua_entry<handle_metrics>, "h:wait() -> {step, loss, ...}",
@@ -753,7 +771,7 @@ constexpr const char* kHandleProperties[] = {"step", "loss", "total_weights", "g
 void open_lua_train(lua_State* L, int sl) {
   define_type(L, {"Trainer",
                   "A training run: config, mesh, the traced train_step, its arrays and data.\n"
-                  "  Fields: t.current_step (the next step to run), t.mesh, t.num_params, t.run_id and\n"
+                  "  Fields: t.current_step (the next step to run), t.mesh, t.run_id and\n"
                   "  t.run (the run in the metrics store, as sl.run gives it; nil when not recorded).",
                   lua_entry<trainer_tostring>, nullptr, trainer_gc, kTrainerMethods,
                   lua_entry<trainer_property>, kTrainerProperties});

@@ -151,6 +151,12 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
         {OpKind::kSelect, per_input_element},
         {OpKind::kIndexPerRow, zero_flops},
         {OpKind::kAddIndexPerRow, per_input_element},  // one add per update element
+        {OpKind::kLayerNorm,
+         [](const Program& p, const Instr& in) { return 8.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kLayerNormGrad,
+         [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kBiasAdd, per_input_element},
+        {OpKind::kBiasAddGrad, per_input_element},
         {OpKind::kAdamW,
          [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
         // Mixture of experts: the routing's few flops per (token, expert); dispatch and

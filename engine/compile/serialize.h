@@ -21,8 +21,9 @@
 namespace eng {
 
 // Bump when the encoding changes: an entry of another version is a cache miss.
-constexpr uint32_t kExecutableFormatVersion = 3;  // 2: pipeline attrs (vmap, slice, reshape);
+constexpr uint32_t kExecutableFormatVersion = 4;  // 2: pipeline attrs (vmap, slice, reshape);
                                                   // 3: ValueInfo::pipeline_iteration
+                                                  // 4: kRope's interleave / llama31_scale
 
 std::string serialize_program(const Program& p);
 Result<Program> deserialize_program(std::string_view bytes);

@@ -430,6 +430,8 @@ class Partitioner {
   // ---- op rules (the kRules table below): a factor map, or one of these by hand ----
   Status by_factors(const Instr& in, const struct FactorMap& map);
   Status rmsnorm(const Instr& in);
+  Status layernorm(const Instr& in);
+  Status bias_add(const Instr& in);
   Status add(const Instr& in);
   Status linear(const Instr& in);
   Status xent(const Instr& in);
@@ -612,6 +614,34 @@ Status Partitioner::rmsnorm(const Instr& in) {  // rows on dim 0 only; the norma
   Dims ds{{}};
   const Axes partial = all_axes(d, 0, r - 1);
   return simple(in, {tx, rep, rows, tx}, {tx, PartitionSpec(ds, partial)}, in.attrs);
+}
+
+// As rmsnorm: rows on dim 0 only, the normalised dim whole; scale and bias replicated, their
+// gradients partial sums over the row axes.
+Status Partitioner::layernorm(const Instr& in) {
+  const auto& x = in.inputs;
+  const PartitionSpec rep;
+  const int r = rank(x[0]);
+  Dims d = dims_only(spec_[x[0]]).dims();
+  for (int i = 1; i < r; ++i) d[i].clear();
+  const PartitionSpec tx(d), rows(Dims{d[0]});
+  if (in.kind == OpKind::kLayerNorm) return simple(in, {tx, rep, rep}, {tx, rows, rows}, in.attrs);
+  const PartitionSpec partial(Dims{{}}, all_axes(d, 0, r - 1));
+  return simple(in, {tx, rep, rows, rows, tx}, {tx, partial, partial}, in.attrs);
+}
+
+// bias_add: x keeps its dims' sharding (no partial sum: the bias is added once) and the bias
+// takes its trailing dims'; bias_add_grad: dy's trailing dims' sharding, partial over the
+// axes of its leading (summed) dims.
+Status Partitioner::bias_add(const Instr& in) {
+  const bool grad = in.kind == OpKind::kBiasAddGrad;
+  const ValueId x = in.inputs[0];
+  const int r = rank(x), f = grad ? in.attrs.dim : rank(in.inputs[1]);
+  const PartitionSpec tx = dims_only(spec_[x]);
+  const Dims& d = tx.dims();
+  const Dims trailing(d.begin() + (r - f), d.end());
+  if (!grad) return simple(in, {tx, PartitionSpec(trailing)}, {tx}, in.attrs);
+  return simple(in, {tx}, {PartitionSpec(trailing, all_axes(d, 0, r - f))}, in.attrs);
 }
 
 Status Partitioner::add(const Instr& in) {
@@ -971,6 +1001,10 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kMoeCombineWeightsGrad, {&Pt::moe_combine_weights_grad}},
         {OpKind::kExpertMatmul, {&Pt::expert_matmul}},
         {OpKind::kExpertMatmulGrad, {&Pt::expert_matmul}},
+        {OpKind::kLayerNorm, {&Pt::layernorm}},
+        {OpKind::kLayerNormGrad, {&Pt::layernorm}},
+        {OpKind::kBiasAdd, {&Pt::bias_add}},
+        {OpKind::kBiasAddGrad, {&Pt::bias_add}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

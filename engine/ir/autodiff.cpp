@@ -225,11 +225,33 @@ class Differentiator {
     accumulate(in.inputs[1], fresh(g[1], in.inputs[1]));
   }
 
+  void vjp_layernorm(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    check_no_cotangent(in, 1, "mean");
+    check_no_cotangent(in, 2, "rstd");
+    if (!cot_[y].present()) return;
+    auto g = b_.emit(OpKind::kLayerNormGrad, {in.inputs[0], in.inputs[1], in.outputs[1],
+                                              in.outputs[2], tensor(in, y)});
+    for (int k = 0; k < 3; ++k) accumulate(in.inputs[k], fresh(g[k], in.inputs[k]));
+  }
+
+  // x's cotangent is y's; the bias's is y's summed over the broadcast (leading) dims.
+  void vjp_bias_add(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    if (!cot_[y].present()) return;
+    accumulate(in.inputs[0], cot_[y]);
+    OpAttrs a;
+    a.dim = b_.info(in.inputs[1]).shape.rank();
+    accumulate(in.inputs[1],
+               fresh(b_.emit(OpKind::kBiasAddGrad, {tensor(in, y)}, a)[0], in.inputs[1]));
+  }
+
   // a rotation: its transpose is the inverse rotation
   void vjp_rope(const Instr& in) {
     const ValueId y = in.outputs[0];
     const OpAttrs& a = in.attrs;
-    ValueId dx = b_.rope(tensor(in, y), in.inputs[1], a.min_timescale, a.max_timescale, !a.inverse);
+    ValueId dx = b_.rope(tensor(in, y), in.inputs[1], a.min_timescale, a.max_timescale, !a.inverse,
+                         {a.rope_interleave, a.rope_use_scale});
     accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
   }
 
@@ -551,6 +573,10 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kMoeCombineWeightsGrad, &D::not_differentiable},
         {OpKind::kExpertMatmul, &D::vjp_expert_matmul},
         {OpKind::kExpertMatmulGrad, &D::not_differentiable},
+        {OpKind::kLayerNorm, &D::vjp_layernorm},
+        {OpKind::kLayerNormGrad, &D::not_differentiable},
+        {OpKind::kBiasAdd, &D::vjp_bias_add},
+        {OpKind::kBiasAddGrad, &D::not_differentiable},
     },
     &D::vjp_unary, &D::not_differentiable);
 

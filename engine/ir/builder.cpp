@@ -120,6 +120,41 @@ Outs infer_rmsnorm(OpKind kind, const In& in, const OpAttrs&) {
   return {like(*in[0]), make(Shape{x.prod(0, x.rank() - 1)})};
 }
 
+Outs infer_layernorm(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 3);
+  const Shape& x = in[0]->shape;
+  ENG_CHECK(in[1]->shape == Shape{x.dim(-1)} && in[2]->shape == Shape{x.dim(-1)},
+            "layernorm: scale {} and bias {} must be ({}) for x {}", in[1]->shape.to_string(),
+            in[2]->shape.to_string(), x.dim(-1), x.to_string());
+  const Shape rows{x.prod(0, x.rank() - 1)};
+  return {like(*in[0]), make(rows), make(rows)};
+}
+
+Outs infer_layernorm_grad(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 5);  // x, scale, mean, rstd, dy -> dx, dscale, dbias
+  return {like(*in[0]), like(*in[1]), like(*in[1])};
+}
+
+// bias_add: the bias has x's trailing dims; bias_add_grad: dy summed to its trailing `dim` dims.
+Outs infer_bias_add(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  const Shape& x = in[0]->shape;
+  const int r = in[1]->shape.rank();
+  ENG_CHECK(r >= 1 && r <= x.rank() && x.slice(x.rank() - r, x.rank()) == in[1]->shape,
+            "bias_add: bias {} is not the trailing dims of x {}", in[1]->shape.to_string(),
+            x.to_string());
+  return {like(*in[0])};
+}
+
+Outs infer_bias_add_grad(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 1);
+  const ValueInfo& dy = *in[0];
+  const int r = dy.shape.rank();
+  ENG_CHECK(at.dim >= 1 && at.dim <= r, "bias_add_grad: dim {} out of range for dy {}", at.dim,
+            dy.shape.to_string());
+  return {make(dy.shape.slice(r - at.dim, r), dy.dtype, logical_slice(dy, r - at.dim, r))};
+}
+
 Outs infer_rope(OpKind kind, const In& in, const OpAttrs&) {
   n_in(kind, in, 2);
   check_rank(kind, *in[0], 4, "x");
@@ -612,6 +647,10 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kMoeCombineWeightsGrad, infer_moe_combine_weights_grad},
         {OpKind::kExpertMatmul, infer_expert_matmul},
         {OpKind::kExpertMatmulGrad, infer_expert_matmul},
+        {OpKind::kLayerNorm, infer_layernorm},
+        {OpKind::kLayerNormGrad, infer_layernorm_grad},
+        {OpKind::kBiasAdd, infer_bias_add},
+        {OpKind::kBiasAddGrad, infer_bias_add_grad},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 
@@ -817,6 +856,16 @@ ValueId Builder::matmul(ValueId a, ValueId b, int a_split, int b_split, bool tra
   return out;
 }
 
+ValueId Builder::layernorm(ValueId x, ValueId scale, ValueId bias, double eps) {
+  OpAttrs a;
+  a.eps = eps;
+  return emit(OpKind::kLayerNorm, {x, scale, bias}, a)[0];
+}
+
+ValueId Builder::bias_add(ValueId x, ValueId bias) {
+  return emit(OpKind::kBiasAdd, {x, bias}, OpAttrs{})[0];
+}
+
 std::pair<ValueId, ValueId> Builder::rmsnorm(ValueId x, ValueId scale, double eps) {
   OpAttrs a;
   a.eps = eps;
@@ -824,11 +873,14 @@ std::pair<ValueId, ValueId> Builder::rmsnorm(ValueId x, ValueId scale, double ep
   return {o[0], o[1]};
 }
 
-ValueId Builder::rope(ValueId x, ValueId positions, double min_ts, double max_ts, bool inverse) {
+ValueId Builder::rope(ValueId x, ValueId positions, double min_ts, double max_ts, bool inverse,
+                      kern::RopeForm form) {
   OpAttrs a;
   a.min_timescale = min_ts;
   a.max_timescale = max_ts;
   a.inverse = inverse;
+  a.rope_interleave = form.interleave;
+  a.rope_use_scale = form.use_scale;
   return emit(OpKind::kRope, {x, positions}, a)[0];
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/ir/program.h"
+#include "engine/tensor/rope_form.h"
 
 namespace eng {
 
@@ -80,8 +81,12 @@ class Builder {
                  bool trans_b = false, std::vector<std::string> out_sharding = {},
                  ValueId out_like = kNoValue);
   std::pair<ValueId, ValueId> rmsnorm(ValueId x, ValueId scale, double eps);  // y, rstd
+  // MaxText's Gpt3LayerNorm (op.h kLayerNorm): y = norm(x) * (1 + scale) + bias.
+  ValueId layernorm(ValueId x, ValueId scale, ValueId bias, double eps);
+  ValueId bias_add(ValueId x, ValueId bias);  // x + bias over x's trailing dims
+  // form: MaxText's LLaMARotaryEmbedding variants (engine/tensor/rope_form.h).
   ValueId rope(ValueId x, ValueId positions, double min_timescale, double max_timescale,
-               bool inverse = false);
+               bool inverse = false, kern::RopeForm form = {});
   // o, lse; segment_ids (B, T) i32 masks keys of other segments (packing), kNoValue: none.
   std::pair<ValueId, ValueId> attention(ValueId q, ValueId k, ValueId v, double scale,
                                         ValueId segment_ids = kNoValue);

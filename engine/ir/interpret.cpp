@@ -328,11 +328,13 @@ class Evaluator {
     std::vector<int32_t> pos = as_i32(in(i, 1));
     if (bf16(i)) {
       ref::rope_bf16(ind(i, 0), pos.data(), outd(i, 0), x[0], x[1], x[2], x[3],
-                     i.attrs.min_timescale, i.attrs.max_timescale, i.attrs.inverse);
+                     i.attrs.min_timescale, i.attrs.max_timescale, i.attrs.inverse,
+                     {i.attrs.rope_interleave, i.attrs.rope_use_scale});
       return ok_status();
     }
     ref::rope(ind(i, 0), pos.data(), outd(i, 0), x[0], x[1], x[2], x[3], i.attrs.min_timescale,
-              i.attrs.max_timescale, i.attrs.inverse);
+              i.attrs.max_timescale, i.attrs.inverse,
+              {i.attrs.rope_interleave, i.attrs.rope_use_scale});
     return ok_status();
   }
 
@@ -447,6 +449,32 @@ class Evaluator {
       return ok_status();
     }
     ref::rmsnorm_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), outd(i, 0), outd(i, 1), N, E);
+    return ok_status();
+  }
+
+  // layernorm, bias_add: float64 math (bf16 operands round only at the outputs, as the f32
+  // kernels run them widened).
+  Status layernorm(const Instr& i) {
+    const Shape& x = in(i, 0).shape;
+    const int64_t E = x.dim(-1), N = x.prod(0, x.rank() - 1);
+    ref::layernorm_forward(ind(i, 0), ind(i, 1), ind(i, 2), outd(i, 0), outd(i, 1), outd(i, 2), N,
+                           E, i.attrs.eps);
+    return ok_status();
+  }
+  Status layernorm_grad(const Instr& i) {
+    const Shape& x = in(i, 0).shape;
+    const int64_t E = x.dim(-1), N = x.prod(0, x.rank() - 1);
+    ref::layernorm_backward(ind(i, 0), ind(i, 1), ind(i, 2), ind(i, 3), ind(i, 4), outd(i, 0),
+                            outd(i, 1), outd(i, 2), N, E);
+    return ok_status();
+  }
+  Status bias_add(const Instr& i) {
+    const int64_t F = in(i, 1).shape.numel();
+    return map(i, [&](int64_t k) { return ind(i, 0)[k] + ind(i, 1)[k % F]; });
+  }
+  Status bias_add_grad(const Instr& i) {
+    const int64_t F = out(i, 0).shape.numel();
+    ref::bias_add_grad(ind(i, 0), outd(i, 0), in(i, 0).shape.numel() / F, F);
     return ok_status();
   }
 
@@ -605,6 +633,10 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kMoeCombineWeightsGrad, &E::moe_combine_weights_grad},
         {OpKind::kExpertMatmul, &E::expert_matmul},
         {OpKind::kExpertMatmulGrad, &E::expert_matmul},
+        {OpKind::kLayerNorm, &E::layernorm},
+        {OpKind::kLayerNormGrad, &E::layernorm_grad},
+        {OpKind::kBiasAdd, &E::bias_add},
+        {OpKind::kBiasAddGrad, &E::bias_add_grad},
     },
     &E::unary, &E::unary_grad);
 

@@ -36,7 +36,9 @@ constexpr AttrField kMatmul[] = {{"a_split", &A::a_split},
 constexpr AttrField kEps[] = {{"eps", &A::eps}};
 constexpr AttrField kRope[] = {{"min_timescale", &A::min_timescale},
                                {"max_timescale", &A::max_timescale},
-                               {"inverse", &A::inverse, P::kFlag}};
+                               {"inverse", &A::inverse, P::kFlag},
+                               {"interleave", &A::rope_interleave, P::kFlag},
+                               {"llama31_scale", &A::rope_use_scale, P::kFlag}};
 constexpr AttrField kAttention[] = {{"scale", &A::scale}, {"causal", {}, P::kLiteral}};
 constexpr AttrField kScale[] = {{"scale", &A::scale}};
 constexpr AttrField kScaleUnlessOne[] = {{"scale", &A::scale, P::kUnlessDefault}};
@@ -155,6 +157,10 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kMoeCombineWeightsGrad, kNone},
         {K::kExpertMatmul, {kTransB}},
         {K::kExpertMatmulGrad, kNone},
+        {K::kLayerNorm, {kEps}},
+        {K::kLayerNormGrad, kNone},
+        {K::kBiasAdd, kNone},
+        {K::kBiasAddGrad, {kDim}},
     },
     kNone, kNone);
 
@@ -261,6 +267,8 @@ constexpr AttrField kStored[] = {
     {"size", &A::size},
     {"new_shape", &A::new_shape},
     {"vmap", &A::vmap},
+    {"rope_interleave", &A::rope_interleave},
+    {"rope_use_scale", &A::rope_use_scale},
 };
 
 // ---- printing ----

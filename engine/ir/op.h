@@ -21,11 +21,21 @@
 //                    (trans_a ? a[a_split:] : a[:a_split]) ++ (trans_b ? b[:b_split] : b[b_split:])
 //                    e.g. x (B,T,E) . wq (E,H,D): a_split=2, b_split=1 -> (B,T,H,D)
 //   kRmsNorm       (x (...,E), scale (E)) [eps] -> y (...,E), rstd f32 (prod ...) saved
-//   kRope          (x (B,T,H,D), positions i32 (B,T)) [min_timescale, max_timescale, inverse]
+//   kRope          (x (B,T,H,D), positions i32 (B,T)) [min_timescale, max_timescale, inverse,
+//                    interleave, llama31_scale]: pair i = (x[i], x[i+D/2]) rotated by
+//                    pos / timescale_i (MaxText RotaryEmbedding); interleave: pair i =
+//                    (x[2i], x[2i+1]) and llama31_scale: Llama 3.1's rescaled timescales
+//                    (LLaMARotaryEmbedding; engine/tensor/rope_form.h)
 //   kAttention     (q, k, v (B,T,H,D)[, segment_ids i32 (B,T)]) [scale] -> o (B,T,H,D),
 //                    lse (B,H,T) saved; causal, and with segment ids key s is visible to query
 //                    t only within t's segment (packed sequences: ids[b,s] == ids[b,t])
 //   kSwiglu        (g, u) -> silu(g) * u
+//   kLayerNorm     (x (...,E), scale (E), bias (E)) [eps] -> y (...,E), mean f32 (N), rstd f32
+//                    (N) saved (N = prod ...): MaxText's Gpt3LayerNorm with use_bias, whose
+//                    scale is stored zero-centred: y = (x - mean) * rstd * (1 + scale) + bias,
+//                    rstd = 1 / sqrt(mean((x - mean)^2) + eps)
+//   kBiasAdd       (x (...,F...), bias (F...)) -> x + bias, bias broadcast over x's leading
+//                    dims (DenseGeneral's use_bias: bias has the kernel's output dims)
 //   kRepeatKv      (x (B,T,Hkv,D)) [size=R, printed repeats=R] -> (B,T,Hkv*R,D): grouped-query
 //                    attention's key/value heads for the query heads, each kv head repeated R
 //                    times consecutively: out[b,t,h,d] = x[b,t,h / R,d] (PyTorch's repeat_kv,
@@ -130,6 +140,11 @@
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
 //   kAttentionGrad (q, k, v, o, lse, do[, segment_ids]) [scale] -> dq, dk, dv
 //   kSwigluGrad    (g, u, dy) -> dg, du
+//   kLayerNormGrad (x, scale, mean, rstd, dy) -> dx, dscale, dbias: with xhat = (x - mean) rstd
+//                    and g = dy (1 + scale): dx = rstd (g - mean_e(g) - xhat mean_e(g xhat)),
+//                    dscale = sum_rows dy xhat, dbias = sum_rows dy (rows summed in order)
+//   kBiasAddGrad   (dy (...,F...)) [dim = rank of F...] -> dbias (F...): dy summed over its
+//                    leading dims, rows in order
 //   kRepeatKvGrad  (dy (B,T,H,D)) [size=R] -> dx (B,T,H/R,D): the transpose of kRepeatKv,
 //                    dx[b,t,j,d] = sum_{r<R} dy[b,t,j*R + r,d] (summed in r order), f32
 //   kSoftmaxCrossEntropyGrad (logits, targets, lse, dxent) -> dlogits
@@ -292,7 +307,11 @@ namespace eng {
   X(Log1p, "log1p", kUnary)                                         \
   X(Log1pGrad, "log1p_grad", kUnaryGrad)                            \
   X(Expm1, "expm1", kUnary)                                         \
-  X(Expm1Grad, "expm1_grad", kUnaryGrad)
+  X(Expm1Grad, "expm1_grad", kUnaryGrad)                            \
+  X(LayerNorm, "layernorm", kCustom)                                \
+  X(LayerNormGrad, "layernorm_grad", kCustom)                       \
+  X(BiasAdd, "bias_add", kCustom)                                   \
+  X(BiasAddGrad, "bias_add_grad", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of
@@ -338,6 +357,8 @@ struct OpAttrs {
   double scale = 1.0;                 // kScale, kAttention, kAttentionGrad, kMaskedMeanLossGrad
   double min_timescale = 1.0, max_timescale = 10000.0;  // kRope
   bool inverse = false;               // kRope: transpose rotation
+  // kRope: MaxText's LLaMARotaryEmbedding (rope_form.h): adjacent pairs; Llama 3.1 scaling.
+  bool rope_interleave = false, rope_use_scale = false;
   DType dtype = DType::kF32;          // kConvert
   LogicalAxes logical;                // kConstraint: logical axis per dim (nullopt = None)
   // kConstraint: true = flax nn.with_logical_constraint (size-1 axes kept; an equality

@@ -9,28 +9,12 @@
 #include <fmt/format.h>
 
 #include "engine/base/hash.h"
+#include "engine/model/gpt3.h"
 #include "engine/model/moe.h"
 
 namespace eng {
 
 namespace {
-
-struct Preset {
-  const char* name;
-  int64_t vocab, emb, heads, head_dim, mlp, layers;
-  int64_t kv_heads = 0;  // 0: = heads (multi-head attention)
-};
-
-// llama-tiny / llama-small: the shapes of bench/compare_torch.py's PyTorch reference tiny and small
-// presets. llama2-*: MaxText's configs/models/llama2-*.yml.
-constexpr Preset kPresets[] = {
-    {"llama-tiny", 256, 256, 4, 64, 704, 4},
-    {"llama-small", 8192, 512, 8, 64, 1408, 8},
-    {"llama2-7b", 32000, 4096, 32, 128, 11008, 32},
-    {"llama2-13b", 32000, 5120, 40, 128, 13824, 40},
-    {"llama2-70b", 32000, 8192, 64, 128, 28672, 80, 8},  // grouped-query: 8 kv heads
-    {"default", 32000, 2048, 16, 128, 7168, 16},  // MaxText's model_name: "default" (base.yml)
-};
 
 using Logical = std::vector<std::string>;
 
@@ -63,6 +47,38 @@ Status ModelConfig::validate() const {
     return invalid_argument("model {}: param_scan_axis must be 0 or 1 (the layer dim's place in "
                             "every stacked weight; the norm scales have one dim), got {}",
                             name, param_scan_axis);
+  if (rope_type != "default" && !rope_type.starts_with("llama3.1"))
+    return unimplemented("model {}: rope_type '{}' is not supported; default or llama3.1 (yarn "
+                         "is not implemented)",
+                         name, rope_type);
+  if (!(rope_min_timescale > 0) || !(rope_max_timescale > 0))
+    return invalid_argument("model {}: rope_min_timescale {} and rope_max_timescale {} must be "
+                            "positive",
+                            name, rope_min_timescale, rope_max_timescale);
+  if (decoder_block == "gpt3") {  // engine/model/gpt3.h: MaxText's gpt3.py, fused qkv only
+    if (num_kv_heads != num_query_heads)
+      return invalid_argument("model {}: gpt3 needs num_kv_heads == num_query_heads (MaxText's "
+                              "assert), got {} and {}",
+                              name, num_kv_heads, num_query_heads);
+    if (mlp_activations != std::vector<std::string>{"gelu"} || !fused_qkv || !logits_via_embedding)
+      return unimplemented("model {}: the gpt3 decoder runs mlp_activations [gelu], fused_qkv and "
+                           "logits_via_embedding (MaxText's gpt3 ymls); got [{}], {}, {}",
+                           name, fmt::join(mlp_activations, ", "), fused_qkv,
+                           logits_via_embedding);
+    if (llama31_rope() || rope_type != "default")
+      return invalid_argument("model {}: rope_type {} has no effect on gpt3 (learned positions, no "
+                              "rotary embedding)",
+                              name, rope_type);
+    return ok_status();
+  }
+  if (decoder_block != "llama2" && decoder_block != "mistral")
+    return unimplemented("model {}: decoder_block '{}' not supported (llama2, mistral, gpt3)", name,
+                         decoder_block);
+  if (fused_qkv || logits_via_embedding || trainable_position_size > 0)
+    return unimplemented("model {}: fused_qkv, logits_via_embedding and trainable_position_size "
+                         "are gpt3's; the llama2 decoder has separate query/key/value, a "
+                         "logits_dense kernel and rotary positions",
+                         name);
   if (mlp_activations != std::vector<std::string>{"silu", "linear"})
     return unimplemented("model {}: mlp_activations [{}] not supported; only [silu, linear]", name,
                          fmt::join(mlp_activations, ", "));
@@ -70,6 +86,7 @@ Status ModelConfig::validate() const {
 }
 
 int64_t ModelConfig::num_params() const {
+  if (gpt3()) return gpt3_num_params(*this);
   const int64_t E = emb_dim, H = num_query_heads, Hkv = num_kv_heads, D = head_dim, M = mlp_dim;
   // norms; query and out (E*H*D each); key and value (E*Hkv*D each); the MLP.
   int64_t per_layer = 2 * E + 2 * E * H * D + 2 * E * Hkv * D + 3 * E * M;
@@ -77,32 +94,6 @@ int64_t ModelConfig::num_params() const {
     per_layer += moe.num_experts * 3 * E * (moe.moe_mlp_dim > 0 ? moe.moe_mlp_dim : M) +
                  E * moe.num_experts - 3 * E * M;
   return vocab_size * E * 2 + E + num_decoder_layers * per_layer;
-}
-
-std::vector<std::string> model_preset_names() {
-  std::vector<std::string> names;
-  for (const Preset& p : kPresets) names.push_back(p.name);
-  for (const std::string& n : moe_preset_names()) names.push_back(n);
-  return names;
-}
-
-Result<ModelConfig> model_preset(const std::string& name) {
-  for (const Preset& p : kPresets) {
-    if (name != p.name) continue;
-    ModelConfig m;
-    m.name = p.name;
-    m.vocab_size = p.vocab;
-    m.emb_dim = p.emb;
-    m.num_query_heads = p.heads;
-    m.num_kv_heads = p.kv_heads > 0 ? p.kv_heads : p.heads;
-    m.head_dim = p.head_dim;
-    m.mlp_dim = p.mlp;
-    m.num_decoder_layers = p.layers;
-    return m;
-  }
-  if (std::optional<ModelConfig> m = moe_model_preset(name)) return *m;
-  return invalid_argument("unknown model '{}': known models are {}", name,
-                          fmt::join(model_preset_names(), ", "));
 }
 
 const std::vector<std::string>& input_data_logical_axes(bool pipelined) {
@@ -297,8 +288,11 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
       b.constraint(b.matmul(h, w(lp.key), 2, 1, false, false, kKvHeads), kKvHeads), "key_proj");
   ValueId v = b.checkpoint_name(  // (B, T, Hkv, D)
       b.constraint(b.matmul(h, w(lp.value), 2, 1, false, false, kKvHeads), kKvHeads), "value_proj");
-  q = b.rope(q, positions, m.rope_min_timescale, m.rope_max_timescale);
-  k = b.rope(k, positions, m.rope_min_timescale, m.rope_max_timescale);
+  // MaxText's attentions.py: LLaMARotaryEmbedding for llama3.1 (adjacent pairs, scaled when
+  // rope_use_scale), RotaryEmbedding otherwise.
+  const kern::RopeForm form{m.llama31_rope(), m.llama31_rope() && m.rope_use_scale};
+  q = b.rope(q, positions, m.rope_min_timescale, m.rope_max_timescale, false, form);
+  k = b.rope(k, positions, m.rope_min_timescale, m.rope_max_timescale, false, form);
   if (repeats > 1) {  // (B, T, Hkv, D) -> (B, T, H, D): query head h reads kv head h / repeats
     k = b.constraint(b.repeat_kv(k, repeats, kHeads[2]), kHeads);
     v = b.constraint(b.repeat_kv(v, repeats, kHeads[2]), kHeads);
@@ -452,7 +446,8 @@ int outside_axis(const ValueInfo& param) {
 }
 }  // namespace
 
-void init_param(const ValueInfo& param, uint64_t seed, float* out, int64_t pipelined_layers) {
+void init_param(const ValueInfo& param, uint64_t seed, float* out, int64_t pipelined_layers,
+                bool zero_centered_norms) {
   // Scanned weights (..., L, ...): slice l is layer l's own (unscanned) values, so both
   // layouts start from the same weights. layers_outside_pipeline: slice k is layer P + k.
   const std::optional<std::string> outside = outside_pipeline_subpath(param.name);
@@ -470,7 +465,7 @@ void init_param(const ValueInfo& param, uint64_t seed, float* out, int64_t pipel
       layer.name = outside
                        ? fmt::format("params/decoder/layers_{}/{}", pipelined_layers + l, *outside)
                        : *unscanned_name(param.name, l);
-      init_param(layer, seed, buf.data());
+      init_param(layer, seed, buf.data(), 0, zero_centered_norms);
       for (int64_t o = 0; o < outer; ++o)
         std::copy_n(buf.data() + o * inner, inner, out + (o * L + l) * inner);
     }
@@ -486,18 +481,23 @@ void init_param(const ValueInfo& param, uint64_t seed, float* out, int64_t pipel
     const int64_t n = layer.shape.numel(), L = param.shape.prod(0, lead);
     for (int64_t l = 0; l < L; ++l) {
       layer.name = fmt::format("params/decoder/layers_{}/{}", l, *sub);
-      init_param(layer, seed, out + l * n);
+      init_param(layer, seed, out + l * n, 0, zero_centered_norms);
     }
     return;
   }
   const int64_t n = param.shape.numel();
   const uint64_t key = hash_mix(hash_bytes(param.name), seed);
   const std::string& name = param.name;
-  if (name.size() >= 6 && name.compare(name.size() - 6, 6, "/scale") == 0) {
-    for (int64_t i = 0; i < n; ++i) out[i] = 1.0f;
+  auto ends_with = [&](std::string_view s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with("/scale") || ends_with("/bias")) {  // flax's ones / zeros; Gpt3LayerNorm: zeros
+    const float v = ends_with("/scale") && !zero_centered_norms ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < n; ++i) out[i] = v;
     return;
   }
-  if (name.find("token_embedder/embedding") != std::string::npos) {
+  if (name.find("token_embedder/embedding") != std::string::npos ||
+      name.find("position_embedder/embedding") != std::string::npos) {  // normal(1.0)
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(normal_at(key, i));
     return;
   }

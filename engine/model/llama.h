@@ -59,11 +59,24 @@ struct ModelConfig {
   double normalization_layer_epsilon = 1e-5;
   double rope_min_timescale = 1.0;
   double rope_max_timescale = 10000.0;
+  // MaxText's rope_type and rope_use_scale: "default" is RotaryEmbedding (rotate-half);
+  // "llama3.1" (also any model named llama3.1*, as MaxText's attentions.py chooses) is
+  // LLaMARotaryEmbedding: adjacent pairs rotated, and with rope_use_scale its frequencies
+  // scaled as Llama 3.1's (op.h kRope). llama31_rope() says which.
+  std::string rope_type = "default";
+  bool rope_use_scale = true;
   bool use_iota_embed = false;       // one-hot matmul instead of a gather
   // use_iota_embed falls back to the gather when the one-hot (B, T, V) f32 would exceed
   // this many bytes (MaxText PR #3922: 2 GiB).
   int64_t iota_embed_max_bytes = int64_t{2} << 30;
   std::vector<std::string> mlp_activations = {"silu", "linear"};
+  // MaxText's decoder_block: "llama2" (this file; mistral's is the same layer) or "gpt3"
+  // (engine/model/gpt3.h: LayerNorm with bias, fused qkv with biases, gelu MLP with biases,
+  // learned positions, logits via the embedding; mlp_activations [gelu]).
+  std::string decoder_block = "llama2";
+  int64_t trainable_position_size = -1;  // gpt3: learned position embeddings (P, E); -1: none
+  bool logits_via_embedding = false;     // gpt3: logits = y . embedding^T (no logits_dense)
+  bool fused_qkv = false;                // gpt3: one (E, 3, H, D) qkv_proj kernel
   // MaxText's dtype (activations, matmul inputs) and weight_dtype (parameters); the casts
   // are docs/precision.md's. float32/float32 emits no cast at all.
   DType dtype = DType::kF32;
@@ -94,18 +107,26 @@ struct ModelConfig {
 
   // Every size positive, kv heads divide query heads, head_dim even; errors name the value.
   Status validate() const;
-  int64_t num_params() const;        // total parameter count
+  int64_t num_params() const;        // total parameter count (every declared weight)
+  // Parameters one token's forward pass reads: the total for a dense model (every weight is
+  // used by every token; the embedding table counts whole, as MaxText's count does).
+  int64_t num_active_params() const { return num_params(); }
+  bool gpt3() const { return decoder_block == "gpt3"; }
+  bool llama31_rope() const { return name.starts_with("llama3.1") || rope_type.starts_with("llama3.1"); }
   // P: the decoder layers the pipeline runs (all L unless pipeline_parallel_layers is set).
   int64_t pipelined_layers() const {
     return pipeline_parallel_layers < 0 ? num_decoder_layers : pipeline_parallel_layers;
   }
 };
 
-// Presets: llama-tiny, llama-small (bench/torch_llama.py's shapes); llama2-7b, llama2-13b and
-// llama2-70b (grouped-query, 8 kv heads) are MaxText's configs/models (shape-only compiles).
-// Unknown names list the known.
+// Presets (engine/model/presets.cpp): llama-tiny, llama-small (bench/torch_llama.py's shapes);
+// MaxText's configs/models llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3.1-8b,
+// llama3.1-70b, llama3.1-405b, mistral-7b (shape-only compiles). An unknown name's error
+// names the nearest known ones and lists all.
 Result<ModelConfig> model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
+// The n preset names closest to `name` by edit distance, nearest first.
+std::vector<std::string> nearest_model_names(const std::string& name, size_t n);
 
 // With experts (moe.enabled()), wi_0, wi_1 and wo are the experts' (MoeBlock_0/...) and gate
 // is the router's kernel; a dense layer has no gate.
@@ -213,7 +234,10 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
 // weights get each layer's own (unscanned) values; slice k of a layers_outside_pipeline
 // weight is layer pipelined_layers + k (ModelConfig::pipelined_layers(); needed only for
 // those weights).
-void init_param(const ValueInfo& param, uint64_t seed, float* out, int64_t pipelined_layers = 0);
+// zero_centered_norms (gpt3's Gpt3LayerNorm, which multiplies by 1 + scale): norm scales start
+// at 0 and biases (".../bias", every model) at 0, as MaxText's initialisers.
+void init_param(const ValueInfo& param, uint64_t seed, float* out, int64_t pipelined_layers = 0,
+                bool zero_centered_norms = false);
 // Fan-in used by init_param for a kernel path/shape (product of the contracted input dims).
 int64_t kernel_fan_in(const ValueInfo& param);
 

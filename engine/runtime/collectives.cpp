@@ -377,6 +377,8 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
         ENG_NOT_COLLECTIVE(kMoeDispatch) ENG_NOT_COLLECTIVE(kMoeCombine)
         ENG_NOT_COLLECTIVE(kMoeCombineWeightsGrad) ENG_NOT_COLLECTIVE(kExpertMatmul)
         ENG_NOT_COLLECTIVE(kExpertMatmulGrad)
+            ENG_NOT_COLLECTIVE(kLayerNorm) ENG_NOT_COLLECTIVE(kLayerNormGrad)
+                ENG_NOT_COLLECTIVE(kBiasAdd) ENG_NOT_COLLECTIVE(kBiasAddGrad)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE

@@ -101,7 +101,7 @@ void run_rope_bf16(const Args& a) {
   const OpAttrs& at = a.in.attrs;
   kern::rope_bf16(a.h(0), a.ids(1), a.hout(0), x[0], x[1], x[2], x[3],
                   static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
-                  at.inverse);
+                  at.inverse, {at.rope_interleave, at.rope_use_scale});
 }
 void run_attention_bf16(const Args& a) {
   const Shape& q = a.shape(0);
@@ -460,7 +460,7 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
            const OpAttrs& at = a.in.attrs;
            kern::rope(a.f(0), a.ids(1), a.out(0), x[0], x[1], x[2], x[3],
                       static_cast<float>(at.min_timescale), static_cast<float>(at.max_timescale),
-                      at.inverse);
+                      at.inverse, {at.rope_interleave, at.rope_use_scale});
          }}},
         {OpKind::kAttention, {[](A a) {
            const Shape& q = a.shape(0);
@@ -498,6 +498,25 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
            const int64_t E = a.last_dim(1);
            kern::embed_lookup_grad(a.ids(0), a.f(1), a.out(0), a.numel(0), a.in.attrs.depth, E,
                                    offset_input(a, 2));
+         }}},
+        {OpKind::kLayerNorm,
+         {[](A a) {  // x (N, E) viewed
+           const int64_t E = a.last_dim(0);
+           kern::layernorm_forward(a.f(0), a.f(1), a.f(2), a.out(0), a.out(1), a.out(2),
+                                   a.numel(0) / E, E, static_cast<float>(a.in.attrs.eps));
+         }}},
+        {OpKind::kLayerNormGrad, {[](A a) {
+           const int64_t E = a.last_dim(0);
+           kern::layernorm_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.out(0), a.out(1),
+                                    a.out(2), a.numel(0) / E, E);
+         }}},
+        {OpKind::kBiasAdd, {[](A a) {  // x (rows, F) viewed, F = the bias's elements
+           const int64_t F = a.numel(1);
+           kern::bias_add(a.f(0), a.f(1), a.out(0), a.numel(0) / F, F);
+         }}},
+        {OpKind::kBiasAddGrad, {[](A a) {
+           const int64_t F = a.p.value(a.in.outputs[0]).shape.numel();
+           kern::bias_add_grad(a.f(0), a.out(0), a.numel(0) / F, F);
          }}},
         {OpKind::kRmsNormGrad, {[](A a) {
            const int64_t E = a.last_dim(0);

@@ -232,6 +232,7 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
         k.rope_dim = x[3];
         k.rope_min_timescale = static_cast<float>(in.attrs.min_timescale);
         k.rope_max_timescale = static_cast<float>(in.attrs.max_timescale);
+        k.rope_use_scale = in.attrs.rope_use_scale;
         return true;
       }},
 #define ENG_NO_SCRATCH(kind) {OpKind::kind, no_scratch},
@@ -259,6 +260,8 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
                     ENG_NO_SCRATCH(kMoeDispatch) ENG_NO_SCRATCH(kMoeCombine)
                         ENG_NO_SCRATCH(kMoeCombineWeightsGrad) ENG_NO_SCRATCH(kExpertMatmul)
                             ENG_NO_SCRATCH(kExpertMatmulGrad)
+                ENG_NO_SCRATCH(kLayerNorm) ENG_NO_SCRATCH(kLayerNormGrad)
+                    ENG_NO_SCRATCH(kBiasAdd) ENG_NO_SCRATCH(kBiasAddGrad)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

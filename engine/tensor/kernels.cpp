@@ -186,13 +186,17 @@ struct RopeTable {
   float min_ts = 0, max_ts = 0;
   int64_t npos = 0;
   std::vector<float> cs;  // (npos, D)
+  bool use_scale = false;  // Llama 3.1's timescales (rope_form.h)
   static constexpr int64_t kMaxPos = kRopeMaxCachedPos;
 
-  static void fill_row(float* row, int64_t pos, int64_t D, float min_ts, float max_ts) {
+  bool matches(int64_t d, float lo, float hi, bool scale) const {
+    return D == d && min_ts == lo && max_ts == hi && use_scale == scale;
+  }
+  static void fill_row(float* row, int64_t pos, int64_t D, float min_ts, float max_ts,
+                       bool use_scale) {
     const int64_t half = D / 2;
     for (int64_t i = 0; i < half; ++i) {
-      const double ts = static_cast<double>(min_ts) *
-                        std::pow(static_cast<double>(max_ts) / min_ts, 2.0 * i / static_cast<double>(D));
+      const double ts = rope_timescale<double>(i, D, min_ts, max_ts, use_scale);
       const double ang = static_cast<double>(pos) / ts;
       row[i] = static_cast<float>(std::cos(ang));
       row[half + i] = static_cast<float>(std::sin(ang));
@@ -202,7 +206,8 @@ struct RopeTable {
     if (pos >= npos) {
       const int64_t want = std::min(std::max<int64_t>(pos + 1, 2 * npos), kMaxPos);
       cs.resize(want * D);
-      for (int64_t p = npos; p < want; ++p) fill_row(cs.data() + p * D, p, D, min_ts, max_ts);
+      for (int64_t p = npos; p < want; ++p)
+        fill_row(cs.data() + p * D, p, D, min_ts, max_ts, use_scale);
       npos = want;
     }
     return cs.data() + pos * D;
@@ -214,32 +219,39 @@ thread_local std::vector<float> t_rope_odd;  // a row for positions beyond the t
 
 }  // namespace
 
+// This thread's cos/sin row for position p (cos for i < D/2, then sin), as rope() uses it;
+// also for the bf16 rope in kernels_bf16.cpp, which shares the table.
+const float* rope_table_row(int64_t p, int64_t D, float min_timescale, float max_timescale,
+                            bool use_scale) {
+  RopeTable& table = t_rope_table;
+  if (!table.matches(D, min_timescale, max_timescale, use_scale))
+    table = RopeTable{D, min_timescale, max_timescale, 0, std::move(table.cs), use_scale};
+  if (p >= 0 && p < kRopeMaxCachedPos) return table.row(p);
+  t_rope_odd.resize(D);
+  RopeTable::fill_row(t_rope_odd.data(), p, D, min_timescale, max_timescale, use_scale);
+  return t_rope_odd.data();
+}
+
 void rope(const float* x, const int32_t* pos, float* y, int64_t B, int64_t T, int64_t H,
-          int64_t D, float min_timescale, float max_timescale, bool inverse) {
+          int64_t D, float min_timescale, float max_timescale, bool inverse, RopeForm form) {
   const int64_t half = D / 2;
   const int64_t row = H * D;
   parallel_for(B * T, row_grain(row), [&](int64_t lo, int64_t hi) {
-    RopeTable& table = t_rope_table;
-    if (table.D != D || table.min_ts != min_timescale || table.max_ts != max_timescale) {
-      table = RopeTable{D, min_timescale, max_timescale, 0, std::move(table.cs)};
-    }
-    std::vector<float>& t_odd = t_rope_odd;  // one row for positions outside the cache
     for (int64_t bt = lo; bt < hi; ++bt) {
-      const int64_t p = pos[bt];
-      const float* cs;
-      if (p >= 0 && p < kRopeMaxCachedPos) {
-        cs = table.row(p);
-      } else {
-        t_odd.resize(D);
-        RopeTable::fill_row(t_odd.data(), p, D, min_timescale, max_timescale);
-        cs = t_odd.data();
-      }
-      const float* c = cs;
-      const float* s = cs + half;
+      const float* c = rope_table_row(pos[bt], D, min_timescale, max_timescale, form.use_scale);
+      const float* s = c + half;
       const float sign = inverse ? -1.f : 1.f;
       for (int64_t h = 0; h < H; ++h) {
         const float* xr = x + bt * row + h * D;  // (D)
         float* yr = y + bt * row + h * D;        // (D)
+        if (form.interleave) {  // adjacent pairs (LLaMARotaryEmbedding)
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = xr[2 * i], x2 = xr[2 * i + 1], si = sign * s[i];
+            yr[2 * i] = x1 * c[i] - x2 * si;
+            yr[2 * i + 1] = x2 * c[i] + x1 * si;
+          }
+          continue;
+        }
         for (int64_t i = 0; i < half; i += kW) {
           Mask m = simd::mask_for(half - i);
           const Vec x1 = simd::load(xr + i, m), x2 = simd::load(xr + half + i, m);
@@ -250,18 +262,6 @@ void rope(const float* x, const int32_t* pos, float* y, int64_t B, int64_t T, in
       }
     }
   });
-}
-
-// This thread's cos/sin row for position p (cos for i < D/2, then sin), as rope() uses it;
-// for the bf16 rope in kernels_bf16.cpp, which shares the table.
-const float* rope_table_row(int64_t p, int64_t D, float min_timescale, float max_timescale) {
-  RopeTable& table = t_rope_table;
-  if (table.D != D || table.min_ts != min_timescale || table.max_ts != max_timescale)
-    table = RopeTable{D, min_timescale, max_timescale, 0, std::move(table.cs)};
-  if (p >= 0 && p < kRopeMaxCachedPos) return table.row(p);
-  t_rope_odd.resize(D);
-  RopeTable::fill_row(t_rope_odd.data(), p, D, min_timescale, max_timescale);
-  return t_rope_odd.data();
 }
 
 // ---- reductions -----------------------------------------------------------------------------
@@ -332,6 +332,7 @@ void ScratchNeeds::merge(const ScratchNeeds& o) {
     rope_dim = o.rope_dim;
     rope_min_timescale = o.rope_min_timescale;
     rope_max_timescale = o.rope_max_timescale;
+    rope_use_scale = o.rope_use_scale;
   }
 }
 
@@ -348,9 +349,9 @@ static void reserve_scratch_or_throw(const ScratchNeeds& n) {
   if (static_cast<int64_t>(t_sum_partials.size()) < chunks) t_sum_partials.resize(chunks);
   if (n.rope_dim > 0) {
     RopeTable& table = t_rope_table;
-    if (table.D != n.rope_dim || table.min_ts != n.rope_min_timescale ||
-        table.max_ts != n.rope_max_timescale)
-      table = RopeTable{n.rope_dim, n.rope_min_timescale, n.rope_max_timescale, 0, std::move(table.cs)};
+    if (!table.matches(n.rope_dim, n.rope_min_timescale, n.rope_max_timescale, n.rope_use_scale))
+      table = RopeTable{n.rope_dim, n.rope_min_timescale, n.rope_max_timescale, 0,
+                        std::move(table.cs), n.rope_use_scale};
     const int64_t last = std::min(n.rope_positions, kRopeMaxCachedPos) - 1;
     if (last >= 0) table.row(last);  // tabulates every position up to `last`
     if (static_cast<int64_t>(t_rope_odd.size()) < n.rope_dim) t_rope_odd.resize(n.rope_dim);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include "engine/tensor/rope_form.h"
 
 namespace eng::kern {
 
@@ -42,14 +43,29 @@ void rmsnorm_backward(const float* x /*(N, E)*/, const float* scale /*(E)*/,
                       const float* rstd /*(N)*/, const float* dy /*(N, E)*/, float* dx /*(N, E)*/,
                       float* dscale /*(E)*/, int64_t N, int64_t E);
 
+// ---- LayerNorm with bias (MaxText's Gpt3LayerNorm) and bias add (layernorm.cpp) ----------
+// y = (x - mean) * rstd * (1 + scale) + bias per row; mean and rstd saved (f32 math, double
+// row sums). The backward overwrites dx, dscale, dbias; dscale and dbias sum the rows in order.
+void layernorm_forward(const float* x /*(N, E)*/, const float* scale /*(E)*/,
+                       const float* bias /*(E)*/, float* y /*(N, E)*/, float* mean /*(N)*/,
+                       float* rstd /*(N)*/, int64_t N, int64_t E, float eps);
+void layernorm_backward(const float* x, const float* scale, const float* mean, const float* rstd,
+                        const float* dy /*(N, E)*/, float* dx /*(N, E)*/, float* dscale /*(E)*/,
+                        float* dbias /*(E)*/, int64_t N, int64_t E);
+// y = x + bias, bias (F) broadcast over rows; dbias = dy summed over rows (in order).
+void bias_add(const float* x /*(rows, F)*/, const float* bias /*(F)*/, float* y, int64_t rows,
+              int64_t F);
+void bias_add_grad(const float* dy /*(rows, F)*/, float* dbias /*(F)*/, int64_t rows, int64_t F);
+
 // ---- RoPE (MaxText RotaryEmbedding, rotate-half) -----------------------------------------
 // For i < D/2: timescale_i = min_ts * (max_ts/min_ts)^(2i/D), angle = pos[b,t] / timescale_i,
 //   y[..., i]       = x[..., i] * cos - x[..., i + D/2] * sin
 //   y[..., i + D/2] = x[..., i + D/2] * cos + x[..., i] * sin
-// inverse = true applies the transpose rotation (sin -> -sin): that is the VJP.
+// inverse = true applies the transpose rotation (sin -> -sin): that is the VJP. `form`
+// (rope_form.h): adjacent pairs and/or Llama 3.1's scaled timescales (LLaMARotaryEmbedding).
 void rope(const float* x /*(B, T, H, D)*/, const int32_t* pos /*(B, T)*/, float* y /*(B, T, H, D)*/,
           int64_t B, int64_t T, int64_t H, int64_t D, float min_timescale, float max_timescale,
-          bool inverse);
+          bool inverse, RopeForm form = {});
 
 // ---- causal attention (flash-style: no (T, T) tensor is materialised) ---------------------
 // o[b,t,h,:] = sum_{s visible to t} softmax_s(scale * q[b,t,h,:].k[b,s,h,:]) v[b,s,h,:]
@@ -125,6 +141,7 @@ struct ScratchNeeds {
   int64_t rope_positions = 0;       // rope: positions 0..rope_positions-1 are tabulated
   int64_t rope_dim = 0;             //   for this head dim
   float rope_min_timescale = 1, rope_max_timescale = 10000;
+  bool rope_use_scale = false;      //   and Llama 3.1's scaling (rope_form.h)
   int64_t attention_head_dim = 0;   // bf16 attention: its D (with attention_seq)
   int64_t bf16_matmul_bytes = 0;    // largest Bf16MatmulPlan::scratch_bytes() (onednn_matmul.h)
   void merge(const ScratchNeeds& o);  // element-wise max (rope: the last non-empty one)
@@ -162,9 +179,11 @@ void rmsnorm_backward_bf16(const uint16_t* x, const float* scale, const float* r
 //   y[i] = rb(rb(x[i] c) - rb(x[i+D/2] s)),  y[i+D/2] = rb(rb(x[i+D/2] c) + rb(x[i] s)).
 // inverse = true negates s: that is exactly the VJP (each product's cotangent rounded, summed
 // and rounded as JAX's transpose of the forward does).
+// form.interleave (LLaMARotaryEmbedding): MaxText multiplies the bf16 input by the f32 cos/sin,
+// so the math is f32 and only the result is rounded: y[a] = rb(x[a] c - x[b] s) (c, s f32).
 void rope_bf16(const uint16_t* x /*(B, T, H, D)*/, const int32_t* pos /*(B, T)*/,
                uint16_t* y /*(B, T, H, D)*/, int64_t B, int64_t T, int64_t H, int64_t D,
-               float min_timescale, float max_timescale, bool inverse);
+               float min_timescale, float max_timescale, bool inverse, RopeForm form = {});
 
 // Causal attention with segments: key s is visible to query t iff s <= t and (segment_ids is
 // null or seg[b, s] == seg[b, t]). MaxText's dot-product attention (what it runs on CPU) with

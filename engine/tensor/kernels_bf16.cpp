@@ -12,7 +12,8 @@
 
 namespace eng::kern {
 
-const float* rope_table_row(int64_t p, int64_t D, float min_timescale, float max_timescale);  // kernels.cpp
+const float* rope_table_row(int64_t p, int64_t D, float min_timescale, float max_timescale,
+                            bool use_scale);  // kernels.cpp
 void reserve_attention_bf16_scratch(int64_t T, int64_t D);  // attention_bf16.cpp
 
 namespace bf16 {
@@ -134,12 +135,28 @@ void rmsnorm_backward_bf16(const uint16_t* x, const float* scale, const float* r
 // ---- RoPE -----------------------------------------------------------------------------------
 
 void rope_bf16(const uint16_t* x, const int32_t* pos, uint16_t* y, int64_t B, int64_t T, int64_t H,
-               int64_t D, float min_timescale, float max_timescale, bool inverse) {
+               int64_t D, float min_timescale, float max_timescale, bool inverse,
+               RopeForm form) {
   const int64_t half = D / 2, row = H * D;
   const Vec sign = simd::set1(inverse ? -1.f : 1.f);
   parallel_for(B * T, row_grain(row), [&](int64_t lo, int64_t hi) {
     for (int64_t bt = lo; bt < hi; ++bt) {
-      const float* cs = rope_table_row(pos[bt], D, min_timescale, max_timescale);  // cos | sin
+      const float* cs = rope_table_row(pos[bt], D, min_timescale, max_timescale,
+                                       form.use_scale);  // cos | sin
+      if (form.interleave) {  // LLaMARotaryEmbedding: f32 math, the result rounded once
+        const float sg = inverse ? -1.f : 1.f;
+        for (int64_t h = 0; h < H; ++h) {
+          const uint16_t* xr = x + bt * row + h * D;  // (D)
+          uint16_t* yr = y + bt * row + h * D;        // (D)
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = bf16_to_f32(xr[2 * i]), x2 = bf16_to_f32(xr[2 * i + 1]);
+            const float c = cs[i], sn = sg * cs[half + i];
+            yr[2 * i] = f32_to_bf16(x1 * c - x2 * sn);
+            yr[2 * i + 1] = f32_to_bf16(x2 * c + x1 * sn);
+          }
+        }
+        continue;
+      }
       for (int64_t i = 0; i < half; i += kW) {  // c, s rounded once per position, for all heads
         const Mask m = simd::mask_for(half - i);
         const Vec c = bf16::round(simd::load(cs + i, m));

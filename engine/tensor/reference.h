@@ -10,6 +10,8 @@
 #include <limits>
 #include <vector>
 
+#include "engine/tensor/rope_form.h"
+
 namespace eng::ref {
 
 template <typename T>
@@ -75,9 +77,59 @@ void rmsnorm_backward(const T* x, const T* scale, const T* rstd, const T* dy, T*
   }
 }
 
+// MaxText's Gpt3LayerNorm (kernels.h): y = (x - m) r (1 + s) + b, r = (var + eps)^(-1/2).
+template <typename T>
+void layernorm_forward(const T* x, const T* scale, const T* bias, T* y, T* mean, T* rstd,
+                       int64_t N, int64_t E, T eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * E;
+    T m = 0, v = 0;
+    for (int64_t e = 0; e < E; ++e) m += xr[e];
+    m /= T(E);
+    for (int64_t e = 0; e < E; ++e) v += (xr[e] - m) * (xr[e] - m);
+    const T r = T(1) / std::sqrt(v / T(E) + eps);
+    mean[n] = m;
+    rstd[n] = r;
+    for (int64_t e = 0; e < E; ++e) y[n * E + e] = (xr[e] - m) * r * (T(1) + scale[e]) + bias[e];
+  }
+}
+
+// xhat = (x - m) r, g = dy (1 + s): dx = r (g - mean(g) - xhat mean(g xhat));
+// dscale = sum_n dy xhat; dbias = sum_n dy.
+template <typename T>
+void layernorm_backward(const T* x, const T* scale, const T* mean, const T* rstd, const T* dy,
+                        T* dx, T* dscale, T* dbias, int64_t N, int64_t E) {
+  for (int64_t e = 0; e < E; ++e) dscale[e] = dbias[e] = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const T m = mean[n], r = rstd[n];
+    T mg = 0, mgx = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const T g = dy[n * E + e] * (T(1) + scale[e]), xh = (x[n * E + e] - m) * r;
+      mg += g;
+      mgx += g * xh;
+    }
+    mg /= T(E);
+    mgx /= T(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const T g = dy[n * E + e] * (T(1) + scale[e]), xh = (x[n * E + e] - m) * r;
+      dx[n * E + e] = r * (g - mg - xh * mgx);
+      dscale[e] += dy[n * E + e] * xh;
+      dbias[e] += dy[n * E + e];
+    }
+  }
+}
+
+// dbias[f] = sum over rows of dy[row, f] (dy viewed as (rows, F)).
+template <typename T>
+void bias_add_grad(const T* dy, T* dbias, int64_t rows, int64_t F) {
+  for (int64_t f = 0; f < F; ++f) dbias[f] = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t f = 0; f < F; ++f) dbias[f] += dy[r * F + f];
+}
+
 template <typename T>
 void rope(const T* x, const int32_t* pos, T* y, int64_t B, int64_t T_, int64_t H, int64_t D,
-          T min_ts, T max_ts, bool inverse) {
+          T min_ts, T max_ts, bool inverse, kern::RopeForm form = {}) {
   int64_t half = D / 2;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T_; ++t)
@@ -85,12 +137,13 @@ void rope(const T* x, const int32_t* pos, T* y, int64_t B, int64_t T_, int64_t H
         const T* xr = x + ((b * T_ + t) * H + h) * D;
         T* yr = y + ((b * T_ + t) * H + h) * D;
         for (int64_t i = 0; i < half; ++i) {
-          T ts = min_ts * std::pow(max_ts / min_ts, T(2 * i) / T(D));
+          T ts = kern::rope_timescale<T>(i, D, min_ts, max_ts, form.use_scale);
           T ang = T(pos[b * T_ + t]) / ts;
           T c = std::cos(ang), s = inverse ? -std::sin(ang) : std::sin(ang);
-          T x1 = xr[i], x2 = xr[i + half];
-          yr[i] = x1 * c - x2 * s;
-          yr[i + half] = x2 * c + x1 * s;
+          const int64_t a = kern::rope_first(i, D, form), e = kern::rope_second(i, D, form);
+          T x1 = xr[a], x2 = xr[e];
+          yr[a] = x1 * c - x2 * s;
+          yr[e] = x2 * c + x1 * s;
         }
       }
 }
@@ -315,14 +368,22 @@ void rmsnorm_backward_bf16(const T* x, const T* scale, const T* rstd, const T* d
 
 template <typename T>
 void rope_bf16(const T* x, const int32_t* pos, T* y, int64_t B, int64_t T_, int64_t H, int64_t D,
-               T min_ts, T max_ts, bool inverse) {
+               T min_ts, T max_ts, bool inverse, kern::RopeForm form = {}) {
   const int64_t half = D / 2;
   for (int64_t bth = 0; bth < B * T_ * H; ++bth) {
     const T* xr = x + bth * D;
     T* yr = y + bth * D;
     for (int64_t i = 0; i < half; ++i) {
-      const T ts = min_ts * std::pow(max_ts / min_ts, T(2 * i) / T(D));
+      const T ts = kern::rope_timescale<T>(i, D, min_ts, max_ts, form.use_scale);
       const T ang = T(pos[bth / H]) / ts;
+      if (form.interleave) {  // f32 cos/sin (the kernel's table: rounded to float), one rounding
+        const T c = T(static_cast<float>(std::cos(ang)));
+        const T s = (inverse ? -1 : 1) * T(static_cast<float>(std::sin(ang)));
+        const T x1 = xr[2 * i], x2 = xr[2 * i + 1];
+        yr[2 * i] = round_bf16(x1 * c - x2 * s);
+        yr[2 * i + 1] = round_bf16(x2 * c + x1 * s);
+        continue;
+      }
       const T c = round_bf16(std::cos(ang)), s = (inverse ? -1 : 1) * round_bf16(std::sin(ang));
       const T x1 = xr[i], x2 = xr[i + half];
       yr[i] = round_bf16(round_bf16(x1 * c) - round_bf16(x2 * s));

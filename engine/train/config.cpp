@@ -29,7 +29,7 @@ constexpr double kMaxElements = 1125899906842624.0;
 // tfds is not available here).
 const std::vector<ConfigKey> kKeys = {
     {"run_name", V{std::string()}, "name of the run in the metrics store (default: generated)"},
-    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b, mixtral-tiny, mixtral-8x7b, mixtral-8x22b, default (MaxText base.yml's model)"},
+    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3.1-8b, llama3.1-70b, llama3.1-405b, mistral-7b, gpt3-175b, gpt3-52k, gpt3-tiny, mixtral-tiny, mixtral-8x7b, mixtral-8x22b, default (MaxText base.yml's model; MaxText's configs/models values; docs/models.md)"},
     {"steps", V{int64_t{150001}}, "number of training steps"},
     {"per_device_batch_size", V{12.0}, "sequences per device per step (global batch = devices x this)"},
     {"max_target_length", V{int64_t{2048}}, "sequence length T"},
@@ -42,6 +42,10 @@ const std::vector<ConfigKey> kKeys = {
     {"base_mlp_dim", V{int64_t{7168}}, "MLP hidden width M"},
     {"base_num_decoder_layers", V{int64_t{16}}, "decoder layers L"},
     {"normalization_layer_epsilon", V{1e-5}, "RMSNorm epsilon"},
+    {"rope_min_timescale", V{1.0}, "RoPE: the first pair's timescale"},
+    {"rope_max_timescale", V{10000.0}, "RoPE: the timescale the last pair approaches (llama3*: 500000, mistral-7b: 1000000)"},
+    {"rope_type", V{std::string("default")}, "default (MaxText's RotaryEmbedding: rotate-half pairs) | llama3.1 (LLaMARotaryEmbedding: adjacent pairs, Llama 3.1's frequency scaling when rope_use_scale; what every model named llama3.1* runs, as in MaxText); yarn is not implemented"},
+    {"rope_use_scale", V{true}, "with the llama3.1 rope: apply Llama 3.1's frequency scaling (factor 8, low/high frequency factors 1/4, original context 8192, as MaxText hard-codes them); ignored by the default rope"},
     {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
     {"scan_layers", V{true}, "stack each decoder-layer weight kind into one params/decoder/layers/... array with a 'layers' dim (MaxText's default; false: params/decoder/layers_<l>/...; pipelines keep their own (stages, layers_per_stage, ...) stacking; docs/sharding.md)"},
     {"param_scan_axis", V{int64_t{1}}, "where the layer dim goes in every stacked weight with scan_layers: 0 or 1 (MaxText default 1)"},
@@ -171,6 +175,8 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
   out["head_dim"] = m->head_dim;
   out["base_mlp_dim"] = m->mlp_dim;
   out["base_num_decoder_layers"] = m->num_decoder_layers;
+  out["rope_max_timescale"] = m->rope_max_timescale;
+  if (m->use_iota_embed) out["use_iota_embed"] = true;  // gpt3's ymls
   if (model_name == "llama-tiny" || model_name == "llama-small" || model_name == "mixtral-tiny") {
     out["per_device_batch_size"] = 8.0;
     out["max_target_length"] = int64_t{model_name == "llama-small" ? 512 : 256};
@@ -183,6 +189,10 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
   if (model_name == "mixtral-tiny") {  // trainable here: the dense dispatch with capacity
     out["sparse_matmul"] = false;
     out["capacity_factor"] = 1.25;
+  }
+  if (model_name == "gpt3-tiny") {  // as llama-tiny (base.yml's 2048 exceeds its 1024 positions)
+    out["per_device_batch_size"] = 8.0;
+    out["max_target_length"] = int64_t{256};
   }
   return out;
 }
@@ -596,6 +606,10 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.mlp_dim = c.get_int("base_mlp_dim");
   r.model.num_decoder_layers = c.get_int("base_num_decoder_layers");
   r.model.normalization_layer_epsilon = c.get_float("normalization_layer_epsilon");
+  r.model.rope_min_timescale = c.get_float("rope_min_timescale");
+  r.model.rope_max_timescale = c.get_float("rope_max_timescale");
+  r.model.rope_type = c.get_string("rope_type");
+  r.model.rope_use_scale = c.get_bool("rope_use_scale");
   r.model.use_iota_embed = c.get_bool("use_iota_embed");
   r.model.scan_layers = c.get_bool("scan_layers");
   r.model.param_scan_axis = c.get_int("param_scan_axis");
@@ -648,6 +662,15 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
                            "supported yet (MoE layers in a pipeline stage)",
                            r.model.moe.num_experts, r.model.pipeline_stages);
   }
+  if (r.model.gpt3() && r.model.pipeline_stages > 1)
+    return unimplemented("config: model {} (decoder_block gpt3) has no pipeline here; set "
+                         "ici_pipeline_parallelism=1",
+                         r.model.name);
+  if (r.model.trainable_position_size > 0 &&
+      r.max_target_length > r.model.trainable_position_size)
+    return invalid_argument("config: max_target_length {} exceeds model {}'s "
+                            "trainable_position_size {} (its learned position table)",
+                            r.max_target_length, r.model.name, r.model.trainable_position_size);
   // The default (MaxText's true) leaves a pipeline its own (stages, layers_per_stage, ...)
   // stacking; asking for scan_layers=true with stages explicitly is refused.
   // pipeline_parallel_layers < L: the layers after the pipeline are scanned, as MaxText

@@ -58,6 +58,10 @@ std::string step_line(const StepMetrics& m) {
       static_cast<int64_t>(m.total_weights), m.loss);
 }
 
+std::string number_parameters_line(int64_t num_params) {
+  return fmt::format("number parameters: {:.3f} billion", static_cast<double>(num_params) / 1e9);
+}
+
 Status RunRecorder::begin(RunInfo info) {
   if (store_ == nullptr) return ok_status();
   if (!info.script.empty() && info.script_hash.empty()) info.script_hash = file_digest(info.script);

@@ -53,6 +53,8 @@ struct StepMetrics {
 // "completed step: 3, seconds: 0.412, TFLOP/s/device: 0.113, Tokens/s/device: 4970.874,
 // total_weights: 2048, loss: 5.102" (MaxText's metric_logger line).
 std::string step_line(const StepMetrics& m);
+// MaxText's line before the first step (metric_logger.py): "number parameters: 8.030 billion".
+std::string number_parameters_line(int64_t num_params);
 
 class RunRecorder {
  public:

@@ -6,6 +6,7 @@
 #include "engine/ir/autodiff.h"
 #include "engine/ir/builder.h"
 #include "engine/ir/remat.h"
+#include "engine/model/gpt3.h"
 #include "engine/model/llama.h"
 #include "engine/model/moe.h"
 
@@ -46,7 +47,22 @@ static std::vector<std::pair<std::string, ValueId>> moe_metrics(Builder& b, cons
 
 Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
   Builder b("train_step");
-  LlamaParams params = declare_llama_params(b, c.model);
+  // The decoder (MaxText's decoder_block): llama2 (and mistral), or gpt3 (engine/model/gpt3.h).
+  LlamaParams params;
+  Gpt3Params gpt3;
+  if (c.model.gpt3()) {
+    gpt3 = declare_gpt3_params(b, c.model);
+    params.all = gpt3.all;
+  } else {
+    params = declare_llama_params(b, c.model);
+  }
+  // One sum of squares per parameter (the llama decoder's scanned weights: per layer slice).
+  auto sum_squares = [&](const std::vector<ValueId>& values) {
+    if (!c.model.gpt3()) return per_layer_sum_squares(b, c.model, params, values);
+    std::vector<ValueId> out;
+    for (ValueId v : values) out.push_back(b.sum_squares(v));
+    return out;
+  };
   const int n = static_cast<int>(params.all.size());
   std::vector<ValueId> mu(n), nu(n);
   for (int i = 0; i < n; ++i) {
@@ -62,7 +78,8 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
   ValueId step = b.argument("step", Shape{}, DType::kI32, {}, ArgRole::kStep);
   BatchArgs batch = declare_batch(b, c.model, c.global_batch_size, c.max_target_length);
 
-  LossValues loss = trace_llama_loss(b, c.model, params, batch);
+  LossValues loss = c.model.gpt3() ? trace_gpt3_loss(b, c.model, gpt3, batch)
+                                   : trace_llama_loss(b, c.model, params, batch);
   const int forward_end = static_cast<int>(b.program().instrs().size());
   std::vector<ValueId> grads = append_gradients(b, loss.loss, params.all);
   // MaxText train.py: float32 gradients are cast to grad_dtype (others keep theirs); with
@@ -73,7 +90,7 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
 
   // Global-norm clipping (optax.clip_by_global_norm) folded into the AdamW update.
   // One term per unscanned parameter, in the unscanned order (scan_layers: per layer slice).
-  std::vector<ValueId> grad_sq = per_layer_sum_squares(b, c.model, params, grads);
+  std::vector<ValueId> grad_sq = sum_squares(grads);
   ValueId raw_norm = b.global_norm(grad_sq);
   ValueId clip = b.clip_factor(raw_norm, c.gradient_clipping_threshold);
   ValueId grad_norm = b.mul(raw_norm, clip);
@@ -88,7 +105,7 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     new_mu[i] = upd[1];
     new_nu[i] = upd[2];
   }
-  std::vector<ValueId> param_sq = per_layer_sum_squares(b, c.model, params, new_params);
+  std::vector<ValueId> param_sq = sum_squares(new_params);
   ValueId param_norm = b.global_norm(param_sq);
   ValueId new_step = b.increment(step);
 

@@ -173,7 +173,8 @@ Status Trainer::init_state() {
       ENG_RETURN_IF_ERROR(
           check_array_bytes(v.shape, v.dtype, "trainer: parameter '" + v.name + "'"));
       host.resize(static_cast<size_t>(v.shape.numel()));
-      init_param(v, config_.init_weights_seed, host.data(), config_.model.pipelined_layers());
+      init_param(v, config_.init_weights_seed, host.data(), config_.model.pipelined_layers(),
+                 config_.model.gpt3());
       std::vector<uint16_t> host16;  // weight_dtype=bfloat16: the initial values, rounded
       if (v.dtype == DType::kBF16) {
         host16.resize(host.size());

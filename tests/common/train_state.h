@@ -27,7 +27,8 @@ inline Result<std::vector<Array>> init_train_state(const Program& p, const Execu
     const NamedSharding& s = exe.argument_sharding(static_cast<int>(i));
     if (p.args()[i].role == ArgRole::kParam) {
       host.resize(v.shape.numel());
-      init_param(v, cfg.init_weights_seed, host.data(), cfg.model.pipelined_layers());
+      init_param(v, cfg.init_weights_seed, host.data(), cfg.model.pipelined_layers(),
+                 cfg.model.gpt3());
       ENG_ASSIGN_OR_RETURN(Array a, rt.put(host.data(), v.shape, v.dtype, s, v.name));
       state.push_back(std::move(a));
     } else {

@@ -96,6 +96,18 @@ void add_backward_cases(std::map<OpKind, Case>& c) {
                   {act(b, "x", Shape{z.B, z.T, z.E}), arg(b, "norm_scale", Shape{z.E}),
                    act(b, "norm_rstd", Shape{z.B * z.T}), act(b, "dy", Shape{z.B, z.T, z.E})});
   }};
+  c[K::kLayerNormGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    return b.emit(K::kLayerNormGrad,
+                  {act(b, "x", Shape{z.B, z.T, z.E}), arg(b, "norm_scale", Shape{z.E}),
+                   act(b, "norm_mean", Shape{z.B * z.T}), act(b, "norm_rstd", Shape{z.B * z.T}),
+                   act(b, "dy", Shape{z.B, z.T, z.E})});
+  }};
+  // dy (B, T, H, D) summed to the bias (H, D): partial over data, heads split over tensor.
+  c[K::kBiasAddGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    OpAttrs a;
+    a.dim = 2;
+    return b.emit(K::kBiasAddGrad, {arg(b, "dy", Shape{z.B, z.T, z.H, z.D}, kBTHD)}, a);
+  }};
   c[K::kAttentionGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
     const Shape s{z.B, z.T, z.H, z.D};
     OpAttrs a;
@@ -396,9 +408,34 @@ std::map<OpKind, Case> forward_cases() {
         return {y, rstd};
       },
       true};
+  // MaxText's RotaryEmbedding and LLaMARotaryEmbedding (adjacent pairs, Llama 3.1's scaled
+  // timescales: with max 500000 and D = 4, pair 1's wavelength 4443 is in the interpolated
+  // band), their sum first so the VJP check covers both.
+  // MaxText's Gpt3LayerNorm: y, mean, rstd.
+  c[K::kLayerNorm] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                        auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}),
+                                             arg(b, "norm_scale", Shape{z.E}),
+                                             arg(b, "norm_bias", Shape{z.E})});
+                        return b.emit(K::kLayerNorm, {x[0], x[1], x[2]}, [] {
+                          OpAttrs a;
+                          a.eps = 1e-5;
+                          return a;
+                        }());
+                      },
+                      true};
+  // A (H, D) bias over (B, T, H, D), split over tensor with the heads.
+  c[K::kBiasAdd] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                      auto x = wrt_all(w, {arg(b, "x", Shape{z.B, z.T, z.H, z.D}, kBTHD),
+                                           arg(b, "bias", Shape{z.H, z.D}, {"activation_heads", ""})});
+                      return {b.bias_add(x[0], x[1])};
+                    },
+                    true};
   c[K::kRope] = {[](Builder& b, const Sizes& z, V& w) -> V {
                    ValueId x = wrt_all(w, {arg(b, "x", Shape{z.B, z.T, z.H, z.D}, kBTHD)})[0];
-                   return {b.rope(x, ids(b, z, "positions"), 1.0, 10000.0)};
+                   ValueId pos = ids(b, z, "positions");
+                   ValueId plain = b.rope(x, pos, 1.0, 10000.0);
+                   ValueId llama31 = b.rope(x, pos, 1.0, 500000.0, false, {true, true});
+                   return {b.add(plain, llama31), plain, llama31};
                  },
                  true};
   c[K::kAttention] = {

@@ -5,7 +5,7 @@ local start = os.clock()
 local cfg = sl.config{model = "llama2-7b", per_device_batch_size = 1, scan_layers = false}
 local t = sl.trainer(cfg, sl.mesh{fsdp = 256, devices = 256}, {shape_only = true})
 local c = t:compile()
-local params = t.num_params
+local params = t:num_params()
 assert(params > 6.5e9 and params < 7e9, params)
 -- Params + mu + nu in f32, split 256 ways, plus the batch shards.
 local state = 3 * 4 * params / 256

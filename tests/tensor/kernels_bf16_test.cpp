@@ -178,6 +178,22 @@ TEST(Bf16Kernels, RopeAndItsInverseMatchOracle) {
   }
 }
 
+// LLaMARotaryEmbedding in bf16: f32 math, one rounding per element (the oracle's).
+TEST(Bf16Kernels, Llama31RopeMatchesOracle) {
+  const int64_t B = 2, T = 13, H = 2, D = 128;
+  auto x = random_bf16(B * T * H * D, 9, -3, 3);
+  auto pos = test::random_ids(B * T, 0, 20000, 10);
+  std::vector<uint16_t> y(x.bits.size());
+  std::vector<double> w(x.bits.size());
+  for (bool inverse : {false, true}) {
+    kern::rope_bf16(x.bits.data(), pos.data(), y.data(), B, T, H, D, 1.f, 500000.f, inverse,
+                    {true, true});
+    ref::rope_bf16(x.val.data(), pos.data(), w.data(), B, T, H, D, 1.0, 500000.0, inverse,
+                   {true, true});
+    EXPECT_TRUE(close_bf16(y, w, {1, 0, 0.99}, inverse ? "llama3.1 rope inverse" : "llama3.1 rope"));
+  }
+}
+
 // ---- attention ------------------------------------------------------------------------------
 
 // Packed rows: segment ids 1, 1, ..., 2, 2, ..., 3 ... with lengths that cross the 32-row blocks.

@@ -185,6 +185,93 @@ TEST(Rope, ChangingTimescalesRebuildsTheTable) {
   }
 }
 
+// MaxText's LLaMARotaryEmbedding (rope_form.h): adjacent pairs and Llama 3.1's scaled timescales,
+// against the float64 oracle, at positions past the 8192 of the original context; the table is
+// rebuilt when only use_scale changes.
+TEST(Rope, Llama31FormMatchesReferenceAndInverts) {
+  const int64_t B = 2, T = 11, H = 2, D = 128;
+  auto x = random_floats(B * T * H * D, 15);
+  auto xd = to_double(x);
+  std::vector<int32_t> pos(B * T);
+  for (int64_t i = 0; i < B * T; ++i) pos[i] = static_cast<int32_t>(i * 997);  // up to 20937
+  pos[3] = 70000;  // beyond the cached table
+  for (kern::RopeForm form : {kern::RopeForm{true, true}, kern::RopeForm{true, false},
+                              kern::RopeForm{false, true}}) {
+    for (bool inverse : {false, true}) {
+      std::vector<float> y(x.size());
+      std::vector<double> want(x.size());
+      kern::rope(x.data(), pos.data(), y.data(), B, T, H, D, 1.f, 500000.f, inverse, form);
+      ref::rope<double>(xd.data(), pos.data(), want.data(), B, T, H, D, 1.0, 500000.0, inverse,
+                        form);
+      EXPECT_TRUE(all_close(y, want, 1e-5, 2e-6))
+          << form.interleave << form.use_scale << " inverse=" << inverse;
+    }
+  }
+  // Adjacent pairs: element 2i pairs with 2i+1, so at position 0 nothing moves and a rotation
+  // of (1, 0) in pair 0 lands in elements 0 and 1 only.
+  std::vector<float> one(D, 0.f), y(D);
+  one[0] = 1.f;
+  const int32_t p1 = 1;
+  kern::rope(one.data(), &p1, y.data(), 1, 1, 1, D, 1.f, 500000.f, false, {true, true});
+  EXPECT_NEAR(y[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(y[1], std::sin(1.0), 1e-6);
+  for (int64_t d = 2; d < D; ++d) EXPECT_EQ(y[d], 0.f) << d;
+}
+
+// Llama 3.1's scaling at D = 128, rope_max_timescale 500000: pair 28 (wavelength 1955 < 2048)
+// keeps its timescale, pair 35 (wavelength 8215 > 8192) is slowed 8x, and pair 30 (wavelength
+// ~2646) is interpolated: 1 / ts' = (1 - s) / (8 ts) + s / ts, s = (8192 / wavelength - 1) / 3.
+TEST(Rope, Llama31ScalingBands) {
+  auto ts = [](int64_t i, bool scale) {
+    return kern::rope_timescale<double>(i, 128, 1.0, 500000.0, scale);
+  };
+  EXPECT_DOUBLE_EQ(ts(28, true), ts(28, false));
+  EXPECT_NEAR(ts(35, true), 8 * ts(35, false), 1e-9 * ts(35, true));
+  EXPECT_DOUBLE_EQ(ts(0, true), 1.0);
+  const double t30 = ts(30, false), wavelen = 2 * M_PI * t30;
+  ASSERT_GT(wavelen, 2048);
+  ASSERT_LT(wavelen, 8192);
+  const double s = (8192 / wavelen - 1) / 3;
+  EXPECT_NEAR(1 / ts(30, true), (1 - s) / (8 * t30) + s / t30, 1e-15);
+  EXPECT_GT(ts(30, true), t30);
+  EXPECT_LT(ts(30, true), 8 * t30);
+}
+
+// ---- LayerNorm with bias (gpt3) and bias add ----------------------------------------------
+
+// Against the float64 oracles; rows beyond one task and widths not a multiple of the column
+// block (64).
+TEST(LayerNorm, ForwardBackwardAndBiasAddMatchReference) {
+  for (auto [N, E] : {std::pair<int64_t, int64_t>{7, 5}, {300, 130}}) {
+    auto x = random_floats(N * E, 40, -3.f, 3.f), s = random_floats(E, 41), b = random_floats(E, 42);
+    auto dy = random_floats(N * E, 43);
+    std::vector<float> y(N * E), mean(N), rstd(N), dx(N * E), ds(E), db(E);
+    kern::layernorm_forward(x.data(), s.data(), b.data(), y.data(), mean.data(), rstd.data(), N, E,
+                            1e-5f);
+    kern::layernorm_backward(x.data(), s.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
+                             ds.data(), db.data(), N, E);
+    auto xd = to_double(x), sd = to_double(s), bd = to_double(b), dyd = to_double(dy);
+    std::vector<double> wy(N * E), wm(N), wr(N), wdx(N * E), wds(E), wdb(E);
+    ref::layernorm_forward<double>(xd.data(), sd.data(), bd.data(), wy.data(), wm.data(), wr.data(),
+                                   N, E, 1e-5);
+    ref::layernorm_backward<double>(xd.data(), sd.data(), wm.data(), wr.data(), dyd.data(),
+                                    wdx.data(), wds.data(), wdb.data(), N, E);
+    EXPECT_TRUE(all_close(y, wy, 1e-5, 1e-5)) << N << "x" << E;
+    EXPECT_TRUE(all_close(mean, wm, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(rstd, wr, 1e-5, 1e-6));
+    EXPECT_TRUE(all_close(dx, wdx, 1e-4, 1e-5));
+    EXPECT_TRUE(all_close(ds, wds, 1e-4, 1e-4));
+    EXPECT_TRUE(all_close(db, wdb, 1e-5, 1e-5));
+    std::vector<float> yb(N * E), gb(E);
+    kern::bias_add(x.data(), b.data(), yb.data(), N, E);
+    for (int64_t k = 0; k < N * E; ++k) ASSERT_EQ(yb[k], x[k] + b[k % E]) << k;
+    kern::bias_add_grad(dy.data(), gb.data(), N, E);
+    std::vector<double> wgb(E);
+    ref::bias_add_grad<double>(dyd.data(), wgb.data(), N, E);
+    EXPECT_TRUE(all_close(gb, wgb, 1e-5, 1e-5));
+  }
+}
+
 // ---- elementwise ----------------------------------------------------------------------------
 
 TEST(Elementwise, MatchReference) {
