@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -177,8 +178,9 @@ LossValues trace_gpt3_loss(Builder& b, const ModelConfig& m, const Gpt3Params& p
       b.matmul(y, as_dtype(b, p.embedding, m.dtype), 2, 1, false, true, kLogits), kLogits);
   logits = as_dtype(b, logits, DType::kF32);  // cast_logits_to_fp32
   ValueId xent = b.softmax_cross_entropy(logits, batch.targets).first;  // (B, T)
-  auto [loss, total_weights] = b.masked_mean_loss(xent, batch.targets_segmentation);
-  return {loss, total_weights};
+  LossValues out;
+  std::tie(out.loss, out.total_weights) = b.masked_mean_loss(xent, batch.targets_segmentation);
+  return out;
 }
 
 }  // namespace eng

@@ -662,6 +662,10 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
                            "supported yet (MoE layers in a pipeline stage)",
                            r.model.moe.num_experts, r.model.pipeline_stages);
   }
+  if (r.model.gpt3() && r.model.moe.enabled())
+    return unimplemented("config: model {} (decoder_block gpt3) with num_experts={} is not "
+                         "supported yet (MoE layers are llama2-style decoder layers here)",
+                         r.model.name, r.model.moe.num_experts);
   if (r.model.gpt3() && r.model.pipeline_stages > 1)
     return unimplemented("config: model {} (decoder_block gpt3) has no pipeline here; set "
                          "ici_pipeline_parallelism=1",
