@@ -624,7 +624,8 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   ENG_ASSIGN_OR_RETURN(r.model.weight_dtype, config_float_dtype(c, "weight_dtype"));
   ENG_ASSIGN_OR_RETURN(r.grad_dtype, config_float_dtype(c, "grad_dtype"));
   if (c.get_string("opt_type") != "adamw")
-    return unimplemented("config: opt_type={} is not supported; only adamw", c.get_string("opt_type"));
+    return unimplemented("config: opt_type={} is not supported yet (only adamw)",
+                         c.get_string("opt_type"));
 
   const double pdbs = c.get_float("per_device_batch_size");
   if (!(pdbs > 0)) return invalid_argument("config: per_device_batch_size must be positive, got {:g}", pdbs);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "engine/base/file.h"
@@ -305,11 +306,37 @@ bool consumed_here(const std::string& key) {
   return kKeys.count(key) || key.starts_with("dcn_");
 }
 
+// The value (YamlValue::to_string form) the model preset of model_name has for a key of
+// kUnsupported: a model file's own value for its architecture (gpt3's decoder_block "gpt3",
+// mistral's "mistral", ...) is what the preset builds, not an unsupported feature. nullopt: the
+// preset says nothing of that key.
+std::optional<std::string> preset_implies(const ModelConfig& p, std::string_view key) {
+  const auto flag = [](bool b) { return std::string(b ? "True" : "False"); };
+  if (key == "decoder_block")
+    return p.gpt3() ? "'gpt3'" : p.name.starts_with("mistral") ? "'mistral'" : "'llama2'";
+  if (key == "mlp_activations") {
+    std::vector<std::string> q;
+    for (const std::string& a : p.mlp_activations) q.push_back("'" + a + "'");
+    return fmt::format("[{}]", fmt::join(q, ", "));
+  }
+  if (key == "logits_via_embedding") return flag(p.logits_via_embedding);
+  if (key == "fused_qkv") return flag(p.fused_qkv);
+  if (key == "trainable_position_size") return fmt::format("{}", p.trainable_position_size);
+  return std::nullopt;
+}
+
 Status check_unsupported(const MaxTextConfig& m) {
+  std::optional<ModelConfig> preset;
+  if (auto it = m.keys.find("model_name");
+      it != m.keys.end() && it->second.value.kind == Kind::kString) {
+    Result<ModelConfig> p = model_preset(it->second.value.s);
+    if (p.ok()) preset = *p;
+  }
   for (const Unsupported& u : kUnsupported) {
     if (shardlab_key(u.key) != nullptr) continue;  // modelled by the key table (a later merge)
     auto it = m.keys.find(u.key);
     if (it == m.keys.end() || it->second.value.to_string() == u.supported) continue;
+    if (preset && preset_implies(*preset, u.key) == it->second.value.to_string()) continue;
     if (it->second.value.kind == Kind::kInt && std::string(u.supported) == "1" &&
         std::string(u.key).ends_with("_parallelism") && it->second.value.i == -1)
       continue;  // a -1 fill of a size-1 axis

@@ -13,7 +13,8 @@ readme=README.md
 for f in examples/*.lua examples/notebooks/*.lua docs/*.md; do
   grep -qF "\`$f" "$readme" || fail "README.md does not list $f"
 done
-grep -o '{"llama[^"]*"' engine/model/llama.cpp | tr -d '{"' | while read -r model; do
+grep -ohE '^\s*\{"[a-z0-9.-]+",' engine/model/presets.cpp engine/model/moe.cpp | tr -d ' {",' |
+  while read -r model; do
   grep -q "^| \`$model\` |" "$readme" || fail "README.md's models table misses $model"
 done
 # Paths into the repository's top folders, as the README cites them, must exist.
