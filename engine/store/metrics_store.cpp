@@ -289,6 +289,10 @@ Result<std::unique_ptr<MetricsStore>> MetricsStore::open(const std::string& path
   }
   s = store->exec("COMMIT");
   if (!s.ok()) return fail(s);
+  // Rows a process could not write when it ended (the store locked or its disk full) wait in
+  // '<path>-unsaved' (engine/store/unsaved.cpp): added before vanished runs are marked.
+  s = store->add_unsaved();
+  if (!s.ok()) return Status(s.code(), fmt::format("store: cannot open '{}': {}", path, s.message()));
   Result<int> vanished = store->mark_vanished_runs();
   if (!vanished.ok()) return fail(vanished.status());
   return store;
@@ -301,6 +305,8 @@ MetricsStore::~MetricsStore() {
     (void)end_pending_locked();
     for (auto& [sql, stmt] : stmts_) sqlite3_finalize(stmt);
     stmts_.clear();
+    if (!pending_steps_.empty() || !pending_metrics_.empty() || !pending_ends_.empty())
+      save_unsaved_locked();
   }
   sqlite3_close(db_);
 }
@@ -358,6 +364,21 @@ Status MetricsStore::run(std::string_view sql, std::span<const SqlValue> args) {
   return ok_status();
 }
 
+Status MetricsStore::run_uncached(std::string_view sql, std::span<const SqlValue> args) {
+  sqlite3_stmt* stmt = nullptr;
+  const std::string text(sql);
+  if (sqlite3_prepare_v2(db_, text.c_str(), -1, &stmt, nullptr) != SQLITE_OK) return error(sql);
+  int rc = SQLITE_OK;
+  for (size_t i = 0; rc == SQLITE_OK && i < args.size(); ++i)
+    rc = bind(stmt, static_cast<int>(i) + 1, args[i]);
+  if (rc == SQLITE_OK)
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    }
+  Status s = rc == SQLITE_DONE ? ok_status() : error(sql);
+  sqlite3_finalize(stmt);
+  return s;
+}
+
 Result<int> MetricsStore::user_version() {
   sqlite3_stmt* stmt = nullptr;
   const char* sql = "PRAGMA user_version";
@@ -392,9 +413,15 @@ Status MetricsStore::set_tag(const std::string& run_id, const std::string& key,
 
 Status MetricsStore::end_run(const std::string& run_id, RunStatus status) {
   std::lock_guard lock(mu_);
-  // Rows that cannot be written are lost: the run did not end as it says, so it ends FAILED.
-  // The status is set even then (and kept for a retry when that fails too).
+  // Rows that can never be written (a constraint) are dropped: the run did not end as it says,
+  // so it ends FAILED. Rows kept after a transient failure (the store locked, the disk full)
+  // are not lost: the status waits with them and lands after them, at the next write that
+  // succeeds or through '<path>-unsaved' at close.
   const Status flushed = flush_locked();
+  if (!flushed.ok() && (!pending_steps_.empty() || !pending_metrics_.empty())) {
+    pending_ends_.emplace_back(run_id, status);
+    return flushed;
+  }
   if (!flushed.ok()) status = RunStatus::kFailed;
   SqlValue p[] = {std::string(run_status_name(status)), unix_ms(), run_id};
   Status s = run("UPDATE runs SET status = ?, end_ms = ? WHERE run_id = ?", p);

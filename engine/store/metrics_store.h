@@ -202,7 +202,9 @@ class MetricsStore {
   // for a missing directory, a read-only or corrupt file, or a schema newer than this binary.
   static Result<std::unique_ptr<MetricsStore>> open(const std::string& path,
                                                     const OpenOptions& options = {});
-  ~MetricsStore();  // flushes what is buffered (errors are dropped: call flush() to see them)
+  // Flushes what is buffered (call flush() to see errors); what cannot be written is saved
+  // beside the store, in '<path>-unsaved', for the next open() to add.
+  ~MetricsStore();
   MetricsStore(const MetricsStore&) = delete;
   MetricsStore& operator=(const MetricsStore&) = delete;
 
@@ -310,6 +312,13 @@ class MetricsStore {
   // close, so a run whose store was locked at its end does not stay RUNNING once it is free.
   std::vector<std::pair<std::string, RunStatus>> pending_ends_;
   Status end_pending_locked();
+  // What is still buffered or pending when the store closes is saved in '<path>-unsaved' (an
+  // SQLite file of its own: the store's lock does not stop it) and added to the store by the
+  // next open(), so a process that ends while another writer holds the store loses nothing and
+  // its run ends as it said, not KILLED (issue 30 item 14). Both say on stderr what they did.
+  void save_unsaved_locked();
+  Status add_unsaved();
+  Status run_uncached(std::string_view sql, std::span<const SqlValue> args);  // finalized at once
 };
 
 // Formats a value the way the sqlite3 CLI would ("NULL", 3, 0.5, text, x'00ff').

@@ -1,4 +1,4 @@
--- tests/shell/api_fuzz_test.lua: a few hundred random calls of the Lua API (issue 16): every sl.*
+-- tests/shell/api_fuzz_test.lua: a thousand random calls of the Lua API (issues 16, 30): every sl.*
 -- function, every method and metamethod of every bound type (__gc included), with random
 -- arguments (wrong types, huge and NaN numbers, forged userdata, finalised objects). Each call
 -- must return or raise a Lua error with a string message; the process must survive. Fixed seed.
@@ -59,8 +59,8 @@ assert(#targets > 40, "only " .. #targets .. " callables found")
 
 local values = fresh_values()
 local nv = 48  -- the length of the values list, nils included
-for round = 1, 600 do
-  if round % 150 == 0 then values = fresh_values() end  -- new objects after many were finalised
+for round = 1, 1000 do
+  if round % 200 == 0 then values = fresh_values() end  -- new objects after many were finalised
   local target = targets[math.random(#targets)]
   local args = {}
   local n = math.random(0, 4)

@@ -4,6 +4,7 @@
 // warning event, step-directory symlinks are neither listed nor written through, a NaN loss
 // stops training (abort_on_nan_loss), and a store that stays locked ends a run promptly.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -280,6 +281,63 @@ TEST(ReliabilityTest, AStoreThatStaysLockedEndsTheRunPromptly) {
   EXPECT_TRUE(store->flush().ok());  // the next write that succeeds writes the run's end too
   EXPECT_EQ(sql_value_to_string(q(*store, "SELECT status FROM runs WHERE run_id = ?", run).rows.at(0)[0]),
             "FAILED");
+}
+
+// Item 14's last case: the process ends (here: the store object is destroyed, as at exit) while
+// another writer still holds the store. The steps it could not write and its run's end are saved
+// in '<db>-unsaved' and the next open adds them: nothing lost, the run not left RUNNING/KILLED.
+TEST(ReliabilityTest, AStoreLockedAtCloseKeepsItsRowsForTheNextOpen) {
+  if (std::system("command -v sqlite3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "needs sqlite3";
+  TempDir dir("rel_unsaved");
+  const std::string db = dir / "m.db";
+  std::string run;
+  int64_t ran = 0;
+  FILE* other = nullptr;
+  {
+    auto store = MetricsStore::open(db, {.busy_timeout_ms = 300}).value();
+    auto t = Trainer::create(tiny_config(10), Mesh(), {.store = store.get()}).value();
+    run = t->run_id();
+    ASSERT_TRUE(train_ok(*t, 2));
+    other = ::popen(fmt::format("sqlite3 '{}' >/dev/null", db).c_str(), "w");
+    ASSERT_NE(other, nullptr);
+    std::fputs("PRAGMA busy_timeout = 5000;\nBEGIN IMMEDIATE;\nDELETE FROM tags WHERE 0;\n", other);
+    std::fflush(other);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_FALSE(t->train(3, [](const StepMetrics&) { return true; }).ok());
+    ran = t->current_step();  // train() stopped at the error: 2 + the steps it dispatched
+    EXPECT_GE(ran, 3);
+    t.reset();  // the run's end: refused by the lock, kept with its rows
+    EXPECT_GT(store->pending_rows(), 0u);
+  }  // the store closes with the lock still held: its rows go to m.db-unsaved
+  EXPECT_EQ(::access((db + "-unsaved").c_str(), F_OK), 0);
+  std::fputs("ROLLBACK;\n", other);
+  ASSERT_EQ(::pclose(other), 0);
+  auto store = MetricsStore::open(db).value();
+  EXPECT_NE(::access((db + "-unsaved").c_str(), F_OK), 0) << "added, then deleted";
+  const QueryResult steps = q(*store, "SELECT count(*) FROM steps WHERE run_id = ?", run);
+  EXPECT_EQ(sql_value_to_string(steps.rows.at(0)[0]), std::to_string(ran));
+  const std::string status =
+      sql_value_to_string(q(*store, "SELECT status FROM runs WHERE run_id = ?", run).rows.at(0)[0]);
+  EXPECT_NE(status, "RUNNING");
+  EXPECT_NE(status, "KILLED");
+}
+
+// A '-unsaved' file that is not what the store wrote fails the open, naming it; nothing crashes
+// and nothing is dropped (the file stays for the user to look at).
+TEST(ReliabilityTest, AnUnreadableUnsavedFileFailsTheOpenNamingIt) {
+  TempDir dir("rel_unsaved_bad");
+  const std::string db = dir / "m.db";
+  { auto store = MetricsStore::open(db).value(); }
+  FILE* f = std::fopen((db + "-unsaved").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("not a database, but long enough to have a header of a hundred bytes or so .......\n",
+             f);
+  std::fclose(f);
+  auto store = MetricsStore::open(db);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("m.db-unsaved"), std::string::npos) << store.status().message();
+  EXPECT_NE(store.status().message().find("move that file away"), std::string::npos);
+  EXPECT_EQ(::access((db + "-unsaved").c_str(), F_OK), 0);
 }
 
 }  // namespace
