@@ -250,6 +250,21 @@ TEST(ReliabilityTest, ANonFiniteLossStopsTraining) {
   EXPECT_EQ(t->current_step(), 10);
 }
 
+// Another process (the sqlite3 CLI) holding the store's write lock until unlock_store().
+FILE* lock_store(const std::string& db) {
+  FILE* other = ::popen(fmt::format("sqlite3 '{}' >/dev/null", db).c_str(), "w");
+  if (other == nullptr) return nullptr;
+  std::fputs("PRAGMA busy_timeout = 5000;\nBEGIN IMMEDIATE;\nDELETE FROM tags WHERE 0;\n", other);
+  std::fflush(other);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  return other;
+}
+
+int unlock_store(FILE* other) {
+  std::fputs("ROLLBACK;\n", other);
+  return ::pclose(other);
+}
+
 // Item 14: a store another writer keeps locked fails the run's writes after a short wait
 // each (not busy_timeout each), and the run's end is written once the lock is free.
 TEST(ReliabilityTest, AStoreThatStaysLockedEndsTheRunPromptly) {
@@ -264,11 +279,8 @@ TEST(ReliabilityTest, AStoreThatStaysLockedEndsTheRunPromptly) {
     auto t = Trainer::create(tiny_config(10), Mesh(), {.store = store.get()}).value();
     run = t->run_id();
     ASSERT_TRUE(train_ok(*t, 2));
-    other = ::popen(fmt::format("sqlite3 '{}' >/dev/null", db).c_str(), "w");
+    other = lock_store(db);
     ASSERT_NE(other, nullptr);
-    std::fputs("PRAGMA busy_timeout = 5000;\nBEGIN IMMEDIATE;\nDELETE FROM tags WHERE 0;\n", other);
-    std::fflush(other);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     EXPECT_FALSE(t->train(3, [](const StepMetrics&) { return true; }).ok());
     end_s = now_seconds();
   }  // the run's end: a flush and the status, both refused by the lock
@@ -276,8 +288,7 @@ TEST(ReliabilityTest, AStoreThatStaysLockedEndsTheRunPromptly) {
   // Each refused write now waits 0.2 s, not busy_timeout's 1 s: the end took 5+ s before
   // (two flushes of two tries each, then the status), a minute with the default 5 s.
   EXPECT_LT(end_s, 2.5);
-  std::fputs("ROLLBACK;\n", other);
-  ASSERT_EQ(::pclose(other), 0);
+  ASSERT_EQ(unlock_store(other), 0);
   EXPECT_TRUE(store->flush().ok());  // the next write that succeeds writes the run's end too
   EXPECT_EQ(sql_value_to_string(q(*store, "SELECT status FROM runs WHERE run_id = ?", run).rows.at(0)[0]),
             "FAILED");
@@ -298,11 +309,8 @@ TEST(ReliabilityTest, AStoreLockedAtCloseKeepsItsRowsForTheNextOpen) {
     auto t = Trainer::create(tiny_config(10), Mesh(), {.store = store.get()}).value();
     run = t->run_id();
     ASSERT_TRUE(train_ok(*t, 2));
-    other = ::popen(fmt::format("sqlite3 '{}' >/dev/null", db).c_str(), "w");
+    other = lock_store(db);
     ASSERT_NE(other, nullptr);
-    std::fputs("PRAGMA busy_timeout = 5000;\nBEGIN IMMEDIATE;\nDELETE FROM tags WHERE 0;\n", other);
-    std::fflush(other);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     EXPECT_FALSE(t->train(3, [](const StepMetrics&) { return true; }).ok());
     ran = t->current_step();  // train() stopped at the error: 2 + the steps it dispatched
     EXPECT_GE(ran, 3);
@@ -310,8 +318,7 @@ TEST(ReliabilityTest, AStoreLockedAtCloseKeepsItsRowsForTheNextOpen) {
     EXPECT_GT(store->pending_rows(), 0u);
   }  // the store closes with the lock still held: its rows go to m.db-unsaved
   EXPECT_EQ(::access((db + "-unsaved").c_str(), F_OK), 0);
-  std::fputs("ROLLBACK;\n", other);
-  ASSERT_EQ(::pclose(other), 0);
+  ASSERT_EQ(unlock_store(other), 0);
   auto store = MetricsStore::open(db).value();
   EXPECT_NE(::access((db + "-unsaved").c_str(), F_OK), 0) << "added, then deleted";
   const QueryResult steps = q(*store, "SELECT count(*) FROM steps WHERE run_id = ?", run);
