@@ -1,0 +1,187 @@
+// engine/compile/spmd_matmul.cpp: the partitioner's rules for the mixture-of-experts ops and for matmul
+// (contracting, batch and free dims; JAX's ambiguity errors) (spmd_partitioner.h).
+#include "engine/compile/spmd_partitioner.h"
+
+namespace eng::spmd_internal {
+
+// ---- mixture of experts (op.h) ----------------------------------------------------------------
+namespace {
+Axes minus(const Axes& a, const Axes& used) {
+  Axes out;
+  for (const std::string& x : a)
+    if (std::find(used.begin(), used.end(), x) == used.end()) out.push_back(x);
+  return out;
+}
+Axes joined(Axes a, const Axes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+}  // namespace
+
+// Routing is per row b: the sequence and expert dims whole, rows where the logits have them;
+// the load-balance loss and the load are sums over the rows (partial over their axes).
+Status Partitioner::moe_route(const Instr& in) {
+  const Axes b = dims_only(spec_[in.inputs[0]]).dim_or_none(0);
+  const PartitionSpec rows(Dims{b, {}, {}}), rows4(Dims{b, {}, {}, {}});
+  if (in.kind == OpKind::kMoeRouteGrad) return simple(in, {rows, rows4}, {rows}, in.attrs);
+  return simple(in, {rows}, {rows4, PartitionSpec(Dims{}, b), PartitionSpec(Dims{{}, {}}, b)},
+                in.attrs);
+}
+
+// dispatch (combine, x (B,S,M)) -> (E,B,C,M) and combine (combine, y (E,B,C,M)) -> (B,S,M):
+// rows b as the combine weights have them (the expert dim of the expert-major side whole: its
+// `expert` axis moves to the rows, an all-to-all), the model dim M where x / y has it.
+Status Partitioner::moe_dispatch(const Instr& in) {
+  const bool forward = in.kind == OpKind::kMoeDispatch;
+  const Axes b = dims_only(spec_[in.inputs[0]]).dim_or_none(0);
+  const PartitionSpec sx = dims_only(spec_[in.inputs[1]]);
+  const Axes m = minus(sx.dim_or_none(forward ? 2 : 3), b);
+  const PartitionSpec comb(Dims{b, {}, {}, {}}), tokens(Dims{b, {}, m}), experts(Dims{{}, b, {}, m});
+  return forward ? simple(in, {comb, tokens}, {experts}, in.attrs)
+                 : simple(in, {comb, experts}, {tokens}, in.attrs);
+}
+
+// (dout (B,S,M), y (E,B,C,M)) -> (B,S,E,C): rows b as dout's; M contracted (partial over its
+// axes).
+Status Partitioner::moe_combine_weights_grad(const Instr& in) {
+  const PartitionSpec sd = dims_only(spec_[in.inputs[0]]);
+  const Axes b = sd.dim_or_none(0), m = minus(sd.dim_or_none(2), b);
+  return simple(in, {PartitionSpec(Dims{b, {}, m}), PartitionSpec(Dims{{}, b, {}, m})},
+                {PartitionSpec(Dims{b, {}, {}, {}}, m)}, in.attrs);
+}
+
+// expert_matmul (a (G,...,K), w (G,K,N)): experts g where a has them (else w), a's row dims
+// keep their other axes, K whole (the weight gathered over its fsdp axes, as FSDP), N where w
+// has it. expert_matmul_grad (a, dy) -> (G,K,N): a sum over the rows, partial over their axes.
+Status Partitioner::expert_matmul(const Instr& in) {
+  const PartitionSpec sa = dims_only(spec_[in.inputs[0]]), sw = dims_only(spec_[in.inputs[1]]);
+  const int r = rank(in.inputs[0]);
+  Axes g = sa.dim_or_none(0);
+  if (g.empty()) g = sw.dim_or_none(0);
+  Dims da(r), dw(rank(in.inputs[1]));
+  da[0] = g;
+  dw[0] = g;
+  Axes used = g;
+  for (int i = 1; i < r - 1; ++i) {
+    da[i] = minus(sa.dim_or_none(i), used);
+    used = joined(used, da[i]);
+  }
+  const Axes rows = minus(used, g);
+  if (in.kind == OpKind::kExpertMatmulGrad) {
+    for (int i = 1; i < r - 1; ++i) dw[i] = da[i];
+    da[r - 1] = minus(sa.dim_or_none(r - 1), used);
+    dw[r - 1] = minus(sw.dim_or_none(r - 1), joined(used, da[r - 1]));
+    return simple(in, {PartitionSpec(da), PartitionSpec(dw)},
+                  {PartitionSpec(Dims{g, da[r - 1], dw[r - 1]}, rows)}, in.attrs);
+  }
+  const int n_dim = in.attrs.trans_b ? 1 : 2;
+  dw[n_dim] = minus(sw.dim_or_none(n_dim), used);
+  Dims out(da.begin(), da.end() - 1);
+  out.push_back(dw[n_dim]);
+  return simple(in, {PartitionSpec(da), PartitionSpec(dw)}, {PartitionSpec(out)}, in.attrs);
+}
+
+Status Partitioner::matmul(const Instr& in) {
+  const ValueId ga = in.inputs[0], gb = in.inputs[1];
+  const Shape A = shp(ga);
+  const Shape B = shp(gb);
+  const MatmulDims m = matmul_dims(in.attrs, A, B);
+  Dims da = spec_[ga].dims(), db = spec_[gb].dims();
+
+  std::optional<PartitionSpec> want;
+  ENG_RETURN_IF_ERROR(wanted_out(in, m.out_rank(), want));
+  bool paired = m.a_con.size() == m.b_con.size();
+  for (size_t k = 0; paired && k < m.a_con.size(); ++k) paired = A[m.a_con[k]] == B[m.b_con[k]];
+  if (!want) ENG_RETURN_IF_ERROR(check_matmul_ambiguity(m, da, db));
+  agree_contracting(m, paired, da, db);
+  const double bytes_a = static_cast<double>(gv(ga).bytes());
+  const double bytes_b = static_cast<double>(gv(gb).bytes());
+  gather_shared_free_axes(m, bytes_a >= bytes_b, want, da, db);  // auto: gather the cheaper
+  return emit_matmul(in, m, da, db, want);
+}
+
+// The wanted result sharding (matmul, pad), if the program says: out_sharding (an error if
+// its logical names do not resolve), else autodiff's out_like when that value is already
+// placed.
+Status Partitioner::wanted_out(const Instr& in, int out_rank, std::optional<PartitionSpec>& want) {
+  const OpAttrs& at = in.attrs;
+  if (!at.out_logical.empty()) {
+    LogicalAxes names = at.out_logical;
+    names.resize(out_rank);
+    Result<PartitionSpec> w = logical_to_mesh(names, mesh_, o_.rules);
+    if (!w.ok())
+      return invalid_argument("{} out_sharding: {}", op_name(in.kind), w.status().message());
+    want = norm(*w, out_rank);
+  } else if (at.out_like >= 0 && local_[at.out_like] != kNoValue) {
+    // out_like is not an operand: under vmap its tracked spec still has the leading dim.
+    PartitionSpec like = dims_only(spec_[at.out_like]);
+    if (!vm_.empty() && !swapped_[at.out_like]) {
+      Dims d = like.dims();
+      if (!d.empty()) d.erase(d.begin());
+      like = PartitionSpec(d);
+    }
+    if (like.rank() == out_rank) want = like;
+  }
+  return ok_status();
+}
+
+// Explicit mode, no wanted sharding: an ambiguous output is JAX's error.
+Status Partitioner::check_matmul_ambiguity(const MatmulDims& m, const Dims& da, const Dims& db) {
+  if (!explicit_ || !matmul_ambiguous(m, da, db)) return ok_status();
+  Dims lc, rc;
+  for (int i : m.a_con) lc.push_back(da[i]);
+  for (int i : m.b_con) rc.push_back(db[i]);
+  return invalid_argument(
+      "Contracting dimensions are sharded and it is ambiguous how the output should be "
+      "sharded. Please specify the output sharding via the `out_sharding` parameter. Got "
+      "lhs_contracting_spec={} and rhs_contracting_spec={}",
+      spec_string(lc), spec_string(rc));
+}
+
+// Contracting pairs: agree on one side's axes (that side must not use them elsewhere on
+// the other operand); the more-sharded valid choice wins; neither valid -> whole. Unpaired
+// contracting dims (the flattened dims differ) are all gathered.
+void Partitioner::agree_contracting(const MatmulDims& m, bool paired, Dims& da, Dims& db) const {
+  if (!paired) {
+    for (int i : m.a_con) da[i].clear();
+    for (int i : m.b_con) db[i].clear();
+    return;
+  }
+  for (size_t k = 0; k < m.a_con.size(); ++k) {
+    Axes& xa = da[m.a_con[k]];
+    Axes& xb = db[m.b_con[k]];
+    if (xa == xb) continue;
+    const bool va = !used_elsewhere(xa, db, m.b_con[k]), vb = !used_elsewhere(xb, da, m.a_con[k]);
+    Axes t;
+    if (va && vb) t = axes_size(mesh_, xa) >= axes_size(mesh_, xb) ? xa : xb;
+    else if (va) t = xa;
+    else if (vb) t = xb;
+    xa = t;
+    xb = t;
+  }
+}
+
+// The local matmul on operands resharded to da, db: free dims keep their axes, contracting
+// axes make the result a partial sum over them. With out_sharding the result IS in that
+// sharding (resharded to it).
+Status Partitioner::emit_matmul(const Instr& in, const MatmulDims& m, const Dims& da,
+                                const Dims& db, const std::optional<PartitionSpec>& want) {
+  ENG_ASSIGN_OR_RETURN(ValueId la, get(in.inputs[0], PartitionSpec(da)));
+  ENG_ASSIGN_OR_RETURN(ValueId lb, get(in.inputs[1], PartitionSpec(db)));
+  Dims out;
+  for (int i : m.a_free) out.push_back(da[i]);
+  for (int i : m.b_free) out.push_back(db[i]);
+  Axes partial;
+  for (int i : m.a_con) partial.insert(partial.end(), da[i].begin(), da[i].end());
+  sort_mesh_order(partial, mesh_);
+  emit(in, {la, lb}, in.attrs, {PartitionSpec(out, partial)});
+  if (!in.attrs.out_logical.empty()) {
+    ENG_RETURN_IF_ERROR(check_divisible(shp(in.outputs[0]), *want, "matmul out_sharding"));
+    ENG_ASSIGN_OR_RETURN(ValueId lv, get(in.outputs[0], *want));
+    set(in.outputs[0], lv, *want);
+  }
+  return ok_status();
+}
+
+
+}  // namespace eng::spmd_internal
