@@ -47,6 +47,8 @@ void push_array(lua_State* L, ArrayBox box);
 void push_concrete(lua_State* L, eng::frontend::ArrayRef a);
 // x.sharding's spec: a concrete array's, or for a tracer what the partitioner gives it so far.
 Result<eng::NamedSharding> array_sharding(const ArrayBox& a);
+// The array as NumPy prints it (a tracer as JAX does): shell/lua_array_print.cpp.
+Result<std::string> array_repr(const ArrayBox& a);
 
 // One operand of an op: an Array or a Lua number.
 struct Operand {
