@@ -48,7 +48,9 @@ MemoryPlan place_in_order(const std::vector<PlanBuffer>& buffers, const std::vec
   const int64_t span = static_cast<int64_t>(hi) - lo;
   const int shift = std::max(4, static_cast<int>(std::bit_width(static_cast<uint64_t>(span) / 16)));
   std::vector<std::vector<Placed>> blocks(static_cast<size_t>(span >> shift) + 1);  // by offset
-  auto block = [&](int instr) { return static_cast<int>((static_cast<int64_t>(instr) - lo) >> shift); };
+  auto block = [&](int instr) {
+    return static_cast<int>((static_cast<int64_t>(instr) - lo) >> shift);
+  };
   std::vector<Placed> placed;     // every placed buffer, in placing order
   std::vector<Placed> conflicts;  // scratch for long-lived buffers
   placed.reserve(buffers.size());

@@ -84,7 +84,8 @@ MemoryPlan plan_naive(const std::vector<PlanBuffer>& bufs) {
 TEST(MemoryPlan, BlockedConflictListsEqualThePlainScan) {
   std::mt19937 rng(99);
   for (int trial = 0; trial < 6; ++trial) {
-    const int n = 500 + static_cast<int>(rng() % 1500), steps = 200 + static_cast<int>(rng() % 3000);
+    const int n = 500 + static_cast<int>(rng() % 1500);
+    const int steps = 200 + static_cast<int>(rng() % 3000);
     std::vector<PlanBuffer> bufs;
     for (int i = 0; i < n; ++i) {
       const int first = static_cast<int>(rng() % steps);
