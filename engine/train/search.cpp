@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -157,7 +159,7 @@ Result<SearchResult> enumerate_candidates(const Config& base, const SearchSpace&
   std::vector<std::vector<std::pair<std::string, int64_t>>> meshes;
   std::vector<std::vector<int64_t>> tuples, sizes;
   std::vector<int64_t> cur;
-  splits(topo.devices_per_slice / fixed, varied.size(), fill < 0, cur, tuples);
+  if (!varied.empty()) splits(topo.devices_per_slice / fixed, varied.size(), fill < 0, cur, tuples);
   for (const std::vector<int64_t>& t : tuples) {
     std::vector<int64_t> m = ici;
     for (size_t k = 0; k < varied.size(); ++k) m[varied[k]] = t[k];
@@ -175,8 +177,11 @@ Result<SearchResult> enumerate_candidates(const Config& base, const SearchSpace&
                         pm->axes[static_cast<size_t>(fill)].ici_size);
     meshes.push_back(std::move(desc));
   }
-  if (varied.empty()) meshes.push_back({});
-  r.meshes = varied.empty() ? 1 : static_cast<int64_t>(meshes.size());
+  if (varied.empty()) {  // the config's own mesh (its plan says so if the torus cannot take it)
+    meshes.push_back({});
+    r.mesh_splits = 1;
+  }
+  r.meshes = static_cast<int64_t>(meshes.size());
   // meshes x values (the last key varies fastest).
   size_t combos = 1;
   for (const auto& v : typed) combos *= v.size();
@@ -243,6 +248,58 @@ void record_candidate(RunRecorder& rec, const SearchCandidate& c, const Plan* pl
   }
 }
 
+// The candidate's per_device_batch_size as varied ("" when it is not varied).
+std::string batch_of(const SearchCandidate& c) {
+  for (const auto& [key, value] : c.values)
+    if (key == "per_device_batch_size") return value;
+  return "";
+}
+
+// Candidates in groups that differ only in per_device_batch_size, each sorted by it (ascending);
+// groups in enumeration order. Without pruning (or without a varied batch) one per candidate.
+std::vector<std::vector<size_t>> batch_groups(const std::vector<SearchCandidate>& cands,
+                                              bool prune) {
+  std::vector<std::vector<size_t>> groups;
+  std::map<std::string, size_t> by_rest;  // the label without the batch -> group
+  for (size_t i = 0; i < cands.size(); ++i) {
+    if (!prune || batch_of(cands[i]).empty()) {
+      groups.push_back({i});
+      continue;
+    }
+    SearchCandidate rest = cands[i];
+    std::erase_if(rest.values, [](const auto& kv) { return kv.first == "per_device_batch_size"; });
+    auto [it, added] = by_rest.emplace(rest.label(), groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  for (std::vector<size_t>& g : groups)
+    std::stable_sort(g.begin(), g.end(), [&](size_t a, size_t b) {
+      return std::strtod(batch_of(cands[a]).c_str(), nullptr) <
+             std::strtod(batch_of(cands[b]).c_str(), nullptr);
+    });
+  return groups;
+}
+
+// Plans one candidate shape-only: fills its prediction (or its error) and returns the plan, for
+// the store, when it compiled.
+std::optional<Plan> plan_candidate(const Config& base, SearchCandidate& c,
+                                   const std::vector<std::string>& varied_axes) {
+  Result<Config> cfg = candidate_config(base, c, varied_axes);
+  if (!cfg.ok()) {
+    c.status = cfg.status();
+    return std::nullopt;
+  }
+  Result<Plan> p = plan_for_topology(*cfg, PlanOptions{});
+  if (!p.ok()) {
+    c.status = p.status();
+    return std::nullopt;
+  }
+  c.planned = true;
+  c.predicted = p->predicted;
+  c.global_batch = p->trainer->config().global_batch_size;
+  return std::move(p).value();
+}
+
 }  // namespace
 
 Result<SearchResult> search_configs(const Config& base, const SearchSpace& space,
@@ -269,38 +326,39 @@ Result<SearchResult> search_configs(const Config& base, const SearchSpace& space
   std::atomic<bool> stopped{false};
   int64_t done = 0;
   const int64_t total = static_cast<int64_t>(r.candidates.size());
-  default_pool().run(total, [&](int64_t i) {
-    SearchCandidate& c = r.candidates[static_cast<size_t>(i)];
-    if (stopped.load() || (options.stop_requested && options.stop_requested())) {
-      stopped.store(true);
-      c.status = Status(Code::kCancelled, "interrupted before it was planned");
-      return;
-    }
-    std::optional<Plan> plan;
-    Result<Config> cfg = candidate_config(base, c, space.mesh_axes);
-    if (!cfg.ok()) {
-      c.status = cfg.status();
-    } else {
-      Result<Plan> p = plan_for_topology(*cfg, PlanOptions{});
-      if (!p.ok()) {
-        c.status = p.status();
+  // One task per group of candidates that differ only in per_device_batch_size, smallest
+  // batch first: once one does not fit, the larger ones are skipped (memory grows with it).
+  const std::vector<std::vector<size_t>> groups = batch_groups(r.candidates, options.prune_batch);
+  default_pool().run(static_cast<int64_t>(groups.size()), [&](int64_t g) {
+    std::string too_big;  // the smaller batch that did not fit
+    for (size_t i : groups[static_cast<size_t>(g)]) {
+      SearchCandidate& c = r.candidates[i];
+      std::optional<Plan> plan;
+      if (stopped.load() || (options.stop_requested && options.stop_requested())) {
+        stopped.store(true);
+        c.status = Status(Code::kCancelled, "interrupted before it was planned");
+      } else if (!too_big.empty()) {
+        c.pruned = true;
+        c.status = Status(Code::kResourceExhausted,
+                          fmt::format("skipped: per_device_batch_size={} does not fit with the "
+                                      "same mesh and values (memory grows with the batch)",
+                                      too_big));
       } else {
-        c.planned = true;
-        c.predicted = p->predicted;
-        c.global_batch = p->trainer->config().global_batch_size;
-        plan.emplace(std::move(p).value());
+        plan = plan_candidate(base, c, space.mesh_axes);
+        if (c.planned && !c.predicted.fits) too_big = batch_of(c);
       }
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      if (rec.recording()) record_candidate(rec, c, plan ? &*plan : nullptr);
+      if (options.progress) options.progress(done, total, c);
     }
-    std::lock_guard<std::mutex> lock(mu);
-    ++done;
-    if (rec.recording()) record_candidate(rec, c, plan ? &*plan : nullptr);
-    if (options.progress) options.progress(done, total, c);
   });
   r.interrupted = stopped.load();
   for (size_t i = 0; i < r.candidates.size(); ++i) {
     const SearchCandidate& c = r.candidates[i];
     if (c.planned) ++r.planned;
-    if (!c.planned && c.status.code() != Code::kCancelled) ++r.failed;
+    if (c.pruned) ++r.pruned;
+    if (!c.planned && !c.pruned && c.status.code() != Code::kCancelled) ++r.failed;
     if (c.planned && c.predicted.fits) r.ranking.push_back(i);
   }
   r.fitting = static_cast<int64_t>(r.ranking.size());
@@ -328,11 +386,11 @@ std::string SearchResult::to_table(int64_t top) const {
   const char* by = rank == SearchRank::kStepTime ? "predicted step time"
                                                  : "predicted tokens/s per device";
   out += fmt::format(
-      "search on {}: {} candidates ({} mesh{} of {} split{}), {} planned, {} fit, {} failed{}, "
-      "{:.1f} s; best by {}:\n",
+      "search on {}: {} candidates ({} mesh{} of {} split{}), {} planned, {} fit, {} failed, {} "
+      "skipped{}, {:.1f} s; best by {}:\n",
       topology, candidates.size(), meshes, meshes == 1 ? "" : "es", mesh_splits,
-      mesh_splits == 1 ? "" : "s", planned, fitting, failed, interrupted ? " (interrupted)" : "",
-      seconds, by);
+      mesh_splits == 1 ? "" : "s", planned, fitting, failed, pruned,
+      interrupted ? " (interrupted)" : "", seconds, by);
   if (ranking.empty()) out += "  nothing fits\n";
   const size_t n = std::min(ranking.size(), static_cast<size_t>(std::max<int64_t>(top, 0)));
   size_t width = 9;  // "candidate"
@@ -360,6 +418,13 @@ std::string SearchResult::to_table(int64_t top) const {
                            c.limit());
         break;
       }
+  for (const SearchCandidate& c : candidates)
+    if (c.pruned) {
+      out += fmt::format("  {} skipped: a smaller per_device_batch_size on the same mesh and "
+                         "values did not fit (memory grows with the batch)\n",
+                         pruned);
+      break;
+    }
   if (!mesh_skip_example.empty() && meshes < mesh_splits)
     out += fmt::format("  {} split{} not laid out on the torus, e.g. {}\n", mesh_splits - meshes,
                        mesh_splits - meshes == 1 ? "" : "s", mesh_skip_example);

@@ -51,6 +51,10 @@ struct SearchOptions {
   // Called after each candidate (on a pool thread, one call at a time): done of total.
   std::function<void(int64_t done, int64_t total, const SearchCandidate&)> progress{};
   std::function<bool()> stop_requested{};  // polled before each candidate (Ctrl-C)
+  // Plan the batch sizes of one mesh and values smallest first and skip the larger ones once
+  // one does not fit: memory grows with the batch, so they cannot fit either (recorded as
+  // skipped). false plans every candidate.
+  bool prune_batch = true;
 };
 
 struct SearchCandidate {
@@ -59,6 +63,7 @@ struct SearchCandidate {
   std::vector<std::pair<std::string, std::string>> values;  // the varied keys' values
   Status status = ok_status();  // not ok: not planned, or the plan failed (the message says)
   bool planned = false;
+  bool pruned = false;         // skipped: a smaller per_device_batch_size did not fit
   Prediction predicted;        // when planned
   int64_t global_batch = 0;    // sequences per step (when planned)
   int64_t rank = 0;            // 1 = best among those that fit; 0: not ranked
@@ -76,7 +81,7 @@ struct SearchResult {
   int64_t mesh_splits = 0;                // splits of the varied axes tried
   int64_t meshes = 0;                     // of them, laid out on the torus
   std::string mesh_skip_example;          // why one split was not laid out ("" when none)
-  int64_t planned = 0, fitting = 0, failed = 0;
+  int64_t planned = 0, fitting = 0, failed = 0, pruned = 0;
   bool interrupted = false;
   double seconds = 0;
   std::string run_id;                     // the search's run ("" without a store)
