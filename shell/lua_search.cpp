@@ -136,11 +136,13 @@ int result_tostring(lua_State* L) {
   return 1;
 }
 
-// sl.search(config, {vary = {...}, rank = "tokens", top = 10, store = true, progress = true})
+// sl.search(config, {vary = {...}, rank = "tokens", top = 10, store = true, progress = true,
+//                    prune = true})
 Result<int> search_new(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Config * cfg, arg_udata<eng::Config>(L, 1, kFn, "config"));
   ENG_RETURN_IF_ERROR(arg_table(L, 2, kFn, "options"));
-  static const std::vector<std::string> kAllowed = {"vary", "rank", "top", "store", "progress"};
+  static const std::vector<std::string> kAllowed = {"vary", "rank", "top", "store", "progress",
+                                                    "prune"};
   ENG_RETURN_IF_ERROR(check_keys(L, 2, kFn, kAllowed));
   eng::SearchSpace space;
   if (push_field(L, 2, "vary") == LUA_TTABLE) {
@@ -164,6 +166,8 @@ Result<int> search_new(lua_State* L) {
   if (top && *top < 0) return eng::invalid_argument("{}: top must be >= 0, got {}", kFn, *top);
   ENG_ASSIGN_OR_RETURN(std::optional<bool> use_store, field_bool(L, 2, "store", kFn));
   ENG_ASSIGN_OR_RETURN(std::optional<bool> progress, field_bool(L, 2, "progress", kFn));
+  ENG_ASSIGN_OR_RETURN(std::optional<bool> prune, field_bool(L, 2, "prune", kFn));
+  options.prune_batch = prune.value_or(true);
   if (use_store.value_or(true) && eng::dist::process().index == 0) {
     Result<eng::MetricsStore*> store = context(L).open_store();
     if (!store.ok()) return with_context(kFn, store.status());
@@ -227,7 +231,7 @@ Result<int> search_new(lua_State* L) {
 constexpr Function kSearchFunctions[] = {
     {"search", lua_entry<search_new>,
      "sl.search(config, {vary = {mesh = {axes}, key = {values}, ...}, rank = \"tokens\",\n"
-     "  top = 10, store = true, progress = true}) -> result",
+     "  top = 10, store = true, progress = true, prune = true}) -> result",
      "Plans every combination shape-only for the config's compile_topology (as sl.plan) and ranks\n"
      "  those that fit: vary.mesh lists mesh axes whose ici split varies over a slice's devices\n"
      "  (every split the torus lays out; an axis not varied keeps its size, one at -1 fills);\n"

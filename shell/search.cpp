@@ -21,7 +21,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: shardlab search <config.yml> [key=value ...] --vary KEY=V1,V2,... [--vary ...]\n"
-    "                       [--rank tokens|step_time] [--top N] [--db PATH]\n"
+    "                       [--rank tokens|step_time] [--top N] [--no-prune] [--db PATH]\n"
     "  Plans every combination shape-only for compile_topology (as train_compile does) and\n"
     "  ranks those that fit. The config and key=value overrides are MaxText's, as for\n"
     "  train_compile.\n"
@@ -33,6 +33,9 @@ constexpr const char* kUsage =
     "  --rank tokens|step_time       rank by predicted tokens/s per device (default; fair across\n"
     "                                batch sizes) or by predicted step time\n"
     "  --top N                       rows of the table (default 10)\n"
+    "  --no-prune                    plan every batch size (default: a mesh and values' batch\n"
+    "                                sizes smallest first, the larger skipped once one does not\n"
+    "                                fit: memory grows with the batch)\n"
     "  --db PATH                     metrics store (default $SHARDLAB_DB or ./shardlab.db): one\n"
     "                                run, every candidate's compile, prediction and metrics\n"
     "  Example (docs/train_compile.md):\n"
@@ -47,6 +50,7 @@ struct Args {
   eng::SearchSpace space;
   eng::SearchRank rank = eng::SearchRank::kTokensPerSecond;
   int64_t top = 10;
+  bool prune = true;
   bool help = false;
   std::string db;
 };
@@ -96,6 +100,8 @@ eng::Result<Args> parse_args(int argc, char** argv) {
     auto is = [&](const std::string& flag) { return s == flag || s.starts_with(flag + "="); };
     if (s == "-h" || s == "--help") {
       a.help = true;
+    } else if (s == "--no-prune") {
+      a.prune = false;
     } else if (is("--vary")) {
       ENG_ASSIGN_OR_RETURN(std::string v, value_of(i, "--vary"));
       ENG_RETURN_IF_ERROR(add_vary(v, a.space));
@@ -155,6 +161,7 @@ int search(const Args& a, const std::vector<std::string>& argv) {
 
   eng::SearchOptions options;
   options.rank = a.rank;
+  options.prune_batch = a.prune;
   options.store = store->get();
   options.argv = argv;
   options.script = a.config;

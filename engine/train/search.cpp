@@ -407,7 +407,7 @@ std::string SearchResult::to_table(int64_t top) const {
                        p.tokens_per_s_per_device, 100 * p.mfu, gib(p.peak_bytes), c.limit());
   }
   for (const SearchCandidate& c : candidates)
-    if (!c.planned && c.status.code() != Code::kCancelled) {
+    if (!c.planned && !c.pruned && c.status.code() != Code::kCancelled) {
       out += fmt::format("  {} failed, e.g. {}: {}\n", failed, c.label(), c.status.message());
       break;
     }
