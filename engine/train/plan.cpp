@@ -70,6 +70,7 @@ Result<Plan> plan_for_topology(const Config& config, const PlanOptions& options)
   topts.argv = options.argv;
   topts.script = options.script;
   topts.record_shape_only = options.record_run;
+  topts.traced = options.traced;
   ENG_ASSIGN_OR_RETURN(plan.trainer, Trainer::create(c, mesh, topts));
   ENG_ASSIGN_OR_RETURN(plan.exe, plan.trainer->compile());
   PredictOptions popts;

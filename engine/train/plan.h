@@ -29,6 +29,7 @@ struct PlanOptions {
   std::vector<std::string> argv{};
   std::string script{};
   bool record_run = false;  // the trainer records a run of its own (shardlab train_compile)
+  std::shared_ptr<const TracedTrainStep> traced{};  // TrainerOptions::traced (search.h)
 };
 
 struct Plan {

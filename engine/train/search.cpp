@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -155,6 +156,7 @@ Result<SearchResult> enumerate_candidates(const Config& base, const SearchSpace&
   SearchResult r;
   r.topology = fmt::format("{} x {} slice{}", topo.name, topo.num_slices,
                            topo.num_slices == 1 ? "" : "s");
+  r.num_devices = topo.num_devices();
   // Meshes: each split of the varied axes that the torus lays out.
   std::vector<std::vector<std::pair<std::string, int64_t>>> meshes;
   std::vector<std::vector<int64_t>> tuples, sizes;
@@ -280,16 +282,51 @@ std::vector<std::vector<size_t>> batch_groups(const std::vector<SearchCandidate>
   return groups;
 }
 
+// Traces shared by the candidates that differ only in their data/fsdp/fsdp_transpose/tensor
+// split (TracedTrainStep): keyed by the candidate's values.
+struct TraceCache {
+  bool usable = false;  // every mesh axis the candidates vary (or fill) leaves the trace alone
+  int64_t num_devices = 0;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<const TracedTrainStep>> traces;
+};
+
+bool trace_independent_axis(const std::string& axis) {
+  return axis == "data" || axis == "fsdp" || axis == "fsdp_transpose" || axis == "tensor";
+}
+
+std::shared_ptr<const TracedTrainStep> trace_for(TraceCache& cache, const Config& cfg,
+                                                 const SearchCandidate& c) {
+  if (!cache.usable) return nullptr;
+  SearchCandidate values_only = c;
+  values_only.mesh.clear();
+  const std::string key = values_only.label();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.traces.find(key);
+    if (it != cache.traces.end()) return it->second;
+  }
+  Result<ResolvedConfig> rc = resolve_config(cfg, cache.num_devices);
+  if (!rc.ok()) return nullptr;  // the plan reports it
+  auto traced = std::make_shared<TracedTrainStep>();
+  traced->program = build_train_step(*rc, &traced->layout);
+  std::lock_guard<std::mutex> lock(cache.mu);
+  return cache.traces.emplace(key, std::move(traced)).first->second;
+}
+
 // Plans one candidate shape-only: fills its prediction (or its error) and returns the plan, for
 // the store, when it compiled.
 std::optional<Plan> plan_candidate(const Config& base, SearchCandidate& c,
-                                   const std::vector<std::string>& varied_axes) {
+                                   const std::vector<std::string>& varied_axes,
+                                   TraceCache& traces) {
   Result<Config> cfg = candidate_config(base, c, varied_axes);
   if (!cfg.ok()) {
     c.status = cfg.status();
     return std::nullopt;
   }
-  Result<Plan> p = plan_for_topology(*cfg, PlanOptions{});
+  PlanOptions options;
+  options.traced = trace_for(traces, *cfg, c);
+  Result<Plan> p = plan_for_topology(*cfg, options);
   if (!p.ok()) {
     c.status = p.status();
     return std::nullopt;
@@ -326,6 +363,12 @@ Result<SearchResult> search_configs(const Config& base, const SearchSpace& space
   std::atomic<bool> stopped{false};
   int64_t done = 0;
   const int64_t total = static_cast<int64_t>(r.candidates.size());
+  TraceCache traces;
+  traces.num_devices = r.num_devices;
+  traces.usable = options.reuse_traces && base.get_int("ici_pipeline_parallelism") == 1;
+  for (const SearchCandidate& c : r.candidates)
+    for (const auto& [axis, size] : c.mesh)
+      if (!trace_independent_axis(axis)) traces.usable = false;
   // One task per group of candidates that differ only in per_device_batch_size, smallest
   // batch first: once one does not fit, the larger ones are skipped (memory grows with it).
   const std::vector<std::vector<size_t>> groups = batch_groups(r.candidates, options.prune_batch);
@@ -344,7 +387,7 @@ Result<SearchResult> search_configs(const Config& base, const SearchSpace& space
                                       "same mesh and values (memory grows with the batch)",
                                       too_big));
       } else {
-        plan = plan_candidate(base, c, space.mesh_axes);
+        plan = plan_candidate(base, c, space.mesh_axes, traces);
         if (c.planned && !c.predicted.fits) too_big = batch_of(c);
       }
       std::lock_guard<std::mutex> lock(mu);

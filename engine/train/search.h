@@ -55,6 +55,9 @@ struct SearchOptions {
   // one does not fit: memory grows with the batch, so they cannot fit either (recorded as
   // skipped). false plans every candidate.
   bool prune_batch = true;
+  // Trace each combination of values once and reuse it on every mesh (TracedTrainStep) when
+  // the meshes differ only in data, fsdp, fsdp_transpose and tensor; false traces per plan.
+  bool reuse_traces = true;
 };
 
 struct SearchCandidate {
@@ -76,6 +79,7 @@ struct SearchCandidate {
 
 struct SearchResult {
   std::string topology;                   // "v6e-256 x 1 slice"
+  int64_t num_devices = 0;                // of the topology (all slices)
   std::vector<SearchCandidate> candidates;  // every one, in enumeration order
   std::vector<size_t> ranking;            // indices into candidates of those that fit, best first
   int64_t mesh_splits = 0;                // splits of the varied axes tried

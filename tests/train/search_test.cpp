@@ -173,6 +173,32 @@ TEST(Search, LargerBatchesAreSkippedOnceOneDoesNotFit) {
   EXPECT_EQ(every->ranking, r->ranking);  // the same winners either way
 }
 
+TEST(Search, ReusedTracesPlanAsFreshOnes) {
+  // One trace per (batch, policy) on every data x fsdp x tensor split: the same predictions,
+  // memory and errors as tracing each plan anew.
+  SearchSpace space{{"data", "fsdp", "tensor"},
+                    {{"per_device_batch_size", {"1", "2"}}, {"remat_policy", {"full", "minimal"}}}};
+  SearchOptions fresh;
+  fresh.reuse_traces = false;
+  Result<SearchResult> a = search_configs(tiny(), space);
+  Result<SearchResult> b = search_configs(tiny(), space, fresh);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  ASSERT_EQ(a->candidates.size(), b->candidates.size());
+  EXPECT_GT(a->planned, 20);
+  for (size_t i = 0; i < a->candidates.size(); ++i) {
+    const SearchCandidate& x = a->candidates[i];
+    const SearchCandidate& y = b->candidates[i];
+    ASSERT_EQ(x.planned, y.planned) << x.label();
+    EXPECT_EQ(x.status.message(), y.status.message()) << x.label();
+    if (!x.planned) continue;
+    EXPECT_EQ(x.predicted.step_time_s, y.predicted.step_time_s) << x.label();
+    EXPECT_EQ(x.predicted.peak_bytes, y.predicted.peak_bytes) << x.label();
+    EXPECT_EQ(x.predicted.compute_s, y.predicted.compute_s) << x.label();
+  }
+  EXPECT_EQ(a->ranking, b->ranking);
+}
+
 TEST(Search, BadInputIsAClearError) {
   auto error = [](const Config& c, const SearchSpace& s) {
     Result<SearchResult> r = enumerate_candidates(c, s);
