@@ -221,6 +221,16 @@ Result<int> search_new(lua_State* L) {
   set_string(L, "topology", r.topology);
   if (!r.run_id.empty()) set_string(L, "run_id", r.run_id);
   set_string(L, "table", r.to_table(top.value_or(10)));
+  set_string(L, "pareto_svg", r.pareto_svg());
+  lua_createtable(L, static_cast<int>(r.pareto_front().size()), 0);
+  lua_getfield(L, -2, "candidates");
+  const std::vector<size_t> front = r.pareto_front();
+  for (size_t k = 0; k < front.size(); ++k) {
+    lua_rawgeti(L, -1, static_cast<lua_Integer>(front[k]) + 1);
+    lua_rawseti(L, -3, static_cast<lua_Integer>(k) + 1);
+  }
+  lua_pop(L, 1);
+  lua_setfield(L, -2, "pareto");
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, result_tostring);
   lua_setfield(L, -2, "__tostring");
@@ -241,7 +251,9 @@ constexpr Function kSearchFunctions[] = {
      "  The result prints as the best `top` with what limits each; r.best, r.ranked (best\n"
      "  first), r.candidates (every one: label, mesh, values, planned, fits, rank, step_time_s,\n"
      "  tokens_per_s_per_device, mfu, peak_bytes, hbm_bytes, global_batch, limit, error),\n"
-     "  r.planned, r.fitting, r.failed, r.seconds, r.run_id. One run in the store holds every\n"
+     "  r.planned, r.fitting, r.failed, r.seconds, r.run_id; r.pareto (the candidates no other\n"
+     "  beats on both peak memory and the measure) and r.pareto_svg (plot.save(r.pareto_svg,\n"
+     "  \"front.svg\") writes it). One run in the store holds every\n"
      "  candidate's compile, prediction and search/* metrics (docs/train_compile.md)."},
 };
 

@@ -21,7 +21,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: shardlab search <config.yml> [key=value ...] --vary KEY=V1,V2,... [--vary ...]\n"
-    "                       [--rank tokens|step_time] [--top N] [--no-prune] [--db PATH]\n"
+    "                       [--rank tokens|step_time] [--top N] [--no-prune] [--svg PATH]\n"
+    "                       [--db PATH]\n"
     "  Plans every combination shape-only for compile_topology (as train_compile does) and\n"
     "  ranks those that fit. The config and key=value overrides are MaxText's, as for\n"
     "  train_compile.\n"
@@ -33,6 +34,8 @@ constexpr const char* kUsage =
     "  --rank tokens|step_time       rank by predicted tokens/s per device (default; fair across\n"
     "                                batch sizes) or by predicted step time\n"
     "  --top N                       rows of the table (default 10)\n"
+    "  --svg PATH                    write the Pareto front (peak memory vs the ranking's\n"
+    "                                measure, every planned candidate) as an SVG\n"
     "  --no-prune                    plan every batch size (default: a mesh and values' batch\n"
     "                                sizes smallest first, the larger skipped once one does not\n"
     "                                fit: memory grows with the batch)\n"
@@ -52,6 +55,7 @@ struct Args {
   int64_t top = 10;
   bool prune = true;
   bool help = false;
+  std::string svg;
   std::string db;
 };
 
@@ -117,6 +121,8 @@ eng::Result<Args> parse_args(int argc, char** argv) {
       if (v.empty() || *end != '\0' || n < 0 || n > 1000000)
         return eng::invalid_argument("--top '{}': a count of rows (0 or more)", v);
       a.top = n;
+    } else if (is("--svg")) {
+      ENG_ASSIGN_OR_RETURN(a.svg, value_of(i, "--svg"));
     } else if (is("--db")) {
       ENG_ASSIGN_OR_RETURN(a.db, value_of(i, "--db"));
     } else if (s.starts_with("-")) {
@@ -180,6 +186,15 @@ int search(const Args& a, const std::vector<std::string>& argv) {
   eng::Result<eng::SearchResult> r = eng::search_configs(m->config, a.space, options);
   if (!r.ok()) return fail(r.status());
   std::printf("%s", r->to_table(a.top).c_str());
+  if (!a.svg.empty()) {
+    const std::string svg = r->pareto_svg();
+    std::FILE* f = std::fopen(a.svg.c_str(), "wb");
+    bool ok = f != nullptr && std::fwrite(svg.data(), 1, svg.size(), f) == svg.size();
+    if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+    if (!ok) return fail(eng::io_error("--svg: cannot write '{}'", a.svg));
+    std::printf("Pareto front (%zu of %lld planned) in %s\n", r->pareto_front().size(),
+                static_cast<long long>(r->planned), a.svg.c_str());
+  }
   if (!r->run_id.empty()) std::printf("run %s in %s\n", r->run_id.c_str(), db.c_str());
   eng::Status flushed = (*store)->flush();
   if (!flushed.ok()) return fail(flushed);

@@ -92,6 +92,12 @@ struct SearchResult {
   SearchRank rank = SearchRank::kTokensPerSecond;
   // The best `top` with what limits each, and a summary line.
   std::string to_table(int64_t top) const;
+  // The planned candidates no other planned one beats on both peak memory and the ranking's
+  // measure, by peak ascending (indices into candidates; fitting or not).
+  std::vector<size_t> pareto_front() const;
+  // Peak memory vs the ranking's measure as an SVG scatter plot: every planned candidate (filled
+  // when it fits), the front as a line, the device's HBM as a dashed limit (search_svg.cpp).
+  std::string pareto_svg() const;
 };
 
 // The candidates without planning them (search_configs' first step; for tests and --dry-run).
