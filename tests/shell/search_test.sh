@@ -41,12 +41,14 @@ compile_topology_num_slices: 1
 YML
 
 out=$("$bin" search small.yml compile_topology=v6e-8 \
-  --vary mesh=fsdp,tensor --vary per_device_batch_size=1,2 --top 3 --db "$db") ||
+  --vary mesh=fsdp,tensor --vary per_device_batch_size=1,2 --top 3 --svg front.svg --db "$db") ||
   fail "search exited $?: $out"
 echo "$out" | grep -q "8 candidates (4 meshes of 4 splits), 6 planned, 6 fit, 2 failed, 0 skipped" ||
   fail "counts: $out"
 echo "$out" | grep -qE "^ +1  fsdp=" || fail "no rank 1: $out"
 echo "$out" | grep -q "2 failed, e.g. fsdp=1 tensor=8" || fail "failure example: $out"
+grep -q "<polyline" front.svg && [[ $(grep -c "<circle" front.svg) == 6 ]] ||
+  fail "--svg: $(head -c 300 front.svg)"
 run=$(echo "$out" | sed -n 's/^run \([0-9a-f]*\) in .*/\1/p')
 [[ -n $run ]] || fail "no run line: $out"
 [[ $(sqlite3 "$db" "SELECT count(*) FROM events WHERE run_id = '$run' AND kind = 'search'") == 8 ]] ||

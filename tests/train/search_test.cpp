@@ -197,6 +197,34 @@ TEST(Search, ReusedTracesPlanAsFreshOnes) {
     EXPECT_EQ(x.predicted.compute_s, y.predicted.compute_s) << x.label();
   }
   EXPECT_EQ(a->ranking, b->ranking);
+
+  // The Pareto front: by peak ascending with throughput rising, and every planned candidate is
+  // on it or beaten on both by one of it.
+  const std::vector<size_t> front = a->pareto_front();
+  ASSERT_FALSE(front.empty());
+  for (size_t k = 1; k < front.size(); ++k) {
+    const Prediction& lo = a->candidates[front[k - 1]].predicted;
+    const Prediction& hi = a->candidates[front[k]].predicted;
+    EXPECT_LE(lo.peak_bytes, hi.peak_bytes);
+    EXPECT_LT(lo.tokens_per_s_per_device, hi.tokens_per_s_per_device);
+  }
+  for (const SearchCandidate& c : a->candidates) {
+    if (!c.planned) continue;
+    bool covered = false;
+    for (size_t f : front) {
+      const Prediction& p = a->candidates[f].predicted;
+      covered |= p.peak_bytes <= c.predicted.peak_bytes &&
+                 p.tokens_per_s_per_device >= c.predicted.tokens_per_s_per_device;
+    }
+    EXPECT_TRUE(covered) << c.label();
+  }
+  const std::string svg = a->pareto_svg();
+  EXPECT_TRUE(svg.starts_with("<svg")) << svg.substr(0, 80);
+  EXPECT_TRUE(contains(svg, "<polyline")) << svg.substr(0, 200);
+  size_t circles = 0;
+  for (size_t p = svg.find("<circle"); p != std::string::npos; p = svg.find("<circle", p + 1))
+    ++circles;
+  EXPECT_EQ(circles, static_cast<size_t>(a->planned));
 }
 
 TEST(Search, BadInputIsAClearError) {
