@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -387,7 +388,13 @@ Result<SearchResult> search_configs(const Config& base, const SearchSpace& space
                                       "same mesh and values (memory grows with the batch)",
                                       too_big));
       } else {
-        plan = plan_candidate(base, c, space.mesh_axes, traces);
+        try {  // a pool task must not let an exception (std::bad_alloc) end the process
+          plan = plan_candidate(base, c, space.mesh_axes, traces);
+        } catch (const std::exception& e) {
+          plan.reset();
+          c.planned = false;
+          c.status = Status(Code::kResourceExhausted, fmt::format("plan failed: {}", e.what()));
+        }
         if (c.planned && !c.predicted.fits) too_big = batch_of(c);
       }
       std::lock_guard<std::mutex> lock(mu);
