@@ -25,6 +25,8 @@
 namespace eng {
 namespace {
 
+constexpr size_t kMaxCandidates = 100000;  // each is a plan of ~0.1-0.5 s
+
 double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
 // Every k-tuple of positive integers whose product is n (exact) or divides n, in lexicographic
@@ -160,7 +162,7 @@ Result<SearchResult> enumerate_candidates(const Config& base, const SearchSpace&
   r.num_devices = topo.num_devices();
   // Meshes: each split of the varied axes that the torus lays out.
   std::vector<std::vector<std::pair<std::string, int64_t>>> meshes;
-  std::vector<std::vector<int64_t>> tuples, sizes;
+  std::vector<std::vector<int64_t>> tuples;
   std::vector<int64_t> cur;
   if (!varied.empty()) splits(topo.devices_per_slice / fixed, varied.size(), fill < 0, cur, tuples);
   for (const std::vector<int64_t>& t : tuples) {
@@ -187,7 +189,13 @@ Result<SearchResult> enumerate_candidates(const Config& base, const SearchSpace&
   r.meshes = static_cast<int64_t>(meshes.size());
   // meshes x values (the last key varies fastest).
   size_t combos = 1;
-  for (const auto& v : typed) combos *= v.size();
+  for (const auto& v : typed) {
+    combos *= v.size();
+    if (combos * meshes.size() > kMaxCandidates)
+      return invalid_argument("search: more than {} candidates ({} meshes x the values); narrow "
+                              "the search",
+                              kMaxCandidates, meshes.size());
+  }
   for (const auto& mesh : meshes) {
     for (size_t c = 0; c < combos; ++c) {
       SearchCandidate cand;

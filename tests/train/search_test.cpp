@@ -240,6 +240,11 @@ TEST(Search, BadInputIsAClearError) {
   EXPECT_TRUE(contains(error(tiny(), {{}, {{"remat_policy", {}}}}), "no values"));
   EXPECT_TRUE(contains(error(tiny(), {{"fsdp"}, {{"ici_fsdp_parallelism", {"2"}}}}),
                        "ici_fsdp_parallelism is varied by the mesh axis 'fsdp'"));
+  std::vector<std::string> many;
+  for (int i = 1; i <= 400; ++i) many.push_back(std::to_string(i));
+  EXPECT_TRUE(contains(error(tiny(), {{"fsdp", "tensor"}, {{"per_device_batch_size", many},
+                                                           {"steps", many}}}),
+                       "more than 100000 candidates"));
   Config no_topology;
   ASSERT_TRUE(no_topology.set("model_name", "llama-tiny").ok());
   EXPECT_TRUE(contains(error(no_topology, {{"fsdp"}, {}}), "compile_topology is not set"));
