@@ -35,6 +35,7 @@ constexpr Module kModules[] = {
     {"sharding", open_lua_sharding},
     {"plot", open_lua_plot},
     {"runs", open_lua_runs},
+    {"search", open_lua_search},
     {"array", open_lua_array},  // users' own programs: make_mesh, arrays, numpy, jit
     {"dist", open_lua_dist},    // processes under mpirun (engine/dist)
 };

@@ -20,6 +20,7 @@
 #include "shell/lua_binding.h"
 #include "shell/notebook.h"
 #include "shell/repl.h"
+#include "shell/search.h"
 #include "shell/train_compile.h"
 
 namespace shell {
@@ -60,8 +61,11 @@ void print_usage(FILE* out) {
                "Commands:\n"
                "  %s train_compile <config.yml> [key=value ...] [--shardings]\n"
                "                   MaxText's train_compile on MaxText's YAML: a shape-only plan\n"
-               "                   for compile_topology; exit 1 when it does not fit\n",
-               kProgname);
+               "                   for compile_topology; exit 1 when it does not fit\n"
+               "  %s search <config.yml> [key=value ...] --vary KEY=V1,V2,... [--vary mesh=AXES]\n"
+               "                   plan every mesh x value on compile_topology, rank what fits\n"
+               "                   (search --help; docs/train_compile.md)\n",
+               kProgname, kProgname);
   std::fflush(out);
 }
 
@@ -288,6 +292,7 @@ int pmain(lua_State* L) { return call_guarded_main(L, pmain_body); }
 int run_main(int argc, char** argv) {
   install_terminate_handler();  // SIGTERM ends runs KILLED, at once (shell/interrupt.h)
   if (argc > 1 && std::strcmp(argv[1], "train_compile") == 0) return run_train_compile(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "search") == 0) return run_search(argc, argv);
   Options o = parse(argc, argv);
   if (o.notebook) return run_notebook_cli(argc, argv);
   if (!o.error.empty()) {

@@ -10,6 +10,29 @@ std::string dcn_key(const std::string& axis) {
   return axis == "stage" ? "dcn_pipeline_parallelism" : "dcn_" + axis + "_parallelism";
 }
 
+PredictionRow prediction_row(const Prediction& p) {
+  PredictionRow row;
+  row.topology = p.topology;
+  row.num_slices = p.num_slices;
+  row.step_time_s = p.step_time_s;
+  row.tflops_per_device = p.tflops_per_device;
+  row.tflops_per_s_per_device = p.tflops_per_s_per_device;
+  row.tokens_per_s_per_device = p.tokens_per_s_per_device;
+  row.mfu = p.mfu;
+  row.fits = p.fits;
+  row.peak_bytes = p.peak_bytes;
+  row.hbm_bytes = p.hbm_bytes;
+  row.bound = p.bound;
+  row.compute_s = p.compute_s;
+  row.collective_s = p.collective_s;
+  row.exposed_collective_s = p.exposed_collective_s;
+  for (const PredictedCompute& k : p.compute)
+    row.parts.push_back({"compute", k.op_class, k.seconds, 0, k.flops, k.bytes});
+  for (const PredictedCollectives& k : p.collectives)
+    row.parts.push_back({"collective", k.axes, k.seconds, k.exposed_seconds, 0, k.bytes});
+  return row;
+}
+
 Result<PhysicalMesh> physical_mesh_from_config(const Config& config) {
   const std::string name = config.get_string("compile_topology");
   if (name.empty())
@@ -47,6 +70,7 @@ Result<Plan> plan_for_topology(const Config& config, const PlanOptions& options)
   topts.argv = options.argv;
   topts.script = options.script;
   topts.record_shape_only = options.record_run;
+  topts.traced = options.traced;
   ENG_ASSIGN_OR_RETURN(plan.trainer, Trainer::create(c, mesh, topts));
   ENG_ASSIGN_OR_RETURN(plan.exe, plan.trainer->compile());
   PredictOptions popts;
@@ -72,26 +96,7 @@ Result<Plan> plan_for_topology(const Config& config, const PlanOptions& options)
   }
   plan.compile_id = plan.trainer->recorder().last_analysis_compile_id();
   if (options.store != nullptr && plan.compile_id > 0) {
-    PredictionRow row;
-    row.topology = p.topology;
-    row.num_slices = p.num_slices;
-    row.step_time_s = p.step_time_s;
-    row.tflops_per_device = p.tflops_per_device;
-    row.tflops_per_s_per_device = p.tflops_per_s_per_device;
-    row.tokens_per_s_per_device = p.tokens_per_s_per_device;
-    row.mfu = p.mfu;
-    row.fits = p.fits;
-    row.peak_bytes = p.peak_bytes;
-    row.hbm_bytes = p.hbm_bytes;
-    row.bound = p.bound;
-    row.compute_s = p.compute_s;
-    row.collective_s = p.collective_s;
-    row.exposed_collective_s = p.exposed_collective_s;
-    for (const PredictedCompute& k : p.compute)
-      row.parts.push_back({"compute", k.op_class, k.seconds, 0, k.flops, k.bytes});
-    for (const PredictedCollectives& k : p.collectives)
-      row.parts.push_back({"collective", k.axes, k.seconds, k.exposed_seconds, 0, k.bytes});
-    ENG_RETURN_IF_ERROR(options.store->record_prediction(plan.compile_id, row));
+    ENG_RETURN_IF_ERROR(options.store->record_prediction(plan.compile_id, prediction_row(p)));
   }
   return plan;
 }

@@ -29,6 +29,7 @@ struct PlanOptions {
   std::vector<std::string> argv{};
   std::string script{};
   bool record_run = false;  // the trainer records a run of its own (shardlab train_compile)
+  std::shared_ptr<const TracedTrainStep> traced{};  // TrainerOptions::traced (search.h)
 };
 
 struct Plan {
@@ -45,6 +46,9 @@ struct Plan {
 Result<PhysicalMesh> physical_mesh_from_config(const Config& config);
 
 Result<Plan> plan_for_topology(const Config& config, const PlanOptions& options = {});
+
+// The `predictions` row (and its `prediction_parts`) of a prediction.
+PredictionRow prediction_row(const Prediction& p);
 
 // MaxText's dcn key for a mesh axis: dcn_<axis>_parallelism, dcn_pipeline_parallelism for stage.
 std::string dcn_key(const std::string& axis);

@@ -163,6 +163,32 @@ void RunRecorder::record_compile(const CompileEvent& ev, std::optional<int64_t> 
   for (const CompileNote& n : ev.notes) record_event(n.kind, n.level, step.value_or(0), n.message);
 }
 
+int64_t RunRecorder::record_plan(const CompileInfo& info, const Executable& exe, int64_t step,
+                                 int64_t device_limit_bytes) {
+  if (store_ == nullptr) return 0;
+  CompilationRow r;
+  r.run_id = run_id_;
+  r.step = step;
+  r.fn_name = "train_step";
+  r.module_name = "jit_train_step";
+  r.outcome = info.outcome;
+  r.cache_level = info.level;
+  r.reason_kind = info.reason_kind;
+  r.reason_text = info.reason_text;
+  r.cache_key = info.key_name;
+  if (info.compile_s > 0) r.compile_s = info.compile_s;
+  Result<int64_t> id = store_->record_compilation(r);
+  if (!id.ok()) return 0;
+  (void)store_->record_memory_analysis(*id, memory_row(exe.memory(), device_limit_bytes));
+  const CostAnalysis& cost = exe.cost();
+  std::vector<std::pair<std::string, double>> costs = {{"flops", cost.flops},
+                                                       {"bytes accessed", cost.bytes_accessed}};
+  for (const auto& [axes, bytes] : cost.collective_bytes)
+    costs.emplace_back("collective bytes " + axes, bytes);
+  (void)store_->record_cost_analysis(*id, costs);
+  return *id;
+}
+
 void RunRecorder::record_tracing_hit(const CacheKey& key, int64_t step) {
   if (store_ == nullptr) return;
   (void)store_->record_compilation(compilation_row(run_id_, step, key, "hit", "tracing"));

@@ -99,6 +99,11 @@ class RunRecorder {
   // that produced the executable, and an event per note. Best effort.
   void record_compile(const CompileEvent& ev, std::optional<int64_t> step,
                       int64_t device_limit_bytes);
+  // A compile made without this recorder (a search's candidate, planned on a pool thread): one
+  // `compilations` row as the lookup answered it (`info`), its memory and cost analysis.
+  // Returns its compile_id (0 without a store or when the row failed). Best effort.
+  int64_t record_plan(const CompileInfo& info, const Executable& exe, int64_t step,
+                      int64_t device_limit_bytes);
   // The compile_id of the last record_compile row that carries an analysis (0: none).
   int64_t last_analysis_compile_id() const { return last_analysis_compile_id_; }
   // The steady-state tracing hit of a step (no CompileEvent is built for it).

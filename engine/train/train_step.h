@@ -45,6 +45,15 @@ struct TrainStepLayout {
 
 Program build_train_step(const ResolvedConfig& config, TrainStepLayout* layout);
 
+// A traced train_step and its layout, shared by shape-only plans of one config on several
+// meshes (search.h): the trace reads the mesh only through the device count and the pipeline
+// and expert axes, so plans that differ in the data, fsdp, fsdp_transpose or tensor split
+// trace the same program.
+struct TracedTrainStep {
+  Program program;
+  TrainStepLayout layout;
+};
+
 // CompileOptions from the config's sharding keys: shard_mode, shard_optimizer_over_data,
 // skip_trivial_specs, and logical_axis_rules merged into MaxText's defaults (replacing them
 // with override_logical_axis_rules).

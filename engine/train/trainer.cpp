@@ -84,7 +84,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
   t->options_ = options;
   ENG_ASSIGN_OR_RETURN(t->config_, resolve_config(config, mesh.num_devices()));
   ENG_RETURN_IF_ERROR(check_mesh_matches_config(config, mesh));
-  t->program_ = build_train_step(t->config_, &t->layout_);
+  if (options.traced && options.shape_only) {
+    t->program_ = options.traced->program;
+    t->layout_ = options.traced->layout;
+  } else {
+    t->program_ = build_train_step(t->config_, &t->layout_);
+  }
   t->tflops_ = calculate_tflops_training_per_device(
       t->config_.model, static_cast<double>(t->config_.global_batch_size) / mesh.num_devices(),
       t->config_.max_target_length);

@@ -74,6 +74,9 @@ struct TrainerOptions {
   // any process's answer was true comes back in StepMetrics::stop_requested, the same on
   // every process (the shell's Ctrl-C flag: t:train stops everywhere after the same step).
   bool (*stop_requested)() = nullptr;
+  // shape_only: this config's trace, made for another mesh of the same device count (the
+  // caller vouches that nothing else differs: search.h); null traces here.
+  std::shared_ptr<const TracedTrainStep> traced{};
 };
 
 // A dispatched step. Reading its metrics synchronises with the devices. Valid while its
