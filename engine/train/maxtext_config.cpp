@@ -280,7 +280,6 @@ constexpr Unsupported kUnsupported[] = {
     {"mlp_activations", "['silu', 'linear']", "MLP activations other than SwiGLU"},
     {"logits_via_embedding", "False", "logits through the tied embedding"},
     {"fused_qkv", "False", "a fused QKV projection"},
-    {"use_qk_norm", "False", "query/key normalisation"},
     {"trainable_position_size", "-1", "learned position embeddings"},
     {"first_num_dense_layers", "0", "dense layers before MoE layers"},
     {"gradient_accumulation_steps", "1", "gradient accumulation"},
@@ -312,8 +311,10 @@ bool consumed_here(const std::string& key) {
 // preset says nothing of that key.
 std::optional<std::string> preset_implies(const ModelConfig& p, std::string_view key) {
   const auto flag = [](bool b) { return std::string(b ? "True" : "False"); };
-  if (key == "decoder_block")
-    return p.gpt3() ? "'gpt3'" : p.name.starts_with("mistral") ? "'mistral'" : "'llama2'";
+  if (key == "decoder_block") {
+    if (p.gpt3() || p.decoder_block == "qwen3_moe") return fmt::format("'{}'", p.decoder_block);
+    return p.name.starts_with("mistral") ? "'mistral'" : "'llama2'";
+  }
   if (key == "mlp_activations") {
     std::vector<std::string> q;
     for (const std::string& a : p.mlp_activations) q.push_back("'" + a + "'");
