@@ -387,6 +387,12 @@ TEST(MaxTextConfigReal, Qwen3MoeYmlLoads) {
   EXPECT_TRUE(r->model.use_qk_norm);
   EXPECT_EQ(r->model.num_params(), int64_t{235093634560});
   EXPECT_EQ(r->model.rope_max_timescale, 5000000.0);
+  // The model file on its own: its name is the preset's (sl.config("models/qwen3-...yml")).
+  Result<MaxTextConfig> own = load_maxtext_config(dir + "/models/qwen3-235b-a22b.yml", argv({}));
+  ASSERT_TRUE(own.ok()) << own.status().message();
+  EXPECT_EQ(own->config.get_string("model_name"), "qwen3-235b-a22b");
+  EXPECT_TRUE(own->config.get_bool("use_qk_norm"));
+  EXPECT_EQ(own->config.get_int("base_num_decoder_layers"), 94);
   // use_qk_norm on a model whose preset lacks it is a plain key now, not "not supported".
   Result<MaxTextConfig> l = load_maxtext_config(
       dir + "/base.yml", argv({"model_name=llama2-7b", "num_devices=8", "use_qk_norm=true"}));
