@@ -277,6 +277,52 @@ TEST(Qwen3, TinyShardedEqualsOneDevice) {
   }
 }
 
+// use_qk_norm on a dense llama run as MaxText's pipeline over `stage` (the norms are stacked
+// stage weights like the others) equals the sequential one-device run.
+TEST(Qwen3, QkNormPipelineEqualsOneDevice) {
+  constexpr int kSteps = 3;
+  auto config = [&](const Mesh& mesh, int64_t stages) {
+    Config c;
+    for (auto [k, v] : std::initializer_list<std::pair<const char*, ConfigValue>>{
+             {"model_name", std::string("llama-tiny")},
+             {"use_qk_norm", true},
+             {"base_emb_dim", int64_t{64}},
+             {"base_num_query_heads", int64_t{4}},
+             {"base_num_kv_heads", int64_t{2}},
+             {"head_dim", int64_t{24}},
+             {"base_mlp_dim", int64_t{128}},
+             {"base_num_decoder_layers", int64_t{2}},
+             {"max_target_length", int64_t{32}},
+             {"per_device_batch_size", 8.0 / static_cast<double>(mesh.num_devices())},
+             {"dtype", std::string("float32")},
+             {"steps", int64_t{kSteps}},
+             {"learning_rate", 1e-3},
+             {"adam_eps", 1e-4},
+             {"ici_pipeline_parallelism", stages},
+             {"num_pipeline_microbatches", int64_t{2}}})
+      EXPECT_TRUE(c.set(k, v).ok()) << k;
+    Result<ResolvedConfig> r = resolve_config(c, mesh.num_devices());
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return *r;
+  };
+  Result<testing::SpmdRun> want =
+      testing::run_train_steps(config(Mesh(), 1), Mesh(), CompileOptions{}, kSteps);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  const Mesh mesh = *Mesh::create({"stage"}, {2});
+  const ResolvedConfig piped = config(mesh, 2);
+  ASSERT_EQ(piped.model.pipeline_stages, 2);
+  const Program p = build_train_step(piped, nullptr);  // (stages, layers per stage, D)
+  const int qn = p.find_arg("params/decoder/layers/self_attention/query_norm/scale");
+  ASSERT_GE(qn, 0);
+  EXPECT_EQ(p.value(p.args()[qn].value).shape, Shape({2, 1, 24}));
+  Result<testing::SpmdRun> got = testing::run_train_steps(piped, mesh, CompileOptions{}, kSteps);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  const double loss_rel = testing::max_loss_rel(got->losses, want->losses);
+  fmt::print("[qwen3] qk norm, stage=2 pipeline: loss rel {:.2e}, losses {:.5f}..{:.5f}\n",
+             loss_rel, got->losses.front(), got->losses.back());
+  EXPECT_LT(loss_rel, 1e-5);
+}
+
 TEST(Qwen3, QkNormOnGpt3IsAnError) {
   Config c;
   ASSERT_TRUE(c.set("model_name", std::string("gpt3-tiny")).ok());
