@@ -1,7 +1,7 @@
 // tests/model/qwen3_test.cpp: MaxText's qwen3_moe decoder (the llama2 layer with use_qk_norm and
 // the routed MoE under moe_block/): qwen3-235b-a22b's values, parameter counts (total and
 // active) and sharding table; qk norm's gradients against finite differences in double and its
-// effect on the loss; qwen3-tiny trained on the fortunes corpus and its sharded runs (fsdp,
+// effect on the loss; MaxText's TFLOP count (no qk-norm term); qwen3-tiny trained on the fortunes corpus and its sharded runs (fsdp,
 // tensor, expert; auto and explicit mode) equal to one device over 4 steps; use_qk_norm on gpt3
 // is an error.
 #include <filesystem>
@@ -16,6 +16,7 @@
 #include "engine/model/llama.h"
 #include "engine/train/config.h"
 #include "engine/train/inspect.h"
+#include "engine/train/train_step.h"
 #include "engine/train/trainer.h"
 #include "tests/ir/grad_check.h"
 #include "tests/spmd/spmd_run.h"
@@ -76,6 +77,23 @@ TEST(Qwen3, ParameterCountsAreMaxTexts) {
       EXPECT_EQ(total, t.num_params()) << name << " scan " << scan;
     }
   }
+}
+
+// MaxText's calculate_tflops_training_per_device for qwen3_moe (its default branch: the gate and
+// num_experts_per_tok experts' FFN, qkv and out projections, the logits, causal attention) has no
+// term for the qk norm: neither has this one.
+TEST(Qwen3, TflopsAreMaxTextsWithoutTheQkNorm) {
+  ModelConfig m = model_preset("qwen3-235b-a22b").value();
+  const double B = 1, S = 2048, E = 4096, H = 64, Hkv = 4, D = 128, M = 1536, L = 94, V = 151936;
+  const double ffn = 2 * B * S * E * 128 + 8 * (2 * B * S * M * E * 2 + 2 * B * S * M * E);
+  const double qkv = 2 * B * S * E * (H + 2 * Hkv) * D, proj = 2 * B * S * E * H * D;
+  const double learnable = (ffn * L + (qkv + proj) * L + 2 * B * S * E * V) * 3 / 1e12;
+  const double attention = 4 * B * S * S * H * D / 2 * L * 3 / 1e12;
+  const TrainingTflops with = calculate_tflops_training_per_device(m, B, 2048);
+  EXPECT_NEAR(with.learnable / learnable, 1.0, 1e-12);
+  EXPECT_NEAR(with.attention / attention, 1.0, 1e-12);
+  m.use_qk_norm = false;
+  EXPECT_EQ(calculate_tflops_training_per_device(m, B, 2048).total, with.total);
 }
 
 // t:shardings(): MaxText's scanned paths (convert_qwen3_moe.py's tree) and logical axes.
