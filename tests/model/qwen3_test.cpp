@@ -1,9 +1,9 @@
 // tests/model/qwen3_test.cpp: MaxText's qwen3_moe decoder (the llama2 layer with use_qk_norm and
 // the routed MoE under moe_block/): qwen3-235b-a22b's values, parameter counts (total and
-// active) and sharding table; qk norm's gradients against finite differences in double and its
-// effect on the loss; MaxText's TFLOP count (no qk-norm term); qwen3-tiny trained on the fortunes corpus and its sharded runs (fsdp,
-// tensor, expert; auto and explicit mode) equal to one device over 4 steps; use_qk_norm on gpt3
-// is an error.
+// active), TFLOP count (no qk-norm term) and sharding table; qk norm's gradients against finite
+// differences in double and its effect on the loss; qwen3-tiny trained on the fortunes corpus and
+// its sharded runs (fsdp, tensor, expert; auto and explicit mode) equal to one device over 4
+// steps; qk norm in a stage=2 pipeline; use_qk_norm on gpt3 is an error.
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -106,8 +106,8 @@ TEST(Qwen3, ShardingsAreMaxTexts) {
            {"sparse_matmul", false},
            {"capacity_factor", 1.25}})
     ASSERT_TRUE(c.set(k, v).ok()) << k;
-  Result<std::unique_ptr<Trainer>> t = Trainer::create(
-      c, *Mesh::create({"fsdp", "expert"}, {16, 8}), {.shape_only = true});
+  Result<std::unique_ptr<Trainer>> t =
+      Trainer::create(c, *Mesh::create({"fsdp", "expert"}, {16, 8}), {.shape_only = true});
   ASSERT_TRUE(t.ok()) << t.status().message();
   Result<ShardingTable> tab = trainer_shardings(**t);
   ASSERT_TRUE(tab.ok()) << tab.status().message();
@@ -121,7 +121,8 @@ TEST(Qwen3, ShardingsAreMaxTexts) {
                "('norm', 'layers')"},
            Row{"params/decoder/layers/self_attention/key_norm/scale", "f32[128,94]",
                "('norm', 'layers')"},
-           Row{"params/decoder/layers/self_attention/key/kernel", "f32[4096@(fsdp,expert),94,4,128]",
+           Row{"params/decoder/layers/self_attention/key/kernel",
+               "f32[4096@(fsdp,expert),94,4,128]",
                "('embed', 'layers', 'kv_heads', 'kv_head_dim')"},
            Row{"params/decoder/layers/moe_block/wi_0", "f32[128@expert,94,4096@fsdp,1536]",
                "('exp', 'layers', 'embed_moe', 'mlp_moe')"},
@@ -274,10 +275,10 @@ TEST(Qwen3, TinyShardedEqualsOneDevice) {
     std::vector<int64_t> sizes;
     ShardMode mode = ShardMode::kAuto;
   };
-  for (const Case& c : {Case{{"fsdp"}, {4}}, Case{{"tensor"}, {2}}, Case{{"expert"}, {2}},
-                        Case{{"fsdp", "expert"}, {2, 2}},
-                        Case{{"tensor"}, {2}, ShardMode::kExplicit},
-                        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
+  for (const Case& c :
+       {Case{{"fsdp"}, {4}}, Case{{"tensor"}, {2}}, Case{{"expert"}, {2}},
+        Case{{"fsdp", "expert"}, {2, 2}}, Case{{"tensor"}, {2}, ShardMode::kExplicit},
+        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
     const Mesh mesh = *Mesh::create(c.axes, c.sizes);
     CompileOptions o;
     o.shard_mode = c.mode;
@@ -347,8 +348,7 @@ TEST(Qwen3, QkNormOnGpt3IsAnError) {
   ASSERT_TRUE(c.set("use_qk_norm", true).ok());
   Result<ResolvedConfig> r = resolve_config(c, 1);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("use_qk_norm=true on decoder_block gpt3"),
-            std::string::npos)
+  EXPECT_NE(r.status().message().find("use_qk_norm=true on decoder_block gpt3"), std::string::npos)
       << r.status().message();
 }
 
