@@ -55,6 +55,11 @@ Status ModelConfig::validate() const {
     return invalid_argument("model {}: rope_min_timescale {} and rope_max_timescale {} must be "
                             "positive",
                             name, rope_min_timescale, rope_max_timescale);
+  if (decoder_block == "gpt3" && use_qk_norm)  // MaxText's gpt3 attention has no qk norm
+    return invalid_argument("model {}: use_qk_norm=true on decoder_block gpt3: MaxText's gpt3 "
+                            "attention (fused qkv_proj) has no query/key norm; use_qk_norm is for "
+                            "the llama2-style decoders (qwen3_moe)",
+                            name);
   if (decoder_block == "gpt3") {  // engine/model/gpt3.h: MaxText's gpt3.py, fused qkv only
     if (num_kv_heads != num_query_heads)
       return invalid_argument("model {}: gpt3 needs num_kv_heads == num_query_heads (MaxText's "
@@ -71,9 +76,10 @@ Status ModelConfig::validate() const {
                               name, rope_type);
     return ok_status();
   }
-  if (decoder_block != "llama2" && decoder_block != "mistral")
-    return unimplemented("model {}: decoder_block '{}' not supported (llama2, mistral, gpt3)", name,
-                         decoder_block);
+  if (decoder_block != "llama2" && decoder_block != "mistral" && decoder_block != "qwen3_moe")
+    return unimplemented("model {}: decoder_block '{}' not supported (llama2, mistral, qwen3_moe, "
+                         "gpt3)",
+                         name, decoder_block);
   if (fused_qkv || logits_via_embedding || trainable_position_size > 0)
     return unimplemented("model {}: fused_qkv, logits_via_embedding and trainable_position_size "
                          "are gpt3's; the llama2 decoder has separate query/key/value, a "
@@ -90,10 +96,19 @@ int64_t ModelConfig::num_params() const {
   const int64_t E = emb_dim, H = num_query_heads, Hkv = num_kv_heads, D = head_dim, M = mlp_dim;
   // norms; query and out (E*H*D each); key and value (E*Hkv*D each); the MLP.
   int64_t per_layer = 2 * E + 2 * E * H * D + 2 * E * Hkv * D + 3 * E * M;
+  if (use_qk_norm) per_layer += 2 * D;  // query_norm and key_norm scales
   if (moe.enabled())  // the experts' wi_0, wi_1, wo and the router instead of the MLP
     per_layer += moe.num_experts * 3 * E * (moe.moe_mlp_dim > 0 ? moe.moe_mlp_dim : M) +
                  E * moe.num_experts - 3 * E * M;
   return vocab_size * E * 2 + E + num_decoder_layers * per_layer;
+}
+
+int64_t ModelConfig::num_active_params() const {
+  if (!moe.enabled()) return num_params();
+  // A token reads num_experts_per_tok experts' wi_0, wi_1 and wo in every layer.
+  const int64_t width = moe.moe_mlp_dim > 0 ? moe.moe_mlp_dim : mlp_dim;
+  const int64_t skipped = (moe.num_experts - moe.num_experts_per_tok) * 3 * emb_dim * width;
+  return num_params() - num_decoder_layers * skipped;
 }
 
 const std::vector<std::string>& input_data_logical_axes(bool pipelined) {
@@ -125,13 +140,23 @@ std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
     std::copy(experts.begin(), experts.begin() + 3, w.end() - 3);
     w.push_back(experts[3]);
   }
+  if (m.use_qk_norm) {  // last, so the other weights keep their argument order
+    w.push_back({"self_attention/query_norm/scale", {m.head_dim}, {"norm"}});
+    w.push_back({"self_attention/key_norm/scale", {m.head_dim}, {"norm"}});
+  }
   return w;
 }
 
 LlamaLayerParams layer_from_list(const std::vector<ValueId>& v) {
-  ENG_CHECK(v.size() == 9 || v.size() == 10, "llama: {} layer weights, expected 9 (10 with "
-            "experts)", v.size());
-  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v.size() == 10 ? v[9] : kNoValue};
+  ENG_CHECK(v.size() >= 9 && v.size() <= 12, "llama: {} layer weights, expected 9 (10 with "
+            "experts, 2 more with qk norm)", v.size());
+  LlamaLayerParams lp{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+  if (v.size() == 10 || v.size() == 12) lp.gate = v[9];
+  if (v.size() >= 11) {
+    lp.query_norm = v[v.size() - 2];
+    lp.key_norm = v[v.size() - 1];
+  }
+  return lp;
 }
 
 namespace {
@@ -145,6 +170,10 @@ std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp) {
   std::vector<ValueId> v = {lp.pre_norm,  lp.query, lp.key, lp.value, lp.out,
                             lp.post_norm, lp.wi_0,  lp.wi_1, lp.wo};
   if (lp.gate != kNoValue) v.push_back(lp.gate);
+  if (lp.query_norm != kNoValue) {
+    v.push_back(lp.query_norm);
+    v.push_back(lp.key_norm);
+  }
   return v;
 }
 
@@ -288,6 +317,10 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
       b.constraint(b.matmul(h, w(lp.key), 2, 1, false, false, kKvHeads), kKvHeads), "key_proj");
   ValueId v = b.checkpoint_name(  // (B, T, Hkv, D)
       b.constraint(b.matmul(h, w(lp.value), 2, 1, false, false, kKvHeads), kKvHeads), "value_proj");
+  if (lp.query_norm != kNoValue) {  // use_qk_norm: RMSNorm over D per head, before rope
+    q = b.constraint(b.rmsnorm(q, s(lp.query_norm), eps).first, kHeads);    // (B, T, H, D)
+    k = b.constraint(b.rmsnorm(k, s(lp.key_norm), eps).first, kKvHeads);    // (B, T, Hkv, D)
+  }
   // MaxText's attentions.py: LLaMARotaryEmbedding for llama3.1 (adjacent pairs, scaled when
   // rope_use_scale), RotaryEmbedding otherwise.
   const kern::RopeForm form{m.llama31_rope(), m.llama31_rope() && m.rope_use_scale};

@@ -16,6 +16,8 @@
 //   params/decoder/layers_{l}/self_attention/value/kernel    (E, Hkv, D)
 //                                                            (embed, kv_heads, kv_head_dim)
 //   params/decoder/layers_{l}/self_attention/out/kernel      (H, D, E) (heads, kv, embed)
+//   params/decoder/layers_{l}/self_attention/query_norm/scale (D)      (norm,)  use_qk_norm
+//   params/decoder/layers_{l}/self_attention/key_norm/scale  (D)       (norm,)  use_qk_norm
 //   params/decoder/layers_{l}/post_self_attention_layer_norm/scale (E) (norm,)
 //   params/decoder/layers_{l}/mlp/wi_0/kernel                (E, M)    (embed, mlp)
 //   params/decoder/layers_{l}/mlp/wi_1/kernel                (E, M)    (embed, mlp)
@@ -70,10 +72,14 @@ struct ModelConfig {
   // this many bytes (MaxText PR #3922: 2 GiB).
   int64_t iota_embed_max_bytes = int64_t{2} << 30;
   std::vector<std::string> mlp_activations = {"silu", "linear"};
-  // MaxText's decoder_block: "llama2" (this file; mistral's is the same layer) or "gpt3"
+  // MaxText's decoder_block: "llama2" (this file; mistral's is the same layer; qwen3_moe is
+  // this layer with use_qk_norm and its experts under moe_block/) or "gpt3"
   // (engine/model/gpt3.h: LayerNorm with bias, fused qkv with biases, gelu MLP with biases,
   // learned positions, logits via the embedding; mlp_activations [gelu]).
   std::string decoder_block = "llama2";
+  // MaxText's use_qk_norm (attentions.py): RMSNorm over head_dim of the projected query and
+  // key, per head, before rope (self_attention/query_norm, key_norm; scale (D), ("norm",)).
+  bool use_qk_norm = false;
   int64_t trainable_position_size = -1;  // gpt3: learned position embeddings (P, E); -1: none
   bool logits_via_embedding = false;     // gpt3: logits = y . embedding^T (no logits_dense)
   bool fused_qkv = false;                // gpt3: one (E, 3, H, D) qkv_proj kernel
@@ -109,8 +115,9 @@ struct ModelConfig {
   Status validate() const;
   int64_t num_params() const;        // total parameter count (every declared weight)
   // Parameters one token's forward pass reads: the total for a dense model (every weight is
-  // used by every token; the embedding table counts whole, as MaxText's count does).
-  int64_t num_active_params() const { return num_params(); }
+  // used by every token; the embedding table counts whole, as MaxText's count does); with
+  // experts, only num_experts_per_tok experts' weights of each layer (the router counts).
+  int64_t num_active_params() const;
   bool gpt3() const { return decoder_block == "gpt3"; }
   bool llama31_rope() const { return name.starts_with("llama3.1") || rope_type.starts_with("llama3.1"); }
   // P: the decoder layers the pipeline runs (all L unless pipeline_parallel_layers is set).
@@ -128,11 +135,13 @@ std::vector<std::string> model_preset_names();
 // The n preset names closest to `name` by edit distance, nearest first.
 std::vector<std::string> nearest_model_names(const std::string& name, size_t n);
 
-// With experts (moe.enabled()), wi_0, wi_1 and wo are the experts' (MoeBlock_0/...) and gate
-// is the router's kernel; a dense layer has no gate.
+// With experts (moe.enabled()), wi_0, wi_1 and wo are the experts' (MoeBlock_0/..., qwen3's
+// moe_block/...) and gate is the router's kernel; a dense layer has no gate. query_norm and
+// key_norm: use_qk_norm's scales (kNoValue without it).
 struct LlamaLayerParams {
   ValueId pre_norm, query, key, value, out, post_norm, wi_0, wi_1, wo;
   ValueId gate = kNoValue;
+  ValueId query_norm = kNoValue, key_norm = kNoValue;
 };
 
 struct LlamaParams {
@@ -164,7 +173,8 @@ const std::vector<std::string>& input_data_logical_axes(bool pipelined = false);
 
 LlamaParams declare_llama_params(Builder& b, const ModelConfig& m);
 
-// The nine weights of a layer in LlamaLayerParams order (ten with experts: gate last).
+// The nine weights of a layer in LlamaLayerParams order (ten with experts: gate after wo;
+// then query_norm and key_norm with use_qk_norm: 9, 10, 11 or 12 weights).
 std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp);
 LlamaLayerParams layer_from_list(const std::vector<ValueId>& v);
 

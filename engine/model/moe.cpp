@@ -74,18 +74,21 @@ std::vector<LayerWeight> moe_layer_weights(const ModelConfig& m) {
                              : Logical{"exp", "embed_moe", "mlp_moe"};
   const Logical wo = on_fsdp ? Logical{"embed_moe", "mlp_moe", ""}
                              : Logical{"exp", "mlp_moe", "embed_moe"};
-  return {{"MoeBlock_0/wi_0", {E, D, H}, wi},
-          {"MoeBlock_0/wi_1", {E, D, H}, wi},
-          {"MoeBlock_0/wo", {E, H, D}, wo},
-          {"MoeBlock_0/gate/kernel", {D, E}, {"embed_moe", ""}}};
+  // MaxText's mixtral.py names the block MoeBlock_0, qwen3.py's Qwen3MoeDecoderLayer moe_block.
+  const bool qwen3 = m.decoder_block == "qwen3_moe";
+  return {{qwen3 ? "moe_block/wi_0" : "MoeBlock_0/wi_0", {E, D, H}, wi},
+          {qwen3 ? "moe_block/wi_1" : "MoeBlock_0/wi_1", {E, D, H}, wi},
+          {qwen3 ? "moe_block/wo" : "MoeBlock_0/wo", {E, H, D}, wo},
+          {qwen3 ? "moe_block/gate/kernel" : "MoeBlock_0/gate/kernel", {D, E}, {"embed_moe", ""}}};
 }
 
 int64_t moe_kernel_fan_in(const ValueInfo& param) {
   const std::string& n = param.name;
-  if (!(ends_with(n, "MoeBlock_0/wi_0") || ends_with(n, "MoeBlock_0/wi_1") ||
-        ends_with(n, "MoeBlock_0/wo")) ||
-      param.shape.rank() != 3)
-    return 0;
+  bool expert = false;
+  for (const char* block : {"MoeBlock_0/", "moe_block/"})
+    for (const char* w : {"wi_0", "wi_1", "wo"})
+      expert = expert || ends_with(n, std::string(block) + w);
+  if (!expert || param.shape.rank() != 3) return 0;
   return param.shape[0] * param.shape[2];
 }
 
@@ -157,13 +160,23 @@ struct MoePreset {
   const char* name;
   int64_t vocab, emb, heads, kv_heads, head_dim, mlp, layers, experts, per_tok;
   double rope_max_timescale;
+  // qwen3_moe (MaxText's configs/models/qwen3-*.yml): decoder_block qwen3_moe, use_qk_norm,
+  // norm_topk_prob, its own base_moe_mlp_dim, eps and load-balance weight.
+  bool qwen3 = false;
+  int64_t moe_mlp = 0;  // 0: mlp
+  double eps = 1e-5, load_balance_loss_weight = 0.0;
 };
 // mixtral-tiny: llama-tiny's shapes with 4 experts, top-2, each expert llama-tiny's MLP.
 // mixtral-8x7b / -8x22b: MaxText's configs/models/mixtral-*.yml.
+// qwen3-235b-a22b: MaxText's configs/models/qwen3-235b-a22b.yml key for key (commit e591f30).
+// qwen3-tiny: this project's trainable qwen3_moe: byte vocabulary, 2 layers, GQA 4/2 with
+// head_dim 48 != emb / heads, qk norm, 4 experts top-2 with norm_topk_prob.
 constexpr MoePreset kMoePresets[] = {
     {"mixtral-tiny", 256, 256, 4, 4, 64, 704, 4, 4, 2, 10000.0},
     {"mixtral-8x7b", 32000, 4096, 32, 8, 128, 14336, 32, 8, 2, 1e6},
     {"mixtral-8x22b", 32768, 6144, 48, 8, 128, 16384, 56, 8, 2, 1e6},
+    {"qwen3-235b-a22b", 151936, 4096, 64, 4, 128, 1536, 94, 128, 8, 5e6, true, 1536, 1e-6, 0.001},
+    {"qwen3-tiny", 256, 128, 4, 2, 48, 256, 2, 4, 2, 1e6, true, 256, 1e-6, 0.001},
 };
 }  // namespace
 
@@ -188,7 +201,14 @@ std::optional<ModelConfig> moe_model_preset(const std::string& name) {
     m.rope_max_timescale = p.rope_max_timescale;
     m.moe.num_experts = p.experts;
     m.moe.num_experts_per_tok = p.per_tok;
-    m.moe.moe_mlp_dim = p.mlp;
+    m.moe.moe_mlp_dim = p.moe_mlp > 0 ? p.moe_mlp : p.mlp;
+    m.normalization_layer_epsilon = p.eps;
+    m.moe.load_balance_loss_weight = p.load_balance_loss_weight;
+    if (p.qwen3) {
+      m.decoder_block = "qwen3_moe";
+      m.use_qk_norm = true;
+      m.moe.norm_topk_prob = true;
+    }
     return m;
   }
   return std::nullopt;

@@ -8,7 +8,8 @@
 //   MoeBlock_0/wi_0         (E, emb, M)    (exp, embed_moe, mlp_moe)
 //   MoeBlock_0/wi_1         (E, emb, M)    (exp, embed_moe, mlp_moe)
 //   MoeBlock_0/wo           (E, M, emb)    (exp, mlp_moe, embed_moe)
-// with shard_exp_on_fsdp the expert dim takes embed_moe and the embed dim None.
+// with shard_exp_on_fsdp the expert dim takes embed_moe and the embed dim None. qwen3_moe
+// (MaxText's Qwen3MoeDecoderLayer) names the block moe_block instead of MoeBlock_0.
 //
 // The block (B batch, S sequence, E experts, C capacity, M model width, H expert width):
 //   logits = h . gate                              (B, S, E)  f32
@@ -59,7 +60,8 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
 // mean over layers of out.lb.
 ValueId mean_lb_loss(Builder& b, const MoeOutputs& out);
 
-// The MoE presets (mixtral-tiny, mixtral-8x7b, mixtral-8x22b); model_preset() asks here.
+// The MoE presets (mixtral-tiny, mixtral-8x7b, mixtral-8x22b, qwen3-235b-a22b, qwen3-tiny);
+// model_preset() asks here.
 std::vector<std::string> moe_preset_names();
 std::optional<ModelConfig> moe_model_preset(const std::string& name);
 

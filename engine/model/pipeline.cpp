@@ -200,8 +200,13 @@ class StageWeights {
   LlamaLayerParams layer(int64_t j, const std::vector<int64_t>& repeats) {
     auto w = [&](ValueId x) { return weight(x, j, repeats); };
     const LlamaLayerParams& s = stacked_;
-    return {w(s.pre_norm),  w(s.query), w(s.key),  w(s.value), w(s.out),
-            w(s.post_norm), w(s.wi_0),  w(s.wi_1), w(s.wo)};
+    LlamaLayerParams lp{w(s.pre_norm),  w(s.query), w(s.key),  w(s.value), w(s.out),
+                        w(s.post_norm), w(s.wi_0),  w(s.wi_1), w(s.wo)};
+    if (s.query_norm != kNoValue) {  // use_qk_norm
+      lp.query_norm = w(s.query_norm);
+      lp.key_norm = w(s.key_norm);
+    }
+    return lp;
   }
 
  private:

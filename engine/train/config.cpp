@@ -29,7 +29,7 @@ constexpr double kMaxElements = 1125899906842624.0;
 // tfds is not available here).
 const std::vector<ConfigKey> kKeys = {
     {"run_name", V{std::string()}, "name of the run in the metrics store (default: generated)"},
-    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3.1-8b, llama3.1-70b, llama3.1-405b, mistral-7b, gpt3-175b, gpt3-52k, gpt3-tiny, mixtral-tiny, mixtral-8x7b, mixtral-8x22b, default (MaxText base.yml's model; MaxText's configs/models values; docs/models.md)"},
+    {"model_name", V{std::string("llama-tiny")}, "model preset: llama-tiny, llama-small, llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3.1-8b, llama3.1-70b, llama3.1-405b, mistral-7b, gpt3-175b, gpt3-52k, gpt3-tiny, mixtral-tiny, mixtral-8x7b, mixtral-8x22b, qwen3-235b-a22b, qwen3-tiny, default (MaxText base.yml's model; MaxText's configs/models values; docs/models.md)"},
     {"steps", V{int64_t{150001}}, "number of training steps"},
     {"per_device_batch_size", V{12.0}, "sequences per device per step (global batch = devices x this)"},
     {"max_target_length", V{int64_t{2048}}, "sequence length T"},
@@ -42,6 +42,7 @@ const std::vector<ConfigKey> kKeys = {
     {"base_mlp_dim", V{int64_t{7168}}, "MLP hidden width M"},
     {"base_num_decoder_layers", V{int64_t{16}}, "decoder layers L"},
     {"normalization_layer_epsilon", V{1e-5}, "RMSNorm epsilon"},
+    {"use_qk_norm", V{false}, "RMSNorm over head_dim of the projected query and key, per head, before rope (self_attention/query_norm, key_norm; qwen3); not for gpt3"},
     {"rope_min_timescale", V{1.0}, "RoPE: the first pair's timescale"},
     {"rope_max_timescale", V{10000.0}, "RoPE: the timescale the last pair approaches (llama3*: 500000, mistral-7b: 1000000)"},
     {"rope_type", V{std::string("default")}, "default (MaxText's RotaryEmbedding: rotate-half pairs) | llama3.1 (LLaMARotaryEmbedding: adjacent pairs, Llama 3.1's frequency scaling when rope_use_scale; what every model named llama3.1* runs, as in MaxText); yarn is not implemented"},
@@ -177,7 +178,11 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
   out["base_num_decoder_layers"] = m->num_decoder_layers;
   out["rope_max_timescale"] = m->rope_max_timescale;
   if (m->use_iota_embed) out["use_iota_embed"] = true;  // gpt3's ymls
-  if (model_name == "llama-tiny" || model_name == "llama-small" || model_name == "mixtral-tiny") {
+  if (m->normalization_layer_epsilon != 1e-5)  // qwen3's 1e-6
+    out["normalization_layer_epsilon"] = m->normalization_layer_epsilon;
+  if (m->use_qk_norm) out["use_qk_norm"] = true;  // qwen3
+  if (model_name == "llama-tiny" || model_name == "llama-small" || model_name == "mixtral-tiny" ||
+      model_name == "qwen3-tiny") {
     out["per_device_batch_size"] = 8.0;
     out["max_target_length"] = int64_t{model_name == "llama-small" ? 512 : 256};
   }
@@ -185,8 +190,11 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
     out["num_experts"] = m->moe.num_experts;
     out["num_experts_per_tok"] = m->moe.num_experts_per_tok;
     out["base_moe_mlp_dim"] = m->moe.moe_mlp_dim;
+    if (m->moe.norm_topk_prob) out["norm_topk_prob"] = true;  // qwen3
+    if (m->moe.load_balance_loss_weight > 0)
+      out["load_balance_loss_weight"] = m->moe.load_balance_loss_weight;
   }
-  if (model_name == "mixtral-tiny") {  // trainable here: the dense dispatch with capacity
+  if (model_name == "mixtral-tiny" || model_name == "qwen3-tiny") {  // the dense dispatch
     out["sparse_matmul"] = false;
     out["capacity_factor"] = 1.25;
   }
@@ -606,6 +614,7 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.mlp_dim = c.get_int("base_mlp_dim");
   r.model.num_decoder_layers = c.get_int("base_num_decoder_layers");
   r.model.normalization_layer_epsilon = c.get_float("normalization_layer_epsilon");
+  r.model.use_qk_norm = c.get_bool("use_qk_norm");
   r.model.rope_min_timescale = c.get_float("rope_min_timescale");
   r.model.rope_max_timescale = c.get_float("rope_max_timescale");
   r.model.rope_type = c.get_string("rope_type");

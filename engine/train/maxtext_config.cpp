@@ -173,12 +173,24 @@ Status apply_cli(const std::vector<ConfigOverride>& overrides, const std::string
 
 // ---- the model file ---------------------------------------------------------------------
 
+// A model file read on its own (sl.config("configs/models/qwen3-235b-a22b.yml")) sets no
+// model_name; its file name is the preset's, whose architecture (decoder_block, ...) it holds.
+std::optional<std::string> model_file_preset(const std::string& path) {
+  const fs::path p(path);
+  if (p.parent_path().filename() != "models" || p.extension() != ".yml") return std::nullopt;
+  const std::string stem = p.stem().string();
+  if (!model_preset(stem).ok()) return std::nullopt;
+  return stem;
+}
+
 Status apply_model(MaxTextConfig& m, const std::set<std::string>& from_cli) {
   const MaxTextKey& name = m.keys.at("model_name");
   if (name.value.kind != Kind::kString)
     return invalid_argument("config: {}: model_name expects a string, got {}", name.source,
                             name.value.to_string());
   if (name.value.s == "default") return ok_status();
+  if (m.model_file == m.path && fs::path(m.path).stem().string() == name.value.s)
+    return ok_status();  // the model file is the config itself
   const std::string file = name.value.s + ".yml";
   fs::path path = fs::path(m.path).parent_path() / "models" / file;
   std::error_code ec;
@@ -280,7 +292,6 @@ constexpr Unsupported kUnsupported[] = {
     {"mlp_activations", "['silu', 'linear']", "MLP activations other than SwiGLU"},
     {"logits_via_embedding", "False", "logits through the tied embedding"},
     {"fused_qkv", "False", "a fused QKV projection"},
-    {"use_qk_norm", "False", "query/key normalisation"},
     {"trainable_position_size", "-1", "learned position embeddings"},
     {"first_num_dense_layers", "0", "dense layers before MoE layers"},
     {"gradient_accumulation_steps", "1", "gradient accumulation"},
@@ -312,8 +323,10 @@ bool consumed_here(const std::string& key) {
 // preset says nothing of that key.
 std::optional<std::string> preset_implies(const ModelConfig& p, std::string_view key) {
   const auto flag = [](bool b) { return std::string(b ? "True" : "False"); };
-  if (key == "decoder_block")
-    return p.gpt3() ? "'gpt3'" : p.name.starts_with("mistral") ? "'mistral'" : "'llama2'";
+  if (key == "decoder_block") {
+    if (p.gpt3() || p.decoder_block == "qwen3_moe") return fmt::format("'{}'", p.decoder_block);
+    return p.name.starts_with("mistral") ? "'mistral'" : "'llama2'";
+  }
   if (key == "mlp_activations") {
     std::vector<std::string> q;
     for (const std::string& a : p.mlp_activations) q.push_back("'" + a + "'");
@@ -597,7 +610,13 @@ Result<MaxTextConfig> load_maxtext_config(const std::string& path,
     YamlValue d;
     d.kind = Kind::kString;
     d.s = "default";
-    m.keys["model_name"] = MaxTextKey{d, "MaxText's default"};
+    std::string source = "MaxText's default";
+    if (std::optional<std::string> preset = model_file_preset(path)) {
+      d.s = *preset;
+      source = fmt::format("{} (its file name)", path);
+      m.model_file = path;
+    }
+    m.keys["model_name"] = MaxTextKey{d, source};
   }
   std::set<std::string> from_cli;
   ENG_RETURN_IF_ERROR(apply_cli(overrides, path, m.keys, from_cli));

@@ -1,5 +1,6 @@
 -- tests/shell/zoo_test.lua: MaxText's model zoo from Lua: t:num_params(), the trainer's
--- "number parameters" line, examples/plan.lua for any model name, unknown-model hints.
+-- "number parameters" line, examples/plan.lua for any model name, qwen3-235b-a22b's total and
+-- active counts and qk-norm paths, unknown-model hints.
 local bin = assert(os.getenv("SHARDLAB_BIN"), "SHARDLAB_BIN not set")
 local scratch = assert(os.getenv("SHARDLAB_SCRATCH"), "SHARDLAB_SCRATCH not set")
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")
@@ -46,6 +47,16 @@ assert(out:find("mistral-7b (7.24B parameters, 7.24B active per token)", 1, true
 assert(out:find("fsdp=8", 1, true), out)
 out, rc = run(string.format("%q --db zoo.db %q llama3.1-8b 16", bin, examples .. "/plan.lua"))
 assert(rc == 0 and out:find("llama3.1-8b (8.03B parameters", 1, true) and out:find("fsdp=16", 1, true), out)
+
+-- qwen3-235b-a22b (MoE): total and active differ; the qk norms are MaxText's paths.
+cfg = sl.config{model = "qwen3-235b-a22b", per_device_batch_size = 1, max_target_length = 1024,
+                sparse_matmul = false, capacity_factor = 1.25}
+t = sl.trainer(cfg, sl.mesh{fsdp = 4, expert = 2}, {shape_only = true})
+total, active = t:num_params()
+assert(total == 235093634560 and active == 22190763520, tostring(total) .. " " .. tostring(active))
+local qn = t:shardings():find("params/decoder/layers/self_attention/query_norm/scale")
+assert(qn and qn.type == "f32[128,94]", qn and qn.type)
+assert(t:shardings():find("params/decoder/layers/moe_block/gate/kernel"))
 
 -- An unknown model names the nearest known ones.
 local ok, err = pcall(sl.config, {model = "llama3-70b"})
