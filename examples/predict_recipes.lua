@@ -7,40 +7,40 @@
 -- A row whose model preset is not in this build prints "model not available yet" (never a
 -- number). Returns the rows (with .predicted or .missing) for tests/shell/predict_recipes_test.
 --
--- Remat: MaxText's "custom" policy offloads the named tensors to host memory; shardlab does
--- not model host offload yet, so an offloaded tensor is planned as saved on the device (its
--- recomputation avoided, its transfer assumed hidden, its bytes counted in HBM).
+-- Remat: {policy, saved on the device, offloaded to host}: MaxText's "custom" policy offloads
+-- the named tensors to host memory (remat_offload_names here: moved over the host link after
+-- the forward, back before the backward, their bytes in host memory, not in HBM).
 -- tflops_halved: the row's MaxText version counts causal attention halved (PR #1988, 2025-07)
 -- or whole (tpu-recipes v0.1.0-v0.1.4, the v6e rows).
 local recipes = {
   {model = "llama3.1-70b", topology = "v6e-256", batch = 5, seq = 8192,
    sharding = {ici_fsdp_parallelism = -1}, keys = {sa_block_q = 2048, sa_block_kv = 2048},
-   remat = {"custom", "decoder_layer_input,query_proj,key_proj,value_proj"},
+   remat = {"custom", "", "decoder_layer_input,query_proj,key_proj,value_proj"},
    note = "custom: decoder_layer_input, q/k/v proj offloaded; flash 2048 blocks",
    step_s = 42.656, tflops = 462.297, tflops_halved = false},
   {model = "llama3.1-8b", topology = "v6e-256", batch = 4, seq = 8192,
    sharding = {ici_fsdp_parallelism = -1},
-   remat = {"custom", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
+   remat = {"custom", "", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
    note = "custom: decoder_layer_input, out_proj, q/k/v proj offloaded",
    step_s = 4.546, tflops = 417.397, tflops_halved = false},
   {model = "llama2-70b", topology = "v6e-256", batch = 2, seq = 4096,
    sharding = {ici_fsdp_parallelism = 1, ici_fsdp_transpose_parallelism = -1},
-   remat = {"save_qkv_proj", ""},
-   note = "qkv_proj_offloaded (planned as save_qkv_proj)",
+   remat = {"qkv_proj_offloaded", "", ""},
+   note = "qkv_proj_offloaded",
    step_s = 9.052, tflops = 402.274, tflops_halved = false},
   {model = "mixtral-8x7b", topology = "v6e-256", batch = 12, seq = 4096,
    sharding = {ici_fsdp_parallelism = -1}, keys = {sparse_matmul = false, capacity_factor = 1.25},
-   remat = {"custom", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
+   remat = {"custom", "", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
    note = "dense dispatch, capacity_factor 1.25; custom: decoder_layer_input, out_proj, q/k/v",
    step_s = 13.484, tflops = 302.311, tflops_halved = false},
   {model = "mistral-7b", topology = "v6e-8", batch = 6, seq = 8192,
    sharding = {ici_fsdp_parallelism = -1},
-   remat = {"custom", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
+   remat = {"custom", "", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
    note = "custom: decoder_layer_input, out_proj, q/k/v proj offloaded",
    step_s = 6.320, tflops = 431.981, tflops_halved = false},
   {model = "llama3.1-405b", topology = "v5p-1024", batch = 2, seq = 8192,
    sharding = {ici_fsdp_parallelism = -1},
-   remat = {"custom", "context,mlpwo"},
+   remat = {"custom", "", "context,mlpwo"},
    note = "custom: context, mlpwo offloaded; num_vocab_tiling 4 (not a key here yet: not planned)",
    step_s = 131.474, tflops = 314.530, tflops_halved = true},
 }
@@ -48,7 +48,8 @@ local recipes = {
 local function config_for(r)
   local keys = {model_name = r.model, compile_topology = r.topology,
                 per_device_batch_size = r.batch, max_target_length = r.seq,
-                remat_policy = r.remat[1], remat_save_names = r.remat[2]}
+                remat_policy = r.remat[1], remat_save_names = r.remat[2],
+                remat_offload_names = r.remat[3]}
   for k, v in pairs(r.sharding) do keys[k] = v end
   for k, v in pairs(r.keys or {}) do keys[k] = v end
   return sl.config(keys)

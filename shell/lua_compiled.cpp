@@ -121,6 +121,7 @@ void push_memory(lua_State* L, const eng::MemoryAnalysis& m) {
   put("output_bytes", m.output_bytes);
   put("temp_bytes", m.temp_bytes);
   put("alias_bytes", m.alias_bytes);
+  put("host_temp_bytes", m.host_temp_bytes);
   put("peak_bytes", m.peak_bytes());
   lua_pushstring(L, m.to_string().c_str());
   lua_setfield(L, -2, "summary");
@@ -195,6 +196,15 @@ void push_prediction(lua_State* L, const eng::Prediction& p) {
   num("compute_s", p.compute_s);
   num("collective_s", p.collective_s);
   num("exposed_collective_s", p.exposed_collective_s);
+  lua_pushinteger(L, p.host_temp_bytes);
+  lua_setfield(L, -2, "host_temp_bytes");
+  lua_createtable(L, 0, 4);  // host offload's moves (count 0: none)
+  num("seconds", p.host_transfers.seconds);
+  num("exposed_seconds", p.host_transfers.exposed_seconds);
+  num("bytes", p.host_transfers.bytes);
+  lua_pushinteger(L, p.host_transfers.count);
+  lua_setfield(L, -2, "count");
+  lua_setfield(L, -2, "host_transfers");
   lua_createtable(L, 0, static_cast<int>(p.compute.size()));  // breakdown.compute[class]
   lua_createtable(L, 0, static_cast<int>(p.compute.size()));
   for (const eng::PredictedCompute& c : p.compute) {

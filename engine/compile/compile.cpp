@@ -39,6 +39,7 @@ struct Storage {
   int last = 0;          // last instruction reading any of its values (n: program outputs)
   int joined_at = -2;    // the instruction whose output last joined it
   ValueId root = kNoValue;
+  bool host = false;     // a kMoveToHost output: planned in the host region
 };
 
 class Assigner {
@@ -155,6 +156,7 @@ class Assigner {
       add_storage(w, {BufferSlot::Kind::kOutput, out_index_[w]}, i);
     } else {
       add_storage(w, {BufferSlot::Kind::kTemp}, i);
+      storages_.back().host = in.kind == OpKind::kMoveToHost;
     }
     return ok_status();
   }
@@ -207,8 +209,13 @@ std::atomic<uint64_t> g_next_executable_id{1};
 std::string MemoryAnalysis::to_string() const {
   return fmt::format(
       "Total estimated memory size: {:.1f} GB, estimated output size: {:.1f} GB, estimated temp "
-      "size: {:.1f} GB, estimated argument size: {:.1f} GB, Estimated host temp size: 0.0 GB.",
-      peak_bytes() / kGiB, output_bytes / kGiB, temp_bytes / kGiB, argument_bytes / kGiB);
+      "size: {:.1f} GB, estimated argument size: {:.1f} GB, Estimated host temp size: {:.1f} GB.",
+      peak_bytes() / kGiB, output_bytes / kGiB, temp_bytes / kGiB, argument_bytes / kGiB,
+      host_temp_bytes / kGiB);
+}
+
+int64_t Executable::host_region_offset() const {
+  return memory_.host_temp_bytes > 0 ? align_up(memory_.temp_bytes) : memory_.temp_bytes;
 }
 
 std::vector<TempInfo> Executable::largest_temps(int n) const {
@@ -248,17 +255,27 @@ Result<std::shared_ptr<const Executable>> compile(const Program& program, const 
   ENG_RETURN_IF_ERROR(assigner.run());
   const std::vector<Storage>& storages = assigner.storages();
 
-  // Arena: one plan buffer per temp storage.
-  std::vector<PlanBuffer> buffers;
+  // Arenas: one plan buffer per temp storage, the device's and (offloaded values) the host's.
+  std::vector<PlanBuffer> buffers, host_buffers;
   std::vector<int> buffer_of(storages.size(), -1);
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];
     if (st.kind != BufferSlot::Kind::kTemp || st.bytes == 0) continue;
-    buffer_of[s] = static_cast<int>(buffers.size());
-    buffers.push_back({st.bytes, st.first, st.last});
+    std::vector<PlanBuffer>& into = st.host ? host_buffers : buffers;
+    buffer_of[s] = static_cast<int>(into.size());
+    into.push_back({st.bytes, st.first, st.last});
   }
   MemoryPlan plan = plan_memory(buffers);
-  if (options.verify_plan) ENG_RETURN_IF_ERROR(verify_plan(buffers, plan));
+  MemoryPlan host_plan = plan_memory(host_buffers);
+  if (options.verify_plan) {
+    ENG_RETURN_IF_ERROR(verify_plan(buffers, plan));
+    ENG_RETURN_IF_ERROR(verify_plan(host_buffers, host_plan));
+  }
+  const int64_t host_base = align_up(plan.arena_bytes);  // = exe->host_region_offset()
+  auto temp_offset = [&](size_t s) {
+    return storages[s].host ? host_base + host_plan.offsets[buffer_of[s]]
+                            : plan.offsets[buffer_of[s]];
+  };
 
   // Output region: every non-aliased output, packed in output order.
   std::vector<int64_t> out_offset(p.outputs().size(), -1);
@@ -278,6 +295,7 @@ Result<std::shared_ptr<const Executable>> compile(const Program& program, const 
   exe->output_region_bytes_ = region;
   for (const Argument& a : p.args()) mem.argument_bytes += p.value(a.value).bytes();
   mem.temp_bytes = plan.arena_bytes;
+  mem.host_temp_bytes = host_plan.arena_bytes;
 
   exe->slots_.resize(p.values().size());
   for (size_t v = 0; v < p.values().size(); ++v) {
@@ -289,14 +307,14 @@ Result<std::shared_ptr<const Executable>> compile(const Program& program, const 
     slot.index = st.index;
     slot.bytes = p.values()[v].bytes();
     if (st.kind == BufferSlot::Kind::kTemp)
-      slot.offset = buffer_of[s] >= 0 ? plan.offsets[buffer_of[s]] : 0;
+      slot.offset = buffer_of[s] >= 0 ? temp_offset(s) : 0;
     else if (st.kind == BufferSlot::Kind::kOutput)
       slot.offset = out_offset[st.index];
   }
   for (size_t s = 0; s < storages.size(); ++s)
     if (buffer_of[s] >= 0)
       exe->temps_.push_back({storages[s].root, storages[s].bytes, storages[s].first,
-                             storages[s].last, plan.offsets[buffer_of[s]]});
+                             storages[s].last, temp_offset(s), storages[s].host});
   exe->cost_ = estimate_cost(p);
   return std::shared_ptr<const Executable>(std::move(exe));
 }

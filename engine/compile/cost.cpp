@@ -157,6 +157,8 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
          [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
         {OpKind::kBiasAdd, per_input_element},
         {OpKind::kBiasAddGrad, per_input_element},
+        {OpKind::kMoveToHost, zero_flops},  // a copy over the host link
+        {OpKind::kMoveToDevice, zero_flops},
         {OpKind::kAdamW,
          [](const Program& p, const Instr& in) { return 12.0 * numel(p, in.inputs[0]); }},
         // Mixture of experts: the routing's few flops per (token, expert); dispatch and

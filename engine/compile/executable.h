@@ -11,6 +11,8 @@
 //   output   = bytes of every output (aliased ones included, as XLA counts them)
 //   alias    = bytes of outputs that update an argument in place
 //   temp     = the arena: every intermediate value, placed by the liveness-based planner
+//   host temp = the values a remat policy offloads (kMoveToHost outputs), planned the same
+//              way in the host's memory (XLA's host_temp_size_in_bytes): not in the peak
 //   peak     = argument + output + temp - alias
 #pragma once
 
@@ -41,6 +43,7 @@ struct MemoryAnalysis {
   int64_t output_bytes = 0;
   int64_t alias_bytes = 0;
   int64_t temp_bytes = 0;
+  int64_t host_temp_bytes = 0;  // pinned host memory (offloaded values); not in peak_bytes
   int64_t peak_bytes() const { return argument_bytes + output_bytes + temp_bytes - alias_bytes; }
   // MaxText's print_compiled_memory_stats line (GB = bytes / 1024^3).
   std::string to_string() const;
@@ -68,6 +71,7 @@ struct TempInfo {
   int64_t bytes;
   int first_instr, last_instr;  // live range, inclusive
   int64_t offset;
+  bool host = false;  // in the host region (an offloaded value)
 };
 
 class Executable {
@@ -89,7 +93,11 @@ class Executable {
   // What device `device` receives per execution, keyed as cost().collective_bytes (which is
   // the mean over devices): what the runtime's counters show for that device.
   std::map<std::string, double> collective_bytes_received_by(int64_t device) const;
-  int64_t arena_bytes() const { return memory_.temp_bytes; }
+  // What the runtime allocates per device for temps: the device arena, then (from
+  // host_region_offset()) the host temps. On this CPU both are process memory; the split is
+  // what a TPU's HBM and its host's pinned memory would hold.
+  int64_t arena_bytes() const { return host_region_offset() + memory_.host_temp_bytes; }
+  int64_t host_region_offset() const;
   int64_t output_region_bytes() const { return output_region_bytes_; }
   // The n largest temporaries, largest first.
   std::vector<TempInfo> largest_temps(int n) const;

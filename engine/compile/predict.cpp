@@ -154,9 +154,19 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
   const double hbm_bw = t.hbm_bytes_per_s_per_device();
   const int64_t tile = t.chip.matrix_unit_dim;
   const Program& p = exe.program();
+  const double host_bw = t.host_bytes_per_s_per_device();
+  for (const Instr& in : p.instrs())
+    if ((in.kind == OpKind::kMoveToHost || in.kind == OpKind::kMoveToDevice) && host_bw <= 0)
+      return invalid_argument(
+          "predict: the program offloads values to host memory (remat_policy offloads), but "
+          "chip {} has no host_bytes_per_s (the host link's bandwidth is not known for {}): "
+          "use a remat policy without offload on this topology",
+          t.chip.name, t.name);
 
   std::vector<double> ready(p.values().size(), 0.0);  // when each value is available
-  NetworkTimeline net;
+  NetworkTimeline net, to_host, to_device;
+  double backward_start = -1;  // the compute clock at the first move back to the device
+  const std::string host_key = "host";
   // Values computed from parameters alone (no step input, no step result).
   std::vector<bool> from_weights(p.values().size(), false);
   // Per value: the axes of the collective it (or the weights-only chain to it) came from.
@@ -176,7 +186,23 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
       weights_only = weights_only && from_weights[v];
     }
     double finish = 0;
-    if (moves_data(in.kind)) {
+    if (in.kind == OpKind::kMoveToHost || in.kind == OpKind::kMoveToDevice) {
+      const double bytes = bytes_of(p, in.inputs[0]);
+      const double dur = bytes / host_bw;
+      double earliest = inputs_ready;
+      NetworkTimeline* link = &to_host;
+      if (in.kind == OpKind::kMoveToDevice) {
+        if (backward_start < 0) backward_start = compute_clock;
+        earliest = std::max(earliest, backward_start);
+        link = &to_device;
+      }
+      finish = link->place(earliest, dur) + dur;
+      net_clock = std::max(net_clock, finish);
+      out.host_transfers.seconds += dur;
+      out.host_transfers.bytes += bytes;
+      ++out.host_transfers.count;
+      for (ValueId v : in.outputs) waited_on[v] = &host_key;
+    } else if (moves_data(in.kind)) {
       const std::string key = collective_axes_key(in.attrs.mesh_axes);
       auto g = groups.find(key);
       if (g == groups.end()) g = groups.emplace(key, group_of(pm, in.attrs.mesh_axes)).first;
@@ -239,8 +265,10 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
       // A compute instruction waits for its inputs; the wait past the compute stream's own
       // clock is exposed collective time, charged to the collective's axes.
       const double start = std::max(compute_clock, inputs_ready);
-      out.exposed_collective_s += start - compute_clock;
-      if (start > compute_clock && late != nullptr)
+      if (late != &host_key) out.exposed_collective_s += start - compute_clock;
+      if (start > compute_clock && late == &host_key)
+        out.host_transfers.exposed_seconds += start - compute_clock;
+      else if (start > compute_clock && late != nullptr)
         by_axes[*late].exposed_seconds += start - compute_clock;
       finish = compute_clock = start + dur;
     }
@@ -262,6 +290,7 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
   else
     out.bound = "nothing";
   out.peak_bytes = exe.memory().peak_bytes();
+  out.host_temp_bytes = exe.memory().host_temp_bytes;
   out.hbm_bytes = t.hbm_bytes_per_device();
   out.fits = out.peak_bytes <= out.hbm_bytes;
   return out;
@@ -282,6 +311,9 @@ std::string Prediction::to_table() const {
                    fits ? fmt::format("fits ({} free)", human_bytes(hbm_bytes - peak_bytes))
                         : fmt::format("DOES NOT FIT ({} over)",
                                       human_bytes(peak_bytes - hbm_bytes)));
+  if (host_temp_bytes > 0)
+    s += fmt::format("  host memory: {} per device offloaded (remat policy)\n",
+                     human_bytes(static_cast<double>(host_temp_bytes)));
   s += fmt::format("  {:<22} {:>12} {:>8} {:>14} {:>8}\n", "compute", "time", "share",
                    "TFLOP", "ops");
   for (const PredictedCompute& c : compute)
@@ -295,6 +327,14 @@ std::string Prediction::to_table() const {
       s += fmt::format("  {:<22} {:>12} {:>12} {:>14} {:>8}\n", c.axes, human_seconds(c.seconds),
                        human_seconds(c.exposed_seconds), human_bytes(c.bytes), c.count);
   }
+  if (host_transfers.count > 0 && collectives.empty())
+    s += fmt::format("  {:<22} {:>12} {:>12} {:>14} {:>8}\n", "transfers", "time", "exposed",
+                     "moved", "ops");
+  if (host_transfers.count > 0)
+    s += fmt::format("  {:<22} {:>12} {:>12} {:>14} {:>8}\n", "host offload (PCIe)",
+                     human_seconds(host_transfers.seconds),
+                     human_seconds(host_transfers.exposed_seconds),
+                     human_bytes(host_transfers.bytes), host_transfers.count);
   s += fmt::format("  total: compute {}, collectives {} ({} exposed)", human_seconds(compute_s),
                    human_seconds(collective_s), human_seconds(exposed_collective_s));
   return s;

@@ -14,6 +14,10 @@
 //               (QK^T contracts over head_dim, PV outputs it), or its bytes at HBM bandwidth
 //   everything else  bytes read + written at HBM bandwidth (layout ops free)
 //   collectives collective_seconds (engine/mesh/physical_mesh.h) on their axes' links
+//   move_to_host / move_to_device  bytes / the chip's host link (PCIe, one way) per device,
+//               on a stream per direction; a move back to the device starts no earlier than
+//               the backward pass (the first move back in program order), then as soon as
+//               the link is free (prefetch depth, and the device memory it costs, not modelled)
 // Schedule: one compute stream in program order and one collective stream; an instruction
 // starts when its inputs are ready and its stream is free. Collectives therefore overlap any
 // compute that does not need their result (a scanned layer's FSDP all-gather runs while an
@@ -48,6 +52,15 @@ struct PredictedCollectives {
   int64_t count = 0;
 };
 
+// Host offload (remat.h's offloaded names): the kMoveToHost / kMoveToDevice copies over the
+// host link, one stream per direction (PCIe is full duplex).
+struct PredictedHostTransfers {
+  double seconds = 0;          // on the two host-link streams
+  double exposed_seconds = 0;  // time the compute stream waited for a value moved back
+  double bytes = 0;            // moved per device, both directions
+  int64_t count = 0;
+};
+
 struct Prediction {
   std::string topology;               // "v6e-256"
   int64_t num_slices = 1;
@@ -57,9 +70,11 @@ struct Prediction {
   double exposed_collective_s = 0;    // compute-stream waits for collectives
   std::vector<PredictedCompute> compute;          // by op class, largest first
   std::vector<PredictedCollectives> collectives;  // by mesh axes, largest first
+  PredictedHostTransfers host_transfers;           // host offload (count 0: none)
   std::string bound;                  // "compute (matmul)", "collectives (fsdp)"
   int64_t peak_bytes = 0;             // per device (memory analysis)
   int64_t hbm_bytes = 0;              // per device
+  int64_t host_temp_bytes = 0;        // per device, offloaded to host memory (not in peak)
   bool fits = false;                  // peak_bytes <= hbm_bytes
   // Filled by the caller that knows the model (engine/train/plan.h): MaxText's count.
   double tflops_per_device = 0;       // per step

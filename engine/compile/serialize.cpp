@@ -413,9 +413,12 @@ struct ExecutableCodec {
       w.i64(t.first_instr);
       w.i64(t.last_instr);
       w.i64(t.offset);
+      w.u8(t.host ? 1 : 0);
     }
     const MemoryAnalysis& m = e.memory_;
-    for (int64_t x : {m.argument_bytes, m.output_bytes, m.alias_bytes, m.temp_bytes}) w.i64(x);
+    for (int64_t x : {m.argument_bytes, m.output_bytes, m.alias_bytes, m.temp_bytes,
+                      m.host_temp_bytes})
+      w.i64(x);
     w.f64(e.cost_.flops);
     w.f64(e.cost_.bytes_accessed);
     w.i64(static_cast<int64_t>(e.cost_.collective_bytes.size()));
@@ -450,12 +453,14 @@ struct ExecutableCodec {
       t.first_instr = static_cast<int>(r.i64("temp first"));
       t.last_instr = static_cast<int>(r.i64("temp last"));
       t.offset = r.i64("temp offset");
+      t.host = r.u8("temp host") != 0;
     }
     MemoryAnalysis& m = e->memory_;
     m.argument_bytes = r.i64("argument bytes");
     m.output_bytes = r.i64("output bytes");
     m.alias_bytes = r.i64("alias bytes");
     m.temp_bytes = r.i64("temp bytes");
+    m.host_temp_bytes = r.i64("host temp bytes");
     e->cost_.flops = r.f64("flops");
     e->cost_.bytes_accessed = r.f64("bytes accessed");
     const size_t nc = r.count("collective bytes", 16);
@@ -489,9 +494,9 @@ struct ExecutableCodec {
         return bad(fmt::format("slot {} holds {} bytes at {}, value needs {}", v, s.bytes, s.offset, need));
       switch (s.kind) {
         case BufferSlot::Kind::kTemp:
-          if (s.offset + s.bytes > e.memory_.temp_bytes)
+          if (s.offset + s.bytes > e.arena_bytes())
             return bad(fmt::format("temp slot {} ends at {} past the arena ({})", v,
-                                   s.offset + s.bytes, e.memory_.temp_bytes));
+                                   s.offset + s.bytes, e.arena_bytes()));
           break;
         case BufferSlot::Kind::kOutput:
           if (s.index < 0 || s.index >= static_cast<int>(p.outputs().size()) ||
@@ -515,7 +520,7 @@ struct ExecutableCodec {
     const MemoryAnalysis& m = e.memory_;
     constexpr int64_t kMaxBytes = kMaxTensorElements * 8;
     for (int64_t x : {m.argument_bytes, m.output_bytes, m.alias_bytes, m.temp_bytes,
-                      e.output_region_bytes_})
+                      m.host_temp_bytes, e.output_region_bytes_})
       if (x < 0 || x > kMaxBytes) return bad(fmt::format("memory size {} out of range", x));
     const int64_t values = static_cast<int64_t>(e.program_.values().size());
     const int64_t instrs = static_cast<int64_t>(e.program_.instrs().size());

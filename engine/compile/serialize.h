@@ -21,9 +21,10 @@
 namespace eng {
 
 // Bump when the encoding changes: an entry of another version is a cache miss.
-constexpr uint32_t kExecutableFormatVersion = 4;  // 2: pipeline attrs (vmap, slice, reshape);
+constexpr uint32_t kExecutableFormatVersion = 5;  // 2: pipeline attrs (vmap, slice, reshape);
                                                   // 3: ValueInfo::pipeline_iteration
                                                   // 4: kRope's interleave / llama31_scale
+                                                  // 5: host temps (kMoveToHost), TempInfo::host
 
 std::string serialize_program(const Program& p);
 Result<Program> deserialize_program(std::string_view bytes);

@@ -86,6 +86,8 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kLayerNormGrad, {&Pt::layernorm}},
         {OpKind::kBiasAdd, {&Pt::bias_add}},
         {OpKind::kBiasAddGrad, {&Pt::bias_add}},
+        {OpKind::kMoveToHost, {&Pt::linear}},  // the value keeps its sharding (and partials)
+        {OpKind::kMoveToDevice, {&Pt::linear}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

@@ -331,6 +331,17 @@ class Differentiator {
     accumulate(in.inputs[0], fresh(dlogits, in.inputs[0]));
   }
 
+  // Host offload: the cotangent moves back to the memory the value came from (jax's
+  // device_put transposes to a device_put to the source memory kind).
+  void vjp_move(const Instr& in) {
+    const ValueId y = in.outputs[0];
+    const OpKind back = in.kind == OpKind::kMoveToHost ? OpKind::kMoveToDevice
+                                                       : OpKind::kMoveToHost;
+    Cot c = cot_[y];
+    if (c.value != kNoValue) c.value = fresh(b_.emit(back, {c.value})[0], in.inputs[0]);
+    accumulate(in.inputs[0], c);
+  }
+
   // Pipeline data movement: each transpose is another data movement (op.h).
   void vjp_reshape(const Instr& in) {
     const ValueId y = in.outputs[0];
@@ -577,6 +588,8 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kLayerNormGrad, &D::not_differentiable},
         {OpKind::kBiasAdd, &D::vjp_bias_add},
         {OpKind::kBiasAddGrad, &D::not_differentiable},
+        {OpKind::kMoveToHost, &D::vjp_move},
+        {OpKind::kMoveToDevice, &D::vjp_move},
     },
     &D::vjp_unary, &D::not_differentiable);
 

@@ -651,6 +651,8 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kLayerNormGrad, infer_layernorm_grad},
         {OpKind::kBiasAdd, infer_bias_add},
         {OpKind::kBiasAddGrad, infer_bias_add_grad},
+        {OpKind::kMoveToHost, infer_same_shape<1>},  // any dtype: the value, moved
+        {OpKind::kMoveToDevice, infer_same_shape<1>},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 

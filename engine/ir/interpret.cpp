@@ -637,6 +637,8 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kLayerNormGrad, &E::layernorm_grad},
         {OpKind::kBiasAdd, &E::bias_add},
         {OpKind::kBiasAddGrad, &E::bias_add_grad},
+        {OpKind::kMoveToHost, &E::identity},  // the value, in another memory
+        {OpKind::kMoveToDevice, &E::identity},
     },
     &E::unary, &E::unary_grad);
 

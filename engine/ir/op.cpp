@@ -161,6 +161,8 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kLayerNormGrad, kNone},
         {K::kBiasAdd, kNone},
         {K::kBiasAddGrad, {kDim}},
+        {K::kMoveToHost, kNone},
+        {K::kMoveToDevice, kNone},
     },
     kNone, kNone);
 

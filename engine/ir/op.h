@@ -203,6 +203,15 @@
 //                    logits[targets - offset] when that is in [0, Vb), else 0 (both partial)
 //   kXentFromStats (max, sumexp, picked) -> xent, lse: lse = max + log(sumexp),
 //                    xent = lse - picked (the global values once max/sumexp/picked are reduced)
+//   -- host offload (engine/ir/remat.h: a remat policy's offloaded names) --
+//   kMoveToHost    (x) -> x, held in the host's memory (jax's memory_kind "pinned_host"; XLA's
+//                    MoveToHost annotation): the value is copied out of device memory after
+//                    its producer, so the device buffer ends at its last forward reader
+//   kMoveToDevice  (x) -> x, back in device memory (XLA's MoveToDevice), emitted before the
+//                    first backward reader. Both are identities on the values (any dtype);
+//                    compile() plans a kMoveToHost output in the host arena
+//                    (MemoryAnalysis::host_temp_bytes, not the device peak) and predict.h
+//                    times both on the chip's host link (PCIe), overlapped with compute.
 #pragma once
 
 #include <algorithm>
@@ -311,7 +320,9 @@ namespace eng {
   X(LayerNorm, "layernorm", kCustom)                                \
   X(LayerNormGrad, "layernorm_grad", kCustom)                       \
   X(BiasAdd, "bias_add", kCustom)                                   \
-  X(BiasAddGrad, "bias_add_grad", kCustom)
+  X(BiasAddGrad, "bias_add_grad", kCustom)                          \
+  X(MoveToHost, "move_to_host", kCustom)                            \
+  X(MoveToDevice, "move_to_device", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

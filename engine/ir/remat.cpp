@@ -26,6 +26,7 @@ const Names kMinimal = {"query_proj", "key_proj", "value_proj", "out_proj",
 struct NamedPolicy {
   const char* name;
   Names save;
+  Names offload = {};  // MaxText's *_offloaded policies: save_and_offload_only_these_names
 };
 
 const std::vector<NamedPolicy>& named_policies() {
@@ -41,6 +42,10 @@ const std::vector<NamedPolicy>& named_policies() {
       {"save_dot_except_mlp", {"query_proj", "key_proj", "value_proj", "out_proj"}},
       {"save_qkv_proj", {"query_proj", "key_proj", "value_proj"}},
       {"save_out_proj", {"out_proj"}},
+      // layers/decoders.py: names_which_can_be_saved=[], names_which_can_be_offloaded=...
+      // (MaxText's qkv_proj and mlpwi are fused forms this model never tags).
+      {"qkv_proj_offloaded", {}, {"query_proj", "key_proj", "value_proj"}},
+      {"minimal_offloaded", {}, kMinimal},
   };
   return p;
 }
@@ -66,6 +71,8 @@ class Rematerializer {
       copy_info(map_[a.value], v);
     }
     const int n = static_cast<int>(p_.instrs().size());
+    find_backward_reads();
+    for (const Argument& a : p_.args()) offload_if_needed(a.value);
     for (int k = 0; k < n; ++k) {
       const Instr& in = p_.instrs()[k];
       std::vector<ValueId> inputs;
@@ -82,6 +89,8 @@ class Rematerializer {
         map_[in.outputs[o]] = outs[o];
         copy_info(outs[o], p_.value(in.outputs[o]));
       }
+      if (k < forward_end_)
+        for (ValueId v : in.outputs) offload_if_needed(v);
     }
     for (const ProgramOutput& o : p_.outputs()) b_.output(map_[o.value], o.name, o.aliased_arg);
     if (stats) *stats = stats_;
@@ -94,20 +103,73 @@ class Rematerializer {
     return k >= 0 && k < forward_end_;
   }
 
+  static bool named(const Names& names, const ValueInfo& v) {
+    return !v.checkpoint_name.empty() &&
+           std::find(names.begin(), names.end(), v.checkpoint_name) != names.end();
+  }
+
   bool saved(const ValueInfo& v) const {
     if (policy_.save_all || v.remat_scope < 0) return true;
-    return !v.checkpoint_name.empty() &&
-           std::find(policy_.save_names.begin(), policy_.save_names.end(), v.checkpoint_name) !=
-               policy_.save_names.end();
+    return named(policy_.save_names, v);
+  }
+
+  // Offloaded: a forward value (or the layer input, an argument in a one-layer program) the
+  // policy sends to host memory; the backward reads its copy moved back to the device.
+  bool offloaded(ValueId v) const { return needed_on_host_[v] != 0; }
+
+  bool offload_named(ValueId v) const {
+    if (policy_.save_all) return false;
+    return (is_forward(v) || p_.value(v).producer < 0) && named(policy_.offload_names, p_.value(v));
   }
 
   // Readable by the backward as computed in the forward: an argument, a backward value or
-  // a saved forward value.
-  bool available(ValueId v) const { return !is_forward(v) || saved(p_.value(v)); }
+  // a saved forward value (not an offloaded one: the backward reads its moved-back copy).
+  bool available(ValueId v) const {
+    if (offloaded(v)) return false;
+    return !is_forward(v) || saved(p_.value(v));
+  }
 
-  // Re-emits v's producer (after its own unsaved inputs), once.
+  // The offload-named values the backward reads, directly or through the producer chains it
+  // recomputes (jax offloads residuals only: a named value nobody reads back stays put).
+  void find_backward_reads() {
+    needed_on_host_.assign(p_.values().size(), 0);
+    host_.assign(p_.values().size(), kNoValue);
+    std::vector<char> seen(p_.values().size(), 0);
+    std::vector<ValueId> stack;
+    for (size_t k = static_cast<size_t>(forward_end_); k < p_.instrs().size(); ++k)
+      for (ValueId u : p_.instrs()[k].inputs) stack.push_back(u);
+    while (!stack.empty()) {
+      const ValueId v = stack.back();
+      stack.pop_back();
+      if (seen[v]) continue;
+      seen[v] = 1;
+      if (offload_named(v)) {
+        needed_on_host_[v] = 1;
+        continue;
+      }
+      if (!is_forward(v) || saved(p_.value(v))) continue;
+      for (ValueId u : p_.instrs()[p_.value(v).producer].inputs) stack.push_back(u);
+    }
+  }
+
+  // Right after its producer: the value's copy to host memory (kMoveToHost, op.h).
+  void offload_if_needed(ValueId v) {
+    if (!offloaded(v)) return;
+    host_[v] = b_.emit(OpKind::kMoveToHost, {map_[v]})[0];
+    copy_info(host_[v], p_.value(v));
+    ++stats_.offloaded_values;
+    stats_.offloaded_bytes += p_.value(v).bytes();
+  }
+
+  // Re-emits v's producer (after its own unsaved inputs), once; an offloaded value is moved
+  // back from host memory instead.
   void ensure(ValueId v) {
     if (recomputed_[v] != kNoValue) return;
+    if (offloaded(v)) {
+      recomputed_[v] = b_.emit(OpKind::kMoveToDevice, {host_[v]})[0];
+      copy_info(recomputed_[v], p_.value(v));
+      return;
+    }
     const Instr& in = p_.instrs()[p_.value(v).producer];
     std::vector<ValueId> inputs;
     for (ValueId u : in.inputs) {
@@ -154,6 +216,8 @@ class Rematerializer {
   Builder b_;
   std::vector<ValueId> map_;         // old value -> its value in the new program
   std::vector<ValueId> recomputed_;  // old forward value -> its recomputation, if any
+  std::vector<char> needed_on_host_;  // old value -> offloaded (read back by the backward)
+  std::vector<ValueId> host_;        // old offloaded value -> its kMoveToHost copy
   RematStats stats_;
 };
 
@@ -177,23 +241,11 @@ const std::vector<std::string>& remat_policy_names() {
   return n;
 }
 
-Result<RematPolicy> remat_policy(std::string_view name, std::string_view save_names) {
-  RematPolicy pol;
-  pol.name = std::string(name);
-  if (name == "none") {
-    pol.save_all = true;
-    return pol;
-  }
-  for (const NamedPolicy& p : named_policies()) {
-    if (name != p.name) continue;
-    pol.save_names = p.save;
-    return pol;
-  }
-  if (name != "save_only_these_names" && name != "custom")
-    return invalid_argument("config: remat_policy '{}' is unknown; known policies: {}", name,
-                            fmt::join(remat_policy_names(), ", "));
+// A comma-separated list of checkpoint names (remat_save_names, remat_offload_names).
+Result<Names> parse_names(std::string_view key, std::string_view text) {
+  Names out;
   size_t start = 0;
-  const std::string list(save_names);
+  const std::string list(text);
   while (start <= list.size()) {
     size_t comma = list.find(',', start);
     if (comma == std::string::npos) comma = list.size();
@@ -202,10 +254,43 @@ Result<RematPolicy> remat_policy(std::string_view name, std::string_view save_na
     if (n.empty()) continue;
     const Names& known = checkpoint_names();
     if (std::find(known.begin(), known.end(), n) == known.end())
-      return invalid_argument("config: remat_save_names: unknown checkpoint name '{}'; known: {}",
-                              n, fmt::join(known, ", "));
-    pol.save_names.push_back(n);
+      return invalid_argument("config: {}: unknown checkpoint name '{}'; known: {}", key, n,
+                              fmt::join(known, ", "));
+    out.push_back(n);
   }
+  return out;
+}
+
+Result<RematPolicy> remat_policy(std::string_view name, std::string_view save_names,
+                                 std::string_view offload_names) {
+  RematPolicy pol;
+  pol.name = std::string(name);
+  const bool takes_names = name == "save_only_these_names" || name == "custom";
+  // Read by custom alone, as MaxText reads its per-tensor keys (a search may vary the policy
+  // over a config that names custom's lists); the names are checked whatever the policy.
+  ENG_ASSIGN_OR_RETURN(Names offload, parse_names("remat_offload_names", offload_names));
+  if (name == "none") {
+    pol.save_all = true;
+    return pol;
+  }
+  for (const NamedPolicy& p : named_policies()) {
+    if (name != p.name) continue;
+    pol.save_names = p.save;
+    pol.offload_names = p.offload;
+    return pol;
+  }
+  if (!takes_names)
+    return invalid_argument("config: remat_policy '{}' is unknown; known policies: {}", name,
+                            fmt::join(remat_policy_names(), ", "));
+  ENG_ASSIGN_OR_RETURN(pol.save_names, parse_names("remat_save_names", save_names));
+  if (name != "custom") return pol;
+  for (const std::string& n : offload)
+    if (std::find(pol.save_names.begin(), pol.save_names.end(), n) != pol.save_names.end())
+      return invalid_argument(
+          "config: checkpoint name '{}' is both saved on the device (remat_save_names={}) and "
+          "offloaded to host (remat_offload_names={}); name it in one",
+          n, save_names, offload_names);
+  pol.offload_names = std::move(offload);
   return pol;
 }
 

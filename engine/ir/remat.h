@@ -27,7 +27,15 @@
 //   save_dot_except_mlp         query_proj, key_proj, value_proj, out_proj
 //   save_qkv_proj               query_proj, key_proj, value_proj
 //   save_out_proj               out_proj
-//   save_only_these_names, custom   the comma-separated names of remat_save_names
+//   qkv_proj_offloaded          query_proj, key_proj, value_proj offloaded to host
+//   minimal_offloaded           minimal's seven names offloaded to host
+//   save_only_these_names, custom   the comma-separated names of remat_save_names; custom
+//            also offloads remat_offload_names (MaxText's tensors_to_offload)
+// Offloaded (jax.checkpoint_policies.save_and_offload_only_these_names, offload_dst
+// "pinned_host"): the value is copied to host memory right after its producer
+// (kMoveToHost) and back (kMoveToDevice) before its first backward reader, so its device
+// buffer ends with its last forward reader, as a recomputed value's does, without the
+// recomputation. decoder_layer_input may be offloaded too (MaxText's custom policy).
 // Recomputation is the same ops on the same inputs, so every result is bitwise identical
 // to the unrematerialised program's.
 #pragma once
@@ -47,18 +55,24 @@ const std::vector<std::string>& checkpoint_names();
 const std::vector<std::string>& remat_policy_names();
 
 struct RematPolicy {
-  std::string name;                     // the remat_policy value
-  bool save_all = false;                // none
-  std::vector<std::string> save_names;  // checkpoint names saved inside remat regions
+  std::string name;                        // the remat_policy value
+  bool save_all = false;                   // none
+  std::vector<std::string> save_names;     // checkpoint names saved inside remat regions
+  std::vector<std::string> offload_names;  // checkpoint names offloaded to host memory
 };
 
 // Parses remat_policy (and remat_save_names, comma-separated, for save_only_these_names and
-// custom). Unknown policies or names are errors listing the known ones.
-Result<RematPolicy> remat_policy(std::string_view name, std::string_view save_names);
+// custom; remat_offload_names for custom alone: other policies ignore it, as MaxText's
+// per-tensor keys). Unknown policies or names, and a name both saved and offloaded (custom),
+// are errors naming them.
+Result<RematPolicy> remat_policy(std::string_view name, std::string_view save_names,
+                                 std::string_view offload_names = "");
 
 struct RematStats {
   int recomputed_instrs = 0;   // instructions re-emitted for the backward pass
   int64_t recomputed_bytes = 0;  // bytes of the values they produce
+  int offloaded_values = 0;    // values moved to host memory (kMoveToHost)
+  int64_t offloaded_bytes = 0;
 };
 
 // The rematerialised program. forward_end: index of the first instruction that is not part

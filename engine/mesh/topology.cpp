@@ -11,40 +11,43 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-// Per chip, bf16 dense; one-way link bandwidths. docs/prediction.md names each source.
+// Per chip, bf16 dense; one-way link bandwidths. docs/prediction.md names each source. The
+// last constant is the host link (PCIe) one way, for host offload: the scaling book's
+// "typically around 1.5e10 bytes/s per chip" and "Trillium (v6e) has 32 GB/s" (tpus.md);
+// 0 where no public figure was found (tpu7x, the GPUs): offloading there is an error.
 ChipSpec v4_chip() {
   return {"v4", Platform::kTpu, Interconnect::kTorus, 1, 2.75e14, 275, 32 * kGiB, 1.2e12, 6,
-          4.5e10, 6.25e9, 128};
+          4.5e10, 6.25e9, 128, 1.5e10};
 }
 ChipSpec v5e_chip() {
   return {"v5e", Platform::kTpu, Interconnect::kTorus, 1, 1.97e14, 197, 16 * kGiB, 8.1e11, 4,
-          4.5e10, 3.125e9, 128};
+          4.5e10, 3.125e9, 128, 1.5e10};
 }
 ChipSpec v5p_chip() {
   return {"v5p", Platform::kTpu, Interconnect::kTorus, 1, 4.59e14, 459, 95 * kGiB, 2.765e12, 6,
-          9e10, 6.25e9, 128};
+          9e10, 6.25e9, 128, 1.5e10};
 }
 ChipSpec v6e_chip() {
   return {"v6e", Platform::kTpu, Interconnect::kTorus, 1, 9.18e14, 918, 32 * kGiB, 1.638e12, 4,
-          9e10, 12.5e9, 256};
+          9e10, 12.5e9, 256, 3.2e10};
 }
 // Ironwood: 1.2e12 B/s ICI per chip (both ways, all links) over a 3D torus's 6 links.
 ChipSpec tpu7x_chip() {
   return {"tpu7x", Platform::kTpu, Interconnect::kTorus, 2, 2.307e15, 1153.5, 192 * kGiB, 7.38e12,
-          6, 1e11, 12.5e9, 256};
+          6, 1e11, 12.5e9, 256, 0};
 }
 // GPUs: NVLink through the host's switch (one way, per GPU); a 400 Gb/s NIC per GPU.
 ChipSpec h100_chip() {
   return {"H100", Platform::kGpu, Interconnect::kSwitch, 1, 9.89e14, 989, int64_t{80'000'000'000},
-          3.35e12, 1, 4.5e11, 5e10, 128};
+          3.35e12, 1, 4.5e11, 5e10, 128, 0};
 }
 ChipSpec h200_chip() {
   return {"H200", Platform::kGpu, Interconnect::kSwitch, 1, 9.89e14, 989,
-          int64_t{141'000'000'000}, 4.8e12, 1, 4.5e11, 5e10, 128};
+          int64_t{141'000'000'000}, 4.8e12, 1, 4.5e11, 5e10, 128, 0};
 }
 ChipSpec b200_chip() {
   return {"B200", Platform::kGpu, Interconnect::kSwitch, 1, 2.25e15, 2250,
-          int64_t{192'000'000'000}, 8.0e12, 1, 9e11, 5e10, 128};
+          int64_t{192'000'000'000}, 8.0e12, 1, 9e11, 5e10, 128, 0};
 }
 
 struct Shape3 {
@@ -111,7 +114,7 @@ Status validate_chip(const ChipSpec& c) {
   if (c.ici_bytes_per_s_per_link <= 0) return missing("ici_bytes_per_s_per_link");
   if (c.dcn_bytes_per_s <= 0) return missing("dcn_bytes_per_s");
   if (c.matrix_unit_dim <= 0) return missing("matrix_unit_dim");
-  return ok_status();
+  return ok_status();  // host_bytes_per_s: checked by predict_step when a value is offloaded
 }
 
 double Topology::peak_flops_per_device() const {
@@ -120,6 +123,9 @@ double Topology::peak_flops_per_device() const {
 int64_t Topology::hbm_bytes_per_device() const { return chip.hbm_bytes / chip.devices_per_chip; }
 double Topology::hbm_bytes_per_s_per_device() const {
   return chip.hbm_bytes_per_s / chip.devices_per_chip;
+}
+double Topology::host_bytes_per_s_per_device() const {
+  return chip.host_bytes_per_s / chip.devices_per_chip;
 }
 double Topology::dcn_bytes_per_s_per_device() const {
   return chip.dcn_bytes_per_s / chip.devices_per_chip;

@@ -45,6 +45,7 @@ struct ChipSpec {
   double ici_bytes_per_s_per_link = 0;   // one way, per link (GPUs: NVLink per GPU one way)
   double dcn_bytes_per_s = 0;            // per chip, one way, between slices (hosts)
   int matrix_unit_dim = 0;               // MXU / tensor-core tile edge the shapes pad to
+  double host_bytes_per_s = 0;           // per chip, one way: the host link (PCIe); 0 unknown
 };
 
 // Names the first constant of `chip` that is 0 (unknown): "topology: chip v5p has no
@@ -68,6 +69,7 @@ struct Topology {
   int64_t hbm_bytes_per_device() const;
   double hbm_bytes_per_s_per_device() const;
   double dcn_bytes_per_s_per_device() const;
+  double host_bytes_per_s_per_device() const;  // 0: unknown for this chip
   // "v5p-256: 128 chips (4x4x8, wraparound x,y,z), 128 devices per slice x 2 slices".
   std::string to_string() const;
 };

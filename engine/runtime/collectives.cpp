@@ -379,6 +379,7 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
         ENG_NOT_COLLECTIVE(kExpertMatmulGrad)
             ENG_NOT_COLLECTIVE(kLayerNorm) ENG_NOT_COLLECTIVE(kLayerNormGrad)
                 ENG_NOT_COLLECTIVE(kBiasAdd) ENG_NOT_COLLECTIVE(kBiasAddGrad)
+                    ENG_NOT_COLLECTIVE(kMoveToHost) ENG_NOT_COLLECTIVE(kMoveToDevice)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE

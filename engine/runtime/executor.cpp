@@ -413,6 +413,11 @@ struct Kernel {
 };
 using A = const Args&;
 
+void copy_value(A a) {  // kMoveToHost, kMoveToDevice: the value, in another buffer
+  copy_if_distinct(a.ptrs[a.in.outputs[0]], a.ptrs[a.in.inputs[0]],
+                   a.p.value(a.in.inputs[0]).bytes());
+}
+
 constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
     {
         {OpKind::kEmbedLookup,
@@ -514,6 +519,9 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
            const int64_t F = a.numel(1);
            kern::bias_add(a.f(0), a.f(1), a.out(0), a.numel(0) / F, F);
          }}},
+        // Host offload: a copy between the device arena and the host region after it.
+        {OpKind::kMoveToHost, {copy_value, true}},
+        {OpKind::kMoveToDevice, {copy_value, true}},
         {OpKind::kBiasAddGrad, {[](A a) {
            const int64_t F = a.p.value(a.in.outputs[0]).shape.numel();
            kern::bias_add_grad(a.f(0), a.out(0), a.numel(0) / F, F);

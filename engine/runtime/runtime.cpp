@@ -262,6 +262,7 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
                             ENG_NO_SCRATCH(kExpertMatmulGrad)
                 ENG_NO_SCRATCH(kLayerNorm) ENG_NO_SCRATCH(kLayerNormGrad)
                     ENG_NO_SCRATCH(kBiasAdd) ENG_NO_SCRATCH(kBiasAddGrad)
+                        ENG_NO_SCRATCH(kMoveToHost) ENG_NO_SCRATCH(kMoveToDevice)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

@@ -68,8 +68,9 @@ const std::vector<ConfigKey> kKeys = {
     {"init_weights_seed", V{int64_t{0}}, "seed of the parameter initialisation"},
     {"data_shuffle_seed", V{int64_t{0}}, "seed of the data order"},
     {"log_period", V{int64_t{1}}, "steps per metrics-store transaction (MaxText default 100; 1 here so every step is durable once synced; queries, checkpoints and the end of train() flush too)"},
-    {"remat_policy", V{std::string("full")}, "rematerialisation: none | full | minimal | minimal_with_context | save_dot_with_context_except_mlp | save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | save_out_proj | save_only_these_names | custom (docs/memory.md)"},
+    {"remat_policy", V{std::string("full")}, "rematerialisation: none | full | minimal | minimal_with_context | save_dot_with_context_except_mlp | save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | save_out_proj | qkv_proj_offloaded | minimal_offloaded | save_only_these_names | custom (docs/memory.md)"},
     {"remat_save_names", V{std::string()}, "checkpoint names saved by remat_policy save_only_these_names/custom, comma-separated (e.g. \"query_proj,key_proj,value_proj,out_proj\")"},
+    {"remat_offload_names", V{std::string()}, "checkpoint names remat_policy=custom offloads to host memory, comma-separated (MaxText's custom keys set to 'offload', e.g. \"decoder_layer_input,query_proj\")"},
     {"iota_embed_max_bytes", V{int64_t{2} << 30}, "use_iota_embed falls back to the gather above this one-hot (B,T,V) f32 size (MaxText PR #3922: 2 GiB)"},
     {"remove_size_one_mesh_axis_from_type", V{true}, "size-1 mesh axes are dropped from shardings (MaxText default true; always the case here, false is unsupported)"},
     {"grad_dtype", V{std::string("float32")}, "float32 gradients are cast to this before clipping and the update: float32 (MaxText's default) | bfloat16 (MaxText train.py)"},
@@ -706,7 +707,9 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
                          r.model.pipeline_stages);
   r.remat_policy = c.get_string("remat_policy");
   r.remat_save_names = c.get_string("remat_save_names");
-  ENG_RETURN_IF_ERROR(remat_policy(r.remat_policy, r.remat_save_names).status());
+  r.remat_offload_names = c.get_string("remat_offload_names");
+  ENG_RETURN_IF_ERROR(
+      remat_policy(r.remat_policy, r.remat_save_names, r.remat_offload_names).status());
   return r;
 }
 

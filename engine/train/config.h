@@ -93,6 +93,7 @@ struct ResolvedConfig {
   // custom, remat_save_names (validated).
   std::string remat_policy = "full";
   std::string remat_save_names;
+  std::string remat_offload_names;  // custom: offloaded to host memory (remat.h)
 };
 
 // Validates and derives; errors name the key and value (e.g. "per_device_batch_size must be

@@ -313,7 +313,18 @@ bool consumed_here(const std::string& key) {
                                               "compile_topology_num_slices",
                                               "num_slices",
                                               "global_parameter_scale",
-                                              "mesh_axes"};
+                                              "mesh_axes",
+                                              // remat_policy=custom's fates (map_remat)
+                                              "decoder_layer_input",
+                                              "context",
+                                              "mlpwi",
+                                              "mlpwi_0",
+                                              "mlpwi_1",
+                                              "mlpwo",
+                                              "query_proj",
+                                              "key_proj",
+                                              "value_proj",
+                                              "out_proj"};
   return kKeys.count(key) || key.starts_with("dcn_");
 }
 
@@ -531,22 +542,18 @@ Status fill_config(MaxTextConfig& m) {
 
 // MaxText's remat_policy=custom names each tensor's fate in its own key (decoder_layer_input,
 // query_proj, ...: 'remat' | 'device' | 'offload'); shardlab's custom policy takes the saved
-// names in remat_save_names. Host offload is not modelled: an offloaded tensor is planned as
-// rematerialised, which holds the same device memory (neither stays in HBM) but not the same
-// time (no host transfers, and recompute instead); the policies named *_offloaded likewise
-// plan as full. Each such mapping is a note.
+// names in remat_save_names and the offloaded ones in remat_offload_names (engine/ir/remat.h:
+// moved to host memory after the forward, back before the backward). The layer input is
+// always on the device here unless offloaded (a scan carry), so its 'remat' is a note.
 Status map_remat(MaxTextConfig& m) {
   const std::string policy = m.config.get_string("remat_policy");
-  if (policy.ends_with("_offloaded")) {
-    m.notes.push_back(
-        fmt::format("remat_policy={}: host offload is not modelled; planned as "
-                    "full (the same device memory, not the same step time)",
-                    policy));
-    return m.config.set("remat_policy", std::string("full"));
-  }
-  if (policy != "custom" || m.config.has_override("remat_save_names")) return ok_status();
-  static const char* kTensors[] = {"context",    "mlpwi",    "mlpwi_0",    "mlpwi_1", "mlpwo",
-                                   "query_proj", "key_proj", "value_proj", "out_proj"};
+  if (policy != "custom" || m.config.has_override("remat_save_names") ||
+      m.config.has_override("remat_offload_names"))
+    return ok_status();
+  static const char* kTensors[] = {"decoder_layer_input", "context",  "mlpwi",
+                                   "mlpwi_0",             "mlpwi_1",  "mlpwo",
+                                   "query_proj",          "key_proj", "value_proj",
+                                   "out_proj"};
   std::vector<std::string> saved, offloaded;
   for (const char* t : kTensors) {
     auto it = m.keys.find(t);
@@ -560,12 +567,16 @@ Status map_remat(MaxTextConfig& m) {
       return invalid_argument("config: {}: {}='{}': expected 'remat', 'device' or 'offload'",
                               it->second.source, t, fate);
   }
-  if (!offloaded.empty())
-    m.notes.push_back(
-        fmt::format("remat_policy=custom: {} offloaded to host: planned as "
-                    "rematerialised (the same device memory, not the same step "
-                    "time; host offload is not modelled)",
-                    fmt::join(offloaded, ", ")));
+  // decoder_layer_input stays on the device whether 'device' or 'remat' (shardlab's scan
+  // carry is always saved); only 'offload' changes it.
+  std::erase(saved, std::string("decoder_layer_input"));
+  auto it = m.keys.find("decoder_layer_input");
+  if (it != m.keys.end() && it->second.value.kind == Kind::kString && it->second.value.s == "remat")
+    m.notes.push_back(fmt::format(
+        "{}: decoder_layer_input='remat': planned as 'device' (shardlab saves each layer's "
+        "input, as a scan carry)",
+        it->second.source));
+  ENG_RETURN_IF_ERROR(m.config.set("remat_offload_names", fmt::format("{}", fmt::join(offloaded, ","))));
   return m.config.set("remat_save_names", fmt::format("{}", fmt::join(saved, ",")));
 }
 

@@ -30,6 +30,9 @@ PredictionRow prediction_row(const Prediction& p) {
     row.parts.push_back({"compute", k.op_class, k.seconds, 0, k.flops, k.bytes});
   for (const PredictedCollectives& k : p.collectives)
     row.parts.push_back({"collective", k.axes, k.seconds, k.exposed_seconds, 0, k.bytes});
+  if (p.host_transfers.count > 0)  // host offload's moves, both directions of the host link
+    row.parts.push_back({"host_offload", "host", p.host_transfers.seconds,
+                         p.host_transfers.exposed_seconds, 0, p.host_transfers.bytes});
   return row;
 }
 

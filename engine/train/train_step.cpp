@@ -142,7 +142,8 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
   for (int i = l.first_batch_arg; i < static_cast<int>(traced.args().size()); ++i)
     l.batch.slots.push_back({traced.value(traced.args()[i].value).name, i});
   if (layout) *layout = l;
-  Result<RematPolicy> policy = remat_policy(c.remat_policy, c.remat_save_names);
+  Result<RematPolicy> policy =
+      remat_policy(c.remat_policy, c.remat_save_names, c.remat_offload_names);
   ENG_CHECK(policy.ok(), "build_train_step: {}", policy.status().message());  // resolve_config validated it
   if (policy->save_all) return traced;  // none: nothing to recompute
   return rematerialize(traced, forward_end, *policy);

@@ -472,6 +472,19 @@ std::map<OpKind, Case> forward_cases() {
         return {b.constraint(wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0], kBTE)};
       },
       true};
+  // Host offload's moves (a remat policy's offloaded names): identities on the value, the
+  // second one reading a value compile() plans in the host arena.
+  c[K::kMoveToHost] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                         ValueId x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0];
+                         return {b.emit(K::kMoveToHost, {x})[0]};
+                       },
+                       true};
+  c[K::kMoveToDevice] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                           ValueId x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0];
+                           ValueId h = b.emit(K::kMoveToHost, {b.scale(x, 2.0)})[0];
+                           return {b.emit(K::kMoveToDevice, {h})[0]};
+                         },
+                         true};
   c[K::kSoftmaxCrossEntropy] = {
       [](Builder& b, const Sizes& z, V& w) -> V {
         ValueId l = wrt_all(w, {act(b, "logits", Shape{z.B, z.T, z.V})})[0];

@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kSteps = 3;
 const char* const kSaveNames = "decoder_layer_input,query_proj,key_proj,value_proj,out_proj";
+const char* const kOffloadNames = "decoder_layer_input,query_proj,key_proj,value_proj";
 
 Config small(int64_t layers, int64_t seq) {
   return testing::tiny_llama_config({.model_name = "llama-tiny",
@@ -45,6 +46,10 @@ ResolvedConfig resolved(Config c, const std::string& policy, int64_t devices = 2
   EXPECT_TRUE(c.set("remat_policy", policy).ok());
   if (policy == "save_only_these_names") {
     EXPECT_TRUE(c.set("remat_save_names", kSaveNames).ok());
+  }
+  if (policy == "custom") {  // MaxText's recipes: the layer input and q/k/v offloaded
+    EXPECT_TRUE(c.set("remat_save_names", "out_proj").ok());
+    EXPECT_TRUE(c.set("remat_offload_names", kOffloadNames).ok());
   }
   Result<ResolvedConfig> r = resolve_config(c, devices);  // global batch 4 on every mesh
   EXPECT_TRUE(r.ok()) << r.status().message();
@@ -94,7 +99,8 @@ struct MeshCase {
 
 const MeshCase kMeshes[] = {
     {"one", {}, {}}, {"data2", {"data"}, {2}}, {"fsdp2", {"fsdp"}, {2}}, {"tensor2", {"tensor"}, {2}}};
-const char* const kPolicies[] = {"none", "minimal", "full", "save_only_these_names"};
+const char* const kPolicies[] = {"none", "minimal", "full", "save_only_these_names",
+                                 "qkv_proj_offloaded", "custom"};
 
 Mesh make_mesh(const MeshCase& m) { return m.axes.empty() ? Mesh() : *Mesh::create(m.axes, m.sizes); }
 
@@ -111,8 +117,13 @@ TEST_P(PolicyByMesh, PlannedPeakEqualsMeasuredAndLossesAreBitwiseEqual) {
     ASSERT_TRUE(r.ok()) << policy << ": " << r.status().message();
     fmt::print("[remat] {} {}: temp {} peak {} B/device, losses {:.6f}..{:.6f}\n", mc.name, policy,
                r->memory.temp_bytes, r->memory.peak_bytes(), r->losses.front(), r->losses.back());
+    // Offloaded values live in the host region after the arena: process memory here too.
     for (size_t d = 0; d < r->device_peaks.size(); ++d)
-      EXPECT_EQ(r->device_peaks[d], r->memory.peak_bytes()) << policy << " device " << d;
+      EXPECT_EQ(r->device_peaks[d], r->memory.peak_bytes() + r->memory.host_temp_bytes)
+          << policy << " device " << d;
+    EXPECT_EQ(r->memory.host_temp_bytes > 0, std::string(policy).find("offload") != std::string::npos ||
+                                                 std::string(policy) == "custom")
+        << policy;
     runs.push_back(std::move(*r));
   }
   for (size_t k = 1; k < runs.size(); ++k) {
@@ -188,7 +199,8 @@ TEST(Remat, RematerialisedProgramInterpretsLikeTheTracedOne) {
   Program traced = build_train_step(none, nullptr);
   auto want = interpret(traced, host_args(traced, none));
   ASSERT_TRUE(want.ok()) << want.status().message();
-  for (const char* policy : {"minimal", "full", "save_only_these_names", "save_qkv_proj"}) {
+  for (const char* policy : {"minimal", "full", "save_only_these_names", "save_qkv_proj",
+                             "qkv_proj_offloaded", "minimal_offloaded", "custom"}) {
     const ResolvedConfig cfg = resolved(small(2, 8), policy, 1);
     Program p = build_train_step(cfg, nullptr);
     EXPECT_GT(p.instrs().size(), traced.instrs().size()) << policy;  // something recomputed
@@ -229,6 +241,78 @@ TEST(Remat, FullRecomputesEachLayerAndTempsSayRemat) {
   int local_recomputed = 0;
   for (const ValueInfo& v : (*sharded)->program().values()) local_recomputed += v.recomputed;
   EXPECT_GT(local_recomputed, 0);
+}
+
+int count_op(const Program& p, OpKind k) {
+  int n = 0;
+  for (const Instr& in : p.instrs()) n += in.kind == k;
+  return n;
+}
+
+struct Compiled {
+  Program program;
+  MemoryAnalysis memory;
+  int64_t moved_to_host_bytes = 0;  // the kMoveToHost inputs' bytes
+};
+
+Compiled compiled(const std::string& policy, int64_t layers) {
+  const ResolvedConfig cfg = resolved(small(layers, 64), policy, 1);
+  Program p = build_train_step(cfg, nullptr);
+  auto exe = compile(p, Mesh(), CompileOptions{});
+  EXPECT_TRUE(exe.ok()) << exe.status().message();
+  Compiled c{p, exe.ok() ? (*exe)->memory() : MemoryAnalysis{}};
+  for (const Instr& in : p.instrs())
+    if (in.kind == OpKind::kMoveToHost) c.moved_to_host_bytes += p.value(in.inputs[0]).bytes();
+  return c;
+}
+
+// Host offload (jax's save_and_offload_only_these_names): each offloaded value is copied to
+// host memory after its producer and back before its first backward reader; on the device it
+// lives like a recomputed value, not like a saved one, and the host arena holds every layer's.
+TEST(Remat, OffloadedValuesLeaveTheDeviceForTheHostArena) {
+  const int64_t layers = 6;
+  const Compiled off = compiled("qkv_proj_offloaded", layers);
+  const Compiled saved = compiled("save_qkv_proj", layers);
+  const Compiled full = compiled("full", layers);
+  fmt::print("[remat] 6 layers: temp full {} save_qkv_proj {} qkv_proj_offloaded {} (+ host {})\n",
+             full.memory.temp_bytes, saved.memory.temp_bytes, off.memory.temp_bytes,
+             off.memory.host_temp_bytes);
+  EXPECT_EQ(count_op(off.program, OpKind::kMoveToHost), 3 * layers);  // q, k, v per layer
+  EXPECT_EQ(count_op(off.program, OpKind::kMoveToDevice), 3 * layers);
+  EXPECT_EQ(count_op(saved.program, OpKind::kMoveToHost), 0);
+  EXPECT_LT(off.memory.temp_bytes, saved.memory.temp_bytes);
+  EXPECT_EQ(saved.memory.host_temp_bytes, 0);
+  // q, k, v: (B=2, T=64, H=2, D=16) bf16 each; every layer's are on the host at the turn.
+  const int64_t per_layer = 3 * 2 * 64 * 2 * 16 * 2;
+  EXPECT_EQ(off.moved_to_host_bytes, per_layer * layers);
+  EXPECT_EQ(off.memory.host_temp_bytes, per_layer * layers);  // 64-byte multiples: no padding
+  EXPECT_EQ(off.memory.peak_bytes(),
+            off.memory.argument_bytes + off.memory.output_bytes + off.memory.temp_bytes -
+                off.memory.alias_bytes);  // host bytes are not in the device peak
+  // The layer input offloaded too (MaxText's custom decoder_layer_input: 'offload').
+  const Compiled custom = compiled("custom", layers);
+  EXPECT_EQ(count_op(custom.program, OpKind::kMoveToHost), 4 * layers);
+  EXPECT_GT(custom.memory.host_temp_bytes, off.memory.host_temp_bytes);
+  EXPECT_NE(custom.memory.to_string().find("Estimated host temp size"), std::string::npos);
+}
+
+TEST(Remat, OffloadErrorsNameTheNames) {
+  auto other_policy = remat_policy("full", "", "query_proj");  // read by custom alone
+  ASSERT_TRUE(other_policy.ok());
+  EXPECT_TRUE(other_policy->offload_names.empty());
+  auto both = remat_policy("custom", "query_proj,out_proj", "query_proj");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("'query_proj' is both saved"), std::string::npos)
+      << both.status().message();
+  auto unknown = remat_policy("custom", "", "qkv");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("remat_offload_names: unknown checkpoint name 'qkv'"),
+            std::string::npos)
+      << unknown.status().message();
+  auto named = remat_policy("minimal_offloaded", "");
+  ASSERT_TRUE(named.ok());
+  EXPECT_TRUE(named->save_names.empty());
+  EXPECT_EQ(named->offload_names.size(), 7u);
 }
 
 TEST(Remat, PolicyErrorsNameTheKnownValues) {

@@ -307,14 +307,23 @@ TEST(MaxTextConfig, RematCustomAndOffload) {
       base, argv({"remat_policy=custom", "query_proj=device", "key_proj=offload"}));
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(m->config.get_string("remat_save_names"), "query_proj");
-  EXPECT_NE(m->report().find("key_proj offloaded to host: planned as rematerialised"),
+  EXPECT_EQ(m->config.get_string("remat_offload_names"), "key_proj");
+  EXPECT_EQ(m->no_effect.size(), 0u) << m->report();  // the fates are consumed, not ignored
+  // The recipes' layer input offloaded; its 'remat' is 'device' here (a note).
+  Result<MaxTextConfig> layer = load_maxtext_config(
+      base, argv({"remat_policy=custom", "decoder_layer_input=offload", "query_proj=offload"}));
+  ASSERT_TRUE(layer.ok()) << layer.status().message();
+  EXPECT_EQ(layer->config.get_string("remat_offload_names"), "decoder_layer_input,query_proj");
+  EXPECT_EQ(layer->config.get_string("remat_save_names"), "");
+  Result<MaxTextConfig> remat_input = load_maxtext_config(
+      base, argv({"remat_policy=custom", "decoder_layer_input=remat"}));
+  ASSERT_TRUE(remat_input.ok()) << remat_input.status().message();
+  EXPECT_NE(remat_input->report().find("decoder_layer_input='remat': planned as 'device'"),
             std::string::npos)
-      << m->report();
+      << remat_input->report();
   Result<MaxTextConfig> off = load_maxtext_config(base, argv({"remat_policy=qkv_proj_offloaded"}));
   ASSERT_TRUE(off.ok()) << off.status().message();
-  EXPECT_EQ(off->config.get_string("remat_policy"), "full");
-  EXPECT_NE(off->report().find("remat_policy=qkv_proj_offloaded: host offload is not modelled"),
-            std::string::npos);
+  EXPECT_EQ(off->config.get_string("remat_policy"), "qkv_proj_offloaded");  // a policy here
   Result<MaxTextConfig> bad =
       load_maxtext_config(base, argv({"remat_policy=custom", "out_proj=keep"}));
   ASSERT_FALSE(bad.ok());

@@ -120,6 +120,48 @@ TEST(Plan, GpuHostsAreSlicesOverDcn) {
   EXPECT_NEAR(r->predicted.mfu, r->predicted.tflops_per_s_per_device / 989, 1e-12);
 }
 
+// Host offload: the moves are timed on the chip's host link (v6e: 32 GB/s one way, the
+// scaling book), both directions, and the offloaded bytes leave the device peak.
+TEST(Plan, HostOffloadIsTimedOnTheHostLink) {
+  Config c = config("llama-tiny", "v6e-8", 2, 512);
+  ASSERT_TRUE(c.set("remat_policy", "custom").ok());
+  ASSERT_TRUE(c.set("remat_offload_names", "decoder_layer_input,query_proj,key_proj,value_proj").ok());
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const Prediction& p = r->predicted;
+  double moved = 0;
+  int64_t moves = 0;
+  const Program& local = r->exe->program();
+  for (const Instr& in : local.instrs())
+    if (in.kind == OpKind::kMoveToHost || in.kind == OpKind::kMoveToDevice) {
+      moved += static_cast<double>(local.value(in.inputs[0]).bytes());
+      ++moves;
+    }
+  ASSERT_GT(moves, 0);
+  EXPECT_EQ(p.host_transfers.count, moves);
+  EXPECT_DOUBLE_EQ(p.host_transfers.bytes, moved);
+  EXPECT_NEAR(p.host_transfers.seconds, moved / 3.2e10, 1e-12);
+  EXPECT_GT(p.host_temp_bytes, 0);
+  EXPECT_EQ(p.host_temp_bytes, r->exe->memory().host_temp_bytes);
+  EXPECT_GE(p.step_time_s, p.compute_s);
+  EXPECT_TRUE(contains(p.to_table(), "host offload (PCIe)")) << p.to_table();
+  // The same config saving those names on the device instead: a larger device peak.
+  Config dev = c;
+  ASSERT_TRUE(dev.set("remat_offload_names", "").ok());
+  ASSERT_TRUE(dev.set("remat_save_names", "query_proj,key_proj,value_proj").ok());
+  Result<Plan> d = plan_for_topology(dev);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_LT(p.peak_bytes, d->predicted.peak_bytes);
+  EXPECT_EQ(d->predicted.host_transfers.count, 0);
+  // A chip whose host link is not known: an error, never a default.
+  Config ironwood = c;
+  ASSERT_TRUE(ironwood.set("compile_topology", "tpu7x-8").ok());
+  Result<Plan> e = plan_for_topology(ironwood);
+  ASSERT_FALSE(e.ok());
+  EXPECT_TRUE(contains(e.status().message(), "chip tpu7x has no host_bytes_per_s"))
+      << e.status().message();
+}
+
 TEST(Plan, Errors) {
   Config none = config("llama-tiny", "", 1, 256);
   Result<Plan> r0 = plan_for_topology(none);
