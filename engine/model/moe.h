@@ -66,7 +66,9 @@ std::vector<std::string> moe_preset_names();
 std::optional<ModelConfig> moe_model_preset(const std::string& name);
 
 // Model FLOPs of the MoE MLPs per step (MaxText's calculate_tflops_training_per_device for
-// mixtral-style blocks: (gate + ffn(moe_mlp) * k) per layer), forward only.
+// mixtral-style blocks: (gate + ffn(moe_mlp) * k) per layer), forward only. deepseek: its
+// calculate_routed_and_shared_ffn_tflops_per_device (dense layers' ffn(mlp), MoE layers'
+// gate + (k + shared_experts) x ffn(moe_mlp)) averaged per layer.
 double moe_ffn_flops(const ModelConfig& m, double B, double S);
 
 }  // namespace eng
