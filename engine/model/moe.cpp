@@ -1,6 +1,7 @@
 // engine/model/moe.cpp: the routed MoE block (engine/model/moe.h), dense dispatch with capacity.
 #include "engine/model/moe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -39,12 +40,11 @@ Status validate_moe(const ModelConfig& m) {
         "model {}: shared_experts={}, first_num_dense_layers={} and routed_bias={} are MaxText's "
         "deepseek decoder's (decoder_block=deepseek); decoder_block {} has none of them",
         m.name, c.shared_experts, c.first_num_dense_layers, c.routed_bias, m.decoder_block);
-  if (c.routed_bias_update_rate != 0.0)
-    return unimplemented(
-        "model {}: routed_bias_update_rate={:g} is not implemented (MaxText's rule update of "
-        "gate/bias after each step, bias += sign(mean load - load) x rate); set 0 (gate/bias "
-        "is then learned by gradient only, as MaxText with the rate 0)",
-        m.name, c.routed_bias_update_rate);
+  if (c.routed_bias_update_rate < 0 || (c.routed_bias_update_rate > 0 && !c.routed_bias))
+    return invalid_argument(
+        "model {}: routed_bias_update_rate={:g} needs to be >= 0 and, when > 0, routed_bias=true "
+        "(it updates the router's gate/bias after each step), got routed_bias={}",
+        m.name, c.routed_bias_update_rate, c.routed_bias);
   if (deepseek && !c.enabled())
     return invalid_argument("model {}: decoder_block deepseek needs num_experts > 1 (its layers "
                             "after the first_num_dense_layers {} are MoE), got num_experts {}",
@@ -186,6 +186,46 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   ValueId o = b.emit(OpKind::kMoeCombine, {combine, y})[0];  // (B, S, emb)
   o = b.constraint(o, names({"activation_batch", "activation_norm_length", "activation_embed"}));
   return dtype == DType::kF32 ? o : b.convert(o, dtype);
+}
+
+void apply_routed_bias_updates(Builder& b, const ModelConfig& m, const LlamaParams& p,
+                               const std::vector<ValueId>& loads, int64_t choices,
+                               std::vector<ValueId>& new_params) {
+  const MoeConfig& c = m.moe;
+  if (!c.routed_bias || !(c.routed_bias_update_rate > 0)) return;
+  const int64_t E = c.num_experts;
+  // calculate_load_balance_updates: sign(total / E - bincount(top_k_indices)) x rate, the
+  // counts over the whole batch (load row 0: choices before dropping).
+  auto update = [&](ValueId load) {
+    const ValueId count = b.index_in_dim(load, 0, 0);                      // (E)
+    const ValueId ones = b.compare(count, count, CompareDirection::kEq);   // (E) of 1
+    const ValueId mean = b.scale(ones, static_cast<double>(choices) / static_cast<double>(E));
+    const ValueId above = b.compare(mean, count, CompareDirection::kGt);
+    const ValueId below = b.compare(mean, count, CompareDirection::kLt);
+    return b.scale(b.add(above, b.scale(below, -1.0)), c.routed_bias_update_rate);
+  };
+  auto at = [&](ValueId param) {
+    const auto it = std::find(p.all.begin(), p.all.end(), param);
+    ENG_CHECK(it != p.all.end(), "routed_bias: gate/bias is not a parameter");
+    return static_cast<size_t>(it - p.all.begin());
+  };
+  if (m.scan_layers) {  // one (E, L) / (L, E) bias: the layers' updates stacked at the scan axis
+    ENG_CHECK(p.stacked.gate_bias != kNoValue, "routed_bias: no stacked gate/bias");
+    const int axis = static_cast<int>(m.param_scan_axis);
+    std::vector<ValueId> parts;
+    for (ValueId load : loads)
+      parts.push_back(b.reshape(update(load), axis == 0 ? Shape{1, E} : Shape{E, 1}));
+    const size_t i = at(p.stacked.gate_bias);
+    new_params[i] = b.add(new_params[i], parts.size() == 1 ? parts[0] : b.concat(parts, axis));
+    return;
+  }
+  size_t layer = 0;  // the MoE layers in order, as their loads
+  for (const LlamaLayerParams& lp : p.layers) {
+    if (lp.gate_bias == kNoValue) continue;
+    ENG_CHECK(layer < loads.size(), "routed_bias: more biases than MoE layers");
+    const size_t i = at(lp.gate_bias);
+    new_params[i] = b.add(new_params[i], update(loads[layer++]));
+  }
 }
 
 ValueId mean_lb_loss(Builder& b, const MoeOutputs& out) {

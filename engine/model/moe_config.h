@@ -23,8 +23,8 @@ struct MoeConfig {
   std::string routed_score_func;     // "", "softmax" or "sigmoid"
   // deepseek: the router's gate/bias (E), added to the scores for the top-k choice only.
   bool routed_bias = false;
-  // MaxText's rule update of gate/bias after each step (sign(mean load - load) x rate);
-  // not implemented here: > 0 is refused.
+  // MaxText's rule update of gate/bias after each step: + rate x sign(mean load - load)
+  // (apply_routed_bias_updates, engine/model/moe.h); needs routed_bias.
   double routed_bias_update_rate = 0.0;
   double routed_scaling_factor = 1.0;  // deepseek's weights only (MaxText ignores it elsewhere)
   bool norm_topk_prob = false;         // not deepseek's (MaxText ignores it there)

@@ -130,7 +130,7 @@ const std::vector<ConfigKey> kKeys = {
     {"first_num_dense_layers", V{int64_t{0}}, "deepseek: this many dense decoder layers (dense_layers) before the MoE layers (moe_layers); scanned as two groups"},
     {"routed_score_func", V{std::string()}, "router score function: '' (the logits), softmax or sigmoid; weights: a softmax over the top-k scores, except deepseek's (the scores, divided by their sum for sigmoid, times routed_scaling_factor)"},
     {"routed_bias", V{false}, "deepseek: the router's gate/bias (E), added to the scores for the top-k choice only (not the weights); learned by gradient (through the load-balance loss)"},
-    {"routed_bias_update_rate", V{0.0}, "MaxText's rule update of gate/bias after each step (aux-loss-free balancing); not implemented: > 0 is an error"},
+    {"routed_bias_update_rate", V{0.0}, "deepseek with routed_bias: after each step gate/bias += rate x sign(mean load - load), per MoE layer over the step's batch (MaxText's aux-loss-free balancing)"},
     {"routed_scaling_factor", V{1.0}, "scale of deepseek's routed weights (other decoders ignore it, as MaxText)"},
     {"norm_topk_prob", V{false}, "divide the top-k weights by their sum (qwen3; deepseek ignores it, as MaxText)"},
     {"shard_exp_on_fsdp", V{false}, "expert weights' expert dim on embed_moe (fsdp) instead of exp (expert)"},

@@ -5,7 +5,8 @@
 // gate/bias used for the top-k choice only. Parameter paths, shapes and logical axes scanned
 // and not; the choice-only bias in the routing loop; the tiny model trains, scanned equals
 // unscanned, and expert=2, expert=2 x fsdp=2, expert=2 x tensor=2 equal one device (float32,
-// 4 steps); bad settings are errors naming the values.
+// 4 steps); routed_bias_update_rate's rule update; bad settings are errors naming the values.
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,7 +18,9 @@
 #include "engine/model/llama.h"
 #include "engine/tensor/moe.h"
 #include "engine/train/config.h"
+#include "engine/train/inspect.h"
 #include "engine/train/train_step.h"
+#include "engine/train/trainer.h"
 #include "tests/spmd/spmd_run.h"
 
 namespace eng {
@@ -137,6 +140,33 @@ TEST(DeepSeekMoe, ParameterPathsShapesAndAxesAreMaxTexts) {
   m.moe.shared_experts = 1;
   m.moe.routed_bias = true;
   EXPECT_EQ(m.num_params() - m.num_active_params(), 2 * (4 - 2) * 3 * 64 * 32);
+}
+
+// t:shardings() of a shape-only plan (sl.plan's path) on fsdp=2 x expert=2: the routed experts
+// over `expert`, the shared experts and the dense MLP as the dense rules (`embed` over fsdp and
+// expert), gate/bias whole, the group dims not sharded.
+TEST(DeepSeekMoe, ShapeOnlyShardings) {
+  Result<std::unique_ptr<Trainer>> t =
+      Trainer::create(deepseek_tiny("synthetic", 1, 4), *Mesh::create({"fsdp", "expert"}, {2, 2}),
+                      {.shape_only = true});
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  Result<ShardingTable> tab = trainer_shardings(**t);
+  ASSERT_TRUE(tab.ok()) << tab.status().message();
+  const std::string r = "params/decoder/moe_layers/DeepSeekMoeBlock_0/";
+  for (auto [path, type, logical] : std::initializer_list<std::array<std::string, 3>>{
+           {r + "MoeBlock_0/wi_0", "f32[4@expert,2,64@fsdp,32]",
+            "('exp', 'moe_layers', 'embed_moe', 'mlp_moe')"},
+           {r + "MoeBlock_0/gate/bias", "f32[4,2]", "(None, 'moe_layers')"},
+           {r + "shared_experts/wi_0/kernel", "f32[64@(fsdp,expert),2,32]",
+            "('embed', 'moe_layers', 'mlp')"},
+           {"params/decoder/dense_layers/mlp/wo/kernel", "f32[96,1,64@(fsdp,expert)]",
+            "('mlp', 'dense_layers', 'embed')"}}) {
+    SCOPED_TRACE(path);
+    const ShardingRow* row = tab->find(path);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->type, type);
+    EXPECT_EQ(row->logical_string(), logical);
+  }
 }
 
 // MaxText's calculate_routed_and_shared_ffn_tflops_per_device: the dense layers' ffn(mlp_dim),
@@ -270,6 +300,79 @@ TEST(DeepSeekMoe, ScannedAndShardedEqualOneDevice) {
   }
 }
 
+// routed_bias_update_rate (MaxText's calculate_load_balance_updates applied after the optimizer
+// step): without the load-balance loss gate/bias has no gradient, so after one step each MoE
+// layer's bias is exactly rate x sign(B S k / E - tokens_e), tokens_e the step's logged load.
+// Then on fsdp=2 x expert=2 the 4-step run with the rule equals one device.
+TEST(DeepSeekMoe, RoutedBiasUpdateRuleIsMaxTexts) {
+  const std::string data = "text:" + varied_text_file();
+  constexpr double kRate = 0.01;
+  const KV rule = {{"routed_bias_update_rate", kRate}, {"load_balance_loss_weight", 0.0}};
+  const ResolvedConfig cfg = resolved(deepseek_tiny(data, 1, 1, rule), 1);
+  ASSERT_TRUE(cfg.model.scan_layers);
+  std::vector<std::vector<float>> tokens(2, std::vector<float>(4));  // per MoE layer, expert
+  TrainStepLayout layout;
+  const Program p = build_train_step(cfg, &layout);
+  auto read_load = [&](const Program&, const Executable&, Runtime& rt, const std::vector<Array>&,
+                       const std::vector<Array>& outputs) {  // the metrics, in metric_names order
+    for (size_t j = 0; j < layout.metric_names.size() && j < outputs.size(); ++j)
+      for (int l = 0; l < 2; ++l)
+        for (int e = 0; e < 4; ++e)
+          if (layout.metric_names[j] == fmt::format("moe/layer_{}/expert_{}/tokens", l, e)) {
+            EXPECT_TRUE(rt.fetch(outputs[j], &tokens[l][e]).ok());
+          }
+  };
+  Result<testing::SpmdRun> r =
+      testing::run_train_steps(cfg, Mesh(), CompileOptions{}, 1, read_load);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const int bias = p.find_arg("params/decoder/moe_layers/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias");
+  ASSERT_GE(bias, 0);
+  const std::vector<float>& got = r->params[static_cast<size_t>(bias)];  // (E 4, L 2)
+  ASSERT_EQ(got.size(), 8u);
+  const double mean = 8.0 * 32 * 2 / 4;  // B S k / E
+  int moved = 0;
+  for (int l = 0; l < 2; ++l) {
+    float sum = 0;
+    for (int e = 0; e < 4; ++e) {
+      sum += tokens[l][e];
+      const double want = kRate * (mean > tokens[l][e] ? 1 : mean < tokens[l][e] ? -1 : 0);
+      EXPECT_EQ(got[static_cast<size_t>(e * 2 + l)], static_cast<float>(want))
+          << "layer " << l << " expert " << e << " tokens " << tokens[l][e];
+      moved += want != 0;
+    }
+    EXPECT_EQ(sum, 8 * 32 * 2);
+  }
+  EXPECT_GT(moved, 0);
+  {  // unscanned: moe_layers_{l}/.../gate/bias (E) gets the same update
+    const ResolvedConfig flat =
+        resolved(deepseek_tiny(data, 1, 1, {{"routed_bias_update_rate", kRate},
+                                            {"load_balance_loss_weight", 0.0},
+                                            {"scan_layers", false}}),
+                 1);
+    Result<testing::SpmdRun> u = testing::run_train_steps(flat, Mesh(), CompileOptions{}, 1);
+    ASSERT_TRUE(u.ok()) << u.status().message();
+    const Program q = build_train_step(flat, nullptr);
+    for (int l = 0; l < 2; ++l) {
+      const int i = q.find_arg(fmt::format(
+          "params/decoder/moe_layers_{}/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias", l));
+      ASSERT_GE(i, 0);
+      for (int e = 0; e < 4; ++e)
+        EXPECT_EQ(u->params[static_cast<size_t>(i)][static_cast<size_t>(e)],
+                  got[static_cast<size_t>(e * 2 + l)]);
+    }
+  }
+  constexpr int kSteps = 4;
+  const Mesh mesh = *Mesh::create({"fsdp", "expert"}, {2, 2});
+  Result<testing::SpmdRun> want = testing::run_train_steps(
+      resolved(deepseek_tiny(data, kSteps, 1, rule), 1), Mesh(), CompileOptions{}, kSteps);
+  Result<testing::SpmdRun> sharded = testing::run_train_steps(
+      resolved(deepseek_tiny(data, kSteps, 4, rule), 4), mesh, CompileOptions{}, kSteps);
+  ASSERT_TRUE(want.ok() && sharded.ok());
+  EXPECT_LT(testing::max_loss_rel(sharded->losses, want->losses), 1e-5);
+  EXPECT_LT(testing::max_param_rel(sharded->params, want->params), 1e-5);
+  EXPECT_EQ(sharded->max_collective_mismatch, 0);
+}
+
 Status resolve_with(KV kv, int64_t devices = 1) {
   return resolve_config(deepseek_tiny("synthetic", 1, static_cast<double>(devices), kv), devices)
       .status();
@@ -289,8 +392,10 @@ TEST(DeepSeekMoe, BadSettingsNameTheirValues) {
                {"first_num_dense_layers -2"});
   expect_error(resolve_with({{"decoder_block", std::string("llama2")}}),
                {"shared_experts=1", "first_num_dense_layers=1", "routed_bias=true", "llama2"});
-  expect_error(resolve_with({{"routed_bias_update_rate", 0.001}}),
-               {"routed_bias_update_rate=0.001", "not implemented"});
+  expect_error(resolve_with({{"routed_bias_update_rate", 0.001}, {"routed_bias", false}}),
+               {"routed_bias_update_rate=0.001", "routed_bias=false"});
+  expect_error(resolve_with({{"routed_bias_update_rate", -0.5}}),
+               {"routed_bias_update_rate=-0.5"});
   expect_error(resolve_with({{"num_experts", int64_t{1}}}), {"deepseek", "num_experts 1"});
   expect_error(resolve_with({{"decoder_block", std::string("deepseek4")}}), {"deepseek4"});
   // The pipeline (and so sl.plan with ici_pipeline_parallelism) refuses MoE layers.
