@@ -441,10 +441,13 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   ValueId h2 = b.rmsnorm(x, s(lp.post_norm), eps).first;              // (B, T, E)
   // MaxText's MlpBlock: wo(silu(wi_0 h) * wi_1 h), (B, T, M) intermediates on kMlp.
   auto dense_mlp = [&](ValueId wi_0, ValueId wi_1, ValueId wo) {
-    ValueId gate = b.checkpoint_name(b.matmul(h2, w(wi_0), 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
-    ValueId up = b.checkpoint_name(b.matmul(h2, w(wi_1), 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
-    ValueId act = b.constraint(b.swiglu(gate, up), kMlp);             // (B, T, M)
-    return b.checkpoint_name(b.matmul(act, w(wo), 2, 1, false, false, kActivation), "mlpwo");  // (B, T, E)
+    ValueId gate = b.checkpoint_name(  // (B, T, M)
+        b.matmul(h2, w(wi_0), 2, 1, false, false, kMlp), "mlpwi_0");
+    ValueId up = b.checkpoint_name(  // (B, T, M)
+        b.matmul(h2, w(wi_1), 2, 1, false, false, kMlp), "mlpwi_1");
+    ValueId act = b.constraint(b.swiglu(gate, up), kMlp);  // (B, T, M)
+    return b.checkpoint_name(  // (B, T, E)
+        b.matmul(act, w(wo), 2, 1, false, false, kActivation), "mlpwo");
   };
   if (lp.gate != kNoValue) {  // a routed MoE block in the MLP's place (engine/model/moe.h)
     ENG_CHECK(moe != nullptr, "llama: a MoE layer needs somewhere to put its load-balance loss");

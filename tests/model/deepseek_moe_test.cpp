@@ -6,14 +6,14 @@
 // and not; the choice-only bias in the routing loop; the tiny model trains, scanned equals
 // unscanned, and expert=2, expert=2 x fsdp=2, expert=2 x tensor=2 equal one device (float32,
 // 4 steps); routed_bias_update_rate's rule update; bad settings are errors naming the values.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <array>
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
-#include <unistd.h>
 
 #include "engine/model/llama.h"
 #include "engine/tensor/moe.h"
@@ -125,7 +125,9 @@ TEST(DeepSeekMoe, ParameterPathsShapesAndAxesAreMaxTexts) {
        {"params/decoder/dense_layers/pre_self_attention_layer_norm/scale",
         {64, 1},
         {"norm", "dense_layers"}},
-       {(s + "MoeBlock_0/wi_1").c_str(), {4, 2, 64, 32}, {"exp", "moe_layers", "embed_moe", "mlp_moe"}},
+       {(s + "MoeBlock_0/wi_1").c_str(),
+        {4, 2, 64, 32},
+        {"exp", "moe_layers", "embed_moe", "mlp_moe"}},
        {(s + "MoeBlock_0/gate/bias").c_str(), {4, 2}, {"", "moe_layers"}},
        {(s + "shared_experts/wo/kernel").c_str(), {32, 2, 64}, {"mlp", "moe_layers", "embed"}},
        {"params/decoder/moe_layers/self_attention/out/kernel",
@@ -217,7 +219,8 @@ TEST(DeepSeekMoe, RouterBiasChoosesButDoesNotWeigh) {
 // same), the weights are deepseek's; the dense layer has no router.
 TEST(DeepSeekMoe, DeepSeekWeightsIgnoreNormTopkProb) {
   const ResolvedConfig a = resolved(deepseek_tiny("synthetic", 1, 1), 1);
-  const ResolvedConfig b = resolved(deepseek_tiny("synthetic", 1, 1, {{"norm_topk_prob", true}}), 1);
+  const ResolvedConfig b =
+      resolved(deepseek_tiny("synthetic", 1, 1, {{"norm_topk_prob", true}}), 1);
   const std::string text = build_train_step(a, nullptr).to_text();
   EXPECT_EQ(text, build_train_step(b, nullptr).to_text());
   EXPECT_NE(text.find("deepseek_weights=1"), std::string::npos);
@@ -258,14 +261,14 @@ TEST(DeepSeekMoe, ScannedAndShardedEqualOneDevice) {
   const Mesh one;
   // One device, unscanned (dense_layers_0, moe_layers_0, moe_layers_1).
   Result<testing::SpmdRun> want = testing::run_train_steps(
-      resolved(deepseek_tiny(data, kSteps, 1, {{"scan_layers", false}}), 1), one,
-      CompileOptions{}, kSteps);
+      resolved(deepseek_tiny(data, kSteps, 1, {{"scan_layers", false}}), 1), one, CompileOptions{},
+      kSteps);
   ASSERT_TRUE(want.ok()) << want.status().message();
   EXPECT_GT(want->losses.front(), want->losses.back());
   {  // scan_layers (the default): dense_layers and moe_layers scanned; the same losses
     Result<testing::SpmdRun> got = testing::run_train_steps(
-        resolved(deepseek_tiny(data, kSteps, 1, {{"scan_layers", true}}), 1), one,
-        CompileOptions{}, kSteps);
+        resolved(deepseek_tiny(data, kSteps, 1, {{"scan_layers", true}}), 1), one, CompileOptions{},
+        kSteps);
     ASSERT_TRUE(got.ok()) << got.status().message();
     const double rel = testing::max_loss_rel(got->losses, want->losses);
     fmt::print("[deepseek_moe] scanned: loss rel {:.2e}\n", rel);
@@ -280,9 +283,9 @@ TEST(DeepSeekMoe, ScannedAndShardedEqualOneDevice) {
   Result<testing::SpmdRun> scanned = testing::run_train_steps(
       resolved(deepseek_tiny(data, kSteps, 1), 1), one, CompileOptions{}, kSteps);
   ASSERT_TRUE(scanned.ok()) << scanned.status().message();
-  for (const Case& c : {Case{{"expert"}, {2}}, Case{{"fsdp", "expert"}, {2, 2}},
-                        Case{{"tensor", "expert"}, {2, 2}},
-                        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
+  for (const Case& c :
+       {Case{{"expert"}, {2}}, Case{{"fsdp", "expert"}, {2, 2}}, Case{{"tensor", "expert"}, {2, 2}},
+        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
     const Mesh mesh = *Mesh::create(c.axes, c.sizes);
     CompileOptions o;
     o.shard_mode = c.mode;
@@ -344,17 +347,17 @@ TEST(DeepSeekMoe, RoutedBiasUpdateRuleIsMaxTexts) {
   }
   EXPECT_GT(moved, 0);
   {  // unscanned: moe_layers_{l}/.../gate/bias (E) gets the same update
-    const ResolvedConfig flat =
-        resolved(deepseek_tiny(data, 1, 1, {{"routed_bias_update_rate", kRate},
-                                            {"load_balance_loss_weight", 0.0},
-                                            {"scan_layers", false}}),
-                 1);
+    const ResolvedConfig flat = resolved(deepseek_tiny(data, 1, 1,
+                                                       {{"routed_bias_update_rate", kRate},
+                                                        {"load_balance_loss_weight", 0.0},
+                                                        {"scan_layers", false}}),
+                                         1);
     Result<testing::SpmdRun> u = testing::run_train_steps(flat, Mesh(), CompileOptions{}, 1);
     ASSERT_TRUE(u.ok()) << u.status().message();
     const Program q = build_train_step(flat, nullptr);
     for (int l = 0; l < 2; ++l) {
-      const int i = q.find_arg(fmt::format(
-          "params/decoder/moe_layers_{}/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias", l));
+      const int i = q.find_arg(
+          fmt::format("params/decoder/moe_layers_{}/DeepSeekMoeBlock_0/MoeBlock_0/gate/bias", l));
       ASSERT_GE(i, 0);
       for (int e = 0; e < 4; ++e)
         EXPECT_EQ(u->params[static_cast<size_t>(i)][static_cast<size_t>(e)],
@@ -394,8 +397,7 @@ TEST(DeepSeekMoe, BadSettingsNameTheirValues) {
                {"shared_experts=1", "first_num_dense_layers=1", "routed_bias=true", "llama2"});
   expect_error(resolve_with({{"routed_bias_update_rate", 0.001}, {"routed_bias", false}}),
                {"routed_bias_update_rate=0.001", "routed_bias=false"});
-  expect_error(resolve_with({{"routed_bias_update_rate", -0.5}}),
-               {"routed_bias_update_rate=-0.5"});
+  expect_error(resolve_with({{"routed_bias_update_rate", -0.5}}), {"routed_bias_update_rate=-0.5"});
   expect_error(resolve_with({{"num_experts", int64_t{1}}}), {"deepseek", "num_experts 1"});
   expect_error(resolve_with({{"decoder_block", std::string("deepseek4")}}), {"deepseek4"});
   // The pipeline (and so sl.plan with ici_pipeline_parallelism) refuses MoE layers.
