@@ -154,7 +154,7 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   const bool deepseek = m.decoder_block == "deepseek";
   ra.dim2 = deepseek ? 1 : 0;
   ra.inverse = c.norm_topk_prob && !deepseek;
-  ra.scale = c.routed_scaling_factor;
+  ra.scale = deepseek ? c.routed_scaling_factor : 1.0;
   // mean_{b,e}(density * density_prob) * E^2 * weight with density = count / S and
   // density_prob = sum_s p / S: E * weight / (B * S^2) times sum_{b,e} count * sum_s p.
   ra.eps = c.load_balance_loss_weight * static_cast<double>(E) /

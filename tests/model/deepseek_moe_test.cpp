@@ -227,6 +227,25 @@ TEST(DeepSeekMoe, DeepSeekWeightsIgnoreNormTopkProb) {
   EXPECT_EQ(text.find("norm_topk_prob"), std::string::npos);
 }
 
+// The other decoders (mixtral's llama2 here) weigh by a softmax over the top-k scores whatever
+// routed_score_func is, then norm_topk_prob, and never read routed_scaling_factor (MaxText's
+// get_topk outside the deepseek branch).
+TEST(DeepSeekMoe, OtherDecodersWeighBySoftmaxOverTheTopK) {
+  Config c;
+  for (auto [k, v] : KV{{"model_name", std::string("mixtral-tiny")},
+                        {"base_num_decoder_layers", int64_t{1}},
+                        {"routed_score_func", std::string("sigmoid")},
+                        {"routed_scaling_factor", 2.5},
+                        {"norm_topk_prob", true}})
+    ASSERT_TRUE(c.set(k, v).ok()) << k;
+  const std::string text = build_train_step(resolved(c, 1), nullptr).to_text();
+  EXPECT_NE(text.find("moe_route[k=2 capacity=160 score_func=2 norm_topk_prob lb_scale=0]"),
+            std::string::npos)
+      << text.substr(text.find("moe_route["), 160);
+  EXPECT_EQ(text.find("deepseek_weights"), std::string::npos);
+  EXPECT_EQ(text.find("routed_scaling_factor"), std::string::npos);
+}
+
 // A small text of varied bytes, so a short run has something to learn.
 std::string varied_text_file() {
   const std::string path =
