@@ -22,9 +22,16 @@ Axes joined(Axes a, const Axes& b) {
 // the load-balance loss and the load are sums over the rows (partial over their axes).
 Status Partitioner::moe_route(const Instr& in) {
   const Axes b = dims_only(spec_[in.inputs[0]]).dim_or_none(0);
-  const PartitionSpec rows(Dims{b, {}, {}}), rows4(Dims{b, {}, {}, {}});
-  if (in.kind == OpKind::kMoeRouteGrad) return simple(in, {rows, rows4}, {rows}, in.attrs);
-  return simple(in, {rows}, {rows4, PartitionSpec(Dims{}, b), PartitionSpec(Dims{{}, {}}, b)},
+  const PartitionSpec rows(Dims{b, {}, {}}), rows4(Dims{b, {}, {}, {}}), whole(Dims{{}});
+  // The router bias (E) whole on every device; its gradient a sum over the rows (partial).
+  if (in.kind == OpKind::kMoeRouteGrad) {
+    if (in.inputs.size() == 2) return simple(in, {rows, rows4}, {rows}, in.attrs);
+    return simple(in, {rows, rows4, whole},
+                  {in.attrs.raw ? PartitionSpec(Dims{{}}, b) : rows}, in.attrs);
+  }
+  std::vector<PartitionSpec> ins = {rows};
+  if (in.inputs.size() == 2) ins.push_back(whole);
+  return simple(in, ins, {rows4, PartitionSpec(Dims{}, b), PartitionSpec(Dims{{}, {}}, b)},
                 in.attrs);
 }
 

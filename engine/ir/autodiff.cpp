@@ -160,8 +160,18 @@ class Differentiator {
     OpAttrs a = in.attrs;
     a.eps = dlb.has_constant ? in.attrs.eps * dlb.constant : 0.0;
     ENG_CHECK(cot_[in.outputs[0]].present(), "autodiff: moe_route's combine has no cotangent");
-    ValueId g = b_.emit(OpKind::kMoeRouteGrad, {in.inputs[0], tensor(in, in.outputs[0])}, a)[0];
-    accumulate(in.inputs[0], fresh(g, in.inputs[0]));
+    const ValueId dcombine = tensor(in, in.outputs[0]);
+    std::vector<ValueId> ins = {in.inputs[0], dcombine};
+    if (in.inputs.size() > 1) ins.push_back(in.inputs[1]);  // the router bias
+    if (needs(in.inputs[0])) {
+      ValueId g = b_.emit(OpKind::kMoeRouteGrad, ins, a)[0];
+      accumulate(in.inputs[0], fresh(g, in.inputs[0]));
+    }
+    if (in.inputs.size() > 1 && needs(in.inputs[1])) {  // its load-balance part only
+      a.raw = true;
+      ValueId g = b_.emit(OpKind::kMoeRouteGrad, ins, a)[0];
+      accumulate(in.inputs[1], fresh(g, in.inputs[1]));
+    }
   }
 
   // dispatch (combine, x): dx = combine(combine, dy); with weights, dcombine too.

@@ -506,7 +506,9 @@ Logical pick(const ValueInfo& v, std::initializer_list<int> dims) {  // "" for -
 }
 
 Outs infer_moe_route(OpKind kind, const In& in, const OpAttrs& at) {
-  n_in(kind, in, kind == OpKind::kMoeRoute ? 1 : 2);
+  // An optional router bias (E) f32 last: routed_bias (op.h kMoeRoute).
+  const size_t n = kind == OpKind::kMoeRoute ? 1 : 2;
+  n_in(kind, in, in.size() == n + 1 ? n + 1 : n);
   const ValueInfo& x = *in[0];
   check_rank(kind, x, 3, "logits");
   ENG_CHECK(x.dtype == DType::kF32, "{}: logits must be f32, got {}", op_name(kind),
@@ -515,10 +517,15 @@ Outs infer_moe_route(OpKind kind, const In& in, const OpAttrs& at) {
   ENG_CHECK(at.size >= 1 && at.size <= E && at.start >= 1 && at.dim >= 0 && at.dim <= 2,
             "{}: k {} of {} experts, capacity {}, score_func {}", op_name(kind), at.size, E,
             at.start, at.dim);
+  const bool bias = in.size() == n + 1;
+  if (bias)
+    ENG_CHECK(in[n]->shape == Shape({E}) && in[n]->dtype == DType::kF32,
+              "{}: bias {} for logits {}", op_name(kind), in[n]->type_string(), x.type_string());
   if (kind == OpKind::kMoeRouteGrad) {
     ENG_CHECK(in[1]->shape == Shape({B, S, E, at.start}), "moe_route_grad: dcombine {} for {}",
               in[1]->type_string(), x.type_string());
-    return {like(x)};
+    ENG_CHECK(!at.raw || bias, "moe_route_grad: bias_grad without a bias");
+    return {at.raw ? like(*in[n]) : like(x)};
   }
   return {make(Shape{B, S, E, at.start}, DType::kF32, pick(x, {0, 1, -1, -1})), scalar(),
           make(Shape{2, E})};

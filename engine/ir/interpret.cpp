@@ -232,10 +232,11 @@ class Evaluator {
   Status moe_route(const Instr& i) {
     const Shape& x = in(i, 0).shape;
     if (i.kind == OpKind::kMoeRoute)
-      moe::route(ind(i, 0), x[0], x[1], x[2], route_params(i.attrs), outd(i, 0), outd(i, 1),
-                 outd(i, 2));
+      moe::route(ind(i, 0), i.inputs.size() > 1 ? ind(i, 1) : nullptr, x[0], x[1], x[2],
+                 route_params(i.attrs), outd(i, 0), outd(i, 1), outd(i, 2));
     else
-      moe::route_grad(ind(i, 0), ind(i, 1), x[0], x[1], x[2], route_params(i.attrs), outd(i, 0));
+      moe::route_grad(ind(i, 0), ind(i, 1), i.inputs.size() > 2 ? ind(i, 2) : nullptr, x[0], x[1],
+                      x[2], route_params(i.attrs), outd(i, 0), i.attrs.raw);
     return ok_status();
   }
 

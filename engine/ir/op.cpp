@@ -79,7 +79,8 @@ constexpr AttrField kMoeRoute[] = {{"k", &A::size},
                                    {"deepseek_weights", &A::dim2, P::kUnlessDefault},
                                    {"norm_topk_prob", &A::inverse, P::kFlag},
                                    {"routed_scaling_factor", &A::scale, P::kUnlessDefault},
-                                   {"lb_scale", &A::eps}};
+                                   {"lb_scale", &A::eps},
+                                   {"bias_grad", &A::raw, P::kFlag}};
 constexpr AttrField kMask[] = {{"mask", &A::raw, P::kFlag}};
 constexpr AttrField kTransB[] = {{"trans_b", &A::trans_b, P::kFlag}};
 constexpr AttrField kClip[] = {{"threshold", &A::clip_threshold}};

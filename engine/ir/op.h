@@ -123,8 +123,12 @@
 //                    top-k choices before dropping (MaxText's load_balance_loss with lb_scale
 //                    = E * weight / (B * S^2)). load[0,e] = choices of e, load[1,e] = those
 //                    dropped. lb and load are sums over b (partial when b is split).
-//   kMoeRouteGrad  (logits, dcombine (B,S,E,C)) [as kMoeRoute; lb_scale = lb_scale * dlb]
-//                    -> dlogits (B,S,E): the VJP of combine and lb (load has none)
+//                    With a second input bias (E) f32 (routed_bias): the choice (top-k) and
+//                    softmax for lb read g = s + bias, the weights s (MaxText's deepseek3
+//                    pre_bias_logits: the bias picks experts, never weighs them).
+//   kMoeRouteGrad  (logits, dcombine (B,S,E,C)[, bias]) [as kMoeRoute; lb_scale = lb_scale *
+//                    dlb; bias_grad=raw] -> dlogits (B,S,E): the VJP of combine and lb (load
+//                    has none); with bias_grad dbias (E) instead: lb's part summed over b, s
 //   kMoeDispatch   (combine (B,S,E,C), x (B,S,M)) [mask=raw] -> (E,B,C,M): out[e,b,c,:] =
 //                    sum_s g(combine[b,s,e,c]) x[b,s,:], g = (v != 0) with mask (MaxText's
 //                    dispatch einsum BSM,BSEC->EBCM over dispatch_mask), else g = v

@@ -76,9 +76,10 @@ Status ModelConfig::validate() const {
                               name, rope_type);
     return ok_status();
   }
-  if (decoder_block != "llama2" && decoder_block != "mistral" && decoder_block != "qwen3_moe")
+  if (decoder_block != "llama2" && decoder_block != "mistral" && decoder_block != "qwen3_moe" &&
+      decoder_block != "deepseek")
     return unimplemented("model {}: decoder_block '{}' not supported (llama2, mistral, qwen3_moe, "
-                         "gpt3)",
+                         "deepseek, gpt3)",
                          name, decoder_block);
   if (fused_qkv || logits_via_embedding || trainable_position_size > 0)
     return unimplemented("model {}: fused_qkv, logits_via_embedding and trainable_position_size "
@@ -97,10 +98,16 @@ int64_t ModelConfig::num_params() const {
   // norms; query and out (E*H*D each); key and value (E*Hkv*D each); the MLP.
   int64_t per_layer = 2 * E + 2 * E * H * D + 2 * E * Hkv * D + 3 * E * M;
   if (use_qk_norm) per_layer += 2 * D;  // query_norm and key_norm scales
-  if (moe.enabled())  // the experts' wi_0, wi_1, wo and the router instead of the MLP
-    per_layer += moe.num_experts * 3 * E * (moe.moe_mlp_dim > 0 ? moe.moe_mlp_dim : M) +
-                 E * moe.num_experts - 3 * E * M;
-  return vocab_size * E * 2 + E + num_decoder_layers * per_layer;
+  const int64_t dense_layers = moe.enabled() ? moe.first_num_dense_layers : num_decoder_layers;
+  int64_t moe_layer = per_layer;
+  if (moe.enabled()) {  // the experts' wi_0, wi_1, wo and the router instead of the MLP
+    const int64_t width = moe.moe_mlp_dim > 0 ? moe.moe_mlp_dim : M;
+    moe_layer += moe.num_experts * 3 * E * width + E * moe.num_experts - 3 * E * M;
+    if (moe.routed_bias) moe_layer += moe.num_experts;           // gate/bias
+    moe_layer += 3 * E * moe.shared_experts * width;             // the shared experts' MLP
+  }
+  return vocab_size * E * 2 + E + dense_layers * per_layer +
+         (num_decoder_layers - dense_layers) * moe_layer;
 }
 
 int64_t ModelConfig::num_active_params() const {
@@ -108,7 +115,7 @@ int64_t ModelConfig::num_active_params() const {
   // A token reads num_experts_per_tok experts' wi_0, wi_1 and wo in every layer.
   const int64_t width = moe.moe_mlp_dim > 0 ? moe.moe_mlp_dim : mlp_dim;
   const int64_t skipped = (moe.num_experts - moe.num_experts_per_tok) * 3 * emb_dim * width;
-  return num_params() - num_decoder_layers * skipped;
+  return num_params() - (num_decoder_layers - moe.first_num_dense_layers) * skipped;
 }
 
 const std::vector<std::string>& input_data_logical_axes(bool pipelined) {
@@ -133,12 +140,14 @@ static std::vector<LayerWeight> dense_layer_weights(const ModelConfig& m) {
           {"mlp/wo/kernel", {M, E}, {"mlp", "embed"}}};
 }
 
-std::vector<LayerWeight> layer_weights(const ModelConfig& m) {
+std::vector<LayerWeight> layer_weights(const ModelConfig& m) { return layer_weights(m, true); }
+
+std::vector<LayerWeight> layer_weights(const ModelConfig& m, bool moe_layer) {
   std::vector<LayerWeight> w = dense_layer_weights(m);
-  if (m.moe.enabled()) {  // the experts in the MLP's place, the router's kernel last
+  if (moe_layer && m.moe.enabled()) {  // the experts in the MLP's place, the router's last
     std::vector<LayerWeight> experts = moe_layer_weights(m);
     std::copy(experts.begin(), experts.begin() + 3, w.end() - 3);
-    w.push_back(experts[3]);
+    w.insert(w.end(), experts.begin() + 3, experts.end());  // gate[, bias][, shared experts]
   }
   if (m.use_qk_norm) {  // last, so the other weights keep their argument order
     w.push_back({"self_attention/query_norm/scale", {m.head_dim}, {"norm"}});
@@ -159,10 +168,69 @@ LlamaLayerParams layer_from_list(const std::vector<ValueId>& v) {
   return lp;
 }
 
+LlamaLayerParams layer_from_weights(const std::vector<LayerWeight>& ws,
+                                    const std::vector<ValueId>& v) {
+  ENG_CHECK(ws.size() == v.size(), "llama: {} layer values for {} weights", v.size(), ws.size());
+  LlamaLayerParams lp{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
+                      kNoValue, kNoValue, kNoValue, kNoValue};
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const std::string_view sub = ws[i].sub;
+    auto ends = [&](std::string_view t) { return sub.ends_with(t); };
+    const bool shared = sub.find("shared_experts/") != std::string_view::npos;
+    ValueId* slot = ends("pre_self_attention_layer_norm/scale")    ? &lp.pre_norm
+                    : ends("post_self_attention_layer_norm/scale") ? &lp.post_norm
+                    : ends("self_attention/query/kernel")          ? &lp.query
+                    : ends("self_attention/key/kernel")            ? &lp.key
+                    : ends("self_attention/value/kernel")          ? &lp.value
+                    : ends("self_attention/out/kernel")            ? &lp.out
+                    : ends("self_attention/query_norm/scale")      ? &lp.query_norm
+                    : ends("self_attention/key_norm/scale")        ? &lp.key_norm
+                    : ends("gate/kernel")                          ? &lp.gate
+                    : ends("gate/bias")                            ? &lp.gate_bias
+                    : shared && ends("wi_0/kernel")                ? &lp.shared_wi_0
+                    : shared && ends("wi_1/kernel")                ? &lp.shared_wi_1
+                    : shared && ends("wo/kernel")                  ? &lp.shared_wo
+                    : ends("wi_0") || ends("wi_0/kernel")          ? &lp.wi_0
+                    : ends("wi_1") || ends("wi_1/kernel")          ? &lp.wi_1
+                    : ends("wo") || ends("wo/kernel")              ? &lp.wo
+                                                                   : nullptr;
+    ENG_CHECK(slot != nullptr && *slot == kNoValue, "llama: layer weight {} unknown or repeated",
+              ws[i].sub);
+    *slot = v[i];
+  }
+  for (ValueId x : {lp.pre_norm, lp.query, lp.key, lp.value, lp.out, lp.post_norm, lp.wi_0,
+                    lp.wi_1, lp.wo})
+    ENG_CHECK(x != kNoValue, "llama: a layer without one of its nine weights");
+  return lp;
+}
+
+std::vector<LayerGroup> layer_groups(const ModelConfig& m) {
+  const int64_t L = m.num_decoder_layers;
+  if (m.decoder_block != "deepseek") return {{"decoder/layers/", "layers", L, m.moe.enabled()}};
+  // MaxText's decoders.py: deepseek scans its dense and MoE layers separately
+  // (scan_decoder_layers(..., "dense_layers") and (..., "moe_layers"), metadata_axis_name the
+  // logical name of the stacked dim); unscanned, dense_layers_{i} and moe_layers_{j}.
+  const int64_t d = m.moe.first_num_dense_layers;
+  std::vector<LayerGroup> g;
+  if (d > 0) g.push_back({"decoder/dense_layers/", "dense_layers", d, false});
+  g.push_back({"decoder/moe_layers/", "moe_layers", L - d, true});
+  return g;
+}
+
 namespace {
 
-constexpr const char* kScannedPart = "decoder/layers/";
-constexpr const char* kLayerPart = "decoder/layers_";
+// Every decoder's scanned path part and its unscanned form (layer_groups).
+constexpr std::pair<const char*, const char*> kGroupParts[] = {
+    {"decoder/layers/", "decoder/layers_"},
+    {"decoder/dense_layers/", "decoder/dense_layers_"},
+    {"decoder/moe_layers/", "decoder/moe_layers_"}};
+
+// "decoder/dense_layers/" -> "decoder/dense_layers_".
+std::string unscanned_part(const char* scanned) {
+  std::string s = scanned;
+  s.back() = '_';
+  return s;
+}
 
 }  // namespace
 
@@ -170,6 +238,12 @@ std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp) {
   std::vector<ValueId> v = {lp.pre_norm,  lp.query, lp.key, lp.value, lp.out,
                             lp.post_norm, lp.wi_0,  lp.wi_1, lp.wo};
   if (lp.gate != kNoValue) v.push_back(lp.gate);
+  if (lp.gate_bias != kNoValue) v.push_back(lp.gate_bias);
+  if (lp.shared_wi_0 != kNoValue) {
+    v.push_back(lp.shared_wi_0);
+    v.push_back(lp.shared_wi_1);
+    v.push_back(lp.shared_wo);
+  }
   if (lp.query_norm != kNoValue) {
     v.push_back(lp.query_norm);
     v.push_back(lp.key_norm);
@@ -190,21 +264,28 @@ LlamaParams declare_llama_params(Builder& b, const ModelConfig& m) {
   if (m.pipeline_stages > 1) {
     p.stacked = declare_pipeline_layer_params(b, m, p.all);
     if (m.pipelined_layers() < L) p.outside = declare_outside_pipeline_params(b, m, p.all);
-  } else if (m.scan_layers) {  // (..., L at param_scan_axis, ...), logical "layers" there
-    std::vector<ValueId> stacked;
-    for (LayerWeight& w : layer_weights(m)) {
-      w.dims.insert(w.dims.begin() + m.param_scan_axis, L);
-      w.logical.insert(w.logical.begin() + m.param_scan_axis, "layers");
-      stacked.push_back(param(std::string(kScannedPart) + w.sub, Shape(w.dims), w.logical));
+  } else if (m.scan_layers) {  // (..., n at param_scan_axis, ...), the group's logical there
+    for (const LayerGroup& g : layer_groups(m)) {
+      const std::vector<LayerWeight> ws = layer_weights(m, g.moe);
+      std::vector<ValueId> stacked;
+      for (LayerWeight w : ws) {
+        w.dims.insert(w.dims.begin() + m.param_scan_axis, g.n);
+        w.logical.insert(w.logical.begin() + m.param_scan_axis, g.logical);
+        stacked.push_back(param(std::string(g.scanned_part) + w.sub, Shape(w.dims), w.logical));
+      }
+      (g.moe || m.decoder_block != "deepseek" ? p.stacked : p.stacked_dense) =
+          layer_from_weights(ws, stacked);
     }
-    p.stacked = layer_from_list(stacked);
   } else {
-    for (int64_t l = 0; l < L; ++l) {
-      std::vector<ValueId> layer;
-      for (const LayerWeight& w : layer_weights(m))
-        layer.push_back(
-            param(fmt::format("{}{}/{}", kLayerPart, l, w.sub), Shape(w.dims), w.logical));
-      p.layers.push_back(layer_from_list(layer));
+    for (const LayerGroup& g : layer_groups(m)) {
+      const std::vector<LayerWeight> ws = layer_weights(m, g.moe);
+      for (int64_t l = 0; l < g.n; ++l) {
+        std::vector<ValueId> layer;
+        for (const LayerWeight& w : ws)
+          layer.push_back(param(fmt::format("{}{}/{}", unscanned_part(g.scanned_part), l, w.sub),
+                                Shape(w.dims), w.logical));
+        p.layers.push_back(layer_from_weights(ws, layer));
+      }
     }
   }
   p.decoder_norm = param("decoder/decoder_norm/scale", Shape{E}, {"norm"});
@@ -221,41 +302,61 @@ std::vector<ValueId> per_layer_sum_squares(Builder& b, const ModelConfig& m, con
     for (ValueId v : values) out.push_back(b.sum_squares(v));
     return out;
   }
-  // p.all holds the stacked layer weights together (declare_llama_params): the terms before
-  // them, each layer's slices (layer-major: the unscanned order), then the terms after them.
-  const std::vector<ValueId> stacked = layer_param_list(p.stacked);
-  const auto at = std::find(p.all.begin(), p.all.end(), stacked.front());
-  const size_t first = static_cast<size_t>(at - p.all.begin()), end = first + stacked.size();
-  ENG_CHECK(end <= p.all.size() && std::equal(stacked.begin(), stacked.end(), at),
-            "per_layer_sum_squares: the stacked weights are not together in the parameters");
+  // p.all holds each group's stacked layer weights together, the groups one after the other
+  // (declare_llama_params): the terms before them, each group's layers' slices (layer-major:
+  // the unscanned order), then the terms after them.
+  std::vector<std::pair<std::vector<ValueId>, int64_t>> groups;
+  for (const LayerGroup& g : layer_groups(m))
+    groups.push_back({layer_param_list(g.moe || m.decoder_block != "deepseek" ? p.stacked
+                                                                              : p.stacked_dense),
+                      g.n});
+  const auto at = std::find(p.all.begin(), p.all.end(), groups.front().first.front());
+  const size_t first = static_cast<size_t>(at - p.all.begin());
+  size_t end = first;
+  for (const auto& [stacked, n] : groups) {
+    ENG_CHECK(end + stacked.size() <= p.all.size() &&
+                  std::equal(stacked.begin(), stacked.end(), p.all.begin() + end),
+              "per_layer_sum_squares: the stacked weights are not together in the parameters");
+    end += stacked.size();
+  }
   for (size_t k = 0; k < first; ++k) out.push_back(b.sum_squares(values[k]));
   const int axis = static_cast<int>(m.param_scan_axis);
-  for (int64_t l = 0; l < m.num_decoder_layers; ++l)
-    for (size_t k = first; k < end; ++k)
-      out.push_back(b.sum_squares(b.index_in_dim(values[k], axis, l)));
+  size_t begin = first;
+  for (const auto& [stacked, n] : groups) {
+    for (int64_t l = 0; l < n; ++l)
+      for (size_t k = begin; k < begin + stacked.size(); ++k)
+        out.push_back(b.sum_squares(b.index_in_dim(values[k], axis, l)));
+    begin += stacked.size();
+  }
   for (size_t k = end; k < values.size(); ++k) out.push_back(b.sum_squares(values[k]));
   return out;
 }
 
 std::optional<std::string> unscanned_name(const std::string& scanned, int64_t layer) {
-  const size_t at = scanned.find(kScannedPart);
-  if (at == std::string::npos) return std::nullopt;
-  return scanned.substr(0, at) + fmt::format("{}{}/", kLayerPart, layer) +
-         scanned.substr(at + std::string_view(kScannedPart).size());
+  for (const auto& [scanned_part, layer_part] : kGroupParts) {
+    const size_t at = scanned.find(scanned_part);
+    if (at == std::string::npos) continue;
+    return scanned.substr(0, at) + fmt::format("{}{}/", layer_part, layer) +
+           scanned.substr(at + std::string_view(scanned_part).size());
+  }
+  return std::nullopt;
 }
 
 std::optional<ScannedName> scanned_name(const std::string& unscanned) {
-  const size_t at = unscanned.find(kLayerPart);
-  if (at == std::string::npos) return std::nullopt;
-  size_t i = at + std::string_view(kLayerPart).size(), digits = 0;
-  int64_t layer = 0;
-  while (i < unscanned.size() && std::isdigit(static_cast<unsigned char>(unscanned[i])) &&
-         digits < 9) {
-    layer = layer * 10 + (unscanned[i++] - '0');
-    ++digits;
+  for (const auto& [scanned_part, layer_part] : kGroupParts) {
+    const size_t at = unscanned.find(layer_part);
+    if (at == std::string::npos) continue;
+    size_t i = at + std::string_view(layer_part).size(), digits = 0;
+    int64_t layer = 0;
+    while (i < unscanned.size() && std::isdigit(static_cast<unsigned char>(unscanned[i])) &&
+           digits < 9) {
+      layer = layer * 10 + (unscanned[i++] - '0');
+      ++digits;
+    }
+    if (digits == 0 || i >= unscanned.size() || unscanned[i] != '/') continue;
+    return ScannedName{unscanned.substr(0, at) + scanned_part + unscanned.substr(i + 1), layer};
   }
-  if (digits == 0 || i >= unscanned.size() || unscanned[i] != '/') return std::nullopt;
-  return ScannedName{unscanned.substr(0, at) + kScannedPart + unscanned.substr(i + 1), layer};
+  return std::nullopt;
 }
 
 BatchArgs declare_batch(Builder& b, const ModelConfig& m, int64_t global_batch, int64_t seq_len) {
@@ -338,18 +439,29 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
 
   // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
   ValueId h2 = b.rmsnorm(x, s(lp.post_norm), eps).first;              // (B, T, E)
+  // MaxText's MlpBlock: wo(silu(wi_0 h) * wi_1 h), (B, T, M) intermediates on kMlp.
+  auto dense_mlp = [&](ValueId wi_0, ValueId wi_1, ValueId wo) {
+    ValueId gate = b.checkpoint_name(  // (B, T, M)
+        b.matmul(h2, w(wi_0), 2, 1, false, false, kMlp), "mlpwi_0");
+    ValueId up = b.checkpoint_name(  // (B, T, M)
+        b.matmul(h2, w(wi_1), 2, 1, false, false, kMlp), "mlpwi_1");
+    ValueId act = b.constraint(b.swiglu(gate, up), kMlp);  // (B, T, M)
+    return b.checkpoint_name(  // (B, T, E)
+        b.matmul(act, w(wo), 2, 1, false, false, kActivation), "mlpwo");
+  };
   if (lp.gate != kNoValue) {  // a routed MoE block in the MLP's place (engine/model/moe.h)
     ENG_CHECK(moe != nullptr, "llama: a MoE layer needs somewhere to put its load-balance loss");
-    ValueId out = b.add(x, trace_moe_block(b, m, lp, h2, stage_as_data, *moe));
+    ValueId y = trace_moe_block(b, m, lp, h2, stage_as_data, *moe);
+    // deepseek's RoutedAndSharedMoE: routed + shared_experts(h), the shared experts an
+    // MlpBlock of width shared_experts x moe_mlp_dim on the same normed input.
+    if (lp.shared_wi_0 != kNoValue)
+      y = b.constraint(b.add(y, dense_mlp(lp.shared_wi_0, lp.shared_wi_1, lp.shared_wo)),
+                       kActivation);
+    ValueId out = b.add(x, y);
     b.set_remat_scope(-1);
     return b.constraint(out, kActivation);
   }
-  ValueId gate = b.checkpoint_name(b.matmul(h2, w(lp.wi_0), 2, 1, false, false, kMlp), "mlpwi_0");  // (B, T, M)
-  ValueId up = b.checkpoint_name(b.matmul(h2, w(lp.wi_1), 2, 1, false, false, kMlp), "mlpwi_1");    // (B, T, M)
-  ValueId act = b.constraint(b.swiglu(gate, up), kMlp);               // (B, T, M)
-  ValueId mlp = b.checkpoint_name(
-      b.matmul(act, w(lp.wo), 2, 1, false, false, kActivation), "mlpwo");                     // (B, T, E)
-  ValueId out = b.add(x, mlp);
+  ValueId out = b.add(x, dense_mlp(lp.wi_0, lp.wi_1, lp.wo));
   b.set_remat_scope(-1);
   return b.constraint(out, kActivation);
 }
@@ -359,15 +471,16 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
 ValueId trace_scanned_layers(Builder& b, const ModelConfig& m, const LlamaLayerParams& stacked,
                              int64_t n, ValueId x, ValueId positions, ValueId segment_ids,
                              int32_t first_scope, bool stage_as_data, MoeOutputs* moe) {
-  const std::vector<ValueId> ws = layer_param_list(stacked);
   const int axis = static_cast<int>(m.param_scan_axis);
   for (int64_t k = 0; k < n; ++k) {
     const int32_t scope = first_scope + static_cast<int32_t>(k);
     b.set_remat_scope(scope);
-    std::vector<ValueId> w;
-    for (ValueId s : ws) w.push_back(b.index_in_dim(s, axis, k));
-    x = trace_decoder_layer(b, m, layer_from_list(w), x, positions, scope, segment_ids,
-                            stage_as_data, moe);
+    LlamaLayerParams lp = stacked;  // the same kinds, each its slice k
+    for (ValueId* v : {&lp.pre_norm, &lp.query, &lp.key, &lp.value, &lp.out, &lp.post_norm,
+                       &lp.wi_0, &lp.wi_1, &lp.wo, &lp.gate, &lp.query_norm, &lp.key_norm,
+                       &lp.gate_bias, &lp.shared_wi_0, &lp.shared_wi_1, &lp.shared_wo})
+      if (*v != kNoValue) *v = b.index_in_dim(*v, axis, k);
+    x = trace_decoder_layer(b, m, lp, x, positions, scope, segment_ids, stage_as_data, moe);
   }
   return x;
 }
@@ -404,9 +517,15 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   MoeOutputs moe;
   if (m.pipeline_stages > 1) {
     x = trace_pipeline_decoder(b, m, p, x, batch.inputs_position, seg);
-  } else if (m.scan_layers) {
-    x = trace_scanned_layers(b, m, p.stacked, m.num_decoder_layers, x, batch.inputs_position,
-                             seg, 0, false, &moe);
+  } else if (m.scan_layers) {  // each group scanned on its own (deepseek: dense, then MoE)
+    int32_t scope = 0;
+    for (const LayerGroup& g : layer_groups(m)) {
+      const LlamaLayerParams& stacked =
+          g.moe || m.decoder_block != "deepseek" ? p.stacked : p.stacked_dense;
+      x = trace_scanned_layers(b, m, stacked, g.n, x, batch.inputs_position, seg, scope, false,
+                               &moe);
+      scope += static_cast<int32_t>(g.n);
+    }
   } else {
     for (size_t l = 0; l < p.layers.size(); ++l)
       x = trace_decoder_layer(b, m, p.layers[l], x, batch.inputs_position, static_cast<int32_t>(l),
@@ -461,8 +580,14 @@ namespace {
 // The layer dim of a scanned parameter (logical "layers", not the pipeline's (S, lps, ...)
 // form whose second dim has no name), or -1.
 int scanned_axis(const ValueInfo& param) {
-  if (!pipeline_param_subpath(param.name)) return -1;
   const auto& lg = param.logical;
+  // deepseek's groups: params/decoder/dense_layers/..., moe_layers/... (never pipelined here).
+  for (const char* group : {"dense_layers", "moe_layers"}) {
+    if (!param.name.starts_with(fmt::format("params/decoder/{}/", group))) continue;
+    const auto it = std::find(lg.begin(), lg.end(), std::string(group));
+    return it == lg.end() ? -1 : static_cast<int>(it - lg.begin());
+  }
+  if (!pipeline_param_subpath(param.name)) return -1;
   if (pipeline_layer_dims(param) == 3) return -1;  // a circular pipeline's (R, S, lps, ...)
   for (size_t i = 0; i < lg.size(); ++i) {
     if (lg[i] != "layers") continue;

@@ -73,7 +73,10 @@ struct ModelConfig {
   int64_t iota_embed_max_bytes = int64_t{2} << 30;
   std::vector<std::string> mlp_activations = {"silu", "linear"};
   // MaxText's decoder_block: "llama2" (this file; mistral's is the same layer; qwen3_moe is
-  // this layer with use_qk_norm and its experts under moe_block/) or "gpt3"
+  // this layer with use_qk_norm and its experts under moe_block/; "deepseek" is MaxText's
+  // deepseek layer layout: first_num_dense_layers dense layers (dense_layers_{i}), then MoE
+  // layers (moe_layers_{j}) with DeepSeekMoeBlock_0's routed and shared experts, routed_bias
+  // and deepseek's weights; its attention here is still the llama2 layer's, not MLA) or "gpt3"
   // (engine/model/gpt3.h: LayerNorm with bias, fused qkv with biases, gelu MLP with biases,
   // learned positions, logits via the embedding; mlp_activations [gelu]).
   std::string decoder_block = "llama2";
@@ -142,6 +145,10 @@ struct LlamaLayerParams {
   ValueId pre_norm, query, key, value, out, post_norm, wi_0, wi_1, wo;
   ValueId gate = kNoValue;
   ValueId query_norm = kNoValue, key_norm = kNoValue;
+  // decoder_block deepseek's MoE layers: routed_bias's gate/bias (E) and the shared experts'
+  // MLP (DeepSeekMoeBlock_0/shared_experts/...); kNoValue without them.
+  ValueId gate_bias = kNoValue;
+  ValueId shared_wi_0 = kNoValue, shared_wi_1 = kNoValue, shared_wo = kNoValue;
 };
 
 struct LlamaParams {
@@ -151,6 +158,12 @@ struct LlamaParams {
   // scan_layers: one weight per kind with the layer dim at param_scan_axis.
   LlamaLayerParams stacked{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
                            kNoValue, kNoValue, kNoValue, kNoValue};
+  // decoder_block deepseek, scanned: the first_num_dense_layers dense layers
+  // (params/decoder/dense_layers/<sub>, logical "dense_layers" at param_scan_axis); `stacked`
+  // is then the MoE layers (params/decoder/moe_layers/<sub>, "moe_layers"). Unscanned, `layers`
+  // holds dense_layers_{i} then moe_layers_{j} in order.
+  LlamaLayerParams stacked_dense{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
+                                 kNoValue, kNoValue, kNoValue, kNoValue};
   // Pipeline with P < L: the L - P layers after it, one weight per kind with the layer dim at
   // param_scan_axis (params/decoder/layers_outside_pipeline/<sub>; engine/model/pipeline.h).
   LlamaLayerParams outside{kNoValue, kNoValue, kNoValue, kNoValue, kNoValue,
@@ -187,6 +200,24 @@ struct LayerWeight {
   std::vector<std::string> logical;
 };
 std::vector<LayerWeight> layer_weights(const ModelConfig& m);
+// decoder_block deepseek: a dense layer's (moe_layer false: the llama2 layer's MLP under mlp/)
+// or a MoE layer's weights (DeepSeekMoeBlock_0/..., after the gate: gate/bias with
+// routed_bias, the shared experts' wi_0, wi_1, wo with shared_experts > 0). layer_weights(m)
+// is layer_weights(m, true) there.
+std::vector<LayerWeight> layer_weights(const ModelConfig& m, bool moe_layer);
+// Any layer kind's values in the order of `ws` (layer_weights), matched by path.
+LlamaLayerParams layer_from_weights(const std::vector<LayerWeight>& ws,
+                                    const std::vector<ValueId>& v);
+// The decoder's scanned layer groups: {path part, logical name, layers}, e.g.
+// {"decoder/layers/", "layers", L}, or deepseek's {"decoder/dense_layers/", "dense_layers",
+// first_num_dense_layers} and {"decoder/moe_layers/", "moe_layers", L - first}.
+struct LayerGroup {
+  const char* scanned_part;  // "decoder/layers/"
+  const char* logical;       // "layers"
+  int64_t n;
+  bool moe;                  // the group's layers are MoE layers
+};
+std::vector<LayerGroup> layer_groups(const ModelConfig& m);
 
 // The sum of squares of every parameter-shaped value (gradients, updated parameters; one
 // per entry of p.all, in p.all's order), as one scalar per UNSCANNED parameter, in the

@@ -1,6 +1,7 @@
 // engine/model/moe.cpp: the routed MoE block (engine/model/moe.h), dense dispatch with capacity.
 #include "engine/model/moe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -26,6 +27,28 @@ Status validate_moe(const ModelConfig& m) {
   const MoeConfig& c = m.moe;
   if (c.num_experts < 1)
     return invalid_argument("model {}: num_experts must be >= 1, got {}", m.name, c.num_experts);
+  if (c.shared_experts < 0)
+    return invalid_argument("model {}: shared_experts must be >= 0, got {}", m.name,
+                            c.shared_experts);
+  if (c.first_num_dense_layers < 0 || c.first_num_dense_layers >= m.num_decoder_layers)
+    return invalid_argument("model {}: first_num_dense_layers {} must be between 0 and "
+                            "num_decoder_layers {} - 1 (the layers after the dense ones are MoE)",
+                            m.name, c.first_num_dense_layers, m.num_decoder_layers);
+  const bool deepseek = m.decoder_block == "deepseek";
+  if (!deepseek && (c.shared_experts != 0 || c.first_num_dense_layers != 0 || c.routed_bias))
+    return invalid_argument(
+        "model {}: shared_experts={}, first_num_dense_layers={} and routed_bias={} are MaxText's "
+        "deepseek decoder's (decoder_block=deepseek); decoder_block {} has none of them",
+        m.name, c.shared_experts, c.first_num_dense_layers, c.routed_bias, m.decoder_block);
+  if (c.routed_bias_update_rate < 0 || (c.routed_bias_update_rate > 0 && !c.routed_bias))
+    return invalid_argument(
+        "model {}: routed_bias_update_rate={:g} needs to be >= 0 and, when > 0, routed_bias=true "
+        "(it updates the router's gate/bias after each step), got routed_bias={}",
+        m.name, c.routed_bias_update_rate, c.routed_bias);
+  if (deepseek && !c.enabled())
+    return invalid_argument("model {}: decoder_block deepseek needs num_experts > 1 (its layers "
+                            "after the first_num_dense_layers {} are MoE), got num_experts {}",
+                            m.name, c.first_num_dense_layers, c.num_experts);
   if (!c.enabled()) return ok_status();
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts)
     return invalid_argument("model {}: num_experts_per_tok {} must be between 1 and num_experts {}",
@@ -46,15 +69,6 @@ Status validate_moe(const ModelConfig& m) {
       c.routed_score_func != "sigmoid")
     return invalid_argument("model {}: routed_score_func '{}' is not one of '', softmax, sigmoid",
                             m.name, c.routed_score_func);
-  if (c.routed_bias)
-    return unimplemented("model {}: routed_bias=true is not implemented yet (deepseek's "
-                         "choice-only bias)", m.name);
-  if (c.shared_experts != 0)
-    return unimplemented("model {}: shared_experts={} is not implemented yet (set 0)", m.name,
-                         c.shared_experts);
-  if (c.first_num_dense_layers != 0)
-    return unimplemented("model {}: first_num_dense_layers={} is not implemented yet (set 0)",
-                         m.name, c.first_num_dense_layers);
   if (m.mlp_activations != std::vector<std::string>{"silu", "linear"})
     return unimplemented("model {}: experts support only mlp_activations [silu, linear]", m.name);
   return ok_status();
@@ -76,6 +90,24 @@ std::vector<LayerWeight> moe_layer_weights(const ModelConfig& m) {
                              : Logical{"exp", "mlp_moe", "embed_moe"};
   // MaxText's mixtral.py names the block MoeBlock_0, qwen3.py's Qwen3MoeDecoderLayer moe_block.
   const bool qwen3 = m.decoder_block == "qwen3_moe";
+  if (m.decoder_block == "deepseek") {
+    // deepseek.py's DeepSeekMoELayer: RoutedAndSharedMoE DeepSeekMoeBlock_0 holding the
+    // routed RoutedMoE MoeBlock_0 (its GateLogit's bias: the kernel's last axis, None) and
+    // the shared experts' MlpBlock (wi_0/wi_1 (embed, mlp), wo (mlp, embed)).
+    const int64_t S = m.moe.shared_experts * H;
+    std::vector<LayerWeight> w = {
+        {"DeepSeekMoeBlock_0/MoeBlock_0/wi_0", {E, D, H}, wi},
+        {"DeepSeekMoeBlock_0/MoeBlock_0/wi_1", {E, D, H}, wi},
+        {"DeepSeekMoeBlock_0/MoeBlock_0/wo", {E, H, D}, wo},
+        {"DeepSeekMoeBlock_0/MoeBlock_0/gate/kernel", {D, E}, {"embed_moe", ""}}};
+    if (m.moe.routed_bias) w.push_back({"DeepSeekMoeBlock_0/MoeBlock_0/gate/bias", {E}, {""}});
+    if (S > 0) {
+      w.push_back({"DeepSeekMoeBlock_0/shared_experts/wi_0/kernel", {D, S}, {"embed", "mlp"}});
+      w.push_back({"DeepSeekMoeBlock_0/shared_experts/wi_1/kernel", {D, S}, {"embed", "mlp"}});
+      w.push_back({"DeepSeekMoeBlock_0/shared_experts/wo/kernel", {S, D}, {"mlp", "embed"}});
+    }
+    return w;
+  }
   return {{qwen3 ? "moe_block/wi_0" : "MoeBlock_0/wi_0", {E, D, H}, wi},
           {qwen3 ? "moe_block/wi_1" : "MoeBlock_0/wi_1", {E, D, H}, wi},
           {qwen3 ? "moe_block/wo" : "MoeBlock_0/wo", {E, H, D}, wo},
@@ -115,14 +147,21 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   ra.size = c.num_experts_per_tok;
   ra.start = C;
   ra.dim = c.routed_score_func == "softmax" ? 1 : c.routed_score_func == "sigmoid" ? 2 : 0;
-  ra.dim2 = c.routed_score_func.empty() ? 0 : 1;  // deepseek's weights with a score function
-  ra.inverse = c.norm_topk_prob;
-  ra.scale = c.routed_scaling_factor;
+  // MaxText's get_topk: the deepseek decoder's weights are the scores themselves
+  // (deepseek_scale_weights: divided by their sum for sigmoid, times routed_scaling_factor;
+  // norm_topk_prob not read); every other decoder's a softmax over the top-k scores, then
+  // norm_topk_prob (routed_scaling_factor not read).
+  const bool deepseek = m.decoder_block == "deepseek";
+  ra.dim2 = deepseek ? 1 : 0;
+  ra.inverse = c.norm_topk_prob && !deepseek;
+  ra.scale = deepseek ? c.routed_scaling_factor : 1.0;
   // mean_{b,e}(density * density_prob) * E^2 * weight with density = count / S and
   // density_prob = sum_s p / S: E * weight / (B * S^2) times sum_{b,e} count * sum_s p.
   ra.eps = c.load_balance_loss_weight * static_cast<double>(E) /
            (static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S));
-  std::vector<ValueId> routed = b.emit(OpKind::kMoeRoute, {logits}, ra);
+  std::vector<ValueId> route_in = {logits};
+  if (lp.gate_bias != kNoValue) route_in.push_back(f32(lp.gate_bias));  // routed_bias
+  std::vector<ValueId> routed = b.emit(OpKind::kMoeRoute, route_in, ra);
   const ValueId combine = b.constraint(
       routed[0], names({"activation_batch", "activation_norm_length", "", ""}));  // (B,S,E,C)
   out.lb.push_back(routed[1]);
@@ -147,6 +186,46 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   ValueId o = b.emit(OpKind::kMoeCombine, {combine, y})[0];  // (B, S, emb)
   o = b.constraint(o, names({"activation_batch", "activation_norm_length", "activation_embed"}));
   return dtype == DType::kF32 ? o : b.convert(o, dtype);
+}
+
+void apply_routed_bias_updates(Builder& b, const ModelConfig& m, const LlamaParams& p,
+                               const std::vector<ValueId>& loads, int64_t choices,
+                               std::vector<ValueId>& new_params) {
+  const MoeConfig& c = m.moe;
+  if (!c.routed_bias || !(c.routed_bias_update_rate > 0)) return;
+  const int64_t E = c.num_experts;
+  // calculate_load_balance_updates: sign(total / E - bincount(top_k_indices)) x rate, the
+  // counts over the whole batch (load row 0: choices before dropping).
+  auto update = [&](ValueId load) {
+    const ValueId count = b.index_in_dim(load, 0, 0);                      // (E)
+    const ValueId ones = b.compare(count, count, CompareDirection::kEq);   // (E) of 1
+    const ValueId mean = b.scale(ones, static_cast<double>(choices) / static_cast<double>(E));
+    const ValueId above = b.compare(mean, count, CompareDirection::kGt);
+    const ValueId below = b.compare(mean, count, CompareDirection::kLt);
+    return b.scale(b.add(above, b.scale(below, -1.0)), c.routed_bias_update_rate);
+  };
+  auto at = [&](ValueId param) {
+    const auto it = std::find(p.all.begin(), p.all.end(), param);
+    ENG_CHECK(it != p.all.end(), "routed_bias: gate/bias is not a parameter");
+    return static_cast<size_t>(it - p.all.begin());
+  };
+  if (m.scan_layers) {  // one (E, L) / (L, E) bias: the layers' updates stacked at the scan axis
+    ENG_CHECK(p.stacked.gate_bias != kNoValue, "routed_bias: no stacked gate/bias");
+    const int axis = static_cast<int>(m.param_scan_axis);
+    std::vector<ValueId> parts;
+    for (ValueId load : loads)
+      parts.push_back(b.reshape(update(load), axis == 0 ? Shape{1, E} : Shape{E, 1}));
+    const size_t i = at(p.stacked.gate_bias);
+    new_params[i] = b.add(new_params[i], parts.size() == 1 ? parts[0] : b.concat(parts, axis));
+    return;
+  }
+  size_t layer = 0;  // the MoE layers in order, as their loads
+  for (const LlamaLayerParams& lp : p.layers) {
+    if (lp.gate_bias == kNoValue) continue;
+    ENG_CHECK(layer < loads.size(), "routed_bias: more biases than MoE layers");
+    const size_t i = at(lp.gate_bias);
+    new_params[i] = b.add(new_params[i], update(loads[layer++]));
+  }
 }
 
 ValueId mean_lb_loss(Builder& b, const MoeOutputs& out) {
@@ -219,7 +298,17 @@ double moe_ffn_flops(const ModelConfig& m, double B, double S) {
   const double n_act = static_cast<double>(m.mlp_activations.size());
   const double ffn = 2 * B * S * H * E * n_act + 2 * B * S * H * E;
   const double gate = 2 * B * S * E * static_cast<double>(m.moe.num_experts);
-  return gate + ffn * static_cast<double>(m.moe.num_experts_per_tok);
+  const double routed = gate + ffn * static_cast<double>(m.moe.num_experts_per_tok);
+  if (m.decoder_block != "deepseek") return routed;
+  // calculate_routed_and_shared_ffn_tflops_per_device: dense layers' ffn(mlp_dim), MoE layers'
+  // gate + shared_experts x ffn(moe_mlp) + k x ffn(moe_mlp); here per layer (the caller
+  // multiplies by num_decoder_layers).
+  const double Md = static_cast<double>(m.mlp_dim);
+  const double dense = 2 * B * S * Md * E * n_act + 2 * B * S * Md * E;
+  const double L = static_cast<double>(m.num_decoder_layers);
+  const double d = static_cast<double>(m.moe.first_num_dense_layers);
+  const double moe_layer = routed + ffn * static_cast<double>(m.moe.shared_experts);
+  return (dense * d + moe_layer * (L - d)) / L;
 }
 
 }  // namespace eng

@@ -57,6 +57,15 @@ int64_t moe_kernel_fan_in(const ValueInfo& param);
 ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId h,
                         bool stage_as_data, MoeOutputs& out);
 
+// routed_bias_update_rate > 0 (MaxText's aux-loss-free balancing, train.py after the optimizer
+// step): each MoE layer's gate/bias in new_params (the updated parameters, p.all's order) gets
+// + rate x sign(choices / E - count_e), count_e the layer's top-k choices of expert e over the
+// whole batch (its load row 0), choices = B x S x num_experts_per_tok. Scanned, the layers'
+// updates stack at param_scan_axis. Nothing without routed_bias or with the rate 0.
+void apply_routed_bias_updates(Builder& b, const ModelConfig& m, const LlamaParams& p,
+                               const std::vector<ValueId>& loads, int64_t choices,
+                               std::vector<ValueId>& new_params);
+
 // mean over layers of out.lb.
 ValueId mean_lb_loss(Builder& b, const MoeOutputs& out);
 
@@ -66,7 +75,9 @@ std::vector<std::string> moe_preset_names();
 std::optional<ModelConfig> moe_model_preset(const std::string& name);
 
 // Model FLOPs of the MoE MLPs per step (MaxText's calculate_tflops_training_per_device for
-// mixtral-style blocks: (gate + ffn(moe_mlp) * k) per layer), forward only.
+// mixtral-style blocks: (gate + ffn(moe_mlp) * k) per layer), forward only. deepseek: its
+// calculate_routed_and_shared_ffn_tflops_per_device (dense layers' ffn(mlp), MoE layers'
+// gate + (k + shared_experts) x ffn(moe_mlp)) averaged per layer.
 double moe_ffn_flops(const ModelConfig& m, double B, double S);
 
 }  // namespace eng

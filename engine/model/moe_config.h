@@ -15,12 +15,19 @@ struct MoeConfig {
   bool sparse_matmul = true;         // MaxText's default: dropless sparse (not implemented here)
   bool megablox = true;
   double load_balance_loss_weight = 0.0;
-  int64_t shared_experts = 0;        // deepseek's dense MLP beside the routed experts
+  // decoder_block "deepseek" only (MaxText's deepseek.py): a dense MLP of width
+  // shared_experts x moe_mlp_dim beside the routed experts, its output added to theirs; the
+  // first first_num_dense_layers layers with a dense MLP (mlp_dim), the others MoE.
+  int64_t shared_experts = 0;
   int64_t first_num_dense_layers = 0;
   std::string routed_score_func;     // "", "softmax" or "sigmoid"
+  // deepseek: the router's gate/bias (E), added to the scores for the top-k choice only.
   bool routed_bias = false;
-  double routed_scaling_factor = 1.0;
-  bool norm_topk_prob = false;
+  // MaxText's rule update of gate/bias after each step: + rate x sign(mean load - load)
+  // (apply_routed_bias_updates, engine/model/moe.h); needs routed_bias.
+  double routed_bias_update_rate = 0.0;
+  double routed_scaling_factor = 1.0;  // deepseek's weights only (MaxText ignores it elsewhere)
+  bool norm_topk_prob = false;         // not deepseek's (MaxText ignores it there)
   bool shard_exp_on_fsdp = false;    // wi/wo expert dim on embed_moe (fsdp), embed dim whole
   // Peel `expert` off the dispatched tensor's batch dim so the experts stay on `expert` and
   // the tokens move by all-to-all (MaxText's moe_dispatch_no_expert_sharding; default true

@@ -360,9 +360,11 @@ void run_collective(const Args& a) {  // runtime.cpp runs these across devices
 void run_moe_route(const Args& a) {
   const Shape& x = a.shape(0);
   if (a.in.kind == OpKind::kMoeRoute)
-    moe::route(a.f(0), x[0], x[1], x[2], route_params(a.in.attrs), a.out(0), a.out(1), a.out(2));
+    moe::route(a.f(0), a.in.inputs.size() > 1 ? a.f(1) : nullptr, x[0], x[1], x[2],
+               route_params(a.in.attrs), a.out(0), a.out(1), a.out(2));
   else
-    moe::route_grad(a.f(0), a.f(1), x[0], x[1], x[2], route_params(a.in.attrs), a.out(0));
+    moe::route_grad(a.f(0), a.f(1), a.in.inputs.size() > 2 ? a.f(2) : nullptr, x[0], x[1], x[2],
+                    route_params(a.in.attrs), a.out(0), a.in.attrs.raw);
 }
 
 void run_moe_dispatch(const Args& a) {

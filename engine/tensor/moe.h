@@ -23,9 +23,12 @@ struct RouteParams {
 };
 
 // One token's routing: scores s (E), the chosen experts in rank order and their weights.
+// With a router bias (routed_bias) the choice and the load-balance probabilities use
+// g = s + bias (MaxText's gate_logits), the weights s (its pre_bias_logits: deepseek3's
+// choice-only bias); without one g = s.
 template <class T>
 struct Token {
-  std::vector<T> s, p;         // scores; softmax(s) (the load-balance loss's probabilities)
+  std::vector<T> s, g, p;      // scores; s + bias; softmax(g) (the load-balance probabilities)
   std::vector<int64_t> idx;    // k chosen experts, largest score first, ties lower first
   std::vector<T> w0, w;        // weights before / after norm_topk_prob
   T w0_sum = 0;
@@ -41,18 +44,21 @@ void softmax(const T* x, T* y, int64_t n) {
 }
 
 template <class T>
-void route_token(const T* logits, int64_t E, const RouteParams& p, Token<T>& t) {
+void route_token(const T* logits, const T* bias, int64_t E, const RouteParams& p, Token<T>& t) {
   t.s.assign(logits, logits + E);
   if (p.score_func == 1) softmax(logits, t.s.data(), E);
   if (p.score_func == 2)
     for (int64_t e = 0; e < E; ++e) t.s[e] = T(1) / (T(1) + std::exp(-logits[e]));
+  t.g = t.s;
+  if (bias != nullptr)
+    for (int64_t e = 0; e < E; ++e) t.g[e] += bias[e];
   t.p.resize(E);
-  softmax(t.s.data(), t.p.data(), E);
+  softmax(t.g.data(), t.p.data(), E);
   // jax.lax.top_k: descending, stable (equal values keep the lower index first).
   t.idx.resize(E);
   for (int64_t e = 0; e < E; ++e) t.idx[e] = e;
   std::stable_sort(t.idx.begin(), t.idx.end(),
-                   [&](int64_t a, int64_t b) { return t.s[a] > t.s[b]; });
+                   [&](int64_t a, int64_t b) { return t.g[a] > t.g[b]; });
   t.idx.resize(p.k);
   t.w0.resize(p.k);
   std::vector<T> top(p.k);
@@ -84,10 +90,10 @@ inline void assign_slots(const std::vector<int64_t>& idx, int64_t S, int64_t k, 
   }
 }
 
-// combine (B,S,E,C), lb (), load (2,E): op.h kMoeRoute.
+// combine (B,S,E,C), lb (), load (2,E): op.h kMoeRoute. bias (E) or nullptr.
 template <class T>
-void route(const T* logits, int64_t B, int64_t S, int64_t E, const RouteParams& p, T* combine,
-           T* lb, T* load) {
+void route(const T* logits, const T* bias, int64_t B, int64_t S, int64_t E, const RouteParams& p,
+           T* combine, T* lb, T* load) {
   const int64_t C = p.capacity, k = p.k;
   std::fill(combine, combine + B * S * E * C, T(0));
   std::fill(load, load + 2 * E, T(0));
@@ -98,7 +104,7 @@ void route(const T* logits, int64_t B, int64_t S, int64_t E, const RouteParams& 
   for (int64_t b = 0; b < B; ++b) {
     std::vector<double> count(E, 0), prob(E, 0);
     for (int64_t s = 0; s < S; ++s) {
-      route_token(logits + (b * S + s) * E, E, p, t);
+      route_token(logits + (b * S + s) * E, bias, E, p, t);
       for (int64_t j = 0; j < k; ++j) {
         idx[s * k + j] = t.idx[j];
         count[t.idx[j]] += 1;
@@ -123,10 +129,12 @@ void route(const T* logits, int64_t B, int64_t S, int64_t E, const RouteParams& 
 }
 
 // dlogits (B,S,E) from dcombine (B,S,E,C) and the load-balance cotangent folded into
-// p.lb_scale: op.h kMoeRouteGrad.
+// p.lb_scale: op.h kMoeRouteGrad. With wrt_bias, dbias (E) instead: the load-balance part
+// only (the weights read s, not s + bias), summed over the tokens.
 template <class T>
-void route_grad(const T* logits, const T* dcombine, int64_t B, int64_t S, int64_t E,
-                const RouteParams& p, T* dlogits) {
+void route_grad(const T* logits, const T* dcombine, const T* bias, int64_t B, int64_t S,
+                int64_t E, const RouteParams& p, T* dlogits, bool wrt_bias = false) {
+  if (wrt_bias) std::fill(dlogits, dlogits + E, T(0));
   const int64_t C = p.capacity, k = p.k;
   Token<T> t;
   std::vector<int64_t> idx(S * k), slot;
@@ -134,7 +142,7 @@ void route_grad(const T* logits, const T* dcombine, int64_t B, int64_t S, int64_
   for (int64_t b = 0; b < B; ++b) {
     std::vector<T> count(E, T(0));
     for (int64_t s = 0; s < S; ++s) {
-      route_token(logits + (b * S + s) * E, E, p, t);
+      route_token(logits + (b * S + s) * E, bias, E, p, t);
       for (int64_t j = 0; j < k; ++j) {
         idx[s * k + j] = t.idx[j];
         count[t.idx[j]] += T(1);
@@ -143,7 +151,7 @@ void route_grad(const T* logits, const T* dcombine, int64_t B, int64_t S, int64_
     assign_slots(idx, S, k, E, C, slot);
     for (int64_t s = 0; s < S; ++s) {
       const T* x = logits + (b * S + s) * E;
-      route_token(x, E, p, t);
+      route_token(x, bias, E, p, t);
       std::fill(ds.begin(), ds.end(), T(0));
       // combine: the kept choices' weights.
       for (int64_t j = 0; j < k; ++j) {
@@ -169,9 +177,13 @@ void route_grad(const T* logits, const T* dcombine, int64_t B, int64_t S, int64_
         for (int64_t j = 0; j < k; ++j) dt[j] = T(p.routed_scaling_factor) * dw[j];
       }
       for (int64_t j = 0; j < k; ++j) ds[t.idx[j]] += dt[j];
-      // load balance: d lb / d p[e] = lb_scale * count[b,e]; p = softmax(s).
+      // load balance: d lb / d p[e] = lb_scale * count[b,e]; p = softmax(g), g = s + bias.
       T dot = 0;
       for (int64_t e = 0; e < E; ++e) dot += t.p[e] * T(p.lb_scale) * count[e];
+      if (wrt_bias) {
+        for (int64_t e = 0; e < E; ++e) dlogits[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
+        continue;
+      }
       for (int64_t e = 0; e < E; ++e) ds[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
       // the score function
       T* dx = dlogits + (b * S + s) * E;

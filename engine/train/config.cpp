@@ -126,12 +126,14 @@ const std::vector<ConfigKey> kKeys = {
     {"sparse_matmul", V{true}, "dropless sparse dispatch (MaxText's default; not implemented here yet: set false with capacity_factor > 0)"},
     {"megablox", V{true}, "the sparse dispatch's grouped matmul kernel (MaxText's megablox)"},
     {"load_balance_loss_weight", V{0.0}, "weight of the Switch load-balance loss added to the loss (learning/moe_lb_loss)"},
-    {"shared_experts", V{int64_t{0}}, "dense shared experts beside the routed ones (deepseek; not implemented yet)"},
-    {"first_num_dense_layers", V{int64_t{0}}, "dense decoder layers before the MoE layers (deepseek; not implemented yet)"},
-    {"routed_score_func", V{std::string()}, "router score function: '' (mixtral: softmax over the top-k logits), softmax or sigmoid (deepseek weighting)"},
-    {"routed_bias", V{false}, "a learnable router bias used for the choice only (deepseek; not implemented yet)"},
-    {"routed_scaling_factor", V{1.0}, "scale of the routed weights (with routed_score_func set)"},
-    {"norm_topk_prob", V{false}, "divide the top-k weights by their sum (qwen3)"},
+    {"decoder_block", V{std::string()}, "MaxText's decoder layer: '' (the preset's), llama2, mistral, qwen3_moe, gpt3, or deepseek (dense_layers then moe_layers with shared experts and routed_bias; its attention is still llama2's here, not MLA)"},
+    {"shared_experts", V{int64_t{0}}, "deepseek: a dense MLP of width shared_experts x base_moe_mlp_dim beside the routed experts, added to their output (DeepSeekMoeBlock_0/shared_experts)"},
+    {"first_num_dense_layers", V{int64_t{0}}, "deepseek: this many dense decoder layers (dense_layers) before the MoE layers (moe_layers); scanned as two groups"},
+    {"routed_score_func", V{std::string()}, "router score function: '' (the logits), softmax or sigmoid; weights: a softmax over the top-k scores, except deepseek's (the scores, divided by their sum for sigmoid, times routed_scaling_factor)"},
+    {"routed_bias", V{false}, "deepseek: the router's gate/bias (E), added to the scores for the top-k choice only (not the weights); learned by gradient (through the load-balance loss)"},
+    {"routed_bias_update_rate", V{0.0}, "deepseek with routed_bias: after each step gate/bias += rate x sign(mean load - load), per MoE layer over the step's batch (MaxText's aux-loss-free balancing)"},
+    {"routed_scaling_factor", V{1.0}, "scale of deepseek's routed weights (other decoders ignore it, as MaxText)"},
+    {"norm_topk_prob", V{false}, "divide the top-k weights by their sum (qwen3; deepseek ignores it, as MaxText)"},
     {"shard_exp_on_fsdp", V{false}, "expert weights' expert dim on embed_moe (fsdp) instead of exp (expert)"},
     {"moe_dispatch_no_expert_sharding", V{true}, "the dispatched tokens' batch dim leaves `expert` to the experts' dim, so tokens move by all-to-all over `expert` (MaxText's default is false: expert weights all-gathered instead)"},
     // Asynchronous dispatch and checkpoints (docs/checkpoints.md).
@@ -596,6 +598,7 @@ static void resolve_moe(const Config& c, MoeConfig& moe) {
   moe.first_num_dense_layers = c.get_int("first_num_dense_layers");
   moe.routed_score_func = c.get_string("routed_score_func");
   moe.routed_bias = c.get_bool("routed_bias");
+  moe.routed_bias_update_rate = c.get_float("routed_bias_update_rate");
   moe.routed_scaling_factor = c.get_float("routed_scaling_factor");
   moe.norm_topk_prob = c.get_bool("norm_topk_prob");
   moe.shard_exp_on_fsdp = c.get_bool("shard_exp_on_fsdp");
@@ -625,6 +628,8 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.param_scan_axis = c.get_int("param_scan_axis");
   r.model.iota_embed_max_bytes = c.get_int("iota_embed_max_bytes");
   resolve_moe(c, r.model.moe);
+  if (const std::string block = c.get_string("decoder_block"); !block.empty())
+    r.model.decoder_block = block;
   if (r.model.iota_embed_max_bytes < 0)
     return invalid_argument("config: iota_embed_max_bytes must be >= 0, got {}",
                             r.model.iota_embed_max_bytes);

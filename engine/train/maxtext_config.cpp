@@ -357,7 +357,9 @@ Status check_unsupported(const MaxTextConfig& m) {
     if (p.ok()) preset = *p;
   }
   for (const Unsupported& u : kUnsupported) {
-    if (shardlab_key(u.key) != nullptr) continue;  // modelled by the key table (a later merge)
+    // Modelled by the key table (a later merge); decoder_block is a key too (deepseek's MoE
+    // layout), but a model file's comes from its preset: checked here, never set below.
+    if (shardlab_key(u.key) != nullptr && std::string_view(u.key) != "decoder_block") continue;
     auto it = m.keys.find(u.key);
     if (it == m.keys.end() || it->second.value.to_string() == u.supported) continue;
     if (preset && preset_implies(*preset, u.key) == it->second.value.to_string()) continue;
@@ -510,7 +512,7 @@ Status fill_config(MaxTextConfig& m) {
   for (const ConfigKey& k : config_keys()) {
     const std::string key(k.name);
     auto it = m.keys.find(key);
-    if (key == "model_name" || it == m.keys.end()) continue;
+    if (key == "model_name" || key == "decoder_block" || it == m.keys.end()) continue;
     const OwnDefault* own = nullptr;
     for (const OwnDefault& d : kOwnDefaults)
       if (key == d.key) own = &d;

@@ -105,6 +105,11 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
     new_mu[i] = upd[1];
     new_nu[i] = upd[2];
   }
+  if (!c.model.gpt3())  // routed_bias_update_rate: MaxText's rule update of the router bias
+    apply_routed_bias_updates(b, c.model, params, loss.moe_load,
+                              c.global_batch_size * c.max_target_length *
+                                  c.model.moe.num_experts_per_tok,
+                              new_params);
   std::vector<ValueId> param_sq = sum_squares(new_params);
   ValueId param_norm = b.global_norm(param_sq);
   ValueId new_step = b.increment(step);

@@ -316,10 +316,15 @@ void add_moe_cases(std::map<OpKind, Case>& c) {
   // Two routings (mixtral's softmax over the top-k with norm_topk_prob; deepseek's sigmoid
   // scores scaled), their combine weights projected to (B, T) and both load-balance losses in
   // the loss: the VJP covers combine and lb.
+  // A third routing with the router bias (routed_bias: the choice reads logits + bias, the
+  // weights not): the VJP reaches the bias through the load-balance loss.
   c[K::kMoeRoute] = {[](Builder& b, const Sizes& z, V& w) -> V {
-                       ValueId x = f32(b, wrt_all(w, {act(b, "logits", Shape{z.B, z.T, 4})})[0]);
+                       auto xs = wrt_all(w, {act(b, "logits", Shape{z.B, z.T, 4}),
+                                             arg(b, "bias", Shape{4}, {""})});
+                       ValueId x = f32(b, xs[0]), bias = f32(b, xs[1]);
                        auto r0 = b.emit(K::kMoeRoute, {x}, route_attrs(false));
                        auto r1 = b.emit(K::kMoeRoute, {x}, route_attrs(true));
+                       auto r2 = b.emit(K::kMoeRoute, {x, bias}, route_attrs(true));
                        ValueId wt = arg(b, "w", Shape{4, 3, 1});
                        ValueId seg = ids(b, z, "segmentation");
                        auto project = [&](ValueId c) {  // (B, T, E, C) -> (B, T)
@@ -327,8 +332,10 @@ void add_moe_cases(std::map<OpKind, Case>& c) {
                        };
                        ValueId l0 = b.masked_mean_loss(project(r0[0]), seg).first;
                        ValueId l1 = b.masked_mean_loss(project(r1[0]), seg).first;
-                       ValueId loss = b.add(b.add(l0, r0[1]), b.add(l1, r1[1]));
-                       return {loss, r0[0], r0[2], r1[0], r1[2]};
+                       ValueId l2 = b.masked_mean_loss(project(r2[0]), seg).first;
+                       ValueId loss = b.add(b.add(b.add(l0, r0[1]), b.add(l1, r1[1])),
+                                            b.add(l2, r2[1]));
+                       return {loss, r0[0], r0[2], r1[0], r1[2], r2[0], r2[2]};
                      },
                      true};
   // Dispatch with weights (differentiable in both) and with the mask; E = T so the result
@@ -370,9 +377,14 @@ void add_moe_cases(std::map<OpKind, Case>& c) {
   c[K::kMoeRouteGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
     OpAttrs a = route_attrs(true);
     a.inverse = true;
-    return b.emit(K::kMoeRouteGrad, {f32(b, act(b, "logits", Shape{z.B, z.T, 4})),
-                                     f32(b, act(b, "dcombine", Shape{z.B, z.T, 4, 3}))},
-                  a);
+    ValueId logits = f32(b, act(b, "logits", Shape{z.B, z.T, 4}));
+    ValueId dcombine = f32(b, act(b, "dcombine", Shape{z.B, z.T, 4, 3}));
+    ValueId bias = f32(b, arg(b, "bias", Shape{4}, {""}));
+    ValueId dx = b.emit(K::kMoeRouteGrad, {logits, dcombine}, a)[0];
+    ValueId dxb = b.emit(K::kMoeRouteGrad, {logits, dcombine, bias}, a)[0];
+    a.raw = true;  // the bias's gradient (E), a sum over the rows
+    ValueId db = b.emit(K::kMoeRouteGrad, {logits, dcombine, bias}, a)[0];
+    return {dx, dxb, db};
   }};
   c[K::kMoeCombineWeightsGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
     return b.emit(K::kMoeCombineWeightsGrad,
