@@ -75,9 +75,9 @@ std::string JitFunction::explain(const std::vector<std::string>& now,
   return text;
 }
 
-Result<JitLookup> JitFunction::lookup(
-    const CallArgs& args, const std::function<std::vector<std::string>()>& param_names,
-    const std::function<Result<JitEntry>()>& trace_and_compile) {
+Result<JitLookup> JitFunction::lookup(const CallArgs& args,
+                                      const std::function<std::vector<std::string>()>& param_names,
+                                      const std::function<Result<JitEntry>()>& trace_and_compile) {
   std::string key = fmt::format("{}", fmt::join(args.types, "; ")) + " on " + args.mesh.repr();
   if (!args.donated.empty()) key += fmt::format(" donated {}", fmt::join(args.donated, ","));
   JitLookup out;
@@ -131,10 +131,10 @@ Result<std::shared_ptr<Trace>> JitFunction::new_trace(const Mesh& args_mesh, int
     ENG_RETURN_IF_ERROR(check_mode_axes(args_mesh));
     // The partitioner takes explicit mode from the mesh's axis type, so auto_axes /
     // explicit_axes trace on a copy of the mesh with every axis of their mode.
-    ENG_ASSIGN_OR_RETURN(mesh, Mesh::create(args_mesh.axis_names(), args_mesh.axis_sizes(),
-                                            *opts_.mode == ShardMode::kExplicit
-                                                ? AxisType::kExplicit
-                                                : AxisType::kAuto));
+    ENG_ASSIGN_OR_RETURN(
+        mesh,
+        Mesh::create(args_mesh.axis_names(), args_mesh.axis_sizes(),
+                     *opts_.mode == ShardMode::kExplicit ? AxisType::kExplicit : AxisType::kAuto));
   }
   return std::make_shared<Trace>(opts_.name, mesh, opts_.manual);
 }
@@ -212,8 +212,7 @@ Result<std::vector<ValueId>> gradients(std::string_view what, Trace& tr, ValueId
 
 Result<Outputs> JitFunction::grad_outputs(Trace& tr, const Outputs& f_out,
                                           const TracedArgs& args) const {
-  const std::string_view what =
-      opts_.transform == Transform::kGrad ? "grad" : "value_and_grad";
+  const std::string_view what = opts_.transform == Transform::kGrad ? "grad" : "value_and_grad";
   const bool has_aux = opts_.has_aux;
   const size_t want = has_aux ? 2 : 1;
   if (f_out.tree.size() != want || !f_out.tree[0].leaf)
@@ -245,8 +244,8 @@ Result<Outputs> JitFunction::grad_outputs(Trace& tr, const Outputs& f_out,
       if (v == kNoValue)
         return invalid_argument("{}: argnums {} is not an Array argument of this trace", what, a);
       if (tr.info(v).dtype == DType::kI32)
-        return invalid_argument("{}: argument {} is int32; only float arrays have gradients",
-                                what, a);
+        return invalid_argument("{}: argument {} is int32; only float arrays have gradients", what,
+                                a);
       wrt.push_back(v);
     }
   }
@@ -302,8 +301,8 @@ Result<int64_t> batch_size(const std::string& name, const Trace& tr, const Trace
   if (size < 0)
     return invalid_argument("{}: vmap must have at least one non-None value in in_axes", name);
   if (differ)
-    return invalid_argument("{}: vmap got inconsistent sizes for array axes to be mapped:{}",
-                            name, sizes);
+    return invalid_argument("{}: vmap got inconsistent sizes for array axes to be mapped:{}", name,
+                            sizes);
   return size;
 }
 
@@ -315,9 +314,8 @@ Result<VmapPlan> JitFunction::vmap_plan(const std::shared_ptr<Trace>& tr,
   const std::string& name = opts_.name;
   std::vector<bool> mapped(static_cast<size_t>(n), false);
   for (int p = 0; p < n; ++p) {
-    const std::optional<int> ax = p < static_cast<int>(opts_.in_axes.size())
-                                      ? opts_.in_axes[p]
-                                      : std::optional<int>(0);
+    const std::optional<int> ax =
+        p < static_cast<int>(opts_.in_axes.size()) ? opts_.in_axes[p] : std::optional<int>(0);
     if (!targs.trees[p] || !ax) continue;
     if (*ax != 0)
       return invalid_argument(

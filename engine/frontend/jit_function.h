@@ -64,8 +64,8 @@ struct JitOptions {
   std::set<int> static_argnums;  // 0-based, as JAX's (negative: from the end)
   std::set<int> donate_argnums;  // jax.jit's donate_argnums
   Transform transform = Transform::kNone;
-  std::vector<int> argnums = {0};          // grad: which inputs (0-based)
-  bool has_aux = false;                    // grad: f returns (loss, aux)
+  std::vector<int> argnums = {0};           // grad: which inputs (0-based)
+  bool has_aux = false;                     // grad: f returns (loss, aux)
   std::vector<std::optional<int>> in_axes;  // vmap: per argument (nullopt: not mapped)
   std::optional<ShardMode> mode;            // sl.auto_axes / sl.explicit_axes: the mode inside
   std::vector<std::string> mode_axes;       // ... the axes they name (empty: all)
@@ -80,8 +80,8 @@ struct CallArgs {
   std::vector<int> first_leaf;                              // per position: its first leaf
   std::vector<std::optional<PartitionSpec>> leaf_in_specs;  // per leaf: in_shardings'
   std::vector<std::string> leaf_types;                      // per leaf: "f32[8@X,16]"
-  std::vector<std::string> types;  // per position: the signature entry
-  std::set<int> donated;           // positions (donate_argnums, resolved)
+  std::vector<std::string> types;                           // per position: the signature entry
+  std::set<int> donated;                                    // positions (donate_argnums, resolved)
   Mesh mesh;
 };
 
@@ -112,7 +112,7 @@ struct JitEvent {
   bool write = false;  // a row is due
   bool hit = false;
   std::string fn_name;
-  std::string signature;  // the argument types, ", "-joined
+  std::string signature;    // the argument types, ", "-joined
   std::string reason_kind;  // a miss: "never_seen" or "types"
   std::string reason_text;  // ... and its explanation
   std::shared_ptr<const Compiled> compiled;

@@ -95,8 +95,7 @@ Result<std::vector<Value>> Session::apply(std::string_view fn, const std::string
 }
 
 Result<std::vector<Value>> Session::apply_traced(std::string_view fn,
-                                                 const std::vector<Operand>& ops,
-                                                 const OpFn& op) {
+                                                 const std::vector<Operand>& ops, const OpFn& op) {
   std::shared_ptr<Trace> tr = active_trace();
   std::vector<ValueId> ins;
   for (const Operand& o : ops) {
@@ -131,9 +130,9 @@ Result<std::shared_ptr<Compiled>> Session::eager_compiled(std::string_view fn, E
   for (size_t i = 0; i < ops.size(); ++i) {
     const Operand& o = ops[i];
     const std::string name = fmt::format("x{}", i);
-    ins.push_back(o.array ? tr.input(name, o.array->shape, o.array->dtype,
-                                     o.array->data->array.sharding.spec)
-                          : tr.input(name, Shape{}, num, PartitionSpec()));
+    ins.push_back(
+        o.array ? tr.input(name, o.array->shape, o.array->dtype, o.array->data->array.sharding.spec)
+                : tr.input(name, Shape{}, num, PartitionSpec()));
   }
   ENG_ASSIGN_OR_RETURN(std::vector<ValueId> outs, with_context(fn, op(tr, ins)));
   ENG_ASSIGN_OR_RETURN(
@@ -149,8 +148,7 @@ Result<std::shared_ptr<Compiled>> Session::eager_compiled(std::string_view fn, E
 }
 
 Result<std::vector<Value>> Session::apply_eager(std::string_view fn, const std::string& statics,
-                                                const std::vector<Operand>& ops,
-                                                const OpFn& op) {
+                                                const std::vector<Operand>& ops, const OpFn& op) {
   const Mesh* m = nullptr;
   EagerKey key{std::string(fn), statics, {}};
   for (const Operand& o : ops) {
@@ -171,8 +169,7 @@ Result<std::vector<Value>> Session::apply_eager(std::string_view fn, const std::
     if (o.array) {
       ins.push_back(o.array->data);
     } else {
-      ENG_ASSIGN_OR_RETURN(ArrayRef a,
-                           device_put({o.number}, Shape{}, num, {*m, PartitionSpec()}));
+      ENG_ASSIGN_OR_RETURN(ArrayRef a, device_put({o.number}, Shape{}, num, {*m, PartitionSpec()}));
       ins.push_back(std::move(a));
     }
   }

@@ -104,7 +104,7 @@ class Session {
                                                    const std::vector<Operand>& ops,
                                                    const Mesh& mesh, const OpFn& op);
 
-  std::optional<Mesh> mesh_;                   // set_mesh's; none: one device
+  std::optional<Mesh> mesh_;                    // set_mesh's; none: one device
   std::vector<std::shared_ptr<Trace>> traces_;  // active traces, innermost last
   LruList lru_;                                 // most recently used first
   std::unordered_map<EagerKey, LruList::iterator, EagerKeyHash> eager_;

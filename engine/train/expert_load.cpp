@@ -1,10 +1,10 @@
 // engine/train/expert_load.cpp: t:experts()'s numbers and table from the last step's metrics.
 #include "engine/train/expert_load.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "engine/model/moe.h"
 
@@ -28,7 +28,8 @@ std::string sparkline(const std::vector<double>& xs) {
   static const char* kBars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
   const double hi = xs.empty() ? 0 : *std::max_element(xs.begin(), xs.end());
   std::string s;
-  for (double x : xs) s += kBars[hi > 0 ? std::clamp(static_cast<int>(x / hi * 7.0 + 0.5), 0, 7) : 0];
+  for (double x : xs)
+    s += kBars[hi > 0 ? std::clamp(static_cast<int>(x / hi * 7.0 + 0.5), 0, 7) : 0];
   return s;
 }
 

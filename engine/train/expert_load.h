@@ -18,9 +18,9 @@ struct ExpertLoad {
     std::vector<double> tokens, dropped;  // per expert
   };
   int64_t step = 0;
-  int64_t capacity = 0;           // tokens per expert per sequence (moe_capacity)
+  int64_t capacity = 0;             // tokens per expert per sequence (moe_capacity)
   std::map<int64_t, Layer> layers;  // by layer index
-  std::string text;               // the printed table
+  std::string text;                 // the printed table
 };
 
 // Errors (naming fn): a model without experts, no step run yet.

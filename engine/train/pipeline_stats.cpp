@@ -2,10 +2,10 @@
 // statics and measurements, collective rows, and its printed grid.
 #include "engine/train/pipeline_stats.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "engine/compile/spmd.h"
 #include "engine/model/pipeline.h"
@@ -19,10 +19,11 @@ std::string header_line(const PipelineSchedule& s) {
   std::string movement = s.rotates() ? fmt::format("rotate (stage {} feeds stage 0)", sh.stages - 1)
                          : s.uses_circ_storage() ? "shift + circ_storage"
                                                  : "shift";
-  return fmt::format("Pipeline(S={} stages, M={} microbatches, R={} repeats, delay {}, {} layers "
-                     "per stage: {} iterations, {})",
-                     sh.stages, sh.microbatches, sh.repeats, sh.delay, sh.layers_per_stage,
-                     s.iterations(), movement);
+  return fmt::format(
+      "Pipeline(S={} stages, M={} microbatches, R={} repeats, delay {}, {} layers "
+      "per stage: {} iterations, {})",
+      sh.stages, sh.microbatches, sh.repeats, sh.delay, sh.layers_per_stage, s.iterations(),
+      movement);
 }
 
 }  // namespace
@@ -95,7 +96,6 @@ std::string pipeline_cell_label(const ScheduleCell& c, bool repeats) {
   return repeats ? fmt::format("m{}r{}", c.microbatch, c.repeat) : fmt::format("m{}", c.microbatch);
 }
 
-
 // The grid as a Gantt chart: one row per stage, one column per iteration, blocks of 16.
 std::string render_pipeline_text(const PipelineSchedule& s, const PipelineCounts& c,
                                  const std::optional<PipelineMeasured>& m) {
@@ -110,17 +110,19 @@ std::string render_pipeline_text(const PipelineSchedule& s, const PipelineCounts
     out += "\n";
     for (int64_t st = 0; st < s.shape().stages; ++st) {
       out += fmt::format("{:>9}", fmt::format("stage {}", st));
-      for (int64_t i = b; i < e; ++i) out += fmt::format(" {:>{}}", pipeline_cell_label(s.cell(i, st), repeats), w);
+      for (int64_t i = b; i < e; ++i)
+        out += fmt::format(" {:>{}}", pipeline_cell_label(s.cell(i, st), repeats), w);
       out += "\n";
     }
   }
   out += fmt::format("bubble fraction {} = {:.4f} ({} of {} stage-iterations are bubbles: '.')",
                      c.fraction(), c.value(), c.bubbles, c.cells);
   if (m)
-    out += fmt::format("\nmeasured (last timed step, {} devices): bubbles {:.1f}% of pipeline time, "
-                       "{:.1f}% of step time ({:.3f} of {:.3f} device-seconds)",
-                       m->devices, 100 * m->bubble_share_of_pipeline(), 100 * m->bubble_share(),
-                       m->bubble_s, m->step_s);
+    out += fmt::format(
+        "\nmeasured (last timed step, {} devices): bubbles {:.1f}% of pipeline time, "
+        "{:.1f}% of step time ({:.3f} of {:.3f} device-seconds)",
+        m->devices, 100 * m->bubble_share_of_pipeline(), 100 * m->bubble_share(), m->bubble_s,
+        m->step_s);
   return out;
 }
 

@@ -2,13 +2,14 @@
 // session.h, jit_function.h, creation.h, array_print.h): eager dispatch and its LRU cache, the
 // trace stack, a jitted function's cache and miss explanation, grad's gradients, donation,
 // vmap's plan, the PRNG and NumPy's printing.
+#include "engine/frontend/session.h"
+
 #include <gtest/gtest.h>
 
 #include "engine/frontend/array_print.h"
 #include "engine/frontend/creation.h"
 #include "engine/frontend/jit_function.h"
 #include "engine/frontend/numpy.h"
-#include "engine/frontend/session.h"
 
 namespace eng::frontend {
 namespace {
@@ -56,7 +57,7 @@ TEST(Session, EagerCacheEvictsTheLeastRecentlyUsed) {
   };
   for (size_t k = 0; k < Session::kEagerCacheCapacity; ++k) call(static_cast<int>(k));
   EXPECT_EQ(s.eager_compiles(), static_cast<int64_t>(Session::kEagerCacheCapacity));
-  call(0);  // used again: now the most recent
+  call(0);   // used again: now the most recent
   call(-1);  // full: evicts signature 1, the least recently used
   EXPECT_EQ(s.eager_cache_size(), Session::kEagerCacheCapacity);
   const int64_t before = s.eager_compiles();
@@ -72,8 +73,7 @@ TEST(Session, ErrorsNameTheOpAndBothValues) {
   const Value b = put({1, 2}, Shape{2}, *Mesh::create({"X"}, {2}), PartitionSpec({{"X"}}));
   Result<std::vector<Value>> r = s.apply("add", "", {Operand{&a}, Operand{&b}}, kAdd);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("add: operands live on different meshes"),
-            std::string::npos)
+  EXPECT_NE(r.status().message().find("add: operands live on different meshes"), std::string::npos)
       << r.status().message();
   Value gone = a;
   gone.deleted = true;
