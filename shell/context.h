@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/base/status.h"
+#include "engine/frontend/session.h"
 #include "engine/store/metrics_store.h"
 #include "engine/train/config.h"
 
@@ -28,6 +29,7 @@ struct ShellContext {
   // overrides, applied by every sl.config after its own keys (shell/cli.cpp checks them first).
   std::vector<eng::ConfigOverride> arg_overrides;
   bool arg_overrides_applied = false;          // some sl.config applied them
+  eng::frontend::Session session;              // sl.set_mesh's mesh, sl.jit traces, eager cache
 
   // Real compiles so far by the live trainers (%timeit tells a compiling first call apart).
   int64_t compiles() const;

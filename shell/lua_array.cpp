@@ -12,52 +12,20 @@
 #include <map>
 
 #include "engine/base/limits.h"
+#include "engine/frontend/array_print.h"
+#include "engine/frontend/creation.h"
 #include "engine/frontend/numpy.h"
 #include "engine/sharding/shard_geometry.h"
 #include "shell/bindings.h"
+#include "shell/context.h"
 #include "shell/lua_types.h"
 
 namespace shell {
 
 namespace fe = eng::frontend;
 
-namespace {
-
-std::optional<eng::Mesh> g_mesh;                   // sl.set_mesh's; none: one device
-std::vector<std::shared_ptr<fe::Trace>> g_traces;  // active sl.jit traces, innermost last
-
-// The eager dispatch cache: one Compiled per (op, static arguments, operand types), as JAX's
-// eager ops compile once per signature. Bounded: cleared when full (recompiling is cheap).
-constexpr size_t kEagerCacheCapacity = 512;
-std::map<std::string, std::shared_ptr<fe::Compiled>>& eager_cache() {
-  static std::map<std::string, std::shared_ptr<fe::Compiled>> cache;
-  return cache;
-}
-
-std::string spec_key(const eng::NamedSharding& s) {
-  return eng::remove_size_one_mesh_axis(s.spec, s.mesh).to_string();
-}
-
-}  // namespace
-
-const eng::Mesh& current_mesh() {
-  static const eng::Mesh kOneDevice;
-  return g_mesh ? *g_mesh : kOneDevice;
-}
-void set_current_mesh(std::optional<eng::Mesh> mesh) { g_mesh = std::move(mesh); }
-
-std::shared_ptr<fe::Trace> active_trace() { return g_traces.empty() ? nullptr : g_traces.back(); }
-void push_trace(std::shared_ptr<fe::Trace> tr) { g_traces.push_back(std::move(tr)); }
-void pop_trace() {
-  if (!g_traces.empty()) g_traces.pop_back();
-}
-int trace_depth() { return static_cast<int>(g_traces.size()); }
-
-Status check_live(const ArrayBox& a, std::string_view fn) {
-  if (!a.deleted) return eng::ok_status();
-  return eng::failed_precondition("{}: Array has been deleted with shape={}[{}].", fn,
-                                  eng::dtype_long_name(a.dtype), a.shape.to_list());
-}
+fe::Session& session(lua_State* L) { return context(L).session; }
+const eng::Mesh& current_mesh(lua_State* L) { return session(L).mesh(); }
 
 Result<ArrayBox*> arg_array(lua_State* L, int idx, std::string_view fn, std::string_view name) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_udata<ArrayBox>(L, idx, fn, name));
@@ -67,22 +35,7 @@ Result<ArrayBox*> arg_array(lua_State* L, int idx, std::string_view fn, std::str
 
 void push_array(lua_State* L, ArrayBox box) { push_udata(L, std::move(box)); }
 
-void push_concrete(lua_State* L, fe::ArrayRef a) {
-  ArrayBox box;
-  box.shape = a->array.shape;
-  box.dtype = a->array.dtype;
-  box.data = std::move(a);
-  push_array(L, std::move(box));
-}
-
-Result<eng::NamedSharding> array_sharding(const ArrayBox& a) {
-  if (!a.is_tracer()) return a.data->array.sharding;
-  const eng::Mesh& mesh = a.trace->mesh();
-  const eng::ValueInfo& v = a.trace->info(a.value);
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec spec, a.trace->sharding_of(a.value));
-  (void)v;
-  return eng::NamedSharding{mesh, spec};
-}
+void push_concrete(lua_State* L, fe::ArrayRef a) { push_array(L, fe::Value::concrete(std::move(a))); }
 
 Result<Operand> arg_operand(lua_State* L, int idx, std::string_view fn, std::string_view name) {
   Operand o;
@@ -118,143 +71,25 @@ Result<std::optional<eng::PartitionSpec>> read_out_sharding(lua_State* L, int id
 }
 
 void push_tracer(lua_State* L, const std::shared_ptr<fe::Trace>& tr, eng::ValueId v) {
-  ArrayBox box;
-  box.trace = tr;
-  box.value = v;
-  box.shape = tr->info(v).shape;
-  box.dtype = tr->info(v).dtype;
-  push_array(L, std::move(box));
+  push_array(L, fe::Value::tracer(tr, v));
 }
 
 bool array_type_parts(lua_State* L, int idx, eng::Shape* shape, eng::NamedSharding* sharding,
                       std::string* dtype) {
   ArrayBox* a = to_udata<ArrayBox>(L, idx);
   if (!a || a->deleted) return false;
-  Result<eng::NamedSharding> s = array_sharding(*a);
+  Result<eng::NamedSharding> s = fe::sharding_of(*a);
   *shape = a->shape;
   *sharding = s.ok() ? *s : eng::NamedSharding{};
   *dtype = std::string(eng::dtype_name(a->dtype));
   return true;
 }
 
-// ---- apply: eager or traced -------------------------------------------------------------
-
-namespace {
-
-std::string operand_key(const Operand& o) {
-  if (!o.array) return "num";
-  const eng::NamedSharding& s = o.array->data->array.sharding;
-  return fmt::format("{}[{}]{}@{}", eng::dtype_name(o.array->dtype), o.array->shape.to_list(),
-                     spec_key(s), s.mesh.repr());
-}
-
-// The dtype a Lua number takes next to these operands: the first array's (float32 if none).
-eng::DType number_dtype(const std::vector<Operand>& ops) {
-  for (const Operand& o : ops)
-    if (o.array) return o.array->dtype == eng::DType::kI32 ? eng::DType::kF32 : o.array->dtype;
-  return eng::DType::kF32;
-}
-
-Result<int> push_tracers(lua_State* L, const std::shared_ptr<fe::Trace>& tr,
-                         const std::vector<eng::ValueId>& outs) {
-  for (eng::ValueId v : outs) push_tracer(L, tr, v);
-  return static_cast<int>(outs.size());
-}
-
-Result<int> apply_traced(lua_State* L, std::string_view fn, const std::vector<Operand>& ops,
-                         const OpFn& op) {
-  std::shared_ptr<fe::Trace> tr = active_trace();
-  std::vector<eng::ValueId> ins;
-  for (const Operand& o : ops) {
-    if (!o.array) {
-      ins.push_back(tr->scalar(o.number, number_dtype(ops)));
-    } else if (o.array->is_tracer()) {
-      ins.push_back(o.array->value);
-    } else {
-      if (!(o.array->data->array.sharding.mesh == tr->mesh()))
-        return eng::invalid_argument("{}: an array on {} used inside a function traced on {}", fn,
-                                     o.array->data->array.sharding.mesh.to_string(),
-                                     tr->mesh().to_string());
-      ins.push_back(tr->capture(o.array->data));  // a constvar
-    }
-  }
-  ENG_ASSIGN_OR_RETURN(std::vector<eng::ValueId> outs, with_context(fn, op(*tr, ins)));
-  return push_tracers(L, tr, outs);
-}
-
-Result<std::shared_ptr<fe::Compiled>> eager_compiled(std::string_view fn, const std::string& key,
-                                                     const std::vector<Operand>& ops,
-                                                     const eng::Mesh& mesh, const OpFn& op) {
-  auto& cache = eager_cache();
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  fe::Trace tr(std::string(fn), mesh);
-  std::vector<eng::ValueId> ins;
-  const eng::DType num = number_dtype(ops);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Operand& o = ops[i];
-    const std::string name = fmt::format("x{}", i);
-    ins.push_back(
-        o.array ? tr.input(name, o.array->shape, o.array->dtype, o.array->data->array.sharding.spec)
-                : tr.input(name, eng::Shape{}, num, eng::PartitionSpec()));
-  }
-  ENG_ASSIGN_OR_RETURN(std::vector<eng::ValueId> outs, with_context(fn, op(tr, ins)));
-  ENG_ASSIGN_OR_RETURN(
-      auto c, with_context(fn, fe::Compiled::create(std::move(tr), outs, {std::string(fn), {}})));
-  if (cache.size() >= kEagerCacheCapacity) cache.clear();
-  cache.emplace(key, c);
-  return c;
-}
-
-Result<int> apply_eager(lua_State* L, std::string_view fn, const std::string& key,
-                        const std::vector<Operand>& ops, const OpFn& op) {
-  const eng::Mesh* mesh = nullptr;
-  std::string full = fmt::format("{}|{}", fn, key);
-  for (const Operand& o : ops) {
-    full += "|" + operand_key(o);
-    if (!o.array) continue;
-    const eng::Mesh& m = o.array->data->array.sharding.mesh;
-    if (mesh && !(*mesh == m))
-      return eng::invalid_argument("{}: operands live on different meshes: {} and {}", fn,
-                                   mesh->to_string(), m.to_string());
-    mesh = &m;
-  }
-  if (!mesh) mesh = &current_mesh();
-  ENG_ASSIGN_OR_RETURN(std::shared_ptr<fe::Compiled> c, eager_compiled(fn, full, ops, *mesh, op));
-  std::vector<fe::ArrayRef> ins;
-  const eng::DType num = number_dtype(ops);
-  for (const Operand& o : ops) {
-    if (o.array) {
-      ins.push_back(o.array->data);
-    } else {
-      ENG_ASSIGN_OR_RETURN(fe::ArrayRef a, fe::device_put({o.number}, eng::Shape{}, num,
-                                                          {*mesh, eng::PartitionSpec()}));
-      ins.push_back(std::move(a));
-    }
-  }
-  ENG_ASSIGN_OR_RETURN(std::vector<fe::ArrayRef> outs, with_context(fn, c->run(ins)));
-  for (fe::ArrayRef& a : outs) push_concrete(L, std::move(a));
-  return static_cast<int>(outs.size());
-}
-
-}  // namespace
-
 Result<int> apply(lua_State* L, std::string_view fn, const std::string& key,
                   const std::vector<Operand>& ops, const OpFn& op) {
-  std::shared_ptr<fe::Trace> tr;
-  for (const Operand& o : ops)
-    if (o.array) ENG_RETURN_IF_ERROR(check_live(*o.array, fn));
-  for (const Operand& o : ops) {
-    if (!o.array || !o.array->is_tracer()) continue;
-    if (o.array->trace != active_trace())
-      return eng::invalid_argument(
-          "{}: Encountered an unexpected tracer: an array traced by a jit that has returned (or "
-          "by another jit) was used here; return it from the function instead",
-          fn);
-    tr = o.array->trace;
-  }
-  if (!tr && active_trace()) tr = active_trace();  // constants inside jit are traced too
-  if (tr) return apply_traced(L, fn, ops, op);
-  return apply_eager(L, fn, key, ops, op);
+  ENG_ASSIGN_OR_RETURN(std::vector<fe::Value> outs, session(L).apply(fn, key, ops, op));
+  for (fe::Value& v : outs) push_array(L, std::move(v));
+  return static_cast<int>(outs.size());
 }
 
 namespace {
@@ -343,16 +178,16 @@ Result<int> make_mesh(lua_State* L) {
 
 Result<int> set_mesh(lua_State* L) {
   if (lua_isnil(L, 1)) {
-    set_current_mesh(std::nullopt);
+    session(L).set_mesh(std::nullopt);
     return 0;
   }
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "sl.set_mesh", "mesh"));
-  set_current_mesh(*m);
+  session(L).set_mesh(*m);
   return 0;
 }
 
 Result<int> get_mesh(lua_State* L) {
-  push_udata(L, current_mesh());
+  push_udata(L, current_mesh(L));
   return 1;
 }
 
@@ -362,11 +197,11 @@ Result<int> use_mesh(lua_State* L) {
   constexpr std::string_view fn = "sl.use_mesh";
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, fn, "mesh"));
   if (lua_type(L, 2) != LUA_TFUNCTION) return arg_error(L, 2, fn, "f", "function");
-  std::optional<eng::Mesh> saved = g_mesh;
-  set_current_mesh(*m);
+  std::optional<eng::Mesh> saved = session(L).mesh_set();
+  session(L).set_mesh(*m);
   const int base = 1;
   const int rc = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
-  set_current_mesh(saved);
+  session(L).set_mesh(saved);
   if (rc != LUA_OK) {
     std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error object)";
     return eng::invalid_argument("{}", msg);
@@ -458,7 +293,7 @@ Result<std::vector<int64_t>> read_shape_table(lua_State* L, int idx, std::string
 // dtype name there (jnp.zeros(shape, dtype)); out_sharding is JAX's name for sharding.
 Result<Placement> read_placement(lua_State* L, int idx, std::string_view fn) {
   Placement p;
-  p.sharding.mesh = current_mesh();
+  p.sharding.mesh = current_mesh(L);
   if (lua_isnoneornil(L, idx)) return p;
   if (lua_type(L, idx) == LUA_TSTRING) {
     ENG_ASSIGN_OR_RETURN(p.dtype, with_context(fn, eng::parse_dtype(lua_tostring(L, idx))));
@@ -545,16 +380,10 @@ Result<int> arange(lua_State* L) {
     ++n;
   }
   if (n == 0) return arg_error(L, 1, fn, "stop", "number");
-  double start = n == 1 ? 0 : a[0], stop = n == 1 ? a[0] : a[1], step = n == 3 ? a[2] : 1;
-  if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
-    return eng::invalid_argument("{}: step must be finite and nonzero", fn);
+  const double start = n == 1 ? 0 : a[0], stop = n == 1 ? a[0] : a[1], step = n == 3 ? a[2] : 1;
+  ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::arange_values(start, stop, step, fn));
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, n + 1, fn));
   if (!p.dtype_given) p.dtype = ints ? eng::DType::kI32 : eng::DType::kF32;
-  const double count = std::max(0.0, std::ceil((stop - start) / step));
-  if (count > static_cast<double>(fe::kMaxHostValues))
-    return eng::invalid_argument("{}: {} elements is too many", fn, count);
-  std::vector<double> v(static_cast<size_t>(count));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<double>(i) * step;
   return put_values(L, fn, v, eng::Shape{static_cast<int64_t>(v.size())}, p);
 }
 
@@ -564,7 +393,7 @@ Result<int> device_put(lua_State* L) {
   constexpr std::string_view fn = "sl.device_put";
   ArrayBox* a = to_udata<ArrayBox>(L, 1);
   if (a) ENG_RETURN_IF_ERROR(check_live(*a, fn));
-  eng::NamedSharding target{a && !a->is_tracer() ? a->data->array.sharding.mesh : current_mesh(),
+  eng::NamedSharding target{a && !a->is_tracer() ? a->data->array.sharding.mesh : current_mesh(L),
                             {}};
   if (auto* ns = to_udata<eng::NamedSharding>(L, 2)) {
     target = *ns;
@@ -597,19 +426,7 @@ Result<int> device_put(lua_State* L) {
 
 // ---- random: counter-based (a key and an element index give each value) -----------------
 
-struct KeyBox {
-  uint64_t seed = 0;
-};
-
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser: a bijection with good avalanche
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-double uniform01(uint64_t key, uint64_t counter) {  // in (0, 1)
-  return (static_cast<double>(mix(key ^ mix(counter)) >> 11) + 0.5) * 0x1.0p-53;
-}
+using KeyBox = fe::PrngKey;
 
 }  // namespace
 }  // namespace shell
@@ -624,37 +441,31 @@ namespace {
 
 Result<int> random_key(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(int64_t seed, arg_int(L, 1, "sl.random.key", "seed"));
-  push_udata(L, KeyBox{mix(static_cast<uint64_t>(seed))});
+  push_udata(L, fe::prng_key(seed));
   return 1;
 }
 
 Result<int> random_split(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(KeyBox * k, arg_udata<KeyBox>(L, 1, "sl.random.split", "key"));
   ENG_ASSIGN_OR_RETURN(std::optional<int64_t> n, opt_int(L, 2, "sl.random.split", "num"));
-  const int64_t num = n.value_or(2);
-  if (num < 1 || num > 1 << 20)
-    return eng::invalid_argument("sl.random.split: num must be in 1..2^20, got {}", num);
-  const uint64_t seed = k->seed;
-  lua_createtable(L, static_cast<int>(num), 0);
-  for (int64_t i = 0; i < num; ++i) {
-    push_udata(L, KeyBox{mix(seed ^ mix(0x5eedull + static_cast<uint64_t>(i)))});
-    lua_rawseti(L, -2, i + 1);
+  ENG_ASSIGN_OR_RETURN(std::vector<KeyBox> keys,
+                       fe::prng_split(*k, n.value_or(2), "sl.random.split"));
+  lua_createtable(L, static_cast<int>(keys.size()), 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    push_udata(L, keys[i]);
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
   return 1;
 }
 
 Result<int> random_fill(lua_State* L, std::string_view fn, bool normal) {
   ENG_ASSIGN_OR_RETURN(KeyBox * k, arg_udata<KeyBox>(L, 1, fn, "key"));
-  const uint64_t seed = k->seed;
+  const KeyBox key = *k;
   ENG_ASSIGN_OR_RETURN(eng::Shape s, read_dims(L, 2, fn));
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, 3, fn));
   ENG_RETURN_IF_ERROR(with_context(fn, eng::check_array_bytes(s, p.dtype, "array")));
   ENG_RETURN_IF_ERROR(fe::check_host_values(s, fn));
-  std::vector<double> v(static_cast<size_t>(s.numel()));
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double u1 = uniform01(seed, 2 * i), u2 = uniform01(seed, 2 * i + 1);
-    v[i] = normal ? std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) : u1;
-  }
+  const std::vector<double> v = fe::random_values(key, s.numel(), normal);
   return put_values(L, fn, v, s, p);
 }
 Result<int> random_normal(lua_State* L) { return random_fill(L, "sl.random.normal", true); }
@@ -668,7 +479,7 @@ Result<int> key_tostring(lua_State* L) {
 
 Result<int> array_tostring(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, "Array:__tostring"));
-  ENG_ASSIGN_OR_RETURN(std::string s, array_repr(*a));
+  ENG_ASSIGN_OR_RETURN(std::string s, fe::array_repr(*a));
   lua_pushlstring(L, s.data(), s.size());
   return 1;
 }
@@ -756,23 +567,7 @@ Result<int> array_shards(lua_State* L) {
     }
     lua_setfield(L, -2, "shape");
     // The device's own bytes (each device holds only its block), onto one device.
-    const eng::DeviceBuffer& buf = arr.shards[static_cast<size_t>(d)];
-    std::vector<double> v(static_cast<size_t>(local.numel()));
-    for (size_t i = 0; i < v.size(); ++i) {
-      switch (arr.dtype) {
-        case eng::DType::kF32:
-          v[i] = static_cast<const float*>(buf.data())[i];
-          break;
-        case eng::DType::kBF16:
-          v[i] = eng::bf16_to_f32(static_cast<const uint16_t*>(buf.data())[i]);
-          break;
-        case eng::DType::kI32:
-          v[i] = static_cast<const int32_t*>(buf.data())[i];
-          break;
-      }
-    }
-    ENG_ASSIGN_OR_RETURN(fe::ArrayRef block,
-                         fe::device_put(v, local, arr.dtype, {eng::Mesh(), eng::PartitionSpec()}));
+    ENG_ASSIGN_OR_RETURN(fe::ArrayRef block, fe::shard_block(*a->data, d));
     push_concrete(L, std::move(block));
     lua_setfield(L, -2, "data");
     lua_rawseti(L, -2, d + 1);
@@ -804,12 +599,12 @@ Result<int> array_property(lua_State* L) {
   } else if (key == "size") {
     lua_pushinteger(L, a->shape.numel());
   } else if (key == "sharding") {
-    ENG_ASSIGN_OR_RETURN(eng::NamedSharding s, array_sharding(*a));
+    ENG_ASSIGN_OR_RETURN(eng::NamedSharding s, fe::sharding_of(*a));
     push_udata(L, s.spec);  // as the spec; x.mesh gives the mesh
   } else if (key == "mesh") {
     push_udata(L, a->is_tracer() ? a->trace->mesh() : a->data->array.sharding.mesh);
   } else if (key == "type") {
-    ENG_ASSIGN_OR_RETURN(eng::NamedSharding s, array_sharding(*a));
+    ENG_ASSIGN_OR_RETURN(eng::NamedSharding s, fe::sharding_of(*a));
     eng::PartitionSpec spec = eng::remove_size_one_mesh_axis(s.spec, s.mesh);
     lua_pushstring(L,
                    eng::typeof_string(eng::dtype_name(a->dtype), a->shape, &spec, &s.mesh).c_str());

@@ -123,16 +123,6 @@ int udata_gc_again(lua_State* L, const char* type) {
   return luaL_error(L, "%s.__gc: this %s was already finalised", type, type);
 }
 
-Status with_context(std::string_view fn, const Status& s) {
-  if (s.ok()) return s;
-  std::string_view msg = s.message();
-  if (msg.starts_with(fn) && msg.substr(fn.size()).starts_with(": ")) return s;
-  const size_t cut = fn.find_last_of(".:");
-  std::string_view last = cut == std::string_view::npos ? fn : fn.substr(cut + 1);
-  if (msg.starts_with(last) && msg.substr(last.size()).starts_with(": ")) msg.remove_prefix(last.size() + 2);
-  return Status(s.code(), fmt::format("{}: {}", fn, msg));
-}
-
 Status arg_error(lua_State* L, int idx, std::string_view fn, std::string_view name,
                  std::string_view expected) {
   return eng::invalid_argument("{}: argument {} expected {}, got {}", fn, label(idx, name),

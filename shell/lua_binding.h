@@ -60,16 +60,7 @@ int lua_entry(lua_State* L) {
   return lua_error(L);
 }
 
-// Names the Lua function in an engine error, keeping its code: with_context("Trainer:step", s)
-// is "Trainer:step: <message>". An engine message that already starts with the function's last
-// word ("config: ..." inside sl.config) has that word replaced, not repeated. The one way
-// bindings add context to a Status.
-Status with_context(std::string_view fn, const Status& s);
-template <typename T>
-Result<T> with_context(std::string_view fn, Result<T> r) {
-  if (r.ok()) return r;
-  return with_context(fn, r.status());
-}
+using eng::with_context;  // engine/base/status.h: "fn: <message>"
 
 // ---- Argument helpers: messages read "sl.mesh: argument 'data' expected integer, got string".
 // `name` labels the argument: a key ("data") or empty for the position ("#2").

@@ -66,7 +66,7 @@ Result<std::vector<int>> read_ints(lua_State* L, int idx, std::string_view fn,
   return out;
 }
 
-Status read_jit_options(lua_State* L, int idx, JitBox& j, std::string_view fn) {
+Status read_jit_options(lua_State* L, int idx, fe::JitOptions& j, std::string_view fn) {
   if (lua_isnoneornil(L, idx)) return eng::ok_status();
   ENG_RETURN_IF_ERROR(arg_table(L, idx, fn, "options"));
   static const std::vector<std::string> kKeys = {"in_shardings", "out_shardings", "static_argnums",
@@ -108,30 +108,30 @@ Status check_callable(lua_State* L, int idx, std::string_view fn) {
 }
 
 // The Jitted a transformation of the function at 1 starts from: named after a Jitted f.
-Result<JitBox> new_jit(lua_State* L, std::string_view fn) {
+Result<fe::JitOptions> new_jit(lua_State* L, std::string_view fn) {
   ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
-  JitBox j;
+  fe::JitOptions j;
   j.name = "fn";
-  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name;
+  if (JitBox* inner = to_udata<JitBox>(L, 1)) j.name = inner->name();
   return j;
 }
 
-void push_jit(lua_State* L, JitBox j, int fidx) {
-  push_udata(L, std::move(j), 1);
+void push_jit(lua_State* L, fe::JitOptions j, int fidx) {
+  push_udata(L, JitBox(std::move(j)), 1);
   lua_pushvalue(L, fidx);
   lua_setiuservalue(L, -2, 1);
 }
 
 Result<int> jit(lua_State* L) {
   constexpr std::string_view fn = "sl.jit";
-  ENG_ASSIGN_OR_RETURN(JitBox j, new_jit(L, fn));
+  ENG_ASSIGN_OR_RETURN(fe::JitOptions j, new_jit(L, fn));
   ENG_RETURN_IF_ERROR(read_jit_options(L, 2, j, fn));
   push_jit(L, std::move(j), 1);
   return 1;
 }
 
 Result<int> grad_common(lua_State* L, std::string_view fn, Transform t) {
-  ENG_ASSIGN_OR_RETURN(JitBox j, new_jit(L, fn));
+  ENG_ASSIGN_OR_RETURN(fe::JitOptions j, new_jit(L, fn));
   j.transform = t;
   // sl.grad(f, argnums [, {has_aux}]) or sl.grad(f, {argnums =, has_aux =}).
   int opts = 3;
@@ -193,7 +193,7 @@ Result<std::vector<std::optional<int>>> read_axes(lua_State* L, int idx, std::st
 // sl.vmap(f [, in_axes [, out_axes]]) or sl.vmap(f, {in_axes =, out_axes =}).
 Result<int> vmap(lua_State* L) {
   constexpr std::string_view fn = "sl.vmap";
-  ENG_ASSIGN_OR_RETURN(JitBox j, new_jit(L, fn));
+  ENG_ASSIGN_OR_RETURN(fe::JitOptions j, new_jit(L, fn));
   j.transform = Transform::kVmap;
   int in_idx = 2, out_idx = 3;
   if (lua_type(L, 2) == LUA_TTABLE) {
@@ -234,7 +234,7 @@ Result<int> vmap(lua_State* L) {
 Result<int> switch_axes(lua_State* L, eng::ShardMode mode) {
   const std::string fn = mode == eng::ShardMode::kAuto ? "sl.auto_axes" : "sl.explicit_axes";
   const char* spec_key = mode == eng::ShardMode::kAuto ? "out_sharding" : "in_sharding";
-  ENG_ASSIGN_OR_RETURN(JitBox j, new_jit(L, fn));
+  ENG_ASSIGN_OR_RETURN(fe::JitOptions j, new_jit(L, fn));
   j.mode = mode;
   if (!lua_isnoneornil(L, 2)) {
     ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
@@ -273,10 +273,10 @@ Result<int> shard_map(lua_State* L) {
   ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
   static const std::vector<std::string> kKeys = {"mesh", "in_specs", "out_specs", "name"};
   ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kKeys));
-  JitBox j;
+  fe::JitOptions j;
   j.name = "shard_map";
   j.manual = true;
-  j.mesh = current_mesh();
+  j.mesh = current_mesh(L);
   if (push_field(L, 2, "mesh") != LUA_TNIL) {
     Result<eng::Mesh*> m = arg_udata<eng::Mesh>(L, lua_gettop(L), fn, "mesh");
     lua_pop(L, 1);

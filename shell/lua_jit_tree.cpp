@@ -74,17 +74,6 @@ Status flatten_at(lua_State* L, int idx, const std::string& what, Tree* tree,
 
 }  // namespace
 
-std::string TreeKey::to_string() const {
-  return is_int ? fmt::format("[{}]", i) : fmt::format(".{}", s);
-}
-
-int Tree::num_leaves() const {
-  if (leaf) return 1;
-  int n = 0;
-  for (const auto& [k, t] : kids) n += t.num_leaves();
-  return n;
-}
-
 Status flatten(lua_State* L, int idx, const std::string& what, Tree* tree,
                std::vector<ArrayBox*>* leaves) {
   *tree = Tree{};
@@ -111,26 +100,6 @@ void unflatten(lua_State* L, const Tree& tree, int* next,
       lua_rawset(L, -3);
     }
   }
-}
-
-void leaf_paths(const Tree& tree, const std::string& prefix, std::vector<std::string>* out) {
-  if (tree.leaf) {
-    out->push_back(prefix);
-    return;
-  }
-  for (const auto& [k, kid] : tree.kids) leaf_paths(kid, prefix + k.to_string(), out);
-}
-
-std::string tree_type(const Tree& tree, const std::vector<std::string>& leaf_types, int* next) {
-  if (tree.leaf) return leaf_types[static_cast<size_t>((*next)++)];
-  std::string out = "{";
-  for (size_t i = 0; i < tree.kids.size(); ++i) {
-    const auto& [k, kid] = tree.kids[i];
-    if (i) out += ", ";
-    if (!k.is_int) out += k.s + "=";
-    out += tree_type(kid, leaf_types, next);
-  }
-  return out + "}";
 }
 
 }  // namespace shell

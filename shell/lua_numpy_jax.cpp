@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/frontend/creation.h"
 #include "engine/frontend/numpy_jax.h"
 #include "engine/frontend/numpy_ops.h"
 #include "shell/lua_array.h"
@@ -83,11 +84,7 @@ Result<int> linspace(lua_State* L) {
     return eng::invalid_argument("{}: num must be between 1 and {}, got {}", fn,
                                  fe::kMaxHostValues, num);
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, opts, fn));
-  std::vector<double> v(static_cast<size_t>(num));
-  const double div = static_cast<double>(endpoint ? num - 1 : num);
-  const double step = div > 0 ? (stop - start) / div : 0;
-  for (int64_t i = 0; i < num; ++i) v[i] = start + static_cast<double>(i) * step;
-  if (endpoint && num > 1) v.back() = stop;
+  const std::vector<double> v = fe::linspace_values(start, stop, num, endpoint);
   return put_values(L, fn, v, eng::Shape{num}, p);
 }
 

@@ -1,7 +1,8 @@
 // shell/lua_pipeline.cpp: the pipeline schedule as a Lua value: t:pipeline() / c:pipeline()
 // return the iteration x stage grid (engine/model/pipeline_schedule.h), the bubble fraction
 // counted from it, per-iteration instructions and collectives of the compiled program, and
-// (t:pipeline{measure=true}, then steps) the measured share of step time in bubble slots.
+// (t:pipeline{measure=true}, then steps) the measured share of step time in bubble slots; the
+// numbers and the printed grid are engine/train/pipeline_stats.h's, the SVG is drawn here.
 #include "shell/lua_pipeline.h"
 
 #include <algorithm>
@@ -13,139 +14,16 @@
 
 #include <fmt/format.h>
 
-#include "engine/compile/spmd.h"
-#include "engine/model/pipeline.h"
+#include "engine/train/pipeline_stats.h"
 #include "shell/pretty.h"
 
 namespace shell {
 namespace {
 
-// The schedule's numbers, counted from its cells (not from the closed form).
-struct Counts {
-  int64_t cells = 0, bubbles = 0;
-  std::string fraction() const {  // "3/19"
-    const int64_t g = std::gcd(bubbles, cells);
-    return fmt::format("{}/{}", bubbles / g, cells / g);
-  }
-  double value() const { return cells ? static_cast<double>(bubbles) / cells : 0.0; }
-};
-
-Counts count_cells(const eng::PipelineSchedule& s) {
-  Counts c;
-  for (int64_t i = 0; i < s.iterations(); ++i)
-    for (int64_t st = 0; st < s.shape().stages; ++st) {
-      ++c.cells;
-      c.bubbles += s.cell(i, st).bubble() ? 1 : 0;
-    }
-  return c;
-}
-
-// What the compiled per-device program does in each iteration (ValueInfo::pipeline_iteration).
-struct IterationStatic {
-  int64_t instructions = 0;
-  std::map<std::string, double> collective_bytes;  // by mesh axes, one device, per step
-};
-
-std::vector<IterationStatic> iteration_statics(const eng::Program& p, int64_t iterations) {
-  std::vector<IterationStatic> out(static_cast<size_t>(iterations));
-  for (const eng::Instr& in : p.instrs()) {
-    if (in.outputs.empty()) continue;
-    const int32_t it = p.value(in.outputs[0]).pipeline_iteration;
-    if (it < 0 || it >= iterations) continue;
-    IterationStatic& s = out[static_cast<size_t>(it)];
-    ++s.instructions;
-    if (eng::is_collective(in.kind)) {
-      const double b = eng::collective_bytes_received(p, in);
-      if (b > 0) s.collective_bytes[eng::collective_axes_key(in.attrs.mesh_axes)] += b;
-    }
-  }
-  return out;
-}
-
-// Instruction seconds of the last timed step, charged per device to the iteration (and so to
-// the (iteration, stage) cell of the device's stage) its instruction belongs to.
-struct Measured {
-  double step_s = 0, pipeline_s = 0, bubble_s = 0;  // device-seconds summed over devices
-  std::vector<double> iteration_s;                  // per iteration, mean over devices
-  int devices = 0;
-  double bubble_share() const { return step_s > 0 ? bubble_s / step_s : 0; }
-  double bubble_share_of_pipeline() const { return pipeline_s > 0 ? bubble_s / pipeline_s : 0; }
-};
-
-std::optional<Measured> measure(const eng::Executable& exe, const eng::PipelineSchedule& s,
-                                std::span<const double> seconds) {
-  const eng::Program& p = exe.program();
-  const size_t ni = p.instrs().size();
-  const int64_t n = exe.mesh().num_devices();
-  if (seconds.size() != ni * static_cast<size_t>(n)) return std::nullopt;
-  const int stage_axis = exe.mesh().axis_index("stage");
-  Measured m;
-  m.devices = static_cast<int>(n);
-  m.iteration_s.assign(static_cast<size_t>(s.iterations()), 0.0);
-  for (int64_t d = 0; d < n; ++d) {
-    const int64_t stage = stage_axis < 0 ? 0 : exe.mesh().device_coords(d)[stage_axis];
-    for (size_t i = 0; i < ni; ++i) {
-      const double t = seconds[static_cast<size_t>(d) * ni + i];
-      m.step_s += t;
-      const eng::Instr& in = p.instrs()[i];
-      const int32_t it = in.outputs.empty() ? -1 : p.value(in.outputs[0]).pipeline_iteration;
-      if (it < 0 || it >= s.iterations()) continue;
-      m.pipeline_s += t;
-      m.iteration_s[static_cast<size_t>(it)] += t / static_cast<double>(n);
-      if (s.cell(it, stage).bubble()) m.bubble_s += t;
-    }
-  }
-  return m;
-}
-
-std::string cell_label(const eng::ScheduleCell& c, bool repeats) {
-  if (c.bubble()) return ".";
-  return repeats ? fmt::format("m{}r{}", c.microbatch, c.repeat) : fmt::format("m{}", c.microbatch);
-}
-
-std::string header_line(const eng::PipelineSchedule& s) {
-  const eng::PipelineShape& sh = s.shape();
-  std::string movement = s.rotates() ? fmt::format("rotate (stage {} feeds stage 0)", sh.stages - 1)
-                         : s.uses_circ_storage() ? "shift + circ_storage"
-                                                 : "shift";
-  return fmt::format("Pipeline(S={} stages, M={} microbatches, R={} repeats, delay {}, {} layers "
-                     "per stage: {} iterations, {})",
-                     sh.stages, sh.microbatches, sh.repeats, sh.delay, sh.layers_per_stage,
-                     s.iterations(), movement);
-}
-
-// The grid as a Gantt chart: one row per stage, one column per iteration, blocks of 16.
-std::string render_text(const eng::PipelineSchedule& s, const Counts& c,
-                        const std::optional<Measured>& m) {
-  const bool repeats = s.shape().repeats > 1;
-  const int w = repeats ? 6 : 4;
-  std::string out = header_line(s) + "\n";
-  const int64_t kBlock = repeats ? 10 : 16;  // iterations per block: under 80 columns
-  for (int64_t b = 0; b < s.iterations(); b += kBlock) {
-    const int64_t e = std::min(s.iterations(), b + kBlock);
-    out += fmt::format("{:>9}", "iteration");
-    for (int64_t i = b; i < e; ++i) out += fmt::format(" {:>{}}", i, w);
-    out += "\n";
-    for (int64_t st = 0; st < s.shape().stages; ++st) {
-      out += fmt::format("{:>9}", fmt::format("stage {}", st));
-      for (int64_t i = b; i < e; ++i) out += fmt::format(" {:>{}}", cell_label(s.cell(i, st), repeats), w);
-      out += "\n";
-    }
-  }
-  out += fmt::format("bubble fraction {} = {:.4f} ({} of {} stage-iterations are bubbles: '.')",
-                     c.fraction(), c.value(), c.bubbles, c.cells);
-  if (m)
-    out += fmt::format("\nmeasured (last timed step, {} devices): bubbles {:.1f}% of pipeline time, "
-                       "{:.1f}% of step time ({:.3f} of {:.3f} device-seconds)",
-                       m->devices, 100 * m->bubble_share_of_pipeline(), 100 * m->bubble_share(),
-                       m->bubble_s, m->step_s);
-  return out;
-}
-
 // A Gantt-like SVG: stages as rows, iterations as columns, cells labelled m<microbatch>
 // (r<repeat>), coloured by repeat, bubbles grey.
-std::string render_svg(const eng::PipelineSchedule& s, const Counts& c,
-                       const std::optional<Measured>& m) {
+std::string render_svg(const eng::PipelineSchedule& s, const eng::PipelineCounts& c,
+                       const std::optional<eng::PipelineMeasured>& m) {
   static constexpr const char* kRepeatFill[] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1",
                                                 "#76b7b2", "#edc948"};
   const bool repeats = s.shape().repeats > 1;
@@ -178,7 +56,7 @@ std::string render_svg(const eng::PipelineSchedule& s, const Counts& c,
                                                      cell.repeat));
       if (!cell.bubble())
         out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#fff\">{}</text>\n",
-                           left + i * cw + cw / 2, y + rh / 2 + 4, cell_label(cell, repeats));
+                           left + i * cw + cw / 2, y + rh / 2 + 4, eng::pipeline_cell_label(cell, repeats));
     }
   }
   std::string note = "grey: bubble";
@@ -222,8 +100,8 @@ void push_grid(lua_State* L, const eng::PipelineSchedule& s) {
 }
 
 // per_iteration rows: iteration, instructions, collective bytes per axis, measured seconds.
-void push_per_iteration(lua_State* L, const std::vector<IterationStatic>& statics,
-                        const std::optional<Measured>& m) {
+void push_per_iteration(lua_State* L, const std::vector<eng::IterationStatic>& statics,
+                        const std::optional<eng::PipelineMeasured>& m) {
   lua_createtable(L, static_cast<int>(statics.size()), 0);
   for (size_t i = 0; i < statics.size(); ++i) {
     lua_createtable(L, 0, 4);
@@ -244,7 +122,7 @@ void push_per_iteration(lua_State* L, const std::vector<IterationStatic>& static
   set_rows_metatable(L, -1, {"iteration", "instructions", "collectives", "seconds"});
 }
 
-void push_measured(lua_State* L, const Measured& m) {
+void push_measured(lua_State* L, const eng::PipelineMeasured& m) {
   lua_createtable(L, 0, 6);
   set_int(L, "devices", m.devices);
   set_number(L, "step_s", m.step_s);
@@ -263,9 +141,9 @@ int rendered_text(lua_State* L) {
 // The Pipeline value: fields, plus a metatable whose __tostring prints the grid, whose
 // __index has :svg() and whose __svg a notebook draws.
 void push_pipeline(lua_State* L, const eng::PipelineSchedule& s, const eng::Executable* exe,
-                   const std::optional<Measured>& m) {
+                   const std::optional<eng::PipelineMeasured>& m) {
   const eng::PipelineShape& sh = s.shape();
-  const Counts c = count_cells(s);
+  const eng::PipelineCounts c = eng::count_cells(s);
   ENG_CHECK(std::abs(c.value() - s.bubble_fraction()) < 1e-12,
             "pipeline: counted bubble fraction {} differs from the schedule's {}", c.value(),
             s.bubble_fraction());
@@ -289,7 +167,7 @@ void push_pipeline(lua_State* L, const eng::PipelineSchedule& s, const eng::Exec
   push_grid(L, s);
   lua_setfield(L, -2, "grid");
   if (exe) {
-    push_per_iteration(L, iteration_statics(exe->program(), s.iterations()), m);
+    push_per_iteration(L, eng::iteration_statics(exe->program(), s.iterations()), m);
     lua_setfield(L, -2, "per_iteration");
   }
   if (m) {
@@ -299,7 +177,7 @@ void push_pipeline(lua_State* L, const eng::PipelineSchedule& s, const eng::Exec
   lua_createtable(L, 0, 3);  // the metatable
   lua_pushstring(L, "Pipeline");
   lua_setfield(L, -2, "__name");
-  lua_pushstring(L, render_text(s, c, m).c_str());
+  lua_pushstring(L, eng::render_pipeline_text(s, c, m).c_str());
   lua_pushcclosure(L, rendered_text, 1);
   lua_setfield(L, -2, "__tostring");
   const std::string svg = render_svg(s, c, m);
@@ -325,10 +203,6 @@ Result<eng::PipelineSchedule> schedule_of(const std::optional<eng::PipelineShape
 
 }  // namespace
 
-std::optional<eng::PipelineShape> pipeline_shape_of(const eng::ResolvedConfig& c) {
-  if (c.model.pipeline_stages <= 1) return std::nullopt;
-  return eng::pipeline_schedule(c.model).shape();  // what the engine traces (pipeline.h)
-}
 
 Result<int> push_trainer_pipeline(lua_State* L, eng::Trainer& t) {
   constexpr std::string_view fn = "Trainer:pipeline";
@@ -339,16 +213,16 @@ Result<int> push_trainer_pipeline(lua_State* L, eng::Trainer& t) {
     ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kAllowed));
     ENG_ASSIGN_OR_RETURN(measure_on, field_bool(L, 2, "measure", fn));
   }
-  ENG_ASSIGN_OR_RETURN(eng::PipelineSchedule s, schedule_of(pipeline_shape_of(t.config()), fn));
+  ENG_ASSIGN_OR_RETURN(eng::PipelineSchedule s, schedule_of(eng::pipeline_shape_of(t.config()), fn));
   // The program the steps run; compiled (once, recorded as compiles are) only if none exists.
   std::shared_ptr<const eng::Executable> exe = t.current_executable();
   if (!exe) {
     ENG_ASSIGN_OR_RETURN(exe, with_context(fn, t.compile()));
   }
-  std::optional<Measured> m;
+  std::optional<eng::PipelineMeasured> m;
   if (t.runtime() != nullptr) {
     ENG_RETURN_IF_ERROR(with_context(fn, t.wait_all()));  // no step of exe in flight
-    m = measure(*exe, s, t.runtime()->instr_seconds(*exe));
+    m = eng::measure_pipeline(*exe, s, t.runtime()->instr_seconds(*exe));
   }
   if (measure_on) {
     if (t.runtime() == nullptr)
@@ -406,25 +280,14 @@ Result<int> push_compiled_pipeline(lua_State* L, const CompiledBox& c) {
 }
 
 void push_collective_rows(lua_State* L, const eng::Program& p) {
-  struct Row {
-    int64_t count = 0, in_pipeline = 0;
-    double bytes = 0;
-  };
-  std::map<std::pair<std::string, std::string>, Row> rows;  // (op, axes)
-  for (const eng::Instr& in : p.instrs()) {
-    if (!eng::is_collective(in.kind)) continue;
-    Row& r = rows[{std::string(eng::op_name(in.kind)), eng::collective_axes_key(in.attrs.mesh_axes)}];
-    ++r.count;
-    r.bytes += eng::collective_bytes_received(p, in);
-    if (!in.outputs.empty() && p.value(in.outputs[0]).pipeline_iteration >= 0) ++r.in_pipeline;
-  }
+  const std::vector<eng::CollectiveRow> rows = eng::collective_rows(p);
   lua_createtable(L, static_cast<int>(rows.size()), 0);
   int k = 0;
-  for (const auto& [key, r] : rows) {
+  for (const eng::CollectiveRow& r : rows) {
     lua_createtable(L, 0, 5);
-    lua_pushstring(L, key.first.c_str());
+    lua_pushstring(L, r.op.c_str());
     lua_setfield(L, -2, "op");
-    lua_pushstring(L, key.second.c_str());
+    lua_pushstring(L, r.axes.c_str());
     lua_setfield(L, -2, "axes");
     set_int(L, "count", r.count);
     set_number(L, "bytes", r.bytes);

@@ -13,10 +13,6 @@
 
 namespace shell {
 
-// The schedule shape a config's pipeline runs (engine/model/pipeline_schedule.h); nullopt
-// when it has none (one stage).
-std::optional<eng::PipelineShape> pipeline_shape_of(const eng::ResolvedConfig& c);
-
 // t:pipeline([{measure = bool}]) -> Pipeline (options at stack index 2, may be none) and
 // c:pipeline() -> Pipeline: push the value; errors name the function.
 Result<int> push_trainer_pipeline(lua_State* L, eng::Trainer& t);

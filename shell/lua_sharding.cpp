@@ -21,13 +21,8 @@
 
 namespace shell {
 
-// t:shardings()'s value: the engine's table and, per row and dim, how the rules resolved it.
-struct ShardingView {
-  eng::ShardingTable table;
-  std::vector<std::vector<eng::DimResolution>> why;  // per row; empty: rules not shown
-  eng::LogicalAxisRules rules;                       // what `why` numbers refer to
-  bool show_skipped = false;
-};
+// t:shardings()'s value: engine/train/inspect.h's table with the rules' resolution.
+using ShardingView = eng::ShardingTableView;
 template <>
 struct LuaType<ShardingView> {
   static constexpr const char* kName = "ShardingTable";
@@ -406,11 +401,6 @@ Result<int> typeof_fn(lua_State* L) {
 
 // ---- Rows and tables ----------------------------------------------------------------------
 
-// "#51" (1-based, as base.yml's rows are numbered) and the rule itself.
-std::string rule_ref(const eng::LogicalAxisRules& rules, int k) {
-  return fmt::format("#{} {}", k + 1, rules[k].to_string());
-}
-
 // One dim's resolution as the row's `rules` field: {logical=, fired=, rule=, axes={...},
 // skipped={{rule=, reason=}, ...}} (fired/rule nil when no rule settled the dim).
 void push_resolution(lua_State* L, const eng::DimResolution& d,
@@ -432,39 +422,6 @@ void push_resolution(lua_State* L, const eng::DimResolution& d,
     lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
   }
   lua_setfield(L, -2, "skipped");
-}
-
-// The rules column of a row: "('embed' #51, 'mlp' #48)"; "None" dims and names no rule
-// settled print as such ("'foo' -").
-std::string fired_column(const std::vector<eng::DimResolution>& dims) {
-  if (dims.empty()) return "-";
-  std::vector<std::string> parts;
-  for (const eng::DimResolution& d : dims) {
-    if (!d.logical) parts.push_back("None");
-    else if (d.fired < 0) parts.push_back(fmt::format("'{}' -", *d.logical));
-    else parts.push_back(fmt::format("'{}' #{}", *d.logical, d.fired + 1));
-  }
-  return parts.size() == 1 ? fmt::format("({},)", parts[0])
-                           : fmt::format("({})", fmt::join(parts, ", "));
-}
-
-// The show_skipped lines under a row: per named dim, the rule that fired (what it assigned and
-// what size-1 removal left) and every rule of that name that did not, with the reason.
-std::string skipped_lines(const std::vector<eng::DimResolution>& dims,
-                          const eng::LogicalAxisRules& rules) {
-  std::string out;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    const eng::DimResolution& d = dims[i];
-    if (!d.logical) continue;
-    if (d.fired < 0)
-      out += fmt::format("    dim {} '{}': no rule fired: None\n", i, *d.logical);
-    else
-      out += fmt::format("    dim {} '{}': fired {} -> {}\n", i, *d.logical,
-                         rule_ref(rules, d.fired), eng::dim_axes_string(d.axes));
-    for (const eng::SkippedRule& s : d.skipped)
-      out += fmt::format("      skipped {}: {}\n", rule_ref(rules, s.rule), s.reason);
-  }
-  return out;
 }
 
 void push_row(lua_State* L, const eng::ShardingRow& r, const eng::Mesh& mesh,
@@ -537,34 +494,9 @@ void push_view_row(lua_State* L, const ShardingView& v, size_t i) {
   else push_row(L, v.table.rows[i], v.table.mesh, &v.why[i], &v.rules);
 }
 
-// The engine's table (mesh line, header, one line per row, total) with a rules column
-// appended to the header and the rows, and the skipped-rule lines under each row on request.
-std::string view_string(const ShardingView& v) {
-  const std::string base = v.table.to_string();
-  if (v.why.empty()) return base;
-  std::vector<std::string> lines;
-  for (size_t at = 0; at < base.size();) {
-    const size_t nl = base.find('\n', at);
-    lines.push_back(base.substr(at, nl - at));
-    at = nl == std::string::npos ? base.size() : nl + 1;
-  }
-  std::string out;
-  for (size_t k = 0; k < lines.size(); ++k) {
-    const size_t row = k - 2;  // lines: mesh, header, rows..., total
-    if (k == 1) out += lines[k] + "  rules\n";
-    else if (k >= 2 && row < v.why.size()) {
-      out += lines[k] + "  " + fired_column(v.why[row]) + "\n";
-      if (v.show_skipped) out += skipped_lines(v.why[row], v.rules);
-    } else {
-      out += lines[k] + "\n";
-    }
-  }
-  return out;
-}
-
 Result<int> table_tostring(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(ShardingView * v, arg_view(L, "ShardingTable:__tostring"));
-  const std::string s = view_string(*v);
+  const std::string s = v->to_string();
   lua_pushlstring(L, s.data(), s.size());
   return 1;
 }
@@ -696,13 +628,7 @@ void push_sharding_table(lua_State* L, eng::ShardingTable table) {
 
 void push_sharding_table(lua_State* L, eng::ShardingTable table, const eng::LogicalAxisRules& rules,
                          bool show_skipped) {
-  ShardingView v{std::move(table), {}, rules, show_skipped};
-  for (const eng::ShardingRow& r : v.table.rows) {
-    Result<std::vector<eng::DimResolution>> why =
-        eng::explain_logical_to_mesh(r.logical, v.table.mesh, rules);
-    v.why.push_back(why.ok() ? std::move(*why) : std::vector<eng::DimResolution>{});
-  }
-  push_udata(L, std::move(v));
+  push_udata(L, eng::ShardingTableView::explained(std::move(table), rules, show_skipped));
 }
 
 Result<int> push_trainer_sharding_table(lua_State* L, eng::ShardingTable table,

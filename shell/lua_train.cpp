@@ -17,6 +17,7 @@
 #include "engine/train/inspect.h"
 #include "engine/train/plan.h"
 #include "engine/train/train_step.h"
+#include "engine/train/pipeline_stats.h"
 #include "engine/train/trainer.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
@@ -161,7 +162,7 @@ Result<int> trainer_compile_body(lua_State* L) {
   }
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<const eng::Executable> exe, with_context(fn, t->compile()));
   push_udata(L, CompiledBox{exe, t->program().name(), t->last_compile(),
-                            pipeline_shape_of(t->config())});
+                            eng::pipeline_shape_of(t->config())});
   // MaxText prints the memory analysis at compile (with log_compiles the trainer already did).
   if (verbose && !t->raw_config().get_bool("log_compiles")) {
     const std::string where = fmt::format("[{} on {}]", t->program().name(), mesh_label(exe->mesh()));
@@ -673,7 +674,7 @@ Result<int> plan_new(lua_State* L) {
   options.script = std::move(argv_holder.script);
   ENG_ASSIGN_OR_RETURN(eng::Plan plan, with_context(fn, eng::plan_for_topology(*cfg, options)));
   push_udata(L, CompiledBox{plan.exe, plan.trainer->program().name(),
-                            plan.trainer->last_compile(), pipeline_shape_of(plan.trainer->config()),
+                            plan.trainer->last_compile(), eng::pipeline_shape_of(plan.trainer->config()),
                             std::move(plan.predicted)});
   return 1;
 }

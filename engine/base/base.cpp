@@ -47,4 +47,14 @@ void check_failed(const char* file, int line, const char* cond, const std::strin
 }
 }  // namespace detail
 
+Status with_context(std::string_view fn, const Status& s) {
+  if (s.ok()) return s;
+  std::string_view msg = s.message();
+  if (msg.starts_with(fn) && msg.substr(fn.size()).starts_with(": ")) return s;
+  const size_t cut = fn.find_last_of(".:");
+  std::string_view last = cut == std::string_view::npos ? fn : fn.substr(cut + 1);
+  if (msg.starts_with(last) && msg.substr(last.size()).starts_with(": ")) msg.remove_prefix(last.size() + 2);
+  return Status(s.code(), fmt::format("{}: {}", fn, msg));
+}
+
 }  // namespace eng

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -112,6 +113,17 @@ class [[nodiscard]] Result {
   Status status_;           // ok iff value_ holds a value
   std::optional<T> value_;  // the result when ok
 };
+
+// Names the caller in an error, keeping its code: with_context("Trainer:step", s) is
+// "Trainer:step: <message>". A message that already starts with the caller's last word
+// ("config: ..." inside sl.config) has that word replaced, not repeated. The one way the
+// front-end and the shell's bindings add context to a Status.
+Status with_context(std::string_view fn, const Status& s);
+template <typename T>
+Result<T> with_context(std::string_view fn, Result<T> r) {
+  if (r.ok()) return r;
+  return with_context(fn, r.status());
+}
 
 }  // namespace eng
 

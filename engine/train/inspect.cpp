@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/compile/spmd.h"
 #include "engine/sharding/logical_rules.h"
@@ -187,6 +188,80 @@ Result<int64_t> record_sharding_snapshot(MetricsStore& store, const std::string&
     rows.push_back(std::move(s));
   }
   return store.record_tensor_shardings(run_id, step, mesh_id, rows);
+}
+
+namespace {
+
+// "#51" (1-based, as base.yml's rows are numbered) and the rule itself.
+std::string rule_ref(const LogicalAxisRules& rules, int k) {
+  return fmt::format("#{} {}", k + 1, rules[k].to_string());
+}
+
+// The rules column of a row: "('embed' #51, 'mlp' #48)"; "None" dims and names no rule
+// settled print as such ("'foo' -").
+std::string fired_column(const std::vector<DimResolution>& dims) {
+  if (dims.empty()) return "-";
+  std::vector<std::string> parts;
+  for (const DimResolution& d : dims) {
+    if (!d.logical) parts.push_back("None");
+    else if (d.fired < 0) parts.push_back(fmt::format("'{}' -", *d.logical));
+    else parts.push_back(fmt::format("'{}' #{}", *d.logical, d.fired + 1));
+  }
+  return parts.size() == 1 ? fmt::format("({},)", parts[0])
+                           : fmt::format("({})", fmt::join(parts, ", "));
+}
+
+// The show_skipped lines under a row: per named dim, the rule that fired (what it assigned and
+// what size-1 removal left) and every rule of that name that did not, with the reason.
+std::string skipped_lines(const std::vector<DimResolution>& dims, const LogicalAxisRules& rules) {
+  std::string out;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const DimResolution& d = dims[i];
+    if (!d.logical) continue;
+    if (d.fired < 0)
+      out += fmt::format("    dim {} '{}': no rule fired: None\n", i, *d.logical);
+    else
+      out += fmt::format("    dim {} '{}': fired {} -> {}\n", i, *d.logical,
+                         rule_ref(rules, d.fired), dim_axes_string(d.axes));
+    for (const SkippedRule& s : d.skipped)
+      out += fmt::format("      skipped {}: {}\n", rule_ref(rules, s.rule), s.reason);
+  }
+  return out;
+}
+
+}  // namespace
+
+ShardingTableView ShardingTableView::explained(ShardingTable table, const LogicalAxisRules& rules,
+                                               bool show_skipped) {
+  ShardingTableView v{std::move(table), {}, rules, show_skipped};
+  for (const ShardingRow& r : v.table.rows) {
+    Result<std::vector<DimResolution>> why = explain_logical_to_mesh(r.logical, v.table.mesh, rules);
+    v.why.push_back(why.ok() ? std::move(*why) : std::vector<DimResolution>{});
+  }
+  return v;
+}
+
+std::string ShardingTableView::to_string() const {
+  const std::string base = table.to_string();
+  if (why.empty()) return base;
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < base.size();) {
+    const size_t nl = base.find('\n', at);
+    lines.push_back(base.substr(at, nl - at));
+    at = nl == std::string::npos ? base.size() : nl + 1;
+  }
+  std::string out;
+  for (size_t k = 0; k < lines.size(); ++k) {
+    const size_t row = k - 2;  // lines: mesh, header, rows..., total
+    if (k == 1) out += lines[k] + "  rules\n";
+    else if (k >= 2 && row < why.size()) {
+      out += lines[k] + "  " + fired_column(why[row]) + "\n";
+      if (show_skipped) out += skipped_lines(why[row], rules);
+    } else {
+      out += lines[k] + "\n";
+    }
+  }
+  return out;
 }
 
 }  // namespace eng

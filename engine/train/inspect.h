@@ -26,6 +26,7 @@
 #include "engine/ir/program.h"
 #include "engine/mesh/mesh.h"
 #include "engine/sharding/logical_axes.h"
+#include "engine/sharding/logical_rules.h"
 #include "engine/sharding/partition_spec.h"
 #include "engine/sharding/visualize.h"
 #include "engine/store/metrics_store.h"
@@ -64,6 +65,22 @@ struct ShardingTable {
   // "    Logical:   {axes}" / "    Physical:  {spec tuple}".
   std::string debug_string() const;
   // Aligned columns: path, type, logical, spec, local shape, bytes/device; then a total line.
+  std::string to_string() const;
+};
+
+// t:shardings()'s value: the table and, per row and dim, how the logical rules resolved it.
+struct ShardingTableView {
+  ShardingTable table;
+  std::vector<std::vector<DimResolution>> why;  // per row; empty: rules not shown
+  LogicalAxisRules rules;                       // what `why` numbers refer to
+  bool show_skipped = false;
+
+  // The view of `table` with each row's dims explained by `rules` (explain_logical_to_mesh).
+  static ShardingTableView explained(ShardingTable table, const LogicalAxisRules& rules,
+                                     bool show_skipped);
+  // table.to_string() with a rules column ("('embed' #51, 'mlp' #48)": 1-based, as base.yml's
+  // rows are numbered) appended to the header and the rows, and with show_skipped, under each
+  // row per named dim the rule that fired and every rule of that name that did not, and why.
   std::string to_string() const;
 };
 

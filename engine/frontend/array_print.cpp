@@ -1,25 +1,21 @@
-// shell/lua_array_print.cpp: an Array as NumPy prints it (`print(x)`, `tostring(x)`, the REPL):
-// numpy's array2string with floatmode "maxprec", summarised past 1000 elements; a tracer as
-// JAX prints one (docs/frontend.md).
+// engine/frontend/array_print.cpp: an array as NumPy prints it: numpy's array2string with
+// floatmode "maxprec", summarised past 1000 elements; a tracer as JAX prints one.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "engine/frontend/numpy.h"
+#include "engine/frontend/array_print.h"
 #include "engine/sharding/shard_geometry.h"
-#include "shell/lua_numpy.h"
 
-namespace shell {
-
-namespace fe = eng::frontend;
+namespace eng::frontend {
 
 namespace {
 
 // One element as NumPy prints it (floatmode "maxprec"): at most 8 fractional digits, trailing
 // zeros dropped ("0.5", "2."); scientific for magnitudes NumPy prints so (>= 1e8, < 1e-4).
-std::string format_number(double v, eng::DType d, bool scientific) {
-  if (d == eng::DType::kI32) return fmt::format("{}", static_cast<int64_t>(v));
+std::string format_number(double v, DType d, bool scientific) {
+  if (d == DType::kI32) return fmt::format("{}", static_cast<int64_t>(v));
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   if (scientific) return fmt::format("{:.8e}", v);
@@ -42,8 +38,8 @@ std::string format_number(double v, eng::DType d, bool scientific) {
 // end of every dim with "..." between (numpy's threshold and edgeitems).
 struct Printer {
   const std::vector<double>& v;
-  const eng::Shape& shape;
-  eng::DType dtype;
+  const Shape& shape;
+  DType dtype;
   bool summarize;
   bool scientific = false;
   size_t int_width = 1, frac_width = 0;  // columns before and after the decimal point
@@ -106,16 +102,16 @@ struct Printer {
 
 }  // namespace
 
-Result<std::string> array_repr(const ArrayBox& a) {
+Result<std::string> array_repr(const Value& a) {
   if (a.is_tracer()) {
-    Result<eng::NamedSharding> s = array_sharding(a);
-    eng::PartitionSpec spec =
-        s.ok() ? eng::remove_size_one_mesh_axis(s->spec, s->mesh) : eng::PartitionSpec();
+    Result<NamedSharding> s = sharding_of(a);
+    PartitionSpec spec =
+        s.ok() ? remove_size_one_mesh_axis(s->spec, s->mesh) : PartitionSpec();
     return fmt::format(
         "Traced<{}>with<DynamicJaxprTrace>",
-        eng::typeof_string(eng::dtype_name(a.dtype), a.shape, &spec, &a.trace->mesh()));
+        typeof_string(dtype_name(a.dtype), a.shape, &spec, &a.trace->mesh()));
   }
-  ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*a.data));
+  ENG_ASSIGN_OR_RETURN(std::vector<double> v, fetch(*a.data));
   // Only the shown elements are gathered for printing big arrays? fetch gathers all; the
   // array limit (engine/base/limits.h) bounds it.
   Printer p{v, a.shape, a.dtype, a.shape.numel() > 1000};
@@ -124,7 +120,7 @@ Result<std::string> array_repr(const ArrayBox& a) {
   const std::string prefix = "Array(";
   p.print(body, 0, 0, static_cast<int>(prefix.size()));
   if (a.shape.numel() == 0) body = fmt::format("[], shape={}", a.shape.to_string());
-  return fmt::format("{}{}, dtype={})", prefix, body, eng::dtype_long_name(a.dtype));
+  return fmt::format("{}{}, dtype={})", prefix, body, dtype_long_name(a.dtype));
 }
 
-}  // namespace shell
+}  // namespace eng::frontend

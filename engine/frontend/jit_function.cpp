@@ -1,0 +1,411 @@
+// engine/frontend/jit_function.cpp: a transformed function's cache, miss explanation, trace
+// inputs, grad and vmap rewriting, compile with donation and run (jit_function.h).
+#include "engine/frontend/jit_function.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "engine/frontend/numpy.h"
+#include "engine/ir/autodiff.h"
+#include "engine/sharding/shard_geometry.h"
+
+namespace eng::frontend {
+
+// ---- pytrees ----------------------------------------------------------------------------------
+
+std::string TreeKey::to_string() const {
+  return is_int ? fmt::format("[{}]", i) : fmt::format(".{}", s);
+}
+
+int Tree::num_leaves() const {
+  if (leaf) return 1;
+  int n = 0;
+  for (const auto& [k, t] : kids) n += t.num_leaves();
+  return n;
+}
+
+void leaf_paths(const Tree& tree, const std::string& prefix, std::vector<std::string>* out) {
+  if (tree.leaf) {
+    out->push_back(prefix);
+    return;
+  }
+  for (const auto& [k, kid] : tree.kids) leaf_paths(kid, prefix + k.to_string(), out);
+}
+
+std::string tree_type(const Tree& tree, const std::vector<std::string>& leaf_types, int* next) {
+  if (tree.leaf) return leaf_types[static_cast<size_t>((*next)++)];
+  std::string out = "{";
+  for (size_t i = 0; i < tree.kids.size(); ++i) {
+    const auto& [k, kid] = tree.kids[i];
+    if (i) out += ", ";
+    if (!k.is_int) out += k.s + "=";
+    out += tree_type(kid, leaf_types, next);
+  }
+  return out + "}";
+}
+
+// ---- the cache --------------------------------------------------------------------------------
+
+// JAX's explain_cache_misses, for a jitted function: the closest earlier signature and the
+// arguments that differ.
+std::string JitFunction::explain(const std::vector<std::string>& now,
+                                 const std::vector<std::string>& names) const {
+  const std::string& name = opts_.name;
+  std::string head = fmt::format("TRACING CACHE MISS at {}:\n", name);
+  if (seen_.empty()) return head + fmt::format("  never seen function:\n    {}", name);
+  const std::vector<std::string>* best = nullptr;
+  size_t best_diffs = 0;
+  for (const auto& s : seen_) {
+    size_t d = s.size() == now.size() ? 0 : 1000;
+    for (size_t i = 0; i < std::min(s.size(), now.size()); ++i) d += s[i] != now[i];
+    if (!best || d < best_diffs) best = &s, best_diffs = d;
+  }
+  std::string text = head + fmt::format(
+                                "  for {}: all previously seen cache keys differ. For the "
+                                "closest previous key:",
+                                name);
+  if (best->size() != now.size())
+    return text + fmt::format("\n  * {} arguments now and {} before", now.size(), best->size());
+  for (size_t i = 0; i < now.size(); ++i)
+    if ((*best)[i] != now[i])
+      text += fmt::format("\n  * at args[{}] ({}), now {} and before {}", i,
+                          i < names.size() ? names[i] : "?", now[i], (*best)[i]);
+  return text;
+}
+
+Result<JitLookup> JitFunction::lookup(const CallArgs& args,
+                                      const std::function<std::vector<std::string>()>& param_names,
+                                      const std::function<Result<JitEntry>()>& trace_and_compile) {
+  std::string key = fmt::format("{}", fmt::join(args.types, "; ")) + " on " + args.mesh.repr();
+  if (!args.donated.empty()) key += fmt::format(" donated {}", fmt::join(args.donated, ","));
+  JitLookup out;
+  out.event.fn_name = opts_.name;
+  out.event.signature = fmt::format("{}", fmt::join(args.types, ", "));
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    out.event.write = hit_logged_.insert(key).second;
+    out.event.hit = true;
+    out.event.compiled = it->second.compiled;
+    out.entry = &it->second;
+    return out;
+  }
+  ENG_ASSIGN_OR_RETURN(JitEntry e, trace_and_compile());
+  last_miss_ = explain(args.types, param_names());
+  out.event.write = true;
+  out.event.reason_kind = seen_.empty() ? "never_seen" : "types";
+  out.event.reason_text = last_miss_;
+  out.event.compiled = e.compiled;
+  seen_.push_back(args.types);
+  if (cache_.size() >= 256) cache_.clear(), hit_logged_.clear();
+  out.entry = &cache_.emplace(key, std::move(e)).first->second;
+  return out;
+}
+
+// ---- tracing ----------------------------------------------------------------------------------
+
+const char* JitFunction::mode_fn() const {
+  return opts_.mode == ShardMode::kAuto ? "auto_axes" : "explicit_axes";
+}
+
+// An engine mesh has one axis type for all its axes, so auto_axes / explicit_axes switch
+// every axis: `axes` must name all of them (or be nil).
+Status JitFunction::check_mode_axes(const Mesh& mesh) const {
+  if (opts_.mode_axes.empty()) return ok_status();
+  std::vector<std::string> want = mesh.axis_names(), got = opts_.mode_axes;
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  if (want == got) return ok_status();
+  return invalid_argument(
+      "{}: {}: axes ({}) are not all the axes of {}: an engine mesh has one axis type for all "
+      "its axes, so the switch covers every axis (axes = nil, or all of them)",
+      opts_.name, mode_fn(), fmt::join(opts_.mode_axes, ", "), mesh.to_string());
+}
+
+Result<std::shared_ptr<Trace>> JitFunction::new_trace(const Mesh& args_mesh, int depth) const {
+  if (depth >= kMaxTraceDepth)
+    return invalid_argument("{}: jit traced {} levels deep: recursion through jit", opts_.name,
+                            kMaxTraceDepth);
+  Mesh mesh = args_mesh;
+  if (opts_.mode) {
+    ENG_RETURN_IF_ERROR(check_mode_axes(args_mesh));
+    // The partitioner takes explicit mode from the mesh's axis type, so auto_axes /
+    // explicit_axes trace on a copy of the mesh with every axis of their mode.
+    ENG_ASSIGN_OR_RETURN(
+        mesh,
+        Mesh::create(args_mesh.axis_names(), args_mesh.axis_sizes(),
+                     *opts_.mode == ShardMode::kExplicit ? AxisType::kExplicit : AxisType::kAuto));
+  }
+  return std::make_shared<Trace>(opts_.name, mesh, opts_.manual);
+}
+
+Result<TracedArgs> JitFunction::trace_inputs(Trace& tr, const CallArgs& args,
+                                             const std::vector<std::string>& leaf_names) const {
+  const int n = static_cast<int>(args.trees.size());
+  TracedArgs t{args.trees, args.first_leaf, {}};
+  for (size_t k = 0; k < args.leaves.size(); ++k) {
+    const Value& a = args.leaves[k];
+    PartitionSpec spec = a.is_tracer() ? PartitionSpec() : a.data->array.sharding.spec;
+    if (args.leaf_in_specs[k]) spec = *args.leaf_in_specs[k];
+    if (opts_.manual && !args.leaf_in_specs[k]) {
+      int pos = 0;  // the argument this leaf belongs to
+      while (pos + 1 < n && args.first_leaf[pos + 1] <= static_cast<int>(k)) ++pos;
+      return invalid_argument("shard_map: in_specs has no spec for argument {} ({})", pos + 1,
+                              leaf_names[k]);
+    }
+    ENG_RETURN_IF_ERROR(np::check_spec(
+        tr, spec, a.shape,
+        fmt::format("{}: {}[{}]", opts_.name, opts_.manual ? "in_specs" : "in_shardings", k + 1)));
+    // shard_map's body sees each device's block.
+    const Shape shape = opts_.manual ? local_shape(args.mesh, spec, a.shape) : a.shape;
+    t.leaf_values.push_back(tr.input(leaf_names[k], shape, a.dtype, spec));
+  }
+  return t;
+}
+
+// ---- grad ---------------------------------------------------------------------------------------
+
+Result<std::vector<ValueId>> gradients(std::string_view what, Trace& tr, ValueId loss,
+                                       const std::vector<ValueId>& wrt) {
+  for (const Instr& in : tr.builder().program().instrs())
+    if (!has_vjp(in.kind))
+      return invalid_argument("{}: the program uses {}, which has no VJP rule in the engine", what,
+                              op_name(in.kind));
+  // The engine's autodiff seeds d(loss)/d(loss) = 1 as a constant that only the loss op of a
+  // train step consumes (masked_mean_loss; there is no constant op), so the seed enters there:
+  // loss' = masked_mean_loss(loss as (1, 1), segmentation ones) = loss / (1 + 1e-8), whose
+  // VJP hands `loss` the cotangent 1 / (1 + 1e-8): exactly 1.0f, since 1 + 1e-8 rounds to 1 in
+  // float32 (tests/frontend/xf_test.lua checks d sum(x) / dx == 1 bitwise). loss' is not
+  // returned, so the value is unchanged.
+  Builder& b = tr.builder();
+  ENG_ASSIGN_OR_RETURN(ValueId seg, tr.constant({1.0}, Shape{1, 1}, DType::kI32));
+  const ValueId seeded = b.masked_mean_loss(b.reshape(loss, Shape{1, 1}), seg).first;
+  std::vector<ValueId> grads = append_gradients(b, seeded, wrt);
+  std::vector<ValueId> out;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (grads[k] != kNoValue) {
+      // Cotangent types follow primal types ("Autodiff and sharding"): a gradient is resharded
+      // to its input's sharding when the backward pass left it elsewhere.
+      ValueId g = grads[k];
+      if (const std::optional<PartitionSpec> spec = tr.info(wrt[k]).spec) {
+        ENG_ASSIGN_OR_RETURN(PartitionSpec now, tr.sharding_of(g));
+        if (!(remove_size_one_mesh_axis(now, tr.mesh()) ==
+              remove_size_one_mesh_axis(*spec, tr.mesh()))) {
+          ENG_ASSIGN_OR_RETURN(g, np::sharding_constraint(tr, g, *spec, false));
+        }
+      }
+      out.push_back(g);
+      continue;
+    }
+    // The loss does not depend on this input: its gradient is zeros (as JAX's).
+    const ValueInfo& w = tr.info(wrt[k]);
+    const Shape shape = w.shape;
+    const std::optional<PartitionSpec> spec = w.spec;  // w dangles after the next emit
+    ENG_ASSIGN_OR_RETURN(ValueId z, np::broadcast_to(tr, tr.scalar(0.0, w.dtype), shape));
+    if (spec) {  // zeros typed like the input, as a computed gradient is (above)
+      ENG_ASSIGN_OR_RETURN(z, np::sharding_constraint(tr, z, *spec, false));
+    }
+    out.push_back(z);
+  }
+  return out;
+}
+
+Result<Outputs> JitFunction::grad_outputs(Trace& tr, const Outputs& f_out,
+                                          const TracedArgs& args) const {
+  const std::string_view what = opts_.transform == Transform::kGrad ? "grad" : "value_and_grad";
+  const bool has_aux = opts_.has_aux;
+  const size_t want = has_aux ? 2 : 1;
+  if (f_out.tree.size() != want || !f_out.tree[0].leaf)
+    return has_aux ? invalid_argument(
+                         "{}: with has_aux the function must return two values (the scalar "
+                         "loss, then aux), it returned {} values",
+                         what, f_out.tree.size())
+                   : invalid_argument(
+                         "{}: the function must return one scalar (the loss), it returned {} "
+                         "values",
+                         what, f_out.values.size());
+  const ValueId loss = f_out.values[0];
+  const ValueInfo& li = tr.info(loss);
+  if (li.shape.rank() != 0)
+    return invalid_argument(
+        "{}: Gradient only defined for scalar-output functions. Output had shape: {}", what,
+        li.shape.to_string());
+  if (li.dtype != DType::kF32)
+    return invalid_argument("{}: the loss must be float32, got {}", what, li.type_string());
+  std::vector<ValueId> wrt;
+  for (int a : opts_.argnums) {
+    const int n = static_cast<int>(args.trees.size());
+    const int p = a < 0 ? a + n : a;
+    if (p < 0 || p >= n || !args.trees[p])
+      return invalid_argument(
+          "{}: argnums {} is not an Array argument (the function got {} arguments)", what, a, n);
+    for (int k = 0; k < args.trees[p]->num_leaves(); ++k) {
+      const ValueId v = args.leaf_values[args.first_leaf[p] + k];
+      if (v == kNoValue)
+        return invalid_argument("{}: argnums {} is not an Array argument of this trace", what, a);
+      if (tr.info(v).dtype == DType::kI32)
+        return invalid_argument("{}: argument {} is int32; only float arrays have gradients", what,
+                                a);
+      wrt.push_back(v);
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<ValueId> grads, gradients(what, tr, loss, wrt));
+  Outputs out;
+  const std::vector<ValueId> aux(f_out.values.begin() + 1, f_out.values.end());
+  auto add_aux = [&] {
+    if (!has_aux) return;
+    out.values.insert(out.values.end(), aux.begin(), aux.end());
+    out.tree.push_back(f_out.tree[1]);
+  };
+  if (opts_.transform == Transform::kValueAndGrad) {
+    out.values.push_back(loss);
+    out.tree.push_back(Tree{});
+    add_aux();
+  }
+  size_t g = 0;
+  for (int a : opts_.argnums) {
+    const int n = static_cast<int>(args.trees.size());
+    const Tree& t = *args.trees[a < 0 ? a + n : a];
+    for (int k = 0; k < t.num_leaves(); ++k) out.values.push_back(grads[g++]);
+    out.tree.push_back(t);
+  }
+  if (opts_.transform == Transform::kGrad) add_aux();
+  return out;
+}
+
+// ---- vmap ---------------------------------------------------------------------------------------
+
+namespace {
+
+// JAX's error for mapped axes of different sizes, naming each argument's axis and type.
+Result<int64_t> batch_size(const std::string& name, const Trace& tr, const TracedArgs& targs,
+                           const std::vector<bool>& mapped) {
+  int64_t size = -1;
+  std::string sizes;
+  bool differ = false;
+  for (size_t p = 0; p < targs.trees.size(); ++p) {
+    if (!targs.trees[p] || !mapped[p]) continue;
+    for (int k = 0; k < targs.trees[p]->num_leaves(); ++k) {
+      const ValueInfo& v = tr.info(targs.leaf_values[targs.first_leaf[p] + k]);
+      if (v.shape.rank() == 0)
+        return invalid_argument(
+            "{}: vmap was requested to map its argument along axis 0, which implies that its "
+            "rank should be at least 1, but is only 0 (its shape is ()): argument {}",
+            name, p + 1);
+      differ = differ || (size >= 0 && v.shape[0] != size);
+      size = v.shape[0];
+      sizes += fmt::format("\n  * one axis had size {}: axis 0 of argument {} of type {}",
+                           v.shape[0], p + 1, v.type_string());
+    }
+  }
+  if (size < 0)
+    return invalid_argument("{}: vmap must have at least one non-None value in in_axes", name);
+  if (differ)
+    return invalid_argument("{}: vmap got inconsistent sizes for array axes to be mapped:{}", name,
+                            sizes);
+  return size;
+}
+
+}  // namespace
+
+Result<VmapPlan> JitFunction::vmap_plan(const std::shared_ptr<Trace>& tr,
+                                        const TracedArgs& targs) const {
+  const int n = static_cast<int>(targs.trees.size());
+  const std::string& name = opts_.name;
+  std::vector<bool> mapped(static_cast<size_t>(n), false);
+  for (int p = 0; p < n; ++p) {
+    const std::optional<int> ax =
+        p < static_cast<int>(opts_.in_axes.size()) ? opts_.in_axes[p] : std::optional<int>(0);
+    if (!targs.trees[p] || !ax) continue;
+    if (*ax != 0)
+      return invalid_argument(
+          "{}: vmap in_axes {} for argument {}: only 0 (or nil) is supported, since moving a "
+          "batch axis to the front needs a transpose the op set lacks",
+          name, *ax, p + 1);
+    for (int k = 0; k < targs.trees[p]->num_leaves(); ++k)
+      if (targs.leaf_values[targs.first_leaf[p] + k] == kNoValue)
+        return invalid_argument("{}: vmap: argument {} is a tracer of another jit", name, p + 1);
+    mapped[p] = true;
+  }
+  VmapPlan plan;
+  ENG_ASSIGN_OR_RETURN(plan.batch, batch_size(name, *tr, targs, mapped));
+  plan.one = std::make_shared<Trace>(name, tr->mesh(), tr->manual());
+  plan.inner = TracedArgs{targs.trees, targs.first_leaf, {}};
+  for (int p = 0; p < n; ++p) {
+    if (!targs.trees[p]) continue;
+    for (int k = 0; k < targs.trees[p]->num_leaves(); ++k) {
+      const ValueId v = targs.leaf_values[targs.first_leaf[p] + k];
+      const ValueInfo info = tr->info(v);
+      ENG_ASSIGN_OR_RETURN(PartitionSpec spec, tr->sharding_of(v));
+      std::vector<int64_t> dims = info.shape.dims();
+      if (mapped[p]) {  // one example: the batch dim (and its sharding) dropped
+        dims.erase(dims.begin());
+        std::vector<PartitionSpec::DimAxes> d;
+        for (int i = 1; i < spec.rank(); ++i) d.push_back(spec.dim(i));
+        spec = PartitionSpec(std::move(d));
+      }
+      plan.inner.leaf_values.push_back(
+          plan.one->input(fmt::format("arg{}", p), Shape(std::move(dims)), info.dtype, spec));
+      plan.inputs.push_back({v, mapped[p]});
+    }
+  }
+  return plan;
+}
+
+// ---- compile and run ----------------------------------------------------------------------------
+
+Result<JitEntry> JitFunction::compile(Trace& tr, Outputs outs, const TracedArgs& targs,
+                                      const CallArgs& args) const {
+  if (opts_.transform == Transform::kGrad || opts_.transform == Transform::kValueAndGrad) {
+    ENG_ASSIGN_OR_RETURN(outs, grad_outputs(tr, outs, targs));
+  }
+  CompileRequest req{opts_.name, opts_.out_specs, {}};
+  for (int p : args.donated)
+    for (int k = 0; k < args.trees[p]->num_leaves(); ++k)
+      req.donate.push_back(args.first_leaf[p] + k);
+  Result<std::shared_ptr<Compiled>> c = Compiled::create(tr, outs.values, req);
+  if (!c.ok() && !req.donate.empty()) {
+    // Donation is an optimization: a program the in-place rule refuses runs without it.
+    req.donate.clear();
+    c = Compiled::create(tr, outs.values, req);
+  }
+  if (!c.ok()) return c.status();
+  return JitEntry{std::move(*c), std::move(outs.tree)};
+}
+
+Result<ArrayRef> transfer(const ArrayRef& a, const NamedSharding& to) {
+  if (a->array.sharding == to) return a;
+  ENG_ASSIGN_OR_RETURN(std::vector<double> host, fetch(*a));
+  return device_put(host, a->array.shape, a->array.dtype, to);
+}
+
+Result<std::vector<ArrayRef>> JitFunction::run(const Compiled& c, const CallArgs& args,
+                                               std::vector<ArrayRef>* consumed) const {
+  std::set<int> donors;
+  for (int d : c.donors())
+    if (d >= 0) donors.insert(d);
+  std::vector<ArrayRef> ins;
+  for (size_t k = 0; k < args.leaves.size(); ++k) {
+    ArrayRef r = args.leaves[k].data;
+    const NamedSharding& want = c.in_shardings()[k];
+    if (!(r->array.sharding.mesh == want.mesh)) {
+      ENG_ASSIGN_OR_RETURN(r, transfer(r, want));  // auto_axes / explicit_axes
+    } else if (!(remove_size_one_mesh_axis(r->array.sharding.spec, want.mesh) ==
+                 remove_size_one_mesh_axis(want.spec, want.mesh))) {
+      ENG_ASSIGN_OR_RETURN(r, reshard_on_host(*r, want));  // in_shardings: placed as asked
+    } else if (donors.count(static_cast<int>(k))) {
+      int same = 0;
+      for (const Value& l : args.leaves) same += l.data == r;
+      // Holders: its caller's Value, the leaf copies in args, and r.
+      if (same > 1 || r.use_count() > 2 + same) {
+        ENG_ASSIGN_OR_RETURN(r, reshard_on_host(*r, want));
+      } else {
+        consumed->push_back(r);
+      }
+    }
+    ins.push_back(std::move(r));
+  }
+  return with_context(opts_.name, c.run(ins));
+}
+
+}  // namespace eng::frontend

@@ -1,0 +1,198 @@
+// engine/frontend/jit_function.h: a transformed function's runtime (sl.jit, sl.grad,
+// sl.value_and_grad, sl.vmap, sl.auto_axes / sl.explicit_axes, sl.shard_map; issue 29;
+// docs/frontend.md): its options, its per-signature cache with JAX's miss explanation, the
+// inputs of a trace, grad's and vmap's rewriting of the traced outputs, compiling with
+// donation, and running with donated buffers handed over. No Lua here: the caller (the shell)
+// reads the arguments into a CallArgs and traces the user's function when lookup asks it to.
+//
+//   JitFunction f(opts);
+//   ENG_ASSIGN_OR_RETURN(JitLookup l, f.lookup(args, names, [&] { return trace_it(); }));
+//   if (l.event.write) record_jit_compile(store, l.event);   // engine/train/run_recorder.h
+//   ENG_ASSIGN_OR_RETURN(auto outs, f.run(*l.entry->compiled, args, &consumed));
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/frontend/session.h"
+#include "engine/frontend/vmap.h"
+
+namespace eng::frontend {
+
+// sl.jit inside sl.jit nests traces; deeper than this is recursion through jit.
+inline constexpr int kMaxTraceDepth = 32;
+
+// ---- pytrees: a function's arguments and results may be arrays or nested tables of them, as
+// JAX's functions take lists and dicts of arrays. A Tree is the structure; the arrays are its
+// leaves, in a fixed order: integer keys ascending, then string keys sorted (JAX sorts dict
+// keys too).
+struct TreeKey {
+  bool is_int = true;
+  int64_t i = 0;  // is_int
+  std::string s;  // otherwise
+  bool operator==(const TreeKey&) const = default;
+  std::string to_string() const;  // "[2]" or ".w"
+};
+
+struct Tree {
+  bool leaf = true;                            // an array; else a table of kids
+  std::vector<std::pair<TreeKey, Tree>> kids;  // in leaf order
+  bool operator==(const Tree&) const = default;
+  int num_leaves() const;
+};
+
+// Per leaf, its name: `prefix` plus the key path ("params.w", "xs[2]").
+void leaf_paths(const Tree& tree, const std::string& prefix, std::vector<std::string>* out);
+// The tree's type for signatures and errors: "{w=f32[4,4], b=f32[4]}" from per-leaf types.
+std::string tree_type(const Tree& tree, const std::vector<std::string>& leaf_types, int* next);
+
+// ---- a transformed function ---------------------------------------------------------------
+
+enum class Transform : uint8_t { kNone, kGrad, kValueAndGrad, kVmap };
+
+struct JitOptions {
+  std::string name;  // the function's name, or "fn"
+  std::vector<std::optional<PartitionSpec>> in_specs;
+  std::vector<std::optional<PartitionSpec>> out_specs;
+  std::set<int> static_argnums;  // 0-based, as JAX's (negative: from the end)
+  std::set<int> donate_argnums;  // jax.jit's donate_argnums
+  Transform transform = Transform::kNone;
+  std::vector<int> argnums = {0};           // grad: which inputs (0-based)
+  bool has_aux = false;                     // grad: f returns (loss, aux)
+  std::vector<std::optional<int>> in_axes;  // vmap: per argument (nullopt: not mapped)
+  std::optional<ShardMode> mode;            // sl.auto_axes / sl.explicit_axes: the mode inside
+  std::vector<std::string> mode_axes;       // ... the axes they name (empty: all)
+  bool manual = false;  // sl.shard_map: f sees per-device blocks (of in_specs) on `mesh`
+  Mesh mesh;
+};
+
+// One call's arguments, read by the caller.
+struct CallArgs {
+  std::vector<Value> leaves;                                // the array leaves, in order
+  std::vector<std::optional<Tree>> trees;                   // per position; nullopt: static
+  std::vector<int> first_leaf;                              // per position: its first leaf
+  std::vector<std::optional<PartitionSpec>> leaf_in_specs;  // per leaf: in_shardings'
+  std::vector<std::string> leaf_types;                      // per leaf: "f32[8@X,16]"
+  std::vector<std::string> types;                           // per position: the signature entry
+  std::set<int> donated;                                    // positions (donate_argnums, resolved)
+  Mesh mesh;
+};
+
+// The function's arguments inside a trace: per position its tree (nullopt: static, or not an
+// array of this trace) and the traced value of each leaf.
+struct TracedArgs {
+  std::vector<std::optional<Tree>> trees;
+  std::vector<int> first_leaf;
+  std::vector<ValueId> leaf_values;
+};
+
+// The traced outputs of a function: values and their structure per returned value.
+struct Outputs {
+  std::vector<ValueId> values;
+  std::vector<Tree> tree;
+};
+
+// One compiled signature.
+struct JitEntry {
+  std::shared_ptr<Compiled> compiled;
+  std::vector<Tree> out_tree;  // per returned value: its structure over the results
+};
+
+// What a lookup did, as its `compilations` row says it (engine/train/run_recorder.h writes
+// it): every miss has a row, and the first hit of each signature (a row per call would cost
+// a transaction per call).
+struct JitEvent {
+  bool write = false;  // a row is due
+  bool hit = false;
+  std::string fn_name;
+  std::string signature;    // the argument types, ", "-joined
+  std::string reason_kind;  // a miss: "never_seen" or "types"
+  std::string reason_text;  // ... and its explanation
+  std::shared_ptr<const Compiled> compiled;
+};
+
+struct JitLookup {
+  const JitEntry* entry = nullptr;  // valid until the next lookup
+  JitEvent event;
+};
+
+// vmap's one-example trace: the leaves mapped at in_axes 0 lose their batch dim; replay it
+// batched into the outer trace with replay_batched(*one, results, outer, inputs, batch, name).
+struct VmapPlan {
+  std::shared_ptr<Trace> one;
+  TracedArgs inner;
+  std::vector<BatchedInput> inputs;
+  int64_t batch = 0;
+};
+
+class JitFunction {
+ public:
+  explicit JitFunction(JitOptions options) : opts_(std::move(options)) {}
+  const JitOptions& options() const { return opts_; }
+  JitOptions& options() { return opts_; }
+  const std::string& name() const { return opts_.name; }
+
+  // The compiled signature of this call: from the cache, or made by trace_and_compile (called
+  // only on a miss), which is then explained in JAX's words against the closest signature
+  // seen (param_names names the arguments; called only on a miss).
+  Result<JitLookup> lookup(const CallArgs& args,
+                           const std::function<std::vector<std::string>()>& param_names,
+                           const std::function<Result<JitEntry>()>& trace_and_compile);
+
+  // The trace a call is recorded into: on args_mesh, or for auto_axes / explicit_axes on the
+  // same mesh with every axis of their mode. Errors: depth past kMaxTraceDepth (recursion
+  // through jit), mode axes that are not all of the mesh's.
+  Result<std::shared_ptr<Trace>> new_trace(const Mesh& args_mesh, int depth) const;
+  // The program inputs of a trace: one per array leaf, named by leaf_names, with
+  // in_shardings' spec (shard_map: in_specs', each device's block).
+  Result<TracedArgs> trace_inputs(Trace& tr, const CallArgs& args,
+                                  const std::vector<std::string>& leaf_names) const;
+  // grad / value_and_grad: the loss (and aux) f returned, then d(loss)/d(args at argnums),
+  // each structured as its argument.
+  Result<Outputs> grad_outputs(Trace& tr, const Outputs& f_out, const TracedArgs& args) const;
+  // vmap: checks in_axes and the mapped sizes, and makes the one-example trace.
+  Result<VmapPlan> vmap_plan(const std::shared_ptr<Trace>& tr, const TracedArgs& targs) const;
+  // Finishes a traced call (grad's outputs appended) and compiles it, donating the donated
+  // positions' leaves (a program the in-place rule refuses compiles without donation).
+  Result<JitEntry> compile(Trace& tr, Outputs outs, const TracedArgs& targs,
+                           const CallArgs& args) const;
+  // Runs c on the call's leaves. A donated leaf is handed over when only its own front-end
+  // Value holds it (`consumed` gets it: the caller deletes that Value); one held elsewhere too
+  // is copied first, so nobody else sees its buffers change.
+  Result<std::vector<ArrayRef>> run(const Compiled& c, const CallArgs& args,
+                                    std::vector<ArrayRef>* consumed) const;
+
+  int64_t compiles() const { return static_cast<int64_t>(seen_.size()); }
+  size_t entries() const { return cache_.size(); }
+  const std::string& last_miss() const { return last_miss_; }
+  const char* mode_fn() const;  // "auto_axes" or "explicit_axes"
+
+ private:
+  std::string explain(const std::vector<std::string>& now,
+                      const std::vector<std::string>& names) const;
+  Status check_mode_axes(const Mesh& mesh) const;
+
+  JitOptions opts_;
+  std::map<std::string, JitEntry> cache_;       // signature -> compiled
+  std::vector<std::vector<std::string>> seen_;  // per compile, in order: its arg types
+  std::string last_miss_;                       // the last miss's explanation
+  std::set<std::string> hit_logged_;            // signatures whose first hit has a row
+};
+
+// `a` placed by `to` on another mesh of the same devices (auto_axes' and explicit_axes'
+// arguments and results: a runtime belongs to one mesh, axis types included), via the host.
+Result<ArrayRef> transfer(const ArrayRef& a, const NamedSharding& to);
+
+// d(loss)/d(each of wrt) appended to tr's program, each typed like its input; zeros where the
+// loss does not depend on it. `what` names the caller in errors (an op without a VJP).
+Result<std::vector<ValueId>> gradients(std::string_view what, Trace& tr, ValueId loss,
+                                       const std::vector<ValueId>& wrt);
+
+}  // namespace eng::frontend

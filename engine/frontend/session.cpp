@@ -1,0 +1,182 @@
+// engine/frontend/session.cpp: the current mesh, the trace stack and `apply` with its eager
+// cache (one Compiled per op signature, least recently used evicted first).
+#include "engine/frontend/session.h"
+
+#include <fmt/format.h>
+
+#include "engine/base/hash.h"
+#include "engine/sharding/shard_geometry.h"
+
+namespace eng::frontend {
+
+Value Value::concrete(ArrayRef a) {
+  Value v;
+  v.shape = a->array.shape;
+  v.dtype = a->array.dtype;
+  v.data = std::move(a);
+  return v;
+}
+
+Value Value::tracer(std::shared_ptr<Trace> tr, ValueId id) {
+  Value v;
+  v.shape = tr->info(id).shape;
+  v.dtype = tr->info(id).dtype;
+  v.trace = std::move(tr);
+  v.value = id;
+  return v;
+}
+
+Status check_live(const Value& a, std::string_view fn) {
+  if (!a.deleted) return ok_status();
+  return failed_precondition("{}: Array has been deleted with shape={}[{}].", fn,
+                             dtype_long_name(a.dtype), a.shape.to_list());
+}
+
+Result<NamedSharding> sharding_of(const Value& a) {
+  if (!a.is_tracer()) return a.data->array.sharding;
+  ENG_ASSIGN_OR_RETURN(PartitionSpec spec, a.trace->sharding_of(a.value));
+  return NamedSharding{a.trace->mesh(), spec};
+}
+
+size_t EagerKeyHash::operator()(const EagerKey& k) const {
+  uint64_t h = hash_mix(hash_bytes(k.fn), hash_bytes(k.statics));
+  for (const std::string& o : k.operands) h = hash_mix(h, hash_bytes(o));
+  return static_cast<size_t>(h);
+}
+
+const Mesh& Session::mesh() const {
+  static const Mesh kOneDevice;
+  return mesh_ ? *mesh_ : kOneDevice;
+}
+
+std::shared_ptr<Trace> Session::active_trace() const {
+  return traces_.empty() ? nullptr : traces_.back();
+}
+
+void Session::pop_trace() {
+  if (!traces_.empty()) traces_.pop_back();
+}
+
+namespace {
+
+std::string operand_key(const Operand& o) {
+  if (!o.array) return "num";
+  const NamedSharding& s = o.array->data->array.sharding;
+  return fmt::format("{}[{}]{}@{}", dtype_name(o.array->dtype), o.array->shape.to_list(),
+                     remove_size_one_mesh_axis(s.spec, s.mesh).to_string(), s.mesh.repr());
+}
+
+// The dtype a number takes next to these operands: the first array's float dtype (float32 if
+// none or int32).
+DType number_dtype(const std::vector<Operand>& ops) {
+  for (const Operand& o : ops)
+    if (o.array) return o.array->dtype == DType::kI32 ? DType::kF32 : o.array->dtype;
+  return DType::kF32;
+}
+
+}  // namespace
+
+Result<std::vector<Value>> Session::apply(std::string_view fn, const std::string& statics,
+                                          const std::vector<Operand>& ops, const OpFn& op) {
+  std::shared_ptr<Trace> tr;
+  for (const Operand& o : ops)
+    if (o.array) ENG_RETURN_IF_ERROR(check_live(*o.array, fn));
+  for (const Operand& o : ops) {
+    if (!o.array || !o.array->is_tracer()) continue;
+    if (o.array->trace != active_trace())
+      return invalid_argument(
+          "{}: Encountered an unexpected tracer: an array traced by a jit that has returned (or "
+          "by another jit) was used here; return it from the function instead",
+          fn);
+    tr = o.array->trace;
+  }
+  if (tr || active_trace()) return apply_traced(fn, ops, op);  // constants inside jit too
+  return apply_eager(fn, statics, ops, op);
+}
+
+Result<std::vector<Value>> Session::apply_traced(std::string_view fn,
+                                                 const std::vector<Operand>& ops, const OpFn& op) {
+  std::shared_ptr<Trace> tr = active_trace();
+  std::vector<ValueId> ins;
+  for (const Operand& o : ops) {
+    if (!o.array) {
+      ins.push_back(tr->scalar(o.number, number_dtype(ops)));
+    } else if (o.array->is_tracer()) {
+      ins.push_back(o.array->value);
+    } else {
+      if (!(o.array->data->array.sharding.mesh == tr->mesh()))
+        return invalid_argument("{}: an array on {} used inside a function traced on {}", fn,
+                                o.array->data->array.sharding.mesh.to_string(),
+                                tr->mesh().to_string());
+      ins.push_back(tr->capture(o.array->data));  // a constvar
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<ValueId> outs, with_context(fn, op(*tr, ins)));
+  std::vector<Value> values;
+  for (ValueId v : outs) values.push_back(Value::tracer(tr, v));
+  return values;
+}
+
+Result<std::shared_ptr<Compiled>> Session::eager_compiled(std::string_view fn, EagerKey key,
+                                                          const std::vector<Operand>& ops,
+                                                          const Mesh& mesh, const OpFn& op) {
+  if (auto it = eager_.find(key); it != eager_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);  // most recently used
+    return it->second->second;
+  }
+  Trace tr(std::string(fn), mesh);
+  std::vector<ValueId> ins;
+  const DType num = number_dtype(ops);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Operand& o = ops[i];
+    const std::string name = fmt::format("x{}", i);
+    ins.push_back(
+        o.array ? tr.input(name, o.array->shape, o.array->dtype, o.array->data->array.sharding.spec)
+                : tr.input(name, Shape{}, num, PartitionSpec()));
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<ValueId> outs, with_context(fn, op(tr, ins)));
+  ENG_ASSIGN_OR_RETURN(
+      auto c, with_context(fn, Compiled::create(std::move(tr), outs, {std::string(fn), {}})));
+  ++eager_compiles_;
+  if (eager_.size() >= kEagerCacheCapacity) {
+    eager_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  lru_.emplace_front(key, c);
+  eager_.emplace(std::move(key), lru_.begin());
+  return c;
+}
+
+Result<std::vector<Value>> Session::apply_eager(std::string_view fn, const std::string& statics,
+                                                const std::vector<Operand>& ops, const OpFn& op) {
+  const Mesh* m = nullptr;
+  EagerKey key{std::string(fn), statics, {}};
+  for (const Operand& o : ops) {
+    key.operands.push_back(operand_key(o));
+    if (!o.array) continue;
+    const Mesh& om = o.array->data->array.sharding.mesh;
+    if (m && !(*m == om))
+      return invalid_argument("{}: operands live on different meshes: {} and {}", fn,
+                              m->to_string(), om.to_string());
+    m = &om;
+  }
+  if (!m) m = &mesh();
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<Compiled> c,
+                       eager_compiled(fn, std::move(key), ops, *m, op));
+  std::vector<ArrayRef> ins;
+  const DType num = number_dtype(ops);
+  for (const Operand& o : ops) {
+    if (o.array) {
+      ins.push_back(o.array->data);
+    } else {
+      ENG_ASSIGN_OR_RETURN(ArrayRef a, device_put({o.number}, Shape{}, num, {*m, PartitionSpec()}));
+      ins.push_back(std::move(a));
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(std::vector<ArrayRef> outs, with_context(fn, c->run(ins)));
+  std::vector<Value> values;
+  for (ArrayRef& a : outs) values.push_back(Value::concrete(std::move(a)));
+  return values;
+}
+
+}  // namespace eng::frontend

@@ -1,0 +1,316 @@
+// tests/frontend/session_test.cpp: the front-end's runtime without Lua (engine/frontend/
+// session.h, jit_function.h, creation.h, array_print.h): eager dispatch and its LRU cache, the
+// trace stack, a jitted function's cache and miss explanation, grad's gradients, donation,
+// vmap's plan, the PRNG and NumPy's printing.
+#include "engine/frontend/session.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/frontend/array_print.h"
+#include "engine/frontend/creation.h"
+#include "engine/frontend/jit_function.h"
+#include "engine/frontend/numpy.h"
+
+namespace eng::frontend {
+namespace {
+
+Value put(std::vector<double> v, const Shape& s, const Mesh& mesh = Mesh(),
+          const PartitionSpec& spec = PartitionSpec()) {
+  Result<ArrayRef> a = device_put(v, s, DType::kF32, {mesh, spec});
+  EXPECT_TRUE(a.ok()) << a.status().message();
+  return Value::concrete(*a);
+}
+
+std::vector<double> values(const Value& v) { return fetch(*v.data).value(); }
+
+const OpFn kAdd = [](Trace& tr, std::span<const ValueId> in) -> Result<std::vector<ValueId>> {
+  ENG_ASSIGN_OR_RETURN(ValueId y, np::add(tr, in[0], in[1]));
+  return std::vector<ValueId>{y};
+};
+
+TEST(Session, EagerApplyCompilesOncePerSignature) {
+  Session s;
+  const Value x = put({1, 2, 3}, Shape{3});
+  Result<std::vector<Value>> y = s.apply("add", "", {Operand{&x}, Operand{&x}}, kAdd);
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  EXPECT_EQ(values((*y)[0]), (std::vector<double>{2, 4, 6}));
+  // A number operand takes the arrays' dtype: x + 10.
+  y = s.apply("add", "", {Operand{&x}, Operand{nullptr, 10}}, kAdd);
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  EXPECT_EQ(values((*y)[0]), (std::vector<double>{11, 12, 13}));
+  EXPECT_EQ(s.eager_compiles(), 2);
+  // The same signatures again: no compile; a new shape: one.
+  ASSERT_TRUE(s.apply("add", "", {Operand{&x}, Operand{&x}}, kAdd).ok());
+  ASSERT_TRUE(s.apply("add", "", {Operand{&x}, Operand{nullptr, 1}}, kAdd).ok());
+  EXPECT_EQ(s.eager_compiles(), 2);
+  const Value z = put({1, 2}, Shape{2});
+  ASSERT_TRUE(s.apply("add", "", {Operand{&z}, Operand{&z}}, kAdd).ok());
+  EXPECT_EQ(s.eager_compiles(), 3);
+  EXPECT_EQ(s.eager_cache_size(), 3u);
+}
+
+TEST(Session, EagerCacheEvictsTheLeastRecentlyUsed) {
+  Session s;
+  const Value x = put({1}, Shape{1});
+  auto call = [&](int k) {  // a distinct signature per k (its static arguments)
+    ASSERT_TRUE(s.apply("add", std::to_string(k), {Operand{&x}, Operand{&x}}, kAdd).ok());
+  };
+  for (size_t k = 0; k < Session::kEagerCacheCapacity; ++k) call(static_cast<int>(k));
+  EXPECT_EQ(s.eager_compiles(), static_cast<int64_t>(Session::kEagerCacheCapacity));
+  call(0);   // used again: now the most recent
+  call(-1);  // full: evicts signature 1, the least recently used
+  EXPECT_EQ(s.eager_cache_size(), Session::kEagerCacheCapacity);
+  const int64_t before = s.eager_compiles();
+  call(0);
+  EXPECT_EQ(s.eager_compiles(), before);  // kept
+  call(1);
+  EXPECT_EQ(s.eager_compiles(), before + 1);  // evicted, compiled again
+}
+
+TEST(Session, ErrorsNameTheOpAndBothValues) {
+  Session s;
+  const Value a = put({1, 2}, Shape{2});
+  const Value b = put({1, 2}, Shape{2}, *Mesh::create({"X"}, {2}), PartitionSpec({{"X"}}));
+  Result<std::vector<Value>> r = s.apply("add", "", {Operand{&a}, Operand{&b}}, kAdd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("add: operands live on different meshes"), std::string::npos)
+      << r.status().message();
+  Value gone = a;
+  gone.deleted = true;
+  r = s.apply("add", "", {Operand{&gone}, Operand{&a}}, kAdd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "add: Array has been deleted with shape=float32[2].");
+}
+
+TEST(Session, TracesIntoTheActiveTraceAndRejectsStaleTracers) {
+  Session s;
+  auto tr = std::make_shared<Trace>("f", Mesh());
+  const Value x = Value::tracer(tr, tr->input("x", Shape{2}, DType::kF32, PartitionSpec()));
+  const Value c = put({5, 6}, Shape{2});
+  // No active trace: x's trace has returned.
+  Result<std::vector<Value>> r = s.apply("add", "", {Operand{&x}, Operand{&c}}, kAdd);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("Encountered an unexpected tracer"), std::string::npos);
+  s.push_trace(tr);
+  EXPECT_EQ(s.trace_depth(), 1);
+  r = s.apply("add", "", {Operand{&x}, Operand{&c}}, kAdd);  // c is captured (a constvar)
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE((*r)[0].is_tracer());
+  EXPECT_EQ((*r)[0].trace, tr);
+  s.pop_trace();
+  EXPECT_EQ(s.active_trace(), nullptr);
+  EXPECT_EQ(s.eager_compiles(), 0);
+}
+
+TEST(Session, CurrentMesh) {
+  Session s;
+  EXPECT_EQ(s.mesh().num_devices(), 1);
+  s.set_mesh(*Mesh::create({"X"}, {4}));
+  EXPECT_EQ(s.mesh().num_devices(), 4);
+  s.set_mesh(std::nullopt);
+  EXPECT_EQ(s.mesh().num_devices(), 1);
+}
+
+// f(x) = sum(x * x) traced by hand, as the shell's Lua call would.
+CallArgs one_arg(const Value& x) {
+  CallArgs a;
+  a.leaves = {x};
+  a.trees = {Tree{}};
+  a.first_leaf = {0};
+  a.leaf_in_specs = {std::nullopt};
+  a.leaf_types = {fmt::format("f32[{}]", x.shape.to_list())};
+  a.types = a.leaf_types;
+  a.mesh = x.mesh();
+  return a;
+}
+
+Result<JitEntry> trace_sum_squares(const JitFunction& f, const CallArgs& args) {
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<Trace> tr, f.new_trace(args.mesh, 0));
+  ENG_ASSIGN_OR_RETURN(TracedArgs t, f.trace_inputs(*tr, args, {"x"}));
+  const ValueId x = t.leaf_values[0];
+  ENG_ASSIGN_OR_RETURN(ValueId xx, np::multiply(*tr, x, x));
+  ENG_ASSIGN_OR_RETURN(ValueId y, np::sum(*tr, xx, std::nullopt));
+  return f.compile(*tr, Outputs{{y}, {Tree{}}}, t, args);
+}
+
+TEST(JitFunction, CachesPerSignatureAndExplainsMisses) {
+  JitOptions o;
+  o.name = "f";
+  JitFunction f(o);
+  int traced = 0;
+  auto lookup = [&](const Value& x) {
+    const CallArgs args = one_arg(x);
+    return f.lookup(
+        args, [] { return std::vector<std::string>{"x"}; },
+        [&]() -> Result<JitEntry> {
+          ++traced;
+          return trace_sum_squares(f, args);
+        });
+  };
+  const Value x3 = put({1, 2, 3}, Shape{3});
+  Result<JitLookup> l = lookup(x3);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_TRUE(l->event.write);
+  EXPECT_FALSE(l->event.hit);
+  EXPECT_EQ(l->event.reason_kind, "never_seen");
+  EXPECT_EQ(l->event.reason_text, "TRACING CACHE MISS at f:\n  never seen function:\n    f");
+  Result<std::vector<ArrayRef>> out = f.run(*l->entry->compiled, one_arg(x3), nullptr);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(fetch(*(*out)[0]).value(), (std::vector<double>{14}));
+  // A hit: the first one has a row, later ones none.
+  l = lookup(x3);
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(l->event.hit && l->event.write);
+  l = lookup(x3);
+  EXPECT_TRUE(l->event.hit && !l->event.write);
+  EXPECT_EQ(traced, 1);
+  // A new shape: a miss naming the argument, both types.
+  l = lookup(put({1, 2}, Shape{2}));
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->event.reason_kind, "types");
+  EXPECT_NE(l->event.reason_text.find("* at args[0] (x), now f32[2] and before f32[3]"),
+            std::string::npos)
+      << l->event.reason_text;
+  EXPECT_EQ(f.compiles(), 2);
+  EXPECT_EQ(f.entries(), 2u);
+  EXPECT_EQ(f.last_miss(), l->event.reason_text);
+}
+
+TEST(JitFunction, GradOfSumOfSquares) {
+  JitOptions o;
+  o.name = "f";
+  o.transform = Transform::kValueAndGrad;
+  JitFunction f(o);
+  const Value x = put({1, -2, 3}, Shape{3});
+  const CallArgs args = one_arg(x);
+  Result<JitEntry> e = trace_sum_squares(f, args);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(e->out_tree.size(), 2u);  // the loss, then the gradient
+  Result<std::vector<ArrayRef>> out = f.run(*e->compiled, args, nullptr);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(fetch(*(*out)[0]).value(), (std::vector<double>{14}));
+  EXPECT_EQ(fetch(*(*out)[1]).value(), (std::vector<double>{2, -4, 6}));  // 2x
+}
+
+TEST(JitFunction, GradNeedsAScalarLoss) {
+  JitOptions o;
+  o.name = "f";
+  o.transform = Transform::kGrad;
+  JitFunction f(o);
+  const CallArgs args = one_arg(put({1, 2}, Shape{2}));
+  std::shared_ptr<Trace> tr = f.new_trace(args.mesh, 0).value();
+  TracedArgs t = f.trace_inputs(*tr, args, {"x"}).value();
+  Result<Outputs> g = f.grad_outputs(*tr, Outputs{{t.leaf_values[0]}, {Tree{}}}, t);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message(),
+            "grad: Gradient only defined for scalar-output functions. Output had shape: (2,)");
+}
+
+TEST(JitFunction, DonationHandsOverAnUnsharedBuffer) {
+  JitOptions o;
+  o.name = "inc";
+  o.donate_argnums = {0};
+  JitFunction f(o);
+  Value x = put({1, 2}, Shape{2});
+  CallArgs args = one_arg(x);
+  args.donated = {0};
+  std::shared_ptr<Trace> tr = f.new_trace(args.mesh, 0).value();
+  TracedArgs t = f.trace_inputs(*tr, args, {"x"}).value();
+  const ValueId y = np::add(*tr, t.leaf_values[0], tr->scalar(1, DType::kF32)).value();
+  Result<JitEntry> e = f.compile(*tr, Outputs{{y}, {Tree{}}}, t, args);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  ASSERT_EQ(e->compiled->donors(), (std::vector<int>{0}));
+  // x is held by another Value too (captured elsewhere): copied, not consumed.
+  Value other = x;
+  std::vector<ArrayRef> consumed;
+  Result<std::vector<ArrayRef>> out = f.run(*e->compiled, args, &consumed);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_TRUE(consumed.empty());
+  EXPECT_EQ(values(x), (std::vector<double>{1, 2}));
+  EXPECT_EQ(fetch(*(*out)[0]).value(), (std::vector<double>{2, 3}));
+  // Held only by the caller's Value and the call's leaf copy: handed over, updated in place.
+  other = Value();
+  out = f.run(*e->compiled, args, &consumed);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  ASSERT_EQ(consumed.size(), 1u);
+  EXPECT_EQ(consumed[0], (*out)[0]);
+  EXPECT_EQ(values(x), (std::vector<double>{2, 3}));
+}
+
+TEST(JitFunction, VmapPlanChecksSizes) {
+  JitOptions o;
+  o.name = "g";
+  o.transform = Transform::kVmap;
+  JitFunction f(o);
+  auto tr = std::make_shared<Trace>("g", Mesh());
+  TracedArgs t;
+  t.trees = {Tree{}, Tree{}};
+  t.first_leaf = {0, 1};
+  t.leaf_values = {tr->input("a", Shape{4, 3}, DType::kF32, PartitionSpec()),
+                   tr->input("b", Shape{5, 3}, DType::kF32, PartitionSpec())};
+  Result<VmapPlan> p = f.vmap_plan(tr, t);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("vmap got inconsistent sizes"), std::string::npos);
+  f.options().in_axes = {0, std::nullopt};  // b not mapped
+  p = f.vmap_plan(tr, t);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->batch, 4);
+  EXPECT_EQ(p->one->info(p->inner.leaf_values[0]).shape, Shape{3});
+  EXPECT_EQ(p->one->info(p->inner.leaf_values[1]).shape, (Shape{5, 3}));
+}
+
+TEST(JitFunction, ModeAxesMustBeAllAxes) {
+  JitOptions o;
+  o.name = "h";
+  o.mode = ShardMode::kAuto;
+  o.mode_axes = {"X"};
+  JitFunction f(o);
+  const Mesh mesh = *Mesh::create({"X", "Y"}, {2, 2}, AxisType::kExplicit);
+  Result<std::shared_ptr<Trace>> tr = f.new_trace(mesh, 0);
+  ASSERT_FALSE(tr.ok());
+  EXPECT_NE(tr.status().message().find("h: auto_axes: axes (X) are not all the axes"),
+            std::string::npos);
+  f.options().mode_axes = {"Y", "X"};
+  tr = f.new_trace(mesh, 0);
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  EXPECT_EQ(shard_mode_of((*tr)->mesh()), ShardMode::kAuto);
+  EXPECT_FALSE(f.new_trace(mesh, kMaxTraceDepth).ok());  // recursion through jit
+}
+
+TEST(Creation, ArangeLinspaceAndPrng) {
+  EXPECT_EQ(arange_values(0, 5, 2, "arange").value(), (std::vector<double>{0, 2, 4}));
+  EXPECT_EQ(arange_values(3, 0, -1, "arange").value(), (std::vector<double>{3, 2, 1}));
+  EXPECT_EQ(arange_values(0, 1, 0, "sl.arange").status().message(),
+            "sl.arange: step must be finite and nonzero");
+  EXPECT_EQ(linspace_values(0, 1, 5, true), (std::vector<double>{0, 0.25, 0.5, 0.75, 1}));
+  EXPECT_EQ(linspace_values(0, 1, 4, false), (std::vector<double>{0, 0.25, 0.5, 0.75}));
+  // The same key gives the same values; split keys differ from each other.
+  const PrngKey k = prng_key(0);
+  EXPECT_EQ(random_values(k, 8, true), random_values(k, 8, true));
+  const std::vector<PrngKey> ks = prng_split(k, 2, "split").value();
+  EXPECT_NE(ks[0].seed, ks[1].seed);
+  for (double u : random_values(ks[0], 1000, false)) {
+    EXPECT_GT(u, 0);
+    EXPECT_LT(u, 1);
+  }
+  EXPECT_FALSE(prng_split(k, 0, "split").ok());
+}
+
+TEST(Creation, ShardBlockIsTheDevicesOwnBlock) {
+  const Mesh mesh = *Mesh::create({"X"}, {2});
+  const Value x = put({1, 2, 3, 4}, Shape{4}, mesh, PartitionSpec({{"X"}}));
+  Result<ArrayRef> b = shard_block(*x.data, 1);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(fetch(**b).value(), (std::vector<double>{3, 4}));
+}
+
+TEST(ArrayPrint, AsNumPyPrints) {
+  EXPECT_EQ(array_repr(put({1, 2.5, 3, 4}, Shape{2, 2})).value(),
+            "Array([[1. , 2.5],\n       [3. , 4. ]], dtype=float32)");
+  auto tr = std::make_shared<Trace>("f", Mesh());
+  const Value t = Value::tracer(tr, tr->input("x", Shape{8, 4}, DType::kF32, PartitionSpec()));
+  EXPECT_EQ(array_repr(t).value(), "Traced<f32[8,4]>with<DynamicJaxprTrace>");
+}
+
+}  // namespace
+}  // namespace eng::frontend
