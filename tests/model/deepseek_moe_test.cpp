@@ -22,6 +22,7 @@
 #include "engine/train/train_step.h"
 #include "engine/train/trainer.h"
 #include "tests/spmd/spmd_run.h"
+#include "tests/common/text_corpus.h"
 
 namespace eng {
 namespace {
@@ -246,25 +247,9 @@ TEST(DeepSeekMoe, OtherDecodersWeighBySoftmaxOverTheTopK) {
   EXPECT_EQ(text.find("routed_scaling_factor"), std::string::npos);
 }
 
-// A small text of varied bytes, so a short run has something to learn.
-std::string varied_text_file() {
-  const std::string path =
-      fmt::format("{}shardlab_deepseek_moe_text_{}.txt", ::testing::TempDir(), ::getpid());
-  std::ofstream f(path);
-  uint32_t x = 12345;
-  for (int doc = 0; doc < 60; ++doc) {
-    for (int i = 0; i < 20 + doc % 17; ++i) {
-      x = x * 1103515245u + 12345u;
-      f << static_cast<char>('a' + (x >> 16) % 26);
-      if ((x >> 8) % 5 == 0) f << ' ';
-    }
-    f << "\n%\n";
-  }
-  return path;
-}
 
 TEST(DeepSeekMoe, TinyTrains) {
-  const std::string data = "text:" + varied_text_file();
+  const std::string data = "text:" + testing::varied_text_file("deepseek_moe");
   const ResolvedConfig cfg = resolved(deepseek_tiny(data, 20, 1), 1);
   Result<testing::SpmdRun> r = testing::run_train_steps(cfg, Mesh(), CompileOptions{}, 20);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -276,7 +261,7 @@ TEST(DeepSeekMoe, TinyTrains) {
 
 TEST(DeepSeekMoe, ScannedAndShardedEqualOneDevice) {
   constexpr int kSteps = 4;
-  const std::string data = "text:" + varied_text_file();
+  const std::string data = "text:" + testing::varied_text_file("deepseek_moe");
   const Mesh one;
   // One device, unscanned (dense_layers_0, moe_layers_0, moe_layers_1).
   Result<testing::SpmdRun> want = testing::run_train_steps(
@@ -327,7 +312,7 @@ TEST(DeepSeekMoe, ScannedAndShardedEqualOneDevice) {
 // layer's bias is exactly rate x sign(B S k / E - tokens_e), tokens_e the step's logged load.
 // Then on fsdp=2 x expert=2 the 4-step run with the rule equals one device.
 TEST(DeepSeekMoe, RoutedBiasUpdateRuleIsMaxTexts) {
-  const std::string data = "text:" + varied_text_file();
+  const std::string data = "text:" + testing::varied_text_file("deepseek_moe");
   constexpr double kRate = 0.01;
   const KV rule = {{"routed_bias_update_rate", kRate}, {"load_balance_loss_weight", 0.0}};
   const ResolvedConfig cfg = resolved(deepseek_tiny(data, 1, 1, rule), 1);

@@ -15,6 +15,7 @@
 #include "engine/train/inspect.h"
 #include "engine/train/trainer.h"
 #include "tests/spmd/spmd_run.h"
+#include "tests/common/text_corpus.h"
 
 namespace eng {
 namespace {
@@ -171,28 +172,11 @@ TEST(Gpt3, TinyTrainsOnFortunes) {
   EXPECT_LT(last, first - 1.5f);
 }
 
-// A small text of varied bytes (synthetic batches repeat one token, which the tied embedding
-// predicts at once: a loss near 0 that compares nothing).
-std::string varied_text_file() {
-  const std::string path =
-      fmt::format("{}shardlab_gpt3_text_{}.txt", ::testing::TempDir(), ::getpid());
-  std::ofstream f(path);
-  uint32_t x = 12345;
-  for (int doc = 0; doc < 60; ++doc) {
-    for (int i = 0; i < 20 + doc % 17; ++i) {
-      x = x * 1103515245u + 12345u;
-      f << static_cast<char>('a' + (x >> 16) % 26);
-      if ((x >> 8) % 5 == 0) f << ' ';
-    }
-    f << "\n%\n";
-  }
-  return path;
-}
 
 TEST(Gpt3, TinyShardedEqualsOneDevice) {
   constexpr int kSteps = 4;
   const Mesh one;
-  const std::string data = "text:" + varied_text_file();
+  const std::string data = "text:" + testing::varied_text_file("gpt3");
   const ResolvedConfig one_cfg = tiny_config(data, kSteps, 1);
   Result<testing::SpmdRun> want = testing::run_train_steps(one_cfg, one, CompileOptions{}, kSteps);
   ASSERT_TRUE(want.ok()) << want.status().message();

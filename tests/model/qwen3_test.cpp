@@ -20,6 +20,7 @@
 #include "engine/train/trainer.h"
 #include "tests/ir/grad_check.h"
 #include "tests/spmd/spmd_run.h"
+#include "tests/common/text_corpus.h"
 
 namespace eng {
 namespace {
@@ -245,27 +246,11 @@ TEST(Qwen3, TinyTrainsOnFortunes) {
   EXPECT_LT(last, first - 1.5f);
 }
 
-// A small text of varied bytes, so the one-device run has something to learn.
-std::string varied_text_file() {
-  const std::string path =
-      fmt::format("{}shardlab_qwen3_text_{}.txt", ::testing::TempDir(), ::getpid());
-  std::ofstream f(path);
-  uint32_t x = 12345;
-  for (int doc = 0; doc < 60; ++doc) {
-    for (int i = 0; i < 20 + doc % 17; ++i) {
-      x = x * 1103515245u + 12345u;
-      f << static_cast<char>('a' + (x >> 16) % 26);
-      if ((x >> 8) % 5 == 0) f << ' ';
-    }
-    f << "\n%\n";
-  }
-  return path;
-}
 
 TEST(Qwen3, TinyShardedEqualsOneDevice) {
   constexpr int kSteps = 4;
   const Mesh one;
-  const std::string data = "text:" + varied_text_file();
+  const std::string data = "text:" + testing::varied_text_file("qwen3");
   Result<testing::SpmdRun> want =
       testing::run_train_steps(tiny_config(data, kSteps, one), one, CompileOptions{}, kSteps);
   ASSERT_TRUE(want.ok()) << want.status().message();
