@@ -238,6 +238,8 @@ Outs infer_constraint(OpKind kind, const In& in, const OpAttrs& at) {
   return {out};
 }
 
+// Logits f32 or bf16 (read in f32: MaxText's cast_logits_to_fp32 fused into the loss); xent and
+// lse are f32; the grad's dlogits take the logits' dtype (the convert's VJP, fused too).
 Outs infer_xent(OpKind kind, const In& in, const OpAttrs&) {
   n_in(kind, in, 2);
   const Shape& l = in[0]->shape;

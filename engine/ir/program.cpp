@@ -118,6 +118,9 @@ constexpr Bf16Slots kBf16Kernels[] = {
     {OpKind::kAttention, 0, 0b10},     {OpKind::kAttentionGrad, 0b10000, 0},
     {OpKind::kSwiglu, 0, 0},           {OpKind::kSwigluGrad, 0, 0},
     {OpKind::kAdd, 0, 0},              {OpKind::kMul, 0, 0},
+    // The loss head: bf16 logits and dlogits, f32 statistics (lse, max, sums, xent, dxent).
+    {OpKind::kSoftmaxCrossEntropy, 0, 0b11}, {OpKind::kSoftmaxCrossEntropyGrad, 0b1100, 0},
+    {OpKind::kVocabMax, 0, 0b1},       {OpKind::kVocabStats, 0b10, 0b11},
 };
 
 bool slot_ok(const Program& p, ValueId v, bool f32_slot) {

@@ -176,7 +176,7 @@ LossValues trace_gpt3_loss(Builder& b, const ModelConfig& m, const Gpt3Params& p
   // logits_via_embedding: y . embedding^T (B, T, V), normalize_embedding_logits false.
   ValueId logits = b.constraint(
       b.matmul(y, as_dtype(b, p.embedding, m.dtype), 2, 1, false, true, kLogits), kLogits);
-  logits = as_dtype(b, logits, DType::kF32);  // cast_logits_to_fp32
+  // cast_logits_to_fp32: inside softmax_cross_entropy (llama.cpp's loss head says why).
   ValueId xent = b.softmax_cross_entropy(logits, batch.targets).first;  // (B, T)
   LossValues out;
   std::tie(out.loss, out.total_weights) = b.masked_mean_loss(xent, batch.targets_segmentation);

@@ -534,7 +534,9 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
   ValueId y = b.rmsnorm(x, as_dtype(b, p.decoder_norm, DType::kF32), eps).first;  // (B, T, E)
   ValueId logits = b.constraint(
       b.matmul(y, as_dtype(b, p.logits_dense, m.dtype), 2, 1, false, false, kLogits), kLogits);  // (B, T, V)
-  logits = as_dtype(b, logits, DType::kF32);  // MaxText cast_logits_to_fp32 (default true)
+  // MaxText's cast_logits_to_fp32 (default true) is the loss's own: softmax_cross_entropy reads
+  // bf16 logits in f32 and returns bf16 dlogits (op.h), as XLA fuses the convert into its
+  // consumers; a separate convert would keep an f32 (B, T, V) copy alive until the backward.
   ValueId targets = batch.targets, targets_segmentation = batch.targets_segmentation;
   if (m.pipeline_stages > 1) {  // the rows in the order the pipeline hands them over
     targets = pipeline_output_rows(b, m, targets);

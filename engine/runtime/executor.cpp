@@ -122,6 +122,24 @@ void run_swiglu_bf16(const Args& a) {
 void run_swiglu_grad_bf16(const Args& a) {
   kern::swiglu_backward_bf16(a.h(0), a.h(1), a.h(2), a.hout(0), a.hout(1), a.numel(0));
 }
+void run_xent_bf16(const Args& a) {
+  const int64_t V = a.last_dim(0);
+  kern::softmax_cross_entropy_forward_bf16(a.h(0), a.ids(1), a.out(0), a.out(1), a.numel(0) / V, V);
+}
+int64_t offset_input(const Args& a, size_t i);  // below: an optional offset input, else 0
+void run_xent_grad_bf16(const Args& a) {
+  const int64_t V = a.last_dim(0);
+  kern::softmax_cross_entropy_backward_bf16(a.h(0), a.ids(1), a.f(2), a.f(3), a.hout(0),
+                                            a.numel(0) / V, V, offset_input(a, 4));
+}
+void run_vocab_max_bf16(const Args& a) {
+  const int64_t V = a.last_dim(0);
+  kern::vocab_max_bf16(a.h(0), a.out(0), a.numel(0) / V, V);
+}
+void run_vocab_stats_bf16(const Args& a) {
+  const int64_t V = a.last_dim(0);
+  kern::vocab_stats_bf16(a.h(0), a.f(1), a.ids(2), *a.ids(3), a.out(0), a.out(1), a.numel(0) / V, V);
+}
 void run_add_bf16(const Args& a) { kern::add_bf16(a.h(0), a.h(1), a.hout(0), a.numel(0)); }
 void run_mul_bf16(const Args& a) { kern::mul_bf16(a.h(0), a.h(1), a.hout(0), a.numel(0)); }
 
@@ -624,6 +642,10 @@ RunFn bf16_kernel(OpKind kind) {
     case OpKind::kSwigluGrad: return run_swiglu_grad_bf16;
     case OpKind::kAdd: return run_add_bf16;
     case OpKind::kMul: return run_mul_bf16;
+    case OpKind::kSoftmaxCrossEntropy: return run_xent_bf16;
+    case OpKind::kSoftmaxCrossEntropyGrad: return run_xent_grad_bf16;
+    case OpKind::kVocabMax: return run_vocab_max_bf16;
+    case OpKind::kVocabStats: return run_vocab_stats_bf16;
     default: return nullptr;
   }
 }

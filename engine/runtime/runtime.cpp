@@ -217,8 +217,17 @@ bool attention_scratch(const Instr&, const Shape& x, kern::ScratchNeeds& k) {
   return true;
 }
 
+bool loss_scratch(const Instr&, const Shape& x, kern::ScratchNeeds& k) {
+  k.loss_vocab = x.dim(-1);  // the bf16 kernels' widened rows (f32 logits need none)
+  return true;
+}
+
 constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
     {{OpKind::kAttention, attention_scratch},
+     {OpKind::kSoftmaxCrossEntropy, loss_scratch},
+     {OpKind::kSoftmaxCrossEntropyGrad, loss_scratch},
+     {OpKind::kVocabMax, loss_scratch},
+     {OpKind::kVocabStats, loss_scratch},
      {OpKind::kAttentionGrad, attention_scratch},
      {OpKind::kRmsNormGrad,
       [](const Instr&, const Shape& x, kern::ScratchNeeds& k) {
@@ -237,32 +246,25 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
       }},
 #define ENG_NO_SCRATCH(kind) {OpKind::kind, no_scratch},
      // sum / sum_squares scratch comes from the largest value (scratch_needs below).
-     ENG_NO_SCRATCH(kEmbedLookup) ENG_NO_SCRATCH(kOneHot) ENG_NO_SCRATCH(kMatmul) ENG_NO_SCRATCH(
-         kRmsNorm) ENG_NO_SCRATCH(kSwiglu) ENG_NO_SCRATCH(kAdd) ENG_NO_SCRATCH(kMul)
-         ENG_NO_SCRATCH(kScale) ENG_NO_SCRATCH(kConvert) ENG_NO_SCRATCH(kConstraint) ENG_NO_SCRATCH(
-             kSoftmaxCrossEntropy) ENG_NO_SCRATCH(kMaskedMeanLoss) ENG_NO_SCRATCH(kEmbedLookupGrad)
-             ENG_NO_SCRATCH(kSwigluGrad) ENG_NO_SCRATCH(kSoftmaxCrossEntropyGrad) ENG_NO_SCRATCH(
-                 kMaskedMeanLossGrad) ENG_NO_SCRATCH(kSumSquares) ENG_NO_SCRATCH(kGlobalNorm)
-                 ENG_NO_SCRATCH(kClipFactor) ENG_NO_SCRATCH(kLearningRate) ENG_NO_SCRATCH(
-                     kAdamW) ENG_NO_SCRATCH(kIncrement) ENG_NO_SCRATCH(kAllGather)
-                     ENG_NO_SCRATCH(kReduceScatter) ENG_NO_SCRATCH(kAllReduce) ENG_NO_SCRATCH(
-                         kAllToAll) ENG_NO_SCRATCH(kCollectivePermute) ENG_NO_SCRATCH(kDynamicSlice)
-                         ENG_NO_SCRATCH(kSafeDivide) ENG_NO_SCRATCH(kReshape) ENG_NO_SCRATCH(kSlice)
-                             ENG_NO_SCRATCH(kPad) ENG_NO_SCRATCH(kConcat) ENG_NO_SCRATCH(kShift)
-                                 ENG_NO_SCRATCH(kAxisIndex) ENG_NO_SCRATCH(kVocabMax)
-                                     ENG_NO_SCRATCH(kVocabStats) ENG_NO_SCRATCH(kXentFromStats)
-                                         ENG_NO_SCRATCH(kRepeatKv) ENG_NO_SCRATCH(kRepeatKvGrad)
-                                             ENG_NO_SCRATCH(kIndexInDim)
-                                                 ENG_NO_SCRATCH(kAddIndexInDim)
-        ENG_NO_SCRATCH(kTranspose) ENG_NO_SCRATCH(kCompare) ENG_NO_SCRATCH(kSelect)
-            ENG_NO_SCRATCH(kIndexPerRow) ENG_NO_SCRATCH(kAddIndexPerRow)
-                ENG_NO_SCRATCH(kMoeRoute) ENG_NO_SCRATCH(kMoeRouteGrad)
-                    ENG_NO_SCRATCH(kMoeDispatch) ENG_NO_SCRATCH(kMoeCombine)
-                        ENG_NO_SCRATCH(kMoeCombineWeightsGrad) ENG_NO_SCRATCH(kExpertMatmul)
-                            ENG_NO_SCRATCH(kExpertMatmulGrad)
-                ENG_NO_SCRATCH(kLayerNorm) ENG_NO_SCRATCH(kLayerNormGrad)
-                    ENG_NO_SCRATCH(kBiasAdd) ENG_NO_SCRATCH(kBiasAddGrad)
-                        ENG_NO_SCRATCH(kMoveToHost) ENG_NO_SCRATCH(kMoveToDevice)
+     ENG_NO_SCRATCH(kEmbedLookup) ENG_NO_SCRATCH(kOneHot) ENG_NO_SCRATCH(kMatmul)
+     ENG_NO_SCRATCH(kRmsNorm) ENG_NO_SCRATCH(kSwiglu) ENG_NO_SCRATCH(kAdd) ENG_NO_SCRATCH(kMul)
+     ENG_NO_SCRATCH(kScale) ENG_NO_SCRATCH(kConvert) ENG_NO_SCRATCH(kConstraint)
+     ENG_NO_SCRATCH(kMaskedMeanLoss) ENG_NO_SCRATCH(kEmbedLookupGrad) ENG_NO_SCRATCH(kSwigluGrad)
+     ENG_NO_SCRATCH(kMaskedMeanLossGrad) ENG_NO_SCRATCH(kSumSquares) ENG_NO_SCRATCH(kGlobalNorm)
+     ENG_NO_SCRATCH(kClipFactor) ENG_NO_SCRATCH(kLearningRate) ENG_NO_SCRATCH(kAdamW)
+     ENG_NO_SCRATCH(kIncrement) ENG_NO_SCRATCH(kAllGather) ENG_NO_SCRATCH(kReduceScatter)
+     ENG_NO_SCRATCH(kAllReduce) ENG_NO_SCRATCH(kAllToAll) ENG_NO_SCRATCH(kCollectivePermute)
+     ENG_NO_SCRATCH(kDynamicSlice) ENG_NO_SCRATCH(kSafeDivide) ENG_NO_SCRATCH(kReshape)
+     ENG_NO_SCRATCH(kSlice) ENG_NO_SCRATCH(kPad) ENG_NO_SCRATCH(kConcat) ENG_NO_SCRATCH(kShift)
+     ENG_NO_SCRATCH(kAxisIndex) ENG_NO_SCRATCH(kXentFromStats) ENG_NO_SCRATCH(kRepeatKv)
+     ENG_NO_SCRATCH(kRepeatKvGrad) ENG_NO_SCRATCH(kIndexInDim) ENG_NO_SCRATCH(kAddIndexInDim)
+     ENG_NO_SCRATCH(kTranspose) ENG_NO_SCRATCH(kCompare) ENG_NO_SCRATCH(kSelect)
+     ENG_NO_SCRATCH(kIndexPerRow) ENG_NO_SCRATCH(kAddIndexPerRow) ENG_NO_SCRATCH(kMoeRoute)
+     ENG_NO_SCRATCH(kMoeRouteGrad) ENG_NO_SCRATCH(kMoeDispatch) ENG_NO_SCRATCH(kMoeCombine)
+     ENG_NO_SCRATCH(kMoeCombineWeightsGrad) ENG_NO_SCRATCH(kExpertMatmul)
+     ENG_NO_SCRATCH(kExpertMatmulGrad) ENG_NO_SCRATCH(kLayerNorm) ENG_NO_SCRATCH(kLayerNormGrad)
+     ENG_NO_SCRATCH(kBiasAdd) ENG_NO_SCRATCH(kBiasAddGrad) ENG_NO_SCRATCH(kMoveToHost)
+     ENG_NO_SCRATCH(kMoveToDevice)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

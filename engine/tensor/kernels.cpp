@@ -327,6 +327,7 @@ void ScratchNeeds::merge(const ScratchNeeds& o) {
   sum_elements = std::max(sum_elements, o.sum_elements);
   attention_head_dim = std::max(attention_head_dim, o.attention_head_dim);
   bf16_matmul_bytes = std::max(bf16_matmul_bytes, o.bf16_matmul_bytes);
+  loss_vocab = std::max(loss_vocab, o.loss_vocab);
   if (o.rope_dim > 0) {
     rope_positions = std::max(rope_positions, o.rope_positions);
     rope_dim = o.rope_dim;
@@ -338,9 +339,11 @@ void ScratchNeeds::merge(const ScratchNeeds& o) {
 
 void reserve_attention_scratch(int64_t T);  // attention.cpp
 void reserve_bf16_scratch(const ScratchNeeds& n);  // kernels_bf16.cpp
+void reserve_loss_scratch(int64_t V);              // loss.cpp
 
 static void reserve_scratch_or_throw(const ScratchNeeds& n) {
   reserve_bf16_scratch(n);
+  if (n.loss_vocab > 0) reserve_loss_scratch(n.loss_vocab);
   if (n.attention_seq > 0) reserve_attention_scratch(n.attention_seq);
   const int64_t blocks = (n.rmsnorm_rows + kNormRows - 1) / kNormRows;
   if (static_cast<int64_t>(t_rmsnorm_partials.size()) < blocks * n.rmsnorm_width)

@@ -116,6 +116,18 @@ void vocab_max(const float* logits /*(N, V)*/, float* mx /*(N)*/, int64_t N, int
 // picked[n] = logits[n, targets[n] - offset] when inside [0, V), else 0.
 void vocab_stats(const float* logits /*(N, V)*/, const float* mx, const int32_t* targets,
                  int64_t offset, float* sumexp /*(N)*/, float* picked /*(N)*/, int64_t N, int64_t V);
+// The same four on bf16 logits (and bf16 dlogits): each row is widened to f32 in a per-thread
+// buffer, the f32 math above runs on it, and dlogits are rounded to bf16 as they are stored, so
+// the bits equal widening the whole tensor first, with no (N, V) f32 copy (MaxText's
+// cast_logits_to_fp32 as XLA fuses it: the convert into its consumers).
+void softmax_cross_entropy_forward_bf16(const uint16_t* logits, const int32_t* targets,
+                                        float* xent, float* lse, int64_t N, int64_t V);
+void softmax_cross_entropy_backward_bf16(const uint16_t* logits, const int32_t* targets,
+                                         const float* lse, const float* dxent, uint16_t* dlogits,
+                                         int64_t N, int64_t V, int64_t offset = 0);
+void vocab_max_bf16(const uint16_t* logits, float* mx, int64_t N, int64_t V);
+void vocab_stats_bf16(const uint16_t* logits, const float* mx, const int32_t* targets,
+                      int64_t offset, float* sumexp, float* picked, int64_t N, int64_t V);
 
 // ---- reductions and the optimizer ---------------------------------------------------------
 double sum(const float* x, int64_t n);          // accumulated in double
@@ -144,6 +156,7 @@ struct ScratchNeeds {
   bool rope_use_scale = false;      //   and Llama 3.1's scaling (rope_form.h)
   int64_t attention_head_dim = 0;   // bf16 attention: its D (with attention_seq)
   int64_t bf16_matmul_bytes = 0;    // largest Bf16MatmulPlan::scratch_bytes() (onednn_matmul.h)
+  int64_t loss_vocab = 0;           // largest V of the cross-entropy kernels (bf16: two f32 rows)
   void merge(const ScratchNeeds& o);  // element-wise max (rope: the last non-empty one)
 };
 // Grows the calling thread's scratch to `needs`; allocates nothing when already large enough.
@@ -161,8 +174,8 @@ bool reserve_scratch(const ScratchNeeds& needs);
 // CPU (vcvtneps2bf16 where there is avx512_bf16, denormal lanes fixed up; software elsewhere),
 // so results do not depend on the CPU. Same pool and scratch rules as the f32 kernels;
 // ref::*_bf16 (reference.h) are the float64 oracles with rb at the same points. bf16 matmuls
-// are planned objects: Bf16MatmulPlan in onednn_matmul.h. Cross-entropy stays f32 (MaxText's
-// cast_logits_to_fp32: true): the f32 kernels above, after convert_bf16_to_f32 of the logits.
+// are planned objects: Bf16MatmulPlan in onednn_matmul.h. Cross-entropy computes in f32 (MaxText's
+// cast_logits_to_fp32: true) on bf16 logits: the *_bf16 loss kernels above.
 //
 // RMSNorm: x -> f32; rstd = 1/sqrt(mean(x^2) + eps); y = rb(rb(x * rstd) * rb(scale)).
 void rmsnorm_forward_bf16(const uint16_t* x /*(N, E)*/, const float* scale /*(E)*/,

@@ -95,18 +95,25 @@ DType arg_dtype(const Program& p, const std::string& name) {
 }
 
 // MaxText: parameters and moments in weight_dtype; activations (each layer's input, the
-// projections) in dtype; logits cast to f32 for the loss; f32 gradients cast to grad_dtype.
+// projections) in dtype; logits read in f32 by the loss (cast_logits_to_fp32, fused: no f32
+// (B, T, V) copy, and dlogits come back in bf16); f32 gradients cast to grad_dtype.
 TEST(Bf16Program, ValueTypesFollowMaxText) {
   Program p =
       build_train_step(resolved(small({{"dtype", "bfloat16"}, {"remat_policy", "none"}})), nullptr);
   EXPECT_EQ(arg_dtype(p, "params/decoder/layers_0/mlp/wi_0/kernel"), DType::kF32);
   EXPECT_EQ(arg_dtype(p, "opt_state/mu/decoder/layers_0/mlp/wi_0/kernel"), DType::kF32);
-  int bf16_matmuls = 0, f32_matmuls = 0, layer_inputs = 0, f32_xent = 0;
+  int bf16_matmuls = 0, f32_matmuls = 0, layer_inputs = 0, fused_xent = 0, bf16_dlogits = 0;
   for (const Instr& in : p.instrs()) {
     const ValueInfo& out = p.value(in.outputs[0]);
     if (in.kind == OpKind::kMatmul) (out.dtype == DType::kBF16 ? bf16_matmuls : f32_matmuls)++;
     if (in.kind == OpKind::kSoftmaxCrossEntropy)
-      f32_xent += p.value(in.inputs[0]).dtype == DType::kF32 && out.dtype == DType::kF32;
+      fused_xent += p.value(in.inputs[0]).dtype == DType::kBF16 && out.dtype == DType::kF32 &&
+                    p.value(in.outputs[1]).dtype == DType::kF32;
+    if (in.kind == OpKind::kSoftmaxCrossEntropyGrad) bf16_dlogits += out.dtype == DType::kBF16;
+    if (in.kind == OpKind::kConvert) {  // no f32 copy of the logits (B, T, V = 256)
+      EXPECT_FALSE(out.dtype == DType::kF32 && out.shape.rank() == 3 && out.shape.dim(-1) == 256)
+          << out.type_string();
+    }
   }
   for (const ValueInfo& v : p.values())
     if (v.checkpoint_name == "decoder_layer_input") {
@@ -116,7 +123,8 @@ TEST(Bf16Program, ValueTypesFollowMaxText) {
   EXPECT_EQ(f32_matmuls, 0);  // every matmul takes bf16 inputs
   EXPECT_GT(bf16_matmuls, 0);
   EXPECT_EQ(layer_inputs, 2);
-  EXPECT_EQ(f32_xent, 1);  // cast_logits_to_fp32
+  EXPECT_EQ(fused_xent, 1);  // cast_logits_to_fp32
+  EXPECT_EQ(bf16_dlogits, 1);
   // The program text shows the bf16 values, e.g. a layer's saved input (B, T, E).
   EXPECT_NE(p.to_text().find("bf16[2,16,64]"), std::string::npos);
 

@@ -286,5 +286,55 @@ TEST(Bf16Kernels, SameBitsOnOneThread) {
   EXPECT_TRUE(test::bitwise_equal(ds1, ds2));
 }
 
+// The loss head on bf16 logits (cast_logits_to_fp32 fused into the loss): bitwise what the f32
+// kernels give on the logits widened first, and dlogits rounded after, for the fused kernel, its
+// vocab-block gradient (offset) and the vocab-parallel pieces; rows wider than one SIMD block,
+// a target outside the block, and one thread or many alike.
+TEST(Bf16Kernels, CrossEntropyEqualsWidenedF32Kernels) {
+  const int64_t N = 37, V = 1003, offset = 500;
+  auto logits = random_bf16(N * V, 70, -8.f, 8.f);
+  std::vector<float> wide(N * V), dxent(N);
+  kern::convert_bf16_to_f32(logits.bits.data(), wide.data(), N * V);
+  std::vector<int32_t> targets(N);
+  for (int64_t n = 0; n < N; ++n) {
+    targets[n] = static_cast<int32_t>((n * 7919) % (V + offset));
+    dxent[n] = 0.25f + 0.01f * static_cast<float>(n);
+  }
+  targets[3] = static_cast<int32_t>(V);  // outside [0, V): NaN loss, nothing read
+  std::vector<float> xent(N), lse(N), xent_b(N), lse_b(N);
+  kern::softmax_cross_entropy_forward(wide.data(), targets.data(), xent.data(), lse.data(), N, V);
+  auto forward = [&] {
+    kern::softmax_cross_entropy_forward_bf16(logits.bits.data(), targets.data(), xent_b.data(),
+                                             lse_b.data(), N, V);
+  };
+  forward();
+  EXPECT_TRUE(test::bitwise_equal(xent, xent_b));
+  EXPECT_TRUE(test::bitwise_equal(lse, lse_b));
+  EXPECT_TRUE(std::isnan(xent_b[3]));
+  test::run_single_threaded(forward);
+  EXPECT_TRUE(test::bitwise_equal(lse, lse_b));
+
+  for (const int64_t off : {int64_t{0}, offset}) {
+    std::vector<float> d32(N * V);
+    std::vector<uint16_t> want(N * V), got(N * V);
+    kern::softmax_cross_entropy_backward(wide.data(), targets.data(), lse.data(), dxent.data(),
+                                         d32.data(), N, V, off);
+    kern::convert_f32_to_bf16(d32.data(), want.data(), N * V);
+    kern::softmax_cross_entropy_backward_bf16(logits.bits.data(), targets.data(), lse.data(),
+                                              dxent.data(), got.data(), N, V, off);
+    EXPECT_EQ(got, want) << "offset " << off;
+  }
+
+  std::vector<float> mx(N), mx_b(N), se(N), se_b(N), pk(N), pk_b(N);
+  kern::vocab_max(wide.data(), mx.data(), N, V);
+  kern::vocab_max_bf16(logits.bits.data(), mx_b.data(), N, V);
+  EXPECT_TRUE(test::bitwise_equal(mx, mx_b));
+  kern::vocab_stats(wide.data(), mx.data(), targets.data(), offset, se.data(), pk.data(), N, V);
+  kern::vocab_stats_bf16(logits.bits.data(), mx.data(), targets.data(), offset, se_b.data(),
+                         pk_b.data(), N, V);
+  EXPECT_TRUE(test::bitwise_equal(se, se_b));
+  EXPECT_TRUE(test::bitwise_equal(pk, pk_b));
+}
+
 }  // namespace
 }  // namespace eng
