@@ -280,9 +280,33 @@ CREATE TABLE prediction_parts (
 ) STRICT;
 )sql";
 
+// Version 2's CHECK on prediction_parts.kind left out 'host_offload', which plan.cpp writes for
+// a remat policy that offloads (so recording such a plan failed). SQLite cannot alter a CHECK:
+// the table is rebuilt under its name, rows kept (nothing references it).
+constexpr const char* kHostOffloadParts = R"sql(
+CREATE TABLE prediction_parts_v3 (
+  compile_id      INTEGER NOT NULL,
+  topology        TEXT NOT NULL,
+  kind            TEXT NOT NULL CHECK (kind IN ('compute', 'collective', 'host_offload')),
+  name            TEXT NOT NULL,              -- op class, mesh axes, or 'host'
+  seconds         REAL NOT NULL,
+  exposed_seconds REAL,
+  flops           REAL,
+  bytes           REAL,
+  PRIMARY KEY (compile_id, topology, kind, name),
+  FOREIGN KEY (compile_id, topology) REFERENCES predictions (compile_id, topology)
+    ON DELETE CASCADE
+) STRICT;
+INSERT INTO prediction_parts_v3 SELECT compile_id, topology, kind, name, seconds,
+  exposed_seconds, flops, bytes FROM prediction_parts;
+DROP TABLE prediction_parts;
+ALTER TABLE prediction_parts_v3 RENAME TO prediction_parts;
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "initial schema", kSchemaV1},
     {2, "predictions", kPredictions},
+    {3, "host_offload prediction parts", kHostOffloadParts},
 };
 
 }  // namespace

@@ -203,5 +203,49 @@ TEST(Plan, WritesThePredictionUnderItsCompilation) {
             static_cast<int64_t>(r->predicted.compute.size()));
 }
 
+// Regression: schema version 2 refused prediction_parts.kind 'host_offload', so recording the
+// plan of an offloading remat policy failed. A v2 store is migrated (its rows kept) and takes it.
+TEST(Plan, RecordsHostOffloadPartsAndMigratesAVersion2Store) {
+  TempDir dir("plan_v2");
+  const std::string path = dir / "m.db";
+  int64_t parts_before = 0;
+  {
+    std::vector<Migration> v2(store_migrations().begin(), store_migrations().begin() + 2);
+    ASSERT_EQ(v2.back().version, 2);
+    auto old = MetricsStore::open(path, {.migrations = v2}).value();
+    PlanOptions o;
+    o.store = old.get();
+    Result<Plan> r = plan_for_topology(config("llama-tiny", "v6e-8", 1, 256), o);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    Result<QueryResult> q = old->query("SELECT count(*) FROM prediction_parts");
+    ASSERT_TRUE(q.ok());
+    parts_before = std::get<int64_t>(q->rows[0][0]);
+    ASSERT_GT(parts_before, 0);
+  }
+  auto store = MetricsStore::open(path).value();
+  EXPECT_EQ(*store->user_version(), store_schema_version());
+  Result<QueryResult> kept = store->query("SELECT count(*) FROM prediction_parts");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(std::get<int64_t>(kept->rows[0][0]), parts_before);
+
+  Config c = config("llama-tiny", "v6e-8", 2, 512);
+  ASSERT_TRUE(c.set("remat_policy", "custom").ok());
+  ASSERT_TRUE(c.set("remat_offload_names", "decoder_layer_input,query_proj,key_proj,value_proj").ok());
+  PlanOptions o;
+  o.store = store.get();
+  Result<Plan> r = plan_for_topology(c, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  SqlValue id[] = {r->compile_id};
+  Result<QueryResult> host = store->query(
+      "SELECT name, seconds, bytes FROM prediction_parts WHERE compile_id = ? AND "
+      "kind = 'host_offload'",
+      id);
+  ASSERT_TRUE(host.ok()) << host.status().message();
+  ASSERT_EQ(host->rows.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(host->rows[0][0]), "host");
+  EXPECT_DOUBLE_EQ(std::get<double>(host->rows[0][1]), r->predicted.host_transfers.seconds);
+  EXPECT_DOUBLE_EQ(std::get<double>(host->rows[0][2]), r->predicted.host_transfers.bytes);
+}
+
 }  // namespace
 }  // namespace eng
