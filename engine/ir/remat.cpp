@@ -109,6 +109,7 @@ class Rematerializer {
   }
 
   bool saved(const ValueInfo& v) const {
+    if (v.remat_scope == kAlwaysRecomputeScope) return false;
     if (policy_.save_all || v.remat_scope < 0) return true;
     return named(policy_.save_names, v);
   }

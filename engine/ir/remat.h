@@ -38,6 +38,11 @@
 // recomputation. decoder_layer_input may be offloaded too (MaxText's custom policy).
 // Recomputation is the same ops on the same inputs, so every result is bitwise identical
 // to the unrematerialised program's.
+//
+// Values traced under kAlwaysRecomputeScope are recomputed for the backward whatever the policy
+// (none included): a custom VJP that saves only its inputs. MaxText's vocabulary tiling
+// (num_vocab_tiling, engine/model/llama.cpp's loss head) is one: each tile's logits and
+// cross-entropy are computed again, tile by tile, in the backward.
 #pragma once
 
 #include <string>
@@ -51,6 +56,9 @@ namespace eng {
 
 // The checkpoint names the llama model tags (engine/model/llama.cpp), MaxText's names.
 const std::vector<std::string>& checkpoint_names();
+
+// The remat scope (ValueInfo::remat_scope) of values recomputed whatever the policy (above).
+constexpr int32_t kAlwaysRecomputeScope = -2;
 // The accepted remat_policy values, in the order of the table above.
 const std::vector<std::string>& remat_policy_names();
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/hash.h"
+#include "engine/ir/remat.h"
 #include "engine/model/gpt3.h"
 #include "engine/model/moe.h"
 
@@ -485,6 +486,41 @@ ValueId trace_scanned_layers(Builder& b, const ModelConfig& m, const LlamaLayerP
   return x;
 }
 
+// MaxText's vocabulary tiling (num_vocab_tiling = K > 1; MaxText's vocabulary_tiling.py, read
+// at commit e591f30): the loss head in K tiles of the tokens, so that one tile's (B, T/K, V)
+// logits are live at a time in the forward and the backward. Each tile's kernel cast, logits
+// and cross-entropy form a custom-VJP region (kAlwaysRecomputeScope) that the backward computes
+// again, whatever the remat policy, and the kernel's gradient is summed over the tiles in its
+// weight_dtype (MaxText's zeros_like(gathered_params) accumulator). MaxText all-gathers the lm
+// head over fsdp once before the tiles; here the partitioner gathers the kernel for each tile's
+// matmul (more all-gathers, none kept across the tiles) and reduce-scatters the summed gradient
+// once. MaxText tiles the flattened batch x sequence; tile k here is the tokens t = j K + k of
+// every row: the same per-device work for any batch sharding, no relayout when the sequence is
+// sharded, and the same summed loss. Returns xent (B, T).
+ValueId tiled_cross_entropy(Builder& b, const ModelConfig& m, ValueId y, ValueId kernel,
+                            ValueId targets, const Logical& logits_axes) {
+  const int64_t K = m.num_vocab_tiling;
+  const Shape ys = b.info(y).shape;  // (B, T, E)
+  const int64_t B = ys[0], T = ys[1], E = ys[2];
+  ENG_CHECK(T % K == 0, "num_vocab_tiling {} does not divide the sequence {}", K, T);
+  const ValueId w = kernel;  // (E, V) in weight_dtype, as the parameter is sharded
+  const ValueId y4 = b.reshape(y, Shape{B, T / K, K, E});
+  const ValueId t4 = b.reshape(targets, Shape{B, T / K, K});
+  const Logical tile_axes = {"activation_embed_and_logits_batch", "activation_length",
+                             "activation_embed"};
+  std::vector<ValueId> parts;
+  b.set_remat_scope(kAlwaysRecomputeScope);
+  for (int64_t k = 0; k < K; ++k) {
+    const ValueId yk = b.constraint(b.index_in_dim(y4, 2, k), tile_axes);  // (B, T/K, E)
+    const ValueId logits = b.constraint(
+        b.matmul(yk, as_dtype(b, w, m.dtype), 2, 1, false, false, logits_axes), logits_axes);
+    const ValueId xent = b.softmax_cross_entropy(logits, b.index_in_dim(t4, 2, k)).first;
+    parts.push_back(b.reshape(xent, Shape{B, T / K, 1}));
+  }
+  b.set_remat_scope(-1);
+  return b.reshape(b.concat(std::move(parts), 2), Shape{B, T});  // token t = j K + k
+}
+
 LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams& p,
                             const BatchArgs& batch) {
   const Logical kActivation = {"activation_batch", "activation_norm_length", "activation_embed"};
@@ -532,8 +568,10 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
                               seg, false, &moe);
   }
   ValueId y = b.rmsnorm(x, as_dtype(b, p.decoder_norm, DType::kF32), eps).first;  // (B, T, E)
-  ValueId logits = b.constraint(
-      b.matmul(y, as_dtype(b, p.logits_dense, m.dtype), 2, 1, false, false, kLogits), kLogits);  // (B, T, V)
+  ValueId logits = kNoValue;  // (B, T, V); tiled below instead with num_vocab_tiling
+  if (m.num_vocab_tiling <= 1)
+    logits = b.constraint(
+        b.matmul(y, as_dtype(b, p.logits_dense, m.dtype), 2, 1, false, false, kLogits), kLogits);
   // MaxText's cast_logits_to_fp32 (default true) is the loss's own: softmax_cross_entropy reads
   // bf16 logits in f32 and returns bf16 dlogits (op.h), as XLA fuses the convert into its
   // consumers; a separate convert would keep an f32 (B, T, V) copy alive until the backward.
@@ -542,7 +580,10 @@ LossValues trace_llama_loss(Builder& b, const ModelConfig& m, const LlamaParams&
     targets = pipeline_output_rows(b, m, targets);
     targets_segmentation = pipeline_output_rows(b, m, targets_segmentation);
   }
-  ValueId xent = b.softmax_cross_entropy(logits, targets).first;  // (B, T)
+  const ValueId xent =  // (B, T)
+      logits != kNoValue
+          ? b.softmax_cross_entropy(logits, targets).first
+          : tiled_cross_entropy(b, m, y, p.logits_dense, targets, kLogits);
   auto [loss, total_weights] = b.masked_mean_loss(xent, targets_segmentation);
   LossValues out;
   out.loss = loss;

@@ -71,6 +71,9 @@ struct ModelConfig {
   // use_iota_embed falls back to the gather when the one-hot (B, T, V) f32 would exceed
   // this many bytes (MaxText PR #3922: 2 GiB).
   int64_t iota_embed_max_bytes = int64_t{2} << 30;
+  // MaxText's num_vocab_tiling: the loss head in this many tiles of the tokens, each tile's
+  // logits recomputed in the backward (llama.cpp tiled_cross_entropy); 1 = one (B, T, V) logits.
+  int64_t num_vocab_tiling = 1;
   std::vector<std::string> mlp_activations = {"silu", "linear"};
   // MaxText's decoder_block: "llama2" (this file; mistral's is the same layer; qwen3_moe is
   // this layer with use_qk_norm and its experts under moe_block/; "deepseek" is MaxText's

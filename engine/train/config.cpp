@@ -71,6 +71,7 @@ const std::vector<ConfigKey> kKeys = {
     {"remat_policy", V{std::string("full")}, "rematerialisation: none | full | minimal | minimal_with_context | save_dot_with_context_except_mlp | save_dot_except_mlpwi | save_dot_except_mlp | save_qkv_proj | save_out_proj | qkv_proj_offloaded | minimal_offloaded | save_only_these_names | custom (docs/memory.md)"},
     {"remat_save_names", V{std::string()}, "checkpoint names saved by remat_policy save_only_these_names/custom, comma-separated (e.g. \"query_proj,key_proj,value_proj,out_proj\")"},
     {"remat_offload_names", V{std::string()}, "checkpoint names remat_policy=custom offloads to host memory, comma-separated (MaxText's custom keys set to 'offload', e.g. \"decoder_layer_input,query_proj\")"},
+    {"num_vocab_tiling", V{int64_t{1}}, "MaxText's vocabulary tiling: the loss head in this many tiles of each row's tokens (it must divide max_target_length), each tile's logits computed again in the backward, so one tile's (B, T/K, V) logits are live instead of the whole (B, T, V); the lm head kernel is gathered once; 1 = off (docs/memory.md)"},
     {"iota_embed_max_bytes", V{int64_t{2} << 30}, "use_iota_embed falls back to the gather above this one-hot (B,T,V) f32 size (MaxText PR #3922: 2 GiB)"},
     {"remove_size_one_mesh_axis_from_type", V{true}, "size-1 mesh axes are dropped from shardings (MaxText default true; always the case here, false is unsupported)"},
     {"grad_dtype", V{std::string("float32")}, "float32 gradients are cast to this before clipping and the update: float32 (MaxText's default) | bfloat16 (MaxText train.py)"},
@@ -627,6 +628,7 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.scan_layers = c.get_bool("scan_layers");
   r.model.param_scan_axis = c.get_int("param_scan_axis");
   r.model.iota_embed_max_bytes = c.get_int("iota_embed_max_bytes");
+  r.model.num_vocab_tiling = c.get_int("num_vocab_tiling");
   resolve_moe(c, r.model.moe);
   if (const std::string block = c.get_string("decoder_block"); !block.empty())
     r.model.decoder_block = block;
@@ -678,6 +680,14 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
                            "supported yet (MoE layers in a pipeline stage)",
                            r.model.moe.num_experts, r.model.pipeline_stages);
   }
+  if (r.model.num_vocab_tiling < 1 || r.max_target_length % r.model.num_vocab_tiling != 0)
+    return invalid_argument("config: num_vocab_tiling {} must be >= 1 and divide "
+                            "max_target_length {} (the loss head's tiles split each row's tokens)",
+                            r.model.num_vocab_tiling, r.max_target_length);
+  if (r.model.gpt3() && r.model.num_vocab_tiling > 1)
+    return unimplemented("config: num_vocab_tiling={} with model {}'s logits_via_embedding is not "
+                         "supported yet (the tiled loss head reads a logits_dense kernel)",
+                         r.model.num_vocab_tiling, r.model.name);
   if (r.model.gpt3() && r.model.moe.enabled())
     return unimplemented("config: model {} (decoder_block gpt3) with num_experts={} is not "
                          "supported yet (MoE layers are llama2-style decoder layers here)",

@@ -296,7 +296,6 @@ constexpr Unsupported kUnsupported[] = {
     {"first_num_dense_layers", "0", "dense layers before MoE layers"},
     {"gradient_accumulation_steps", "1", "gradient accumulation"},
     {"quantization", "''", "quantized training"},
-    {"num_vocab_tiling", "1", "vocabulary tiling"},
     {"mu_dtype", "''", "an optimizer-moment dtype other than weight_dtype"},
     {"ici_sequence_parallelism", "1", "the 'sequence' mesh axis"},
     {"dcn_sequence_parallelism", "1", "the 'sequence' mesh axis"},

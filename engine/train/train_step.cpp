@@ -150,7 +150,7 @@ Program build_train_step(const ResolvedConfig& c, TrainStepLayout* layout) {
   Result<RematPolicy> policy =
       remat_policy(c.remat_policy, c.remat_save_names, c.remat_offload_names);
   ENG_CHECK(policy.ok(), "build_train_step: {}", policy.status().message());  // resolve_config validated it
-  if (policy->save_all) return traced;  // none: nothing to recompute
+  if (policy->save_all && c.model.num_vocab_tiling <= 1) return traced;  // none: nothing to recompute
   return rematerialize(traced, forward_end, *policy);
 }
 
