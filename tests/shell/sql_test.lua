@@ -13,7 +13,7 @@ assert(math.type(r.r) == "float" and r.r == 2.5)
 assert(r.t == "x" and r.n == nil and r.p == "arg" and r.b == 1)
 
 -- The schema is there, with its version.
-assert(sl.sql("PRAGMA user_version")[1].user_version == 2)  -- docs/metrics-store.md: version 2 added predictions
+assert(sl.sql("PRAGMA user_version")[1].user_version == 3)  -- docs/metrics-store.md: v3 allows host_offload parts
 assert(sl.sql("PRAGMA journal_mode")[1].journal_mode == "wal")
 local names = {}
 for _, row in ipairs(sl.sql("SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')")) do
