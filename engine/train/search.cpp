@@ -238,18 +238,23 @@ bool better(const SearchCandidate& a, const SearchCandidate& b, SearchRank rank)
   return a.predicted.tokens_per_s_per_device > b.predicted.tokens_per_s_per_device;
 }
 
-void record_candidate(RunRecorder& rec, const SearchCandidate& c, const Plan* plan) {
+// The candidate's rows in the store; the first write that failed, if any (the search goes on).
+Status record_candidate(RunRecorder& rec, const SearchCandidate& c, const Plan* plan) {
   const int64_t i = c.index;
+  Status first = ok_status();
+  auto keep = [&](Status s) {
+    if (first.ok() && !s.ok()) first = std::move(s);
+  };
   if (plan != nullptr) {
     const Prediction& p = c.predicted;
     const int64_t id = rec.record_plan(plan->trainer->last_compile(), *plan->exe, i, p.hbm_bytes);
-    if (id > 0) (void)rec.store()->record_prediction(id, prediction_row(p));
-    (void)rec.log_value("search/step_time_s", i, p.step_time_s);
-    (void)rec.log_value("search/tokens_per_s_per_device", i, p.tokens_per_s_per_device);
-    (void)rec.log_value("search/mfu", i, p.mfu);
-    (void)rec.log_value("search/peak_bytes", i, static_cast<double>(p.peak_bytes));
-    (void)rec.log_value("search/fits", i, p.fits ? 1.0 : 0.0);
-    (void)rec.log_value("search/global_batch", i, static_cast<double>(c.global_batch));
+    if (id > 0) keep(rec.store()->record_prediction(id, prediction_row(p)));
+    keep(rec.log_value("search/step_time_s", i, p.step_time_s));
+    keep(rec.log_value("search/tokens_per_s_per_device", i, p.tokens_per_s_per_device));
+    keep(rec.log_value("search/mfu", i, p.mfu));
+    keep(rec.log_value("search/peak_bytes", i, static_cast<double>(p.peak_bytes)));
+    keep(rec.log_value("search/fits", i, p.fits ? 1.0 : 0.0));
+    keep(rec.log_value("search/global_batch", i, static_cast<double>(c.global_batch)));
     rec.record_event("search", "info", i,
                      fmt::format("{}: {:.3f} s, {:.1f} tokens/s/device, peak {:.2f} GiB, {}",
                                  c.label(), p.step_time_s, p.tokens_per_s_per_device,
@@ -257,6 +262,7 @@ void record_candidate(RunRecorder& rec, const SearchCandidate& c, const Plan* pl
   } else {
     rec.record_event("search", "warning", i, fmt::format("{}: {}", c.label(), c.limit()));
   }
+  return first;
 }
 
 // The candidate's per_device_batch_size as varied ("" when it is not varied).
@@ -407,7 +413,10 @@ Result<SearchResult> search_configs(const Config& base, const SearchSpace& space
       }
       std::lock_guard<std::mutex> lock(mu);
       ++done;
-      if (rec.recording()) record_candidate(rec, c, plan ? &*plan : nullptr);
+      if (rec.recording())
+        if (Status s = record_candidate(rec, c, plan ? &*plan : nullptr);
+            !s.ok() && r.store_error.empty())
+          r.store_error = s.message();
       if (options.progress) options.progress(done, total, c);
     }
   });
@@ -486,6 +495,8 @@ std::string SearchResult::to_table(int64_t top) const {
   if (!mesh_skip_example.empty() && meshes < mesh_splits)
     out += fmt::format("  {} split{} not laid out on the torus, e.g. {}\n", mesh_splits - meshes,
                        mesh_splits - meshes == 1 ? "" : "s", mesh_skip_example);
+  if (!store_error.empty())
+    out += fmt::format("  store: some candidates' rows were not recorded: {}\n", store_error);
   return out;
 }
 

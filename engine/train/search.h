@@ -89,6 +89,8 @@ struct SearchResult {
   bool interrupted = false;
   double seconds = 0;
   std::string run_id;                     // the search's run ("" without a store)
+  std::string store_error;                // the first store write that failed ("" when none; the
+                                          // search goes on, its store rows are incomplete)
   SearchRank rank = SearchRank::kTokensPerSecond;
   // The best `top` with what limits each, and a summary line.
   std::string to_table(int64_t top) const;

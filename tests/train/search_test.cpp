@@ -146,6 +146,29 @@ TEST(Search, DropsWhatDoesNotFitAndRanksTheRest) {
   EXPECT_EQ(count("SELECT count(*) FROM metrics WHERE run_id = ? AND key = 'search/rank'"), 3);
 }
 
+// A store write that fails does not stop the search and is not silent: the first error is kept
+// and printed under the table (a v2 store's CHECK once refused every host-offload prediction
+// part, and the search dropped the error).
+TEST(Search, AFailedStoreWriteIsReported) {
+  const std::string db = TempDir() + "/search_store_error.db";
+  std::remove(db.c_str());
+  std::vector<Migration> refusing(store_migrations().begin(), store_migrations().end());
+  refusing.push_back({store_schema_version() + 1, "refuse prediction parts",
+                      "CREATE TRIGGER refuse_parts BEFORE INSERT ON prediction_parts BEGIN "
+                      "SELECT RAISE(ABORT, 'refused by the test'); END;"});
+  Result<std::unique_ptr<MetricsStore>> store = MetricsStore::open(db, {.migrations = refusing});
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  SearchOptions o;
+  o.store = store->get();
+  SearchSpace space{{"fsdp", "tensor"}, {{"per_device_batch_size", {"1"}}}};
+  Result<SearchResult> r = search_configs(tiny(), space, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->fitting, 3);  // the search went on
+  EXPECT_TRUE(contains(r->store_error, "refused by the test")) << r->store_error;
+  EXPECT_TRUE(contains(r->to_table(3), "store: some candidates' rows were not recorded: "))
+      << r->to_table(3);
+}
+
 TEST(Search, LargerBatchesAreSkippedOnceOneDoesNotFit) {
   // 16384 does not fit on any of the three meshes that plan, so 32768 is not planned there;
   // without pruning it is, and does not fit either.
