@@ -44,6 +44,7 @@
 
 #include "engine/base/status.h"
 #include "engine/ir/builder.h"
+#include "engine/model/mla_config.h"
 #include "engine/model/moe_config.h"
 #include "engine/model/pipeline.h"
 
@@ -113,6 +114,10 @@ struct ModelConfig {
   int64_t param_scan_axis = 1;  // 0 or 1: where the layer dim goes in every stacked weight
   // Mixture of experts (engine/model/moe.h): num_experts > 1 replaces every layer's MLP.
   MoeConfig moe;
+  // MaxText's attention_type: "global" (the layer above) or "mla" (multi-head latent attention,
+  // engine/model/mla.h: self_attention/{wq_a, q_norm, wq_b | query, wkv_a, kv_norm, wkv_b, out}).
+  std::string attention_type = "global";
+  MlaConfig mla;
 
   // Every size positive, kv heads divide query heads, head_dim even; errors name the value.
   Status validate() const;
@@ -122,6 +127,7 @@ struct ModelConfig {
   // experts, only num_experts_per_tok experts' weights of each layer (the router counts).
   int64_t num_active_params() const;
   bool gpt3() const { return decoder_block == "gpt3"; }
+  bool is_mla() const { return attention_type == "mla"; }
   bool llama31_rope() const { return name.starts_with("llama3.1") || rope_type.starts_with("llama3.1"); }
   // P: the decoder layers the pipeline runs (all L unless pipeline_parallel_layers is set).
   int64_t pipelined_layers() const {
@@ -149,6 +155,10 @@ struct LlamaLayerParams {
   // MLP (DeepSeekMoeBlock_0/shared_experts/...); kNoValue without them.
   ValueId gate_bias = kNoValue;
   ValueId shared_wi_0 = kNoValue, shared_wi_1 = kNoValue, shared_wo = kNoValue;
+  // attention_type mla (engine/model/mla.h): `query` is wq_b (q_lora_rank > 0) or query, `out`
+  // is out; key and value are kNoValue.
+  ValueId wq_a = kNoValue, q_norm = kNoValue, wkv_a = kNoValue, kv_norm = kNoValue,
+          wkv_b = kNoValue;
 };
 
 struct LlamaParams {

@@ -324,7 +324,11 @@ bool consumed_here(const std::string& key) {
                                               "query_proj",
                                               "key_proj",
                                               "value_proj",
-                                              "out_proj"};
+                                              "out_proj",
+                                              "query_wa_proj",
+                                              "kv_wa_proj",
+                                              "mla_q",
+                                              "mla_kv"};
   return kKeys.count(key) || key.starts_with("dcn_");
 }
 
@@ -555,7 +559,8 @@ Status map_remat(MaxTextConfig& m) {
   static const char* kTensors[] = {"decoder_layer_input", "context",  "mlpwi",
                                    "mlpwi_0",             "mlpwi_1",  "mlpwo",
                                    "query_proj",          "key_proj", "value_proj",
-                                   "out_proj"};
+                                   "out_proj",            "query_wa_proj", "kv_wa_proj",
+                                   "mla_q",               "mla_kv"};
   std::vector<std::string> saved, offloaded;
   for (const char* t : kTensors) {
     auto it = m.keys.find(t);
