@@ -7,6 +7,7 @@
 // sharded runs (fsdp, tensor, expert) equal to one device over 4 steps; deepseek3-671b planned
 // shape-only on 512 devices (fsdp, and fsdp=64 x expert=8) with no global-batch temporary; the
 // MLA keys on a non-MLA model are errors naming the values.
+#include <array>
 #include <chrono>
 #include <string>
 
@@ -379,6 +380,71 @@ TEST(DeepSeekMla, TinyScannedAndShardedEqualOneDevice) {
     EXPECT_LT(loss_rel, 1e-5) << mesh.to_string();
     EXPECT_LT(param_rel, 1e-5) << mesh.to_string();
     EXPECT_EQ(got->max_collective_mismatch, 0) << mesh.to_string();
+  }
+}
+
+// deepseek3-671b shape-only on 512 devices, fsdp=64 x expert=8 (per_device_batch_size 1,
+// sequences of 4096, the dense dispatch), in under a minute (fsdp=512 alike: measured with
+// `shardlab train_compile`, docs/models.md; one plan here keeps the test ~12 s); no per-device
+// value of the global batch's rows (global batch x sequence leading dims); t:shardings() shows
+// MLA's paths and logical axes.
+TEST(DeepSeekMla, Deepseek3PlansShapeOnlyOn512Devices) {
+  struct Plan {
+    std::vector<std::string> axes;
+    std::vector<int64_t> sizes;
+  };
+  for (const Plan& pl : {Plan{{"fsdp", "expert"}, {64, 8}}}) {
+    const Mesh mesh = *Mesh::create(pl.axes, pl.sizes);
+    SCOPED_TRACE(mesh.to_string());
+    Config c;
+    for (auto [k, v] : KV{{"model_name", std::string("deepseek3-671b")},
+                          {"per_device_batch_size", 1.0},
+                          {"max_target_length", int64_t{4096}},
+                          {"sparse_matmul", false},
+                          {"capacity_factor", 1.25}})
+      ASSERT_TRUE(c.set(k, v).ok()) << k;
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<std::unique_ptr<Trainer>> t = Trainer::create(c, mesh, {.shape_only = true});
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    auto exe = (*t)->compile();
+    ASSERT_TRUE(exe.ok()) << exe.status().message();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("[deepseek_mla] deepseek3-671b on {}: compile {:.2f} s; {}\n", mesh.to_string(),
+               secs, (*exe)->memory().to_string());
+    EXPECT_LT(secs, 60.0);
+    const Program& local = (*exe)->program();
+    int64_t global_rows = 0;
+    for (const Instr& in : local.instrs())
+      for (ValueId v : in.outputs) {
+        const Shape& s = local.value(v).shape;
+        if (s.rank() >= 2 && s[0] == 512 && s[1] == 4096) ++global_rows;
+      }
+    EXPECT_EQ(global_rows, 0);
+    Result<ShardingTable> tab = trainer_shardings(**t);
+    ASSERT_TRUE(tab.ok()) << tab.status().message();
+    const std::string a = "params/decoder/moe_layers/self_attention/";
+    for (const char* sub : {"wq_a/kernel", "q_norm/scale", "wq_b/kernel", "wkv_a/kernel",
+                            "kv_norm/scale", "wkv_b/kernel", "out/kernel"})
+      EXPECT_NE(tab->find(a + sub), nullptr) << sub;
+    for (auto [sub, type, logical] : std::initializer_list<std::array<const char*, 3>>{
+             {"wq_a/kernel", "f32[7168@(fsdp,expert),58,1536]",
+              "('embed', 'moe_layers', 'q_lora_up_proj')"},
+             {"q_norm/scale", "f32[1536,58]", "('norm', 'moe_layers')"},
+             {"wq_b/kernel", "f32[1536@(fsdp,expert),58,128,192]",
+              "('q_lora', 'moe_layers', 'q_heads', 'kv')"},
+             {"wkv_a/kernel", "f32[7168@(fsdp,expert),58,576]",
+              "('embed', 'moe_layers', 'kv_lora_up_proj')"},
+             {"kv_norm/scale", "f32[512,58]", "('norm', 'moe_layers')"},
+             {"wkv_b/kernel", "f32[512@(fsdp,expert),58,128,256]",
+              "('kv_lora', 'moe_layers', 'kv_heads', 'kv_head_dim')"},
+             {"out/kernel", "f32[128,58,128,7168@(fsdp,expert)]",
+              "('heads', 'moe_layers', 'kv', 'embed')"}}) {
+      const ShardingRow* r = tab->find(a + sub);
+      ASSERT_NE(r, nullptr) << sub;
+      EXPECT_EQ(r->type, type) << sub;
+      EXPECT_EQ(r->logical_string(), logical) << sub;
+    }
   }
 }
 
