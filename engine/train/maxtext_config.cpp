@@ -339,7 +339,8 @@ bool consumed_here(const std::string& key) {
 std::optional<std::string> preset_implies(const ModelConfig& p, std::string_view key) {
   const auto flag = [](bool b) { return std::string(b ? "True" : "False"); };
   if (key == "decoder_block") {
-    if (p.gpt3() || p.decoder_block == "qwen3_moe") return fmt::format("'{}'", p.decoder_block);
+    if (p.gpt3() || p.decoder_block == "qwen3_moe" || p.decoder_block == "deepseek")
+      return fmt::format("'{}'", p.decoder_block);
     return p.name.starts_with("mistral") ? "'mistral'" : "'llama2'";
   }
   if (key == "mlp_activations") {
@@ -645,6 +646,13 @@ Result<MaxTextConfig> load_maxtext_config(const std::string& path,
   ENG_RETURN_IF_ERROR(map_remat(m));
   ENG_RETURN_IF_ERROR(derive_mesh(m));
   collect_no_effect(m);
+  if (auto it = m.keys.find("rope_type");  // engine/model/mla_config.h
+      it != m.keys.end() && it->second.value.kind == Kind::kString && it->second.value.s == "yarn")
+    m.notes.push_back(fmt::format(
+        "{}: rope_type='yarn': MLA's rope part rotates with the base frequencies; yarn's "
+        "frequency correction (rope_factor, beta_fast, beta_slow, rope_truncate) is not applied "
+        "(the plan's shapes and costs are the same)",
+        it->second.source));
   return m;
 }
 
