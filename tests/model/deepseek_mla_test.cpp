@@ -100,6 +100,9 @@ TEST(DeepSeekMla, ParameterCountsAreDeepSeekV3s) {
   EXPECT_NEAR(static_cast<double>(m.num_active_params()) / 1e9, 37.0, 0.02 * 37.0);
   fmt::print("[deepseek_mla] deepseek3-671b: {} parameters, {} active per token\n",
              m.num_params(), m.num_active_params());
+  const ModelConfig t = model_preset("deepseek-tiny").value();  // docs/models.md's table
+  EXPECT_EQ(t.num_params(), 148312);
+  EXPECT_EQ(t.num_active_params(), 123736);
   for (const char* name : {"deepseek3-671b", "deepseek-tiny"}) {
     for (bool scan : {false, true}) {  // the count is the declared parameters' elements
       ModelConfig t = model_preset(name).value();
@@ -340,6 +343,23 @@ TEST(DeepSeekMla, TinyTrains) {
              r->losses.front(), r->losses.back());
   EXPECT_GT(r->losses.front(), 4.0f);  // about log(256) untrained
   EXPECT_LT(r->losses.back(), r->losses.front() - 1.0f);
+}
+
+// MaxText's default dtype bfloat16 (float32 weights): the MLA slices, pads and concats run in
+// bfloat16 and it trains, on one device and on fsdp=2 x tensor=2.
+TEST(DeepSeekMla, TinyTrainsInBfloat16) {
+  const std::string data = "text:" + testing::varied_text_file("deepseek_mla");
+  for (const Mesh& mesh : {Mesh(), *Mesh::create({"fsdp", "tensor"}, {2, 2})}) {
+    const double n = static_cast<double>(mesh.num_devices());
+    const ResolvedConfig cfg =
+        resolved(tiny(data, 10, n, {{"dtype", std::string("bfloat16")}}), mesh.num_devices());
+    EXPECT_EQ(cfg.model.dtype, DType::kBF16);
+    Result<testing::SpmdRun> r = testing::run_train_steps(cfg, mesh, CompileOptions{}, 10);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    fmt::print("[deepseek_mla] bfloat16 on {}: loss {:.3f} -> {:.3f} in 10 steps\n",
+               mesh.to_string(), r->losses.front(), r->losses.back());
+    EXPECT_LT(r->losses.back(), r->losses.front() - 0.5f);
+  }
 }
 
 TEST(DeepSeekMla, TinyScannedAndShardedEqualOneDevice) {
