@@ -1,10 +1,10 @@
 // engine/model/mla.cpp: multi-head latent attention (engine/model/mla.h).
 #include "engine/model/mla.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace eng {
 
@@ -36,47 +36,53 @@ Status validate_mla(const ModelConfig& m) {
           c.v_head_dim, m.attention_type, d.q_lora_rank, d.kv_lora_rank, d.qk_nope_head_dim,
           d.qk_rope_head_dim, d.v_head_dim);
     if (m.rope_type == "yarn")
-      return unimplemented("model {}: rope_type yarn is run only with attention_type mla here "
-                           "(its rope part); attention_type is '{}'",
-                           m.name, m.attention_type);
+      return unimplemented(
+          "model {}: rope_type yarn is run only with attention_type mla here "
+          "(its rope part); attention_type is '{}'",
+          m.name, m.attention_type);
     return ok_status();
   }
   if (m.decoder_block != "deepseek")  // MaxText builds MLA in deepseek's decoder layer only
-    return invalid_argument("model {}: attention_type mla with decoder_block {}: MaxText's "
-                            "multi-head latent attention is the deepseek decoder's "
-                            "(decoder_block=deepseek)",
-                            m.name, m.decoder_block);
+    return invalid_argument(
+        "model {}: attention_type mla with decoder_block {}: MaxText's "
+        "multi-head latent attention is the deepseek decoder's "
+        "(decoder_block=deepseek)",
+        m.name, m.decoder_block);
   if (m.gpt3() || m.fused_qkv)
-    return invalid_argument("model {}: attention_type mla with decoder_block {} / fused_qkv={}: "
-                            "MaxText's MLA has separate projections (\"Fused QKV is not supported "
-                            "for MLA\") in the llama2-style decoders",
-                            m.name, m.decoder_block, m.fused_qkv);
+    return invalid_argument(
+        "model {}: attention_type mla with decoder_block {} / fused_qkv={}: "
+        "MaxText's MLA has separate projections (\"Fused QKV is not supported "
+        "for MLA\") in the llama2-style decoders",
+        m.name, m.decoder_block, m.fused_qkv);
   if (c.q_lora_rank < 0 || c.kv_lora_rank <= 0 || c.qk_nope_head_dim <= 0 ||
       c.qk_rope_head_dim <= 0 || c.v_head_dim <= 0)
-    return invalid_argument("model {}: MLA needs kv_lora_rank, qk_nope_head_dim, "
-                            "qk_rope_head_dim, v_head_dim > 0 and q_lora_rank >= 0, got {}, {}, "
-                            "{}, {}, {}",
-                            m.name, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim,
-                            c.v_head_dim, c.q_lora_rank);
+    return invalid_argument(
+        "model {}: MLA needs kv_lora_rank, qk_nope_head_dim, "
+        "qk_rope_head_dim, v_head_dim > 0 and q_lora_rank >= 0, got {}, {}, "
+        "{}, {}, {}",
+        m.name, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim,
+        c.q_lora_rank);
   if (c.qk_rope_head_dim % 2 != 0)
     return invalid_argument("model {}: qk_rope_head_dim {} must be even for rotary embeddings",
                             m.name, c.qk_rope_head_dim);
   if (m.num_kv_heads != m.num_query_heads)
-    return invalid_argument("model {}: MLA requires num_kv_heads == num_query_heads (MaxText's "
-                            "assert), got {} and {}",
-                            m.name, m.num_kv_heads, m.num_query_heads);
+    return invalid_argument(
+        "model {}: MLA requires num_kv_heads == num_query_heads (MaxText's "
+        "assert), got {} and {}",
+        m.name, m.num_kv_heads, m.num_query_heads);
   if (m.use_qk_norm)
-    return invalid_argument("model {}: use_qk_norm=true with attention_type mla: MLA's norms are "
-                            "q_norm and kv_norm on the low-rank projections",
-                            m.name);
+    return invalid_argument(
+        "model {}: use_qk_norm=true with attention_type mla: MLA's norms are "
+        "q_norm and kv_norm on the low-rank projections",
+        m.name);
   if (m.pipeline_stages > 1)
     return unimplemented("model {}: attention_type mla in a pipeline is not supported yet", m.name);
   if (!(c.rope_factor > 0) || c.max_position_embeddings <= 0 ||
       c.original_max_position_embeddings <= 0)
-    return invalid_argument("model {}: rope_factor {:g}, max_position_embeddings {} and "
-                            "original_max_position_embeddings {} must be positive",
-                            m.name, c.rope_factor, c.max_position_embeddings,
-                            c.original_max_position_embeddings);
+    return invalid_argument(
+        "model {}: rope_factor {:g}, max_position_embeddings {} and "
+        "original_max_position_embeddings {} must be positive",
+        m.name, c.rope_factor, c.max_position_embeddings, c.original_max_position_embeddings);
   return ok_status();
 }
 
@@ -87,7 +93,8 @@ std::vector<LayerWeight> mla_attention_weights(const ModelConfig& m) {
   if (c.q_lora_rank > 0) {
     w.push_back({"self_attention/wq_a/kernel", {E, c.q_lora_rank}, {"embed", "q_lora_up_proj"}});
     w.push_back({"self_attention/q_norm/scale", {c.q_lora_rank}, {"norm"}});
-    w.push_back({"self_attention/wq_b/kernel", {c.q_lora_rank, H, Dqk}, {"q_lora", "q_heads", "kv"}});
+    w.push_back(
+        {"self_attention/wq_b/kernel", {c.q_lora_rank, H, Dqk}, {"q_lora", "q_heads", "kv"}});
   } else {
     w.push_back({"self_attention/query/kernel", {E, H, Dqk}, {"embed", "q_heads", "kv"}});
   }
@@ -122,9 +129,8 @@ double mla_softmax_scale(const ModelConfig& m) {
   return scale;
 }
 
-ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp,
-                            ValueId h, ValueId positions, ValueId segment_ids,
-                            bool stage_as_data) {
+ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId h,
+                            ValueId positions, ValueId segment_ids, bool stage_as_data) {
   auto names = [&](Logical l) {
     if (stage_as_data)
       for (std::string& n : l) n = pp_act_as_dp_name(n);
@@ -156,9 +162,9 @@ ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerPa
   // Query: wq_b(q_norm(wq_a h)) or query h, (B, T, H, Dn + Dr); rope on its last Dr.
   ValueId q;
   if (lp.wq_a != kNoValue) {
-    ValueId qa = b.checkpoint_name(
-        b.constraint(b.matmul(h, w(lp.wq_a), 2, 1, false, false, kQLora), kQLora),
-        "query_wa_proj");  // (B, T, Rq)
+    ValueId qa =
+        b.checkpoint_name(b.constraint(b.matmul(h, w(lp.wq_a), 2, 1, false, false, kQLora), kQLora),
+                          "query_wa_proj");  // (B, T, Rq)
     qa = b.checkpoint_name(b.rmsnorm(qa, s(lp.q_norm), eps).first, "mla_q");
     q = b.matmul(qa, w(lp.query), 2, 1, false, false, kHeads);
   } else {
@@ -180,8 +186,8 @@ ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerPa
   k_pe = H > 1 ? b.constraint(b.repeat_kv(k_pe, H, kHeads[2]), kHeads) : k_pe;
   ValueId kvb = b.constraint(b.matmul(latent, w(lp.wkv_b), 2, 1, false, false, kHeads),
                              kHeads);  // (B, T, H, Dn + Dv)
-  ValueId k = b.checkpoint_name(
-      b.constraint(b.concat({b.slice(kvb, 3, 0, Dn), k_pe}, 3), kHeads), "key_proj");
+  ValueId k = b.checkpoint_name(b.constraint(b.concat({b.slice(kvb, 3, 0, Dn), k_pe}, 3), kHeads),
+                                "key_proj");
   ValueId v = b.checkpoint_name(b.constraint(b.slice(kvb, 3, Dn, Dv), kHeads), "value_proj");
 
   // One head dim for the attention op: the narrower side zero-padded (mla.h).
@@ -201,7 +207,8 @@ MlaFlops mla_flops(const ModelConfig& m, double per_device_batch, double seq) {
   const MlaConfig& c = m.mla;
   const double BS = per_device_batch * seq, E = static_cast<double>(m.emb_dim),
                H = static_cast<double>(m.num_query_heads);
-  const double Dqk = static_cast<double>(c.qk_head_dim()), Dn = static_cast<double>(c.qk_nope_head_dim),
+  const double Dqk = static_cast<double>(c.qk_head_dim()),
+               Dn = static_cast<double>(c.qk_nope_head_dim),
                Dr = static_cast<double>(c.qk_rope_head_dim), Dv = static_cast<double>(c.v_head_dim);
   const double Rq = static_cast<double>(c.q_lora_rank), Rkv = static_cast<double>(c.kv_lora_rank);
   MlaFlops f;

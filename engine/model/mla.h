@@ -46,9 +46,8 @@ int64_t mla_attention_params(const ModelConfig& m);  // per layer
 double mla_softmax_scale(const ModelConfig& m);
 
 // The attention block's output (B, T, E) on h = rmsnorm(x) (B, T, E): out_proj.
-ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp,
-                            ValueId h, ValueId positions, ValueId segment_ids,
-                            bool stage_as_data);
+ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId h,
+                            ValueId positions, ValueId segment_ids, bool stage_as_data);
 
 // MaxText's calculate_mla_tflops_per_device (maxtext_utils.py, no indexer): the per-layer
 // FLOPs of the q and kv projections, the causal attention (already halved), the out projection.

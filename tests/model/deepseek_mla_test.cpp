@@ -7,12 +7,12 @@
 // sharded runs (fsdp, tensor, expert) equal to one device over 4 steps; deepseek3-671b planned
 // shape-only on 512 devices (fsdp, and fsdp=64 x expert=8) with no global-batch temporary; the
 // MLA keys on a non-MLA model are errors naming the values.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <array>
 #include <chrono>
 #include <string>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "engine/ir/interpret.h"
 #include "engine/model/llama.h"
@@ -98,8 +98,8 @@ TEST(DeepSeekMla, ParameterCountsAreDeepSeekV3s) {
   EXPECT_NEAR(static_cast<double>(m.num_params()) / 1e9, 671.0, 0.02 * 671.0);
   EXPECT_EQ(m.num_active_params(), m.num_params() - 58 * (256 - 8) * 3 * E * 2048);
   EXPECT_NEAR(static_cast<double>(m.num_active_params()) / 1e9, 37.0, 0.02 * 37.0);
-  fmt::print("[deepseek_mla] deepseek3-671b: {} parameters, {} active per token\n",
-             m.num_params(), m.num_active_params());
+  fmt::print("[deepseek_mla] deepseek3-671b: {} parameters, {} active per token\n", m.num_params(),
+             m.num_active_params());
   const ModelConfig t = model_preset("deepseek-tiny").value();  // docs/models.md's table
   EXPECT_EQ(t.num_params(), 148312);
   EXPECT_EQ(t.num_active_params(), 123736);
@@ -223,7 +223,8 @@ TEST(DeepSeekMla, ParameterPathsShapesAndAxesAreMaxTexts) {
                      {16, 1, 4, 28},
                      {"kv_lora", "dense_layers", "kv_heads", "kv_head_dim"}}});
   m.mla.q_lora_rank = 0;
-  expect_params(m, {{s + "query/kernel", {64, 2, 4, 24}, {"embed", "moe_layers", "q_heads", "kv"}}});
+  expect_params(m,
+                {{s + "query/kernel", {64, 2, 4, 24}, {"embed", "moe_layers", "q_heads", "kv"}}});
 }
 
 // The program's MLA pieces: MaxText's checkpoint names, the rope on the Dr part only (the key's
@@ -248,8 +249,8 @@ TEST(DeepSeekMla, ProgramHasMaxTextsRematNamesAndRopePart) {
       }
     }
   }
-  for (const char* n : {"query_wa_proj", "mla_q", "kv_wa_proj", "mla_kv", "query_proj",
-                        "key_proj", "value_proj", "context", "out_proj"})
+  for (const char* n : {"query_wa_proj", "mla_q", "kv_wa_proj", "mla_kv", "query_proj", "key_proj",
+                        "value_proj", "context", "out_proj"})
     EXPECT_EQ(names[n], 3) << n;  // one per layer
   EXPECT_EQ(rope_q, 3);
   EXPECT_EQ(rope_k, 3);
@@ -292,7 +293,8 @@ irtest::BuildLoss mla_loss(const ModelConfig& m) {
   return [m](Builder& b, std::vector<ValueId>& wrt) {
     EXPECT_TRUE(m.validate().ok()) << m.validate().message();
     LlamaParams p = declare_llama_params(b, m);
-    ValueId ids = b.argument("ids", Shape{irtest::kB, irtest::kT}, DType::kI32, {}, ArgRole::kBatch);
+    ValueId ids =
+        b.argument("ids", Shape{irtest::kB, irtest::kT}, DType::kI32, {}, ArgRole::kBatch);
     ValueId pos =
         b.argument("positions", Shape{irtest::kB, irtest::kT}, DType::kI32, {}, ArgRole::kBatch);
     ValueId x = b.embed_lookup(p.embedding, ids);
@@ -339,8 +341,8 @@ TEST(DeepSeekMla, TinyTrains) {
   EXPECT_TRUE(cfg.model.is_mla());
   Result<testing::SpmdRun> r = testing::run_train_steps(cfg, Mesh(), CompileOptions{}, 20);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  fmt::print("[deepseek_mla] deepseek-tiny loss {:.3f} -> {:.3f} in 20 steps\n",
-             r->losses.front(), r->losses.back());
+  fmt::print("[deepseek_mla] deepseek-tiny loss {:.3f} -> {:.3f} in 20 steps\n", r->losses.front(),
+             r->losses.back());
   EXPECT_GT(r->losses.front(), 4.0f);  // about log(256) untrained
   EXPECT_LT(r->losses.back(), r->losses.front() - 1.0f);
 }
@@ -371,9 +373,9 @@ TEST(DeepSeekMla, TinyScannedAndShardedEqualOneDevice) {
   ASSERT_TRUE(want.ok()) << want.status().message();
   EXPECT_GT(want->losses.front(), want->losses.back());
   {  // unscanned: the same losses
-    Result<testing::SpmdRun> got = testing::run_train_steps(
-        resolved(tiny(data, kSteps, 1, {{"scan_layers", false}}), 1), one, CompileOptions{},
-        kSteps);
+    Result<testing::SpmdRun> got =
+        testing::run_train_steps(resolved(tiny(data, kSteps, 1, {{"scan_layers", false}}), 1), one,
+                                 CompileOptions{}, kSteps);
     ASSERT_TRUE(got.ok()) << got.status().message();
     EXPECT_LT(testing::max_loss_rel(got->losses, want->losses), 1e-5);
   }
@@ -382,10 +384,9 @@ TEST(DeepSeekMla, TinyScannedAndShardedEqualOneDevice) {
     std::vector<int64_t> sizes;
     ShardMode mode = ShardMode::kAuto;
   };
-  for (const Case& c :
-       {Case{{"fsdp"}, {4}}, Case{{"tensor"}, {2}}, Case{{"expert"}, {2}},
-        Case{{"fsdp", "tensor", "expert"}, {2, 2, 2}},
-        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
+  for (const Case& c : {Case{{"fsdp"}, {4}}, Case{{"tensor"}, {2}}, Case{{"expert"}, {2}},
+                        Case{{"fsdp", "tensor", "expert"}, {2, 2, 2}},
+                        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
     const Mesh mesh = *Mesh::create(c.axes, c.sizes);
     CompileOptions o;
     o.shard_mode = c.mode;

@@ -392,7 +392,8 @@ TEST(MaxTextConfigReal, Deepseek3YmlLoads) {
   EXPECT_EQ(m->config.get_int("kv_lora_rank"), 512);
   EXPECT_EQ(m->config.get_int("qk_rope_head_dim"), 64);
   bool yarn_note = false;
-  for (const std::string& n : m->notes) yarn_note |= n.find("rope_type='yarn'") != std::string::npos;
+  for (const std::string& n : m->notes)
+    yarn_note |= n.find("rope_type='yarn'") != std::string::npos;
   EXPECT_TRUE(yarn_note);
   Result<ResolvedConfig> r = resolve_config(m->config, m->num_devices);
   ASSERT_TRUE(r.ok()) << r.status().message();
