@@ -77,7 +77,7 @@ struct ModelConfig {
   // this layer with use_qk_norm and its experts under moe_block/; "deepseek" is MaxText's
   // deepseek layer layout: first_num_dense_layers dense layers (dense_layers_{i}), then MoE
   // layers (moe_layers_{j}) with DeepSeekMoeBlock_0's routed and shared experts, routed_bias
-  // and deepseek's weights; its attention here is still the llama2 layer's, not MLA) or "gpt3"
+  // and deepseek's weights; its attention is attention_type's: global or MLA, mla.h) or "gpt3"
   // (engine/model/gpt3.h: LayerNorm with bias, fused qkv with biases, gelu MLP with biases,
   // learned positions, logits via the embedding; mlp_activations [gelu]).
   std::string decoder_block = "llama2";
