@@ -51,7 +51,7 @@ Status ModelConfig::validate() const {
   ENG_RETURN_IF_ERROR(validate_mla(*this));  // attention_type and the MLA keys (mla.h)
   if (rope_type != "default" && !rope_type.starts_with("llama3.1") && rope_type != "yarn")
     return unimplemented("model {}: rope_type '{}' is not supported; default, llama3.1 or yarn "
-                         "(yarn: MLA's rope part, without its frequency correction)",
+                         "(yarn: MLA's rope part)",
                          name, rope_type);
   if (!(rope_min_timescale > 0) || !(rope_max_timescale > 0))
     return invalid_argument("model {}: rope_min_timescale {} and rope_max_timescale {} must be "

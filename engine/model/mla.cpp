@@ -77,6 +77,14 @@ Status validate_mla(const ModelConfig& m) {
         m.name);
   if (m.pipeline_stages > 1)
     return unimplemented("model {}: attention_type mla in a pipeline is not supported yet", m.name);
+  if (m.rope_type == "yarn" && !c.rope_interleave)
+    return unimplemented(
+        "model {}: rope_type yarn with rope_interleave=false is not supported "
+        "yet (only MaxText's default interleaved pairs)",
+        m.name);
+  if (m.rope_type == "yarn" && (!(c.beta_fast > 0) || !(c.beta_slow > 0)))
+    return invalid_argument("model {}: yarn's beta_fast {:g} and beta_slow {:g} must be positive",
+                            m.name, c.beta_fast, c.beta_slow);
   if (!(c.rope_factor > 0) || c.max_position_embeddings <= 0 ||
       c.original_max_position_embeddings <= 0)
     return invalid_argument(
@@ -150,12 +158,12 @@ ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerPa
   const int64_t B = hs[0], T = hs[1], H = m.num_query_heads;
   const int64_t Dn = c.qk_nope_head_dim, Dr = c.qk_rope_head_dim, Dv = c.v_head_dim;
   const int64_t Dqk = Dn + Dr, D = std::max(Dqk, Dv);
-  // MaxText's rope for the rope part: yarn (pairs as rope_interleave; its frequency correction
-  // is not applied, mla_config.h), LLaMARotaryEmbedding for llama3.1, else RotaryEmbedding.
+  // MaxText's rope for the rope part: YarnRotaryEmbedding (yarn_rope), LLaMARotaryEmbedding for
+  // llama3.1, else RotaryEmbedding.
   const bool yarn = m.rope_type == "yarn";
-  const kern::RopeForm form{yarn ? c.rope_interleave : m.llama31_rope(),
-                            !yarn && m.llama31_rope() && m.rope_use_scale};
+  const kern::RopeForm form{m.llama31_rope(), m.llama31_rope() && m.rope_use_scale};
   auto rope = [&](ValueId x) {
+    if (yarn) return yarn_rope(b, m, x, positions);
     return b.rope(x, positions, m.rope_min_timescale, m.rope_max_timescale, false, form);
   };
 
@@ -201,6 +209,58 @@ ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerPa
   o = b.checkpoint_name(o, "context");  // (B, T, H, Dv)
   return b.checkpoint_name(b.matmul(o, w(lp.out), 2, 2, false, false, kActivation),
                            "out_proj");  // (B, T, E)
+}
+
+std::vector<double> yarn_frequencies(const ModelConfig& m) {
+  const MlaConfig& c = m.mla;
+  const int64_t dim = c.qk_rope_head_dim, half = dim / 2;
+  const double theta = m.rope_max_timescale, kPi = 3.14159265358979323846;
+  auto correction_dim = [&](double rotations) {  // _find_correction_dim
+    return static_cast<double>(dim) *
+           std::log(static_cast<double>(c.original_max_position_embeddings) /
+                    (rotations * 2 * kPi)) /
+           (2 * std::log(theta));
+  };
+  double low = correction_dim(c.beta_fast), high = correction_dim(c.beta_slow);
+  if (c.rope_truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // _linear_ramp_factor
+  std::vector<double> f(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const double base =
+        1.0 / std::pow(theta, 2.0 * static_cast<double>(i) / static_cast<double>(dim));
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    const double smooth = 1 - ramp;
+    f[static_cast<size_t>(i)] = base / c.rope_factor * (1 - smooth) + base * smooth;
+  }
+  return f;
+}
+
+ValueId yarn_rope(Builder& b, const ModelConfig& m, ValueId x, ValueId positions) {
+  const std::vector<double> f = yarn_frequencies(m);
+  const int64_t half = static_cast<int64_t>(f.size());
+  const double step = std::pow(m.rope_max_timescale,
+                               2.0 / static_cast<double>(m.mla.qk_rope_head_dim));  // f_i / f_i+1
+  const kern::RopeForm adjacent{true, false};
+  std::vector<ValueId> parts;
+  for (int64_t a = 0; a < half;) {
+    int64_t w = 1;  // the run of pairs a .. a+w-1 with f_j = f_a / step^(j - a)
+    while (a + w < half &&
+           std::fabs(f[static_cast<size_t>(a + w - 1)] / f[static_cast<size_t>(a + w)] - step) <=
+               1e-9 * step)
+      ++w;
+    // rope's timescale_j = min (max / min)^(2j / 2w) = (1 / f_a) step^j.
+    const double min_ts = 1.0 / f[static_cast<size_t>(a)];
+    const double max_ts = min_ts * std::pow(step, static_cast<double>(w));
+    ValueId run = half == w ? x : b.slice(x, 3, 2 * a, 2 * w);
+    parts.push_back(b.rope(run, positions, min_ts, max_ts, false, adjacent));
+    a += w;
+  }
+  return parts.size() == 1 ? parts[0] : b.concat(parts, 3);
 }
 
 MlaFlops mla_flops(const ModelConfig& m, double per_device_batch, double seq) {

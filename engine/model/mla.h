@@ -19,11 +19,11 @@
 //   kv = wkv_a h = [c, k_pe]; c = rmsnorm(c) (mla_kv); [k_nope, v] = wkv_b c
 //   k = [k_nope, rope(k_pe) broadcast over the H heads]                       (B, T, H, Dn+Dr)
 //   out = out(attention(q, k, v, softmax_scale))                                 (B, T, E)
-// Checkpoint names as MaxText's: query_wa_proj, mla_q, kv_wa_proj, mla_kv, query_proj,
-// key_proj, value_proj, context, out_proj. The attention op takes q, k, v of one head dim:
-// when Dv != Dn + Dr the narrower side is zero-padded (exact: zero columns add nothing to
-// q.k, and the padded context columns are sliced off); the engine's cost model then counts the
-// attention at max(Dn + Dr, Dv), MaxText's TFLOP count (mla_flops) at its own dims.
+// rope_type yarn: yarn_rope below. Checkpoint names as MaxText's: query_wa_proj, mla_q, kv_wa_proj,
+// mla_kv, query_proj, key_proj, value_proj, context, out_proj. The attention op takes q, k, v of
+// one head dim: when Dv != Dn + Dr the narrower side is zero-padded (exact: zero columns add
+// nothing to q.k, and the padded context columns are sliced off); the engine's cost model then
+// counts the attention at max(Dn + Dr, Dv), MaxText's TFLOP count (mla_flops) at its own dims.
 #pragma once
 
 #include <vector>
@@ -48,6 +48,17 @@ double mla_softmax_scale(const ModelConfig& m);
 // The attention block's output (B, T, E) on h = rmsnorm(x) (B, T, E): out_proj.
 ValueId trace_mla_attention(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId h,
                             ValueId positions, ValueId segment_ids, bool stage_as_data);
+
+// MaxText's YarnRotaryEmbedding frequencies (embeddings.py freqs_cis) of the Dr/2 rope pairs:
+// base_i = theta^(-2i/Dr) (theta = rope_max_timescale), mixed with base_i / rope_factor by a
+// linear ramp between the correction dims of beta_fast and beta_slow (floored / ceiled with
+// rope_truncate): f_i = base_i / rope_factor x ramp_i + base_i x (1 - ramp_i).
+std::vector<double> yarn_frequencies(const ModelConfig& m);
+// x (B, T, heads, Dr) rotated by yarn: pair i = (x[2i], x[2i+1]) by angle pos x f_i. Built from
+// the rope op on contiguous runs of pairs whose frequencies are geometric (each run one rope op
+// with its own timescales), concatenated; attention scores equal MaxText's (its output layout
+// [real, imag] is a permutation applied to query and key alike).
+ValueId yarn_rope(Builder& b, const ModelConfig& m, ValueId x, ValueId positions);
 
 // MaxText's calculate_mla_tflops_per_device (maxtext_utils.py, no indexer): the per-layer
 // FLOPs of the q and kv projections, the causal attention (already halved), the out projection.

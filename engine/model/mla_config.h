@@ -20,10 +20,12 @@ struct MlaConfig {
   double rope_factor = 40.0;
   int64_t max_position_embeddings = 163840;
   int64_t original_max_position_embeddings = 4096;
-  // rope_type yarn: pairs (2i, 2i+1) when true, (i, i + Dr/2) when false. Yarn's frequency
-  // correction (beta_fast, beta_slow, rope_factor, rope_truncate) is NOT applied here: the
-  // rope part rotates with the base frequencies (docs/models.md).
+  // rope_type yarn (MaxText's YarnRotaryEmbedding, engine/model/mla.h yarn_frequencies): pairs
+  // (2i, 2i+1) (rope_interleave true; false is not supported here), frequencies corrected
+  // between the dims beta_fast and beta_slow rotate in original_max_position_embeddings.
   bool rope_interleave = true;
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool rope_truncate = true;
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };

@@ -60,7 +60,7 @@ constexpr Gpt3Preset kGpt3Presets[] = {
 
 // MaxText's decoder_block "deepseek" with attention_type "mla" (engine/model/mla.h):
 // deepseek3-671b is configs/models/deepseek3-671b.yml key for key (head_dim is base.yml's 128,
-// unused by MLA; rope_type yarn runs without its frequency correction, mla_config.h);
+// unused by MLA; rope_type yarn is MaxText's YarnRotaryEmbedding, engine/model/mla.h);
 // deepseek-tiny is this project's trainable one (byte vocabulary, 1 dense + 2 MoE layers, the
 // rope part rotated by the default RotaryEmbedding, v_head_dim < qk head dim as in V3).
 struct DeepSeekPreset {

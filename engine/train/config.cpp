@@ -45,7 +45,7 @@ const std::vector<ConfigKey> kKeys = {
     {"use_qk_norm", V{false}, "RMSNorm over head_dim of the projected query and key, per head, before rope (self_attention/query_norm, key_norm; qwen3); not for gpt3"},
     {"rope_min_timescale", V{1.0}, "RoPE: the first pair's timescale"},
     {"rope_max_timescale", V{10000.0}, "RoPE: the timescale the last pair approaches (llama3*: 500000, mistral-7b: 1000000)"},
-    {"rope_type", V{std::string("default")}, "default (MaxText's RotaryEmbedding: rotate-half pairs) | llama3.1 (LLaMARotaryEmbedding: adjacent pairs, Llama 3.1's frequency scaling when rope_use_scale; what every model named llama3.1* runs, as in MaxText) | yarn (attention_type mla only: its rope part rotated as rope_interleave says, WITHOUT yarn's frequency correction: base frequencies)"},
+    {"rope_type", V{std::string("default")}, "default (MaxText's RotaryEmbedding: rotate-half pairs) | llama3.1 (LLaMARotaryEmbedding: adjacent pairs, Llama 3.1's frequency scaling when rope_use_scale; what every model named llama3.1* runs, as in MaxText) | yarn (attention_type mla only: MaxText's YarnRotaryEmbedding on its rope part, interleaved pairs, frequencies corrected by rope_factor, beta_fast, beta_slow, rope_truncate)"},
     {"rope_use_scale", V{true}, "with the llama3.1 rope: apply Llama 3.1's frequency scaling (factor 8, low/high frequency factors 1/4, original context 8192, as MaxText hard-codes them); ignored by the default rope"},
     {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
     {"scan_layers", V{true}, "stack each decoder-layer weight kind into one params/decoder/layers/... array with a 'layers' dim (MaxText's default; false: params/decoder/layers_<l>/...; pipelines keep their own (stages, layers_per_stage, ...) stacking; docs/sharding.md)"},
@@ -144,10 +144,13 @@ const std::vector<ConfigKey> kKeys = {
     {"qk_rope_head_dim", V{int64_t{64}}, "mla: the query/key head part with rope (the key's shared by all heads)"},
     {"v_head_dim", V{int64_t{128}}, "mla: the value head dim"},
     {"mscale", V{1.0}, "mla: the softmax scale is (qk_nope_head_dim + qk_rope_head_dim)^-0.5 x (0.1 mscale ln(rope_factor) + 1)^2 when max_position_embeddings > original_max_position_embeddings"},
-    {"rope_factor", V{40.0}, "mla: the softmax scale's rope_factor (yarn's frequency correction is not applied)"},
+    {"rope_factor", V{40.0}, "mla: the softmax scale's rope_factor; yarn: the low frequencies' divisor"},
     {"max_position_embeddings", V{int64_t{163840}}, "mla: with original_max_position_embeddings, whether the softmax scale takes mscale"},
     {"original_max_position_embeddings", V{int64_t{4096}}, "mla: see max_position_embeddings"},
-    {"rope_interleave", V{true}, "rope_type yarn: pairs (2i, 2i+1) (true) or (i, i + D/2)"},
+    {"rope_interleave", V{true}, "rope_type yarn: pairs (2i, 2i+1) (true; false is not supported yet)"},
+    {"beta_fast", V{32.0}, "rope_type yarn: dims rotating more than beta_fast times in original_max_position_embeddings keep their frequency"},
+    {"beta_slow", V{1.0}, "rope_type yarn: dims rotating fewer than beta_slow times are slowed by rope_factor (between the two: a linear mix)"},
+    {"rope_truncate", V{true}, "rope_type yarn: floor / ceil the correction range's dims"},
     // Asynchronous dispatch and checkpoints (docs/checkpoints.md).
     {"max_inflight_steps", V{int64_t{2}}, "steps the host may dispatch ahead of the devices (0: synchronous)"},
     {"enable_checkpointing", V{false}, "save checkpoints (MaxText default true; off here so a REPL writes no files)"},
@@ -678,6 +681,9 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.mla.max_position_embeddings = c.get_int("max_position_embeddings");
   r.model.mla.original_max_position_embeddings = c.get_int("original_max_position_embeddings");
   r.model.mla.rope_interleave = c.get_bool("rope_interleave");
+  r.model.mla.beta_fast = c.get_float("beta_fast");
+  r.model.mla.beta_slow = c.get_float("beta_slow");
+  r.model.mla.rope_truncate = c.get_bool("rope_truncate");
   if (const std::string block = c.get_string("decoder_block"); !block.empty())
     r.model.decoder_block = block;
   if (r.model.iota_embed_max_bytes < 0)

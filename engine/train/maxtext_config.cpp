@@ -302,6 +302,7 @@ constexpr Unsupported kUnsupported[] = {
     {"dcn_sequence_parallelism", "1", "the 'sequence' mesh axis"},
     {"custom_mesh_and_rule", "''", "custom mesh axes and logical axis rules"},
     {"custom_mesh", "''", "custom device orders (hybrid rings)"},
+    {"rope_attention_scaling", "False", "yarn's scaling of the rotary output"},
 };
 
 // Keys this file consumes itself (they shape the mesh, the model file, the dims).
@@ -646,13 +647,7 @@ Result<MaxTextConfig> load_maxtext_config(const std::string& path,
   ENG_RETURN_IF_ERROR(map_remat(m));
   ENG_RETURN_IF_ERROR(derive_mesh(m));
   collect_no_effect(m);
-  if (auto it = m.keys.find("rope_type");  // engine/model/mla_config.h
-      it != m.keys.end() && it->second.value.kind == Kind::kString && it->second.value.s == "yarn")
-    m.notes.push_back(fmt::format(
-        "{}: rope_type='yarn': MLA's rope part rotates with the base frequencies; yarn's "
-        "frequency correction (rope_factor, beta_fast, beta_slow, rope_truncate) is not applied "
-        "(the plan's shapes and costs are the same)",
-        it->second.source));
+
   return m;
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <string>
@@ -148,6 +149,64 @@ TEST(DeepSeekMla, SoftmaxScaleIsMaxTexts) {
   EXPECT_NEAR(mla_softmax_scale(m), 1.0 / std::sqrt(192.0), 1e-15);
 }
 
+// MaxText's YarnRotaryEmbedding (embeddings.py freqs_cis, _find_correction_range,
+// _linear_ramp_factor) for deepseek3's rope part (Dr 64, theta 10000, rope_factor 40, original
+// 4096, beta_fast 32, beta_slow 1): the correction range is dims [10, 23]; below it the base
+// frequencies, above it base / 40, between a linear mix.
+TEST(DeepSeekMla, YarnFrequenciesAreMaxTexts) {
+  const ModelConfig m = model_preset("deepseek3-671b").value();
+  const double kPi = 3.14159265358979323846;
+  auto corr = [&](double r) { return 64 * std::log(4096 / (r * 2 * kPi)) / (2 * std::log(1e4)); };
+  const double low = std::floor(corr(32)), high = std::ceil(corr(1));
+  EXPECT_EQ(low, 10);
+  EXPECT_EQ(high, 23);
+  const std::vector<double> f = yarn_frequencies(m);
+  ASSERT_EQ(f.size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    const double base = std::pow(1e4, -2.0 * i / 64);
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+    EXPECT_NEAR(f[static_cast<size_t>(i)] / (base / 40 * ramp + base * (1 - ramp)), 1.0, 1e-13)
+        << i;
+  }
+  EXPECT_EQ(f[0], 1.0);
+  EXPECT_NEAR(f[31], std::pow(1e4, -62.0 / 64) / 40, 1e-18);
+}
+
+// yarn_rope rotates pair (2i, 2i+1) by position x f_i, as MaxText's complex product with
+// freqs_cis: against that rotation computed here in double, positions up to 4000; deepseek3's
+// 32 pairs take 14 rope ops (pairs 0-10 and 23-31 geometric runs, 11-22 one each).
+TEST(DeepSeekMla, YarnRopeRotatesAsMaxTexts) {
+  const ModelConfig m = model_preset("deepseek3-671b").value();
+  Builder b("yarn");
+  ValueId x = b.argument("x", Shape{2, 3, 2, 64}, DType::kF32, {}, ArgRole::kBatch);
+  ValueId pos = b.argument("positions", Shape{2, 3}, DType::kI32, {}, ArgRole::kBatch);
+  b.output(yarn_rope(b, m, x, pos), "y");
+  const Program p = std::move(b).finish();
+  int ropes = 0;
+  for (const Instr& in : p.instrs()) ropes += in.kind == OpKind::kRope;
+  EXPECT_EQ(ropes, 14);
+  std::vector<HostTensor> args = irtest::make_args(p);
+  const int64_t positions[6] = {0, 1, 17, 255, 1000, 4000};
+  for (int k = 0; k < 6; ++k)
+    args[1].data[static_cast<size_t>(k)] = static_cast<double>(positions[k]);
+  Result<std::vector<HostTensor>> out = interpret(p, args);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const std::vector<double> f = yarn_frequencies(m);
+  double worst = 0;
+  for (int bt = 0; bt < 6; ++bt)
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 32; ++i) {
+        const size_t at = static_cast<size_t>((bt * 2 + h) * 64 + 2 * i);
+        const double angle = static_cast<double>(positions[bt]) * f[static_cast<size_t>(i)];
+        const double a = args[0].data[at], c = args[0].data[at + 1];
+        worst = std::max(
+            worst, std::fabs((*out)[0].data[at] - (a * std::cos(angle) - c * std::sin(angle))));
+        worst = std::max(
+            worst, std::fabs((*out)[0].data[at + 1] - (c * std::cos(angle) + a * std::sin(angle))));
+      }
+  EXPECT_LT(worst, 1e-9);
+}
+
 Config tiny(const std::string& dataset, int64_t steps, double devices, KV extra = {}) {
   Config c;
   for (auto [k, v] : KV{{"model_name", std::string("deepseek-tiny")},
@@ -262,7 +321,8 @@ TEST(DeepSeekMla, ProgramHasMaxTextsRematNamesAndRopePart) {
 
 // A deepseek model in the grad checks' small shapes, one dense MLA layer traced on the embedded
 // ids and a cross-entropy head: its loss; the embedding and the layer's weights onto wrt.
-ModelConfig grad_model(int64_t q_lora, int64_t v_head_dim, const char* rope_type) {
+ModelConfig grad_model(int64_t q_lora, int64_t v_head_dim, const char* rope_type,
+                       int64_t rope_dim = 2) {
   ModelConfig m;
   m.name = "mla-check";
   m.decoder_block = "deepseek";
@@ -284,7 +344,7 @@ ModelConfig grad_model(int64_t q_lora, int64_t v_head_dim, const char* rope_type
   m.mla.q_lora_rank = q_lora;
   m.mla.kv_lora_rank = 3;
   m.mla.qk_nope_head_dim = 4;
-  m.mla.qk_rope_head_dim = 2;
+  m.mla.qk_rope_head_dim = rope_dim;
   m.mla.v_head_dim = v_head_dim;
   return m;
 }
@@ -310,8 +370,9 @@ irtest::BuildLoss mla_loss(const ModelConfig& m) {
 TEST(DeepSeekMla, GradientsMatchFiniteDifferences) {
   // q_lora_rank 4, v_head_dim 3 < 6 (the value padded); the default rope.
   irtest::expect_gradients_match(mla_loss(grad_model(4, 3, "default")), 12);
-  // q_lora_rank 0 (one query kernel), v_head_dim 8 > 6 (query and key padded); yarn's pairs.
-  irtest::expect_gradients_match(mla_loss(grad_model(0, 8, "yarn")), 12);
+  // q_lora_rank 0 (one query kernel), v_head_dim 12 > 10 (query and key padded); yarn on 3
+  // pairs of distinct corrected frequencies (3 rope ops, sliced and concatenated).
+  irtest::expect_gradients_match(mla_loss(grad_model(0, 12, "yarn", 6)), 12);
 }
 
 // The rope part is where the positions enter: shifting every position by one changes the loss
@@ -378,6 +439,18 @@ TEST(DeepSeekMla, TinyScannedAndShardedEqualOneDevice) {
                                  CompileOptions{}, kSteps);
     ASSERT_TRUE(got.ok()) << got.status().message();
     EXPECT_LT(testing::max_loss_rel(got->losses, want->losses), 1e-5);
+  }
+  {  // rope_type yarn (its sliced runs of rope ops) on fsdp=2 x tensor=2 equals one device
+    const KV yarn = {{"rope_type", std::string("yarn")}};
+    Result<testing::SpmdRun> y1 = testing::run_train_steps(resolved(tiny(data, kSteps, 1, yarn), 1),
+                                                           one, CompileOptions{}, kSteps);
+    const Mesh mesh = *Mesh::create({"fsdp", "tensor"}, {2, 2});
+    Result<testing::SpmdRun> y4 = testing::run_train_steps(resolved(tiny(data, kSteps, 4, yarn), 4),
+                                                           mesh, CompileOptions{}, kSteps);
+    ASSERT_TRUE(y1.ok() && y4.ok());
+    EXPECT_NE(y1->losses.back(), want->losses.back());  // a different rope
+    EXPECT_LT(testing::max_loss_rel(y4->losses, y1->losses), 1e-5);
+    EXPECT_LT(testing::max_param_rel(y4->params, y1->params), 1e-5);
   }
   struct Case {
     std::vector<std::string> axes;

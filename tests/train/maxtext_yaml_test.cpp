@@ -378,8 +378,8 @@ TEST(MaxTextConfigReal, BaseYmlAndEveryModelFile) {
 }
 
 // models/deepseek3-671b.yml: decoder_block deepseek and attention_type mla are the preset's,
-// the MLA keys are keys; rope_type yarn loads with a note that its frequency correction is not
-// applied; with the dense dispatch it resolves to the preset's model (671.03B parameters).
+// the MLA and yarn keys are keys; with the dense dispatch it resolves to the preset's model
+// (671.03B parameters).
 TEST(MaxTextConfigReal, Deepseek3YmlLoads) {
   REQUIRE_MAXTEXT_CONFIGS(dir);
   Result<MaxTextConfig> m = load_maxtext_config(
@@ -391,10 +391,7 @@ TEST(MaxTextConfigReal, Deepseek3YmlLoads) {
   EXPECT_EQ(m->config.get_int("q_lora_rank"), 1536);
   EXPECT_EQ(m->config.get_int("kv_lora_rank"), 512);
   EXPECT_EQ(m->config.get_int("qk_rope_head_dim"), 64);
-  bool yarn_note = false;
-  for (const std::string& n : m->notes)
-    yarn_note |= n.find("rope_type='yarn'") != std::string::npos;
-  EXPECT_TRUE(yarn_note);
+  EXPECT_EQ(m->config.get_float("beta_fast"), 32.0);
   Result<ResolvedConfig> r = resolve_config(m->config, m->num_devices);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->model.decoder_block, "deepseek");
