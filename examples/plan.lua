@@ -28,6 +28,11 @@ local meshes = {
   },
   -- MaxText's v5p-1024 recipe (configs/tpu/v5p/gpt3_175b): ici_fsdp 64 x ici_tensor 8.
   ["gpt3-175b"] = {{name = "fsdp=64 x tensor=8", mesh = sl.mesh{fsdp = 64, tensor = 8}}},
+  -- deepseek3-671b (MLA, 256 experts): 512 chips, fsdp alone and fsdp x expert.
+  ["deepseek3-671b"] = {
+    {name = "fsdp=512", mesh = sl.mesh{fsdp = 512}},
+    {name = "fsdp=64 x expert=8", mesh = sl.mesh{fsdp = 64, expert = 8}},
+  },
 }
 -- The published recipes' device counts (ici_fsdp -1): v6e-256, v6e-8 (mistral-7b), v5p-1024
 -- (512 chips, llama3.1-405b); any other model: 256.
@@ -35,7 +40,13 @@ local recipe_devices = {["llama3.1-405b"] = 512, ["mistral-7b"] = 8}
 local n = devices or recipe_devices[model] or 256
 local plans = (not devices and meshes[model]) or
               {{name = "fsdp=" .. n, mesh = sl.mesh{fsdp = n, devices = n}}}
-local cfg = sl.config{model = model, per_device_batch_size = 1, max_target_length = 2048}
+-- The MoE presets plan MaxText's dense dispatch (its default dropless one is not built here).
+local moe = {["deepseek3-671b"] = true, ["qwen3-235b-a22b"] = true, ["mixtral-8x7b"] = true,
+             ["mixtral-8x22b"] = true}
+local cfg = moe[model]
+    and sl.config{model = model, per_device_batch_size = 1, max_target_length = 2048,
+                  sparse_matmul = false, capacity_factor = 1.25}
+    or sl.config{model = model, per_device_batch_size = 1, max_target_length = 2048}
 
 local start = os.clock()
 for _, p in ipairs(plans) do

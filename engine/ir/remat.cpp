@@ -227,7 +227,9 @@ class Rematerializer {
 const std::vector<std::string>& checkpoint_names() {
   static const Names n = {"decoder_layer_input", "query_proj", "key_proj", "value_proj",
                           "context",             "out_proj",   "mlpwi_0",  "mlpwi_1",
-                          "mlpwo"};
+                          "mlpwo",
+                          // multi-head latent attention's (engine/model/mla.h)
+                          "query_wa_proj", "mla_q", "kv_wa_proj", "mla_kv"};
   return n;
 }
 

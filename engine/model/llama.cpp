@@ -11,6 +11,7 @@
 #include "engine/base/hash.h"
 #include "engine/ir/remat.h"
 #include "engine/model/gpt3.h"
+#include "engine/model/mla.h"
 #include "engine/model/moe.h"
 
 namespace eng {
@@ -48,9 +49,10 @@ Status ModelConfig::validate() const {
     return invalid_argument("model {}: param_scan_axis must be 0 or 1 (the layer dim's place in "
                             "every stacked weight; the norm scales have one dim), got {}",
                             name, param_scan_axis);
-  if (rope_type != "default" && !rope_type.starts_with("llama3.1"))
-    return unimplemented("model {}: rope_type '{}' is not supported; default or llama3.1 (yarn "
-                         "is not implemented)",
+  ENG_RETURN_IF_ERROR(validate_mla(*this));  // attention_type and the MLA keys (mla.h)
+  if (rope_type != "default" && !rope_type.starts_with("llama3.1") && rope_type != "yarn")
+    return unimplemented("model {}: rope_type '{}' is not supported; default, llama3.1 or yarn "
+                         "(yarn: MLA's rope part)",
                          name, rope_type);
   if (!(rope_min_timescale > 0) || !(rope_max_timescale > 0))
     return invalid_argument("model {}: rope_min_timescale {} and rope_max_timescale {} must be "
@@ -97,7 +99,8 @@ int64_t ModelConfig::num_params() const {
   if (gpt3()) return gpt3_num_params(*this);
   const int64_t E = emb_dim, H = num_query_heads, Hkv = num_kv_heads, D = head_dim, M = mlp_dim;
   // norms; query and out (E*H*D each); key and value (E*Hkv*D each); the MLP.
-  int64_t per_layer = 2 * E + 2 * E * H * D + 2 * E * Hkv * D + 3 * E * M;
+  int64_t per_layer = 2 * E + (is_mla() ? mla_attention_params(*this)
+                                         : 2 * E * H * D + 2 * E * Hkv * D) + 3 * E * M;
   if (use_qk_norm) per_layer += 2 * D;  // query_norm and key_norm scales
   const int64_t dense_layers = moe.enabled() ? moe.first_num_dense_layers : num_decoder_layers;
   int64_t moe_layer = per_layer;
@@ -130,6 +133,15 @@ const std::vector<std::string>& input_data_logical_axes(bool pipelined) {
 static std::vector<LayerWeight> dense_layer_weights(const ModelConfig& m) {
   const int64_t E = m.emb_dim, H = m.num_query_heads, Hkv = m.num_kv_heads, D = m.head_dim,
                 M = m.mlp_dim;
+  if (m.is_mla()) {  // MLA's attention weights in the place of query, key, value, out
+    std::vector<LayerWeight> w = {{"pre_self_attention_layer_norm/scale", {E}, {"norm"}}};
+    for (LayerWeight& a : mla_attention_weights(m)) w.push_back(std::move(a));
+    w.push_back({"post_self_attention_layer_norm/scale", {E}, {"norm"}});
+    w.push_back({"mlp/wi_0/kernel", {E, M}, {"embed", "mlp"}});
+    w.push_back({"mlp/wi_1/kernel", {E, M}, {"embed", "mlp"}});
+    w.push_back({"mlp/wo/kernel", {M, E}, {"mlp", "embed"}});
+    return w;
+  }
   return {{"pre_self_attention_layer_norm/scale", {E}, {"norm"}},
           {"self_attention/query/kernel", {E, H, D}, {"embed", "q_heads", "kv"}},
           {"self_attention/key/kernel", {E, Hkv, D}, {"embed", "kv_heads", "kv_head_dim"}},
@@ -186,6 +198,12 @@ LlamaLayerParams layer_from_weights(const std::vector<LayerWeight>& ws,
                     : ends("self_attention/out/kernel")            ? &lp.out
                     : ends("self_attention/query_norm/scale")      ? &lp.query_norm
                     : ends("self_attention/key_norm/scale")        ? &lp.key_norm
+                    : ends("self_attention/wq_a/kernel")           ? &lp.wq_a
+                    : ends("self_attention/q_norm/scale")          ? &lp.q_norm
+                    : ends("self_attention/wq_b/kernel")           ? &lp.query
+                    : ends("self_attention/wkv_a/kernel")          ? &lp.wkv_a
+                    : ends("self_attention/kv_norm/scale")         ? &lp.kv_norm
+                    : ends("self_attention/wkv_b/kernel")          ? &lp.wkv_b
                     : ends("gate/kernel")                          ? &lp.gate
                     : ends("gate/bias")                            ? &lp.gate_bias
                     : shared && ends("wi_0/kernel")                ? &lp.shared_wi_0
@@ -199,8 +217,9 @@ LlamaLayerParams layer_from_weights(const std::vector<LayerWeight>& ws,
               ws[i].sub);
     *slot = v[i];
   }
-  for (ValueId x : {lp.pre_norm, lp.query, lp.key, lp.value, lp.out, lp.post_norm, lp.wi_0,
-                    lp.wi_1, lp.wo})
+  const bool mla = lp.wkv_a != kNoValue;  // MLA: no key, value (wkv_a, kv_norm, wkv_b instead)
+  for (ValueId x : {lp.pre_norm, lp.query, mla ? lp.wkv_b : lp.key, mla ? lp.kv_norm : lp.value,
+                    lp.out, lp.post_norm, lp.wi_0, lp.wi_1, lp.wo})
     ENG_CHECK(x != kNoValue, "llama: a layer without one of its nine weights");
   return lp;
 }
@@ -238,6 +257,12 @@ std::string unscanned_part(const char* scanned) {
 std::vector<ValueId> layer_param_list(const LlamaLayerParams& lp) {
   std::vector<ValueId> v = {lp.pre_norm,  lp.query, lp.key, lp.value, lp.out,
                             lp.post_norm, lp.wi_0,  lp.wi_1, lp.wo};
+  if (lp.wkv_a != kNoValue) {  // MLA: layer_weights' order (mla_attention_weights)
+    v = {lp.pre_norm};
+    if (lp.wq_a != kNoValue) v.insert(v.end(), {lp.wq_a, lp.q_norm});
+    v.insert(v.end(), {lp.query, lp.wkv_a, lp.kv_norm, lp.wkv_b, lp.out, lp.post_norm, lp.wi_0,
+                       lp.wi_1, lp.wo});
+  }
   if (lp.gate != kNoValue) v.push_back(lp.gate);
   if (lp.gate_bias != kNoValue) v.push_back(lp.gate_bias);
   if (lp.shared_wi_0 != kNoValue) {
@@ -413,29 +438,34 @@ ValueId trace_decoder_layer(Builder& b, const ModelConfig& m, const LlamaLayerPa
   // rb(scale), MaxText's jnp.asarray(scale, dtype)), and their gradient comes back in f32.
   auto s = [&](ValueId p) { return as_dtype(b, p, DType::kF32); };
   ValueId h = b.rmsnorm(x, s(lp.pre_norm), eps).first;                // (B, T, E)
-  ValueId q = b.checkpoint_name(
-      b.constraint(b.matmul(h, w(lp.query), 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
-  ValueId k = b.checkpoint_name(  // (B, T, Hkv, D)
-      b.constraint(b.matmul(h, w(lp.key), 2, 1, false, false, kKvHeads), kKvHeads), "key_proj");
-  ValueId v = b.checkpoint_name(  // (B, T, Hkv, D)
-      b.constraint(b.matmul(h, w(lp.value), 2, 1, false, false, kKvHeads), kKvHeads), "value_proj");
-  if (lp.query_norm != kNoValue) {  // use_qk_norm: RMSNorm over D per head, before rope
-    q = b.constraint(b.rmsnorm(q, s(lp.query_norm), eps).first, kHeads);    // (B, T, H, D)
-    k = b.constraint(b.rmsnorm(k, s(lp.key_norm), eps).first, kKvHeads);    // (B, T, Hkv, D)
+  ValueId attn;
+  if (lp.wkv_a != kNoValue) {  // multi-head latent attention (engine/model/mla.h)
+    attn = trace_mla_attention(b, m, lp, h, positions, segment_ids, stage_as_data);
+  } else {
+    ValueId q = b.checkpoint_name(
+        b.constraint(b.matmul(h, w(lp.query), 2, 1, false, false, kHeads), kHeads), "query_proj");  // (B, T, H, D)
+    ValueId k = b.checkpoint_name(  // (B, T, Hkv, D)
+        b.constraint(b.matmul(h, w(lp.key), 2, 1, false, false, kKvHeads), kKvHeads), "key_proj");
+    ValueId v = b.checkpoint_name(  // (B, T, Hkv, D)
+        b.constraint(b.matmul(h, w(lp.value), 2, 1, false, false, kKvHeads), kKvHeads), "value_proj");
+    if (lp.query_norm != kNoValue) {  // use_qk_norm: RMSNorm over D per head, before rope
+      q = b.constraint(b.rmsnorm(q, s(lp.query_norm), eps).first, kHeads);    // (B, T, H, D)
+      k = b.constraint(b.rmsnorm(k, s(lp.key_norm), eps).first, kKvHeads);    // (B, T, Hkv, D)
+    }
+    // MaxText's attentions.py: LLaMARotaryEmbedding for llama3.1 (adjacent pairs, scaled when
+    // rope_use_scale), RotaryEmbedding otherwise.
+    const kern::RopeForm form{m.llama31_rope(), m.llama31_rope() && m.rope_use_scale};
+    q = b.rope(q, positions, m.rope_min_timescale, m.rope_max_timescale, false, form);
+    k = b.rope(k, positions, m.rope_min_timescale, m.rope_max_timescale, false, form);
+    if (repeats > 1) {  // (B, T, Hkv, D) -> (B, T, H, D): query head h reads kv head h / repeats
+      k = b.constraint(b.repeat_kv(k, repeats, kHeads[2]), kHeads);
+      v = b.constraint(b.repeat_kv(v, repeats, kHeads[2]), kHeads);
+    }
+    ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale, segment_ids).first,
+                                  "context");  // (B, T, H, D)
+    attn = b.checkpoint_name(
+        b.matmul(o, w(lp.out), 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)
   }
-  // MaxText's attentions.py: LLaMARotaryEmbedding for llama3.1 (adjacent pairs, scaled when
-  // rope_use_scale), RotaryEmbedding otherwise.
-  const kern::RopeForm form{m.llama31_rope(), m.llama31_rope() && m.rope_use_scale};
-  q = b.rope(q, positions, m.rope_min_timescale, m.rope_max_timescale, false, form);
-  k = b.rope(k, positions, m.rope_min_timescale, m.rope_max_timescale, false, form);
-  if (repeats > 1) {  // (B, T, Hkv, D) -> (B, T, H, D): query head h reads kv head h / repeats
-    k = b.constraint(b.repeat_kv(k, repeats, kHeads[2]), kHeads);
-    v = b.constraint(b.repeat_kv(v, repeats, kHeads[2]), kHeads);
-  }
-  ValueId o = b.checkpoint_name(b.attention(q, k, v, attn_scale, segment_ids).first,
-                                "context");  // (B, T, H, D)
-  ValueId attn = b.checkpoint_name(
-      b.matmul(o, w(lp.out), 2, 2, false, false, kActivation), "out_proj");                   // (B, T, E)
   x = b.constraint(b.add(x, attn), kActivation);
 
   // MLP block: x + wo(silu(wi_0 h) * wi_1 h) over rmsnorm(x).
@@ -479,7 +509,8 @@ ValueId trace_scanned_layers(Builder& b, const ModelConfig& m, const LlamaLayerP
     LlamaLayerParams lp = stacked;  // the same kinds, each its slice k
     for (ValueId* v : {&lp.pre_norm, &lp.query, &lp.key, &lp.value, &lp.out, &lp.post_norm,
                        &lp.wi_0, &lp.wi_1, &lp.wo, &lp.gate, &lp.query_norm, &lp.key_norm,
-                       &lp.gate_bias, &lp.shared_wi_0, &lp.shared_wi_1, &lp.shared_wo})
+                       &lp.gate_bias, &lp.shared_wi_0, &lp.shared_wi_1, &lp.shared_wo, &lp.wq_a,
+                       &lp.q_norm, &lp.wkv_a, &lp.kv_norm, &lp.wkv_b})
       if (*v != kNoValue) *v = b.index_in_dim(*v, axis, k);
     x = trace_decoder_layer(b, m, lp, x, positions, scope, segment_ids, stage_as_data, moe);
   }

@@ -44,6 +44,7 @@
 
 #include "engine/base/status.h"
 #include "engine/ir/builder.h"
+#include "engine/model/mla_config.h"
 #include "engine/model/moe_config.h"
 #include "engine/model/pipeline.h"
 
@@ -79,7 +80,7 @@ struct ModelConfig {
   // this layer with use_qk_norm and its experts under moe_block/; "deepseek" is MaxText's
   // deepseek layer layout: first_num_dense_layers dense layers (dense_layers_{i}), then MoE
   // layers (moe_layers_{j}) with DeepSeekMoeBlock_0's routed and shared experts, routed_bias
-  // and deepseek's weights; its attention here is still the llama2 layer's, not MLA) or "gpt3"
+  // and deepseek's weights; its attention is attention_type's: global or MLA, mla.h) or "gpt3"
   // (engine/model/gpt3.h: LayerNorm with bias, fused qkv with biases, gelu MLP with biases,
   // learned positions, logits via the embedding; mlp_activations [gelu]).
   std::string decoder_block = "llama2";
@@ -116,6 +117,10 @@ struct ModelConfig {
   int64_t param_scan_axis = 1;  // 0 or 1: where the layer dim goes in every stacked weight
   // Mixture of experts (engine/model/moe.h): num_experts > 1 replaces every layer's MLP.
   MoeConfig moe;
+  // MaxText's attention_type: "global" (the layer above) or "mla" (multi-head latent attention,
+  // engine/model/mla.h: self_attention/{wq_a, q_norm, wq_b | query, wkv_a, kv_norm, wkv_b, out}).
+  std::string attention_type = "global";
+  MlaConfig mla;
 
   // Every size positive, kv heads divide query heads, head_dim even; errors name the value.
   Status validate() const;
@@ -125,6 +130,7 @@ struct ModelConfig {
   // experts, only num_experts_per_tok experts' weights of each layer (the router counts).
   int64_t num_active_params() const;
   bool gpt3() const { return decoder_block == "gpt3"; }
+  bool is_mla() const { return attention_type == "mla"; }
   bool llama31_rope() const { return name.starts_with("llama3.1") || rope_type.starts_with("llama3.1"); }
   // P: the decoder layers the pipeline runs (all L unless pipeline_parallel_layers is set).
   int64_t pipelined_layers() const {
@@ -152,6 +158,10 @@ struct LlamaLayerParams {
   // MLP (DeepSeekMoeBlock_0/shared_experts/...); kNoValue without them.
   ValueId gate_bias = kNoValue;
   ValueId shared_wi_0 = kNoValue, shared_wi_1 = kNoValue, shared_wo = kNoValue;
+  // attention_type mla (engine/model/mla.h): `query` is wq_b (q_lora_rank > 0) or query, `out`
+  // is out; key and value are kNoValue.
+  ValueId wq_a = kNoValue, q_norm = kNoValue, wkv_a = kNoValue, kv_norm = kNoValue,
+          wkv_b = kNoValue;
 };
 
 struct LlamaParams {

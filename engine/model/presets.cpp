@@ -1,6 +1,7 @@
 // engine/model/presets.cpp: the model presets (MaxText's configs/models/<name>.yml values) and
 // the nearest-name hint for an unknown model.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -57,6 +58,58 @@ constexpr Gpt3Preset kGpt3Presets[] = {
     {"gpt3-tiny", 256, 128, 4, 32, 512, 2, 1024},
 };
 
+// MaxText's decoder_block "deepseek" with attention_type "mla" (engine/model/mla.h):
+// deepseek3-671b is configs/models/deepseek3-671b.yml key for key (head_dim is base.yml's 128,
+// unused by MLA; rope_type yarn is MaxText's YarnRotaryEmbedding, engine/model/mla.h);
+// deepseek-tiny is this project's trainable one (byte vocabulary, 1 dense + 2 MoE layers, the
+// rope part rotated by the default RotaryEmbedding, v_head_dim < qk head dim as in V3).
+struct DeepSeekPreset {
+  const char* name;
+  int64_t vocab, emb, heads, mlp, moe_mlp, layers, dense_layers, experts, per_tok;
+  int64_t q_lora, kv_lora, nope, rope, v;
+  const char* rope_type;
+  double load_balance_loss_weight;
+};
+constexpr DeepSeekPreset kDeepSeekPresets[] = {
+    {"deepseek3-671b", 129280, 7168, 128, 18432, 2048, 61, 3, 256, 8, 1536, 512, 128, 64, 128,
+     "yarn", 0.0},
+    {"deepseek-tiny", 256, 64, 4, 96, 32, 3, 1, 4, 2, 32, 16, 16, 8, 12, "default", 0.01},
+};
+
+std::optional<ModelConfig> deepseek_model_preset(const std::string& name) {
+  for (const DeepSeekPreset& p : kDeepSeekPresets) {
+    if (name != p.name) continue;
+    ModelConfig m;
+    m.name = p.name;
+    m.decoder_block = "deepseek";
+    m.vocab_size = p.vocab;
+    m.emb_dim = p.emb;
+    m.num_query_heads = m.num_kv_heads = p.heads;
+    m.head_dim = 128;  // base.yml's; MLA's head dims are its own keys
+    m.mlp_dim = p.mlp;
+    m.num_decoder_layers = p.layers;
+    m.normalization_layer_epsilon = 1e-6;
+    m.rope_type = p.rope_type;
+    m.moe.num_experts = p.experts;
+    m.moe.num_experts_per_tok = p.per_tok;
+    m.moe.moe_mlp_dim = p.moe_mlp;
+    m.moe.shared_experts = 1;
+    m.moe.first_num_dense_layers = p.dense_layers;
+    m.moe.routed_score_func = "sigmoid";
+    m.moe.routed_bias = true;
+    m.moe.routed_scaling_factor = 2.5;
+    m.moe.load_balance_loss_weight = p.load_balance_loss_weight;
+    m.attention_type = "mla";
+    m.mla.q_lora_rank = p.q_lora;
+    m.mla.kv_lora_rank = p.kv_lora;
+    m.mla.qk_nope_head_dim = p.nope;
+    m.mla.qk_rope_head_dim = p.rope;
+    m.mla.v_head_dim = p.v;
+    return m;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<std::string> model_preset_names() {
@@ -64,6 +117,7 @@ std::vector<std::string> model_preset_names() {
   for (const Preset& p : kPresets) names.push_back(p.name);
   for (const Gpt3Preset& p : kGpt3Presets) names.push_back(p.name);
   for (const std::string& n : moe_preset_names()) names.push_back(n);
+  for (const DeepSeekPreset& p : kDeepSeekPresets) names.push_back(p.name);
   return names;
 }
 
@@ -122,6 +176,7 @@ Result<ModelConfig> model_preset(const std::string& name) {
     return m;
   }
   if (std::optional<ModelConfig> m = moe_model_preset(name)) return *m;
+  if (std::optional<ModelConfig> m = deepseek_model_preset(name)) return *m;
   return invalid_argument("unknown model '{}': the nearest known are {} (known models: {})", name,
                           fmt::join(nearest_model_names(name, 3), ", "),
                           fmt::join(model_preset_names(), ", "));

@@ -45,7 +45,7 @@ const std::vector<ConfigKey> kKeys = {
     {"use_qk_norm", V{false}, "RMSNorm over head_dim of the projected query and key, per head, before rope (self_attention/query_norm, key_norm; qwen3); not for gpt3"},
     {"rope_min_timescale", V{1.0}, "RoPE: the first pair's timescale"},
     {"rope_max_timescale", V{10000.0}, "RoPE: the timescale the last pair approaches (llama3*: 500000, mistral-7b: 1000000)"},
-    {"rope_type", V{std::string("default")}, "default (MaxText's RotaryEmbedding: rotate-half pairs) | llama3.1 (LLaMARotaryEmbedding: adjacent pairs, Llama 3.1's frequency scaling when rope_use_scale; what every model named llama3.1* runs, as in MaxText); yarn is not implemented"},
+    {"rope_type", V{std::string("default")}, "default (MaxText's RotaryEmbedding: rotate-half pairs) | llama3.1 (LLaMARotaryEmbedding: adjacent pairs, Llama 3.1's frequency scaling when rope_use_scale; what every model named llama3.1* runs, as in MaxText) | yarn (attention_type mla only: MaxText's YarnRotaryEmbedding on its rope part, interleaved pairs, frequencies corrected by rope_factor, beta_fast, beta_slow, rope_truncate)"},
     {"rope_use_scale", V{true}, "with the llama3.1 rope: apply Llama 3.1's frequency scaling (factor 8, low/high frequency factors 1/4, original context 8192, as MaxText hard-codes them); ignored by the default rope"},
     {"use_iota_embed", V{false}, "embed with a one-hot matmul instead of a gather"},
     {"scan_layers", V{true}, "stack each decoder-layer weight kind into one params/decoder/layers/... array with a 'layers' dim (MaxText's default; false: params/decoder/layers_<l>/...; pipelines keep their own (stages, layers_per_stage, ...) stacking; docs/sharding.md)"},
@@ -127,7 +127,7 @@ const std::vector<ConfigKey> kKeys = {
     {"sparse_matmul", V{true}, "dropless sparse dispatch (MaxText's default; not implemented here yet: set false with capacity_factor > 0)"},
     {"megablox", V{true}, "the sparse dispatch's grouped matmul kernel (MaxText's megablox)"},
     {"load_balance_loss_weight", V{0.0}, "weight of the Switch load-balance loss added to the loss (learning/moe_lb_loss)"},
-    {"decoder_block", V{std::string()}, "MaxText's decoder layer: '' (the preset's), llama2, mistral, qwen3_moe, gpt3, or deepseek (dense_layers then moe_layers with shared experts and routed_bias; its attention is still llama2's here, not MLA)"},
+    {"decoder_block", V{std::string()}, "MaxText's decoder layer: '' (the preset's), llama2, mistral, qwen3_moe, gpt3, or deepseek (dense_layers then moe_layers with shared experts and routed_bias; its attention is attention_type's)"},
     {"shared_experts", V{int64_t{0}}, "deepseek: a dense MLP of width shared_experts x base_moe_mlp_dim beside the routed experts, added to their output (DeepSeekMoeBlock_0/shared_experts)"},
     {"first_num_dense_layers", V{int64_t{0}}, "deepseek: this many dense decoder layers (dense_layers) before the MoE layers (moe_layers); scanned as two groups"},
     {"routed_score_func", V{std::string()}, "router score function: '' (the logits), softmax or sigmoid; weights: a softmax over the top-k scores, except deepseek's (the scores, divided by their sum for sigmoid, times routed_scaling_factor)"},
@@ -137,6 +137,21 @@ const std::vector<ConfigKey> kKeys = {
     {"norm_topk_prob", V{false}, "divide the top-k weights by their sum (qwen3; deepseek ignores it, as MaxText)"},
     {"shard_exp_on_fsdp", V{false}, "expert weights' expert dim on embed_moe (fsdp) instead of exp (expert)"},
     {"moe_dispatch_no_expert_sharding", V{true}, "the dispatched tokens' batch dim leaves `expert` to the experts' dim, so tokens move by all-to-all over `expert` (MaxText's default is false: expert weights all-gathered instead)"},
+    // Multi-head latent attention (engine/model/mla.h; MaxText base.yml's names and defaults).
+    {"attention_type", V{std::string("global")}, "global (causal multi-head / grouped-query attention) | mla (multi-head latent attention: wq_a, q_norm, wq_b, wkv_a, kv_norm, wkv_b; deepseek3)"},
+    {"q_lora_rank", V{int64_t{0}}, "mla: the query's low rank (0: one query kernel (E, H, qk_nope_head_dim + qk_rope_head_dim))"},
+    {"kv_lora_rank", V{int64_t{512}}, "mla: the key/value latent width (wkv_a's output before the rope part)"},
+    {"qk_nope_head_dim", V{int64_t{128}}, "mla: the query/key head part without rope"},
+    {"qk_rope_head_dim", V{int64_t{64}}, "mla: the query/key head part with rope (the key's shared by all heads)"},
+    {"v_head_dim", V{int64_t{128}}, "mla: the value head dim"},
+    {"mscale", V{1.0}, "mla: the softmax scale is (qk_nope_head_dim + qk_rope_head_dim)^-0.5 x (0.1 mscale ln(rope_factor) + 1)^2 when max_position_embeddings > original_max_position_embeddings"},
+    {"rope_factor", V{40.0}, "mla: the softmax scale's rope_factor; yarn: the low frequencies' divisor"},
+    {"max_position_embeddings", V{int64_t{163840}}, "mla: with original_max_position_embeddings, whether the softmax scale takes mscale"},
+    {"original_max_position_embeddings", V{int64_t{4096}}, "mla: see max_position_embeddings"},
+    {"rope_interleave", V{true}, "rope_type yarn: pairs (2i, 2i+1) (true; false is not supported yet)"},
+    {"beta_fast", V{32.0}, "rope_type yarn: dims rotating more than beta_fast times in original_max_position_embeddings keep their frequency"},
+    {"beta_slow", V{1.0}, "rope_type yarn: dims rotating fewer than beta_slow times are slowed by rope_factor (between the two: a linear mix)"},
+    {"rope_truncate", V{true}, "rope_type yarn: floor / ceil the correction range's dims"},
     // Asynchronous dispatch and checkpoints (docs/checkpoints.md).
     {"max_inflight_steps", V{int64_t{2}}, "steps the host may dispatch ahead of the devices (0: synchronous)"},
     {"enable_checkpointing", V{false}, "save checkpoints (MaxText default true; off here so a REPL writes no files)"},
@@ -197,6 +212,33 @@ std::map<std::string, V> preset_overrides(const std::string& model_name) {
     if (m->moe.norm_topk_prob) out["norm_topk_prob"] = true;  // qwen3
     if (m->moe.load_balance_loss_weight > 0)
       out["load_balance_loss_weight"] = m->moe.load_balance_loss_weight;
+  }
+  if (m->decoder_block == "deepseek") {  // configs/models/deepseek3-671b.yml's deepseek keys
+    out["shared_experts"] = m->moe.shared_experts;
+    out["first_num_dense_layers"] = m->moe.first_num_dense_layers;
+    out["routed_score_func"] = m->moe.routed_score_func;
+    out["routed_bias"] = m->moe.routed_bias;
+    out["routed_scaling_factor"] = m->moe.routed_scaling_factor;
+  }
+  if (m->is_mla()) {  // and its MLA keys
+    out["attention_type"] = m->attention_type;
+    out["q_lora_rank"] = m->mla.q_lora_rank;
+    out["kv_lora_rank"] = m->mla.kv_lora_rank;
+    out["qk_nope_head_dim"] = m->mla.qk_nope_head_dim;
+    out["qk_rope_head_dim"] = m->mla.qk_rope_head_dim;
+    out["v_head_dim"] = m->mla.v_head_dim;
+    out["mscale"] = m->mla.mscale;
+    out["rope_factor"] = m->mla.rope_factor;
+    out["max_position_embeddings"] = m->mla.max_position_embeddings;
+    out["original_max_position_embeddings"] = m->mla.original_max_position_embeddings;
+    out["rope_type"] = m->rope_type;
+    out["rope_interleave"] = m->mla.rope_interleave;
+  }
+  if (model_name == "deepseek-tiny") {  // trainable here: the dense dispatch, short sequences
+    out["sparse_matmul"] = false;
+    out["capacity_factor"] = 1.25;
+    out["per_device_batch_size"] = 8.0;
+    out["max_target_length"] = int64_t{128};
   }
   if (model_name == "mixtral-tiny" || model_name == "qwen3-tiny") {  // the dense dispatch
     out["sparse_matmul"] = false;
@@ -630,6 +672,20 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   r.model.iota_embed_max_bytes = c.get_int("iota_embed_max_bytes");
   r.model.num_vocab_tiling = c.get_int("num_vocab_tiling");
   resolve_moe(c, r.model.moe);
+  r.model.attention_type = c.get_string("attention_type");
+  r.model.mla.q_lora_rank = c.get_int("q_lora_rank");
+  r.model.mla.kv_lora_rank = c.get_int("kv_lora_rank");
+  r.model.mla.qk_nope_head_dim = c.get_int("qk_nope_head_dim");
+  r.model.mla.qk_rope_head_dim = c.get_int("qk_rope_head_dim");
+  r.model.mla.v_head_dim = c.get_int("v_head_dim");
+  r.model.mla.mscale = c.get_float("mscale");
+  r.model.mla.rope_factor = c.get_float("rope_factor");
+  r.model.mla.max_position_embeddings = c.get_int("max_position_embeddings");
+  r.model.mla.original_max_position_embeddings = c.get_int("original_max_position_embeddings");
+  r.model.mla.rope_interleave = c.get_bool("rope_interleave");
+  r.model.mla.beta_fast = c.get_float("beta_fast");
+  r.model.mla.beta_slow = c.get_float("beta_slow");
+  r.model.mla.rope_truncate = c.get_bool("rope_truncate");
   if (const std::string block = c.get_string("decoder_block"); !block.empty())
     r.model.decoder_block = block;
   if (r.model.iota_embed_max_bytes < 0)

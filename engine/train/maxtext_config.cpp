@@ -301,6 +301,7 @@ constexpr Unsupported kUnsupported[] = {
     {"dcn_sequence_parallelism", "1", "the 'sequence' mesh axis"},
     {"custom_mesh_and_rule", "''", "custom mesh axes and logical axis rules"},
     {"custom_mesh", "''", "custom device orders (hybrid rings)"},
+    {"rope_attention_scaling", "False", "yarn's scaling of the rotary output"},
 };
 
 // Keys this file consumes itself (they shape the mesh, the model file, the dims).
@@ -323,7 +324,11 @@ bool consumed_here(const std::string& key) {
                                               "query_proj",
                                               "key_proj",
                                               "value_proj",
-                                              "out_proj"};
+                                              "out_proj",
+                                              "query_wa_proj",
+                                              "kv_wa_proj",
+                                              "mla_q",
+                                              "mla_kv"};
   return kKeys.count(key) || key.starts_with("dcn_");
 }
 
@@ -334,7 +339,8 @@ bool consumed_here(const std::string& key) {
 std::optional<std::string> preset_implies(const ModelConfig& p, std::string_view key) {
   const auto flag = [](bool b) { return std::string(b ? "True" : "False"); };
   if (key == "decoder_block") {
-    if (p.gpt3() || p.decoder_block == "qwen3_moe") return fmt::format("'{}'", p.decoder_block);
+    if (p.gpt3() || p.decoder_block == "qwen3_moe" || p.decoder_block == "deepseek")
+      return fmt::format("'{}'", p.decoder_block);
     return p.name.starts_with("mistral") ? "'mistral'" : "'llama2'";
   }
   if (key == "mlp_activations") {
@@ -554,7 +560,8 @@ Status map_remat(MaxTextConfig& m) {
   static const char* kTensors[] = {"decoder_layer_input", "context",  "mlpwi",
                                    "mlpwi_0",             "mlpwi_1",  "mlpwo",
                                    "query_proj",          "key_proj", "value_proj",
-                                   "out_proj"};
+                                   "out_proj",            "query_wa_proj", "kv_wa_proj",
+                                   "mla_q",               "mla_kv"};
   std::vector<std::string> saved, offloaded;
   for (const char* t : kTensors) {
     auto it = m.keys.find(t);
@@ -639,6 +646,7 @@ Result<MaxTextConfig> load_maxtext_config(const std::string& path,
   ENG_RETURN_IF_ERROR(map_remat(m));
   ENG_RETURN_IF_ERROR(derive_mesh(m));
   collect_no_effect(m);
+
   return m;
 }
 

@@ -8,6 +8,7 @@
 #include "engine/ir/remat.h"
 #include "engine/model/gpt3.h"
 #include "engine/model/llama.h"
+#include "engine/model/mla.h"
 #include "engine/model/moe.h"
 
 namespace eng {
@@ -222,9 +223,15 @@ TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double
   // MoE (mixtral): (gate + ffn(moe_mlp) x k) per layer, capacity padding not counted.
   const double ffn = m.moe.enabled() ? moe_ffn_flops(m, B, S)
                                      : 2 * B * S * mlp * E * n_act + 2 * B * S * mlp * E;
-  const double qkv = 2 * B * S * E * (Hq + 2 * Hkv) * hd;
-  const double proj = 2 * B * S * E * Hq * hd;
-  const double causal_attention = 4 * B * S * S * Hq * hd / (halved ? 2 : 1);
+  double qkv = 2 * B * S * E * (Hq + 2 * Hkv) * hd;
+  double proj = 2 * B * S * E * Hq * hd;
+  double causal_attention = 4 * B * S * S * Hq * hd / (halved ? 2 : 1);
+  if (m.is_mla()) {  // calculate_mla_tflops_per_device (always halved for the causal mask)
+    const MlaFlops f = mla_flops(m, B, S);
+    qkv = f.qkv;
+    proj = f.projection;
+    causal_attention = f.causal_attention;
+  }
   const double embedding = 2 * B * S * E * V;
   TrainingTflops t;
   t.learnable = (ffn * L + (qkv + proj) * L + embedding) * 3 / 1e12 * static_cast<double>(grad_accum);

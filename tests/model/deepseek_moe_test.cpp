@@ -1,5 +1,5 @@
 // tests/model/deepseek_moe_test.cpp: MaxText's deepseek MoE layout on mixtral-tiny's layer
-// (decoder_block deepseek; its attention is still the llama2 layer's here, not MLA):
+// (decoder_block deepseek with the llama2 layer's global attention; MLA: deepseek_mla_test):
 // first_num_dense_layers dense layers (dense_layers) then MoE layers (moe_layers) whose
 // DeepSeekMoeBlock_0 adds the shared experts' MLP to the routed experts, and routed_bias's
 // gate/bias used for the top-k choice only. Parameter paths, shapes and logical axes scanned

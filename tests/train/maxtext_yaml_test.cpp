@@ -377,6 +377,38 @@ TEST(MaxTextConfigReal, BaseYmlAndEveryModelFile) {
   EXPECT_EQ(l70->config.get_string("model_name"), "llama2-70b");
 }
 
+// models/deepseek3-671b.yml: decoder_block deepseek and attention_type mla are the preset's,
+// the MLA and yarn keys are keys; with the dense dispatch it resolves to the preset's model
+// (671.03B parameters).
+TEST(MaxTextConfigReal, Deepseek3YmlLoads) {
+  REQUIRE_MAXTEXT_CONFIGS(dir);
+  Result<MaxTextConfig> m = load_maxtext_config(
+      dir + "/base.yml", argv({"model_name=deepseek3-671b", "num_devices=8", "sparse_matmul=false",
+                               "capacity_factor=1.25", "per_device_batch_size=1",
+                               "max_target_length=1024"}));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->config.get_string("attention_type"), "mla");
+  EXPECT_EQ(m->config.get_int("q_lora_rank"), 1536);
+  EXPECT_EQ(m->config.get_int("kv_lora_rank"), 512);
+  EXPECT_EQ(m->config.get_int("qk_rope_head_dim"), 64);
+  EXPECT_EQ(m->config.get_float("beta_fast"), 32.0);
+  Result<ResolvedConfig> r = resolve_config(m->config, m->num_devices);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->model.decoder_block, "deepseek");
+  EXPECT_TRUE(r->model.is_mla());
+  EXPECT_EQ(r->model.num_params(), model_preset("deepseek3-671b")->num_params());
+  EXPECT_EQ(r->model.moe.first_num_dense_layers, 3);
+  EXPECT_EQ(r->model.moe.routed_scaling_factor, 2.5);
+  // The MLA keys on a model without MLA: an error naming them.
+  Result<MaxTextConfig> l = load_maxtext_config(
+      dir + "/base.yml", argv({"model_name=llama2-7b", "num_devices=8", "q_lora_rank=64"}));
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  Result<ResolvedConfig> rl = resolve_config(l->config, 8);
+  ASSERT_FALSE(rl.ok());
+  EXPECT_NE(rl.status().message().find("q_lora_rank=64"), std::string::npos)
+      << rl.status().message();
+}
+
 // models/qwen3-235b-a22b.yml: decoder_block qwen3_moe is the preset's own block, use_qk_norm a
 // key; with MaxText's dense dispatch it resolves to the preset's model (235.09B parameters).
 TEST(MaxTextConfigReal, Qwen3MoeYmlLoads) {
