@@ -415,18 +415,6 @@ constexpr Function kPlotFunctions[] = {
 
 }  // namespace
 
-bool is_svg(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  return b != std::string_view::npos && s.substr(b, 4) == "<svg" && s.find("</svg>") != std::string_view::npos;
-}
-
-std::string svg_summary(std::string_view svg) {
-  size_t n = 0;
-  for (size_t p = svg.find("<polyline"); p != std::string_view::npos; p = svg.find("<polyline", p + 1)) ++n;
-  return fmt::format("<svg plot, {} bytes, {} polyline{}; plot.save(svg, \"plot.svg\") writes it>", svg.size(), n,
-                     n == 1 ? "" : "s");
-}
-
 void open_lua_plot(lua_State* L, int sl) {
   lua_createtable(L, 0, static_cast<int>(std::size(kPlotFunctions)));
   int plot = lua_gettop(L);
