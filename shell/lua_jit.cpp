@@ -321,13 +321,9 @@ Result<const JitEntry*> lookup(lua_State* L, JitBox& j, int fidx, int first, int
       j.lookup(
           args, [&] { return param_names(L, fidx, n); },
           [&] { return trace_and_compile(L, j, fidx, first, n, args); }));
-  if (l.event.write) {
+  if (l.write) {
     Result<eng::MetricsStore*> store = context(L).open_store();
-    if (store.ok())
-      eng::record_function_compile(
-          **store, {l.event.fn_name, l.event.signature, l.event.hit, l.event.reason_kind,
-                    l.event.reason_text, &l.event.compiled->info(),
-                    l.event.compiled->executable().get()});
+    if (store.ok()) eng::record_function_compile(**store, l.event, l.entry->compiled->info());
   }
   return l.entry;
 }

@@ -266,9 +266,27 @@ Result<int> switch_axes(lua_State* L, eng::ShardMode mode) {
 Result<int> auto_axes(lua_State* L) { return switch_axes(L, eng::ShardMode::kAuto); }
 Result<int> explicit_axes(lua_State* L) { return switch_axes(L, eng::ShardMode::kExplicit); }
 
-// sl.shard_map(f, {mesh, in_specs, out_specs})
+Result<int> shard_map(lua_State* L);
+
+// The decorator sl.shard_map({...}) returns: f -> sl.shard_map(f, {...}) (the options table
+// is its upvalue).
+Result<int> shard_map_decorate(lua_State* L) {
+  lua_settop(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  return shard_map(L);
+}
+
+// sl.shard_map(f, {mesh, in_specs, out_specs}), or sl.shard_map({...}) -> a decorator taking f
+// (JAX's jax.shard_map(in_specs=..., out_specs=...) used as @jax.shard_map(...)).
 Result<int> shard_map(lua_State* L) {
   constexpr std::string_view fn = "sl.shard_map";
+  if (lua_gettop(L) == 1 && lua_type(L, 1) == LUA_TTABLE) {
+    if (luaL_getmetafield(L, 1, "__call") == LUA_TNIL) {  // options, not a callable table
+      lua_pushcclosure(L, lua_entry<shard_map_decorate>, 1);
+      return 1;
+    }
+    lua_pop(L, 1);
+  }
   ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
   ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
   static const std::vector<std::string> kKeys = {"mesh", "in_specs", "out_specs", "name"};
@@ -329,12 +347,14 @@ constexpr Function kLaxFunctions[] = {
 };
 
 constexpr Function kJitFunctions[] = {
-    {"shard_map", lua_entry<shard_map>, "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted",
+    {"shard_map", lua_entry<shard_map>,
+     "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted; sl.shard_map({...}) -> decorator",
      "jax.shard_map: f runs on each device's blocks (argument i split by in_specs[i]) and\n"
      "  communicates with sl.lax.psum, all_gather, psum_scatter, ppermute, axis_index; its "
      "results\n"
      "  are the blocks of arrays laid out by out_specs. Compiled once per signature, without SPMD\n"
-     "  partitioning (the program is per-device already). mesh: default sl.get_mesh()."},
+     "  partitioning (the program is per-device already). mesh: default sl.get_mesh(). Given only\n"
+     "  the options, it returns f -> sl.shard_map(f, options) (@jax.shard_map(in_specs=...))."},
     {"jit", lua_entry<jit>,
      "sl.jit(f [, {in_shardings, out_shardings, static_argnums, donate_argnums, name}]) -> Jitted",
      "jax.jit for a Lua function of Arrays (or tables of them): traced into an engine program\n"

@@ -643,4 +643,32 @@ void magic_run(lua_State* L, const std::vector<std::string>& words) {
   }
 }
 
+// The shortest tail of the code lines that is an expression (and leaves a valid body) is the
+// cell's value; a trailing `;` hides it, as in the REPL.
+int load_cell(lua_State* L, const Cell& cell, const std::string& chunkname) {
+  const std::vector<std::string> lines = eng::cell_code_lines(cell);
+  const std::string pad(cell.injected ? 0 : std::max(0, cell.first_line - 1), '\n');
+  const size_t n = lines.size();
+  for (size_t k = 1; k <= n; ++k) {
+    std::string expr, body;
+    for (size_t i = n - k; i < n; ++i) expr += (i > n - k ? "\n" : "") + lines[i];
+    const size_t b = expr.find_first_not_of(" \t\r\n"), e = expr.find_last_not_of(" \t\r\n");
+    const std::string t = b == std::string::npos ? "" : expr.substr(b, e - b + 1);
+    const bool quiet = !t.empty() && t.back() == ';';
+    if (quiet) expr = t.substr(0, t.size() - 1);
+    std::string ret = "return " + expr + "\n;";
+    if (luaL_loadbuffer(L, ret.data(), ret.size(), "=expr") != LUA_OK) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_pop(L, 1);
+    for (size_t i = 0; i < n - k; ++i) body += lines[i] + "\n";
+    std::string code = pad + body + (quiet ? "do local _ = " + expr + "\nend" : ret);
+    if (luaL_loadbuffer(L, code.data(), code.size(), chunkname.c_str()) == LUA_OK) return LUA_OK;
+    lua_pop(L, 1);
+  }
+  std::string code = pad + cell.source;
+  return luaL_loadbuffer(L, code.data(), code.size(), chunkname.c_str());
+}
+
 }  // namespace shell

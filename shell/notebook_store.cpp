@@ -74,15 +74,6 @@ void order_by_run(CellValue* t, const std::vector<std::string>& ids) {
 
 }  // namespace
 
-std::string report_date(int64_t unix_ms) {
-  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm = {};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
 std::string git_revision(const std::string& dir) {
   return eng::git_revision(dir.empty() ? "." : dir).substr(0, 7);
 }

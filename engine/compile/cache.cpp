@@ -87,6 +87,7 @@ std::function<void(std::string_view)> g_log_sink;
 // ---- keys ----------------------------------------------------------------------------------
 
 std::string ArgType::type_string() const {
+  if (!type_text.empty()) return type_text;
   return typeof_string(dtype_name(dtype), shape, &sharding.spec, &sharding.mesh);
 }
 
@@ -108,7 +109,7 @@ Signature signature_of(const Program& p, std::span<const NamedSharding> sharding
   Signature s;
   for (size_t k = 0; k < p.args().size(); ++k) {
     const ValueInfo& v = p.value(p.args()[k].value);
-    s.args.push_back({v.name, v.shape, v.dtype, shardings[k]});
+    s.args.push_back({v.name, v.shape, v.dtype, shardings[k], ""});
   }
   return s;
 }
@@ -132,6 +133,7 @@ std::string CacheKey::text() const {
     s += fmt::format("arg {} {}[{}] {}", a.name, dtype_name(a.dtype), a.shape.to_list(),
                      a.sharding.spec.to_string());
     if (!(a.sharding.mesh == mesh)) s += " on " + a.sharding.mesh.to_string();
+    if (!a.type_text.empty()) s += " type " + a.type_text;
     s += "\n";
   }
   return s;
@@ -152,8 +154,9 @@ CacheKey make_cache_key(std::string fn_name, std::string program, const Mesh& me
 // ---- explanations --------------------------------------------------------------------------
 
 MissExplanation explain_miss(const CacheKey& now, std::span<const CacheKey> seen,
-                             std::string_view site) {
+                             std::string_view site, std::string_view defined_at) {
   std::string head = fmt::format("TRACING CACHE MISS at {}:\n", site);
+  const std::string where = defined_at.empty() ? "" : fmt::format(" defined at {}", defined_at);
   const CacheKey* closest = nullptr;
   int best = 0;
   for (const CacheKey& k : seen) {
@@ -162,13 +165,16 @@ MissExplanation explain_miss(const CacheKey& now, std::span<const CacheKey> seen
                       (!(k.mesh == now.mesh) ? 1 << 24 : 0) + arg_diffs(now.signature, k.signature);
     if (closest == nullptr || score < best) closest = &k, best = score;
   }
-  if (closest == nullptr)
-    return {"never_seen", head + fmt::format("  never seen function:\n    {} id={} defined at "
-                                             "engine/train/train_step.cpp (build_train_step)",
-                                             now.fn_name, now.program.substr(0, 12))};
-  std::string text = head + fmt::format(
-      "  for {} defined at engine/train/train_step.cpp (build_train_step)\n"
-      "  all previously seen cache keys differ. For the closest previous key:\n", now.fn_name);
+  if (closest == nullptr) {
+    const std::string id = now.program.empty() ? "" : " id=" + now.program.substr(0, 12);
+    return {"never_seen",
+            head + fmt::format("  never seen function:\n    {}{}{}", now.fn_name, id, where)};
+  }
+  std::string text =
+      head + fmt::format(
+                 "  for {}{}\n"
+                 "  all previously seen cache keys differ. For the closest previous key:\n",
+                 now.fn_name, where);
   const CacheKey& b = *closest;
   if (b.program != now.program || b.options != now.options || !(b.mesh == now.mesh)) {
     text += "  Tracing context doesn't match, e.g. due to config or context manager.";

@@ -37,7 +37,11 @@ struct ArgType {
   Shape shape;                // global
   DType dtype = DType::kF32;
   NamedSharding sharding;     // as placed (Array::sharding) or as a shaped batch carries it
-  // jax.typeof form: "i32[16@(data,fsdp),256]" (size-1 axes not printed).
+  // Non-empty: the argument's type as a jitted function's signature writes it, in place of
+  // the array's (engine/frontend/jit_function.h): a pytree "{b=f32[2], w=f32[4,2]}" or a
+  // static value "static string=scale". Part of the key.
+  std::string type_text;
+  // type_text, else the jax.typeof form: "i32[16@(data,fsdp),256]" (size-1 axes not printed).
   std::string type_string() const;
   bool operator==(const ArgType&) const = default;
 };
@@ -78,13 +82,16 @@ CacheKey make_cache_key(std::string fn_name, std::string program, const Mesh& me
 
 // Why `now` missed, diffed against the closest of `seen` in JAX's explain_cache_misses
 // vocabulary. kind: never_seen | context | pytree | types | unavailable (the compilations
-// table's reason_kind). text starts "TRACING CACHE MISS at {site}:".
+// table's reason_kind). text starts "TRACING CACHE MISS at {site}:"; `defined_at` (JAX's
+// "for f defined at file:line"; "" = not said) names where the function was built. One
+// explanation for the trainer's step (engine/compile/jit.h) and jitted functions
+// (engine/frontend/jit_function.h).
 struct MissExplanation {
   std::string kind;
   std::string text;
 };
 MissExplanation explain_miss(const CacheKey& now, std::span<const CacheKey> seen,
-                             std::string_view site);
+                             std::string_view site, std::string_view defined_at = "");
 
 // The in-memory executable cache, one per process and keyed by the FULL key, so every
 // Trainer (and REPL re-creation of one) in the process shares it safely: an Executable is

@@ -142,7 +142,7 @@ Result<CompileEvent> Jit::lookup(Signature sig, std::string_view site) {
   if (tracing_hit(ev.key, ev)) return ev;
   std::vector<CacheKey> seen;
   for (const Entry& e : entries_) seen.push_back(e.key);
-  const MissExplanation why = explain_miss(ev.key, seen, site);
+  const MissExplanation why = explain_miss(ev.key, seen, site, jit_options_.defined_at);
   if (jit_options_.explain_misses) compile_log(why.text);
   ev.records.push_back({"miss", "tracing", why.kind, why.text, {}, {}, true});
   CompileInfo info{ev.key.hex(), ev.key.name(), "hit", "executable", why.kind, why.text, 0};

@@ -68,6 +68,7 @@ struct JitOptions {
   bool log_compiles = false;          // jax_log_compiles
   bool explain_misses = false;        // jax_explain_cache_misses
   double debug_compile_delay_s = 0;   // added to every real compile
+  std::string defined_at;             // where the function was built, for miss explanations
 };
 
 class Jit {

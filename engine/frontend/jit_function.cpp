@@ -48,57 +48,69 @@ std::string tree_type(const Tree& tree, const std::vector<std::string>& leaf_typ
 
 // ---- the cache --------------------------------------------------------------------------------
 
-// JAX's explain_cache_misses, for a jitted function: the closest earlier signature and the
-// arguments that differ.
-std::string JitFunction::explain(const std::vector<std::string>& now,
-                                 const std::vector<std::string>& names) const {
-  const std::string& name = opts_.name;
-  std::string head = fmt::format("TRACING CACHE MISS at {}:\n", name);
-  if (seen_.empty()) return head + fmt::format("  never seen function:\n    {}", name);
-  const std::vector<std::string>* best = nullptr;
-  size_t best_diffs = 0;
-  for (const auto& s : seen_) {
-    size_t d = s.size() == now.size() ? 0 : 1000;
-    for (size_t i = 0; i < std::min(s.size(), now.size()); ++i) d += s[i] != now[i];
-    if (!best || d < best_diffs) best = &s, best_diffs = d;
+CacheKey JitFunction::cache_key(const CallArgs& args) const {
+  Signature sig;
+  for (size_t i = 0; i < args.types.size(); ++i) {
+    ArgType a;
+    a.name = fmt::format("args[{}]", i);
+    a.type_text = args.types[i];
+    sig.args.push_back(std::move(a));
   }
-  std::string text = head + fmt::format(
-                                "  for {}: all previously seen cache keys differ. For the "
-                                "closest previous key:",
-                                name);
-  if (best->size() != now.size())
-    return text + fmt::format("\n  * {} arguments now and {} before", now.size(), best->size());
-  for (size_t i = 0; i < now.size(); ++i)
-    if ((*best)[i] != now[i])
-      text += fmt::format("\n  * at args[{}] ({}), now {} and before {}", i,
-                          i < names.size() ? names[i] : "?", now[i], (*best)[i]);
-  return text;
+  const std::string options =
+      args.donated.empty() ? "" : fmt::format("donate_argnums={}\n", fmt::join(args.donated, ","));
+  return CacheKey{opts_.name, "", args.mesh, options, std::move(sig)};
 }
 
 Result<JitLookup> JitFunction::lookup(const CallArgs& args,
                                       const std::function<std::vector<std::string>()>& param_names,
                                       const std::function<Result<JitEntry>()>& trace_and_compile) {
-  std::string key = fmt::format("{}", fmt::join(args.types, "; ")) + " on " + args.mesh.repr();
-  if (!args.donated.empty()) key += fmt::format(" donated {}", fmt::join(args.donated, ","));
   JitLookup out;
-  out.event.fn_name = opts_.name;
-  out.event.signature = fmt::format("{}", fmt::join(args.types, ", "));
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    out.event.write = hit_logged_.insert(key).second;
-    out.event.hit = true;
-    out.event.compiled = it->second.compiled;
-    out.entry = &it->second;
+  out.event.key = cache_key(args);
+  const std::string hex = out.event.key.hex();
+  ++lookups_;
+  if (auto it = cache_.find(hex); it != cache_.end() && it->second.key == out.event.key) {
+    Slot& slot = it->second;
+    slot.used = lookups_;
+    out.write = hit_logged_.insert(hex).second;
+    out.event.records.push_back({"hit", "tracing", "", "", {}, {}, true});
+    out.event.tracing_hit = true;
+    out.event.exe = slot.entry.compiled->executable();
+    out.entry = &slot.entry;
     return out;
   }
   ENG_ASSIGN_OR_RETURN(JitEntry e, trace_and_compile());
-  last_miss_ = explain(args.types, param_names());
-  out.event.write = true;
-  out.event.reason_kind = seen_.empty() ? "never_seen" : "types";
-  out.event.reason_text = last_miss_;
-  out.event.compiled = e.compiled;
-  seen_.push_back(args.types);
-  if (cache_.size() >= 256) cache_.clear(), hit_logged_.clear();
-  out.entry = &cache_.emplace(key, std::move(e)).first->second;
+  // Explained with each argument named by its parameter too: "args[0] (x)".
+  CacheKey named = out.event.key;
+  const std::vector<std::string> names = param_names();
+  for (size_t i = 0; i < named.signature.args.size() && i < names.size(); ++i)
+    named.signature.args[i].name = fmt::format("args[{}] ({})", i, names[i]);
+  const MissExplanation why = explain_miss(named, seen_, opts_.name);
+  last_miss_ = why.text;
+  const CompileInfo& info = e.compiled->info();
+  out.write = true;
+  out.event.records.push_back(
+      {"miss",
+       "tracing",
+       why.kind,
+       why.text,
+       info.compile_s > 0 ? std::optional<double>(info.compile_s) : std::nullopt,
+       {},
+       true});
+  out.event.analysis_record = 0;
+  out.event.compiled = info.outcome == "miss";  // else the process's executable cache had it
+  out.event.exe = e.compiled->executable();
+  seen_.push_back(std::move(named));
+  if (cache_.size() >= kCapacity) {  // the least recently used signature goes
+    auto lru = cache_.begin();
+    for (auto it = cache_.begin(); it != cache_.end(); ++it)
+      if (it->second.used < lru->second.used) lru = it;
+    hit_logged_.erase(lru->first);
+    cache_.erase(lru);
+  }
+  Slot& slot = cache_[hex];
+  slot = Slot{out.event.key, std::move(e), lookups_};
+  hit_logged_.erase(hex);
+  out.entry = &slot.entry;
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/compile/jit.h"
 #include "engine/frontend/session.h"
 #include "engine/frontend/vmap.h"
 
@@ -105,22 +106,16 @@ struct JitEntry {
   std::vector<Tree> out_tree;  // per returned value: its structure over the results
 };
 
-// What a lookup did, as its `compilations` row says it (engine/train/run_recorder.h writes
-// it): every miss has a row, and the first hit of each signature (a row per call would cost
-// a transaction per call).
-struct JitEvent {
-  bool write = false;  // a row is due
-  bool hit = false;
-  std::string fn_name;
-  std::string signature;    // the argument types, ", "-joined
-  std::string reason_kind;  // a miss: "never_seen" or "types"
-  std::string reason_text;  // ... and its explanation
-  std::shared_ptr<const Compiled> compiled;
-};
-
+// What a lookup did: compile's CompileEvent (engine/compile/jit.h), so a jitted function and
+// the trainer's step share one cache key, one miss explanation and one row writer. Its key is
+// the tracing key (JitFunction::cache_key); records[0] is the tracing level's hit, or its miss
+// with explain_miss's explanation (and the compile time); exe is the signature's executable.
 struct JitLookup {
   const JitEntry* entry = nullptr;  // valid until the next lookup
-  JitEvent event;
+  // A `compilations` row is due: every miss, and the first hit of each signature (a row per
+  // call would cost a transaction per call).
+  bool write = false;
+  CompileEvent event;
 };
 
 // vmap's one-example trace: the leaves mapped at in_axes 0 lose their batch dim; replay it
@@ -139,9 +134,19 @@ class JitFunction {
   JitOptions& options() { return opts_; }
   const std::string& name() const { return opts_.name; }
 
+  // The most signatures kept compiled; the least recently used goes first beyond it.
+  static constexpr size_t kCapacity = 256;
+
+  // The tracing cache key of a call: compile's CacheKey (engine/compile/cache.h) under the
+  // function's name, with the call's mesh, donated positions as its options
+  // ("donate_argnums=0,2") and one argument per position named "args[i]", typed as the
+  // signature writes it (ArgType::type_text: an array's or a pytree's types, or a static
+  // value). No program digest: the program is what a miss traces.
+  CacheKey cache_key(const CallArgs& args) const;
+
   // The compiled signature of this call: from the cache, or made by trace_and_compile (called
-  // only on a miss), which is then explained in JAX's words against the closest signature
-  // seen (param_names names the arguments; called only on a miss).
+  // only on a miss), which is then explained by explain_miss against the signatures compiled
+  // before, each argument named "args[i] (name)" by param_names (called only on a miss).
   Result<JitLookup> lookup(const CallArgs& args,
                            const std::function<std::vector<std::string>()>& param_names,
                            const std::function<Result<JitEntry>()>& trace_and_compile);
@@ -171,19 +176,25 @@ class JitFunction {
 
   int64_t compiles() const { return static_cast<int64_t>(seen_.size()); }
   size_t entries() const { return cache_.size(); }
+  // The keys compiled so far, in order, arguments named as explanations name them.
+  const std::vector<CacheKey>& seen() const { return seen_; }
   const std::string& last_miss() const { return last_miss_; }
   const char* mode_fn() const;  // "auto_axes" or "explicit_axes"
 
  private:
-  std::string explain(const std::vector<std::string>& now,
-                      const std::vector<std::string>& names) const;
   Status check_mode_axes(const Mesh& mesh) const;
 
+  struct Slot {
+    CacheKey key;
+    JitEntry entry;
+    uint64_t used = 0;  // the lookup count at its last use (LRU)
+  };
   JitOptions opts_;
-  std::map<std::string, JitEntry> cache_;       // signature -> compiled
-  std::vector<std::vector<std::string>> seen_;  // per compile, in order: its arg types
-  std::string last_miss_;                       // the last miss's explanation
-  std::set<std::string> hit_logged_;            // signatures whose first hit has a row
+  std::map<std::string, Slot> cache_;  // CacheKey::hex() -> its compiled signature
+  uint64_t lookups_ = 0;
+  std::vector<CacheKey> seen_;        // per compile, in order (what misses are explained by)
+  std::string last_miss_;             // the last miss's explanation
+  std::set<std::string> hit_logged_;  // keys (hex) whose first hit has a row
 };
 
 // `a` placed by `to` on another mesh of the same devices (auto_axes' and explicit_axes'

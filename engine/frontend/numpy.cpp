@@ -159,6 +159,13 @@ Result<ValueId> unary(Trace& tr, std::string_view name, ValueId x) {
     const OpKind kind = static_cast<OpKind>(k);
     if (op_class(kind) != OpClass::kUnary) continue;
     if (op_name(kind) == name) {
+      // JAX's promote_args_inexact: sin, exp, sqrt ... of an int32 array compute in float32
+      // (jnp.sin(np.arange(8)) is f32[8]); abs, sign and floor keep an integer dtype in JAX,
+      // which the engine's kernels lack, so they stay errors on int32.
+      const bool keeps_int = name == "abs" || name == "sign" || name == "floor";
+      if (!keeps_int && info(tr, x).dtype == DType::kI32) {
+        ENG_ASSIGN_OR_RETURN(x, astype(tr, x, DType::kF32));
+      }
       ENG_RETURN_IF_ERROR(need_float(tr, name, x));
       return tr.builder().emit(kind, {x})[0];
     }

@@ -47,7 +47,8 @@ Result<ValueId> add(Trace& tr, ValueId a, ValueId b);
 Result<ValueId> subtract(Trace& tr, ValueId a, ValueId b);
 Result<ValueId> multiply(Trace& tr, ValueId a, ValueId b);
 Result<ValueId> scale(Trace& tr, ValueId x, double c);  // c * x
-// A kUnary op of the table (gelu), by its printed name; error lists the unary ops.
+// A kUnary op of the table (gelu), by its printed name; error lists the unary ops. An int32
+// x computes in float32 (JAX's promote_args_inexact), except abs, sign and floor (errors).
 Result<ValueId> unary(Trace& tr, std::string_view name, ValueId x);
 
 // numpy.matmul for a of rank >= 1 and b of rank 1 or 2 (the op has no batch dims); f32.

@@ -287,20 +287,24 @@ Result<int64_t> RunRecorder::record_shardings(int64_t step, const ShardingTable&
   return snapshot_id_;
 }
 
-void record_function_compile(MetricsStore& store, const FunctionCompile& c) {
-  CompilationRow row;
-  row.fn_name = c.fn_name;
-  row.module_name = "jit_" + c.fn_name;
-  row.outcome = c.hit ? "hit" : "miss";
-  row.cache_level = "tracing";
-  row.reason_kind = c.reason_kind;
-  row.reason_text = c.reason_text;
-  row.in_signature = c.signature;
-  row.cache_key = c.info->key;
-  if (!c.hit) row.compile_s = c.info->compile_s;
-  Result<int64_t> id = store.record_compilation(row);
-  if (!id.ok() || c.hit) return;
-  (void)store.record_memory_analysis(*id, memory_row(c.exe->memory(), 0));
+void record_function_compile(MetricsStore& store, const CompileEvent& ev,
+                             const CompileInfo& compiled) {
+  for (size_t i = 0; i < ev.records.size(); ++i) {
+    const CacheRecord& c = ev.records[i];
+    CompilationRow row;
+    row.fn_name = ev.key.fn_name;
+    row.module_name = ev.key.module_name();
+    row.outcome = c.outcome;
+    row.cache_level = c.level;
+    row.reason_kind = c.reason_kind;
+    row.reason_text = c.reason_text;
+    if (c.with_signature) row.in_signature = ev.key.signature.to_string();
+    row.cache_key = compiled.key;
+    row.compile_s = c.compile_s;
+    Result<int64_t> id = store.record_compilation(row);
+    if (!id.ok() || static_cast<int>(i) != ev.analysis_record || !ev.exe) continue;
+    (void)store.record_memory_analysis(*id, memory_row(ev.exe->memory(), 0));
+  }
 }
 
 }  // namespace eng

@@ -138,18 +138,13 @@ class RunRecorder {
   std::vector<std::pair<std::string, std::string>> process_keys_;
 };
 
-// A jitted function's cache lookup (engine/frontend/jit_function.h's JitEvent), outside any
-// run: one `compilations` row under fn_name (module jit_<fn_name>, level tracing), and for a
-// compile (a miss) its memory analysis. The shell writes every miss and each signature's
-// first hit. Best effort: a store that cannot be written does not stop the computation.
-struct FunctionCompile {
-  std::string fn_name;
-  std::string signature;  // the argument types, ", "-joined
-  bool hit = false;
-  std::string reason_kind, reason_text;  // a miss's
-  const CompileInfo* info = nullptr;     // the compiled signature's
-  const Executable* exe = nullptr;       // ... and its executable
-};
-void record_function_compile(MetricsStore& store, const FunctionCompile& c);
+// A jitted function's cache lookup (engine/frontend/jit_function.h's JitLookup event),
+// outside any run: one `compilations` row per record of `ev` under its key's fn_name (module
+// jit_<fn_name>), its cache_key the executable's (`compiled`: the Compiled's CompileInfo), and
+// for the record with the analysis (a miss) its memory analysis. The shell writes every miss
+// and each signature's first hit. Best effort: a store that cannot be written does not stop
+// the computation.
+void record_function_compile(MetricsStore& store, const CompileEvent& ev,
+                             const CompileInfo& compiled);
 
 }  // namespace eng

@@ -134,6 +134,7 @@ Status Trainer::read_options(const Config& config) {
   jit_options_.persistent.max_size_bytes = config.get_int("compilation_cache_max_size");
   jit_options_.log_compiles = config.get_bool("log_compiles");
   jit_options_.explain_misses = config.get_bool("explain_cache_misses");
+  jit_options_.defined_at = "engine/train/train_step.cpp (build_train_step)";
   aot_batch_sharding_ = config.get_bool("aot_shaped_batch_sharding");
   if (!config.get_bool("enable_checkpointing")) return ok_status();
   if (config.get_string("base_output_directory").empty() || config.get_string("run_name").empty())
@@ -416,7 +417,8 @@ Signature Trainer::placed_signature() const {
   Signature sig;
   for (size_t k = 0; k < state_.size(); ++k) {
     const Array& a = state_[k];
-    sig.args.push_back({program_.value(program_.args()[k].value).name, a.shape, a.dtype, a.sharding});
+    sig.args.push_back(
+        {program_.value(program_.args()[k].value).name, a.shape, a.dtype, a.sharding, ""});
   }
   return sig;
 }

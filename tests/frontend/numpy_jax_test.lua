@@ -58,6 +58,10 @@ close(np.floor(v):totable(), {-3, -1, 0, 0, 4})
 close(np.sqrt(sl.array({0, 1, 4, 2})):totable(), {0, 1, 2, math.sqrt(2)})
 close(np.sin(v):totable()[4], math.sin(0.5))
 close(np.cos(v):totable()[1], math.cos(-2.5))
+-- int32 promotes to float32 as JAX's promote_args_inexact (jnp.sin(np.arange(8)) is f32[8]);
+-- abs / sign / floor keep int32 in JAX, which the engine's kernels lack: still an error (below).
+assert(sl.typeof(np.sin(np.arange(3))) == "f32[3]", sl.typeof(np.sin(np.arange(3))))
+close(np.sqrt(np.arange(3)):totable(), {0, 1, math.sqrt(2)})
 close(np.log1p(sl.array({1e-7}))[0]:item(), 1e-7 - 0.5e-14, 1e-12)  -- exact near 0
 close(np.expm1(sl.array({1e-7}))[0]:item(), 1e-7 + 0.5e-14, 1e-12)
 close(np.power(v, 2):totable(), {6.25, 1, 0, 0.25, 16})
@@ -140,5 +144,5 @@ fails("axis2 2 is out of bounds for array of dimension 2", np.swapaxes, a, 0, 2)
 fails("indices must be int32", np.take, sl.array({1, 2}), sl.array({1.0}))
 fails("ddof 3 must be >= 0 and below the 3 elements", np.var, a, {axis = 1, ddof = 3})
 fails("unknown key", np.zeros, {2}, {out_shardings = sl.P()})
-fails("needs a floating-point array", np.sqrt, sl.array({1}, {dtype = "int32"}))
+fails("abs: needs a floating-point array", np.abs, sl.array({1}, {dtype = "int32"}))  -- sqrt promotes (above)
 print("numpy_jax_test: ok")

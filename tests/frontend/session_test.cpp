@@ -150,30 +150,108 @@ TEST(JitFunction, CachesPerSignatureAndExplainsMisses) {
   const Value x3 = put({1, 2, 3}, Shape{3});
   Result<JitLookup> l = lookup(x3);
   ASSERT_TRUE(l.ok()) << l.status().message();
-  EXPECT_TRUE(l->event.write);
-  EXPECT_FALSE(l->event.hit);
-  EXPECT_EQ(l->event.reason_kind, "never_seen");
-  EXPECT_EQ(l->event.reason_text, "TRACING CACHE MISS at f:\n  never seen function:\n    f");
+  ASSERT_EQ(l->event.records.size(), 1u);
+  const CacheRecord* r = &l->event.records[0];
+  EXPECT_TRUE(l->write);
+  EXPECT_FALSE(l->event.tracing_hit);
+  EXPECT_EQ(r->outcome, "miss");
+  EXPECT_EQ(r->level, "tracing");
+  EXPECT_EQ(r->reason_kind, "never_seen");
+  EXPECT_EQ(r->reason_text, "TRACING CACHE MISS at f:\n  never seen function:\n    f");
+  EXPECT_EQ(l->event.exe, l->entry->compiled->executable());
   Result<std::vector<ArrayRef>> out = f.run(*l->entry->compiled, one_arg(x3), nullptr);
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(fetch(*(*out)[0]).value(), (std::vector<double>{14}));
   // A hit: the first one has a row, later ones none.
   l = lookup(x3);
   ASSERT_TRUE(l.ok());
-  EXPECT_TRUE(l->event.hit && l->event.write);
+  EXPECT_TRUE(l->event.tracing_hit && l->write);
+  EXPECT_EQ(l->event.records[0].outcome, "hit");
   l = lookup(x3);
-  EXPECT_TRUE(l->event.hit && !l->event.write);
+  EXPECT_TRUE(l->event.tracing_hit && !l->write);
   EXPECT_EQ(traced, 1);
   // A new shape: a miss naming the argument, both types.
   l = lookup(put({1, 2}, Shape{2}));
   ASSERT_TRUE(l.ok());
-  EXPECT_EQ(l->event.reason_kind, "types");
-  EXPECT_NE(l->event.reason_text.find("* at args[0] (x), now f32[2] and before f32[3]"),
+  r = &l->event.records[0];
+  EXPECT_EQ(r->reason_kind, "types");
+  EXPECT_NE(r->reason_text.find("* at args[0] (x), now f32[2] and before f32[3]"),
             std::string::npos)
-      << l->event.reason_text;
+      << r->reason_text;
   EXPECT_EQ(f.compiles(), 2);
   EXPECT_EQ(f.entries(), 2u);
-  EXPECT_EQ(f.last_miss(), l->event.reason_text);
+  EXPECT_EQ(f.last_miss(), r->reason_text);
+}
+
+// One jit cache, one miss explanation: a jitted function's lookup keys by compile's CacheKey
+// and explains by compile's explain_miss (engine/compile/cache.h), as the trainer's step does.
+TEST(JitFunction, KeysAndExplainsAsCompileDoes) {
+  JitOptions o;
+  o.name = "g";
+  JitFunction f(o);
+  auto args_of = [](const Value& x, const std::string& mode) {
+    CallArgs a = one_arg(x);  // g(x, mode) with mode static
+    a.trees.push_back(std::nullopt);
+    a.first_leaf.push_back(1);
+    a.types.push_back("static string=" + mode);
+    return a;
+  };
+  auto lookup = [&](const CallArgs& args) {
+    return f.lookup(
+        args, [] { return std::vector<std::string>{"x", "mode"}; },
+        [&]() -> Result<JitEntry> { return trace_sum_squares(f, args); });
+  };
+  const Value x = put({1, 2, 3}, Shape{3});
+  CallArgs scale = args_of(x, "scale");
+  const CacheKey key = f.cache_key(scale);
+  EXPECT_EQ(key.fn_name, "g");
+  EXPECT_EQ(key.module_name(), "jit_g");
+  EXPECT_EQ(key.signature.to_string(), "f32[3], static string=scale");
+  EXPECT_NE(key.hex(), f.cache_key(args_of(x, "shift")).hex());  // a static value is keyed
+  Result<JitLookup> l = lookup(scale);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->event.key, key);
+  // The explanation is explain_miss's over the seen keys, arguments named by parameter.
+  ASSERT_EQ(f.seen().size(), 1u);
+  EXPECT_EQ(f.seen()[0].signature.args[1].name, "args[1] (mode)");
+  l = lookup(args_of(x, "shift"));
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  const CacheRecord& types = l->event.records[0];
+  EXPECT_EQ(types.reason_kind, "types");
+  EXPECT_EQ(types.reason_text,
+            explain_miss(f.seen()[1], std::span<const CacheKey>(f.seen().data(), 1), "g").text);
+  EXPECT_NE(types.reason_text.find("* at args[1] (mode), now static string=shift and before "
+                                   "static string=scale"),
+            std::string::npos)
+      << types.reason_text;
+  EXPECT_TRUE(types.with_signature);
+  // Donation is context: the same types donated miss with the option named.
+  CallArgs donated = scale;
+  donated.donated = {0};
+  l = lookup(donated);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->event.records[0].reason_kind, "context");
+  EXPECT_NE(l->event.records[0].reason_text.find(
+                "* donate_argnums differs: now 0 and before (unset)"),
+            std::string::npos)
+      << l->event.records[0].reason_text;
+  // So is the mesh: the same type on another mesh.
+  const Value on_x = put({1, 2, 3}, Shape{3}, *Mesh::create({"X"}, {2}));
+  l = lookup(args_of(on_x, "scale"));
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  EXPECT_EQ(l->event.records[0].reason_kind, "context");
+  EXPECT_NE(l->event.records[0].reason_text.find("* mesh differs: now Mesh('X': 2"),
+            std::string::npos)
+      << l->event.records[0].reason_text;
+  EXPECT_EQ(f.last_miss(), l->event.records[0].reason_text);
+  EXPECT_EQ(f.compiles(), 4);
+  // Each is a hit now.
+  for (const CallArgs& a : {scale, args_of(x, "shift"), donated, args_of(on_x, "scale")}) {
+    l = lookup(a);
+    ASSERT_TRUE(l.ok());
+    EXPECT_TRUE(l->event.tracing_hit);
+  }
+  EXPECT_EQ(f.compiles(), 4);
 }
 
 TEST(JitFunction, GradOfSumOfSquares) {

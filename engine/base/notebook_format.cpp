@@ -1,4 +1,7 @@
-// shell/notebook_parse.cpp: jupytext percent-format cells for Lua, papermill parameters, and loading a cell as a chunk.
+// engine/base/notebook_format.cpp: jupytext percent-format cells for Lua and papermill
+// parameters (notebook_format.h).
+#include "engine/base/notebook_format.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -7,9 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "shell/notebook.h"
-
-namespace shell {
+namespace eng {
 namespace {
 
 std::string trim(std::string_view s) {
@@ -43,11 +44,11 @@ bool is_identifier(std::string_view s) {
 
 // A metadata value: "string", 'string', [list, of, values], or a bare word (true, 3, ...).
 // Returns the value's items (one for scalars) and advances pos.
-eng::Result<std::vector<std::string>> parse_value(const std::string& s, size_t* pos, int line) {
-  auto quoted = [&](size_t* p) -> eng::Result<std::string> {
+Result<std::vector<std::string>> parse_value(const std::string& s, size_t* pos, int line) {
+  auto quoted = [&](size_t* p) -> Result<std::string> {
     char q = s[*p];
     size_t end = s.find(q, *p + 1);
-    if (end == std::string::npos) return eng::invalid_argument("notebook: line {}: unterminated string in cell header", line);
+    if (end == std::string::npos) return invalid_argument("notebook: line {}: unterminated string in cell header", line);
     std::string v = s.substr(*p + 1, end - *p - 1);
     *p = end + 1;
     return v;
@@ -60,7 +61,7 @@ eng::Result<std::vector<std::string>> parse_value(const std::string& s, size_t* 
     size_t p = *pos + 1;
     for (;;) {
       while (p < s.size() && (s[p] == ' ' || s[p] == ',')) ++p;
-      if (p >= s.size()) return eng::invalid_argument("notebook: line {}: unterminated list in cell header", line);
+      if (p >= s.size()) return invalid_argument("notebook: line {}: unterminated list in cell header", line);
       if (s[p] == ']') break;
       if (s[p] == '"' || s[p] == '\'') {
         ENG_ASSIGN_OR_RETURN(std::string v, quoted(&p));
@@ -83,7 +84,7 @@ eng::Result<std::vector<std::string>> parse_value(const std::string& s, size_t* 
 }
 
 // The header after `-- %%`: title words, one [type], key=value metadata.
-eng::Status parse_header(const std::string& rest, int line, Cell* cell) {
+Status parse_header(const std::string& rest, int line, Cell* cell) {
   std::vector<std::string> title;
   size_t pos = 0;
   while (pos < rest.size()) {
@@ -96,7 +97,7 @@ eng::Status parse_header(const std::string& rest, int line, Cell* cell) {
       std::string type = close == std::string::npos ? "" : rest.substr(pos + 1, close - pos - 1);
       if (type == "markdown" || type == "md") cell->kind = CellKind::kMarkdown;
       else if (type == "raw") cell->kind = CellKind::kRaw;
-      else return eng::invalid_argument("notebook: line {}: unknown cell type '[{}]' (markdown, md or raw)", line, type);
+      else return invalid_argument("notebook: line {}: unknown cell type '[{}]' (markdown, md or raw)", line, type);
       pos = close + 1;
       continue;
     }
@@ -112,7 +113,7 @@ eng::Status parse_header(const std::string& rest, int line, Cell* cell) {
         cell->tags.insert(cell->tags.end(), items.begin(), items.end());
       } else if (key == "allow_error" || key == "skip") {
         if (v != "true" && v != "false")
-          return eng::invalid_argument("notebook: line {}: {} expects true or false, got '{}'", line, key, v);
+          return invalid_argument("notebook: line {}: {} expects true or false, got '{}'", line, key, v);
         (key == "skip" ? cell->skip : cell->allow_error) = v == "true";
       }  // other jupytext metadata (e.g. slideshow, lines_to_next_cell) is kept by editors, ignored here
       continue;
@@ -124,7 +125,7 @@ eng::Status parse_header(const std::string& rest, int line, Cell* cell) {
   std::string joined;
   for (const std::string& w : title) joined += (joined.empty() ? "" : " ") + w;
   cell->title = joined;
-  return eng::Status();
+  return Status();
 }
 
 // Markdown and raw cells are comment lines: "-- text" -> "text", "--" -> "".
@@ -174,7 +175,7 @@ bool Cell::has_tag(std::string_view t) const {
   return std::find(tags.begin(), tags.end(), t) != tags.end();
 }
 
-eng::Result<std::vector<Cell>> parse_notebook(std::string_view text) {
+Result<std::vector<Cell>> parse_notebook(std::string_view text) {
   std::vector<std::string> lines = split_lines(text);
   std::vector<Cell> cells;
   Cell current;
@@ -224,47 +225,26 @@ std::string parameter_literal(std::string_view value) {
   return lua_quote(value);
 }
 
-eng::Status inject_parameters(std::vector<Cell>* cells,
+Status inject_parameters(std::vector<Cell>* cells,
                               const std::vector<std::pair<std::string, std::string>>& params) {
-  if (params.empty()) return eng::Status();
+  if (params.empty()) return Status();
   Cell injected;
   injected.title = "injected-parameters";
   injected.tags = {"injected-parameters"};
   injected.injected = true;
   for (const auto& [name, value] : params) {
-    if (!is_identifier(name)) return eng::invalid_argument("notebook: -p: '{}' is not a Lua name", name);
+    if (!is_identifier(name)) return invalid_argument("notebook: -p: '{}' is not a Lua name", name);
     injected.source += fmt::format("{} = {}\n", name, parameter_literal(value));
   }
   auto it = std::find_if(cells->begin(), cells->end(), [](const Cell& c) { return c.has_tag("parameters"); });
   cells->insert(it == cells->end() ? cells->begin() : it + 1, std::move(injected));
-  return eng::Status();
+  return Status();
 }
 
-int load_cell(lua_State* L, const Cell& cell, const std::string& chunkname) {
+std::vector<std::string> cell_code_lines(const Cell& cell) {
   std::vector<std::string> lines = split_lines(cell.source);
-  const std::string pad(cell.injected ? 0 : std::max(0, cell.first_line - 1), '\n');
-  size_t n = lines.size();
-  while (n > 0 && is_trailing_noise(lines[n - 1])) --n;
-  // The shortest tail of lines that is an expression (and leaves a valid body) is the value.
-  for (size_t k = 1; k <= n; ++k) {
-    std::string expr, body;
-    for (size_t i = n - k; i < n; ++i) expr += (i > n - k ? "\n" : "") + lines[i];
-    std::string t = trim(expr);
-    const bool quiet = !t.empty() && t.back() == ';';  // `;` hides the value, as in the REPL
-    if (quiet) expr = t.substr(0, t.size() - 1);
-    std::string ret = "return " + expr + "\n;";
-    if (luaL_loadbuffer(L, ret.data(), ret.size(), "=expr") != LUA_OK) {
-      lua_pop(L, 1);
-      continue;
-    }
-    lua_pop(L, 1);
-    for (size_t i = 0; i < n - k; ++i) body += lines[i] + "\n";
-    std::string code = pad + body + (quiet ? "do local _ = " + expr + "\nend" : ret);
-    if (luaL_loadbuffer(L, code.data(), code.size(), chunkname.c_str()) == LUA_OK) return LUA_OK;
-    lua_pop(L, 1);
-  }
-  std::string code = pad + cell.source;
-  return luaL_loadbuffer(L, code.data(), code.size(), chunkname.c_str());
+  while (!lines.empty() && is_trailing_noise(lines.back())) lines.pop_back();
+  return lines;
 }
 
-}  // namespace shell
+}  // namespace eng

@@ -1,4 +1,4 @@
-// shell/notebook_svg.cpp: the SVG a notebook's HTML report inlines, rebuilt from an allow-list
+// engine/base/notebook_svg.cpp: the SVG a notebook's HTML report inlines, rebuilt from an allow-list
 // (a cell can return any string that starts with "<svg"; only drawing survives, never script).
 #include <algorithm>
 #include <array>
@@ -6,9 +6,11 @@
 #include <string>
 #include <string_view>
 
-#include "shell/notebook.h"
+#include <fmt/format.h>
 
-namespace shell {
+#include "engine/base/notebook_report.h"
+
+namespace eng {
 namespace {
 
 // Elements of drawings; anything else (script, foreignObject, a, use, image, style, ...) is
@@ -157,4 +159,18 @@ std::string sanitize_svg(std::string_view s) {
   return out;
 }
 
-}  // namespace shell
+bool is_svg(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  return b != std::string_view::npos && s.substr(b, 4) == "<svg" &&
+         s.find("</svg>") != std::string_view::npos;
+}
+
+std::string svg_summary(std::string_view svg) {
+  size_t n = 0;
+  for (size_t p = svg.find("<polyline"); p != std::string_view::npos; p = svg.find("<polyline", p + 1))
+    ++n;
+  return fmt::format("<svg plot, {} bytes, {} polyline{}; plot.save(svg, \"plot.svg\") writes it>",
+                     svg.size(), n, n == 1 ? "" : "s");
+}
+
+}  // namespace eng

@@ -1,14 +1,17 @@
-// shell/notebook_report.cpp: a notebook run as a Markdown report (plots beside it) or one self-contained HTML page.
+// engine/base/notebook_report.cpp: a notebook run as a Markdown report (plots beside it) or one
+// self-contained HTML page (notebook_report.h).
+#include "engine/base/notebook_report.h"
+
 #include <algorithm>
+#include <ctime>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "engine/base/text.h"
-#include "shell/notebook.h"
 
-namespace shell {
+namespace eng {
 namespace {
 
 // A code fence longer than any backtick run inside the text.
@@ -247,7 +250,7 @@ std::string html_footer(const ReportInfo& info) {
 
 }  // namespace
 
-std::string html_escape(std::string_view s) { return eng::xml_escape(s); }
+std::string html_escape(std::string_view s) { return xml_escape(s); }
 
 
 std::string markdown_to_html(std::string_view md) {
@@ -372,4 +375,13 @@ std::string render_html(const ReportInfo& info, const std::vector<CellRun>& cell
   return h + html_footer(info) + "</body>\n</html>\n";
 }
 
-}  // namespace shell
+std::string report_date(int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm = {};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+}  // namespace eng

@@ -1,0 +1,125 @@
+-- tests/frontend/tutorial_explicit_sharding_test.lua: the 12 code cells of JAX's tutorial
+-- "Explicit sharding (a.k.a. "sharding in types")" (docs/notebooks/explicit-sharding.ipynb of
+-- jax-ml/jax at commit 4a8420b, with its recorded outputs), translated mechanically: Python
+-- syntax to Lua (tuples as tables, keyword arguments as a trailing table, methods with `:`,
+-- `None` as nil, decorators as calls), `jnp.` read as `sl.numpy.`, `jax.` as `sl.`, numpy's
+-- `np.` as `sl.numpy.`, nothing renamed. Each cell checks what the notebook printed; a cell or
+-- part that cannot run is listed in `missing` with what shardlab lacks (docs/frontend.md
+-- "JAX's tutorials" has the table); the test fails if a part listed as running fails, and
+-- asserts that each missing part still fails, so the list goes stale loudly.
+local jax, jnp, np = sl, sl.numpy, sl.numpy
+local missing = {}
+local function cannot(cell, why) missing[#missing + 1] = string.format("cell %d: %s", cell, why) end
+local function expect(got, want, what)
+  assert(tostring(got) == want, string.format("%s: got %q, the tutorial %q", what, tostring(got),
+                                              want))
+end
+local function fails(f, want, what)
+  local ok, e = pcall(f)
+  assert(not ok, what .. ": ran, but is listed as missing")
+  assert(tostring(e):find(want, 1, true), what .. ": " .. tostring(e))
+end
+local function close(got, want, what)
+  for i = 1, #want do
+    assert(math.abs(got[i] - want[i]) <= 1e-6, string.format("%s[%d]: %s vs %s", what, i, got[i],
+                                                             want[i]))
+  end
+end
+
+-- cell 1: the imports. `from jax.sharding import PartitionSpec as P, AxisType, set_mesh,
+-- get_abstract_mesh` and `from jax.experimental.shard import reshard, auto_axes,
+-- explicit_axes`: sl.sharding has all but get_abstract_mesh; there is no sl.experimental (sl's
+-- reshard, auto_axes and explicit_axes are sl.sharding's, as in current JAX).
+local P, AxisType, set_mesh = jax.sharding.PartitionSpec, jax.sharding.AxisType, jax.sharding.set_mesh
+local get_abstract_mesh = jax.sharding.get_abstract_mesh
+local reshard, auto_axes, explicit_axes =
+    jax.sharding.reshard, jax.sharding.auto_axes, jax.sharding.explicit_axes
+assert(P and AxisType and set_mesh and reshard and auto_axes and explicit_axes)
+assert(get_abstract_mesh == nil and jax.experimental == nil)
+cannot(1, "jax.experimental.shard (reshard, auto_axes, explicit_axes are under sl.sharding) and "
+          .. "jax.sharding.get_abstract_mesh; jax.config.update('jax_num_cpu_devices', 8) "
+          .. "(meshes are simulated)")
+
+-- cell 2: "JAX-level type of some_array: ShapedArray(int32[8])"; sl.typeof gives the short form.
+local some_array = np.arange(8)
+expect(jax.typeof(some_array), "i32[8]", "cell 2")
+
+-- cell 3: the type while tracing is printed; x + x of int32 is not offered.
+local traced_type
+local foo = jax.jit(function(x)
+  traced_type = jax.typeof(x)
+  return x + x
+end)
+fails(function() return foo(some_array) end, "add: needs a floating-point array, got i32[8]",
+      "cell 3")
+expect(traced_type, "i32[8]", "cell 3 (during tracing)")
+cannot(3, "x + x of int32 arrays (Array([ 0, 2, ..., 14], dtype=int32)): the engine's "
+          .. "elementwise kernels take float32 and bfloat16 only")
+
+-- cell 4
+local mesh = jax.make_mesh({2, 4}, {"X", "Y"},
+                           {axis_types = {AxisType.Explicit, AxisType.Explicit}})
+set_mesh(mesh)
+expect(mesh, "Mesh('X': 2, 'Y': 4, axis_types=(Explicit, Explicit))", "cell 4")
+cannot(4, "print(get_abstract_mesh()) (AbstractMesh('X': 2, 'Y': 4, axis_types=(Explicit, "
+          .. "Explicit))): no get_abstract_mesh")
+
+-- cell 5
+local replicated_array = np.arange(8):reshape(4, 2)
+local sharded_array = reshard(replicated_array, P("X", nil))
+expect(jax.typeof(replicated_array), "i32[4,2]", "cell 5 replicated_array")
+expect(jax.typeof(sharded_array), "i32[4@X,2]", "cell 5 sharded_array")
+
+-- cell 6: the arguments' types as printed; their int32 sum is not offered.
+local arg0 = reshard(np.arange(4):reshape(4, 1), P("X", nil))
+local arg1 = reshard(np.arange(8):reshape(1, 8), P(nil, "Y"))
+expect(jax.typeof(arg0), "i32[4@X,1]", "cell 6 arg0")
+expect(jax.typeof(arg1), "i32[1,8@Y]", "cell 6 arg1")
+fails(function() return arg0 + arg1 end, "needs a floating-point array", "cell 6")
+cannot(6, "result = arg0 + arg1 (int32[4@X,8@Y]): int32 addition")
+
+-- cell 7
+local add_arrays = jax.jit(function(x, y)
+  local ans = x + y
+  return ans
+end)
+fails(function() return add_arrays(arg0, arg1) end, "needs a floating-point array", "cell 7")
+cannot(7, "add_arrays(arg0, arg1): int32 addition (cell 6)")
+
+-- cell 8: JAX's error names the illegal result; here the int32 dtype is refused first.
+local some_x = reshard(np.arange(16):reshape(4, 4), P("X", nil))
+local some_y = reshard(np.arange(16):reshape(4, 4), P(nil, "X"))
+fails(function() return some_x + some_y end, "needs a floating-point array", "cell 8")
+local add_with_out_sharding_kwarg = auto_axes(function(x, y) return x + y end)
+fails(function() return add_with_out_sharding_kwarg(some_x, some_y, {out_sharding = P("X", nil)}) end,
+      "argument 3.out_sharding is userdata", "cell 8 auto_axes")
+cannot(8, "int32 addition (JAX: 'add operation with inputs: i32[4@X,4], i32[4,4@X] produces an "
+          .. "illegally sharded result: i32[4@X,4@X]'); auto_axes' out_sharding at the call "
+          .. "(sl.auto_axes takes it at decoration); get_abstract_mesh")
+
+-- cell 9
+cannot(9, "print(get_abstract_mesh()): no get_abstract_mesh")
+
+-- cell 10: auto over 'X' only, explicit over 'Y', inside a jit.
+cannot(10, "auto_axes(axes='X') (an engine mesh has one axis type for all its axes: Auto over X "
+           .. "while Explicit over Y is not expressible), auto_axes inside jit, out_sharding at "
+           .. "the call, get_abstract_mesh")
+
+-- cell 11: explicit_axes inside a jit under `with jax.sharding.use_mesh(auto_mesh)`.
+local auto_mesh = jax.make_mesh({2, 4}, {"X", "Y"}, {axis_types = {AxisType.Auto, AxisType.Auto}})
+expect(auto_mesh, "Mesh('X': 2, 'Y': 4, axis_types=(Auto, Auto))", "cell 11 auto_mesh")
+cannot(11, "explicit_axes inside jit, in_sharding at the call, get_abstract_mesh, `with "
+           .. "use_mesh` (sl.use_mesh(mesh, f) takes a function)")
+
+-- cell 12: the concrete sharding of my_array; jnp.sin of int32 is float32 (JAX's promotion).
+local my_array = jnp.sin(reshard(np.arange(8), P("X")))
+expect(jax.typeof(my_array), "f32[8@X]", "cell 12 type")
+close(my_array:totable(), {0, 0.84147096, 0.9092974, 0.14112, -0.7568025, -0.9589243,
+                           -0.2794155, 0.6569866}, "cell 12 values")
+expect(my_array.sharding, "P('X')", "cell 12 (x.sharding is the spec here)")
+cannot(12, "x.sharding.spec (x.sharding is the PartitionSpec itself), jax.typeof(x).sharding.spec "
+           .. "(sl.typeof returns text), get_abstract_mesh, auto_axes' out_sharding at the call")
+
+jax.set_mesh(nil)
+print("tutorial explicit-sharding: cells that do not run (fully) as written:")
+for _, m in ipairs(missing) do print("  " .. m) end
