@@ -15,10 +15,10 @@ end
 expect_error(function() sl.config{learning_rat = 1} end, "sl.config: unknown key 'learning_rat' (did you mean 'learning_rate'?)")
 expect_error(function() sl.config():get("stpes") end, "Config:get: unknown key 'stpes' (did you mean 'steps'?)")
 expect_error(function() sl.config():set("stpes", 1) end, "Config:set: unknown key 'stpes' (did you mean 'steps'?)")
-for _, f in ipairs{function() sl.config{nope = 1} end, function() sl.config():get("nope") end,
-                   function() sl.mesh{nope = 2} end} do
+for _, f in ipairs{function() sl.config{bogus = 1} end, function() sl.config():get("bogus") end,
+                   function() sl.mesh{bogus = 2} end} do
   local ok, err = pcall(f)
-  assert(not ok and err:find("unknown key 'nope'", 1, true) and not err:find("did you mean", 1, true), err)
+  assert(not ok and err:find("unknown key 'bogus'", 1, true) and not err:find("did you mean", 1, true), err)
 end
 expect_error(function() sl.mesh{fdsp = 2} end, "sl.mesh: unknown key 'fdsp' (did you mean 'fsdp'?)")
 
