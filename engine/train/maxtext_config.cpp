@@ -341,7 +341,10 @@ std::optional<std::string> preset_implies(const ModelConfig& p, std::string_view
   if (key == "decoder_block") {
     if (p.gpt3() || p.decoder_block == "qwen3_moe" || p.decoder_block == "deepseek")
       return fmt::format("'{}'", p.decoder_block);
-    return p.name.starts_with("mistral") ? "'mistral'" : "'llama2'";
+    // MaxText's mistral and mixtral decoder layers are the llama2 layer here (mixtral's with the
+    // MoE block in the MLP's place).
+    if (p.name.starts_with("mistral")) return "'mistral'";
+    return p.name.starts_with("mixtral") ? "'mixtral'" : "'llama2'";
   }
   if (key == "mlp_activations") {
     std::vector<std::string> q;

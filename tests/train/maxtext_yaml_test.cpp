@@ -351,6 +351,11 @@ TEST(MaxTextConfigReal, BaseYmlAndEveryModelFile) {
     const std::string name = entry.path().stem().string();
     Result<MaxTextConfig> m =
         load_maxtext_config(dir + "/base.yml", argv({"model_name=" + name, "num_devices=8"}));
+    // A model file whose preset exists loads (regression: mixtral's decoder_block "mixtral"
+    // was refused as an unsupported decoder block).
+    if (model_preset(name).ok()) {
+      EXPECT_TRUE(m.ok()) << name << ": " << m.status().message();
+    }
     if (m.ok()) {
       // Resolves, or names what is not modelled yet (gpt3-175b's opt_type adam_pax,
       // qwen3-235b-a22b's default dropless sparse dispatch).
@@ -375,6 +380,23 @@ TEST(MaxTextConfigReal, BaseYmlAndEveryModelFile) {
   EXPECT_EQ(l70->config.get_int("base_num_kv_heads"), 8);
   EXPECT_EQ(l70->config.get_int("base_num_decoder_layers"), 80);
   EXPECT_EQ(l70->config.get_string("model_name"), "llama2-70b");
+}
+
+// models/mixtral-8x7b.yml (decoder_block "mixtral") with the dense dispatch resolves to the
+// preset's model.
+TEST(MaxTextConfigReal, MixtralYmlLoads) {
+  REQUIRE_MAXTEXT_CONFIGS(dir);
+  for (const char* name : {"mixtral-8x7b", "mixtral-8x22b"}) {
+    Result<MaxTextConfig> m = load_maxtext_config(
+        dir + "/base.yml", argv({std::string("model_name=") + name, "num_devices=8",
+                                 "sparse_matmul=false", "capacity_factor=1.25",
+                                 "per_device_batch_size=1", "max_target_length=1024"}));
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status().message();
+    Result<ResolvedConfig> r = resolve_config(m->config, m->num_devices);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().message();
+    EXPECT_EQ(r->model.num_params(), model_preset(name)->num_params()) << name;
+    EXPECT_EQ(r->model.moe.num_experts, 8) << name;
+  }
 }
 
 // models/deepseek3-671b.yml: decoder_block deepseek and attention_type mla are the preset's,
