@@ -218,7 +218,7 @@ bool attention_scratch(const Instr&, const Shape& x, kern::ScratchNeeds& k) {
 }
 
 bool loss_scratch(const Instr&, const Shape& x, kern::ScratchNeeds& k) {
-  k.loss_vocab = x.dim(-1);  // the bf16 kernels' widened rows (f32 logits need none)
+  k.loss_vocab = x.dim(-1);  // the bf16 kernels' widened rows (reserved for f32 logits too: 2 V floats a thread)
   return true;
 }
 
