@@ -452,29 +452,15 @@ TEST(DeepSeekMla, TinyScannedAndShardedEqualOneDevice) {
     EXPECT_LT(testing::max_loss_rel(y4->losses, y1->losses), 1e-5);
     EXPECT_LT(testing::max_param_rel(y4->params, y1->params), 1e-5);
   }
-  struct Case {
-    std::vector<std::string> axes;
-    std::vector<int64_t> sizes;
-    ShardMode mode = ShardMode::kAuto;
-  };
-  for (const Case& c : {Case{{"fsdp"}, {4}}, Case{{"tensor"}, {2}}, Case{{"expert"}, {2}},
-                        Case{{"fsdp", "tensor", "expert"}, {2, 2, 2}},
-                        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
-    const Mesh mesh = *Mesh::create(c.axes, c.sizes);
-    CompileOptions o;
-    o.shard_mode = c.mode;
-    const double n = static_cast<double>(mesh.num_devices());
-    Result<testing::SpmdRun> got = testing::run_train_steps(
-        resolved(tiny(data, kSteps, n), mesh.num_devices()), mesh, o, kSteps);
-    ASSERT_TRUE(got.ok()) << mesh.to_string() << ": " << got.status().message();
-    const double loss_rel = testing::max_loss_rel(got->losses, want->losses);
-    const double param_rel = testing::max_param_rel(got->params, want->params);
-    fmt::print("[deepseek_mla] {} {}: loss rel {:.2e}, param rel {:.2e}\n", mesh.to_string(),
-               c.mode == ShardMode::kExplicit ? "explicit" : "auto", loss_rel, param_rel);
-    EXPECT_LT(loss_rel, 1e-5) << mesh.to_string();
-    EXPECT_LT(param_rel, 1e-5) << mesh.to_string();
-    EXPECT_EQ(got->max_collective_mismatch, 0) << mesh.to_string();
-  }
+  testing::expect_sharded_equals_one_device(
+      "deepseek_mla",
+      {{{"fsdp"}, {4}}, {{"tensor"}, {2}}, {{"expert"}, {2}}, {{"fsdp", "tensor", "expert"}, {2, 2, 2}},
+       {{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}},
+      [&](const Mesh& mesh) {
+        return resolved(tiny(data, kSteps, static_cast<double>(mesh.num_devices())),
+                        mesh.num_devices());
+      },
+      kSteps, *want);
 }
 
 // deepseek3-671b shape-only on 512 devices, fsdp=64 x expert=8 (per_device_batch_size 1,

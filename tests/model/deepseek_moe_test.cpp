@@ -278,33 +278,19 @@ TEST(DeepSeekMoe, ScannedAndShardedEqualOneDevice) {
     fmt::print("[deepseek_moe] scanned: loss rel {:.2e}\n", rel);
     EXPECT_LT(rel, 1e-5);
   }
-  struct Case {
-    std::vector<std::string> axes;
-    std::vector<int64_t> sizes;
-    ShardMode mode = ShardMode::kAuto;
-  };
   // Scanned (the default) on the meshes; the parameters compared in the scanned order.
   Result<testing::SpmdRun> scanned = testing::run_train_steps(
       resolved(deepseek_tiny(data, kSteps, 1), 1), one, CompileOptions{}, kSteps);
   ASSERT_TRUE(scanned.ok()) << scanned.status().message();
-  for (const Case& c :
-       {Case{{"expert"}, {2}}, Case{{"fsdp", "expert"}, {2, 2}}, Case{{"tensor", "expert"}, {2, 2}},
-        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
-    const Mesh mesh = *Mesh::create(c.axes, c.sizes);
-    CompileOptions o;
-    o.shard_mode = c.mode;
-    const double n = static_cast<double>(mesh.num_devices());
-    Result<testing::SpmdRun> got = testing::run_train_steps(
-        resolved(deepseek_tiny(data, kSteps, n), mesh.num_devices()), mesh, o, kSteps);
-    ASSERT_TRUE(got.ok()) << mesh.to_string() << ": " << got.status().message();
-    const double loss_rel = testing::max_loss_rel(got->losses, want->losses);
-    const double param_rel = testing::max_param_rel(got->params, scanned->params);
-    fmt::print("[deepseek_moe] {} {}: loss rel {:.2e}, param rel {:.2e}\n", mesh.to_string(),
-               c.mode == ShardMode::kExplicit ? "explicit" : "auto", loss_rel, param_rel);
-    EXPECT_LT(loss_rel, 1e-5) << mesh.to_string();
-    EXPECT_LT(param_rel, 1e-5) << mesh.to_string();
-    EXPECT_EQ(got->max_collective_mismatch, 0) << mesh.to_string();
-  }
+  testing::expect_sharded_equals_one_device(
+      "deepseek_moe",
+      {{{"expert"}, {2}}, {{"fsdp", "expert"}, {2, 2}}, {{"tensor", "expert"}, {2, 2}},
+       {{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}},
+      [&](const Mesh& mesh) {
+        return resolved(deepseek_tiny(data, kSteps, static_cast<double>(mesh.num_devices())),
+                        mesh.num_devices());
+      },
+      kSteps, *want, &*scanned);
 }
 
 // routed_bias_update_rate (MaxText's calculate_load_balance_updates applied after the optimizer

@@ -255,30 +255,11 @@ TEST(Qwen3, TinyShardedEqualsOneDevice) {
       testing::run_train_steps(tiny_config(data, kSteps, one), one, CompileOptions{}, kSteps);
   ASSERT_TRUE(want.ok()) << want.status().message();
   EXPECT_GT(want->losses.front(), want->losses.back());  // it trains
-  struct Case {
-    std::vector<std::string> axes;
-    std::vector<int64_t> sizes;
-    ShardMode mode = ShardMode::kAuto;
-  };
-  for (const Case& c :
-       {Case{{"fsdp"}, {4}}, Case{{"tensor"}, {2}}, Case{{"expert"}, {2}},
-        Case{{"fsdp", "expert"}, {2, 2}}, Case{{"tensor"}, {2}, ShardMode::kExplicit},
-        Case{{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}}) {
-    const Mesh mesh = *Mesh::create(c.axes, c.sizes);
-    CompileOptions o;
-    o.shard_mode = c.mode;
-    Result<testing::SpmdRun> got =
-        testing::run_train_steps(tiny_config(data, kSteps, mesh), mesh, o, kSteps);
-    ASSERT_TRUE(got.ok()) << mesh.to_string() << ": " << got.status().message();
-    const double loss_rel = testing::max_loss_rel(got->losses, want->losses);
-    const double param_rel = testing::max_param_rel(got->params, want->params);
-    fmt::print("[qwen3] {} {}: loss rel {:.2e}, param rel {:.2e}, losses {:.5f}..{:.5f}\n",
-               mesh.to_string(), c.mode == ShardMode::kExplicit ? "explicit" : "auto", loss_rel,
-               param_rel, got->losses.front(), got->losses.back());
-    EXPECT_LT(loss_rel, 1e-5) << mesh.to_string();
-    EXPECT_LT(param_rel, 1e-5) << mesh.to_string();
-    EXPECT_EQ(got->max_collective_mismatch, 0) << mesh.to_string();
-  }
+  testing::expect_sharded_equals_one_device(
+      "qwen3",
+      {{{"fsdp"}, {4}}, {{"tensor"}, {2}}, {{"expert"}, {2}}, {{"fsdp", "expert"}, {2, 2}},
+       {{"tensor"}, {2}, ShardMode::kExplicit}, {{"fsdp", "expert"}, {2, 2}, ShardMode::kExplicit}},
+      [&](const Mesh& mesh) { return tiny_config(data, kSteps, mesh); }, kSteps, *want);
 }
 
 // use_qk_norm on a dense llama run as MaxText's pipeline over `stage` (the norms are stacked

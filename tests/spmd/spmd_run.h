@@ -1,7 +1,7 @@
-// tests/spmd/spmd_run.h: what the spmd tests share (matrix_test, gqa_test, errors_test): a
-// hand-driven training run of a config on a mesh (losses, final parameters, collective bytes
-// moved vs compiled), its relative distance from the one-device run, and the timed, printed
-// shape-only compile of a large preset.
+// tests/spmd/spmd_run.h: what the spmd and model tests share: a hand-driven training run of a
+// config on a mesh (losses, final parameters, collective bytes moved vs compiled), its relative
+// distance from the one-device run, the loop that checks a list of meshes against one device,
+// and the timed, printed shape-only compile of a large preset.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "engine/compile/executable.h"
 #include "engine/runtime/runtime.h"
@@ -119,6 +120,38 @@ inline double max_param_rel(const std::vector<std::vector<float>>& got,
     rel = std::max(rel, diff / norm);
   }
   return rel;
+}
+
+// A mesh of a sharded-equals-one-device loop, in auto or explicit mode.
+struct MeshCase {
+  std::vector<std::string> axes;
+  std::vector<int64_t> sizes;
+  ShardMode mode = ShardMode::kAuto;
+};
+
+// For each case: make_config(mesh) trained `steps` steps on its mesh has losses within 1e-5
+// (relative, every step) of want's, final parameters within 1e-5 of want_params' (want's when
+// null: a scanned run compared with an unscanned one's losses but its own parameters), and moves
+// exactly the compiled collective bytes. Prints "[tag] <mesh> <mode>: loss rel, param rel".
+inline void expect_sharded_equals_one_device(
+    std::string_view tag, const std::vector<MeshCase>& cases,
+    const std::function<ResolvedConfig(const Mesh&)>& make_config, int steps, const SpmdRun& want,
+    const SpmdRun* want_params = nullptr) {
+  for (const MeshCase& c : cases) {
+    const Mesh mesh = *Mesh::create(c.axes, c.sizes);
+    CompileOptions o;
+    o.shard_mode = c.mode;
+    Result<SpmdRun> got = run_train_steps(make_config(mesh), mesh, o, steps);
+    ASSERT_TRUE(got.ok()) << mesh.to_string() << ": " << got.status().message();
+    const double loss_rel = max_loss_rel(got->losses, want.losses);
+    const double param_rel = max_param_rel(got->params, (want_params ? *want_params : want).params);
+    fmt::print("[{}] {} {}: loss rel {:.2e}, param rel {:.2e}, losses {:.5f}..{:.5f}\n", tag,
+               mesh.to_string(), c.mode == ShardMode::kExplicit ? "explicit" : "auto", loss_rel,
+               param_rel, got->losses.front(), got->losses.back());
+    EXPECT_LT(loss_rel, 1e-5) << mesh.to_string();
+    EXPECT_LT(param_rel, 1e-5) << mesh.to_string();
+    EXPECT_EQ(got->max_collective_mismatch, 0) << mesh.to_string();
+  }
 }
 
 struct ShapeOnlyCompile {
