@@ -8,17 +8,8 @@
 -- "JAX's tutorials" has the table); the test fails if a part listed as running fails, and
 -- asserts that each missing part still fails, so the list goes stale loudly.
 local jax, jnp, np = sl, sl.numpy, sl.numpy
-local missing = {}
-local function cannot(cell, why) missing[#missing + 1] = string.format("cell %d: %s", cell, why) end
-local function expect(got, want, what)
-  assert(tostring(got) == want, string.format("%s: got %q, the tutorial %q", what, tostring(got),
-                                              want))
-end
-local function fails(f, want, what)
-  local ok, e = pcall(f)
-  assert(not ok, what .. ": ran, but is listed as missing")
-  assert(tostring(e):find(want, 1, true), what .. ": " .. tostring(e))
-end
+local t = dofile(arg[0]:match("^(.*)/") .. "/tutorial.lua")
+local cannot, expect, fails = t.cannot, t.expect, t.fails
 local function close(got, want, what)
   for i = 1, #want do
     assert(math.abs(got[i] - want[i]) <= 1e-6, string.format("%s[%d]: %s vs %s", what, i, got[i],
@@ -120,6 +111,4 @@ expect(my_array.sharding, "P('X')", "cell 12 (x.sharding is the spec here)")
 cannot(12, "x.sharding.spec (x.sharding is the PartitionSpec itself), jax.typeof(x).sharding.spec "
            .. "(sl.typeof returns text), get_abstract_mesh, auto_axes' out_sharding at the call")
 
-jax.set_mesh(nil)
-print("tutorial explicit-sharding: cells that do not run (fully) as written:")
-for _, m in ipairs(missing) do print("  " .. m) end
+t.report("tutorial explicit-sharding: cells that do not run (fully) as written:")

@@ -8,17 +8,8 @@
 -- still fail where it is an error. The rest of the tutorial (the collectives tutorial, the
 -- neural-network examples) is not translated yet (docs/frontend.md "JAX's tutorials").
 local jax, jnp = sl, sl.numpy
-local missing = {}
-local function cannot(cell, why) missing[#missing + 1] = string.format("cell %d: %s", cell, why) end
-local function expect(got, want, what)
-  assert(tostring(got) == want, string.format("%s: got %q, the tutorial %q", what, tostring(got),
-                                              want))
-end
-local function fails(f, want, what)
-  local ok, e = pcall(f)
-  assert(not ok, what .. ": ran, but is listed as missing")
-  assert(tostring(e):find(want, 1, true), what .. ": " .. tostring(e))
-end
+local t = dofile(arg[0]:match("^(.*)/") .. "/tutorial.lua")
+local cannot, expect, fails = t.cannot, t.expect, t.fails
 local function same(a, b, what)  -- a check of this test, not a cell: nested tables equal
   if type(a) == "table" then
     assert(type(b) == "table" and #a == #b, what .. ": shapes differ")
@@ -210,6 +201,4 @@ cannot(22, "jax.make_jaxpr")
 cannot(23, "jax.lax.scan and its VMA error")
 cannot(24, "jax.lax.scan, jax.lax.pcast")
 
-jax.set_mesh(nil)
-print("tutorial shard_map (cells 1-24): cells that do not run (fully) as written:")
-for _, m in ipairs(missing) do print("  " .. m) end
+t.report("tutorial shard_map (cells 1-24): cells that do not run (fully) as written:")

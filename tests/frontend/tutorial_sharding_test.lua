@@ -7,12 +7,8 @@
 -- text). Cells that cannot run are listed in `missing` with what the engine lacks (also in
 -- docs/frontend.md "JAX's tutorials"); the test fails if a cell listed as running fails.
 local jax, jnp, np = sl, sl.numpy, sl.numpy
-local missing = {}
-local function cannot(cell, why) missing[#missing + 1] = string.format("cell %d: %s", cell, why) end
-local function expect(got, want, what)
-  assert(tostring(got) == want, string.format("%s: got %q, the tutorial %q", what, tostring(got),
-                                              want))
-end
+local t = dofile(arg[0]:match("^(.*)/") .. "/tutorial.lua")
+local cannot, expect = t.cannot, t.expect
 
 -- cell 1 (`from __future__ import annotations`, `import enum`): Python imports, nothing to run.
 -- cell 2: `jax.config.update('jax_num_cpu_devices', 8)`: meshes are simulated; there is no
@@ -199,6 +195,4 @@ for i = 1, 8 do for j = 1, 16 do assert(a[i][j] == b[i][j], "cell 36 values") en
 cannot(36, "jax.shard_map(out_specs=) without in_specs (inferred from the arguments' types) "
            .. "and jnp.allclose")
 
-jax.set_mesh(nil)
-print("tutorial 201/sharding: cells that do not run as written:")
-for _, m in ipairs(missing) do print("  " .. m) end
+t.report("tutorial 201/sharding: cells that do not run as written:")
