@@ -191,6 +191,43 @@ Result<int> get_mesh(lua_State* L) {
   return 1;
 }
 
+// sl.get_abstract_mesh() (jax.sharding.get_abstract_mesh): a table {axis_names, axis_sizes,
+// axis_types, shape = {name = size}} that prints as JAX's AbstractMesh.
+int abstract_mesh_tostring(lua_State* L) {
+  lua_getfield(L, 1, "text");
+  return 1;
+}
+Result<int> get_abstract_mesh(lua_State* L) {
+  const fe::AbstractMesh a = session(L).abstract_mesh();
+  const int n = static_cast<int>(a.axis_names.size());
+  lua_createtable(L, 0, 5);
+  lua_createtable(L, n, 0);  // axis_names
+  lua_createtable(L, n, 0);  // axis_sizes
+  lua_createtable(L, n, 0);  // axis_types
+  lua_createtable(L, 0, n);  // shape
+  for (int i = 0; i < n; ++i) {
+    lua_pushstring(L, a.axis_names[i].c_str());
+    lua_rawseti(L, -5, i + 1);
+    lua_pushinteger(L, a.axis_sizes[i]);
+    lua_rawseti(L, -4, i + 1);
+    lua_pushstring(L, a.axis_type.c_str());
+    lua_rawseti(L, -3, i + 1);
+    lua_pushinteger(L, a.axis_sizes[i]);
+    lua_setfield(L, -2, a.axis_names[i].c_str());
+  }
+  lua_setfield(L, -5, "shape");
+  lua_setfield(L, -4, "axis_types");
+  lua_setfield(L, -3, "axis_sizes");
+  lua_setfield(L, -2, "axis_names");
+  lua_pushstring(L, a.to_string().c_str());
+  lua_setfield(L, -2, "text");
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, abstract_mesh_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
 // sl.use_mesh(m, f, ...): f(...) with m as the current mesh, restored afterwards (also when f
 // raises: the error is re-raised).
 Result<int> use_mesh(lua_State* L) {
@@ -624,6 +661,11 @@ constexpr Function kArrayFunctions[] = {
      "The mesh arrays are placed on when no mesh is named (jax.sharding.set_mesh); nil: one "
      "device."},
     {"get_mesh", lua_entry<get_mesh>, "sl.get_mesh() -> Mesh", "The current mesh (sl.set_mesh's)."},
+    {"get_abstract_mesh", lua_entry<get_abstract_mesh>,
+     "sl.get_abstract_mesh() -> {axis_names, axis_sizes, axis_types, shape}",
+     "jax.sharding.get_abstract_mesh: the mesh in scope with its axis types (inside\n"
+     "  sl.auto_axes Auto, sl.explicit_axes Explicit, sl.shard_map Manual); prints as\n"
+     "  AbstractMesh('X': 2, axis_types=(Explicit,))."},
     {"use_mesh", lua_entry<use_mesh>, "sl.use_mesh(mesh, f, ...) -> f(...)",
      "Runs f with mesh as the current mesh and restores the previous one (Python's `with\n"
      "  jax.set_mesh(mesh):`), also when f raises."},

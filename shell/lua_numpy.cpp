@@ -39,11 +39,12 @@ Result<int> binary(lua_State* L, std::string_view fn, const BinaryFn& f) {
 namespace {
 
 // c * x for a Lua number c (a static argument: one compilation per value of c).
-Result<int> scaled(lua_State* L, std::string_view fn, ArrayBox* x, double c) {
+Result<int> scaled(lua_State* L, std::string_view fn, ArrayBox* x, double c, bool divide = false) {
   Operand o;
   o.array = x;
-  return apply(L, fn, fmt::format("c={}", c), {o},
-               [c](fe::Trace& tr, Ins in) { return one(np::scale(tr, in[0], c)); });
+  return apply(L, fn, fmt::format("c={}", c), {o}, [c, divide](fe::Trace& tr, Ins in) {
+    return one(np::scale(tr, in[0], c, divide));
+  });
 }
 
 Result<int> add(lua_State* L) { return binary(L, "add", np::add); }
@@ -75,7 +76,7 @@ Result<int> divide(lua_State* L) {
   if (a && lua_type(L, 2) == LUA_TNUMBER) {
     const double c = lua_tonumber(L, 2);
     if (c == 0) return eng::invalid_argument("{}: division by zero", fn);
-    return scaled(L, fn, a, 1.0 / c);
+    return scaled(L, fn, a, 1.0 / c, /*divide=*/true);
   }
   ENG_ASSIGN_OR_RETURN(Operand x1, arg_operand(L, 1, fn, "x1"));
   ENG_ASSIGN_OR_RETURN(Operand x2, arg_operand(L, 2, fn, "x2"));

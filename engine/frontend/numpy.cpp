@@ -21,9 +21,22 @@ Status need_f32(Trace& tr, std::string_view op, ValueId v) {
 
 int normalize_axis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 
+// JAX's promotion of an int32 operand beside a float one: to the float's dtype
+// (jnp.int32 + jnp.float32 -> float32).
+Status promote_int(Trace& tr, ValueId& a, ValueId& b) {
+  const DType da = info(tr, a).dtype, db = info(tr, b).dtype;
+  if (da == DType::kI32 && db != DType::kI32) {
+    ENG_ASSIGN_OR_RETURN(a, astype(tr, a, db));
+  } else if (db == DType::kI32 && da != DType::kI32) {
+    ENG_ASSIGN_OR_RETURN(b, astype(tr, b, da));
+  }
+  return ok_status();
+}
+
+// add and multiply: float operands of one dtype, or int32 ones (the engine's integer
+// arithmetic, op.h OpDef::integer).
 Result<ValueId> elementwise(Trace& tr, std::string_view op, OpKind kind, ValueId a, ValueId b) {
-  ENG_RETURN_IF_ERROR(need_float(tr, op, a));
-  ENG_RETURN_IF_ERROR(need_float(tr, op, b));
+  ENG_RETURN_IF_ERROR(promote_int(tr, a, b));
   if (info(tr, a).dtype != info(tr, b).dtype)
     return invalid_argument("{}: operands have different dtypes: {} and {} (use astype)", op,
                             dtype_long_name(info(tr, a).dtype), dtype_long_name(info(tr, b).dtype));
@@ -145,11 +158,13 @@ Result<ValueId> multiply(Trace& tr, ValueId a, ValueId b) {
   return elementwise(tr, "multiply", OpKind::kMul, a, b);
 }
 Result<ValueId> subtract(Trace& tr, ValueId a, ValueId b) {
-  ENG_RETURN_IF_ERROR(need_float(tr, "subtract", b));
+  ENG_RETURN_IF_ERROR(promote_int(tr, a, b));
   return elementwise(tr, "subtract", OpKind::kAdd, a, tr.builder().scale(b, -1.0));
 }
-Result<ValueId> scale(Trace& tr, ValueId x, double c) {
-  ENG_RETURN_IF_ERROR(need_float(tr, "multiply", x));
+Result<ValueId> scale(Trace& tr, ValueId x, double c, bool divide) {
+  if (info(tr, x).dtype == DType::kI32 && (divide || c != std::trunc(c))) {
+    ENG_ASSIGN_OR_RETURN(x, astype(tr, x, DType::kF32));
+  }
   return tr.builder().scale(x, c);
 }
 
@@ -401,7 +416,7 @@ ValueId collective(Trace& tr, OpKind kind, ValueId x, const std::vector<std::str
 
 Result<ValueId> psum(Trace& tr, ValueId x, const std::vector<std::string>& axes_in) {
   ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "psum", axes_in));
-  ENG_RETURN_IF_ERROR(need_f32(tr, "psum", x));
+  if (info(tr, x).dtype != DType::kI32) ENG_RETURN_IF_ERROR(need_f32(tr, "psum", x));
   return collective(tr, OpKind::kAllReduce, x, axes, 0);
 }
 
@@ -417,7 +432,7 @@ Result<ValueId> all_gather(Trace& tr, ValueId x, const std::vector<std::string>&
 Result<ValueId> psum_scatter(Trace& tr, ValueId x, const std::vector<std::string>& axes_in,
                              int scatter_dimension, bool tiled) {
   ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "psum_scatter", axes_in));
-  ENG_RETURN_IF_ERROR(need_f32(tr, "psum_scatter", x));
+  if (info(tr, x).dtype != DType::kI32) ENG_RETURN_IF_ERROR(need_f32(tr, "psum_scatter", x));
   const Shape s = info(tr, x).shape;
   ENG_ASSIGN_OR_RETURN(const int d, checked_axis("psum_scatter", scatter_dimension, s.rank()));
   const int64_t g = axes_size(tr.mesh(), axes);

@@ -46,7 +46,9 @@ Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,
 Result<ValueId> add(Trace& tr, ValueId a, ValueId b);
 Result<ValueId> subtract(Trace& tr, ValueId a, ValueId b);
 Result<ValueId> multiply(Trace& tr, ValueId a, ValueId b);
-Result<ValueId> scale(Trace& tr, ValueId x, double c);  // c * x
+// c * x. An int32 x stays int32 for an integer c (JAX's weak types: 2 * x), computes in float32
+// for any other c or when `divide` (x / number is true division: float32, as jnp's).
+Result<ValueId> scale(Trace& tr, ValueId x, double c, bool divide = false);
 // A kUnary op of the table (gelu), by its printed name; error lists the unary ops. An int32
 // x computes in float32 (JAX's promote_args_inexact), except abs, sign and floor (errors).
 Result<ValueId> unary(Trace& tr, std::string_view name, ValueId x);

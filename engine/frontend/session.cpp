@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "engine/base/hash.h"
 #include "engine/sharding/shard_geometry.h"
 
@@ -57,20 +59,43 @@ void Session::pop_trace() {
   if (!traces_.empty()) traces_.pop_back();
 }
 
+std::string AbstractMesh::to_string() const {
+  std::vector<std::string> axes, types;
+  for (size_t i = 0; i < axis_names.size(); ++i) {
+    axes.push_back(fmt::format("'{}': {}", axis_names[i], axis_sizes[i]));
+    types.push_back(axis_type);
+  }
+  if (axes.empty()) return "AbstractMesh()";
+  return fmt::format("AbstractMesh({}, axis_types=({}{}))", fmt::join(axes, ", "),
+                     fmt::join(types, ", "), types.size() == 1 ? "," : "");
+}
+
+AbstractMesh Session::abstract_mesh() const {
+  const std::shared_ptr<Trace> tr = active_trace();
+  const Mesh& m = tr ? tr->mesh() : mesh();
+  AbstractMesh a{m.axis_names(), m.axis_sizes(), std::string(axis_type_name(m.axis_type()))};
+  if (tr && tr->manual()) a.axis_type = "Manual";
+  return a;
+}
+
 namespace {
 
 std::string operand_key(const Operand& o) {
-  if (!o.array) return "num";
+  if (!o.array) return o.number == std::trunc(o.number) ? "int" : "num";
   const NamedSharding& s = o.array->data->array.sharding;
   return fmt::format("{}[{}]{}@{}", dtype_name(o.array->dtype), o.array->shape.to_list(),
                      remove_size_one_mesh_axis(s.spec, s.mesh).to_string(), s.mesh.repr());
 }
 
-// The dtype a number takes next to these operands: the first array's float dtype (float32 if
-// none or int32).
-DType number_dtype(const std::vector<Operand>& ops) {
-  for (const Operand& o : ops)
-    if (o.array) return o.array->dtype == DType::kI32 ? DType::kF32 : o.array->dtype;
+// The dtype a number takes next to these operands, as JAX's weak types: the first array's
+// float dtype; next to int32, int32 for an integer (x + 1 stays int32) and float32 otherwise
+// (x + 0.5 is float32); float32 with no array.
+DType number_dtype(const std::vector<Operand>& ops, double number) {
+  for (const Operand& o : ops) {
+    if (!o.array) continue;
+    if (o.array->dtype != DType::kI32) return o.array->dtype;
+    return number == std::trunc(number) ? DType::kI32 : DType::kF32;
+  }
   return DType::kF32;
 }
 
@@ -100,7 +125,7 @@ Result<std::vector<Value>> Session::apply_traced(std::string_view fn,
   std::vector<ValueId> ins;
   for (const Operand& o : ops) {
     if (!o.array) {
-      ins.push_back(tr->scalar(o.number, number_dtype(ops)));
+      ins.push_back(tr->scalar(o.number, number_dtype(ops, o.number)));
     } else if (o.array->is_tracer()) {
       ins.push_back(o.array->value);
     } else {
@@ -126,13 +151,12 @@ Result<std::shared_ptr<Compiled>> Session::eager_compiled(std::string_view fn, E
   }
   Trace tr(std::string(fn), mesh);
   std::vector<ValueId> ins;
-  const DType num = number_dtype(ops);
   for (size_t i = 0; i < ops.size(); ++i) {
     const Operand& o = ops[i];
     const std::string name = fmt::format("x{}", i);
-    ins.push_back(
-        o.array ? tr.input(name, o.array->shape, o.array->dtype, o.array->data->array.sharding.spec)
-                : tr.input(name, Shape{}, num, PartitionSpec()));
+    ins.push_back(o.array ? tr.input(name, o.array->shape, o.array->dtype,
+                                     o.array->data->array.sharding.spec)
+                          : tr.input(name, Shape{}, number_dtype(ops, o.number), PartitionSpec()));
   }
   ENG_ASSIGN_OR_RETURN(std::vector<ValueId> outs, with_context(fn, op(tr, ins)));
   ENG_ASSIGN_OR_RETURN(
@@ -164,12 +188,12 @@ Result<std::vector<Value>> Session::apply_eager(std::string_view fn, const std::
   ENG_ASSIGN_OR_RETURN(std::shared_ptr<Compiled> c,
                        eager_compiled(fn, std::move(key), ops, *m, op));
   std::vector<ArrayRef> ins;
-  const DType num = number_dtype(ops);
   for (const Operand& o : ops) {
     if (o.array) {
       ins.push_back(o.array->data);
     } else {
-      ENG_ASSIGN_OR_RETURN(ArrayRef a, device_put({o.number}, Shape{}, num, {*m, PartitionSpec()}));
+      ENG_ASSIGN_OR_RETURN(ArrayRef a, device_put({o.number}, Shape{}, number_dtype(ops, o.number),
+                                                  {*m, PartitionSpec()}));
       ins.push_back(std::move(a));
     }
   }

@@ -67,6 +67,15 @@ struct EagerKeyHash {
   size_t operator()(const EagerKey& k) const;
 };
 
+// jax.sharding.get_abstract_mesh(): the axes of the mesh in scope with their types, printed
+// "AbstractMesh('X': 2, 'Y': 4, axis_types=(Explicit, Explicit))".
+struct AbstractMesh {
+  std::vector<std::string> axis_names;
+  std::vector<int64_t> axis_sizes;
+  std::string axis_type;  // one for every axis: "Auto", "Explicit" or "Manual"
+  std::string to_string() const;
+};
+
 class Session {
  public:
   // The eager cache holds this many executables; the least recently used one goes first.
@@ -82,6 +91,9 @@ class Session {
   void push_trace(std::shared_ptr<Trace> tr) { traces_.push_back(std::move(tr)); }
   void pop_trace();
   int trace_depth() const { return static_cast<int>(traces_.size()); }
+  // The abstract mesh in scope: the innermost trace's (auto_axes / explicit_axes trace with
+  // every axis of their mode; a shard_map body's axes are Manual), else the current mesh's.
+  AbstractMesh abstract_mesh() const;
 
   // Applies op to operands: traced into the active trace when there is one (or an operand is
   // its tracer), else compiled once per signature (`statics` names the op's static arguments:

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "engine/base/check.h"
 #include "engine/ir/op_table.h"
 
@@ -213,10 +215,23 @@ Outs infer_repeat_kv(OpKind kind, const In& in,
 }
 
 // n same-shape inputs -> one output like the first (swiglu, add, mul, unary grads).
+// Integer arithmetic (OpDef::integer): every operand i32 or none, and an integral kScale.
+void check_integer_operands(OpKind kind, const In& in, const OpAttrs& at) {
+  size_t ints = 0;
+  for (const ValueInfo* v : in) ints += v->dtype == DType::kI32;
+  if (ints == 0 || !has_integer_kernel(kind)) return;
+  for (const ValueInfo* v : in)
+    ENG_CHECK(v->dtype == DType::kI32, "{}: integer arithmetic needs every operand i32: {} vs {}",
+              op_name(kind), in[0]->type_string(), v->type_string());
+  ENG_CHECK(kind != OpKind::kScale || at.scale == std::trunc(at.scale),
+            "scale: {} is not an integer, and {} is", at.scale, in[0]->type_string());
+}
+
 template <size_t N>
-Outs infer_same_shape(OpKind kind, const In& in, const OpAttrs&) {
+Outs infer_same_shape(OpKind kind, const In& in, const OpAttrs& at) {
   n_in(kind, in, N);
   for (size_t i = 1; i < N; ++i) check_same_shape(kind, *in[0], *in[i]);
+  check_integer_operands(kind, in, at);
   ValueInfo out = like(*in[0]);
   if (out.dtype != DType::kI32) out.dtype = promote(in);  // kIncrement stays i32
   return {out};

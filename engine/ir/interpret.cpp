@@ -47,7 +47,19 @@ class Evaluator {
                            "(partitioned) programs; interpret the global program", op_name(in.kind));
     ENG_RETURN_IF_ERROR((this->*kEvals[op_index(in.kind)])(in));
     round_bf16_outputs(in);
+    wrap_integer_outputs(in);
     return ok_status();
+  }
+
+  // Integer arithmetic (op.h OpDef::integer) wraps to int32 as the kernels do; the double
+  // result is exact while |result| < 2^53 (a product of two int32 beyond that is not).
+  void wrap_integer_outputs(const Instr& in) {
+    if (!has_integer_kernel(in.kind)) return;
+    for (ValueId o : in.outputs) {
+      if (p_.value(o).dtype != DType::kI32) continue;
+      for (double& x : vals_[o].data)
+        x = static_cast<int32_t>(static_cast<uint32_t>(static_cast<int64_t>(x)));
+    }
   }
 
   // docs/precision.md: every kernel computes in f32 (here: double) from its inputs' values and

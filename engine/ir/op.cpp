@@ -97,6 +97,10 @@ constexpr OpDef kCollective(std::span<const AttrField> attrs) { return {attrs, t
 constexpr OpDef ints(uint32_t mask, std::span<const AttrField> attrs = {}) {
   return {attrs, false, mask};
 }
+// Float ops that also run on int32 operands (OpDef::integer).
+constexpr OpDef integer(std::span<const AttrField> attrs = {}, bool collective = false) {
+  return {attrs, collective, 0, {-1, -1, -1}, true};
+}
 
 constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
     {
@@ -107,9 +111,9 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kRope, ints(0b10, kRope)},
         {K::kAttention, ints(0b1000, kAttention)},  // [segment_ids]
         {K::kSwiglu, kNone},
-        {K::kAdd, kNone},
-        {K::kMul, kNone},
-        {K::kScale, {kScale}},
+        {K::kAdd, integer()},
+        {K::kMul, integer()},
+        {K::kScale, integer(kScale)},
         {K::kConvert, {kConvert}},
         {K::kConstraint, {kConstraint}},
         {K::kSoftmaxCrossEntropy, ints(0b10)},
@@ -127,8 +131,8 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kAdamW, {kAdamW, false, 1u << 6, {0, 2, 3}}},
         {K::kIncrement, {{}, false, 0b1, {0, -1, -1}}},
         {K::kAllGather, kCollective(kDimAxes)},
-        {K::kReduceScatter, kCollective(kDimAxes)},
-        {K::kAllReduce, kCollective(kAllReduce)},
+        {K::kReduceScatter, integer(kDimAxes, true)},
+        {K::kAllReduce, integer(kAllReduce, true)},
         {K::kAllToAll, kCollective(kAllToAll)},
         {K::kCollectivePermute, kCollective(kPermute)},
         {K::kDynamicSlice, kCollective(kDimAxes)},

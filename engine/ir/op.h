@@ -48,7 +48,8 @@
 //   kSqrt, kAbs, kSign, kSin, kCos, kFloor, kLog1p, kExpm1 (x) -> numpy's functions of those
 //                    names (sign(0) = 0; abs'(0) = sign(0) = 0 and floor' = sign' = 0, as
 //                    JAX's rules): kUnary ops for the front-end's np.sqrt ... (docs/frontend.md)
-//   kAdd, kMul     (a, b) same shape -> elementwise
+//   kAdd, kMul     (a, b) same shape -> elementwise; float, or every operand i32 (jnp's int32
+//                    arithmetic, wrapping: OpDef::integer, as kScale, kAllReduce, kReduceScatter)
 //   kTranspose     (x) [permutation=new_shape] -> y with y.shape[i] = x.shape[perm[i]]
 //                    (jax.lax.transpose); any dtype (data movement); rank <= kMaxTransposeRank;
 //                    its VJP is the inverse permutation. The front-end's np.transpose, einsum, axis moves.
@@ -474,10 +475,15 @@ struct OpDef {
   uint32_t int_inputs = 0;  // bit i: input i is i32 (ids, positions, targets, step, offset)
   // Output o updates input in_place[o] in place (-1: a new buffer); kAdamW, kIncrement.
   std::array<int8_t, 3> in_place = {-1, -1, -1};
+  // Also integer arithmetic: every operand i32 (jnp's int32 add, multiply, psum), wrapping as
+  // two's complement does; no gradient (autodiff skips i32 values). kAdd, kMul, kScale (an
+  // integral scale), kAllReduce, kReduceScatter.
+  bool integer = false;
 };
 const OpDef& op_def(OpKind kind);
 
 inline bool is_collective(OpKind kind) { return op_def(kind).collective; }
+inline bool has_integer_kernel(OpKind kind) { return op_def(kind).integer; }
 inline bool is_int_input(OpKind kind, size_t i) {
   return i < 32 && ((op_def(kind).int_inputs >> i) & 1u) != 0;
 }

@@ -132,6 +132,8 @@ bool slot_ok(const Program& p, ValueId v, bool f32_slot) {
 bool uses_bf16_kernel(const Program& p, const Instr& in) {
   for (const Bf16Slots& k : kBf16Kernels) {
     if (k.kind != in.kind) continue;
+    // Integer arithmetic (every operand i32) is no bf16 kernel's.
+    if (p.value(in.outputs[0]).dtype == DType::kI32) return false;
     for (size_t i = 0; i < in.inputs.size(); ++i)
       if (!slot_ok(p, in.inputs[i], i < 32 && ((k.f32_inputs >> i) & 1u))) return false;
     for (size_t o = 0; o < in.outputs.size(); ++o)

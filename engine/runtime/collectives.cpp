@@ -164,13 +164,12 @@ class DeviceCommunicator final : public Communicator {
   }
 
   // Member r: block r of the sum, in rank order. bf16 (grad_dtype=bfloat16): each member's
-  // addition is done in f32 and rounded to bf16 (docs/precision.md).
+  // addition is done in f32 and rounded to bf16 (docs/precision.md); i32 wraps.
   void reduce_scatter(const Group& c) {
-    const bool bf16 = c.p.value(c.x()).dtype == DType::kBF16;
-    ENG_CHECK(bf16 || c.p.value(c.x()).dtype == DType::kF32, "reduce_scatter: f32 or bf16 only");
+    const DType dtype = c.p.value(c.x()).dtype;
     int64_t outer, mid, inner;
     split3(c.p.value(c.x()).shape, c.in.attrs.dim, outer, mid, inner);
-    const int64_t blk = mid / c.g.size() * inner, elem = bf16 ? 2 : 4;
+    const int64_t blk = mid / c.g.size() * inner, elem = dtype_size(dtype);
     exchange(c.g, c.leader, c.buf, c.x(), c.y(), c.p.value(c.y()).bytes(),
              [&](int64_t r, int64_t m, void* dst, const void* src) {
                for (int64_t o = 0; o < outer; ++o) {
@@ -179,15 +178,23 @@ class DeviceCommunicator final : public Communicator {
                  if (m == 0)
                    std::memcpy(d, s, blk * elem);
                  else
-                   accumulate(d, s, blk, bf16, false);
+                   accumulate(d, s, blk, dtype, false);
                }
              });
   }
 
-  // d[i] += s[i] (or max), n elements of f32, or of bf16 with f32 math rounded once per call.
-  // Sums run on the vectorised kernels (kern::add, kern::add_bf16: the same rounding as
-  // f32_to_bf16, so the bits do not change).
-  static void accumulate(void* d, const void* s, int64_t n, bool bf16, bool reduce_max) {
+  // d[i] += s[i] (or max), n elements of f32, of bf16 with f32 math rounded once per call, or
+  // of i32 (wrapping). Sums run on the vectorised kernels (kern::add, kern::add_bf16: the same
+  // rounding as f32_to_bf16, so the bits do not change).
+  static void accumulate(void* d, const void* s, int64_t n, DType dtype, bool reduce_max) {
+    if (dtype == DType::kI32) {
+      auto* out = static_cast<int32_t*>(d);
+      const auto* in = static_cast<const int32_t*>(s);
+      if (!reduce_max) return kern::add_i32(out, in, out, n);
+      for (int64_t i = 0; i < n; ++i) out[i] = std::max(out[i], in[i]);
+      return;
+    }
+    const bool bf16 = dtype == DType::kBF16;
     if (!reduce_max) {
       if (bf16)
         kern::add_bf16(static_cast<const uint16_t*>(d), static_cast<const uint16_t*>(s),
@@ -210,8 +217,7 @@ class DeviceCommunicator final : public Communicator {
 
   // Every member sums (or maxes) all members' inputs in rank order.
   void all_reduce(const Group& c) {
-    const bool bf16 = c.p.value(c.x()).dtype == DType::kBF16;
-    ENG_CHECK(bf16 || c.p.value(c.x()).dtype == DType::kF32, "all_reduce: f32 or bf16 only");
+    const DType dtype = c.p.value(c.x()).dtype;
     const int64_t n = c.p.value(c.x()).shape.numel();
     const bool reduce_max = c.in.attrs.reduce_max;
     exchange(c.g, c.leader, c.buf, c.x(), c.y(), c.p.value(c.x()).bytes(),
@@ -219,7 +225,7 @@ class DeviceCommunicator final : public Communicator {
                if (m == 0)
                  std::memcpy(dst, src, c.p.value(c.x()).bytes());
                else
-                 accumulate(dst, src, n, bf16, reduce_max);
+                 accumulate(dst, src, n, dtype, reduce_max);
              });
   }
 

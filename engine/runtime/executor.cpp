@@ -73,6 +73,9 @@ struct Args {
   float scalar(size_t i) const { return *f(i); }
   const uint16_t* h(size_t i) const { return static_cast<const uint16_t*>(ptrs[in.inputs[i]]); }
   uint16_t* hout(size_t o) const { return static_cast<uint16_t*>(ptrs[in.outputs[o]]); }
+  int32_t* iout(size_t o) const { return static_cast<int32_t*>(ptrs[in.outputs[o]]); }
+  // Integer arithmetic (op.h OpDef::integer): the builder made every operand i32.
+  bool integer() const { return p.value(in.outputs[0]).dtype == DType::kI32; }
   // Attention's segment ids: its i32 input, if any (null: causal only).
   const int32_t* segment_ids() const {
     for (size_t k = 0; k < in.inputs.size(); ++k)
@@ -495,9 +498,18 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
          }}},
         {OpKind::kSwiglu,
          {[](A a) { kern::swiglu_forward(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
-        {OpKind::kAdd, {[](A a) { kern::add(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
-        {OpKind::kMul, {[](A a) { kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0)); }}},
+        {OpKind::kAdd, {[](A a) {
+           if (a.integer()) return kern::add_i32(a.ids(0), a.ids(1), a.iout(0), a.numel(0));
+           kern::add(a.f(0), a.f(1), a.out(0), a.numel(0));
+         }}},
+        {OpKind::kMul, {[](A a) {
+           if (a.integer()) return kern::mul_i32(a.ids(0), a.ids(1), a.iout(0), a.numel(0));
+           kern::mul(a.f(0), a.f(1), a.out(0), a.numel(0));
+         }}},
         {OpKind::kScale, {[](A a) {
+           if (a.integer())
+             return kern::scale_i32(a.ids(0), static_cast<int64_t>(a.in.attrs.scale), a.iout(0),
+                                    a.numel(0));
            kern::scale(a.f(0), static_cast<float>(a.in.attrs.scale), a.out(0), a.numel(0));
          }}},
         {OpKind::kConvert,
@@ -665,6 +677,7 @@ Status check_executable_dtypes(const Program& p) {
       const DType have = p.value(in.inputs[k]).dtype;
       const bool want_int = is_int_input(in.kind, k);
       if (want_int ? have == DType::kI32 : have != DType::kI32) continue;
+      if (have == DType::kI32 && has_integer_kernel(in.kind)) continue;  // all i32 (builder)
       return unimplemented("executor: instruction {} ({}) input {} is {} but the CPU kernels take {}",
                            i, op_name(in.kind), k, dtype_name(have),
                            want_int ? "i32" : "f32 or bf16");

@@ -48,6 +48,23 @@ void scale(const float* x, float c, float* y, int64_t n) {
   for_each_block(n, [&](int64_t i, Mask m) { simd::store(y + i, simd::load(x + i, m) * cv, m); });
 }
 
+// Unsigned arithmetic wraps (signed overflow is undefined in C++); the conversion back to
+// int32_t is modular (C++20).
+void add_i32(const int32_t* a, const int32_t* b, int32_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = static_cast<int32_t>(static_cast<uint32_t>(a[i]) + static_cast<uint32_t>(b[i]));
+}
+
+void mul_i32(const int32_t* a, const int32_t* b, int32_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = static_cast<int32_t>(static_cast<uint32_t>(a[i]) * static_cast<uint32_t>(b[i]));
+}
+
+void scale_i32(const int32_t* x, int64_t c, int32_t* y, int64_t n) {
+  const auto cu = static_cast<uint32_t>(c);
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int32_t>(static_cast<uint32_t>(x[i]) * cu);
+}
+
 // silu(g) = g * sig(g), sig(g) = 1 / (1 + exp(-g)).
 void swiglu_forward(const float* g, const float* u, float* y, int64_t n) {
   const Vec one = simd::set1(1.f), zero = simd::set1(0.f);

@@ -86,6 +86,10 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 void add(const float* a, const float* b, float* y, int64_t n);           // y = a + b
 void mul(const float* a, const float* b, float* y, int64_t n);           // y = a * b
 void scale(const float* x, float c, float* y, int64_t n);                // y = c * x
+// int32 (jnp's int32 arithmetic): two's complement, wrapping on overflow as XLA's integer ops.
+void add_i32(const int32_t* a, const int32_t* b, int32_t* y, int64_t n);
+void mul_i32(const int32_t* a, const int32_t* b, int32_t* y, int64_t n);
+void scale_i32(const int32_t* x, int64_t c, int32_t* y, int64_t n);
 void swiglu_forward(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 void swiglu_backward(const float* g, const float* u, const float* dy, float* dg, float* du,
                      int64_t n);

@@ -170,14 +170,31 @@ h.expect_error(function() return np.divide(1, 2) end, "one operand at least")
 -- Regression: a number broadcast against a size-0 dim read a freed shape (segfault).
 h.expect_error(function() return 1 + sl.zeros({0}) end, "broadcast_to: () to (0,)")
 h.expect_error(function() return x + "a" end, "expected Array or number")
-h.expect_error(function() return sl.arange(4) * sl.arange(4) end, "needs a floating-point array")
+h.expect_error(function() return np.matmul(sl.arange(4), sl.arange(4)) end,
+               "matmul: the engine's kernel takes float32, got i32[4]")
 h.expect_error(function() return np.matmul(x, sl.ones({4, 2}, {mesh = sl.make_mesh({2}, {"Z"})})) end,
                "different meshes")
 h.expect_error(function() return np.concatenate({x, sl.ones({8, 3})}, 0) end, "except along axis 0")
 h.expect_error(function() return sl.reshard(x, sl.P("Q")) end, "names axis 'Q'")
 h.expect_error(function() return sl.reshard(x, sl.P(nil, nil, "X")) end, "has 3 entries")
 
--- int32 arrays move (reshard, identity jit, results returned twice) without arithmetic.
+-- int32 arithmetic as jnp's: +, -, * and negation of int32 stay int32 (wrapping past 2^31),
+-- a Lua integer next to int32 is int32 (JAX's weak types), a fraction or a float array promotes
+-- to float32, and / is true division (float32); on a mesh as on one device.
+local ia, ib = sl.arange(8), sl.arange(8) * 3
+assert(sl.typeof(ia + ib) == "i32[8]" and (ia + ib):totable()[8] == 28)
+assert((ib - ia):totable()[8] == 14 and (ia * ib):totable()[8] == 147 and (-ia):totable()[8] == -7)
+assert(sl.typeof(ia + 1) == "i32[8]" and (ia + 1):totable()[1] == 1)
+assert(sl.typeof(ia + 0.5) == "f32[8]" and (ia + 0.5):totable()[1] == 0.5)
+assert(sl.typeof(ia * 2.5) == "f32[8]" and sl.typeof(ia / 1) == "f32[8]")
+assert(sl.typeof(ia + sl.ones({8})) == "f32[8]" and (ia + sl.ones({8})):totable()[8] == 8)
+local big = sl.full({2}, 2147483000, {dtype = "int32"})
+assert((big + big):totable()[1] == -1296, "int32 addition wraps")
+assert(sl.jit(function(a, b) return a * b + a end)(ia, ib):totable()[8] == 154)
+local iX = sl.arange(8, {sharding = sl.P("X")})
+assert(sl.typeof(iX + iX) == "i32[8@X]" and (iX + iX):totable()[8] == 14)
+
+-- int32 arrays move (reshard, identity jit, results returned twice).
 local iy = sl.arange(8, {sharding = sl.P("X")})
 assert(sl.typeof(sl.reshard(iy, sl.P())) == "i32[8]" and sl.reshard(iy, sl.P()):totable()[8] == 7)
 local i1, i2 = sl.jit(function(t) return t, t end)(iy)

@@ -111,6 +111,25 @@ TEST(Session, CurrentMesh) {
   EXPECT_EQ(s.mesh().num_devices(), 1);
 }
 
+// jax.sharding.get_abstract_mesh: the current mesh's axes and type; inside a trace, the
+// trace's (an auto_axes trace has Auto axes; a shard_map body Manual ones).
+TEST(Session, AbstractMeshIsTheInnermostScopes) {
+  Session s;
+  EXPECT_EQ(s.abstract_mesh().to_string(), "AbstractMesh()");
+  s.set_mesh(*Mesh::create({"X", "Y"}, {2, 4}, AxisType::kExplicit));
+  EXPECT_EQ(s.abstract_mesh().to_string(),
+            "AbstractMesh('X': 2, 'Y': 4, axis_types=(Explicit, Explicit))");
+  s.push_trace(std::make_shared<Trace>("auto", *Mesh::create({"X", "Y"}, {2, 4}, AxisType::kAuto)));
+  EXPECT_EQ(s.abstract_mesh().to_string(), "AbstractMesh('X': 2, 'Y': 4, axis_types=(Auto, Auto))");
+  s.push_trace(std::make_shared<Trace>("body", *Mesh::create({"i"}, {2}), /*manual=*/true));
+  const AbstractMesh m = s.abstract_mesh();
+  EXPECT_EQ(m.to_string(), "AbstractMesh('i': 2, axis_types=(Manual,))");
+  EXPECT_EQ(m.axis_names, (std::vector<std::string>{"i"}));
+  s.pop_trace();
+  s.pop_trace();
+  EXPECT_EQ(s.abstract_mesh().axis_type, "Explicit");
+}
+
 // f(x) = sum(x * x) traced by hand, as the shell's Lua call would.
 CallArgs one_arg(const Value& x) {
   CallArgs a;

@@ -702,6 +702,55 @@ INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::Range(0, kNumOps),
                            return std::string(op_name(static_cast<OpKind>(info.param)));
                          });
 
+// Integer arithmetic (op.h OpDef::integer: jnp's int32 add, multiply, x * c): two's complement
+// results, wrapping past 2^31 as XLA's integer ops do, on 1, 2 and 4 devices and in the
+// interpreter; mixing i32 with a float operand, or a fractional scale of an i32, is refused.
+// The integer collectives (psum, psum_scatter of int32) run from the front-end's shard_map
+// (tests/frontend/tutorial_shard_map_test.lua, cells 13 and 14).
+TEST(EveryOpInt32, AddMulScaleWrapAndMatchTheInterpreter) {
+  const Sizes z{2, 4, 2, 4, 4, 5, 4};
+  const Shape s{z.B, z.T, z.F};
+  Builder b("int32");
+  ValueId x = arg(b, "x", s, {"activation_batch", "", ""}, DType::kI32);
+  ValueId y = arg(b, "y", s, {"activation_batch", "", ""}, DType::kI32);
+  b.output(b.add(x, y), "sum");
+  b.output(b.mul(x, y), "product");
+  b.output(b.scale(x, -3.0), "scaled");
+  const Program p = std::move(b).finish();
+  std::vector<HostTensor> args = irtest::make_args(p, 5);
+  for (size_t k = 0; k < args[0].data.size(); ++k) {  // sums past 2^31, products past 2^32
+    const double i = static_cast<double>(k);
+    args[0].data[k] = (k % 2 ? -1.0 : 1.0) * (2147483000.0 - 1000.0 * i);
+    args[1].data[k] = (k % 3 ? 1.0 : -1.0) * (1000.0 + 7919.0 * i);
+  }
+  auto wrap = [](double v) {
+    return static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(static_cast<int64_t>(v))));
+  };
+  std::vector<std::vector<double>> want(3);
+  for (size_t k = 0; k < args[0].data.size(); ++k) {
+    const double a = args[0].data[k], c = args[1].data[k];
+    want[0].push_back(wrap(a + c));
+    want[1].push_back(wrap(a * c));
+    want[2].push_back(wrap(-3.0 * a));
+  }
+  EXPECT_NE(want[0][2], args[0].data[2] + args[1].data[2]);  // the check wraps a sum
+  EXPECT_NE(want[1][2], args[0].data[2] * args[1].data[2]);  // and a product
+  auto reference = interpret(p, args);
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  for (size_t j = 0; j < 3; ++j) EXPECT_EQ((*reference)[j].data, want[j]) << "interpreter " << j;
+  for (const Mesh& mesh : {Mesh(), mesh2(), mesh4()}) {
+    const std::vector<std::vector<double>> got = run_on(p, args, mesh);
+    ASSERT_EQ(got.size(), 3u) << mesh.to_string();
+    for (size_t j = 0; j < 3; ++j) EXPECT_EQ(got[j], want[j]) << mesh.to_string() << " output " << j;
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the runtime's pool has threads
+  Builder bad("mixed");
+  ValueId i = arg(bad, "i", s, {}, DType::kI32);
+  ValueId f = arg(bad, "f", s, {}, DType::kF32);
+  EXPECT_DEATH(bad.add(i, f), "integer arithmetic needs every operand i32");
+  EXPECT_DEATH(bad.scale(i, 0.5), "scale: 0.5 is not an integer");
+}
+
 // Every op with bf16 float arguments (docs/precision.md): shape and dtype inference accept
 // it, the executor runs it (its bf16 kernel, or widened through f32) on 1, 2 and 4 devices,
 // and each run equals the interpreter, which rounds at the same points. Tolerance 2^-5 of the
