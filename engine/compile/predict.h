@@ -6,7 +6,9 @@
 //   ENG_ASSIGN_OR_RETURN(Prediction p, predict_step(*exe, pm));
 //   fmt::print("{}\n", p.to_table());
 //
-// Per instruction (exe.program(), local shapes; remat's recomputations are in it):
+// Per instruction (exe.program(), local shapes; remat's recomputations are in it). "peak" is
+// the matrix unit's sustained rate: the chip's peak x its public sustained-matmul fraction
+// (Topology::mxu_flops_per_device; the peak itself where no measurement is known):
 //   matmul      max(2MNK / (peak x padding efficiency), bytes / HBM bandwidth); the padding
 //               efficiency is M N K / (each rounded up to the matrix unit's edge)
 //   attention   its flops (causal) x the tiles' share (causal_block_factor) (x 5/4 for the
@@ -64,6 +66,11 @@ struct PredictedHostTransfers {
 struct Prediction {
   std::string topology;               // "v6e-256"
   int64_t num_slices = 1;
+  std::string chip;                   // "v6e"
+  // The matrix unit's rate the matmuls and attention ran at, per device: the peak x the chip's
+  // public sustained fraction (ChipSpec::mxu_sustained_fraction), or the peak (fraction 0).
+  double mxu_flops_per_s = 0;
+  double mxu_sustained_fraction = 0;
   double step_time_s = 0;
   double compute_s = 0;               // sum of the compute stream's instruction times
   double collective_s = 0;            // sum of the collective stream's
