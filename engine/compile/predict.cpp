@@ -182,6 +182,12 @@ double causal_block_factor(int64_t T, int64_t block_q, int64_t block_kv) {
   return computed / causal;
 }
 
+double attention_backward_factor(int64_t T, const PredictOptions& o) {
+  const double dkv = causal_block_factor(T, o.attention_block_q_dkv, o.attention_block_kv_dkv);
+  if (o.attention_fused_bwd) return 5.0 / 4.0 * dkv;
+  return dkv + 3.0 / 4.0 * causal_block_factor(T, o.attention_block_q_dq, o.attention_block_kv_dq);
+}
+
 Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
                                 const PredictOptions& options) {
   const Mesh& mesh = exe.mesh();
@@ -282,12 +288,13 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
         const int64_t D = q.dim(-1), T = q.dim(1);
         const double eff = static_cast<double>(D) / padded(D, tile);
         flops = instr_flops(p, in);
-        // The kernel computes whole (block_q, block_kv) tiles up to the diagonal, and its
-        // backward recomputes QK^T: 5 matmuls where the count has 4.
-        const double work = flops *
-                            causal_block_factor(T, options.attention_block_q,
-                                                options.attention_block_kv) *
-                            (in.kind == OpKind::kAttentionGrad ? 5.0 / 4.0 : 1.0);
+        // The kernel computes whole tiles up to the diagonal; its backward recomputes QK^T
+        // (and, in MaxText's default unfused form, dP for a second, dQ kernel).
+        const double work =
+            flops * (in.kind == OpKind::kAttentionGrad
+                         ? attention_backward_factor(T, options)
+                         : causal_block_factor(T, options.attention_block_q,
+                                               options.attention_block_kv));
         dur = std::max(dur, work / (peak * eff));
       }
       if (bytes == 0 && flops == 0) dur = 0;

@@ -39,6 +39,33 @@ TEST(Predict, CausalBlockFactorCountsWholeTiles) {
   EXPECT_DOUBLE_EQ(causal_block_factor(100, 512, 512), 100.0 * 100 / (100.0 * 101 / 2));
 }
 
+// The splash backward's matrix work (jax's splash_attention_kernel: the dK/dV kernel's QK^T,
+// dV, dP, dK; the separate dQ kernel's QK^T, dP, dQ; fused, dQ inside the dK/dV kernel) over
+// the counted 4 matmuls, each kernel on its own causal tiles.
+TEST(Predict, AttentionBackwardFactorCountsEachKernelsMatmulsAndTiles) {
+  PredictOptions o;  // MaxText's defaults: 512 blocks, two kernels
+  EXPECT_DOUBLE_EQ(attention_backward_factor(8192, o),
+                   7.0 / 4 * (8192.0 + 512) / (8192 + 1));
+  o.attention_fused_bwd = true;
+  o.attention_block_q_dkv = o.attention_block_kv_dkv = 2048;
+  o.attention_block_q_dq = 1;  // unused when fused
+  EXPECT_DOUBLE_EQ(attention_backward_factor(8192, o), 5.0 / 4 * (8192.0 + 2048) / (8192 + 1));
+  o.attention_fused_bwd = false;  // llama2-70b's recipe: q 2048 over kv 512 in both kernels
+  o.attention_block_q_dkv = o.attention_block_q_dq = 2048;
+  o.attention_block_kv_dkv = o.attention_block_kv_dq = 512;
+  const double tiles = causal_block_factor(4096, 2048, 512);
+  EXPECT_DOUBLE_EQ(tiles, (2048.0 * 2048 + 2048.0 * 4096) / (4096.0 * 4097 / 2));
+  EXPECT_DOUBLE_EQ(attention_backward_factor(4096, o), tiles + 3.0 / 4 * tiles);
+}
+
+TEST(Plan, SplashBackwardKeysMustBePositive) {
+  Config c = config("llama-tiny", "v6e-8", 1, 256);
+  ASSERT_TRUE(c.set("sa_block_kv_dq", int64_t{0}).ok());
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "plan: sa_block_kv_dq must be >= 1, got 0");
+}
+
 // With HBM bandwidth out of the way every matmul and attention op is bound by the matrix
 // unit, so scaling the chip's sustained fraction scales their time by exactly its inverse:
 // v6e's measured 79.3% against the bare peak (fraction 0: the roofline).
