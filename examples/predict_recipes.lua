@@ -12,34 +12,50 @@
 -- the forward, back before the backward, their bytes in host memory, not in HBM).
 -- tflops_halved: the row's MaxText version counts causal attention halved (PR #1988, 2025-07)
 -- or whole (tpu-recipes v0.1.0-v0.1.4, the v6e rows).
+-- The splash attention keys of each row's MaxText config at the row's MaxText version
+-- (benchmarks/maxtext_trillium_model_configs.py at tpu-recipes-v0.1.2 / v0.1.4,
+-- maxtext_v5p_model_configs.py at 3eb77db; base.yml's 512 and sa_use_fused_bwd_kernel
+-- False where the config sets none): sa_block_q, _kv, _q_dkv, _kv_dkv, _q_dq, _kv_dq, fused.
+local function splash(q, kv, q_dkv, kv_dkv, q_dq, kv_dq, fused, more)
+  local keys = more or {}
+  keys.sa_block_q, keys.sa_block_kv = q, kv
+  keys.sa_block_q_dkv, keys.sa_block_kv_dkv = q_dkv, kv_dkv
+  keys.sa_block_q_dq, keys.sa_block_kv_dq = q_dq, kv_dq
+  keys.sa_use_fused_bwd_kernel = fused
+  return keys
+end
+
 local recipes = {
   {model = "llama3.1-70b", topology = "v6e-256", batch = 5, seq = 8192,
-   sharding = {ici_fsdp_parallelism = -1}, keys = {sa_block_q = 2048, sa_block_kv = 2048},
+   sharding = {ici_fsdp_parallelism = -1}, keys = splash(2048, 2048, 2048, 2048, 2048, 2048, true),
    remat = {"custom", "", "decoder_layer_input,query_proj,key_proj,value_proj"},
    note = "custom: decoder_layer_input, q/k/v proj offloaded; flash 2048 blocks",
    step_s = 42.656, tflops = 462.297, tflops_halved = false},
   {model = "llama3.1-8b", topology = "v6e-256", batch = 4, seq = 8192,
-   sharding = {ici_fsdp_parallelism = -1},
+   sharding = {ici_fsdp_parallelism = -1}, keys = splash(2048, 2048, 2048, 2048, 2048, 2048, true),
    remat = {"custom", "", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
    note = "custom: decoder_layer_input, out_proj, q/k/v proj offloaded",
    step_s = 4.546, tflops = 417.397, tflops_halved = false},
   {model = "llama2-70b", topology = "v6e-256", batch = 2, seq = 4096,
    sharding = {ici_fsdp_parallelism = 1, ici_fsdp_transpose_parallelism = -1},
+   keys = splash(1024, 512, 2048, 512, 2048, 512, false),
    remat = {"qkv_proj_offloaded", "", ""},
    note = "qkv_proj_offloaded",
    step_s = 9.052, tflops = 402.274, tflops_halved = false},
   {model = "mixtral-8x7b", topology = "v6e-256", batch = 12, seq = 4096,
-   sharding = {ici_fsdp_parallelism = -1}, keys = {sparse_matmul = false, capacity_factor = 1.25},
+   sharding = {ici_fsdp_parallelism = -1},
+   keys = splash(2048, 512, 2048, 512, 2048, 512, false, {sparse_matmul = false, capacity_factor = 1.25}),
    remat = {"custom", "", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
    note = "dense dispatch, capacity_factor 1.25; custom: decoder_layer_input, out_proj, q/k/v",
    step_s = 13.484, tflops = 302.311, tflops_halved = false},
   {model = "mistral-7b", topology = "v6e-8", batch = 6, seq = 8192,
-   sharding = {ici_fsdp_parallelism = -1},
+   sharding = {ici_fsdp_parallelism = -1}, keys = splash(2048, 2048, 2048, 2048, 2048, 2048, true),
    remat = {"custom", "", "decoder_layer_input,out_proj,query_proj,key_proj,value_proj"},
    note = "custom: decoder_layer_input, out_proj, q/k/v proj offloaded",
    step_s = 6.320, tflops = 431.981, tflops_halved = false},
   {model = "llama3.1-405b", topology = "v5p-1024", batch = 2, seq = 8192,
-   sharding = {ici_fsdp_parallelism = -1}, keys = {num_vocab_tiling = 4},
+   sharding = {ici_fsdp_parallelism = -1},
+   keys = splash(2048, 2048, 2048, 2048, 2048, 2048, false, {num_vocab_tiling = 4}),
    remat = {"custom", "", "context,mlpwo"},
    note = "custom: context, mlpwo offloaded; num_vocab_tiling 4",
    step_s = 131.474, tflops = 314.530, tflops_halved = true},

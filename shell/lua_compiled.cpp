@@ -183,6 +183,8 @@ void push_prediction(lua_State* L, const eng::Prediction& p) {
   num("tflops_per_s_per_device", p.tflops_per_s_per_device);
   num("tokens_per_s_per_device", p.tokens_per_s_per_device);
   num("mfu", p.mfu);
+  num("mxu_flops_per_s", p.mxu_flops_per_s);                // the matrix unit's rate used
+  num("mxu_sustained_fraction", p.mxu_sustained_fraction);  // 0: at peak (none measured)
   lua_pushboolean(L, p.fits);
   lua_setfield(L, -2, "fits");
   lua_pushinteger(L, p.peak_bytes);

@@ -133,9 +133,22 @@ class Assigner {
         return ok_status();
       }
       const bool constraint_join = inplace < 0 && !is_output;
-      const bool donate = inplace >= 0 && !is_output && free_here &&
+      // A temp that dies here (and a value that is not bound for an argument's buffer).
+      const bool donate = inplace >= 0 && !is_output && free_here && target < 0 &&
                           st.kind == BufferSlot::Kind::kTemp;
       if (constraint_join || donate) {
+        join(w, s, i);
+        return ok_status();
+      }
+    }
+    // add and mul are correct in place on either input (same numel, read before written), so
+    // their output takes input 1's buffer when input 0's is not free: the accumulation
+    // acc' = acc + x reuses whichever operand dies at it, as XLA's buffer assignment does.
+    if (inplace == 0 && o == 0 && in.inputs.size() == 2 && !is_output && target < 0 &&
+        (in.kind == OpKind::kAdd || in.kind == OpKind::kMul)) {
+      const int s = storage_of_[in.inputs[1]];
+      const Storage& st = storages_[s];
+      if (st.kind == BufferSlot::Kind::kTemp && st.last <= i && st.joined_at != i) {
         join(w, s, i);
         return ok_status();
       }

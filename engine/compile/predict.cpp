@@ -17,7 +17,50 @@ double padded(int64_t x, int64_t tile) {
   return static_cast<double>((x + tile - 1) / tile * tile);
 }
 
+// The mixture-of-experts einsums MaxText's dense dispatch runs on the matrix unit (dispatch
+// BSM,BSEC->EBCM, combine EBCM,BSEC->BSM and its weights' cotangent, the expert GEMMs
+// EBCM,EMH->EBCH and their weight gradients): matmuls for the roofline.
+bool moe_einsum(OpKind k) {
+  return k == OpKind::kMoeDispatch || k == OpKind::kMoeCombine ||
+         k == OpKind::kMoeCombineWeightsGrad || k == OpKind::kExpertMatmul ||
+         k == OpKind::kExpertMatmulGrad;
+}
+
+// (M, N, K) of one of the GEMMs a moe_einsum is made of (per row b of dispatch and combine,
+// per expert g of the expert GEMMs), for the matrix unit's padding.
+struct Gemm {
+  int64_t M = 0, N = 0, K = 0;
+};
+
+Gemm moe_einsum_dims(const Program& p, const Instr& in) {
+  const Shape& a = p.value(in.inputs[0]).shape;
+  const Shape& b = p.value(in.inputs[1]).shape;
+  Gemm d;
+  switch (in.kind) {
+    case OpKind::kMoeDispatch:  // combine (B,S,E,C), x (B,S,M): (E C) x M over S
+      d.M = a.dim(2) * a.dim(3), d.N = b.dim(-1), d.K = a.dim(1);
+      break;
+    case OpKind::kMoeCombine:  // combine (B,S,E,C), y (E,B,C,M): S x M over (E C)
+      d.M = a.dim(1), d.N = b.dim(-1), d.K = a.dim(2) * a.dim(3);
+      break;
+    case OpKind::kMoeCombineWeightsGrad:  // dout (B,S,M), y (E,B,C,M): S x (E C) over M
+      d.M = a.dim(1), d.N = b.dim(0) * b.dim(2), d.K = a.dim(-1);
+      break;
+    case OpKind::kExpertMatmul: {  // a (G,...,K), w (G,K,N) or (G,N,K): rows x N over K
+      d.K = a.dim(-1);
+      d.M = a.prod(1, a.rank() - 1);
+      d.N = in.attrs.trans_b ? b.dim(1) : b.dim(2);
+      break;
+    }
+    default:  // kExpertMatmulGrad: a (G,...,K), dy (G,...,N) -> (G,K,N): K x N over rows
+      d.M = a.dim(-1), d.N = b.dim(-1), d.K = a.prod(1, a.rank() - 1);
+      break;
+  }
+  return d;
+}
+
 const char* cost_class(OpKind k) {
+  if (moe_einsum(k)) return "matmul";
   switch (k) {
     case OpKind::kMatmul:
       return "matmul";
@@ -139,6 +182,12 @@ double causal_block_factor(int64_t T, int64_t block_q, int64_t block_kv) {
   return computed / causal;
 }
 
+double attention_backward_factor(int64_t T, const PredictOptions& o) {
+  const double dkv = causal_block_factor(T, o.attention_block_q_dkv, o.attention_block_kv_dkv);
+  if (o.attention_fused_bwd) return 5.0 / 4.0 * dkv;
+  return dkv + 3.0 / 4.0 * causal_block_factor(T, o.attention_block_q_dq, o.attention_block_kv_dq);
+}
+
 Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
                                 const PredictOptions& options) {
   const Mesh& mesh = exe.mesh();
@@ -150,7 +199,9 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
           mesh.to_string(), pm.topology.name, pm.mesh.to_string());
   }
   const Topology& t = pm.topology;
-  const double peak = t.peak_flops_per_device();
+  // The matrix unit's sustained rate (peak x the chip's public sustained fraction, or the
+  // peak where none is known): the ceiling for matmuls and for attention's matmuls alike.
+  const double peak = t.mxu_flops_per_device();
   const double hbm_bw = t.hbm_bytes_per_s_per_device();
   const int64_t tile = t.chip.matrix_unit_dim;
   const Program& p = exe.program();
@@ -228,17 +279,22 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
             dot_dims(in.attrs, p.value(in.inputs[0]).shape, p.value(in.inputs[1]).shape);
         flops = instr_flops(p, in);
         dur = std::max(dur, flops / (peak * matmul_efficiency(d.M, d.N, d.K, tile)));
+      } else if (moe_einsum(in.kind)) {
+        const Gemm d = moe_einsum_dims(p, in);
+        flops = instr_flops(p, in);
+        dur = std::max(dur, flops / (peak * matmul_efficiency(d.M, d.N, d.K, tile)));
       } else if (in.kind == OpKind::kAttention || in.kind == OpKind::kAttentionGrad) {
         const Shape& q = p.value(in.inputs[0]).shape;  // (B, T, H, D)
         const int64_t D = q.dim(-1), T = q.dim(1);
         const double eff = static_cast<double>(D) / padded(D, tile);
         flops = instr_flops(p, in);
-        // The kernel computes whole (block_q, block_kv) tiles up to the diagonal, and its
-        // backward recomputes QK^T: 5 matmuls where the count has 4.
-        const double work = flops *
-                            causal_block_factor(T, options.attention_block_q,
-                                                options.attention_block_kv) *
-                            (in.kind == OpKind::kAttentionGrad ? 5.0 / 4.0 : 1.0);
+        // The kernel computes whole tiles up to the diagonal; its backward recomputes QK^T
+        // (and, in MaxText's default unfused form, dP for a second, dQ kernel).
+        const double work =
+            flops * (in.kind == OpKind::kAttentionGrad
+                         ? attention_backward_factor(T, options)
+                         : causal_block_factor(T, options.attention_block_q,
+                                               options.attention_block_kv));
         dur = std::max(dur, work / (peak * eff));
       }
       if (bytes == 0 && flops == 0) dur = 0;
@@ -276,6 +332,9 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
   }
   out.topology = t.name;
   out.num_slices = t.num_slices;
+  out.chip = t.chip.name;
+  out.mxu_flops_per_s = peak;
+  out.mxu_sustained_fraction = t.chip.mxu_sustained_fraction;
   out.step_time_s = std::max(compute_clock, net_clock);
   for (auto& [k, v] : by_class) out.compute.push_back(v);
   for (auto& [k, v] : by_axes) out.collectives.push_back(v);
@@ -306,6 +365,13 @@ std::string Prediction::to_table() const {
                      "{:.1f} tokens/s/device, MFU {:.1f}%\n",
                      tflops_per_s_per_device, tflops_per_device, tokens_per_s_per_device,
                      100 * mfu);
+  s += mxu_sustained_fraction > 0
+           ? fmt::format("  matrix unit: {:.1f} TFLOP/s per device, {:.1f}% of {}'s peak (its "
+                         "public sustained-matmul measurement)\n",
+                         mxu_flops_per_s / 1e12, 100 * mxu_sustained_fraction, chip)
+           : fmt::format("  matrix unit: {:.1f} TFLOP/s per device, {}'s peak (no public "
+                         "sustained-matmul measurement: the roofline)\n",
+                         mxu_flops_per_s / 1e12, chip);
   s += fmt::format("  memory: peak {} of {} HBM per device: {}\n", human_bytes(peak_bytes),
                    human_bytes(hbm_bytes),
                    fits ? fmt::format("fits ({} free)", human_bytes(hbm_bytes - peak_bytes))

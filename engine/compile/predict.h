@@ -6,11 +6,14 @@
 //   ENG_ASSIGN_OR_RETURN(Prediction p, predict_step(*exe, pm));
 //   fmt::print("{}\n", p.to_table());
 //
-// Per instruction (exe.program(), local shapes; remat's recomputations are in it):
+// Per instruction (exe.program(), local shapes; remat's recomputations are in it). "peak" is
+// the matrix unit's sustained rate: the chip's peak x its public sustained-matmul fraction
+// (Topology::mxu_flops_per_device; the peak itself where no measurement is known):
 //   matmul      max(2MNK / (peak x padding efficiency), bytes / HBM bandwidth); the padding
 //               efficiency is M N K / (each rounded up to the matrix unit's edge)
-//   attention   its flops (causal) x the tiles' share (causal_block_factor) (x 5/4 for the
-//               backward, which recomputes QK^T) at peak x the head_dim's padding efficiency
+//   attention   its flops (causal) x the tiles' share (causal_block_factor; the backward:
+//               attention_backward_factor, its recomputed QK^T and, unfused, dP) at peak x
+//               the head_dim's padding efficiency
 //               (QK^T contracts over head_dim, PV outputs it), or its bytes at HBM bandwidth
 //   everything else  bytes read + written at HBM bandwidth (layout ops free)
 //   collectives collective_seconds (engine/mesh/physical_mesh.h) on their axes' links
@@ -64,6 +67,11 @@ struct PredictedHostTransfers {
 struct Prediction {
   std::string topology;               // "v6e-256"
   int64_t num_slices = 1;
+  std::string chip;                   // "v6e"
+  // The matrix unit's rate the matmuls and attention ran at, per device: the peak x the chip's
+  // public sustained fraction (ChipSpec::mxu_sustained_fraction), or the peak (fraction 0).
+  double mxu_flops_per_s = 0;
+  double mxu_sustained_fraction = 0;
   double step_time_s = 0;
   double compute_s = 0;               // sum of the compute stream's instruction times
   double collective_s = 0;            // sum of the collective stream's
@@ -93,11 +101,26 @@ double matmul_efficiency(int64_t M, int64_t N, int64_t K, int64_t tile);
 struct PredictOptions {
   int64_t attention_block_q = 512;
   int64_t attention_block_kv = 512;
+  // The backward (MaxText's sa_block_*_dkv, sa_block_*_dq, sa_use_fused_bwd_kernel; splash
+  // attention's BlockSizes): a dK/dV kernel over (q_dkv, kv_dkv) tiles, and either dQ inside
+  // it (fused) or a separate dQ kernel over (q_dq, kv_dq) tiles.
+  int64_t attention_block_q_dkv = 512;
+  int64_t attention_block_kv_dkv = 512;
+  int64_t attention_block_q_dq = 512;
+  int64_t attention_block_kv_dq = 512;
+  bool attention_fused_bwd = false;
 };
 
 // The tiles' (query, key) pairs over the causal T(T+1)/2: (T + b) / (T + 1) for square blocks
 // of b; 1 for blocks of 1.
 double causal_block_factor(int64_t T, int64_t block_q, int64_t block_kv);
+
+// The splash backward's matrix work over the counted backward flops (4 matmuls per score: dV,
+// dP, dK, dQ). Fused: one kernel of 5 (QK^T recomputed) over the dK/dV tiles:
+// 5/4 x causal_block_factor(T, q_dkv, kv_dkv). Not fused (MaxText's default): the dK/dV
+// kernel's 4 (QK^T, dV, dP, dK) over its tiles plus the dQ kernel's 3 (QK^T, dP, dQ) over
+// its own: causal_block_factor(T, q_dkv, kv_dkv) + 3/4 x causal_block_factor(T, q_dq, kv_dq).
+double attention_backward_factor(int64_t T, const PredictOptions& options);
 
 // REQUIRES: pm.mesh has the executable's mesh axes and sizes (else an error naming both).
 Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,

@@ -111,8 +111,11 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kRope, ints(0b10, kRope)},
         {K::kAttention, ints(0b1000, kAttention)},  // [segment_ids]
         {K::kSwiglu, kNone},
-        {K::kAdd, integer()},
-        {K::kMul, integer()},
+        // in_place here means "may take the input's buffer when it dies at this instruction"
+        // (compile.cpp; the kernels are correct in place): add and mul reuse a dying operand's
+        // buffer, either one, as XLA's buffer assignment does. integer: int32 operands too.
+        {K::kAdd, {{}, false, 0, {0, -1, -1}, true}},
+        {K::kMul, {{}, false, 0, {0, -1, -1}, true}},
         {K::kScale, integer(kScale)},
         {K::kConvert, {kConvert}},
         {K::kConstraint, {kConstraint}},

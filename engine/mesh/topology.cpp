@@ -19,9 +19,13 @@ ChipSpec v4_chip() {
   return {"v4", Platform::kTpu, Interconnect::kTorus, 1, 2.75e14, 275, 32 * kGiB, 1.2e12, 6,
           4.5e10, 6.25e9, 128, 1.5e10};
 }
+// The last constant of v5e and v6e is the matrix unit's sustained fraction of peak on a large
+// bf16 matmul (8192^3): v5e 181.8 of 197 TFLOP/s (XLA's jnp.matmul in JAX's Pallas TPU matmul
+// guide), v6e 727.7 of 918 (a profiler-timed JAX benchmark, yangwhale/gpu-tpu-pedia). No
+// public figure was found for the other chips: 0, their matrix units run at peak.
 ChipSpec v5e_chip() {
   return {"v5e", Platform::kTpu, Interconnect::kTorus, 1, 1.97e14, 197, 16 * kGiB, 8.1e11, 4,
-          4.5e10, 3.125e9, 128, 1.5e10};
+          4.5e10, 3.125e9, 128, 1.5e10, 181.823e12 / 1.97e14};
 }
 ChipSpec v5p_chip() {
   return {"v5p", Platform::kTpu, Interconnect::kTorus, 1, 4.59e14, 459, 95 * kGiB, 2.765e12, 6,
@@ -29,7 +33,7 @@ ChipSpec v5p_chip() {
 }
 ChipSpec v6e_chip() {
   return {"v6e", Platform::kTpu, Interconnect::kTorus, 1, 9.18e14, 918, 32 * kGiB, 1.638e12, 4,
-          9e10, 12.5e9, 256, 3.2e10};
+          9e10, 12.5e9, 256, 3.2e10, 727.699e12 / 9.18e14};
 }
 // Ironwood: 1.2e12 B/s ICI per chip (both ways, all links) over a 3D torus's 6 links.
 ChipSpec tpu7x_chip() {
@@ -124,6 +128,11 @@ int64_t Topology::hbm_bytes_per_device() const { return chip.hbm_bytes / chip.de
 double Topology::hbm_bytes_per_s_per_device() const {
   return chip.hbm_bytes_per_s / chip.devices_per_chip;
 }
+double Topology::mxu_flops_per_device() const {
+  const double peak = peak_flops_per_device();
+  return chip.mxu_sustained_fraction > 0 ? peak * chip.mxu_sustained_fraction : peak;
+}
+
 double Topology::host_bytes_per_s_per_device() const {
   return chip.host_bytes_per_s / chip.devices_per_chip;
 }

@@ -46,6 +46,10 @@ struct ChipSpec {
   double dcn_bytes_per_s = 0;            // per chip, one way, between slices (hosts)
   int matrix_unit_dim = 0;               // MXU / tensor-core tile edge the shapes pad to
   double host_bytes_per_s = 0;           // per chip, one way: the host link (PCIe); 0 unknown
+  // The fraction of peak_bf16_flops the matrix unit sustains on a large aligned bf16 matmul in
+  // a public measurement (device time; docs/prediction.md names it). 0: no public measurement
+  // found; the prediction then runs the matrix unit at peak (the roofline) and says so.
+  double mxu_sustained_fraction = 0;
 };
 
 // Names the first constant of `chip` that is 0 (unknown): "topology: chip v5p has no
@@ -70,6 +74,9 @@ struct Topology {
   double hbm_bytes_per_s_per_device() const;
   double dcn_bytes_per_s_per_device() const;
   double host_bytes_per_s_per_device() const;  // 0: unknown for this chip
+  // The matrix unit's rate per device: peak x chip.mxu_sustained_fraction, or the peak when
+  // no sustained fraction is known (mxu_sustained_fraction 0).
+  double mxu_flops_per_device() const;
   // "v5p-256: 128 chips (4x4x8, wraparound x,y,z), 128 devices per slice x 2 slices".
   std::string to_string() const;
 };

@@ -79,9 +79,17 @@ Result<Plan> plan_for_topology(const Config& config, const PlanOptions& options)
   PredictOptions popts;
   popts.attention_block_q = c.get_int("sa_block_q");
   popts.attention_block_kv = c.get_int("sa_block_kv");
+  popts.attention_block_q_dkv = c.get_int("sa_block_q_dkv");
+  popts.attention_block_kv_dkv = c.get_int("sa_block_kv_dkv");
+  popts.attention_block_q_dq = c.get_int("sa_block_q_dq");
+  popts.attention_block_kv_dq = c.get_int("sa_block_kv_dq");
+  popts.attention_fused_bwd = c.get_bool("sa_use_fused_bwd_kernel");
   if (popts.attention_block_q < 1 || popts.attention_block_kv < 1)
     return invalid_argument("plan: sa_block_q and sa_block_kv must be >= 1, got {} and {}",
                             popts.attention_block_q, popts.attention_block_kv);
+  for (const char* key : {"sa_block_q_dkv", "sa_block_kv_dkv", "sa_block_q_dq", "sa_block_kv_dq"})
+    if (c.get_int(key) < 1)
+      return invalid_argument("plan: {} must be >= 1, got {}", key, c.get_int(key));
   ENG_ASSIGN_OR_RETURN(plan.predicted, predict_step(*plan.exe, plan.physical, popts));
 
   const ResolvedConfig& rc = plan.trainer->config();

@@ -152,6 +152,35 @@ TEST(Compile, ConstraintAndInPlaceOpsShareTheirInputBuffer) {
   EXPECT_EQ(exe->largest_temps(10)[0].last_instr, 2);  // y's life extends to c's reader
 }
 
+// add and mul take the buffer of an operand that dies at them (the accumulation acc' = acc
+// + x in one buffer, as XLA's buffer assignment does): input 0's, else input 1's; a new
+// buffer when neither dies there; never for a program output.
+TEST(Compile, AddAndMulReuseADyingOperandsBuffer) {
+  Builder b("acc");
+  ValueId x = b.argument("x", Shape{64}, DType::kF32, {}, ArgRole::kBatch);
+  ValueId a = b.scale(x, 2.0), t = b.scale(x, 3.0);
+  ValueId s1 = b.add(a, t);        // a and t die here: a's buffer
+  ValueId u = b.scale(x, 5.0);
+  ValueId s2 = b.add(u, s1);       // u is read again below, s1 dies: s1's buffer
+  ValueId k = b.mul(s2, u);        // both die: s2's buffer
+  ValueId g = b.scale(x, 7.0);
+  ValueId n = b.add(k, g);         // k and g are read again below: a buffer of its own
+  ValueId o = b.add(n, b.mul(k, g));
+  b.output(o, "o");
+  auto exe = compile_ok(std::move(b).finish());
+  ASSERT_TRUE(exe);
+  const auto& slots = exe->slots();
+  for (ValueId v : {a, t, s1, u, s2, k, g, n}) EXPECT_EQ(slots[v].kind, BufferSlot::Kind::kTemp);
+  EXPECT_EQ(slots[s1].offset, slots[a].offset);
+  EXPECT_NE(slots[s1].offset, slots[t].offset);
+  EXPECT_EQ(slots[s2].offset, slots[s1].offset);
+  EXPECT_NE(slots[s2].offset, slots[u].offset);
+  EXPECT_EQ(slots[k].offset, slots[s2].offset);
+  EXPECT_NE(slots[n].offset, slots[k].offset);
+  EXPECT_NE(slots[n].offset, slots[g].offset);
+  EXPECT_EQ(slots[o].kind, BufferSlot::Kind::kOutput);
+}
+
 TEST(Compile, ShardedValuesArePartitioned) {
   Builder b("sharded");
   ValueId x = b.argument("x", Shape{4, 8}, DType::kF32, {}, ArgRole::kBatch);

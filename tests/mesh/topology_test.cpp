@@ -34,6 +34,18 @@ TEST(Topology, V5pCountsTensorCores) {
   EXPECT_EQ(small.wrap, (std::vector<bool>{false, false, false}));
 }
 
+// The matrix unit's sustained rate: the chip's public sustained-matmul measurement (8192^3
+// bf16: v5e 181.823 TFLOP/s, v6e 727.699), or the peak where none is known (v5p, tpu7x, GPUs).
+TEST(Topology, MatrixUnitRunsAtItsMeasuredSustainedRate) {
+  EXPECT_NEAR(must("v6e-256").mxu_flops_per_device(), 727.699e12, 1);
+  EXPECT_NEAR(must("v6e-8").chip.mxu_sustained_fraction, 0.7927, 1e-4);
+  EXPECT_NEAR(must("v5e-16").mxu_flops_per_device(), 181.823e12, 1);
+  EXPECT_DOUBLE_EQ(must("v5p-1024").chip.mxu_sustained_fraction, 0);
+  EXPECT_DOUBLE_EQ(must("v5p-1024").mxu_flops_per_device(), 4.59e14);
+  EXPECT_DOUBLE_EQ(must("tpu7x-128").mxu_flops_per_device(), 2.307e15 / 2);  // per device
+  EXPECT_DOUBLE_EQ(must("a3").mxu_flops_per_device(), 9.89e14);
+}
+
 TEST(Topology, V6eWrapsOnlyDimsOfSixteen) {
   Topology t = must("v6e-256");
   EXPECT_EQ(t.devices_per_slice, 256);

@@ -29,6 +29,13 @@ assert(by["llama2-70b"].predicted, "llama2-70b is a preset: its row is predicted
 assert(by["llama2-70b"].predicted.fits)
 local p70 = by["llama2-70b"].predicted
 assert(p70.headroom_bytes == p70.hbm_bytes - p70.peak_bytes and p70.headroom_bytes > 0)
+-- llama3.1-405b with num_vocab_tiling=4 fits v5p's 95 GiB, as MaxText's run did: its running
+-- sum of the tiles' kernel gradients is accumulated in place (it planned 97.02 GiB before).
+local p405 = by["llama3.1-405b"].predicted
+assert(p405.fits and p405.peak_bytes < 94 * 2^30, p405.peak_bytes)
+-- The matrix unit: v6e's public sustained fraction, v5p's peak (none measured).
+assert(math.abs(p70.mxu_flops_per_s - 727.699e12) < 1e6, p70.mxu_flops_per_s)
+assert(p405.mxu_sustained_fraction == 0 and p405.mxu_flops_per_s == 4.59e14)
 
 -- sl.plan on a mesh the topology cannot hold names the topology's device count.
 local ok, err = pcall(sl.plan, sl.config{model_name = "llama-tiny", compile_topology = "v6e-8",

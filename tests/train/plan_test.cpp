@@ -39,6 +39,93 @@ TEST(Predict, CausalBlockFactorCountsWholeTiles) {
   EXPECT_DOUBLE_EQ(causal_block_factor(100, 512, 512), 100.0 * 100 / (100.0 * 101 / 2));
 }
 
+// The splash backward's matrix work (jax's splash_attention_kernel: the dK/dV kernel's QK^T,
+// dV, dP, dK; the separate dQ kernel's QK^T, dP, dQ; fused, dQ inside the dK/dV kernel) over
+// the counted 4 matmuls, each kernel on its own causal tiles.
+TEST(Predict, AttentionBackwardFactorCountsEachKernelsMatmulsAndTiles) {
+  PredictOptions o;  // MaxText's defaults: 512 blocks, two kernels
+  EXPECT_DOUBLE_EQ(attention_backward_factor(8192, o),
+                   7.0 / 4 * (8192.0 + 512) / (8192 + 1));
+  o.attention_fused_bwd = true;
+  o.attention_block_q_dkv = o.attention_block_kv_dkv = 2048;
+  o.attention_block_q_dq = 1;  // unused when fused
+  EXPECT_DOUBLE_EQ(attention_backward_factor(8192, o), 5.0 / 4 * (8192.0 + 2048) / (8192 + 1));
+  o.attention_fused_bwd = false;  // llama2-70b's recipe: q 2048 over kv 512 in both kernels
+  o.attention_block_q_dkv = o.attention_block_q_dq = 2048;
+  o.attention_block_kv_dkv = o.attention_block_kv_dq = 512;
+  const double tiles = causal_block_factor(4096, 2048, 512);
+  EXPECT_DOUBLE_EQ(tiles, (2048.0 * 2048 + 2048.0 * 4096) / (4096.0 * 4097 / 2));
+  EXPECT_DOUBLE_EQ(attention_backward_factor(4096, o), tiles + 3.0 / 4 * tiles);
+}
+
+TEST(Plan, SplashBackwardKeysMustBePositive) {
+  Config c = config("llama-tiny", "v6e-8", 1, 256);
+  ASSERT_TRUE(c.set("sa_block_kv_dq", int64_t{0}).ok());
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "plan: sa_block_kv_dq must be >= 1, got 0");
+}
+
+// With HBM bandwidth out of the way every matmul and attention op is bound by the matrix
+// unit, so scaling the chip's sustained fraction scales their time by exactly its inverse:
+// v6e's measured 79.3% against the bare peak (fraction 0: the roofline).
+TEST(Predict, MatrixUnitTimeScalesWithTheSustainedFraction) {
+  Config c = config("llama-tiny", "v6e-8", 4, 512);
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  PhysicalMesh measured = r->physical, at_peak = r->physical;
+  measured.topology.chip.hbm_bytes_per_s = at_peak.topology.chip.hbm_bytes_per_s = 1e30;
+  at_peak.topology.chip.mxu_sustained_fraction = 0;
+  const double f = measured.topology.chip.mxu_sustained_fraction;
+  ASSERT_NEAR(f, 727.699e12 / 9.18e14, 1e-12);
+  Result<Prediction> a = predict_step(*r->exe, measured), b = predict_step(*r->exe, at_peak);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_DOUBLE_EQ(a->mxu_flops_per_s, 727.699e12);
+  EXPECT_DOUBLE_EQ(b->mxu_flops_per_s, 9.18e14);
+  int checked = 0;
+  for (const PredictedCompute& x : a->compute)
+    for (const PredictedCompute& y : b->compute)
+      if (x.op_class == y.op_class && (x.op_class == "matmul" || x.op_class == "attention")) {
+        EXPECT_GT(y.seconds, 0) << y.op_class;
+        EXPECT_NEAR(x.seconds, y.seconds / f, 1e-12 * x.seconds) << x.op_class;
+        ++checked;
+      }
+  EXPECT_EQ(checked, 2);
+  EXPECT_TRUE(contains(a->to_table(), "79.3% of v6e's peak"));
+  EXPECT_TRUE(contains(b->to_table(), "no public sustained-matmul measurement"));
+}
+
+// MaxText's dense MoE dispatch runs its einsums on the matrix unit: dispatch, combine, the
+// combine weights' cotangent and the expert GEMMs (forward and weight gradient) are matmuls
+// for the roofline, never "memory-bound", and their flops are the cost model's.
+TEST(Predict, DenseMoeEinsumsRunOnTheMatrixUnit) {
+  Config c = config("mixtral-tiny", "v6e-8", 4, 512);
+  ASSERT_TRUE(c.set("sparse_matmul", false).ok());
+  ASSERT_TRUE(c.set("capacity_factor", 1.25).ok());
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  double flops = 0;
+  int64_t count = 0, einsums = 0;
+  for (const Instr& in : r->exe->program().instrs()) {
+    const bool moe = in.kind == OpKind::kMoeDispatch || in.kind == OpKind::kMoeCombine ||
+                     in.kind == OpKind::kMoeCombineWeightsGrad ||
+                     in.kind == OpKind::kExpertMatmul || in.kind == OpKind::kExpertMatmulGrad;
+    if (in.kind != OpKind::kMatmul && !moe) continue;
+    flops += instr_flops(r->exe->program(), in);
+    ++count;
+    einsums += moe;
+  }
+  EXPECT_GT(einsums, 0);
+  const Prediction& p = r->predicted;
+  const PredictedCompute* matmul = nullptr;
+  for (const PredictedCompute& x : p.compute)
+    if (x.op_class == "matmul") matmul = &x;
+  ASSERT_NE(matmul, nullptr);
+  EXPECT_EQ(matmul->count, count);
+  EXPECT_DOUBLE_EQ(matmul->flops, flops);
+  EXPECT_GE(matmul->seconds, flops / p.mxu_flops_per_s * (1 - 1e-12));  // at most the MXU rate
+}
+
 TEST(Plan, FsdpOnV5pOverlapsItsCollectives) {
   Config c = config("llama2-7b", "v5p-16", 1, 1024);
   Result<Plan> r = plan_for_topology(c);
