@@ -189,9 +189,10 @@ TEST(MoeShapeOnly, Mixtral8x7bOnFsdp64Expert4) {
   }
   EXPECT_TRUE(found);
   // docs/sharding.md: per layer 6 all-to-alls (dispatch and return, forward, the remat
-  // recompute and backward) of the (E, B/256, C, M) f32 block, each receiving 3/4 of it:
-  // C = 512, 8 x 1 x 512 x 4096 x 4 B = 64 MiB; 6 x 48 MiB x 32 layers = 9 GiB.
-  const double want = 6.0 * 0.75 * 8 * 1 * 512 * 4096 * 4 * 32;
+  // recompute and backward) of the (E, B/256, C, M) bf16 block (the default dtype; the MoE
+  // block computes in it), each receiving 3/4 of it: C = 512, 8 x 1 x 512 x 4096 x 2 B =
+  // 32 MiB; 6 x 24 MiB x 32 layers = 4.5 GiB.
+  const double want = 6.0 * 0.75 * 8 * 1 * 512 * 4096 * 2 * 32;
   const auto& bytes = (*exe)->cost().collective_bytes;
   ASSERT_TRUE(bytes.count("expert")) << "no collective over expert alone";
   fmt::print("[moe] mixtral-8x7b fsdp=64 x expert=4: expert {:.3f} GiB (hand {:.3f} GiB)\n",
