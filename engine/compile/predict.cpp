@@ -50,14 +50,6 @@ double bytes_of(const Program& p, ValueId v) { return static_cast<double>(p.valu
 // BSM,BSEC->EBCM per row b: (E*C, M, S); combine EBCM,BSEC->BSM: (S, M, E*C); the combine
 // weights' cotangent per (b, e): (S, C, M). Nothing for any other op.
 std::optional<std::array<int64_t, 3>> moe_dot_dims(const Program& p, const Instr& in) {
-  switch (in.kind) {
-    case OpKind::kExpertMatmul:
-    case OpKind::kExpertMatmulGrad:
-    case OpKind::kMoeDispatch:
-    case OpKind::kMoeCombine:
-    case OpKind::kMoeCombineWeightsGrad: break;
-    default: return std::nullopt;  // most ops: fewer than two inputs, perhaps
-  }
   const Shape& a = p.value(in.inputs[0]).shape;
   const Shape& b = p.value(in.inputs[1]).shape;
   switch (in.kind) {
