@@ -3,9 +3,7 @@
 #include "engine/compile/predict.h"
 
 #include <algorithm>
-#include <array>
 #include <map>
-#include <optional>
 
 #include <fmt/format.h>
 
@@ -22,11 +20,6 @@ double padded(int64_t x, int64_t tile) {
 const char* cost_class(OpKind k) {
   switch (k) {
     case OpKind::kMatmul:
-    case OpKind::kExpertMatmul:
-    case OpKind::kExpertMatmulGrad:
-    case OpKind::kMoeDispatch:
-    case OpKind::kMoeCombine:
-    case OpKind::kMoeCombineWeightsGrad:
       return "matmul";
     case OpKind::kAttention:
     case OpKind::kAttentionGrad:
@@ -44,32 +37,6 @@ const char* cost_class(OpKind k) {
 }
 
 double bytes_of(const Program& p, ValueId v) { return static_cast<double>(p.value(v).bytes()); }
-
-// The MoE ops XLA runs as dots on the matrix unit (MaxText's dense_matmul einsums): the (M, N, K)
-// of one of their products, for the tile padding. One expert's GEMM (R rows); dispatch
-// BSM,BSEC->EBCM per row b: (E*C, M, S); combine EBCM,BSEC->BSM: (S, M, E*C); the combine
-// weights' cotangent per (b, e): (S, C, M). Nothing for any other op.
-std::optional<std::array<int64_t, 3>> moe_dot_dims(const Program& p, const Instr& in) {
-  const Shape& a = p.value(in.inputs[0]).shape;
-  const Shape& b = p.value(in.inputs[1]).shape;
-  switch (in.kind) {
-    case OpKind::kExpertMatmul: {
-      const int r = a.rank();
-      return std::array<int64_t, 3>{a.prod(1, r - 1), b[in.attrs.trans_b ? 1 : 2], a[r - 1]};
-    }
-    case OpKind::kExpertMatmulGrad: {
-      const int r = a.rank();
-      return std::array<int64_t, 3>{a[r - 1], b[r - 1], a.prod(1, r - 1)};
-    }
-    case OpKind::kMoeDispatch:  // combine (B,S,E,C), x (B,S,M)
-      return std::array<int64_t, 3>{a[2] * a[3], b[2], a[1]};
-    case OpKind::kMoeCombine:  // combine (B,S,E,C), y (E,B,C,M)
-      return std::array<int64_t, 3>{a[1], b[3], a[2] * a[3]};
-    case OpKind::kMoeCombineWeightsGrad:  // dout (B,S,M), y (E,B,C,M)
-      return std::array<int64_t, 3>{a[1], b[2], a[2]};
-    default: return std::nullopt;
-  }
-}
 
 // HBM bytes an instruction moves. Layout-only ops move nothing; ops that read one slice of a
 // stacked input or update one slice in place move that slice, not the stack.
@@ -261,9 +228,6 @@ Result<Prediction> predict_step(const Executable& exe, const PhysicalMesh& pm,
             dot_dims(in.attrs, p.value(in.inputs[0]).shape, p.value(in.inputs[1]).shape);
         flops = instr_flops(p, in);
         dur = std::max(dur, flops / (peak * matmul_efficiency(d.M, d.N, d.K, tile)));
-      } else if (const auto md = moe_dot_dims(p, in)) {
-        flops = instr_flops(p, in);
-        dur = std::max(dur, flops / (peak * matmul_efficiency((*md)[0], (*md)[1], (*md)[2], tile)));
       } else if (in.kind == OpKind::kAttention || in.kind == OpKind::kAttentionGrad) {
         const Shape& q = p.value(in.inputs[0]).shape;  // (B, T, H, D)
         const int64_t D = q.dim(-1), T = q.dim(1);

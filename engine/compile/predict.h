@@ -9,8 +9,6 @@
 // Per instruction (exe.program(), local shapes; remat's recomputations are in it):
 //   matmul      max(2MNK / (peak x padding efficiency), bytes / HBM bandwidth); the padding
 //               efficiency is M N K / (each rounded up to the matrix unit's edge)
-//   MoE dots    expert_matmul(_grad), moe_dispatch, moe_combine, moe_combine_weights_grad (XLA
-//               dots: MaxText's einsums): as matmul, the efficiency of one of their products
 //   attention   its flops (causal) x the tiles' share (causal_block_factor) (x 5/4 for the
 //               backward, which recomputes QK^T) at peak x the head_dim's padding efficiency
 //               (QK^T contracts over head_dim, PV outputs it), or its bytes at HBM bandwidth
