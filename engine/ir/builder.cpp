@@ -528,8 +528,8 @@ Outs infer_moe_route(OpKind kind, const In& in, const OpAttrs& at) {
   n_in(kind, in, in.size() == n + 1 ? n + 1 : n);
   const ValueInfo& x = *in[0];
   check_rank(kind, x, 3, "logits");
-  ENG_CHECK(x.dtype == DType::kF32, "{}: logits must be f32, got {}", op_name(kind),
-            x.type_string());
+  ENG_CHECK(x.dtype == DType::kF32 || x.dtype == DType::kBF16, "{}: logits must be f32 or bf16, got {}",
+            op_name(kind), x.type_string());
   const int64_t B = x.shape[0], S = x.shape[1], E = x.shape[2];
   ENG_CHECK(at.size >= 1 && at.size <= E && at.start >= 1 && at.dim >= 0 && at.dim <= 2,
             "{}: k {} of {} experts, capacity {}, score_func {}", op_name(kind), at.size, E,
@@ -544,7 +544,8 @@ Outs infer_moe_route(OpKind kind, const In& in, const OpAttrs& at) {
     ENG_CHECK(!at.raw || bias, "moe_route_grad: bias_grad without a bias");
     return {at.raw ? like(*in[n]) : like(x)};
   }
-  return {make(Shape{B, S, E, at.start}, DType::kF32, pick(x, {0, 1, -1, -1})), scalar(),
+  // combine in the logits' dtype (MaxText's combine_mask is in dtype), lb and load f32.
+  return {make(Shape{B, S, E, at.start}, x.dtype, pick(x, {0, 1, -1, -1})), scalar(),
           make(Shape{2, E})};
 }
 
@@ -566,7 +567,7 @@ Outs infer_moe_dispatch(OpKind kind, const In& in, const OpAttrs&) {
   return {make(Shape{B, S, x.shape[3]}, x.dtype, concat(pick(c, {0, 1}), pick(x, {3})))};
 }
 
-// (dout (B,S,M), y (E,B,C,M)) -> (B,S,E,C) f32
+// (dout (B,S,M), y (E,B,C,M)) -> (B,S,E,C), bf16 when both are
 Outs infer_moe_combine_weights_grad(OpKind kind, const In& in, const OpAttrs&) {
   n_in(kind, in, 2);
   const ValueInfo &d = *in[0], &y = *in[1];
@@ -574,7 +575,7 @@ Outs infer_moe_combine_weights_grad(OpKind kind, const In& in, const OpAttrs&) {
   check_rank(kind, y, 4, "y");
   ENG_CHECK(y.shape[1] == d.shape[0] && y.shape[3] == d.shape[2],
             "moe_combine_weights_grad: dout {} for y {}", d.type_string(), y.type_string());
-  return {make(Shape{d.shape[0], d.shape[1], y.shape[0], y.shape[2]}, DType::kF32,
+  return {make(Shape{d.shape[0], d.shape[1], y.shape[0], y.shape[2]}, promote(in),
                pick(d, {0, 1, -1, -1}))};
 }
 
@@ -589,7 +590,7 @@ Outs infer_expert_matmul(OpKind kind, const In& in, const OpAttrs& at) {
   if (kind == OpKind::kExpertMatmulGrad) {
     ENG_CHECK(w.shape.rank() == r && w.shape.slice(0, r - 1) == a.shape.slice(0, r - 1),
               "expert_matmul_grad: a {} and dy {}", a.type_string(), w.type_string());
-    return {make(Shape{a.shape[0], K, w.shape[r - 1]}, DType::kF32)};
+    return {make(Shape{a.shape[0], K, w.shape[r - 1]}, promote(in))};
   }
   ENG_CHECK(w.shape.rank() == 3 && w.shape[at.trans_b ? 2 : 1] == K,
             "expert_matmul: inner dims differ: {} x {}{}", a.shape.to_string(),

@@ -248,7 +248,8 @@ class Evaluator {
                  route_params(i.attrs), outd(i, 0), outd(i, 1), outd(i, 2));
     else
       moe::route_grad(ind(i, 0), ind(i, 1), i.inputs.size() > 2 ? ind(i, 2) : nullptr, x[0], x[1],
-                      x[2], route_params(i.attrs), outd(i, 0), i.attrs.raw);
+                      x[2], route_params(i.attrs), i.attrs.raw ? nullptr : outd(i, 0),
+                      i.attrs.raw ? outd(i, 0) : nullptr);
     return ok_status();
   }
 
@@ -257,9 +258,9 @@ class Evaluator {
     const Shape& x = in(i, 1).shape;
     const int64_t M = x[x.rank() - 1];
     if (i.kind == OpKind::kMoeDispatch)
-      moe::dispatch(ind(i, 0), ind(i, 1), c[0], c[1], c[2], c[3], M, i.attrs.raw, outd(i, 0));
+      moe::dispatch<double>(ind(i, 0), ind(i, 1), c[0], c[1], c[2], c[3], M, i.attrs.raw, outd(i, 0));
     else
-      moe::combine(ind(i, 0), ind(i, 1), c[0], c[1], c[2], c[3], M, i.attrs.raw, outd(i, 0));
+      moe::combine<double>(ind(i, 0), ind(i, 1), c[0], c[1], c[2], c[3], M, i.attrs.raw, outd(i, 0));
     return ok_status();
   }
 

@@ -109,10 +109,10 @@
 //                    the leading dim onto the `stage` axis (spmd_axis_name="stage") and
 //                    emits the plain op on each device's slice.
 //   -- mixture of experts (engine/model/moe.cpp; MaxText's layers/moe.py dense_matmul) --
-//   kMoeRoute      (logits f32 (B,S,E)) [k=size, capacity=start C, score_func=dim (0 none,
-//                    1 softmax, 2 sigmoid), deepseek_weights=dim2, norm_topk_prob=inverse,
-//                    routed_scaling_factor=scale, lb_scale=eps] -> combine f32 (B,S,E,C),
-//                    lb f32 (), load f32 (2,E). Per token: s = score_func(logits); the k
+//   kMoeRoute      (logits f32 or bf16 (B,S,E)) [k=size, capacity=start C, score_func=dim (0
+//                    none, 1 softmax, 2 sigmoid), deepseek_weights=dim2, norm_topk_prob=inverse,
+//                    routed_scaling_factor=scale, lb_scale=eps] -> combine (B,S,E,C) in the
+//                    logits' dtype, lb f32 (), load f32 (2,E); the math in f32 either way. Per token: s = score_func(logits); the k
 //                    largest s (ties: lower expert first, as jax.lax.top_k) in rank order;
 //                    weights w = softmax over those k values (MaxText's non-deepseek blocks),
 //                    or with deepseek_weights w = s (divided by their sum for sigmoid) times
@@ -136,10 +136,14 @@
 //   kMoeCombine    (combine (B,S,E,C), y (E,B,C,M)) [mask=raw] -> (B,S,M): out[b,s,:] =
 //                    sum_{e,c} g(combine[b,s,e,c]) y[e,b,c,:] (EBCM,BSEC->BSM)
 //   kMoeCombineWeightsGrad (dout (B,S,M), y (E,B,C,M)) -> (B,S,E,C): out[b,s,e,c] =
-//                    sum_m dout[b,s,m] y[e,b,c,m] (the combine weights' cotangent)
+//                    sum_m dout[b,s,m] y[e,b,c,m] (the combine weights' cotangent; bf16 when
+//                    both inputs are)
 //   kExpertMatmul  (a (G,...,K), w (G,K,N)) [trans_b: w is (G,N,K)] -> (G,...,N): one GEMM
 //                    per expert g (EBCM,EMH->EBCH)
-//   kExpertMatmulGrad (a (G,...,K), dy (G,...,N)) -> dw (G,K,N) = per g a^T dy
+//   kExpertMatmulGrad (a (G,...,K), dy (G,...,N)) -> dw (G,K,N) = per g a^T dy (bf16 when
+//                    both inputs are, as matmul's)
+//                    The MoE ops on bf16 (program.h kBf16Kernels) compute in f32 from the bf16
+//                    values and round each bf16 output once (docs/precision.md)
 //   -- backward --
 //   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale

@@ -121,25 +121,37 @@ constexpr Bf16Slots kBf16Kernels[] = {
     // The loss head: bf16 logits and dlogits, f32 statistics (lse, max, sums, xent, dxent).
     {OpKind::kSoftmaxCrossEntropy, 0, 0b11}, {OpKind::kSoftmaxCrossEntropyGrad, 0b1100, 0},
     {OpKind::kVocabMax, 0, 0b1},       {OpKind::kVocabStats, 0b10, 0b11},
+    // Mixture of experts: bf16 logits, combine weights, activations and expert GEMMs; f32
+    // router bias, load-balance loss, load and (bias_grad) the bias's gradient.
+    {OpKind::kMoeRoute, 0b10, 0b110},  {OpKind::kMoeRouteGrad, 0b100, 0},
+    {OpKind::kMoeRouteGrad, 0b100, 0b1}, {OpKind::kMoeDispatch, 0, 0},
+    {OpKind::kMoeCombine, 0, 0},       {OpKind::kMoeCombineWeightsGrad, 0, 0},
+    {OpKind::kExpertMatmul, 0, 0},     {OpKind::kExpertMatmulGrad, 0, 0},
 };
 
 bool slot_ok(const Program& p, ValueId v, bool f32_slot) {
   const DType d = p.value(v).dtype;
   return d == DType::kI32 || d == (f32_slot ? DType::kF32 : DType::kBF16);
 }
+
+// An op may have several rows (one per form of its operands); any row that fits picks the kernel.
+bool fits(const Program& p, const Instr& in, const Bf16Slots& k) {
+  for (size_t i = 0; i < in.inputs.size(); ++i)
+    if (!slot_ok(p, in.inputs[i], i < 32 && ((k.f32_inputs >> i) & 1u))) return false;
+  for (size_t o = 0; o < in.outputs.size(); ++o)
+    if (!slot_ok(p, in.outputs[o], o < 32 && ((k.f32_outputs >> o) & 1u))) return false;
+  return true;
+}
 }  // namespace
 
 bool uses_bf16_kernel(const Program& p, const Instr& in) {
-  for (const Bf16Slots& k : kBf16Kernels) {
-    if (k.kind != in.kind) continue;
-    // Integer arithmetic (every operand i32) is no bf16 kernel's.
-    if (p.value(in.outputs[0]).dtype == DType::kI32) return false;
-    for (size_t i = 0; i < in.inputs.size(); ++i)
-      if (!slot_ok(p, in.inputs[i], i < 32 && ((k.f32_inputs >> i) & 1u))) return false;
-    for (size_t o = 0; o < in.outputs.size(); ++o)
-      if (!slot_ok(p, in.outputs[o], o < 32 && ((k.f32_outputs >> o) & 1u))) return false;
-    return true;
-  }
+  // Integer arithmetic (every operand i32, op.h OpDef::integer) is no bf16 kernel's.
+  bool any_float = false;
+  for (ValueId v : in.inputs) any_float = any_float || p.value(v).dtype != DType::kI32;
+  for (ValueId v : in.outputs) any_float = any_float || p.value(v).dtype != DType::kI32;
+  if (!any_float) return false;
+  for (const Bf16Slots& k : kBf16Kernels)
+    if (k.kind == in.kind && fits(p, in, k)) return true;
   return false;
 }
 

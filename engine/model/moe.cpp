@@ -134,14 +134,19 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   const MoeConfig& c = m.moe;
   const Shape hs = b.info(h).shape;  // (B, S, emb), global
   const int64_t B = hs[0], S = hs[1], E = c.num_experts, C = moe_capacity(c, S);
-  // The MoE ops compute in float32 (engine/tensor/moe.h); a bf16 model casts around the block.
+  // In the model's dtype, as MaxText's RoutedMoE (layers/moe.py at e591f30: GateLogit and the
+  // expert kernels cast to dtype, float32_gate_logits false; the routing's softmaxes in f32):
+  // bf16 activations, gate logits, combine weights and expert GEMMs (f32 accumulation), each
+  // weight cast to dtype where it is used; the router bias, the load-balance loss and the load
+  // in f32. No f32 copy of the dispatched tokens or the expert weights.
   const DType dtype = b.info(h).dtype;
+  auto w = [&](ValueId v) { return b.info(v).dtype == dtype ? v : b.convert(v, dtype); };
   auto f32 = [&](ValueId v) { return b.info(v).dtype == DType::kF32 ? v : b.convert(v, DType::kF32); };
-  const ValueId x = f32(h);
+  const ValueId x = h;
 
   // Gate: (B, S, emb) . (emb, E) -> (B, S, E), MaxText's constraint on the logits.
   const Logical kLogits = names({"activation_batch", "activation_norm_length", ""});
-  ValueId logits = b.constraint(b.matmul(x, f32(lp.gate), 2, 1, false, false, kLogits), kLogits);
+  ValueId logits = b.constraint(b.matmul(x, w(lp.gate), 2, 1, false, false, kLogits), kLogits);
 
   OpAttrs ra;
   ra.size = c.num_experts_per_tok;
@@ -175,17 +180,15 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   OpAttrs mask;
   mask.raw = true;
   ValueId dispatch = b.constraint(b.emit(OpKind::kMoeDispatch, {combine, x}, mask)[0], kDispatch);
-  auto expert = [&](ValueId a, ValueId w, const Logical& l, const char* name) {
-    return b.checkpoint_name(b.constraint(b.emit(OpKind::kExpertMatmul, {a, f32(w)})[0], l),
-                             name);
+  auto expert = [&](ValueId a, ValueId wt, const Logical& l, const char* name) {
+    return b.checkpoint_name(b.constraint(b.emit(OpKind::kExpertMatmul, {a, w(wt)})[0], l), name);
   };
   ValueId w0 = expert(dispatch, lp.wi_0, kMlp, "mlpwi_0");  // (E, B, C, H)
   ValueId w1 = expert(dispatch, lp.wi_1, kMlp, "mlpwi_1");
   ValueId act = b.constraint(b.swiglu(w0, w1), kMlp);
   ValueId y = expert(act, lp.wo, kDispatch, "mlpwo");  // (E, B, C, emb)
   ValueId o = b.emit(OpKind::kMoeCombine, {combine, y})[0];  // (B, S, emb)
-  o = b.constraint(o, names({"activation_batch", "activation_norm_length", "activation_embed"}));
-  return dtype == DType::kF32 ? o : b.convert(o, dtype);
+  return b.constraint(o, names({"activation_batch", "activation_norm_length", "activation_embed"}));
 }
 
 void apply_routed_bias_updates(Builder& b, const ModelConfig& m, const LlamaParams& p,

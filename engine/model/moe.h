@@ -12,13 +12,16 @@
 // (MaxText's Qwen3MoeDecoderLayer) names the block moe_block instead of MoeBlock_0.
 //
 // The block (B batch, S sequence, E experts, C capacity, M model width, H expert width):
-//   logits = h . gate                              (B, S, E)  f32
+//   logits = h . gate                              (B, S, E)
 //   combine, lb, load = moe_route(logits)          (B, S, E, C); (); (2, E)
 //   x_e = moe_dispatch(combine != 0, h)            (E, B, C, M)  constrained to activation_exp
 //   y_e = wo(silu(wi_0 x_e) * wi_1 x_e)            (E, B, C, M)  one GEMM per expert
 //   out = moe_combine(combine, y_e)                (B, S, M)
 // The constraint moves `expert` from the tokens' batch dim to the experts' dim: the
 // partitioned program has an all-to-all over `expert` there and one back before the combine.
+// Every tensor of the block is in h's dtype (bf16: the weights cast where used, the GEMMs
+// accumulating in f32, as MaxText's RoutedMoE with float32_gate_logits false); the routing's
+// math, the router bias, lb and load are f32 (docs/precision.md).
 #pragma once
 
 #include <optional>

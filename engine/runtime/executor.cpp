@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "engine/ir/moe_attrs.h"
 #include "engine/ir/op_table.h"
@@ -378,23 +379,29 @@ void run_collective(const Args& a) {  // runtime.cpp runs these across devices
 }
 
 // ---- mixture of experts (op.h; engine/tensor/moe.h's loops in float, sgemm per expert) ----
+const float* route_bias(const Args& a) {  // routed_bias: kMoeRoute's input 1, the grad's input 2
+  const size_t i = a.in.kind == OpKind::kMoeRoute ? 1 : 2;
+  return a.in.inputs.size() > i ? a.f(i) : nullptr;
+}
+
 void run_moe_route(const Args& a) {
   const Shape& x = a.shape(0);
+  const bool dbias = a.in.attrs.raw;
   if (a.in.kind == OpKind::kMoeRoute)
-    moe::route(a.f(0), a.in.inputs.size() > 1 ? a.f(1) : nullptr, x[0], x[1], x[2],
-               route_params(a.in.attrs), a.out(0), a.out(1), a.out(2));
+    moe::route(a.f(0), route_bias(a), x[0], x[1], x[2], route_params(a.in.attrs), a.out(0),
+               a.out(1), a.out(2));
   else
-    moe::route_grad(a.f(0), a.f(1), a.in.inputs.size() > 2 ? a.f(2) : nullptr, x[0], x[1], x[2],
-                    route_params(a.in.attrs), a.out(0), a.in.attrs.raw);
+    moe::route_grad(a.f(0), a.f(1), route_bias(a), x[0], x[1], x[2], route_params(a.in.attrs),
+                    dbias ? nullptr : a.out(0), dbias ? a.out(0) : nullptr);
 }
 
 void run_moe_dispatch(const Args& a) {
   const Shape& c = a.shape(0);
   const int64_t M = a.last_dim(1);
   if (a.in.kind == OpKind::kMoeDispatch)
-    moe::dispatch(a.f(0), a.f(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.out(0));
+    moe::dispatch<float>(a.f(0), a.f(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.out(0));
   else
-    moe::combine(a.f(0), a.f(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.out(0));
+    moe::combine<float>(a.f(0), a.f(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.out(0));
 }
 
 // out[b, :, e, :] (S, C; rows E*C apart) = dout[b] (S, M) . y[e, b]^T (C, M)^T: one sgemm per
@@ -427,6 +434,54 @@ void run_expert_matmul(const Args& a) {
   for (int64_t g = 0; g < G; ++g)
     kern::matmul(false, tb, R, N, K, 1.0f, a.f(0) + g * R * K, K, a.f(1) + g * K * N, tb ? K : N,
                  0.0f, a.out(0) + g * R * N, N);
+}
+
+// The bf16 forms (program.h's kBf16Kernels): the routing, dispatch and combine loops read bf16
+// into float and round each bf16 result once; the per-expert GEMMs run the instruction's
+// Bf16MatmulPlan (one expert's or one (row, expert)'s product, bf16_gemm_shape below) at each
+// block's offset, f32 accumulation, C rounded once.
+void run_moe_route_bf16(const Args& a) {  // logits, combine, dcombine, dlogits bf16; the rest f32
+  const Shape& x = a.shape(0);
+  const bool dbias = a.in.attrs.raw;
+  if (a.in.kind == OpKind::kMoeRoute)
+    moe::route(a.h(0), route_bias(a), x[0], x[1], x[2], route_params(a.in.attrs), a.hout(0),
+               a.out(1), a.out(2));
+  else
+    moe::route_grad(a.h(0), a.h(1), route_bias(a), x[0], x[1], x[2], route_params(a.in.attrs),
+                    dbias ? nullptr : a.hout(0), dbias ? a.out(0) : nullptr);
+}
+
+void run_moe_dispatch_bf16(const Args& a) {
+  const Shape& c = a.shape(0);
+  const int64_t M = a.last_dim(1);
+  if (a.in.kind == OpKind::kMoeDispatch)
+    moe::dispatch<float>(a.h(0), a.h(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.hout(0));
+  else
+    moe::combine<float>(a.h(0), a.h(1), c[0], c[1], c[2], c[3], M, a.in.attrs.raw, a.hout(0));
+}
+
+void run_moe_combine_weights_grad_bf16(const Args& a) {
+  ENG_CHECK(a.plan != nullptr, "executor: bf16 {} without a plan", op_name(a.in.kind));
+  const Shape& d = a.shape(0);
+  const Shape& y = a.shape(1);
+  const int64_t B = d[0], S = d[1], M = d[2], E = y[0], C = y[2];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t e = 0; e < E; ++e)
+      a.plan->run(a.h(0) + b * S * M, a.h(1) + (e * B + b) * C * M,
+                  a.hout(0) + b * S * E * C + e * C);
+}
+
+void run_expert_matmul_bf16(const Args& a) {
+  ENG_CHECK(a.plan != nullptr, "executor: bf16 {} without a plan", op_name(a.in.kind));
+  const Shape& as = a.shape(0);
+  const Shape& ws = a.shape(1);
+  const int r = as.rank();
+  const int64_t G = as[0], R = as.prod(1, r - 1), K = as[r - 1];
+  const bool grad = a.in.kind == OpKind::kExpertMatmulGrad;
+  const int64_t N = grad ? ws[r - 1] : ws[a.in.attrs.trans_b ? 1 : 2];
+  for (int64_t g = 0; g < G; ++g)
+    a.plan->run(a.h(0) + g * R * K, a.h(1) + g * (grad ? R : K) * N,
+                a.hout(0) + g * (grad ? K : R) * N);
 }
 
 // One kernel per op. any_dtype: data movement and casts, exempt from the f32/i32 check.
@@ -658,6 +713,13 @@ RunFn bf16_kernel(OpKind kind) {
     case OpKind::kSoftmaxCrossEntropyGrad: return run_xent_grad_bf16;
     case OpKind::kVocabMax: return run_vocab_max_bf16;
     case OpKind::kVocabStats: return run_vocab_stats_bf16;
+    case OpKind::kMoeRoute: return run_moe_route_bf16;
+    case OpKind::kMoeRouteGrad: return run_moe_route_bf16;
+    case OpKind::kMoeDispatch: return run_moe_dispatch_bf16;
+    case OpKind::kMoeCombine: return run_moe_dispatch_bf16;
+    case OpKind::kMoeCombineWeightsGrad: return run_moe_combine_weights_grad_bf16;
+    case OpKind::kExpertMatmul: return run_expert_matmul_bf16;
+    case OpKind::kExpertMatmulGrad: return run_expert_matmul_bf16;
     default: return nullptr;
   }
 }
@@ -743,16 +805,58 @@ void run_widened(const Args& a, void** ptrs, char* scratch) {
 
 }  // namespace
 
+namespace {
+// The one product a bf16 GEMM-like instruction's plan computes: the whole matmul (op.h's 2D
+// views); one expert's (R, K) . (K, N) of expert_matmul (trans_b: (N, K)^T), (R, K)^T . (R, N)
+// of its grad; one (row, expert)'s (S, M) . (C, M)^T of moe_combine_weights_grad, written
+// E * C apart. Nothing for any other op.
+std::optional<kern::Bf16MatmulShape> bf16_gemm_shape(const Program& p, const Instr& in) {
+  switch (in.kind) {
+    case OpKind::kMatmul:
+    case OpKind::kExpertMatmul:
+    case OpKind::kExpertMatmulGrad:
+    case OpKind::kMoeCombineWeightsGrad: break;
+    default: return std::nullopt;  // other bf16 kernels (moe_route: one input, perhaps)
+  }
+  const Shape& x = p.value(in.inputs[0]).shape;
+  const Shape& w = p.value(in.inputs[1]).shape;
+  switch (in.kind) {
+    case OpKind::kMatmul: {
+      const DotDims d = dot_dims(in.attrs, x, w);
+      return kern::Bf16MatmulShape{.trans_a = in.attrs.trans_a, .trans_b = in.attrs.trans_b,
+                                   .M = d.M, .N = d.N, .K = d.K, .lda = d.lda, .ldb = d.ldb,
+                                   .ldc = d.N, .c_dtype = DType::kBF16};
+    }
+    case OpKind::kExpertMatmul: {
+      const int r = x.rank();
+      const int64_t R = x.prod(1, r - 1), K = x[r - 1], N = w[in.attrs.trans_b ? 1 : 2];
+      return kern::Bf16MatmulShape{.trans_b = in.attrs.trans_b, .M = R, .N = N, .K = K, .lda = K,
+                                   .ldb = in.attrs.trans_b ? K : N, .ldc = N,
+                                   .c_dtype = DType::kBF16};
+    }
+    case OpKind::kExpertMatmulGrad: {
+      const int r = x.rank();
+      const int64_t R = x.prod(1, r - 1), K = x[r - 1], N = w[r - 1];
+      return kern::Bf16MatmulShape{.trans_a = true, .M = K, .N = N, .K = R, .lda = K, .ldb = N,
+                                   .ldc = N, .c_dtype = DType::kBF16};
+    }
+    case OpKind::kMoeCombineWeightsGrad: {  // dout (B,S,M), y (E,B,C,M)
+      const int64_t S = x[1], M = x[2], E = w[0], C = w[2];
+      return kern::Bf16MatmulShape{.trans_b = true, .M = S, .N = C, .K = M, .lda = M, .ldb = M,
+                                   .ldc = E * C, .c_dtype = DType::kBF16};
+    }
+    default: return std::nullopt;
+  }
+}
+}  // namespace
+
 Result<std::unique_ptr<kern::Bf16MatmulPlan>> make_bf16_matmul_plan(const Program& p,
                                                                     const Instr& in,
                                                                     kern::MatmulBackend backend) {
-  if (in.kind != OpKind::kMatmul || !uses_bf16_kernel(p, in))
-    return std::unique_ptr<kern::Bf16MatmulPlan>();
-  const DotDims d = dot_dims(in.attrs, p.value(in.inputs[0]).shape, p.value(in.inputs[1]).shape);
-  kern::Bf16MatmulShape s{.trans_a = in.attrs.trans_a, .trans_b = in.attrs.trans_b, .M = d.M,
-                          .N = d.N, .K = d.K, .lda = d.lda, .ldb = d.ldb, .ldc = d.N,
-                          .c_dtype = DType::kBF16};
-  return kern::Bf16MatmulPlan::create(s, backend);
+  if (!uses_bf16_kernel(p, in)) return std::unique_ptr<kern::Bf16MatmulPlan>();
+  const std::optional<kern::Bf16MatmulShape> s = bf16_gemm_shape(p, in);
+  if (!s) return std::unique_ptr<kern::Bf16MatmulPlan>();
+  return kern::Bf16MatmulPlan::create(*s, backend);
 }
 
 int64_t widen_scratch_bytes(const Program& p) {

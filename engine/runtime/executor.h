@@ -48,8 +48,10 @@ struct InstrScratch {
 void run_instr(const Program& p, const Instr& in, void** ptrs, const Mesh* mesh = nullptr,
                int64_t device = 0, const InstrScratch& scratch = {});
 
-// The oneDNN plan (engine/tensor/onednn_matmul.h) of a bf16 matmul (uses_bf16_kernel), made
-// when an executable is prepared; null for any other instruction.
+// The Bf16MatmulPlan (engine/tensor/onednn_matmul.h) of a bf16 matmul, expert_matmul(_grad)
+// or moe_combine_weights_grad (uses_bf16_kernel; the MoE ops' plan is one expert's or one
+// (row, expert)'s product, run at each block's offset), made when an executable is prepared;
+// null for any other instruction.
 Result<std::unique_ptr<kern::Bf16MatmulPlan>> make_bf16_matmul_plan(const Program& p,
                                                                     const Instr& in,
                                                                     kern::MatmulBackend backend);

@@ -1,6 +1,8 @@
 // engine/tensor/moe.h: the mixture-of-experts routing, dispatch and combine loops (op.h's
 // kMoeRoute, kMoeRouteGrad, kMoeDispatch, kMoeCombine, kMoeCombineWeightsGrad), templated on
-// the element type: the executor runs them in float, the reference interpreter in double.
+// the math type T and the storage type X of the activations: the executor runs them in float
+// on float or bf16 storage (X = uint16_t: each value read into T exactly, each result computed
+// in T and rounded to bf16 once, as it is stored), the reference interpreter in double.
 // MaxText's layers/moe.py (get_topk, generate_masks, load_balance_loss, dense_matmul's
 // einsums) is the specification; the comments name its steps.
 #pragma once
@@ -8,9 +10,30 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "engine/tensor/dtype.h"
+
 namespace eng::moe {
+
+// An X element as T, and a T result stored as X (bf16: rounded once, f32_to_bf16).
+template <class T, class X>
+T ld(X x) {
+  if constexpr (std::is_same_v<X, uint16_t>) return static_cast<T>(bf16_to_f32(x));
+  else return static_cast<T>(x);
+}
+template <class X, class T>
+X st(T v) {
+  if constexpr (std::is_same_v<X, uint16_t>) return f32_to_bf16(static_cast<float>(v));
+  else return static_cast<X>(v);
+}
+// One row of n X elements read into row (T).
+template <class T, class X>
+void ld_row(const X* x, int64_t n, std::vector<T>& row) {
+  row.resize(n);
+  for (int64_t i = 0; i < n; ++i) row[i] = ld<T>(x[i]);
+}
 
 struct RouteParams {
   int64_t k = 1;         // num_experts_per_tok
@@ -90,21 +113,24 @@ inline void assign_slots(const std::vector<int64_t>& idx, int64_t S, int64_t k, 
   }
 }
 
-// combine (B,S,E,C), lb (), load (2,E): op.h kMoeRoute. bias (E) or nullptr.
-template <class T>
-void route(const T* logits, const T* bias, int64_t B, int64_t S, int64_t E, const RouteParams& p,
-           T* combine, T* lb, T* load) {
+// combine (B,S,E,C), lb (), load (2,E): op.h kMoeRoute. bias (E) or nullptr. logits and
+// combine in X, the rest in T.
+template <class T, class X>
+void route(const X* logits, const T* bias, int64_t B, int64_t S, int64_t E, const RouteParams& p,
+           X* combine, T* lb, T* load) {
   const int64_t C = p.capacity, k = p.k;
-  std::fill(combine, combine + B * S * E * C, T(0));
+  std::fill(combine, combine + B * S * E * C, st<X>(T(0)));
   std::fill(load, load + 2 * E, T(0));
   double loss = 0;
   Token<T> t;
+  std::vector<T> row;
   std::vector<int64_t> idx(S * k), slot;
   std::vector<std::vector<T>> w(S);
   for (int64_t b = 0; b < B; ++b) {
     std::vector<double> count(E, 0), prob(E, 0);
     for (int64_t s = 0; s < S; ++s) {
-      route_token(logits + (b * S + s) * E, bias, E, p, t);
+      ld_row(logits + (b * S + s) * E, E, row);
+      route_token(row.data(), bias, E, p, t);
       for (int64_t j = 0; j < k; ++j) {
         idx[s * k + j] = t.idx[j];
         count[t.idx[j]] += 1;
@@ -121,7 +147,7 @@ void route(const T* logits, const T* bias, int64_t B, int64_t S, int64_t E, cons
           load[E + e] += T(1);
           continue;
         }
-        combine[((b * S + s) * E + e) * C + c] = w[s][j];
+        combine[((b * S + s) * E + e) * C + c] = st<X>(w[s][j]);
       }
     for (int64_t e = 0; e < E; ++e) loss += count[e] * prob[e];
   }
@@ -129,20 +155,24 @@ void route(const T* logits, const T* bias, int64_t B, int64_t S, int64_t E, cons
 }
 
 // dlogits (B,S,E) from dcombine (B,S,E,C) and the load-balance cotangent folded into
-// p.lb_scale: op.h kMoeRouteGrad. With wrt_bias, dbias (E) instead: the load-balance part
-// only (the weights read s, not s + bias), summed over the tokens.
-template <class T>
-void route_grad(const T* logits, const T* dcombine, const T* bias, int64_t B, int64_t S,
-                int64_t E, const RouteParams& p, T* dlogits, bool wrt_bias = false) {
-  if (wrt_bias) std::fill(dlogits, dlogits + E, T(0));
+// p.lb_scale: op.h kMoeRouteGrad. With dbias (E) non-null, that instead (dlogits unused): the
+// load-balance part only (the weights read s, not s + bias), summed over the tokens. logits,
+// dcombine and dlogits in X, the bias and its gradient in T.
+template <class T, class X>
+void route_grad(const X* logits, const X* dcombine, const T* bias, int64_t B, int64_t S,
+                int64_t E, const RouteParams& p, X* dlogits, T* dbias) {
+  const bool wrt_bias = dbias != nullptr;
+  if (wrt_bias) std::fill(dbias, dbias + E, T(0));
   const int64_t C = p.capacity, k = p.k;
   Token<T> t;
+  std::vector<T> row;
   std::vector<int64_t> idx(S * k), slot;
   std::vector<T> ds(E), dw(k), dt(k);
   for (int64_t b = 0; b < B; ++b) {
     std::vector<T> count(E, T(0));
     for (int64_t s = 0; s < S; ++s) {
-      route_token(logits + (b * S + s) * E, bias, E, p, t);
+      ld_row(logits + (b * S + s) * E, E, row);
+      route_token(row.data(), bias, E, p, t);
       for (int64_t j = 0; j < k; ++j) {
         idx[s * k + j] = t.idx[j];
         count[t.idx[j]] += T(1);
@@ -150,13 +180,13 @@ void route_grad(const T* logits, const T* dcombine, const T* bias, int64_t B, in
     }
     assign_slots(idx, S, k, E, C, slot);
     for (int64_t s = 0; s < S; ++s) {
-      const T* x = logits + (b * S + s) * E;
-      route_token(x, bias, E, p, t);
+      ld_row(logits + (b * S + s) * E, E, row);
+      route_token(row.data(), bias, E, p, t);
       std::fill(ds.begin(), ds.end(), T(0));
       // combine: the kept choices' weights.
       for (int64_t j = 0; j < k; ++j) {
         const int64_t c = slot[s * k + j];
-        dw[j] = c < 0 ? T(0) : dcombine[((b * S + s) * E + t.idx[j]) * C + c];
+        dw[j] = c < 0 ? T(0) : ld<T>(dcombine[((b * S + s) * E + t.idx[j]) * C + c]);
       }
       if (p.norm_topk_prob) {  // w = w0 / sum(w0)
         T dot = 0;
@@ -181,20 +211,20 @@ void route_grad(const T* logits, const T* dcombine, const T* bias, int64_t B, in
       T dot = 0;
       for (int64_t e = 0; e < E; ++e) dot += t.p[e] * T(p.lb_scale) * count[e];
       if (wrt_bias) {
-        for (int64_t e = 0; e < E; ++e) dlogits[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
+        for (int64_t e = 0; e < E; ++e) dbias[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
         continue;
       }
       for (int64_t e = 0; e < E; ++e) ds[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
       // the score function
-      T* dx = dlogits + (b * S + s) * E;
+      X* dx = dlogits + (b * S + s) * E;
       if (p.score_func == 0) {
-        for (int64_t e = 0; e < E; ++e) dx[e] = ds[e];
+        for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(ds[e]);
       } else if (p.score_func == 1) {
         T d = 0;
         for (int64_t e = 0; e < E; ++e) d += t.s[e] * ds[e];
-        for (int64_t e = 0; e < E; ++e) dx[e] = t.s[e] * (ds[e] - d);
+        for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(t.s[e] * (ds[e] - d));
       } else {
-        for (int64_t e = 0; e < E; ++e) dx[e] = ds[e] * t.s[e] * (T(1) - t.s[e]);
+        for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(ds[e] * t.s[e] * (T(1) - t.s[e]));
       }
     }
   }
@@ -205,43 +235,50 @@ T gate(T v, bool mask) {
   return mask ? (v != T(0) ? T(1) : T(0)) : v;
 }
 
-// out (E,B,C,M) = sum_s g(combine[b,s,e,c]) x[b,s,:]: op.h kMoeDispatch. X is the element
-// type of x and out (float or bfloat16 storage is the executor's business: T here).
-template <class T>
-void dispatch(const T* combine, const T* x, int64_t B, int64_t S, int64_t E, int64_t C,
-              int64_t M, bool mask, T* out) {
-  std::fill(out, out + E * B * C * M, T(0));
+// out (E,B,C,M) = sum_s g(combine[b,s,e,c]) x[b,s,:]: op.h kMoeDispatch. Each output row
+// summed in T over s in order, stored once.
+template <class T, class X>
+void dispatch(const X* combine, const X* x, int64_t B, int64_t S, int64_t E, int64_t C,
+              int64_t M, bool mask, X* out) {
+  std::vector<T> acc(M);
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t e = 0; e < E; ++e)
-        for (int64_t c = 0; c < C; ++c) {
-          const T g = gate(combine[((b * S + s) * E + e) * C + c], mask);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t c = 0; c < C; ++c) {
+        std::fill(acc.begin(), acc.end(), T(0));
+        for (int64_t s = 0; s < S; ++s) {
+          const T g = gate(ld<T>(combine[((b * S + s) * E + e) * C + c]), mask);
           if (g == T(0)) continue;
-          T* o = out + ((e * B + b) * C + c) * M;
-          const T* xs = x + (b * S + s) * M;
-          for (int64_t m = 0; m < M; ++m) o[m] += g * xs[m];
+          const X* xs = x + (b * S + s) * M;
+          for (int64_t m = 0; m < M; ++m) acc[m] += g * ld<T>(xs[m]);
         }
+        X* o = out + ((e * B + b) * C + c) * M;
+        for (int64_t m = 0; m < M; ++m) o[m] = st<X>(acc[m]);
+      }
 }
 
-// out (B,S,M) = sum_{e,c} g(combine[b,s,e,c]) y[e,b,c,:]: op.h kMoeCombine.
-template <class T>
-void combine(const T* comb, const T* y, int64_t B, int64_t S, int64_t E, int64_t C, int64_t M,
-             bool mask, T* out) {
-  std::fill(out, out + B * S * M, T(0));
+// out (B,S,M) = sum_{e,c} g(combine[b,s,e,c]) y[e,b,c,:]: op.h kMoeCombine. Each output row
+// summed in T over (e, c) in order, stored once.
+template <class T, class X>
+void combine(const X* comb, const X* y, int64_t B, int64_t S, int64_t E, int64_t C, int64_t M,
+             bool mask, X* out) {
+  std::vector<T> acc(M);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) {
-      T* o = out + (b * S + s) * M;
+      std::fill(acc.begin(), acc.end(), T(0));
       for (int64_t e = 0; e < E; ++e)
         for (int64_t c = 0; c < C; ++c) {
-          const T g = gate(comb[((b * S + s) * E + e) * C + c], mask);
+          const T g = gate(ld<T>(comb[((b * S + s) * E + e) * C + c]), mask);
           if (g == T(0)) continue;
-          const T* ys = y + ((e * B + b) * C + c) * M;
-          for (int64_t m = 0; m < M; ++m) o[m] += g * ys[m];
+          const X* ys = y + ((e * B + b) * C + c) * M;
+          for (int64_t m = 0; m < M; ++m) acc[m] += g * ld<T>(ys[m]);
         }
+      X* o = out + (b * S + s) * M;
+      for (int64_t m = 0; m < M; ++m) o[m] = st<X>(acc[m]);
     }
 }
 
-// out (B,S,E,C) = <dout[b,s,:], y[e,b,c,:]>: op.h kMoeCombineWeightsGrad.
+// out (B,S,E,C) = <dout[b,s,:], y[e,b,c,:]>: op.h kMoeCombineWeightsGrad (the reference; the
+// executor runs one GEMM per (row, expert)).
 template <class T>
 void combine_weights_grad(const T* dout, const T* y, int64_t B, int64_t S, int64_t E, int64_t C,
                           int64_t M, T* out) {

@@ -731,11 +731,18 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
   ENG_RETURN_IF_ERROR(check_tensor_sizes(r));
   ENG_RETURN_IF_ERROR(resolve_pipeline(c, r));
   if (r.model.moe.enabled()) {
-    const int64_t ep = c.get_int("ici_expert_parallelism");
+    // The expert axis: ici_expert_parallelism x dcn_expert_parallelism (over slices).
+    const int64_t ici = c.get_int("ici_expert_parallelism");
+    const int64_t dcn = std::max<int64_t>(c.get_int("dcn_expert_parallelism"), 1);
+    const int64_t ep = ici * dcn;
+    const std::string size =
+        dcn == 1 ? fmt::format("ici_expert_parallelism {}", ici)
+                 : fmt::format("ici_expert_parallelism {} x dcn_expert_parallelism {} = {}", ici,
+                               dcn, ep);
     if (ep > 1 && r.model.moe.num_experts % ep != 0)
-      return invalid_argument("config: ici_expert_parallelism {} does not divide num_experts {} "
-                              "(each device of an `expert` group holds num_experts / {} experts)",
-                              ep, r.model.moe.num_experts, ep);
+      return invalid_argument("config: {} does not divide num_experts {} (each device of an "
+                              "`expert` group holds num_experts / {} experts)",
+                              size, r.model.moe.num_experts, ep);
     if (r.model.pipeline_stages > 1)
       return unimplemented("config: num_experts={} with ici_pipeline_parallelism={} is not "
                            "supported yet (MoE layers in a pipeline stage)",

@@ -6,10 +6,6 @@
 
 namespace eng {
 
-std::string dcn_key(const std::string& axis) {
-  return axis == "stage" ? "dcn_pipeline_parallelism" : "dcn_" + axis + "_parallelism";
-}
-
 PredictionRow prediction_row(const Prediction& p) {
   PredictionRow row;
   row.topology = p.topology;
@@ -60,8 +56,11 @@ Result<Plan> plan_for_topology(const Config& config, const PlanOptions& options)
   // The trainer checks the ici_* keys against its mesh; an axis that also spans slices has
   // size ici x dcn, so the copy it gets says that size.
   Config c = config;
-  for (const AxisPlacement& a : plan.physical.axes)
+  for (const AxisPlacement& a : plan.physical.axes) {
     if (a.dcn_size > 1) ENG_RETURN_IF_ERROR(c.set(ici_key(a.axis), a.ici_size * a.dcn_size));
+    if (c.get_int(dcn_key(a.axis)) != 1)  // folded into ici_* (the trainer's mesh reads both)
+      ENG_RETURN_IF_ERROR(c.set(dcn_key(a.axis), int64_t{1}));
+  }
   if (c.get_int("num_devices") != -1 && c.get_int("num_devices") != mesh.num_devices())
     return invalid_argument("plan: num_devices={} but {} has {} devices", c.get_int("num_devices"),
                             plan.physical.topology.to_string(), mesh.num_devices());

@@ -50,7 +50,4 @@ Result<Plan> plan_for_topology(const Config& config, const PlanOptions& options 
 // The `predictions` row (and its `prediction_parts`) of a prediction.
 PredictionRow prediction_row(const Prediction& p);
 
-// MaxText's dcn key for a mesh axis: dcn_<axis>_parallelism, dcn_pipeline_parallelism for stage.
-std::string dcn_key(const std::string& axis);
-
 }  // namespace eng

@@ -191,9 +191,21 @@ std::string ici_key(const std::string& axis) {
   return axis == "stage" ? "ici_pipeline_parallelism" : "ici_" + axis + "_parallelism";
 }
 
+std::string dcn_key(const std::string& axis) {
+  return axis == "stage" ? "dcn_pipeline_parallelism" : "dcn_" + axis + "_parallelism";
+}
+
+int64_t dcn_factor(const Config& config, const std::string& axis) {
+  const int64_t d = config.get_int(dcn_key(axis));
+  return d == -1 ? 1 : d;
+}
+
 Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices) {
   std::vector<std::pair<std::string, int64_t>> ici;
-  for (const std::string& axis : maxtext_mesh_axes()) ici.push_back({axis, config.get_int(ici_key(axis))});
+  for (const std::string& axis : maxtext_mesh_axes()) {
+    const int64_t i = config.get_int(ici_key(axis));  // -1 fills: the dcn part is in the fill
+    ici.push_back({axis, i == -1 ? i : i * dcn_factor(config, axis)});
+  }
   ENG_ASSIGN_OR_RETURN(ShardMode mode, parse_shard_mode(config.get_string("shard_mode")));
   return Mesh::from_maxtext(ici, num_devices,
                             mode == ShardMode::kExplicit ? AxisType::kExplicit : AxisType::kAuto);
@@ -201,10 +213,18 @@ Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices) {
 
 Status check_mesh_matches_config(const Config& config, const Mesh& mesh) {
   for (const std::string& axis : maxtext_mesh_axes()) {
-    const std::string key = ici_key(axis);
-    if (axis != "stage" && !config.has_override(key)) continue;
-    const int64_t want = config.get_int(key);
-    if (want == -1 || want == mesh.axis_size(axis)) continue;
+    const std::string key = ici_key(axis), dkey = dcn_key(axis);
+    const bool dcn = dcn_factor(config, axis) != 1;
+    if (axis != "stage" && !config.has_override(key) && !dcn) continue;
+    const int64_t ici = config.get_int(key);
+    if (ici == -1) continue;
+    const int64_t want = ici * dcn_factor(config, axis);
+    if (want == mesh.axis_size(axis)) continue;
+    if (dcn)  // the axis spans slices: MaxText's size is ici x dcn
+      return invalid_argument(
+          "config: {}={} x {}={} makes the '{}' axis {} devices but the mesh's has size {}; the "
+          "trainer runs on the mesh it is given, so make them equal (sl.mesh{{{}={}}})",
+          key, ici, dkey, config.get_int(dkey), axis, want, mesh.axis_size(axis), axis, want);
     return invalid_argument(
         "config: {}={} but the mesh's '{}' axis has size {}; the trainer runs on the mesh it is "
         "given, so make them equal (sl.mesh{{{}={}}} or {}={})",

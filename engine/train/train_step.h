@@ -60,6 +60,12 @@ struct TracedTrainStep {
 Result<CompileOptions> compile_options_from_config(const Config& config);
 // MaxText's config key for a mesh axis: ici_<axis>_parallelism, ici_pipeline_parallelism for stage.
 std::string ici_key(const std::string& axis);
+// MaxText's dcn key for a mesh axis: dcn_<axis>_parallelism, dcn_pipeline_parallelism for stage.
+std::string dcn_key(const std::string& axis);
+// An axis's size over slices, dcn_<axis>_parallelism, for a mesh of simulated devices (no
+// slices): MaxText's mesh axis is ici x dcn devices, so the trainer's mesh folds it in; -1
+// (dcn_data_parallelism's default: the remaining slices) is 1 without named hardware.
+int64_t dcn_factor(const Config& config, const std::string& axis);
 // MaxText's mesh from the 12 ici_*_parallelism keys (stage: ici_pipeline_parallelism) over
 // num_devices; shard_mode explicit gives Explicit axes.
 Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices);

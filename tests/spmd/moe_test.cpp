@@ -128,6 +128,15 @@ TEST(MoeErrors, NameBothNumbers) {
   EXPECT_NE(s.message().find("ici_expert_parallelism 3"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("num_experts 4"), std::string::npos) << s.message();
 
+  // dcn_expert_parallelism: the expert axis is ici x dcn devices (slices); both named.
+  s = resolve_with({{"ici_expert_parallelism", int64_t{2}}, {"dcn_expert_parallelism", int64_t{3}}},
+                   6);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ici_expert_parallelism 2 x dcn_expert_parallelism 3 = 6"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("num_experts 4"), std::string::npos) << s.message();
+
   s = resolve_with({{"capacity_factor", 0.0}});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("capacity_factor=0"), std::string::npos) << s.message();
@@ -140,6 +149,40 @@ TEST(MoeErrors, NameBothNumbers) {
                              "capacity_factor>0"),
             std::string::npos)
       << s.message();
+}
+
+// dcn_expert_parallelism on simulated devices (no named hardware, so no slices): MaxText's
+// expert axis is ici x dcn devices, and the trainer's mesh folds the dcn part in; a mesh that
+// disagrees is an error naming both keys. The run equals ici_expert_parallelism's bitwise.
+TEST(MoeDcnExpert, FoldsIntoTheExpertAxis) {
+  Config c = moe_config();
+  ASSERT_TRUE(c.set("dcn_expert_parallelism", int64_t{2}).ok());
+  Result<Mesh> m = mesh_from_config(c, 4);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->axis_size("expert"), 2);
+  EXPECT_TRUE(check_mesh_matches_config(c, *Mesh::create({"expert"}, {2})).ok());
+  const Status s = check_mesh_matches_config(c, *Mesh::create({"fsdp"}, {2}));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ici_expert_parallelism=1 x dcn_expert_parallelism=2"),
+            std::string::npos)
+      << s.message();
+  ASSERT_TRUE(c.set("ici_expert_parallelism", int64_t{2}).ok());  // 2 x 2 = 4 experts' devices
+  Result<Mesh> m4 = mesh_from_config(c, 4);
+  ASSERT_TRUE(m4.ok()) << m4.status().message();
+  EXPECT_EQ(m4->axis_size("expert"), 4);
+  // Trained on expert=2, dcn_expert_parallelism=2 is ici_expert_parallelism=2's run.
+  Config d = moe_config();
+  ASSERT_TRUE(d.set("dcn_expert_parallelism", int64_t{2}).ok());
+  Result<ResolvedConfig> cfg = resolve_config(d, 8);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  Result<CompileOptions> o = compile_options_from_config(d);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  Result<testing::SpmdRun> r =
+      testing::run_train_steps(*cfg, *Mesh::create({"expert"}, {2}), *o, kSteps);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  Result<MoeRun> want = train(*Mesh::create({"expert"}, {2}), ShardMode::kAuto);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  EXPECT_EQ(r->losses, want->losses);
 }
 
 TEST(MoeCapacity, IsMaxTexts) {
@@ -189,9 +232,10 @@ TEST(MoeShapeOnly, Mixtral8x7bOnFsdp64Expert4) {
   }
   EXPECT_TRUE(found);
   // docs/sharding.md: per layer 6 all-to-alls (dispatch and return, forward, the remat
-  // recompute and backward) of the (E, B/256, C, M) f32 block, each receiving 3/4 of it:
-  // C = 512, 8 x 1 x 512 x 4096 x 4 B = 64 MiB; 6 x 48 MiB x 32 layers = 9 GiB.
-  const double want = 6.0 * 0.75 * 8 * 1 * 512 * 4096 * 4 * 32;
+  // recompute and backward) of the (E, B/256, C, M) bf16 block (the default dtype; the MoE
+  // block computes in it), each receiving 3/4 of it: C = 512, 8 x 1 x 512 x 4096 x 2 B =
+  // 32 MiB; 6 x 24 MiB x 32 layers = 4.5 GiB.
+  const double want = 6.0 * 0.75 * 8 * 1 * 512 * 4096 * 2 * 32;
   const auto& bytes = (*exe)->cost().collective_bytes;
   ASSERT_TRUE(bytes.count("expert")) << "no collective over expert alone";
   fmt::print("[moe] mixtral-8x7b fsdp=64 x expert=4: expert {:.3f} GiB (hand {:.3f} GiB)\n",

@@ -194,6 +194,35 @@ TEST(Plan, DcnAxesSpanSlices) {
   EXPECT_TRUE(data_axis);  // gradients are reduced over the slices too
 }
 
+// dcn_expert_parallelism (MaxText's key): the expert axis over slices. mixtral-8x7b on two
+// v6e-256 slices, experts split 2 ways over DCN: the dispatch's all-to-alls over `expert` run
+// on the DCN link, the trainer's mesh has expert = 2 and the experts' weights are split.
+TEST(Plan, DcnExpertParallelismSpansSlices) {
+  Config c = config("mixtral-8x7b", "v6e-256", 1, 2048);
+  for (auto [k, v] : std::initializer_list<std::pair<const char*, ConfigValue>>{
+           {"compile_topology_num_slices", int64_t{2}},
+           {"sparse_matmul", false},
+           {"capacity_factor", 1.0},
+           {"ici_fsdp_parallelism", int64_t{-1}},
+           {"dcn_data_parallelism", int64_t{1}},
+           {"dcn_expert_parallelism", int64_t{2}}})
+    ASSERT_TRUE(c.set(k, v).ok()) << k;
+  Result<Plan> r = plan_for_topology(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->physical.mesh.num_devices(), 512);
+  EXPECT_EQ(r->physical.mesh.axis_size("expert"), 2);
+  EXPECT_EQ(r->physical.mesh.axis_size("fsdp"), 256);
+  bool over_dcn = false;
+  for (const AxisPlacement& a : r->physical.axes)
+    if (a.axis == "expert") over_dcn = a.dcn_size == 2 && a.dcn_bytes_per_s > 0;
+  EXPECT_TRUE(over_dcn);
+  const PredictedCollectives* expert = nullptr;
+  for (const PredictedCollectives& k : r->predicted.collectives)
+    if (k.axes == "expert") expert = &k;
+  ASSERT_NE(expert, nullptr) << r->predicted.to_table();
+  EXPECT_GT(expert->bytes, 0);
+}
+
 TEST(Plan, GpuHostsAreSlicesOverDcn) {
   Config c = config("llama-tiny", "a3", 1, 256);
   ASSERT_TRUE(c.set("compile_topology_num_slices", int64_t{2}).ok());
