@@ -1,0 +1,133 @@
+// engine/ir/builder_ops.cpp: the Builder's one-op helpers (layernorm ... increment): each emits
+// one instruction of the op table with its attributes; shape inference is builder.cpp's.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/base/check.h"
+#include "engine/ir/builder.h"
+
+namespace eng {
+
+ValueId Builder::layernorm(ValueId x, ValueId scale, ValueId bias, double eps) {
+  OpAttrs a;
+  a.eps = eps;
+  return emit(OpKind::kLayerNorm, {x, scale, bias}, a)[0];
+}
+
+ValueId Builder::bias_add(ValueId x, ValueId bias) {
+  return emit(OpKind::kBiasAdd, {x, bias}, OpAttrs{})[0];
+}
+
+std::pair<ValueId, ValueId> Builder::rmsnorm(ValueId x, ValueId scale, double eps) {
+  OpAttrs a;
+  a.eps = eps;
+  auto o = emit(OpKind::kRmsNorm, {x, scale}, a);
+  return {o[0], o[1]};
+}
+
+ValueId Builder::rope(ValueId x, ValueId positions, double min_ts, double max_ts, bool inverse,
+                      kern::RopeForm form) {
+  OpAttrs a;
+  a.min_timescale = min_ts;
+  a.max_timescale = max_ts;
+  a.inverse = inverse;
+  a.rope_interleave = form.interleave;
+  a.rope_use_scale = form.use_scale;
+  return emit(OpKind::kRope, {x, positions}, a)[0];
+}
+
+std::pair<ValueId, ValueId> Builder::attention(ValueId q, ValueId k, ValueId v, double scale,
+                                               ValueId segment_ids) {
+  OpAttrs a;
+  a.scale = scale;
+  std::vector<ValueId> in = {q, k, v};
+  if (segment_ids != kNoValue) in.push_back(segment_ids);
+  auto o = emit(OpKind::kAttention, in, a);
+  return {o[0], o[1]};
+}
+
+ValueId Builder::swiglu(ValueId g, ValueId u) { return emit(OpKind::kSwiglu, {g, u})[0]; }
+ValueId Builder::repeat_kv(ValueId x, int64_t repeats, std::string heads_logical) {
+  OpAttrs a;
+  a.size = repeats;
+  const ValueId out = emit(OpKind::kRepeatKv, {x}, a)[0];
+  std::vector<std::string>& l = program_.values_[out].logical;
+  if (!l.empty() && !heads_logical.empty()) l[l.size() - 2] = std::move(heads_logical);
+  return out;
+}
+ValueId Builder::add(ValueId a, ValueId b) { return emit(OpKind::kAdd, {a, b})[0]; }
+ValueId Builder::mul(ValueId a, ValueId b) { return emit(OpKind::kMul, {a, b})[0]; }
+
+ValueId Builder::scale(ValueId x, double c) {
+  OpAttrs a;
+  a.scale = c;
+  return emit(OpKind::kScale, {x}, a)[0];
+}
+
+ValueId Builder::convert(ValueId x, DType dtype) {
+  OpAttrs a;
+  a.dtype = dtype;
+  return emit(OpKind::kConvert, {x}, a)[0];
+}
+
+ValueId Builder::constraint(ValueId x, std::vector<std::string> logical) {
+  OpAttrs a;
+  a.logical = to_logical_axes(logical);
+  return emit(OpKind::kConstraint, {x}, a)[0];
+}
+
+ValueId Builder::raw_constraint(ValueId x, std::vector<std::string> logical) {
+  OpAttrs a;
+  a.logical = to_logical_axes(logical);
+  a.raw = true;
+  return emit(OpKind::kConstraint, {x}, a)[0];
+}
+
+std::pair<ValueId, ValueId> Builder::softmax_cross_entropy(ValueId logits, ValueId targets) {
+  auto o = emit(OpKind::kSoftmaxCrossEntropy, {logits, targets});
+  return {o[0], o[1]};
+}
+
+std::pair<ValueId, ValueId> Builder::masked_mean_loss(ValueId xent, ValueId segmentation) {
+  auto o = emit(OpKind::kMaskedMeanLoss, {xent, segmentation});
+  return {o[0], o[1]};
+}
+
+ValueId Builder::sum_squares(ValueId x) { return emit(OpKind::kSumSquares, {x})[0]; }
+
+ValueId Builder::global_norm(std::vector<ValueId> sums) {
+  return emit(OpKind::kGlobalNorm, std::move(sums))[0];
+}
+
+ValueId Builder::clip_factor(ValueId norm, double threshold) {
+  OpAttrs a;
+  a.clip_threshold = threshold;
+  return emit(OpKind::kClipFactor, {norm}, a)[0];
+}
+
+ValueId Builder::learning_rate(ValueId step, double lr, int64_t warmup_steps, int64_t cos_steps,
+                               double final_fraction) {
+  OpAttrs a;
+  a.learning_rate = lr;
+  a.warmup_steps = warmup_steps;
+  a.cos_steps = cos_steps;
+  a.final_fraction = final_fraction;
+  return emit(OpKind::kLearningRate, {step}, a)[0];
+}
+
+std::array<ValueId, 3> Builder::adamw(ValueId param, ValueId grad, ValueId mu, ValueId nu,
+                                      ValueId lr, ValueId clip, ValueId step, double b1, double b2,
+                                      double eps, double weight_decay) {
+  OpAttrs a;
+  a.b1 = b1;
+  a.b2 = b2;
+  a.eps = eps;
+  a.weight_decay = weight_decay;
+  auto o = emit(OpKind::kAdamW, {param, grad, mu, nu, lr, clip, step}, a);
+  return {o[0], o[1], o[2]};
+}
+
+ValueId Builder::increment(ValueId step) { return emit(OpKind::kIncrement, {step})[0]; }
+
+}  // namespace eng
