@@ -145,11 +145,9 @@ bool fits(const Program& p, const Instr& in, const Bf16Slots& k) {
 }  // namespace
 
 bool uses_bf16_kernel(const Program& p, const Instr& in) {
-  // Integer arithmetic (every operand i32, op.h OpDef::integer) is no bf16 kernel's.
-  bool any_float = false;
-  for (ValueId v : in.inputs) any_float = any_float || p.value(v).dtype != DType::kI32;
-  for (ValueId v : in.outputs) any_float = any_float || p.value(v).dtype != DType::kI32;
-  if (!any_float) return false;
+  // Integer arithmetic (op.h OpDef::integer: the builder made every operand i32) is no bf16
+  // kernel's, though slot_ok accepts i32 in any slot.
+  if (has_integer_kernel(in.kind) && p.value(in.outputs[0]).dtype == DType::kI32) return false;
   for (const Bf16Slots& k : kBf16Kernels)
     if (k.kind == in.kind && fits(p, in, k)) return true;
   return false;

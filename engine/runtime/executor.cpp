@@ -811,13 +811,8 @@ namespace {
 // of its grad; one (row, expert)'s (S, M) . (C, M)^T of moe_combine_weights_grad, written
 // E * C apart. Nothing for any other op.
 std::optional<kern::Bf16MatmulShape> bf16_gemm_shape(const Program& p, const Instr& in) {
-  switch (in.kind) {
-    case OpKind::kMatmul:
-    case OpKind::kExpertMatmul:
-    case OpKind::kExpertMatmulGrad:
-    case OpKind::kMoeCombineWeightsGrad: break;
-    default: return std::nullopt;  // other bf16 kernels (moe_route: one input, perhaps)
-  }
+  // Every GEMM-like op has two operands; other bf16 kernels may have one (moe_route).
+  if (in.inputs.size() < 2) return std::nullopt;
   const Shape& x = p.value(in.inputs[0]).shape;
   const Shape& w = p.value(in.inputs[1]).shape;
   switch (in.kind) {

@@ -177,27 +177,6 @@ double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
   return n == 0 ? std::sqrt(d) : std::sqrt(d / n);
 }
 
-// Runs p on one device and returns every output on the host (aliased ones via their argument).
-std::vector<std::vector<double>> run_on_runtime(const Program& p,
-                                                const std::vector<HostTensor>& args) {
-  auto exe = compile(p, Mesh(), CompileOptions{});
-  EXPECT_TRUE(exe.ok()) << exe.status().message();
-  Runtime rt{Mesh()};
-  std::vector<Array> arrays;
-  for (size_t k = 0; k < args.size(); ++k)
-    arrays.push_back(testing::put_host(rt, args[k], (*exe)->argument_sharding(static_cast<int>(k)),
-                                       p.value(p.args()[k].value).name));
-  std::vector<Array*> ptrs;
-  for (Array& a : arrays) ptrs.push_back(&a);
-  std::vector<Array> outs;
-  Status s = rt.execute(**exe, ptrs, outs);
-  EXPECT_TRUE(s.ok()) << s.message();
-  std::vector<std::vector<double>> got;
-  for (size_t j = 0; j < p.outputs().size(); ++j)
-    got.push_back(testing::fetch_host(rt, testing::output_array(p, j, arrays, outs)));
-  return got;
-}
-
 // The kernels (kernels.h's bf16 section and oneDNN matmuls where program.h's uses_bf16_kernel
 // says so, f32 math rounded once per bf16 output elsewhere) against the float64 interpreter
 // with bf16 rounding at the same points (engine/ir/interpret.cpp, reference.h's ref::*_bf16),
@@ -230,7 +209,7 @@ TEST(Bf16TrainStep, KernelsMatchTheInterpreterWithBf16Rounding) {
   ASSERT_TRUE(want.ok()) << want.status().message();
   auto want_f32 = interpret(f32, args);
   ASSERT_TRUE(want_f32.ok()) << want_f32.status().message();
-  const std::vector<std::vector<double>> got = run_on_runtime(bf, args);
+  const std::vector<std::vector<double>> got = testing::run_on_runtime(bf, args);
   double worst = 0, bf16_effect = 0;
   for (size_t j = 0; j < bf.outputs().size(); ++j) {
     const double e = rel_l2(got[j], (*want)[j].data);
@@ -291,7 +270,7 @@ TEST(Bf16TrainStep, ScannedLayersMatchTheInterpreterAndTheUnscannedStep) {
   for (size_t k = 0; k < ua.size(); ++k)  // a first step, as above
     if (u.args()[k].role == ArgRole::kOptMu || u.args()[k].role == ArgRole::kOptNu)
       std::fill(ua[k].data.begin(), ua[k].data.end(), 0.0);
-  const std::vector<std::vector<double>> u_got = run_on_runtime(u, ua);
+  const std::vector<std::vector<double>> u_got = testing::run_on_runtime(u, ua);
   auto u_want = interpret(u, ua);
   ASSERT_TRUE(u_want.ok()) << u_want.status().message();
   std::vector<std::vector<double>> u_want_data;
@@ -311,7 +290,7 @@ TEST(Bf16TrainStep, ScannedLayersMatchTheInterpreterAndTheUnscannedStep) {
     }
     auto want = interpret(s, sa);
     ASSERT_TRUE(want.ok()) << want.status().message();
-    const std::vector<std::vector<double>> got = run_on_runtime(s, sa);
+    const std::vector<std::vector<double>> got = testing::run_on_runtime(s, sa);
     double worst = 0;
     for (size_t j = 0; j < s.outputs().size(); ++j) {
       const std::string& name = s.outputs()[j].name;
@@ -348,7 +327,7 @@ std::vector<std::vector<double>> run_alone(const Program& p, const Instr& in,
   a.out_logical.clear();
   const std::vector<ValueId> outs = b.emit(in.kind, ins, a);
   for (size_t o = 0; o < outs.size(); ++o) b.output(outs[o], fmt::format("out{}", o));
-  return run_on_runtime(std::move(b).finish(), args);
+  return testing::run_on_runtime(std::move(b).finish(), args);
 }
 
 // Every instruction of the scanned bf16 step (index_in_dim, add_index_in_dim, the converts

@@ -580,29 +580,15 @@ bool contains_op(const Program& p, OpKind kind) {
   return false;
 }
 
-// Runs p on `mesh` (arguments placed as compiled) and returns every output on the host.
+// Runs p on `mesh` (arguments placed as compiled) and returns every output on the host;
+// *exe_out stays valid for the test's life.
 std::vector<std::vector<double>> run_on(const Program& p, const std::vector<HostTensor>& args,
                                         const Mesh& mesh, const Executable** exe_out = nullptr) {
-  static std::vector<std::shared_ptr<const Executable>> keep;  // exe_out stays valid
-  auto exe = compile(p, mesh, CompileOptions{});
-  EXPECT_TRUE(exe.ok()) << exe.status().message();
-  if (!exe.ok()) return {};
-  keep.push_back(*exe);
-  if (exe_out) *exe_out = exe->get();
-  Runtime rt(mesh);
-  std::vector<Array> arrays;
-  for (size_t k = 0; k < args.size(); ++k)
-    arrays.push_back(testing::put_host(rt, args[k], (*exe)->argument_sharding(static_cast<int>(k)),
-                                       p.value(p.args()[k].value).name));
-  std::vector<Array*> ptrs;
-  for (Array& a : arrays) ptrs.push_back(&a);
-  std::vector<Array> outs;
-  Status s = rt.execute(**exe, ptrs, outs);
-  EXPECT_TRUE(s.ok()) << s.message();
-  std::vector<std::vector<double>> host;
-  if (!s.ok()) return host;
-  for (size_t j = 0; j < p.outputs().size(); ++j)
-    host.push_back(testing::fetch_host(rt, testing::output_array(p, j, arrays, outs)));
+  static std::vector<std::shared_ptr<const Executable>> keep;
+  std::shared_ptr<const Executable> exe;
+  std::vector<std::vector<double>> host = testing::run_on_runtime(p, args, mesh, &exe);
+  if (exe) keep.push_back(exe);
+  if (exe_out) *exe_out = exe.get();
   return host;
 }
 

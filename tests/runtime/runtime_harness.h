@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,6 +87,33 @@ inline std::vector<double> fetch_host(const Runtime& rt, const Array& a) {
     }
   }
   return out;
+}
+
+// Runs p on a runtime over `mesh` (each argument placed as compiled) and returns every output
+// on the host, aliased ones through their argument; empty when compiling or running fails (the
+// failure is reported as a test failure). exe_out, if given, receives the executable.
+inline std::vector<std::vector<double>> run_on_runtime(
+    const Program& p, const std::vector<HostTensor>& args, const Mesh& mesh = Mesh(),
+    std::shared_ptr<const Executable>* exe_out = nullptr) {
+  auto exe = compile(p, mesh, CompileOptions{});
+  EXPECT_TRUE(exe.ok()) << exe.status().message();
+  if (!exe.ok()) return {};
+  if (exe_out) *exe_out = *exe;
+  Runtime rt(mesh);
+  std::vector<Array> arrays;
+  for (size_t k = 0; k < args.size(); ++k)
+    arrays.push_back(put_host(rt, args[k], (*exe)->argument_sharding(static_cast<int>(k)),
+                              p.value(p.args()[k].value).name));
+  std::vector<Array*> ptrs;
+  for (Array& a : arrays) ptrs.push_back(&a);
+  std::vector<Array> outs;
+  const Status s = rt.execute(**exe, ptrs, outs);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::vector<std::vector<double>> host;
+  if (!s.ok()) return host;
+  for (size_t j = 0; j < p.outputs().size(); ++j)
+    host.push_back(fetch_host(rt, output_array(p, j, arrays, outs)));
+  return host;
 }
 
 // |got - want| <= atol + rtol * |want| elementwise; reports the worst element.

@@ -86,28 +86,6 @@ std::vector<HostTensor> block_args(const Program& p) {
   return args;
 }
 
-std::vector<std::vector<double>> run_one_device(const Program& p,
-                                                const std::vector<HostTensor>& args) {
-  auto exe = compile(p, Mesh(), CompileOptions{});
-  EXPECT_TRUE(exe.ok()) << exe.status().message();
-  if (!exe.ok()) return {};
-  Runtime rt{Mesh()};
-  std::vector<Array> arrays;
-  for (size_t k = 0; k < args.size(); ++k)
-    arrays.push_back(testing::put_host(rt, args[k], (*exe)->argument_sharding(static_cast<int>(k)),
-                                       p.value(p.args()[k].value).name));
-  std::vector<Array*> ptrs;
-  for (Array& a : arrays) ptrs.push_back(&a);
-  std::vector<Array> outs;
-  const Status s = rt.execute(**exe, ptrs, outs);
-  EXPECT_TRUE(s.ok()) << s.message();
-  std::vector<std::vector<double>> host;
-  if (!s.ok()) return host;
-  for (size_t j = 0; j < p.outputs().size(); ++j)
-    host.push_back(testing::fetch_host(rt, testing::output_array(p, j, arrays, outs)));
-  return host;
-}
-
 double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
   double d = 0, n = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -127,7 +105,7 @@ double rel_l2(const std::vector<double>& got, const std::vector<double>& want) {
 TEST(MoeBf16, BlockEqualsTheF32BlockOnBf16Inputs) {
   const Program p16 = moe_block(DType::kBF16), p32 = moe_block(DType::kF32);
   const std::vector<HostTensor> args = block_args(p16);
-  const auto got = run_one_device(p16, args), ref = run_one_device(p32, args);
+  const auto got = testing::run_on_runtime(p16, args), ref = testing::run_on_runtime(p32, args);
   ASSERT_EQ(got.size(), p16.outputs().size());
   ASSERT_EQ(ref.size(), p32.outputs().size());
   EXPECT_EQ(got[2], ref[2]) << "the routing (tokens per expert, dropped) differs";
@@ -148,7 +126,7 @@ TEST(MoeBf16, BlockEqualsTheF32BlockOnBf16Inputs) {
 TEST(MoeBf16, BlockMatchesTheInterpreter) {
   const Program p = moe_block(DType::kBF16);
   const std::vector<HostTensor> args = block_args(p);
-  const auto got = run_one_device(p, args);
+  const auto got = testing::run_on_runtime(p, args);
   auto want = interpret(p, args);
   ASSERT_TRUE(want.ok()) << want.status().message();
   ASSERT_EQ(got.size(), want->size());
