@@ -235,24 +235,32 @@ T gate(T v, bool mask) {
   return mask ? (v != T(0) ? T(1) : T(0)) : v;
 }
 
+// dispatch and combine sum each output row in T on the stack, kRowChunk elements at a time
+// (a training step allocates nothing); every element's sum runs in the same order whatever
+// the chunking.
+constexpr int64_t kRowChunk = 256;
+
 // out (E,B,C,M) = sum_s g(combine[b,s,e,c]) x[b,s,:]: op.h kMoeDispatch. Each output row
 // summed in T over s in order, stored once.
 template <class T, class X>
 void dispatch(const X* combine, const X* x, int64_t B, int64_t S, int64_t E, int64_t C,
               int64_t M, bool mask, X* out) {
-  std::vector<T> acc(M);
+  T acc[kRowChunk];
   for (int64_t b = 0; b < B; ++b)
     for (int64_t e = 0; e < E; ++e)
       for (int64_t c = 0; c < C; ++c) {
-        std::fill(acc.begin(), acc.end(), T(0));
-        for (int64_t s = 0; s < S; ++s) {
-          const T g = gate(ld<T>(combine[((b * S + s) * E + e) * C + c]), mask);
-          if (g == T(0)) continue;
-          const X* xs = x + (b * S + s) * M;
-          for (int64_t m = 0; m < M; ++m) acc[m] += g * ld<T>(xs[m]);
-        }
         X* o = out + ((e * B + b) * C + c) * M;
-        for (int64_t m = 0; m < M; ++m) o[m] = st<X>(acc[m]);
+        for (int64_t m0 = 0; m0 < M; m0 += kRowChunk) {
+          const int64_t n = std::min(kRowChunk, M - m0);
+          std::fill(acc, acc + n, T(0));
+          for (int64_t s = 0; s < S; ++s) {
+            const T g = gate(ld<T>(combine[((b * S + s) * E + e) * C + c]), mask);
+            if (g == T(0)) continue;
+            const X* xs = x + (b * S + s) * M + m0;
+            for (int64_t m = 0; m < n; ++m) acc[m] += g * ld<T>(xs[m]);
+          }
+          for (int64_t m = 0; m < n; ++m) o[m0 + m] = st<X>(acc[m]);
+        }
       }
 }
 
@@ -261,19 +269,22 @@ void dispatch(const X* combine, const X* x, int64_t B, int64_t S, int64_t E, int
 template <class T, class X>
 void combine(const X* comb, const X* y, int64_t B, int64_t S, int64_t E, int64_t C, int64_t M,
              bool mask, X* out) {
-  std::vector<T> acc(M);
+  T acc[kRowChunk];
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) {
-      std::fill(acc.begin(), acc.end(), T(0));
-      for (int64_t e = 0; e < E; ++e)
-        for (int64_t c = 0; c < C; ++c) {
-          const T g = gate(ld<T>(comb[((b * S + s) * E + e) * C + c]), mask);
-          if (g == T(0)) continue;
-          const X* ys = y + ((e * B + b) * C + c) * M;
-          for (int64_t m = 0; m < M; ++m) acc[m] += g * ld<T>(ys[m]);
-        }
       X* o = out + (b * S + s) * M;
-      for (int64_t m = 0; m < M; ++m) o[m] = st<X>(acc[m]);
+      for (int64_t m0 = 0; m0 < M; m0 += kRowChunk) {
+        const int64_t n = std::min(kRowChunk, M - m0);
+        std::fill(acc, acc + n, T(0));
+        for (int64_t e = 0; e < E; ++e)
+          for (int64_t c = 0; c < C; ++c) {
+            const T g = gate(ld<T>(comb[((b * S + s) * E + e) * C + c]), mask);
+            if (g == T(0)) continue;
+            const X* ys = y + ((e * B + b) * C + c) * M + m0;
+            for (int64_t m = 0; m < n; ++m) acc[m] += g * ld<T>(ys[m]);
+          }
+        for (int64_t m = 0; m < n; ++m) o[m0 + m] = st<X>(acc[m]);
+      }
     }
 }
 
