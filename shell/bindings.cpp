@@ -38,6 +38,7 @@ constexpr Module kModules[] = {
     {"search", open_lua_search},
     {"array", open_lua_array},  // users' own programs: make_mesh, arrays, numpy, jit
     {"dist", open_lua_dist},    // processes under mpirun (engine/dist)
+    {"tree_util", open_lua_tree_util},  // jax.tree_util over Lua tables
 };
 
 }  // namespace

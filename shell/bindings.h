@@ -33,6 +33,7 @@ void open_lua_dist(lua_State* L, int sl);  // sl.process_index, process_count, d
 void open_lua_sharding(lua_State* L, int sl);  // sl.rules, sl.logical_to_mesh, sl.visualize, ...
 void open_lua_runs(lua_State* L, int sl);   // sl.runs, sl.run
 void open_lua_search(lua_State* L, int sl);  // sl.search (lua_search.cpp)
+void open_lua_tree_util(lua_State* L, int sl);  // sl.tree_util, sl.tree (jax.tree_util's)
 
 // Creates `sl`, opens every module, sets the global and package.loaded["shardlab"].
 // Must run inside a protected call (it uses raising Lua API calls).

@@ -251,8 +251,9 @@ Result<int> use_mesh(lua_State* L) {
 
 
 // Values of a nested Lua table (rectangular), row-major, and its shape.
+// integers (when given) is cleared by a value that is not a Lua integer (3.0, true).
 Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape,
-                   std::vector<double>& out, std::string_view fn) {
+                   std::vector<double>& out, std::string_view fn, bool* integers = nullptr) {
   if (depth > eng::kMaxRank)
     return eng::invalid_argument("{}: values nested {} deep, over the limit of {} dims per array",
                                  fn, depth, eng::kMaxRank);
@@ -263,10 +264,12 @@ Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape
           "{}: ragged values: a number at depth {} where the shape {} "
           "needs a list",
           fn, depth, eng::Shape(shape).to_string());
+    if (integers != nullptr && !lua_isinteger(L, idx)) *integers = false;
     out.push_back(lua_tonumber(L, idx));
     return eng::ok_status();
   }
   if (lua_type(L, idx) == LUA_TBOOLEAN) {
+    if (integers != nullptr) *integers = false;
     out.push_back(lua_toboolean(L, idx) ? 1 : 0);
     return eng::ok_status();
   }
@@ -287,7 +290,7 @@ Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape
     return eng::invalid_argument("{}: too many values", fn);
   for (int64_t i = 1; i <= n; ++i) {
     lua_rawgeti(L, idx, i);
-    Status s = read_nested(L, lua_gettop(L), depth + 1, shape, out, fn);
+    Status s = read_nested(L, lua_gettop(L), depth + 1, shape, out, fn, integers);
     lua_pop(L, 1);
     ENG_RETURN_IF_ERROR(s);
   }
@@ -308,6 +311,21 @@ Result<int> array(lua_State* L) {
   std::vector<double> values;
   ENG_RETURN_IF_ERROR(read_nested(L, 1, 0, shape, values, fn));
   ENG_ASSIGN_OR_RETURN(eng::Shape s, with_context(fn, eng::Shape::checked(shape)));
+  return put_values(L, fn, values, s, p);
+}
+
+// np.array: sl.array with jnp.array's dtype when none is given: int32 for Lua integers (Python's
+// ints), float32 otherwise (an empty list too).
+Result<int> np_array(lua_State* L) {
+  constexpr std::string_view fn = "np.array";
+  ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, 2, fn));
+  if (to_udata<ArrayBox>(L, 1) != nullptr) return array(L);
+  std::vector<int64_t> shape;
+  std::vector<double> values;
+  bool integers = true;
+  ENG_RETURN_IF_ERROR(read_nested(L, 1, 0, shape, values, fn, &integers));
+  ENG_ASSIGN_OR_RETURN(eng::Shape s, with_context(fn, eng::Shape::checked(shape)));
+  if (!p.dtype_given && integers && !values.empty()) p.dtype = eng::DType::kI32;
   return put_values(L, fn, values, s, p);
 }
 
@@ -690,6 +708,13 @@ constexpr Function kArrayFunctions[] = {
      "current)."},
 };
 
+constexpr Function kNpArrayFunctions[] = {
+    {"array", lua_entry<np_array>,
+     "np.array(values [, dtype | {dtype, sharding, mesh}]) -> Array",
+     "jnp.array: sl.array's, int32 when every value is a Lua integer and no dtype is given\n"
+     "  (jnp.array([3, 1, 4]) is int32), float32 otherwise."},
+};
+
 constexpr Function kRandomFunctions[] = {
     {"key", lua_entry<random_key>, "sl.random.key(seed) -> PRNGKey",
      "A counter-based key (like jax.random.key): the same key gives the same values."},
@@ -745,6 +770,9 @@ void open_lua_array(lua_State* L, int sl) {
   lua_setfield(L, sl, "AxisType");
   luaL_getmetatable(L, "Array");
   open_lua_numpy(L, sl, lua_gettop(L));
+  lua_pop(L, 1);
+  lua_getfield(L, sl, "numpy");
+  add_functions(L, lua_gettop(L), "sl.numpy", kNpArrayFunctions);
   lua_pop(L, 1);
   open_lua_jit(L, sl);
 }

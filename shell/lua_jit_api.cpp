@@ -124,6 +124,13 @@ void push_jit(lua_State* L, fe::JitOptions j, int fidx) {
 
 Result<int> jit(lua_State* L) {
   constexpr std::string_view fn = "sl.jit";
+  // jit of a shard_map'd function without jit options (JAX's @jax.jit over @jax.shard_map):
+  // the shard_map is already one program compiled per signature, so it is returned as is.
+  if (JitBox* inner = to_udata<JitBox>(L, 1);
+      inner != nullptr && inner->options().manual && lua_isnoneornil(L, 2)) {
+    lua_settop(L, 1);
+    return 1;
+  }
   ENG_ASSIGN_OR_RETURN(fe::JitOptions j, new_jit(L, fn));
   ENG_RETURN_IF_ERROR(read_jit_options(L, 2, j, fn));
   push_jit(L, std::move(j), 1);

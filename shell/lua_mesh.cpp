@@ -95,6 +95,12 @@ Result<int> shape_tostring(lua_State* L) {
   return 1;
 }
 
+// m.shape(m), i.e. m:shape(): the shape table is callable and returns itself.
+Result<int> shape_call(lua_State* L) {
+  lua_settop(L, 1);
+  return 1;
+}
+
 Result<int> mesh_shape(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:shape"));
   lua_createtable(L, 0, m->num_axes());
@@ -113,8 +119,20 @@ Result<int> mesh_shape(lua_State* L) {
   lua_setfield(L, -2, "__tostring");
   lua_pushstring(L, "MeshShape");
   lua_setfield(L, -2, "__name");
+  lua_pushcfunction(L, lua_entry<shape_call>);  // m:shape() as well as JAX's m.shape['i']
+  lua_setfield(L, -2, "__call");
   lua_setmetatable(L, -2);
   return 1;
+}
+
+// m.shape, JAX's mesh.shape (the axis sizes by name); the only property of a Mesh.
+Result<int> mesh_property(lua_State* L) {
+  if (std::string_view(luaL_optstring(L, 2, "")) != "shape") {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_settop(L, 1);
+  return mesh_shape(L);
 }
 Result<int> mesh_size(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:size"));
@@ -145,7 +163,6 @@ constexpr Method kMeshMethods[] = {
     {"devices", lua_entry<mesh_devices>, "m:devices() -> integer", "Number of devices."},
     {"axis_names", lua_entry<mesh_axis_names>, "m:axis_names() -> {string}",
      "Axis names, major to minor."},
-    {"shape", lua_entry<mesh_shape>, "m:shape() -> {axis=size}", "Axis sizes by name."},
     {"size", lua_entry<mesh_size>, "m:size(axis) -> integer", "Size of one axis."},
     {"mode", lua_entry<mesh_mode>, "m:mode() -> string", "\"auto\" or \"explicit\"."},
 };
@@ -154,8 +171,12 @@ constexpr Method kMeshMethods[] = {
 }  // namespace
 
 void open_lua_mesh(lua_State* L, int sl) {
-  define_type(L, {"Mesh", "A named device mesh (jax.sharding.Mesh); prints like JAX.",
-                  lua_entry<mesh_tostring>, lua_entry<mesh_eq>, udata_gc<eng::Mesh>, kMeshMethods});
+  static constexpr const char* kMeshProperties[] = {"shape"};
+  define_type(L, {"Mesh",
+                  "A named device mesh (jax.sharding.Mesh); prints like JAX. m.shape: the axis\n"
+                  "  sizes by name (m.shape['x'], as JAX's mesh.shape; m:shape() also works).",
+                  lua_entry<mesh_tostring>, lua_entry<mesh_eq>, udata_gc<eng::Mesh>, kMeshMethods,
+                  lua_entry<mesh_property>, kMeshProperties});
   add_functions(L, sl, "sl", kMeshFunctions);
 }
 

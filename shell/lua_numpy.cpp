@@ -433,6 +433,20 @@ Result<int> axis_index(lua_State* L) {
                [axis](fe::Trace& tr, Ins) { return one(np::axis_index(tr, axis)); });
 }
 
+// sl.lax.axis_size(axis_name | {names}) -> integer, inside sl.shard_map (a static number, as
+// JAX's Python int).
+Result<int> axis_size(lua_State* L) {
+  constexpr std::string_view fn = "axis_size";
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, read_axis_names(L, 1, fn));
+  std::shared_ptr<fe::Trace> tr = session(L).active_trace();
+  if (tr == nullptr)
+    return eng::invalid_argument("{}: unbound axis name '{}': axis sizes are known inside "
+                                 "sl.shard_map", fn, axes.empty() ? "" : axes[0]);
+  ENG_ASSIGN_OR_RETURN(int64_t n, np::axis_size(*tr, axes));
+  lua_pushinteger(L, n);
+  return 1;
+}
+
 // ---- operators --------------------------------------------------------------------------
 
 Result<int> op_div(lua_State* L) { return divide(L); }  // also number / Array
@@ -500,6 +514,8 @@ constexpr Function kLaxFunctions[] = {
      "  zeros where nothing arrives)."},
     {"axis_index", lua_entry<axis_index>, "sl.lax.axis_index(axis_name) -> Array",
      "Inside sl.shard_map: this device's index along the axis (int32)."},
+    {"axis_size", lua_entry<axis_size>, "sl.lax.axis_size(axis_name | {names}) -> integer",
+     "Inside sl.shard_map: the number of devices along the named axes (jax.lax.axis_size)."},
     {"with_sharding_constraint", lua_entry<with_sharding_constraint>,
      "sl.lax.with_sharding_constraint(x, spec) -> Array", "sl.with_sharding_constraint's name in "
      "jax.lax."},

@@ -218,6 +218,51 @@ Result<int> power(lua_State* L) {
 
 Result<int> logaddexp(lua_State* L) { return binary(L, "logaddexp", np::logaddexp); }
 
+// np.allclose(a, b [, rtol [, atol]] [, {rtol, atol, equal_nan}]): a Lua boolean for
+// concrete arrays (Python's print shows True, Lua's true); inside sl.jit the traced mask.
+Result<int> allclose(lua_State* L) {
+  constexpr std::string_view fn = "allclose";
+  ENG_ASSIGN_OR_RETURN(Operand a, arg_operand(L, 1, fn, "a"));
+  ENG_ASSIGN_OR_RETURN(Operand b, arg_operand(L, 2, fn, "b"));
+  if (!a.array && !b.array) return arg_error(L, 1, fn, "a", "Array (one operand at least)");
+  double rtol = 1e-5, atol = 1e-8;
+  int opts = 3;
+  if (lua_type(L, 3) == LUA_TNUMBER) {
+    rtol = lua_tonumber(L, 3);
+    opts = 4;
+    if (lua_type(L, 4) == LUA_TNUMBER) {
+      atol = lua_tonumber(L, 4);
+      opts = 5;
+    }
+  }
+  if (!lua_isnoneornil(L, opts)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, opts, fn, "options"));
+    static const std::vector<std::string> kKeys = {"rtol", "atol", "equal_nan"};
+    ENG_RETURN_IF_ERROR(check_keys(L, opts, fn, kKeys));
+    ENG_ASSIGN_OR_RETURN(std::optional<double> r, field_number(L, opts, "rtol", fn));
+    ENG_ASSIGN_OR_RETURN(std::optional<double> t, field_number(L, opts, "atol", fn));
+    rtol = r.value_or(rtol);
+    atol = t.value_or(atol);
+    lua_getfield(L, opts, "equal_nan");
+    const bool equal_nan = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (equal_nan) return eng::invalid_argument("{}: equal_nan=true is not offered (NaN is never close)", fn);
+  }
+  if (!(rtol >= 0) || !(atol >= 0))
+    return eng::invalid_argument("{}: rtol and atol must be >= 0 (got rtol={:g}, atol={:g})", fn,
+                                 rtol, atol);
+  ENG_ASSIGN_OR_RETURN(int n, apply(L, fn, fmt::format("{:a} {:a}", rtol, atol), {a, b},
+                                    [rtol, atol](fe::Trace& tr, Ins in) {
+                                      return one(np::allclose(tr, in[0], in[1], rtol, atol));
+                                    }));
+  ArrayBox* r = to_udata<ArrayBox>(L, -1);
+  if (n != 1 || r == nullptr || r->is_tracer()) return n;
+  ENG_ASSIGN_OR_RETURN(std::vector<double> v, fe::fetch(*r->data));
+  lua_pop(L, 1);
+  lua_pushboolean(L, v.size() == 1 && v[0] != 0);
+  return 1;
+}
+
 // np.clip(a [, min [, max]] [, {min, max}]): min/max numbers, Arrays or nil.
 Result<int> clip(lua_State* L) {
   constexpr std::string_view fn = "clip";
@@ -486,6 +531,10 @@ constexpr Function kFunctions[] = {
      "  reciprocal), 0.5 by sqrt, otherwise exp(x2 * log(x1)) (NaN for x1 < 0)."},
     {"clip", lua_entry<clip>, "np.clip(a [, min [, max]] [, {min=, max=}]) -> Array",
      "minimum(maximum(a, min), max); min and max numbers, Arrays or nil."},
+    {"allclose", lua_entry<allclose>,
+     "np.allclose(a, b [, rtol=1e-05 [, atol=1e-08]] [, {rtol, atol}]) -> boolean",
+     "Whether |a - b| <= atol + rtol * |b| everywhere (broadcast; NaN is never close): a Lua\n"
+     "  boolean, or inside sl.jit a traced scalar mask (1 or 0)."},
     {"logaddexp", lua_entry<logaddexp>, "np.logaddexp(x1, x2) -> Array",
      "log(exp(x1) + exp(x2)), computed stably."},
     {"prod", lua_entry<prod>, "np.prod(a [, axis | {axis=, keepdims=}]) -> Array",

@@ -41,10 +41,13 @@ Result<ValueId> all_to_all(Trace& tr, ValueId x, const std::vector<std::string>&
           np::py_shape(s), s[split], g);
     if (split == concat) {
       if (g == 1) return x;
-      return invalid_argument(
-          "all_to_all: split_axis and concat_axis are both {}: the op set's all_to_all moves "
-          "chunks between two different dims",
-          split);
+      // One axis: view it as (G, n/G), exchange the G chunks into the n/G axis (member r gets
+      // chunk r of every sender, in sender order), and view the result as x's shape again.
+      std::vector<int64_t> dims = s.dims();
+      dims[split] = s[split] / g;
+      const Shape v = np::with_dim(Shape(dims), split, g);
+      ValueId y = emit_all_to_all(tr, tr.builder().reshape(x, v), axes, split, split + 1);
+      return tr.builder().reshape(y, s);
     }
     return emit_all_to_all(tr, x, axes, split, concat);
   }

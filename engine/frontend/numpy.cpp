@@ -483,6 +483,11 @@ Result<ValueId> axis_index(Trace& tr, const std::string& axis) {
   return tr.builder().emit(OpKind::kAxisIndex, {}, a)[0];
 }
 
+Result<int64_t> axis_size(Trace& tr, const std::vector<std::string>& axes_in) {
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, group_axes(tr, "axis_size", axes_in));
+  return axes_size(tr.mesh(), axes);
+}
+
 Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& spec, bool assert_) {
   if (tr.manual())
     return invalid_argument("{}: inside sl.shard_map values are per-device blocks",

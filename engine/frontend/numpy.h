@@ -94,6 +94,8 @@ Result<ValueId> ppermute(Trace& tr, ValueId x, const std::string& axis,
                          const std::vector<std::pair<int64_t, int64_t>>& perm);
 // jax.lax.axis_index: this device's rank along `axis` (int32 scalar).
 Result<ValueId> axis_index(Trace& tr, const std::string& axis);
+// jax.lax.axis_size: the number of devices along the named axes (a static integer).
+Result<int64_t> axis_size(Trace& tr, const std::vector<std::string>& axes);
 
 // jax.lax.with_sharding_constraint (assert = true: an equality assert in explicit mode, a hint
 // in auto mode) and jax.sharding.reshard (assert = false: moves the data in both modes).

@@ -110,6 +110,22 @@ Result<ValueId> logaddexp(Trace& tr, ValueId a, ValueId b) {
   return add(tr, m, l);
 }
 
+Result<ValueId> allclose(Trace& tr, ValueId a, ValueId b, double rtol, double atol) {
+  for (ValueId* v : {&a, &b}) {  // integers compare in float32 (JAX's promote_args_inexact)
+    if (info(tr, *v).dtype == DType::kI32) {
+      ENG_ASSIGN_OR_RETURN(*v, astype(tr, *v, DType::kF32));
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(ValueId d, subtract(tr, a, b));
+  ENG_ASSIGN_OR_RETURN(d, unary(tr, "abs", d));
+  ENG_ASSIGN_OR_RETURN(ValueId bound, unary(tr, "abs", b));
+  ENG_ASSIGN_OR_RETURN(bound, scale(tr, bound, rtol));
+  ENG_ASSIGN_OR_RETURN(bound, add(tr, bound, tr.scalar(atol, info(tr, bound).dtype)));
+  // d <= bound is false for a NaN on either side, so NaN is never close (equal_nan=False).
+  ENG_ASSIGN_OR_RETURN(ValueId close, compare(tr, d, bound, Dir::kLe));
+  return all(tr, close, std::nullopt, false);
+}
+
 Result<ValueId> prod(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims) {
   ENG_ASSIGN_OR_RETURN(Reduced r, prepare_reduction(tr, "prod", x, axis, keepdims));
   Builder& b = tr.builder();

@@ -25,6 +25,7 @@
 //   relu           where(x > 0, x, 0) (relu'(0) = 0, as JAX's); softplus logaddexp(x, 0);
 //   one_hot        x[..., None] == arange(n) (a float compare, any dtype in)
 //   logsumexp      max + log(sum(exp(x - max)))
+//   allclose       all(|a - b| <= atol + rtol * |b|), NaN never close (equal_nan false)
 #pragma once
 
 #include <optional>
@@ -50,6 +51,9 @@ Result<ValueId> std_(Trace& tr, ValueId x, std::optional<int> axis, bool keepdim
 Result<ValueId> any(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false);
 Result<ValueId> all(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false);
 Result<ValueId> logsumexp(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims = false);
+// jnp.allclose(a, b, rtol, atol): a scalar float mask, 1 when every element of a (broadcast
+// with b) is within atol + rtol * |b| of b's (numpy's asymmetric test). NaN is never close.
+Result<ValueId> allclose(Trace& tr, ValueId a, ValueId b, double rtol, double atol);
 // cumsum along axis (nullopt: of the flattened array).
 Result<ValueId> cumsum(Trace& tr, ValueId x, std::optional<int> axis);
 

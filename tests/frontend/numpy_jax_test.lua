@@ -137,6 +137,38 @@ close(sl.grad(function(t) return np.sum(np.floor(t) + np.sign(t)) end)(v):totabl
 close(sl.grad(function(t) return np.sum(np.var(t, 1)) end)(a):totable(),
       {{-2 / 3, 0, 2 / 3}, {-2 / 3, 0, 2 / 3}})
 
+-- ---- jnp.array, jnp.allclose, jax.tree_util, mesh.shape, jax.lax.axis_size -------------------
+assert(sl.typeof(np.array({3, 1, 4})) == "i32[3]" and sl.typeof(np.array({3, 1.5})) == "f32[2]")
+assert(sl.typeof(np.array({{3.}})) == "f32[1,1]" and sl.typeof(np.array({1, 2}, "float32")) == "f32[2]")
+assert(np.allclose(np.array({1.0, 2.0}), np.array({1.0, 2.0 + 1e-6})) == true)
+assert(np.allclose(np.array({1.0, 2.0}), np.array({1.0, 2.1})) == false)
+assert(np.allclose(np.array({1.0, 2.0}), np.array({1.0, 2.1}), 0.1) == true)  -- rtol positional
+assert(np.allclose(np.array({1, 2}), np.array({1.0, 2.0})) == true)  -- int32 compares as float
+local traced = sl.jit(function(p, q) return np.allclose(p, q) end)(sl.arange(3.0), sl.arange(3.0))
+assert(traced:item() == 1, "inside jit: the mask")
+local tu = sl.tree_util
+local doubled = tu.tree_map(function(p, q) return p + q end, {1, {2, 3}, k = 4}, {10, {20, 30}, k = 40})
+assert(doubled[1] == 11 and doubled[2][2] == 33 and doubled.k == 44)
+local leaves = tu.tree_leaves({b = 2, a = 1, 0, {-1}})  -- positions first, then sorted keys
+assert(#leaves == 4 and leaves[1] == 0 and leaves[2] == -1 and leaves[3] == 1 and leaves[4] == 2)
+assert(tu.tree_all({true, {1, np.array({1.0})}}) == true and tu.tree_all({true, {false}}) == false)
+assert(sl.tree.map(function(p) return p * 2 end, {3}).n == nil and sl.tree.map(function(p) return p * 2 end, {3})[1] == 6)
+fails("tree 2 has a table of 1 children where tree 1 has one of 2", tu.tree_map,
+      function(p, q) return p end, {1, 2}, {1})
+fails("neither a list position", tu.tree_leaves, {[2.5] = 1})
+fails("truth value of an array with more than one element is ambiguous", tu.tree_all,
+      {np.array({1.0, 1.0})})
+local cyclic = {}
+cyclic[1] = cyclic
+fails("nested over 64 deep", tu.tree_leaves, cyclic)
+local mesh = sl.make_mesh({4, 2}, {"i", "j"})
+assert(mesh.shape.i == 4 and mesh.shape["j"] == 2 and mesh:shape().j == 2)
+fails("unbound axis name 'i'", sl.lax.axis_size, "i")
+fails("axis 'k' is not in", function()
+  return sl.shard_map(function(b) sl.lax.axis_size("k"); return b end,
+                      {mesh = mesh, in_specs = {sl.P("i")}, out_specs = sl.P("i")})(sl.arange(8.0))
+end)
+
 -- ---- bad input -------------------------------------------------------------------------------
 fails("array split does not result in an equal division", np.split, sl.arange(6.0), 4)
 fails("cannot select an axis to squeeze out", np.squeeze, a, 0)
@@ -145,4 +177,7 @@ fails("indices must be int32", np.take, sl.array({1, 2}), sl.array({1.0}))
 fails("ddof 3 must be >= 0 and below the 3 elements", np.var, a, {axis = 1, ddof = 3})
 fails("unknown key", np.zeros, {2}, {out_shardings = sl.P()})
 fails("abs: needs a floating-point array", np.abs, sl.array({1}, {dtype = "int32"}))  -- sqrt promotes (above)
+fails("rtol and atol must be >= 0 (got rtol=-1, atol=1e-08)", np.allclose, np.array({1.0}),
+      np.array({1.0}), -1)
+fails("equal_nan=true is not offered", np.allclose, np.array({1.0}), np.array({1.0}), {equal_nan = true})
 print("numpy_jax_test: ok")

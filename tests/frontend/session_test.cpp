@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/frontend/array_print.h"
 #include "engine/frontend/creation.h"
 #include "engine/frontend/jit_function.h"
 #include "engine/frontend/numpy.h"
+#include "engine/frontend/numpy_jax.h"
 
 namespace eng::frontend {
 namespace {
@@ -47,6 +50,33 @@ TEST(Session, EagerApplyCompilesOncePerSignature) {
   ASSERT_TRUE(s.apply("add", "", {Operand{&z}, Operand{&z}}, kAdd).ok());
   EXPECT_EQ(s.eager_compiles(), 3);
   EXPECT_EQ(s.eager_cache_size(), 3u);
+}
+
+// jnp.allclose: numpy's asymmetric test |a - b| <= atol + rtol * |b|, broadcast; NaN never close.
+TEST(Session, AllcloseIsNumpysTest) {
+  Session s;
+  // rtol and atol are static arguments: they key the eager cache (as the Lua binding's do).
+  auto close = [&](std::vector<double> a, std::vector<double> b, double rtol, double atol) {
+    const Value x = put(a, Shape{static_cast<int64_t>(a.size())});
+    const Value y = put(b, Shape{static_cast<int64_t>(b.size())});
+    Result<std::vector<Value>> r = s.apply(
+        "allclose", std::to_string(rtol) + " " + std::to_string(atol), {Operand{&x}, Operand{&y}},
+        [=](Trace& tr, std::span<const ValueId> in) -> Result<std::vector<ValueId>> {
+          ENG_ASSIGN_OR_RETURN(ValueId v, np::allclose(tr, in[0], in[1], rtol, atol));
+          return std::vector<ValueId>{v};
+        });
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return values((*r)[0]).at(0);
+  };
+  EXPECT_EQ(close({1, 2, 3}, {1, 2, 3}, 0, 0), 1);
+  EXPECT_EQ(close({1, 2, 3.5}, {1, 2, 3}, 0, 0.25), 0);
+  EXPECT_EQ(close({1, 2, 3.5}, {1, 2, 3}, 0, 0.5), 1);
+  // Asymmetric: the tolerance scales with b's magnitude, not a's.
+  EXPECT_EQ(close({0}, {10}, 0.5, 0), 0);
+  EXPECT_EQ(close({10}, {19}, 0.5, 0), 1);
+  EXPECT_EQ(close({19}, {10}, 0.5, 0), 0);
+  EXPECT_EQ(close({1, std::nan("")}, {1, std::nan("")}, 1, 1), 0);
+  EXPECT_EQ(close({1, 2}, {1}, 0, 0), 0);  // broadcast: 2 vs 1
 }
 
 TEST(Session, EagerCacheEvictsTheLeastRecentlyUsed) {

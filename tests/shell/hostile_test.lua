@@ -23,7 +23,7 @@ local u = debug.setmetatable(io.tmpfile(), debug.getmetatable(sl.mesh{}))
 expect_error(function() return u:devices() end, "Mesh:devices: argument #1 expected a real Mesh")
 -- ... nor is one bound type passed as another.
 local p = sl.P("data")
-expect_error(function() return debug.getmetatable(m).__index.devices(p) end, "expected Mesh, got PartitionSpec")
+expect_error(function() return debug.getmetatable(m).__methods.devices(p) end, "expected Mesh, got PartitionSpec")
 
 -- A trainer finalised by hand: its methods and its step handles fail cleanly.
 local cfg = sl.config{model = "llama-tiny", steps = 4, base_num_decoder_layers = 1,
