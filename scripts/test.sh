@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/test.sh [--sanitize]: build with warnings as errors and run the whole test suite
-# (what CI runs), then the MPI tests (mpirun, 2 and 4 ranks, as root where CI runs); with
-# SHARDLAB_CLANG=1 also a clang 14 build of every target (-Werror; not run). --sanitize (.ci/run) then also runs the
+# (what CI runs), then the MPI tests (mpirun, 2 and 4 ranks, as root where CI runs), then a clang 14
+# build of every target (-Werror; not run; SHARDLAB_CLANG=0 skips it). --sanitize (.ci/run) then also runs the
 # whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/, every finding
 # fatal; the only suppressions are LeakSanitizer's for Open MPI's own libraries in the MPI
 # tests) and the threaded tests (thread pool, dispatcher, trainer) under ThreadSanitizer (build-tsan/).
@@ -57,10 +57,11 @@ for level in x86-64-v3 x86-64; do timed "tests built for -march=$level" march_va
 timed "mpi tests" ctest --test-dir build --output-on-failure --timeout 900 -R '^mpi_' --no-tests=ignore
 # clang 14 as well as GCC: every target, warnings as errors (a separate build-clang/). Built
 # without optimisation (CMAKE_BUILD_TYPE=None: no -O, no -g): clang's warnings come from its
-# front end, so -O2 would add time and no checks. Nothing is run from it.
-# Not yet in CI: engine/ and shell/ passed clang 14 before this round's merge, but the test
-# files and the files merged with it have not been built with clang (issue 29).
-if [[ ${SHARDLAB_CLANG:-0} == 1 ]]; then
+# front end, so -O2 would add time and no checks. Nothing is run from it. Skipped (saying so)
+# where clang++-14 is not installed (scripts/setup.sh installs it).
+if [[ ${SHARDLAB_CLANG:-1} == 1 ]] && ! command -v clang++-14 >/dev/null; then
+  echo "test.sh: clang++-14 not installed: the clang build is skipped"
+elif [[ ${SHARDLAB_CLANG:-1} == 1 ]]; then
   timed "clang build" scripts/build.sh build-clang -DCMAKE_BUILD_TYPE=None \
     -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DSHARDLAB_WERROR=ON \
     -DSHARDLAB_SANITIZE=OFF

@@ -593,7 +593,9 @@ Status map_remat(MaxTextConfig& m) {
 
 void collect_no_effect(MaxTextConfig& m) {
   const std::string& root = m.files.front();
-  for (const auto& [key, k] : m.keys) {
+  for (const auto& entry : m.keys) {
+    const std::string& key = entry.first;  // not a structured binding: clang 14 cannot capture one
+    const auto& k = entry.second;
     if (shardlab_key(key) != nullptr || consumed_here(key)) continue;
     if (std::any_of(std::begin(kUnsupported), std::end(kUnsupported),
                     [&](const Unsupported& u) { return key == u.key; }))
