@@ -47,9 +47,9 @@ Result<ValueId> elementwise(Trace& tr, std::string_view op, OpKind kind, ValueId
 }
 
 // A vector of n ones shaped (n, 1) or (1, n), f32.
-Result<ValueId> ones(Trace& tr, int64_t n, bool column) {
+Result<ValueId> ones(Trace& tr, int64_t n, bool column, DType dtype = DType::kF32) {
   return tr.constant(std::vector<double>(static_cast<size_t>(n), 1.0),
-                     column ? Shape{n, 1} : Shape{1, n}, DType::kF32);
+                     column ? Shape{n, 1} : Shape{1, n}, dtype);
 }
 
 // The logical names (Trace::logical_name) of x's sharding without dim `axis` (-1: none kept):
@@ -198,8 +198,13 @@ Status check_spec(const Trace& tr, const PartitionSpec& spec, const Shape& shape
 }
 
 Result<ValueId> matmul(Trace& tr, ValueId a, ValueId b, const std::optional<PartitionSpec>& out) {
-  ENG_RETURN_IF_ERROR(need_f32(tr, "matmul", a));
-  ENG_RETURN_IF_ERROR(need_f32(tr, "matmul", b));
+  // float32, or int32 on both sides (the engine's wrapping int32 matmul, as jnp's int32 dot);
+  // int32 beside float32 computes in float32 (JAX's promotion).
+  ENG_RETURN_IF_ERROR(promote_int(tr, a, b));
+  if (info(tr, a).dtype != DType::kI32 || info(tr, b).dtype != DType::kI32) {
+    ENG_RETURN_IF_ERROR(need_f32(tr, "matmul", a));
+    ENG_RETURN_IF_ERROR(need_f32(tr, "matmul", b));
+  }
   const Shape sa = info(tr, a).shape, sb = info(tr, b).shape;
   if (sa.rank() == 0 || sb.rank() == 0)
     return invalid_argument("matmul: operands must have rank >= 1, got {} and {} (use multiply)",
@@ -264,13 +269,15 @@ Result<ValueId> reshape(Trace& tr, ValueId x, std::vector<int64_t> dims) {
 }
 
 Result<ValueId> sum(Trace& tr, ValueId x, std::optional<int> axis_arg, bool keepdims) {
-  ENG_RETURN_IF_ERROR(need_f32(tr, "sum", x));
+  // float32, or int32 (jnp's int32 sum: the int32 matmul with ones, wrapping as XLA's).
+  const DType dt = info(tr, x).dtype;
+  if (dt != DType::kI32) ENG_RETURN_IF_ERROR(need_f32(tr, "sum", x));
   const Shape s = info(tr, x).shape;
   Builder& b = tr.builder();
   if (!axis_arg) {
     if (s.rank() == 0) return x;
     ValueId flat = b.reshape(x, Shape{1, s.numel()});
-    ENG_ASSIGN_OR_RETURN(ValueId col, ones(tr, s.numel(), true));
+    ENG_ASSIGN_OR_RETURN(ValueId col, ones(tr, s.numel(), true, dt));
     ValueId y = b.matmul(flat, col, 1, 1, false, false, {"", ""});  // (1, 1), replicated
     return b.reshape(y, keepdims ? Shape(std::vector<int64_t>(s.rank(), 1)) : Shape{});
   }
@@ -278,13 +285,13 @@ Result<ValueId> sum(Trace& tr, ValueId x, std::optional<int> axis_arg, bool keep
   const Shape out = without_dim(s, axis, keepdims);
   const int64_t n = s[axis];
   if (axis == s.rank() - 1 && s.rank() >= 2) {  // (..., n) . (n, 1) -> (..., 1)
-    ENG_ASSIGN_OR_RETURN(ValueId col, ones(tr, n, true));
+    ENG_ASSIGN_OR_RETURN(ValueId col, ones(tr, n, true, dt));
     ENG_ASSIGN_OR_RETURN(std::vector<std::string> keep, kept_logical(tr, x, axis, 1));
     return b.reshape(b.matmul(x, col, s.rank() - 1, 1, false, false, keep), out);
   }
   if (axis == 0) {  // (1, n) . (n, ...) -> (1, ...)
     ValueId v = s.rank() == 1 ? b.reshape(x, Shape{n, 1}) : x;
-    ENG_ASSIGN_OR_RETURN(ValueId row, ones(tr, n, false));
+    ENG_ASSIGN_OR_RETURN(ValueId row, ones(tr, n, false, dt));
     ENG_ASSIGN_OR_RETURN(std::vector<std::string> keep, kept_logical(tr, v, 0, 0));
     keep.insert(keep.begin(), "");
     return b.reshape(b.matmul(row, v, 1, 1, false, false, keep), out);
@@ -298,6 +305,9 @@ Result<ValueId> sum(Trace& tr, ValueId x, std::optional<int> axis_arg, bool keep
 }
 
 Result<ValueId> mean(Trace& tr, ValueId x, std::optional<int> axis, bool keepdims) {
+  if (info(tr, x).dtype == DType::kI32) {  // an int32 mean is float32 (jnp.mean)
+    ENG_ASSIGN_OR_RETURN(x, astype(tr, x, DType::kF32));
+  }
   const Shape s = info(tr, x).shape;
   ENG_ASSIGN_OR_RETURN(ValueId total, sum(tr, x, axis, keepdims));
   const int64_t n = axis ? s.dim(normalize_axis(*axis, s.rank())) : s.numel();

@@ -1,9 +1,12 @@
 // engine/frontend/vmap.cpp: replaying a per-example trace into a batched one (vmap.h).
 #include "engine/frontend/vmap.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "engine/frontend/numpy.h"
+#include "engine/frontend/numpy_jax.h"
 
 namespace eng::frontend {
 namespace {
@@ -146,21 +149,33 @@ class Batcher {
     return ok_status();
   }
 
-  // A matmul of two batched operands: the op has no batch dims, but when each example
-  // contracts over size 1 (x^T dy: a weight gradient of one example's vector) it is an outer
-  // product, a broadcast multiply of (B, M, 1) by (B, 1, N). Other contractions: an error.
+  // A matmul of two batched operands: the op has no batch dims, so each example's product is
+  // a broadcast multiply of (B, M, K, 1) by (B, 1, K, N) summed over K (for K = 1, x^T dy of one
+  // example's vectors, the outer product itself). It holds B*M*K*N elements: fine for the
+  // per-example products vmap is used for here, not a batched GEMM.
   Status outer(const Instr& in, const std::vector<Val>& ins) {
     const Shape a = one_.info(in.inputs[0]).shape, bs = one_.info(in.inputs[1]).shape;
     const DotDims d = dot_dims(in.attrs, a, bs);
-    if (d.K != 1) return unbatchable(in, ins);
+    if (d.M * d.K * d.N > (int64_t{1} << 24) / std::max<int64_t>(batch_, 1))
+      return unbatchable(in, ins);
     Builder& b = outer_.builder();
-    const Shape full{batch_, d.M, d.N};
-    ENG_ASSIGN_OR_RETURN(
-        ValueId x, np::broadcast_to(outer_, b.reshape(ins[0].v, Shape{batch_, d.M, 1}), full));
-    ENG_ASSIGN_OR_RETURN(
-        ValueId y, np::broadcast_to(outer_, b.reshape(ins[1].v, Shape{batch_, 1, d.N}), full));
+    ValueId x = b.reshape(ins[0].v, in.attrs.trans_a ? Shape{batch_, d.K, d.M}
+                                                     : Shape{batch_, d.M, d.K});
+    ValueId y = b.reshape(ins[1].v, in.attrs.trans_b ? Shape{batch_, d.N, d.K}
+                                                     : Shape{batch_, d.K, d.N});
+    if (in.attrs.trans_a) {
+      ENG_ASSIGN_OR_RETURN(x, np::swapaxes(outer_, x, 1, 2));
+    }
+    if (in.attrs.trans_b) {
+      ENG_ASSIGN_OR_RETURN(y, np::swapaxes(outer_, y, 1, 2));
+    }
+    const Shape full{batch_, d.M, d.K, d.N};
+    ENG_ASSIGN_OR_RETURN(x, np::broadcast_to(outer_, b.reshape(x, Shape{batch_, d.M, d.K, 1}), full));
+    ENG_ASSIGN_OR_RETURN(y, np::broadcast_to(outer_, b.reshape(y, Shape{batch_, 1, d.K, d.N}), full));
+    ValueId prod = b.emit(OpKind::kMul, {x, y})[0];
+    ENG_ASSIGN_OR_RETURN(prod, np::sum(outer_, prod, 2));
     const Shape out = Shape{batch_}.concat(one_.info(in.outputs[0]).shape);
-    map_[in.outputs[0]] = {b.reshape(b.emit(OpKind::kMul, {x, y})[0], out), true};
+    map_[in.outputs[0]] = {b.reshape(prod, out), true};
     return ok_status();
   }
 
@@ -182,6 +197,10 @@ class Batcher {
       case OpKind::kSlice:
       case OpKind::kPad:
         at.dim += 1;
+        return ok_status();
+      case OpKind::kTranspose:  // the batch dim stays first; the example's dims shift by one
+        for (int64_t& d : at.new_shape) d += 1;
+        at.new_shape.insert(at.new_shape.begin(), 0);
         return ok_status();
       case OpKind::kConstraint:  // the batch dim keeps the sharding it has
         at.logical.insert(at.logical.begin(), batch_name(xs[0]));

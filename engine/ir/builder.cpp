@@ -611,7 +611,10 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kMatmul,
          [](OpKind kind, const In& in, const OpAttrs& at) -> Outs {
            n_in(kind, in, 2);
-           return {infer_matmul(*in[0], *in[1], at)};
+           check_integer_operands(kind, in, at);
+           ValueInfo out = infer_matmul(*in[0], *in[1], at);
+           if (in[0]->dtype == DType::kI32) out.dtype = DType::kI32;  // both i32 (checked)
+           return {out};
          }},
         {OpKind::kRmsNorm, infer_rmsnorm},
         {OpKind::kRope, infer_rope},

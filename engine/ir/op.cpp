@@ -106,7 +106,7 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
     {
         {K::kEmbedLookup, ints(0b110)},  // ids[, offset]
         {K::kOneHot, ints(0b1, kDepth)},
-        {K::kMatmul, {kMatmul}},
+        {K::kMatmul, integer(kMatmul)},  // int32: a wrapping int32 GEMM (kern::matmul_i32)
         {K::kRmsNorm, {kEps}},
         {K::kRope, ints(0b10, kRope)},
         {K::kAttention, ints(0b1000, kAttention)},  // [segment_ids]

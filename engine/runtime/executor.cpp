@@ -150,6 +150,9 @@ void run_mul_bf16(const Args& a) { kern::mul_bf16(a.h(0), a.h(1), a.hout(0), a.n
 void run_matmul(const Args& a) {  // one GEMM on op.h's 2D views (DotDims)
   const OpAttrs& at = a.in.attrs;
   const DotDims d = dot_dims(at, a.shape(0), a.shape(1));
+  if (a.integer())
+    return kern::matmul_i32(at.trans_a, at.trans_b, d.M, d.N, d.K, a.ids(0), d.lda, a.ids(1),
+                            d.ldb, a.iout(0), d.N);
   kern::matmul(at.trans_a, at.trans_b, d.M, d.N, d.K, 1.0f, a.f(0), d.lda, a.f(1), d.ldb, 0.0f,
                a.out(0), d.N);
 }

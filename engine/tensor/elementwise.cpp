@@ -65,6 +65,23 @@ void scale_i32(const int32_t* x, int64_t c, int32_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int32_t>(static_cast<uint32_t>(x[i]) * cu);
 }
 
+void matmul_i32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const int32_t* A,
+                int64_t lda, const int32_t* B, int64_t ldb, int32_t* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    uint32_t* c = reinterpret_cast<uint32_t*>(C + i * ldc);
+    std::fill(c, c + N, 0u);
+    for (int64_t k = 0; k < K; ++k) {
+      const auto a = static_cast<uint32_t>(trans_a ? A[k * lda + i] : A[i * lda + k]);
+      if (trans_b) {
+        for (int64_t j = 0; j < N; ++j) c[j] += a * static_cast<uint32_t>(B[j * ldb + k]);
+      } else {
+        const int32_t* b = B + k * ldb;
+        for (int64_t j = 0; j < N; ++j) c[j] += a * static_cast<uint32_t>(b[j]);
+      }
+    }
+  }
+}
+
 // silu(g) = g * sig(g), sig(g) = 1 / (1 + exp(-g)).
 void swiglu_forward(const float* g, const float* u, float* y, int64_t n) {
   const Vec one = simd::set1(1.f), zero = simd::set1(0.f);

@@ -90,6 +90,10 @@ void scale(const float* x, float c, float* y, int64_t n);                // y = 
 void add_i32(const int32_t* a, const int32_t* b, int32_t* y, int64_t n);
 void mul_i32(const int32_t* a, const int32_t* b, int32_t* y, int64_t n);
 void scale_i32(const int32_t* x, int64_t c, int32_t* y, int64_t n);
+// C = op(A) op(B) in int32, wrapping (row-major, as matmul's arguments; no alpha/beta): the
+// int32 matmul (jnp's int32 dot). A plain loop: integer matmuls here are small index math.
+void matmul_i32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const int32_t* A,
+                int64_t lda, const int32_t* B, int64_t ldb, int32_t* C, int64_t ldc);
 void swiglu_forward(const float* g, const float* u, float* y, int64_t n);  // y = silu(g) * u
 void swiglu_backward(const float* g, const float* u, const float* dy, float* dg, float* du,
                      int64_t n);

@@ -161,6 +161,12 @@ fails("truth value of an array with more than one element is ambiguous", tu.tree
 local cyclic = {}
 cyclic[1] = cyclic
 fails("nested over 64 deep", tu.tree_leaves, cyclic)
+-- int32 sum and matmul wrap as jnp's (XLA's two's complement); an int32 mean is float32.
+local big = np.array({2147483647, 1})
+assert(sl.typeof(np.sum(big)) == "i32[]" and np.sum(big):item() == -2147483648)
+assert(np.matmul(np.array({{2, 3}}), np.array({{4}, {5}})):totable()[1][1] == 23)
+assert(sl.typeof(np.mean(np.array({1, 2}))) == "f32[]" and np.mean(np.array({1, 2})):item() == 1.5)
+assert(sl.typeof(np.matmul(np.array({1, 2}), np.array({1.5, 2.0}))) == "f32[]")  -- promotes
 local mesh = sl.make_mesh({4, 2}, {"i", "j"})
 assert(mesh.shape.i == 4 and mesh.shape["j"] == 2 and mesh:shape().j == 2)
 fails("unbound axis name 'i'", sl.lax.axis_size, "i")

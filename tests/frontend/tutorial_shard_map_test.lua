@@ -89,12 +89,40 @@ print('a blocks:'); jax.debug.visualize_array_sharding(a)
 print('b blocks:'); jax.debug.visualize_array_sharding(b)
 print('c blocks:'); jax.debug.visualize_array_sharding(c)
 
--- cell 8: `x @ x` has no Lua operator; jnp.arange(12) is int32, whose matmul is not offered.
-cannot(8, "check_vmap: list comprehensions over an Array's rows, int32 matmul (jnp.arange(12))")
+-- cell 8: prints True. `x @ x` is jnp.matmul(x, x) (Lua has no @), the list comprehension a
+-- loop over the rows; jnp.arange(12) is int32, so these are int32 matmuls.
+local vmap_printed
+local function check_vmap(f, xs)
+  local ans = jax.vmap(f, {in_axes = {0}, out_axes = 0})(xs)
+  local rows = {}
+  for i = 0, xs.shape[1] - 1 do rows[#rows + 1] = f(xs[i]) end  -- [f(x) for x in xs]
+  local expected = jnp.stack(rows)  -- vmap reference semantics
+  vmap_printed = allclose(ans, expected)
+  expect(jax.typeof(ans), "i32[4]", "cell 8 ans")
+  same(ans:totable(), {5, 50, 149, 302}, "cell 8 values")  -- row r: sum of (3r + k)^2
+end
 
--- cell 9
+check_vmap(function(x) return jnp.matmul(x, x) end, jnp.arange(12):reshape(4, 3))
+expect(vmap_printed, "true", "cell 8")
+
+-- cell 9: prints True. Mesh(np.array(jax.devices()[:4]), ('i',)) is written as make_mesh with
+-- Auto axes (Mesh's default; devices are simulated, and numpy's np.array is not offered).
+mesh = jax.make_mesh({4}, {'i'}, {Auto})  -- mesh.shape['i'] = 4
+jax.set_mesh(mesh)
+
+local shmap_printed
+local function check_shmap(f, y)
+  local ans = jax.shard_map(f, {in_specs = P('i'), out_specs = P('i')})(y)
+  local blocks = {}
+  for _, y_blk in ipairs(jnp.split(y, mesh.shape['i'])) do blocks[#blocks + 1] = f(y_blk) end
+  local expected = jnp.concatenate(blocks)
+  shmap_printed = allclose(ans, expected)
+end
+
+check_shmap(function(x) return jnp.matmul(x.T, x) end, jnp.arange(32):reshape(8, 4))
+expect(shmap_printed, "true", "cell 9")
 cannot(9, "Mesh(np.array(jax.devices()[:4]), ('i',)) (numpy's np.array; devices are "
-          .. "simulated); check_shmap: x.T @ x of int32")
+          .. "simulated): written as make_mesh")
 
 -- cell 10
 mesh = jax.make_mesh({4, 2}, {'i', 'j'})

@@ -61,8 +61,15 @@ close(sl.jit(sl.vmap(function(x) return x * 3 end))(xs):totable(), (xs * 3):tota
 -- Errors.
 h.expect_error(function() sl.vmap(function(x) return np.matmul(w:reshape(3, 4), x) end)(xs) end,
                "vmap: batching rule for 'matmul' not implemented for these operands (operand 0 not, operand 1 batched)")
-h.expect_error(function() sl.vmap(function(x, y) return np.matmul(x:reshape(2, 2), y:reshape(2, 2)) end)(xs, xs) end,
-               "batching rule for 'matmul' not implemented for these operands (operand 0 batched, operand 1 batched)")
+-- Both operands batched: each example's own matmul (a broadcast multiply summed over K), also
+-- with transposed operands.
+local pair = sl.vmap(function(x, y) return np.matmul(x:reshape(2, 2), y:reshape(2, 2)) end)(xs, xs * 2)
+local pair_t = sl.vmap(function(x, y) return np.matmul(x:reshape(2, 2).T, y:reshape(2, 2).T) end)(xs, xs)
+for i = 0, 7 do
+  local xi = xs[i]:reshape(2, 2)
+  close(pair[i]:totable(), np.matmul(xi, xi * 2):totable(), 1e-5)
+  close(pair_t[i]:totable(), np.matmul(xi.T, xi.T):totable(), 1e-5)
+end
 h.expect_error(function() sl.vmap(function(x, y) return x + y end)(xs, sl.ones({3, 4})) end,
                "vmap got inconsistent sizes for array axes to be mapped:\n  * one axis had size 8: axis 0 of argument 1")
 h.expect_error(function() sl.vmap(function(x) return x end, 1)(xs) end,
