@@ -176,6 +176,81 @@ Result<int> make_mesh(lua_State* L) {
   return 1;
 }
 
+// Appends the device ids of the (nested) list at idx, row-major, checking it is rectangular;
+// a leaf is a device table ({id = d, ...}, sl.devices()'s).
+Status read_device_ids(lua_State* L, int idx, size_t depth, std::vector<int64_t>& shape,
+                       std::vector<int64_t>& ids, std::string_view fn) {
+  if (depth > 8 || !lua_checkstack(L, 3))
+    return eng::invalid_argument("{}: devices nested over 8 deep", fn);
+  if (lua_type(L, idx) != LUA_TTABLE)
+    return eng::invalid_argument("{}: devices must be (nested) lists of devices (sl.devices()'s "
+                                 "tables), got {}", fn, luaL_typename(L, idx));
+  if (lua_getfield(L, idx, "id") != LUA_TNIL) {
+    int ok = 0;
+    const lua_Integer id = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok) return eng::invalid_argument("{}: a device's id is not an integer", fn);
+    if (depth != shape.size())
+      return eng::invalid_argument("{}: ragged devices: a device at depth {} of a {}-d list", fn,
+                                   depth, shape.size());
+    ids.push_back(id);
+    return eng::ok_status();
+  }
+  lua_pop(L, 1);
+  const auto n = static_cast<int64_t>(lua_rawlen(L, idx));
+  if (depth == shape.size()) {
+    if (!ids.empty())
+      return eng::invalid_argument("{}: ragged devices: a list at depth {} where devices were",
+                                   fn, depth);
+    if (n == 0) return eng::invalid_argument("{}: an empty list of devices", fn);
+    shape.push_back(n);
+  } else if (shape[depth] != n) {
+    return eng::invalid_argument("{}: ragged devices: a list of {} at depth {}, expected {}", fn,
+                                 n, depth, shape[depth]);
+  }
+  if (static_cast<int64_t>(ids.size()) + n > 4096)
+    return eng::invalid_argument("{}: more than 4096 simulated devices", fn);
+  for (int64_t i = 1; i <= n; ++i) {
+    lua_rawgeti(L, idx, i);
+    Status st = read_device_ids(L, lua_gettop(L), depth + 1, shape, ids, fn);
+    lua_pop(L, 1);
+    ENG_RETURN_IF_ERROR(st);
+  }
+  return eng::ok_status();
+}
+
+// jax.sharding.Mesh(devices, axis_names [, axis_types]): the mesh's shape is the nesting of
+// devices (a list of sl.devices()'s tables, or lists of them). A simulated mesh numbers its
+// devices 0..n-1 in row-major order, so the ids must be exactly those, in that order. The axis
+// types default to Auto, as Mesh's do (jax.make_mesh's are Explicit).
+Result<int> mesh_from_devices(lua_State* L) {
+  constexpr std::string_view fn = "sl.sharding.Mesh";
+  std::vector<int64_t> sizes, ids;
+  ENG_RETURN_IF_ERROR(read_device_ids(L, 1, 0, sizes, ids, fn));
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] != static_cast<int64_t>(i))
+      return eng::invalid_argument(
+          "{}: device {} is at position {}: a simulated mesh numbers its {} devices 0..{} in "
+          "row-major order, so Mesh takes sl.devices()[1..n] in order",
+          fn, ids[i], i, ids.size(), ids.size() - 1);
+  std::vector<std::string> names;
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    names.push_back(lua_tostring(L, 2));
+  } else {
+    ENG_ASSIGN_OR_RETURN(names, arg_string_list(L, 2, fn, "axis_names"));
+  }
+  if (names.size() != sizes.size())
+    return eng::invalid_argument("{}: devices of shape {} but {} axis_names", fn,
+                                 eng::Shape(sizes).to_string(), names.size());
+  eng::AxisType type = eng::AxisType::kAuto;
+  if (!lua_isnoneornil(L, 3)) {
+    ENG_ASSIGN_OR_RETURN(type, read_axis_types(L, 3, sizes.size(), fn));
+  }
+  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::create(names, sizes, type)));
+  push_udata(L, std::move(m));
+  return 1;
+}
+
 Result<int> set_mesh(lua_State* L) {
   if (lua_isnil(L, 1)) {
     session(L).set_mesh(std::nullopt);
@@ -708,6 +783,15 @@ constexpr Function kArrayFunctions[] = {
      "current)."},
 };
 
+constexpr Function kMeshConstructor[] = {
+    {"Mesh", lua_entry<mesh_from_devices>,
+     "sl.sharding.Mesh(devices, axis_names [, axis_types]) -> Mesh",
+     "jax.sharding.Mesh: a mesh over devices (sl.devices()'s tables, nested to the mesh's shape;\n"
+     "  a simulated mesh's devices are 0..n-1 in order, so the first n, in order). Axis types\n"
+     "  Auto by default, as Mesh's. sl.devices() lists --local-devices (SHARDLAB_LOCAL_DEVICES)\n"
+     "  per process: the XLA_FLAGS device count's counterpart."},
+};
+
 constexpr Function kNpArrayFunctions[] = {
     {"array", lua_entry<np_array>,
      "np.array(values [, dtype | {dtype, sharding, mesh}]) -> Array",
@@ -773,6 +857,9 @@ void open_lua_array(lua_State* L, int sl) {
   lua_pop(L, 1);
   lua_getfield(L, sl, "numpy");
   add_functions(L, lua_gettop(L), "sl.numpy", kNpArrayFunctions);
+  lua_pop(L, 1);
+  lua_getfield(L, sl, "sharding");  // made by open_lua_numpy (jax.sharding's names)
+  if (lua_istable(L, -1)) add_functions(L, lua_gettop(L), "sl.sharding", kMeshConstructor);
   lua_pop(L, 1);
   open_lua_jit(L, sl);
 }

@@ -170,6 +170,12 @@ assert(sl.typeof(np.matmul(np.array({1, 2}), np.array({1.5, 2.0}))) == "f32[]") 
 local mesh = sl.make_mesh({4, 2}, {"i", "j"})
 assert(mesh.shape.i == 4 and mesh.shape["j"] == 2 and mesh:shape().j == 2)
 fails("unbound axis name 'i'", sl.lax.axis_size, "i")
+-- jax.sharding.Mesh over sl.devices() (one here: no SHARDLAB_LOCAL_DEVICES), Auto by default.
+assert(tostring(sl.sharding.Mesh(sl.devices(), {"d"})) == "Mesh('d': 1, axis_types=(Auto,))")
+fails("devices must be (nested) lists of devices", sl.sharding.Mesh, {1, 2}, {"d"})
+fails("devices of shape (1,) but 2 axis_names", sl.sharding.Mesh, sl.devices(), {"d", "e"})
+fails("device 3 is at position 0", sl.sharding.Mesh, {{id = 3}}, {"d"})
+fails("ragged devices", sl.sharding.Mesh, {{{id = 0}}, {id = 1}}, {"d", "e"})
 fails("axis 'k' is not in", function()
   return sl.shard_map(function(b) sl.lax.axis_size("k"); return b end,
                       {mesh = mesh, in_specs = {sl.P("i")}, out_specs = sl.P("i")})(sl.arange(8.0))

@@ -24,21 +24,16 @@ local function equal(got, want, what)  -- exact, nested (integer results)
   assert(got == want, string.format("%s: %s where the tutorial has %s", what, got, want))
 end
 
--- Python's `Mesh(jax.devices()[:n], names)` (and cell 28's np.array(...).reshape(2, 2)): a mesh
--- over the first devices, whose axes are Auto (Mesh's default, where make_mesh's is Explicit).
--- sl.devices() lists the processes' devices, and every mesh here is simulated, so the cells'
--- Mesh(...) lines are written as make_mesh with Auto axes.
-local function Mesh(shape, names)
-  local types = {}
-  for i = 1, #names do types[i] = Auto end
-  return jax.make_mesh(shape, names, {axis_types = types})
-end
-cannot(26, "Mesh(jax.devices()[:4], ('i',)): devices are simulated (jax.devices() lists the "
-           .. "processes'); written as make_mesh with Auto axes")
-cannot(28, "Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ...): numpy's np.array")
+-- `jax.devices()[:4]` is written `{table.unpack(jax.devices(), 1, 4)}` (Python's slice); the
+-- test runs with SHARDLAB_LOCAL_DEVICES=8 (tests/frontend/CMakeLists.txt), cell 1's
+-- XLA_FLAGS device count. Mesh's axes are Auto (its default; make_mesh's are Explicit).
+local Mesh = jax.sharding.Mesh
+local function first(n) return {table.unpack(jax.devices(), 1, n)} end
+assert(#jax.devices() == 8, "run with SHARDLAB_LOCAL_DEVICES=8 (cell 1's device count)")
 
 -- cell 25: imports. cell 26
-local mesh1d = Mesh({4}, {'i'})
+local mesh1d = Mesh(first(4), {'i'})
+expect(mesh1d, "Mesh('i': 4, axis_types=(Auto,))", "cell 26 mesh1d")
 jax.set_mesh(mesh1d)
 
 local printed = {}
@@ -57,8 +52,11 @@ expect(jax.typeof(y), "i32[4]", "cell 27 y")
 assert(printed[1]:find("Traced<i32[4]>", 1, true), "cell 26 BEFORE: " .. printed[1])
 cannot(26, "print inside shard_map shows the tracer, not each device's block")
 
--- cell 28
-local mesh2d = Mesh({2, 2}, {'i', 'j'})
+-- cell 28: np.array(jax.devices()[:4]).reshape(2, 2) is numpy's; the nested list it makes is
+-- written out.
+local d = first(4)
+local mesh2d = Mesh({{d[1], d[2]}, {d[3], d[4]}}, {'i', 'j'})
+cannot(28, "numpy's np.array(jax.devices()[:4]).reshape(2, 2) (the nested list written out)")
 jax.set_mesh(mesh2d)
 
 local f2 = jax.shard_map({mesh = mesh2d, in_specs = P('i', 'j'), out_specs = P(nil, 'j')})(
@@ -140,13 +138,12 @@ y = f9(x)
 equal(y:totable(), {3, 5, 5, 9, 1, 9, 3, 7, 4, 2, 5, 1, 1, 6, 8, 2}, "cell 36 FINAL RESULT")
 
 -- cell 37: imports. cell 38
-local mesh = Mesh({4}, {'i'})
+local mesh = Mesh(first(4), {'i'})
 jax.set_mesh(mesh)
 
 local function device_put(x, pspec)
   return jax.device_put(x, NamedSharding(mesh, pspec))
 end
-cannot(38, "Mesh(jax.devices()[:4], ('i',)) (cell 26)")
 
 -- cell 39
 local lhs_spec = P('i', nil)
