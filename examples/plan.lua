@@ -40,7 +40,8 @@ local recipe_devices = {["llama3.1-405b"] = 512, ["mistral-7b"] = 8}
 local n = devices or recipe_devices[model] or 256
 local plans = (not devices and meshes[model]) or
               {{name = "fsdp=" .. n, mesh = sl.mesh{fsdp = n, devices = n}}}
--- The MoE presets plan MaxText's dense dispatch (its default dropless one is not built here).
+-- The MoE presets plan MaxText's dense dispatch (its default dropless one has no expert
+-- parallelism here, and these meshes may split `expert`).
 local moe = {["deepseek3-671b"] = true, ["qwen3-235b-a22b"] = true, ["mixtral-8x7b"] = true,
              ["mixtral-8x22b"] = true}
 local cfg = moe[model]

@@ -183,6 +183,27 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
            const Shape& a = p.value(in.inputs[0]).shape;
            return 2.0 * numel(p, in.outputs[0]) * a.prod(1, a.rank() - 1);
          }},
+        // The dropless dispatch: routing as moe_route's; a multiply-add per permuted element;
+        // the grouped GEMMs 2·N·K·P over every row (each row in one group), as jax's ragged_dot.
+        {OpKind::kMoeTopK,
+         [](const Program& p, const Instr& in) { return 10.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMoeTopKGrad,
+         [](const Program& p, const Instr& in) { return 20.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMoePermute,
+         [](const Program& p, const Instr& in) { return 2.0 * numel(p, in.inputs[0]); }},
+        {OpKind::kMoePermuteWeightsGrad,
+         [](const Program& p, const Instr& in) {
+           return 2.0 * numel(p, in.outputs[0]) * p.value(in.inputs[0]).shape.dim(-1);
+         }},
+        {OpKind::kRaggedDot,
+         [](const Program& p, const Instr& in) {
+           return 2.0 * numel(p, in.outputs[0]) * p.value(in.inputs[0]).shape.dim(-1);
+         }},
+        {OpKind::kRaggedDotGrad,
+         [](const Program& p, const Instr& in) {
+           const Shape& l = p.value(in.inputs[0]).shape;
+           return 2.0 * numel(p, in.outputs[0]) * l.prod(0, l.rank() - 1);
+         }},
     },
     Cost{unary_flops}, Cost{unary_grad_flops});
 

@@ -23,7 +23,8 @@ double padded(int64_t x, int64_t tile) {
 bool moe_einsum(OpKind k) {
   return k == OpKind::kMoeDispatch || k == OpKind::kMoeCombine ||
          k == OpKind::kMoeCombineWeightsGrad || k == OpKind::kExpertMatmul ||
-         k == OpKind::kExpertMatmulGrad;
+         k == OpKind::kExpertMatmulGrad || k == OpKind::kRaggedDot ||
+         k == OpKind::kRaggedDotGrad;
 }
 
 // (M, N, K) of one of the GEMMs a moe_einsum is made of (per row b of dispatch and combine,
@@ -50,6 +51,19 @@ Gemm moe_einsum_dims(const Program& p, const Instr& in) {
       d.K = a.dim(-1);
       d.M = a.prod(1, a.rank() - 1);
       d.N = in.attrs.trans_b ? b.dim(1) : b.dim(2);
+      break;
+    }
+    // The dropless dispatch's grouped GEMMs (lhs ([B,]N,K), group_sizes ([B,]E)): balanced
+    // groups of N / E rows (the sizes are data; MaxText's megablox tiles them the same way).
+    case OpKind::kRaggedDot: {  // rows x P over K
+      const int64_t E = p.value(in.inputs[2]).shape.dim(-1);
+      d.M = std::max<int64_t>(1, a.dim(-2) / E), d.K = a.dim(-1);
+      d.N = in.attrs.trans_b ? b.dim(1) : b.dim(2);
+      break;
+    }
+    case OpKind::kRaggedDotGrad: {  // K x P over the rows
+      const int64_t E = p.value(in.inputs[2]).shape.dim(-1);
+      d.M = a.dim(-1), d.N = b.dim(-1), d.K = std::max<int64_t>(1, a.dim(-2) / E);
       break;
     }
     default:  // kExpertMatmulGrad: a (G,...,K), dy (G,...,N) -> (G,K,N): K x N over rows

@@ -88,6 +88,12 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kBiasAddGrad, {&Pt::bias_add}},
         {OpKind::kMoveToHost, {&Pt::linear}},  // the value keeps its sharding (and partials)
         {OpKind::kMoveToDevice, {&Pt::linear}},
+        {OpKind::kMoeTopK, {&Pt::moe_top_k}},
+        {OpKind::kMoeTopKGrad, {&Pt::moe_top_k}},
+        {OpKind::kMoePermute, {&Pt::moe_permute}},
+        {OpKind::kMoePermuteWeightsGrad, {&Pt::moe_permute_weights_grad}},
+        {OpKind::kRaggedDot, {&Pt::ragged_dot}},
+        {OpKind::kRaggedDotGrad, {&Pt::ragged_dot}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

@@ -88,6 +88,76 @@ Status Partitioner::expert_matmul(const Instr& in) {
   return simple(in, {PartitionSpec(da), PartitionSpec(dw)}, {PartitionSpec(out)}, in.attrs);
 }
 
+// ---- the dropless dispatch (op.h kMoeTopK ... kRaggedDotGrad) ----------------------------------
+// Every row b sorts and multiplies its own choices, so rows stay where the logits / tokens have
+// them and every other dim of the routing and the permutation is whole on each device (no
+// traffic: each device permutes its local sequences, as MaxText's shard_map does).
+Status Partitioner::moe_top_k(const Instr& in) {
+  const Axes b = dims_only(spec_[in.inputs[0]]).dim_or_none(0);
+  const PartitionSpec rows2(Dims{b, {}}), rows3(Dims{b, {}, {}}), whole(Dims{{}});
+  if (in.kind == OpKind::kMoeTopKGrad) {
+    if (in.inputs.size() == 2) return simple(in, {rows3, rows3}, {rows3}, in.attrs);
+    return simple(in, {rows3, rows3, whole},
+                  {in.attrs.raw ? PartitionSpec(Dims{{}}, b) : rows3}, in.attrs);
+  }
+  std::vector<PartitionSpec> ins = {rows3};
+  if (in.inputs.size() == 2) ins.push_back(whole);
+  return simple(in, ins,
+                {rows3, rows2, rows2, rows2, PartitionSpec(Dims{}, b), PartitionSpec(Dims{{}, {}}, b)},
+                in.attrs);
+}
+
+// (x, order, rank[, weights]): rows b as x has them, the model dim M keeps its other axes.
+Status Partitioner::moe_permute(const Instr& in) {
+  const PartitionSpec sx = dims_only(spec_[in.inputs[0]]);
+  const Axes b = sx.dim_or_none(0), m = minus(sx.dim_or_none(2), b);
+  std::vector<PartitionSpec> ins = {PartitionSpec(Dims{b, {}, m}), PartitionSpec(Dims{b, {}}),
+                                    PartitionSpec(Dims{b, {}})};
+  if (in.inputs.size() == 4) ins.push_back(PartitionSpec(Dims{b, {}, {}}));
+  return simple(in, ins, {PartitionSpec(Dims{b, {}, m})}, in.attrs);
+}
+
+// (a (B,S,M), y (B,N,M), order, rank) -> (B,S,k): rows b as a's; M contracted (partial).
+Status Partitioner::moe_permute_weights_grad(const Instr& in) {
+  const PartitionSpec sa = dims_only(spec_[in.inputs[0]]);
+  const Axes b = sa.dim_or_none(0), m = minus(sa.dim_or_none(2), b);
+  const PartitionSpec rows(Dims{b, {}, m}), idx(Dims{b, {}});
+  return simple(in, {rows, rows, idx, idx}, {PartitionSpec(Dims{b, {}, {}}, m)}, in.attrs);
+}
+
+// ragged_dot (lhs ([B,]N,K), rhs (E,K,P), group_sizes): rows b where lhs has them; the row
+// and expert dims whole (a row's groups span every expert: no expert parallelism here); K
+// split only where lhs and rhs split it alike (a partial sum over those axes), else gathered
+// (the weight over its fsdp axes, as FSDP); P where rhs has it. ragged_dot_grad (lhs, dout,
+// group_sizes) -> (E,K,P): a sum over the rows, partial over their axes.
+Status Partitioner::ragged_dot(const Instr& in) {
+  const PartitionSpec sl = dims_only(spec_[in.inputs[0]]), sr = dims_only(spec_[in.inputs[1]]);
+  const int r = rank(in.inputs[0]);
+  const Axes b = r == 3 ? sl.dim_or_none(0) : Axes{};
+  auto lead = [&](Axes last) {
+    Dims d;
+    if (r == 3) d.push_back(b);
+    d.push_back({});
+    d.push_back(std::move(last));
+    return PartitionSpec(d);
+  };
+  const PartitionSpec groups = r == 3 ? PartitionSpec(Dims{b, {}}) : PartitionSpec(Dims{{}});
+  const Axes kl = minus(sl.dim_or_none(r - 1), b);
+  if (in.kind == OpKind::kRaggedDotGrad) {
+    const Axes p = minus(sr.dim_or_none(r - 1), joined(b, kl));
+    return simple(in, {lead(kl), lead(p), groups}, {PartitionSpec(Dims{{}, kl, p}, b)}, in.attrs);
+  }
+  const bool tb = in.attrs.trans_b;
+  const Axes kr = sr.dim_or_none(tb ? 2 : 1);
+  const Axes k = !kl.empty() && kl == kr ? kl : Axes{};
+  const Axes p = minus(sr.dim_or_none(tb ? 1 : 2), joined(b, k));
+  const PartitionSpec rhs = tb ? PartitionSpec(Dims{{}, p, k}) : PartitionSpec(Dims{{}, k, p});
+  Axes partial = k;
+  sort_mesh_order(partial, mesh_);
+  Dims out = lead(p).dims();
+  return simple(in, {lead(k), rhs, groups}, {PartitionSpec(out, partial)}, in.attrs);
+}
+
 Status Partitioner::matmul(const Instr& in) {
   const ValueId ga = in.inputs[0], gb = in.inputs[1];
   const Shape A = shp(ga);

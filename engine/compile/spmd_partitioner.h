@@ -454,6 +454,10 @@ class Partitioner {
   Status moe_dispatch(const Instr& in);
   Status moe_combine_weights_grad(const Instr& in);
   Status expert_matmul(const Instr& in);
+  Status moe_top_k(const Instr& in);
+  Status moe_permute(const Instr& in);
+  Status moe_permute_weights_grad(const Instr& in);
+  Status ragged_dot(const Instr& in);
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
   Dims accumulator_dims(const Instr& in, int dim) const;

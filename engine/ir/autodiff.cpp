@@ -209,6 +209,67 @@ class Differentiator {
     }
   }
 
+  // ---- the dropless dispatch (op.h) ----
+  // weights and lb have cotangents (lb's a constant, as moe_route's); order, rank and
+  // group_sizes are integers, load a metric.
+  void vjp_moe_top_k(const Instr& in) {
+    check_no_cotangent(in, 5, "load");
+    const Cot& dlb = cot_[in.outputs[4]];
+    ENG_CHECK(dlb.value == kNoValue,
+              "autodiff: moe_top_k's load-balance loss must reach the loss through adds and "
+              "scales by constants");
+    OpAttrs a = in.attrs;
+    a.eps = dlb.has_constant ? in.attrs.eps * dlb.constant : 0.0;
+    ENG_CHECK(cot_[in.outputs[0]].present(), "autodiff: moe_top_k's weights have no cotangent");
+    const ValueId dweights = tensor(in, in.outputs[0]);
+    std::vector<ValueId> ins = {in.inputs[0], dweights};
+    if (in.inputs.size() > 1) ins.push_back(in.inputs[1]);  // the router bias
+    if (needs(in.inputs[0]))
+      accumulate(in.inputs[0], fresh(b_.emit(OpKind::kMoeTopKGrad, ins, a)[0], in.inputs[0]));
+    if (in.inputs.size() > 1 && needs(in.inputs[1])) {  // its load-balance part only
+      a.raw = true;
+      accumulate(in.inputs[1], fresh(b_.emit(OpKind::kMoeTopKGrad, ins, a)[0], in.inputs[1]));
+    }
+  }
+
+  // The permutation's transpose is the other direction with the same indices and weights;
+  // the weights' cotangent <x rows, dy rows> pairs each choice's two rows.
+  void vjp_moe_permute(const Instr& in) {
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const ValueId x = in.inputs[0], order = in.inputs[1], rank = in.inputs[2];
+    const bool weighted = in.inputs.size() == 4;
+    if (needs(x)) {
+      OpAttrs t = in.attrs;
+      t.inverse = !in.attrs.inverse;
+      std::vector<ValueId> ins = {dy, order, rank};
+      if (weighted) ins.push_back(in.inputs[3]);
+      accumulate(x, fresh(b_.emit(OpKind::kMoePermute, ins, t)[0], x));
+    }
+    if (weighted && needs(in.inputs[3])) {
+      OpAttrs t;
+      t.size = in.attrs.size;
+      const ValueId dw =
+          in.attrs.inverse ? b_.emit(OpKind::kMoePermuteWeightsGrad, {dy, x, order, rank}, t)[0]
+                           : b_.emit(OpKind::kMoePermuteWeightsGrad, {x, dy, order, rank}, t)[0];
+      accumulate(in.inputs[3], fresh(dw, in.inputs[3]));
+    }
+  }
+
+  void vjp_ragged_dot(const Instr& in) {
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const ValueId l = in.inputs[0], r = in.inputs[1], g = in.inputs[2];
+    if (needs(l)) {
+      OpAttrs t;
+      t.trans_b = !in.attrs.trans_b;  // dy (N,P) . rhs[e]^T
+      accumulate(l, fresh(b_.emit(OpKind::kRaggedDot, {dy, r, g}, t)[0], l));
+    }
+    if (needs(r)) {  // (E,K,P) = per group lhs^T dy; with trans_b (E,P,K): dy^T lhs
+      const ValueId dr = in.attrs.trans_b ? b_.emit(OpKind::kRaggedDotGrad, {dy, l, g})[0]
+                                          : b_.emit(OpKind::kRaggedDotGrad, {l, dy, g})[0];
+      accumulate(r, fresh(dr, r));
+    }
+  }
+
   // ---- VJP rules: one per op (the kVjps table below) -----------------------------------------
 
   void vjp(const Instr& in) { (this->*kVjps[op_index(in.kind)])(in); }
@@ -600,6 +661,12 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kBiasAddGrad, &D::not_differentiable},
         {OpKind::kMoveToHost, &D::vjp_move},
         {OpKind::kMoveToDevice, &D::vjp_move},
+        {OpKind::kMoeTopK, &D::vjp_moe_top_k},
+        {OpKind::kMoeTopKGrad, &D::not_differentiable},
+        {OpKind::kMoePermute, &D::vjp_moe_permute},
+        {OpKind::kMoePermuteWeightsGrad, &D::not_differentiable},
+        {OpKind::kRaggedDot, &D::vjp_ragged_dot},
+        {OpKind::kRaggedDotGrad, &D::not_differentiable},
     },
     &D::vjp_unary, &D::not_differentiable);
 

@@ -603,6 +603,97 @@ Outs infer_expert_matmul(OpKind kind, const In& in, const OpAttrs& at) {
   return {make(Shape(dims), promote(in), std::move(l))};
 }
 
+// (logits (B,S,E)[, bias (E)]) -> weights (B,S,k), order, rank (B,S*k) i32, group_sizes (B,E)
+// i32, lb (), load (2,E); grad: (logits, dweights[, bias]) -> dlogits (or dbias).
+Outs infer_moe_top_k(OpKind kind, const In& in, const OpAttrs& at) {
+  const size_t n = kind == OpKind::kMoeTopK ? 1 : 2;
+  n_in(kind, in, in.size() == n + 1 ? n + 1 : n);
+  const ValueInfo& x = *in[0];
+  check_rank(kind, x, 3, "logits");
+  ENG_CHECK(x.dtype == DType::kF32 || x.dtype == DType::kBF16,
+            "{}: logits must be f32 or bf16, got {}", op_name(kind), x.type_string());
+  const int64_t B = x.shape[0], S = x.shape[1], E = x.shape[2], k = at.size;
+  ENG_CHECK(k >= 1 && k <= E && at.dim >= 0 && at.dim <= 2, "{}: k {} of {} experts, score_func {}",
+            op_name(kind), k, E, at.dim);
+  const bool bias = in.size() == n + 1;
+  if (bias)
+    ENG_CHECK(in[n]->shape == Shape({E}) && in[n]->dtype == DType::kF32, "{}: bias {} for logits {}",
+              op_name(kind), in[n]->type_string(), x.type_string());
+  if (kind == OpKind::kMoeTopKGrad) {
+    ENG_CHECK(in[1]->shape == Shape({B, S, k}), "moe_top_k_grad: dweights {} for {} with k {}",
+              in[1]->type_string(), x.type_string(), k);
+    ENG_CHECK(!at.raw || bias, "moe_top_k_grad: bias_grad without a bias");
+    return {at.raw ? like(*in[n]) : like(x)};
+  }
+  const Logical rows = pick(x, {0, -1});
+  return {make(Shape{B, S, k}, x.dtype, pick(x, {0, 1, -1})),
+          make(Shape{B, S * k}, DType::kI32, rows),
+          make(Shape{B, S * k}, DType::kI32, rows),
+          make(Shape{B, E}, DType::kI32, rows),
+          scalar(),
+          make(Shape{2, E})};
+}
+
+// (x, order, rank[, weights]) [k, inverse]: (B,S,M) -> (B,S*k,M), inverse (B,S*k,M) -> (B,S,M).
+Outs infer_moe_permute(OpKind kind, const In& in, const OpAttrs& at) {
+  ENG_CHECK(in.size() == 3 || in.size() == 4, "moe_permute: {} inputs (x, order, rank[, weights])",
+            in.size());
+  const ValueInfo &x = *in[0], &order = *in[1], &rank = *in[2];
+  check_rank(kind, x, 3, "x");
+  check_rank(kind, order, 2, "order");
+  const int64_t B = x.shape[0], k = at.size, N = order.shape[1];
+  ENG_CHECK(k >= 1 && N % k == 0 && order.shape[0] == B && rank.shape == order.shape,
+            "moe_permute: x {}, order {}, rank {}, k {}", x.type_string(), order.type_string(),
+            rank.type_string(), k);
+  const int64_t S = N / k, M = x.shape[2];
+  ENG_CHECK(x.shape[1] == (at.inverse ? N : S), "moe_permute: x {} for order {} with k {}{}",
+            x.type_string(), order.type_string(), k, at.inverse ? " (inverse)" : "");
+  if (in.size() == 4)
+    ENG_CHECK(in[3]->shape == Shape({B, S, k}), "moe_permute: weights {} for order {} with k {}",
+              in[3]->type_string(), order.type_string(), k);
+  return {make(Shape{B, at.inverse ? S : N, M}, promote({in[0], in.size() == 4 ? in[3] : in[0]}),
+               pick(x, {0, -1, 2}))};
+}
+
+// (a (B,S,M), y (B,N,M), order, rank) [k] -> (B,S,k)
+Outs infer_moe_permute_weights_grad(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 4);
+  const ValueInfo &a = *in[0], &y = *in[1];
+  check_rank(kind, a, 3, "a");
+  check_rank(kind, y, 3, "y");
+  const int64_t B = a.shape[0], S = a.shape[1], k = at.size;
+  ENG_CHECK(y.shape == Shape({B, S * k, a.shape[2]}) && in[2]->shape == Shape({B, S * k}) &&
+                in[3]->shape == in[2]->shape,
+            "moe_permute_weights_grad: a {}, y {}, order {}, rank {} with k {}", a.type_string(),
+            y.type_string(), in[2]->type_string(), in[3]->type_string(), k);
+  return {make(Shape{B, S, k}, promote({in[0], in[1]}), pick(a, {0, 1, -1}))};
+}
+
+// (lhs ([B,]N,K), rhs (E,K,P) or (E,P,K), group_sizes ([B,]E)) -> ([B,]N,P);
+// grad: (lhs, dout ([B,]N,P), group_sizes) -> (E,K,P).
+Outs infer_ragged_dot(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 3);
+  const ValueInfo &l = *in[0], &r = *in[1], &g = *in[2];
+  const int lr = l.shape.rank();
+  ENG_CHECK((lr == 2 || lr == 3) && g.shape.rank() == lr - 1 &&
+                (lr == 2 || g.shape[0] == l.shape[0]),
+            "{}: lhs {} and group_sizes {}", op_name(kind), l.type_string(), g.type_string());
+  const int64_t E = g.shape[lr - 2], K = l.shape[lr - 1];
+  if (kind == OpKind::kRaggedDotGrad) {
+    ENG_CHECK(r.shape.rank() == lr && r.shape.slice(0, lr - 1) == l.shape.slice(0, lr - 1),
+              "ragged_dot_grad: lhs {} and dout {}", l.type_string(), r.type_string());
+    return {make(Shape{E, K, r.shape[lr - 1]}, promote({in[0], in[1]}))};
+  }
+  ENG_CHECK(r.shape.rank() == 3 && r.shape[0] == E && r.shape[at.trans_b ? 2 : 1] == K,
+            "ragged_dot: lhs {} x rhs {}{} with group_sizes {}", l.type_string(), r.type_string(),
+            at.trans_b ? " (trans_b)" : "", g.type_string());
+  std::vector<int64_t> dims(l.shape.dims().begin(), l.shape.dims().end());
+  dims.back() = r.shape[at.trans_b ? 1 : 2];
+  Logical lg = logical_slice(l, 0, lr - 1);
+  lg.push_back(r.logical.empty() ? std::string() : r.logical[at.trans_b ? 1 : 2]);
+  return {make(Shape(dims), promote({in[0], in[1]}), std::move(lg))};
+}
+
 // Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
 constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     {
@@ -681,6 +772,12 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kBiasAddGrad, infer_bias_add_grad},
         {OpKind::kMoveToHost, infer_same_shape<1>},  // any dtype: the value, moved
         {OpKind::kMoveToDevice, infer_same_shape<1>},
+        {OpKind::kMoeTopK, infer_moe_top_k},
+        {OpKind::kMoeTopKGrad, infer_moe_top_k},
+        {OpKind::kMoePermute, infer_moe_permute},
+        {OpKind::kMoePermuteWeightsGrad, infer_moe_permute_weights_grad},
+        {OpKind::kRaggedDot, infer_ragged_dot},
+        {OpKind::kRaggedDotGrad, infer_ragged_dot},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 

@@ -285,6 +285,51 @@ class Evaluator {
     return ok_status();
   }
 
+  // The dropless dispatch: index arrays read and written as doubles (I = double).
+  Status moe_top_k(const Instr& i) {
+    const Shape& x = in(i, 0).shape;
+    const double* bias = i.inputs.size() > (i.kind == OpKind::kMoeTopK ? 1u : 2u)
+                             ? ind(i, static_cast<int>(i.inputs.size()) - 1)
+                             : nullptr;
+    if (i.kind == OpKind::kMoeTopK)
+      moe::top_k(ind(i, 0), bias, x[0], x[1], x[2], route_params(i.attrs), outd(i, 0), outd(i, 1),
+                 outd(i, 2), outd(i, 3), outd(i, 4), outd(i, 5));
+    else
+      moe::top_k_grad(ind(i, 0), ind(i, 1), bias, x[0], x[1], x[2], route_params(i.attrs),
+                      i.attrs.raw ? nullptr : outd(i, 0), i.attrs.raw ? outd(i, 0) : nullptr);
+    return ok_status();
+  }
+
+  Status moe_permute(const Instr& i) {
+    const Shape& o = in(i, 1).shape;
+    const Shape& x = in(i, 0).shape;
+    const int64_t k = i.attrs.size;
+    moe::permute<double>(ind(i, 0), ind(i, 1), ind(i, 2), i.inputs.size() == 4 ? ind(i, 3) : nullptr,
+                         o[0], o[1] / k, k, x[2], i.attrs.inverse, outd(i, 0));
+    return ok_status();
+  }
+
+  Status moe_permute_weights_grad(const Instr& i) {
+    const Shape& a = in(i, 0).shape;
+    moe::permute_weights_grad<double>(ind(i, 0), ind(i, 1), ind(i, 3), a[0], a[1], i.attrs.size,
+                                      a[2], outd(i, 0));
+    return ok_status();
+  }
+
+  Status ragged_dot(const Instr& i) {
+    const Shape& l = in(i, 0).shape;
+    const Shape& r = in(i, 1).shape;
+    const int lr = l.rank();
+    const int64_t B = lr == 3 ? l[0] : 1, N = l[lr - 2], K = l[lr - 1];
+    const int64_t E = in(i, 2).shape.dim(-1);
+    if (i.kind == OpKind::kRaggedDotGrad)
+      moe::ragged_dot_grad(ind(i, 0), ind(i, 1), ind(i, 2), B, N, K, r[lr - 1], E, outd(i, 0));
+    else
+      moe::ragged_dot(ind(i, 0), ind(i, 1), ind(i, 2), B, N, K, r[i.attrs.trans_b ? 1 : 2], E,
+                      i.attrs.trans_b, outd(i, 0));
+    return ok_status();
+  }
+
   const HostTensor& in(const Instr& i, int k) const { return vals_[i.inputs[k]]; }
   HostTensor& out(const Instr& i, int k) { return vals_[i.outputs[k]]; }
   const double* ind(const Instr& i, int k) const { return in(i, k).data.data(); }
@@ -653,6 +698,12 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kBiasAddGrad, &E::bias_add_grad},
         {OpKind::kMoveToHost, &E::identity},  // the value, in another memory
         {OpKind::kMoveToDevice, &E::identity},
+        {OpKind::kMoeTopK, &E::moe_top_k},
+        {OpKind::kMoeTopKGrad, &E::moe_top_k},
+        {OpKind::kMoePermute, &E::moe_permute},
+        {OpKind::kMoePermuteWeightsGrad, &E::moe_permute_weights_grad},
+        {OpKind::kRaggedDot, &E::ragged_dot},
+        {OpKind::kRaggedDotGrad, &E::ragged_dot},
     },
     &E::unary, &E::unary_grad);
 

@@ -81,6 +81,15 @@ constexpr AttrField kMoeRoute[] = {{"k", &A::size},
                                    {"routed_scaling_factor", &A::scale, P::kUnlessDefault},
                                    {"lb_scale", &A::eps},
                                    {"bias_grad", &A::raw, P::kFlag}};
+constexpr AttrField kMoeTopK[] = {{"k", &A::size},
+                                  {"score_func", &A::dim},
+                                  {"deepseek_weights", &A::dim2, P::kUnlessDefault},
+                                  {"norm_topk_prob", &A::inverse, P::kFlag},
+                                  {"routed_scaling_factor", &A::scale, P::kUnlessDefault},
+                                  {"lb_scale", &A::eps},
+                                  {"bias_grad", &A::raw, P::kFlag}};
+constexpr AttrField kMoePermute[] = {{"k", &A::size}, {"inverse", &A::inverse, P::kFlag}};
+constexpr AttrField kK[] = {{"k", &A::size}};
 constexpr AttrField kMask[] = {{"mask", &A::raw, P::kFlag}};
 constexpr AttrField kTransB[] = {{"trans_b", &A::trans_b, P::kFlag}};
 constexpr AttrField kClip[] = {{"threshold", &A::clip_threshold}};
@@ -171,6 +180,12 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kBiasAddGrad, {kDim}},
         {K::kMoveToHost, kNone},
         {K::kMoveToDevice, kNone},
+        {K::kMoeTopK, {kMoeTopK}},
+        {K::kMoeTopKGrad, {kMoeTopK}},
+        {K::kMoePermute, ints(0b110, kMoePermute)},              // order, rank
+        {K::kMoePermuteWeightsGrad, ints(0b1100, kK)},           // order, rank
+        {K::kRaggedDot, ints(0b100, kTransB)},                   // group_sizes
+        {K::kRaggedDotGrad, ints(0b100)},                        // group_sizes
     },
     kNone, kNone);
 

@@ -144,6 +144,37 @@
 //                    both inputs are, as matmul's)
 //                    The MoE ops on bf16 (program.h kBf16Kernels) compute in f32 from the bf16
 //                    values and round each bf16 output once (docs/precision.md)
+//   -- dropless mixture of experts (MaxText's layers/moe.py sparse_matmul: permute, ragged_dot,
+//      unpermute; engine/model/moe.cpp). N = S * k choices per row b; each row b (a sequence)
+//      sorts its own choices (MaxText sorts each device's local tokens: per token the same) --
+//   kMoeTopK       (logits (B,S,E)[, bias (E) f32]) [k=size, score_func=dim, deepseek_weights=
+//                    dim2, norm_topk_prob=inverse, routed_scaling_factor=scale, lb_scale=eps]
+//                    -> weights (B,S,k) in the logits' dtype, order i32 (B,N), rank i32 (B,N),
+//                    group_sizes i32 (B,E), lb f32 (), load f32 (2,E). The choice, weights, lb
+//                    and load as kMoeRoute's with no capacity (load[1] = 0: nothing dropped);
+//                    choice i = s*k + r is token s's r-th expert; order = the stable argsort of
+//                    the N choices by expert (MaxText's argsort(ravel(selected_experts))),
+//                    rank its inverse (argsort(order)), group_sizes[b,e] = choices of e
+//                    (jnp.bincount)
+//   kMoeTopKGrad   (logits, dweights (B,S,k)[, bias]) [as kMoeTopK; lb_scale = lb_scale * dlb;
+//                    bias_grad=raw] -> dlogits (B,S,E) (or dbias (E): lb's part) as kMoeRouteGrad
+//   kMoePermute    (x, order i32 (B,N), rank i32 (B,N)[, weights (B,S,k)]) [k=size, inverse]
+//                    order and rank inverse permutations of [0, N) per row (kMoeTopK's):
+//                    forward (MaxText's permute: jnp.repeat by k, sort by order):
+//                      x (B,S,M) -> (B,N,M): out[b,j] = w[b, order[b,j]] x[b, order[b,j] / k]
+//                    inverse (MaxText's unpermute: unsort by argsort(order), weighted sum over k):
+//                      x (B,N,M) -> (B,S,M): out[b,s] = sum_{r<k} w[b,s,r] x[b, rank[b,s*k+r]]
+//                    (w = 1 without weights; the sum over r in order). Each is the other's
+//                    transpose; an index outside [0, N) reads zeros
+//   kMoePermuteWeightsGrad (a (B,S,M), y (B,N,M), order, rank) [k=size] -> (B,S,k):
+//                    out[b,s,r] = <a[b,s], y[b, rank[b,s*k+r]]> (the weights' cotangent of
+//                    either direction)
+//   kRaggedDot     (lhs ([B,]N,K), rhs (E,K,P) [trans_b: (E,P,K)], group_sizes i32 ([B,]E))
+//                    -> ([B,]N,P): jax.lax.ragged_dot per row b: lhs rows [o_e, o_e + g_e) times
+//                    rhs[e], o_e = sum_{e'<e} g_e'; rows past sum(g) are zeros. Groups that
+//                    overrun N are cut at N (negative sizes count as 0)
+//   kRaggedDotGrad (lhs ([B,]N,K), dout ([B,]N,P), group_sizes) -> drhs (E,K,P): per group
+//                    lhs_e^T dout_e, summed over b
 //   -- backward --
 //   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
@@ -331,7 +362,13 @@ namespace eng {
   X(BiasAdd, "bias_add", kCustom)                                   \
   X(BiasAddGrad, "bias_add_grad", kCustom)                          \
   X(MoveToHost, "move_to_host", kCustom)                            \
-  X(MoveToDevice, "move_to_device", kCustom)
+  X(MoveToDevice, "move_to_device", kCustom)                        \
+  X(MoeTopK, "moe_top_k", kCustom)                                  \
+  X(MoeTopKGrad, "moe_top_k_grad", kCustom)                         \
+  X(MoePermute, "moe_permute", kCustom)                             \
+  X(MoePermuteWeightsGrad, "moe_permute_weights_grad", kCustom)     \
+  X(RaggedDot, "ragged_dot", kCustom)                               \
+  X(RaggedDotGrad, "ragged_dot_grad", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

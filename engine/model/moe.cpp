@@ -1,8 +1,10 @@
-// engine/model/moe.cpp: the routed MoE block (engine/model/moe.h), dense dispatch with capacity.
+// engine/model/moe.cpp: the routed MoE block (engine/model/moe.h): the dense dispatch with
+// capacity and the dropless dispatch.
 #include "engine/model/moe.h"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 
 #include <fmt/format.h>
@@ -53,13 +55,9 @@ Status validate_moe(const ModelConfig& m) {
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts)
     return invalid_argument("model {}: num_experts_per_tok {} must be between 1 and num_experts {}",
                             m.name, c.num_experts_per_tok, c.num_experts);
-  if (c.sparse_matmul)
-    return unimplemented(
-        "model {}: dropless sparse not implemented yet: set sparse_matmul=false and "
-        "capacity_factor>0 (got sparse_matmul=true, megablox={}, capacity_factor={:g}; MaxText's "
-        "default is the dropless sparse dispatch)",
-        m.name, c.megablox, c.capacity_factor);
-  if (!(c.capacity_factor > 0))
+  // sparse_matmul: the dropless dispatch (MaxText's default; capacity_factor not read, as
+  // MaxText's sparse_matmul ignores it); expert parallelism is refused by resolve_config.
+  if (!c.sparse_matmul && !(c.capacity_factor > 0))
     return invalid_argument(
         "model {}: sparse_matmul=false needs capacity_factor > 0 (the dense dispatch's slots per "
         "expert are ceil(max_target_length x num_experts_per_tok / num_experts) x "
@@ -124,6 +122,65 @@ int64_t moe_kernel_fan_in(const ValueInfo& param) {
   return param.shape[0] * param.shape[2];
 }
 
+namespace {
+
+// The routing attributes shared by moe_route and moe_top_k (op.h), from MaxText's get_topk.
+OpAttrs route_attrs(const ModelConfig& m, int64_t B, int64_t S) {
+  const MoeConfig& c = m.moe;
+  const int64_t E = c.num_experts;
+  OpAttrs ra;
+  ra.size = c.num_experts_per_tok;
+  ra.dim = c.routed_score_func == "softmax" ? 1 : c.routed_score_func == "sigmoid" ? 2 : 0;
+  // MaxText's get_topk: the deepseek decoder's weights are the scores themselves
+  // (deepseek_scale_weights: divided by their sum for sigmoid, times routed_scaling_factor;
+  // norm_topk_prob not read); every other decoder's a softmax over the top-k scores, then
+  // norm_topk_prob (routed_scaling_factor not read).
+  const bool deepseek = m.decoder_block == "deepseek";
+  ra.dim2 = deepseek ? 1 : 0;
+  ra.inverse = c.norm_topk_prob && !deepseek;
+  ra.scale = deepseek ? c.routed_scaling_factor : 1.0;
+  // mean_{b,e}(density * density_prob) * E^2 * weight with density = count / S and
+  // density_prob = sum_s p / S: E * weight / (B * S^2) times sum_{b,e} count * sum_s p.
+  ra.eps = c.load_balance_loss_weight * static_cast<double>(E) /
+           (static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S));
+  return ra;
+}
+
+// MaxText's sparse_matmul without expert parallelism (layers/moe.py at e591f30: permute,
+// gmm / jax.lax.ragged_dot over the experts' row groups, unpermute with the weighted sum over
+// k). Each row b (a sequence) sorts its own S x k choices by expert: MaxText sorts each
+// device's local tokens inside its shard_map; per token the result is the same, and rows
+// split over data / fsdp need no traffic. Nothing is dropped.
+//   weights, order, rank, groups, lb, load = moe_top_k(logits)   (B,S,k) (B,N) (B,N) (B,E)
+//   x_s = moe_permute(h, order, rank)                              (B,N,M)  N = S k
+//   y_s = ragged_dot(silu(ragged_dot(x_s, wi_0)) * ragged_dot(x_s, wi_1), wo)   (B,N,M)
+//   out = moe_permute(y_s, order, rank, weights, inverse)          (B,S,M)
+ValueId trace_dropless(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
+                       ValueId logits, const std::function<Logical(Logical)>& names,
+                       const std::function<ValueId(ValueId)>& w,
+                       const std::function<ValueId(ValueId)>& f32, MoeOutputs& out) {
+  const Shape hs = b.info(x).shape;
+  std::vector<ValueId> route_in = {logits};
+  if (lp.gate_bias != kNoValue) route_in.push_back(f32(lp.gate_bias));  // routed_bias
+  const std::vector<ValueId> r = b.emit(OpKind::kMoeTopK, route_in, route_attrs(m, hs[0], hs[1]));
+  const ValueId weights = r[0], order = r[1], rank = r[2], groups = r[3];
+  out.lb.push_back(r[4]);
+  out.load.push_back(r[5]);
+  OpAttrs pa;
+  pa.size = m.moe.num_experts_per_tok;
+  const ValueId sorted = b.emit(OpKind::kMoePermute, {x, order, rank}, pa)[0];
+  auto gmm = [&](ValueId a, ValueId wt, const char* name) {
+    return b.checkpoint_name(b.emit(OpKind::kRaggedDot, {a, w(wt), groups})[0], name);
+  };
+  const ValueId act = b.swiglu(gmm(sorted, lp.wi_0, "mlpwi_0"), gmm(sorted, lp.wi_1, "mlpwi_1"));
+  const ValueId y = gmm(act, lp.wo, "mlpwo");
+  pa.inverse = true;
+  const ValueId o = b.emit(OpKind::kMoePermute, {y, order, rank, weights}, pa)[0];
+  return b.constraint(o, names({"activation_batch", "activation_norm_length", "activation_embed"}));
+}
+
+}  // namespace
+
 ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId h,
                         bool stage_as_data, MoeOutputs& out) {
   auto names = [&](Logical l) {
@@ -133,7 +190,7 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   };
   const MoeConfig& c = m.moe;
   const Shape hs = b.info(h).shape;  // (B, S, emb), global
-  const int64_t B = hs[0], S = hs[1], E = c.num_experts, C = moe_capacity(c, S);
+  const int64_t B = hs[0], S = hs[1], C = moe_capacity(c, S);
   // In the model's dtype, as MaxText's RoutedMoE (layers/moe.py at e591f30: GateLogit and the
   // expert kernels cast to dtype, float32_gate_logits false; the routing's softmaxes in f32):
   // bf16 activations, gate logits, combine weights and expert GEMMs (f32 accumulation), each
@@ -148,22 +205,9 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   const Logical kLogits = names({"activation_batch", "activation_norm_length", ""});
   ValueId logits = b.constraint(b.matmul(x, w(lp.gate), 2, 1, false, false, kLogits), kLogits);
 
-  OpAttrs ra;
-  ra.size = c.num_experts_per_tok;
+  if (c.sparse_matmul) return trace_dropless(b, m, lp, x, logits, names, w, f32, out);
+  OpAttrs ra = route_attrs(m, B, S);
   ra.start = C;
-  ra.dim = c.routed_score_func == "softmax" ? 1 : c.routed_score_func == "sigmoid" ? 2 : 0;
-  // MaxText's get_topk: the deepseek decoder's weights are the scores themselves
-  // (deepseek_scale_weights: divided by their sum for sigmoid, times routed_scaling_factor;
-  // norm_topk_prob not read); every other decoder's a softmax over the top-k scores, then
-  // norm_topk_prob (routed_scaling_factor not read).
-  const bool deepseek = m.decoder_block == "deepseek";
-  ra.dim2 = deepseek ? 1 : 0;
-  ra.inverse = c.norm_topk_prob && !deepseek;
-  ra.scale = deepseek ? c.routed_scaling_factor : 1.0;
-  // mean_{b,e}(density * density_prob) * E^2 * weight with density = count / S and
-  // density_prob = sum_s p / S: E * weight / (B * S^2) times sum_{b,e} count * sum_s p.
-  ra.eps = c.load_balance_loss_weight * static_cast<double>(E) /
-           (static_cast<double>(B) * static_cast<double>(S) * static_cast<double>(S));
   std::vector<ValueId> route_in = {logits};
   if (lp.gate_bias != kNoValue) route_in.push_back(f32(lp.gate_bias));  // routed_bias
   std::vector<ValueId> routed = b.emit(OpKind::kMoeRoute, route_in, ra);

@@ -1,6 +1,8 @@
-// engine/model/moe.h: MaxText's routed mixture-of-experts block (layers/moe.py, RoutedMoE
-// with sparse_matmul=false and capacity_factor > 0: dense_matmul's dispatch with capacity),
-// traced in a decoder layer's MLP place.
+// engine/model/moe.h: MaxText's routed mixture-of-experts block (layers/moe.py, RoutedMoE:
+// with sparse_matmul=false and capacity_factor > 0 dense_matmul's dispatch with capacity, with
+// sparse_matmul=true the dropless sparse_matmul: moe_top_k, moe_permute, ragged_dot, without
+// expert parallelism; docs/sharding.md "Dropless dispatch"), traced in a decoder layer's MLP
+// place.
 //
 // Parameters of one layer (MaxText's paths under the layer; scanned: the `layers` dim at
 // param_scan_axis as every layer weight):
@@ -11,7 +13,7 @@
 // with shard_exp_on_fsdp the expert dim takes embed_moe and the embed dim None. qwen3_moe
 // (MaxText's Qwen3MoeDecoderLayer) names the block moe_block instead of MoeBlock_0.
 //
-// The block (B batch, S sequence, E experts, C capacity, M model width, H expert width):
+// The dense dispatch (B batch, S sequence, E experts, C capacity, M model width, H expert width):
 //   logits = h . gate                              (B, S, E)
 //   combine, lb, load = moe_route(logits)          (B, S, E, C); (); (2, E)
 //   x_e = moe_dispatch(combine != 0, h)            (E, B, C, M)  constrained to activation_exp

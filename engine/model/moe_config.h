@@ -12,7 +12,8 @@ struct MoeConfig {
   int64_t num_experts_per_tok = 1;   // k (top-k)
   int64_t moe_mlp_dim = -1;          // base_moe_mlp_dim: each expert's hidden width (-1: mlp_dim)
   double capacity_factor = -1.0;     // > 0 with sparse_matmul=false: dense dispatch with capacity
-  bool sparse_matmul = true;         // MaxText's default: dropless sparse (not implemented here)
+                                     // (not read with sparse_matmul=true)
+  bool sparse_matmul = true;         // MaxText's default: dropless (no expert parallelism yet)
   bool megablox = true;
   double load_balance_loss_weight = 0.0;
   // decoder_block "deepseek" only (MaxText's deepseek.py): a dense MLP of width

@@ -386,6 +386,11 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
             ENG_NOT_COLLECTIVE(kLayerNorm) ENG_NOT_COLLECTIVE(kLayerNormGrad)
                 ENG_NOT_COLLECTIVE(kBiasAdd) ENG_NOT_COLLECTIVE(kBiasAddGrad)
                     ENG_NOT_COLLECTIVE(kMoveToHost) ENG_NOT_COLLECTIVE(kMoveToDevice)
+                        ENG_NOT_COLLECTIVE(kMoeTopK) ENG_NOT_COLLECTIVE(kMoeTopKGrad)
+                            ENG_NOT_COLLECTIVE(kMoePermute)
+                                ENG_NOT_COLLECTIVE(kMoePermuteWeightsGrad)
+                                    ENG_NOT_COLLECTIVE(kRaggedDot)
+                                        ENG_NOT_COLLECTIVE(kRaggedDotGrad)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE

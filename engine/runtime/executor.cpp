@@ -439,6 +439,60 @@ void run_expert_matmul(const Args& a) {
                  0.0f, a.out(0) + g * R * N, N);
 }
 
+// The dropless dispatch (moe.h's loops in float; bf16 operands run widened through f32).
+void run_moe_top_k(const Args& a) {
+  const Shape& x = a.shape(0);
+  const size_t n_in = a.in.kind == OpKind::kMoeTopK ? 1 : 2;
+  const float* bias = a.in.inputs.size() > n_in ? a.f(n_in) : nullptr;
+  if (a.in.kind == OpKind::kMoeTopK) {
+    moe::top_k(a.f(0), bias, x[0], x[1], x[2], route_params(a.in.attrs), a.out(0), a.iout(1),
+               a.iout(2), a.iout(3), a.out(4), a.out(5));
+    return;
+  }
+  const bool dbias = a.in.attrs.raw;
+  moe::top_k_grad(a.f(0), a.f(1), bias, x[0], x[1], x[2], route_params(a.in.attrs),
+                  dbias ? nullptr : a.out(0), dbias ? a.out(0) : nullptr);
+}
+
+void run_moe_permute(const Args& a) {
+  const Shape& o = a.shape(1);
+  const int64_t k = a.in.attrs.size;
+  if (a.in.kind == OpKind::kMoePermuteWeightsGrad) {
+    moe::permute_weights_grad<float>(a.f(0), a.f(1), a.ids(3), o[0], o[1] / k, k, a.last_dim(0),
+                                     a.out(0));
+    return;
+  }
+  moe::permute<float>(a.f(0), a.ids(1), a.ids(2), a.in.inputs.size() == 4 ? a.f(3) : nullptr, o[0],
+                      o[1] / k, k, a.last_dim(0), a.in.attrs.inverse, a.out(0));
+}
+
+// One sgemm per (row b, group e) over the group's contiguous rows; rows past the groups zero.
+// grad: drhs[e] += lhs_e^T dout_e over the rows b.
+void run_ragged_dot(const Args& a) {
+  const Shape& l = a.shape(0);
+  const Shape& r = a.shape(1);
+  const int lr = l.rank();
+  const int64_t B = lr == 3 ? l[0] : 1, N = l[lr - 2], K = l[lr - 1], E = a.last_dim(2);
+  const bool grad = a.in.kind == OpKind::kRaggedDotGrad, tb = a.in.attrs.trans_b;
+  const int64_t P = grad ? r[lr - 1] : r[tb ? 1 : 2];
+  if (grad) std::fill(a.out(0), a.out(0) + E * K * P, 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* g = a.ids(2) + b * E;
+    int64_t at = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t rows = std::min<int64_t>(N - at, std::max<int32_t>(g[e], 0));
+      if (rows > 0 && grad)
+        kern::matmul(true, false, K, P, rows, 1.0f, a.f(0) + (b * N + at) * K, K,
+                     a.f(1) + (b * N + at) * P, P, 1.0f, a.out(0) + e * K * P, P);
+      else if (rows > 0)
+        kern::matmul(false, tb, rows, P, K, 1.0f, a.f(0) + (b * N + at) * K, K,
+                     a.f(1) + e * K * P, tb ? K : P, 0.0f, a.out(0) + (b * N + at) * P, P);
+      at += std::max<int64_t>(rows, 0);
+    }
+    if (!grad) std::fill(a.out(0) + (b * N + at) * P, a.out(0) + (b + 1) * N * P, 0.0f);
+  }
+}
+
 // The bf16 forms (program.h's kBf16Kernels): the routing, dispatch and combine loops read bf16
 // into float and round each bf16 result once; the per-expert GEMMs run the instruction's
 // Bf16MatmulPlan (one expert's or one (row, expert)'s product, bf16_gemm_shape below) at each
@@ -688,6 +742,12 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kMoeCombineWeightsGrad, {run_moe_combine_weights_grad}},
         {OpKind::kExpertMatmul, {run_expert_matmul}},
         {OpKind::kExpertMatmulGrad, {run_expert_matmul}},
+        {OpKind::kMoeTopK, {run_moe_top_k}},
+        {OpKind::kMoeTopKGrad, {run_moe_top_k}},
+        {OpKind::kMoePermute, {run_moe_permute}},
+        {OpKind::kMoePermuteWeightsGrad, {run_moe_permute}},
+        {OpKind::kRaggedDot, {run_ragged_dot}},
+        {OpKind::kRaggedDotGrad, {run_ragged_dot}},
         // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
         {OpKind::kAllGather, {run_collective, true}},
         {OpKind::kAllToAll, {run_collective, true}},

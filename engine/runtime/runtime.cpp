@@ -264,7 +264,9 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
      ENG_NO_SCRATCH(kMoeCombineWeightsGrad) ENG_NO_SCRATCH(kExpertMatmul)
      ENG_NO_SCRATCH(kExpertMatmulGrad) ENG_NO_SCRATCH(kLayerNorm) ENG_NO_SCRATCH(kLayerNormGrad)
      ENG_NO_SCRATCH(kBiasAdd) ENG_NO_SCRATCH(kBiasAddGrad) ENG_NO_SCRATCH(kMoveToHost)
-     ENG_NO_SCRATCH(kMoveToDevice)
+     ENG_NO_SCRATCH(kMoveToDevice) ENG_NO_SCRATCH(kMoeTopK) ENG_NO_SCRATCH(kMoeTopKGrad)
+     ENG_NO_SCRATCH(kMoePermute) ENG_NO_SCRATCH(kMoePermuteWeightsGrad)
+     ENG_NO_SCRATCH(kRaggedDot) ENG_NO_SCRATCH(kRaggedDotGrad)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

@@ -1,5 +1,6 @@
 // engine/tensor/moe.h: the mixture-of-experts routing, dispatch and combine loops (op.h's
-// kMoeRoute, kMoeRouteGrad, kMoeDispatch, kMoeCombine, kMoeCombineWeightsGrad), templated on
+// kMoeRoute, kMoeRouteGrad, kMoeDispatch, kMoeCombine, kMoeCombineWeightsGrad; the dropless
+// dispatch's kMoeTopK, kMoeTopKGrad, kMoePermute, kMoePermuteWeightsGrad, kRaggedDot), templated on
 // the math type T and the storage type X of the activations: the executor runs them in float
 // on float or bf16 storage (X = uint16_t: each value read into T exactly, each result computed
 // in T and rounded to bf16 once, as it is stored), the reference interpreter in double.
@@ -154,6 +155,52 @@ void route(const X* logits, const T* bias, int64_t B, int64_t S, int64_t E, cons
   *lb = static_cast<T>(p.lb_scale * loss);
 }
 
+// One token's backward: dw (k) the cotangent of its weights in rank order (overwritten),
+// count (E) its row's top-k choices per expert. Writes dx (E) (dbias null) or adds the
+// load-balance part to dbias (E).
+template <class T, class X>
+void token_grad(const Token<T>& t, std::vector<T>& dw, const std::vector<T>& count, int64_t E,
+                const RouteParams& p, std::vector<T>& ds, std::vector<T>& dt, X* dx, T* dbias) {
+  const int64_t k = p.k;
+  std::fill(ds.begin(), ds.end(), T(0));
+  if (p.norm_topk_prob) {  // w = w0 / sum(w0)
+    T dot = 0;
+    for (int64_t j = 0; j < k; ++j) dot += t.w[j] * dw[j];
+    for (int64_t j = 0; j < k; ++j) dw[j] = (dw[j] - dot) / t.w0_sum;
+  }
+  if (!p.deepseek_weights) {  // w0 = softmax(top)
+    T dot = 0;
+    for (int64_t j = 0; j < k; ++j) dot += t.w0[j] * dw[j];
+    for (int64_t j = 0; j < k; ++j) dt[j] = t.w0[j] * (dw[j] - dot);
+  } else if (p.score_func == 2) {  // w0 = rsf * top / sum(top)
+    T sum = 0, dot = 0;
+    for (int64_t j = 0; j < k; ++j) sum += t.s[t.idx[j]];
+    for (int64_t j = 0; j < k; ++j) dot += t.s[t.idx[j]] / sum * dw[j];
+    for (int64_t j = 0; j < k; ++j) dt[j] = T(p.routed_scaling_factor) * (dw[j] - dot) / sum;
+  } else {
+    for (int64_t j = 0; j < k; ++j) dt[j] = T(p.routed_scaling_factor) * dw[j];
+  }
+  for (int64_t j = 0; j < k; ++j) ds[t.idx[j]] += dt[j];
+  // load balance: d lb / d p[e] = lb_scale * count[b,e]; p = softmax(g), g = s + bias.
+  T dot = 0;
+  for (int64_t e = 0; e < E; ++e) dot += t.p[e] * T(p.lb_scale) * count[e];
+  if (dbias != nullptr) {
+    for (int64_t e = 0; e < E; ++e) dbias[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
+    return;
+  }
+  for (int64_t e = 0; e < E; ++e) ds[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
+  // the score function
+  if (p.score_func == 0) {
+    for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(ds[e]);
+  } else if (p.score_func == 1) {
+    T d = 0;
+    for (int64_t e = 0; e < E; ++e) d += t.s[e] * ds[e];
+    for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(t.s[e] * (ds[e] - d));
+  } else {
+    for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(ds[e] * t.s[e] * (T(1) - t.s[e]));
+  }
+}
+
 // dlogits (B,S,E) from dcombine (B,S,E,C) and the load-balance cotangent folded into
 // p.lb_scale: op.h kMoeRouteGrad. With dbias (E) non-null, that instead (dlogits unused): the
 // load-balance part only (the weights read s, not s + bias), summed over the tokens. logits,
@@ -182,50 +229,13 @@ void route_grad(const X* logits, const X* dcombine, const T* bias, int64_t B, in
     for (int64_t s = 0; s < S; ++s) {
       ld_row(logits + (b * S + s) * E, E, row);
       route_token(row.data(), bias, E, p, t);
-      std::fill(ds.begin(), ds.end(), T(0));
       // combine: the kept choices' weights.
       for (int64_t j = 0; j < k; ++j) {
         const int64_t c = slot[s * k + j];
         dw[j] = c < 0 ? T(0) : ld<T>(dcombine[((b * S + s) * E + t.idx[j]) * C + c]);
       }
-      if (p.norm_topk_prob) {  // w = w0 / sum(w0)
-        T dot = 0;
-        for (int64_t j = 0; j < k; ++j) dot += t.w[j] * dw[j];
-        for (int64_t j = 0; j < k; ++j) dw[j] = (dw[j] - dot) / t.w0_sum;
-      }
-      if (!p.deepseek_weights) {  // w0 = softmax(top)
-        T dot = 0;
-        for (int64_t j = 0; j < k; ++j) dot += t.w0[j] * dw[j];
-        for (int64_t j = 0; j < k; ++j) dt[j] = t.w0[j] * (dw[j] - dot);
-      } else if (p.score_func == 2) {  // w0 = rsf * top / sum(top)
-        T sum = 0, dot = 0;
-        for (int64_t j = 0; j < k; ++j) sum += t.s[t.idx[j]];
-        for (int64_t j = 0; j < k; ++j) dot += t.s[t.idx[j]] / sum * dw[j];
-        for (int64_t j = 0; j < k; ++j)
-          dt[j] = T(p.routed_scaling_factor) * (dw[j] - dot) / sum;
-      } else {
-        for (int64_t j = 0; j < k; ++j) dt[j] = T(p.routed_scaling_factor) * dw[j];
-      }
-      for (int64_t j = 0; j < k; ++j) ds[t.idx[j]] += dt[j];
-      // load balance: d lb / d p[e] = lb_scale * count[b,e]; p = softmax(g), g = s + bias.
-      T dot = 0;
-      for (int64_t e = 0; e < E; ++e) dot += t.p[e] * T(p.lb_scale) * count[e];
-      if (wrt_bias) {
-        for (int64_t e = 0; e < E; ++e) dbias[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
-        continue;
-      }
-      for (int64_t e = 0; e < E; ++e) ds[e] += t.p[e] * (T(p.lb_scale) * count[e] - dot);
-      // the score function
-      X* dx = dlogits + (b * S + s) * E;
-      if (p.score_func == 0) {
-        for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(ds[e]);
-      } else if (p.score_func == 1) {
-        T d = 0;
-        for (int64_t e = 0; e < E; ++e) d += t.s[e] * ds[e];
-        for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(t.s[e] * (ds[e] - d));
-      } else {
-        for (int64_t e = 0; e < E; ++e) dx[e] = st<X>(ds[e] * t.s[e] * (T(1) - t.s[e]));
-      }
+      token_grad(t, dw, count, E, p, ds, dt, wrt_bias ? nullptr : dlogits + (b * S + s) * E,
+                 dbias);
     }
   }
 }
@@ -332,6 +342,196 @@ void expert_matmul_grad(const T* a, const T* dy, int64_t G, int64_t R, int64_t K
         const T av = a[(g * R + r) * K + q];
         for (int64_t n = 0; n < N; ++n) dw[(g * K + q) * N + n] += av * dy[(g * R + r) * N + n];
       }
+}
+
+// ---- the dropless dispatch (op.h kMoeTopK ... kRaggedDotGrad; MaxText's sparse_matmul) ----
+// Index arrays are I: int32_t in the executor, double in the interpreter.
+
+// weights (B,S,k) in X; order, rank (B,S*k), group_sizes (B,E) in I; lb (), load (2,E) in T:
+// op.h kMoeTopK. order sorts row b's choices i = s*k + r by expert, stably (a counting sort:
+// jnp.argsort's order), rank[order[j]] = j.
+template <class T, class X, class I>
+void top_k(const X* logits, const T* bias, int64_t B, int64_t S, int64_t E, const RouteParams& p,
+           X* weights, I* order, I* rank, I* group_sizes, T* lb, T* load) {
+  const int64_t k = p.k, N = S * k;
+  std::fill(load, load + 2 * E, T(0));
+  double loss = 0;
+  Token<T> t;
+  std::vector<T> row;
+  std::vector<int64_t> idx(N), next(E);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> count(E, 0), prob(E, 0);
+    for (int64_t s = 0; s < S; ++s) {
+      ld_row(logits + (b * S + s) * E, E, row);
+      route_token(row.data(), bias, E, p, t);
+      for (int64_t j = 0; j < k; ++j) {
+        idx[s * k + j] = t.idx[j];
+        count[t.idx[j]] += 1;
+        weights[(b * S + s) * k + j] = st<X>(t.w[j]);
+      }
+      for (int64_t e = 0; e < E; ++e) prob[e] += static_cast<double>(t.p[e]);
+    }
+    int64_t at = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      next[e] = at;
+      at += static_cast<int64_t>(count[e]);
+      group_sizes[b * E + e] = static_cast<I>(count[e]);
+      load[e] += static_cast<T>(count[e]);
+      loss += count[e] * prob[e];
+    }
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t j = next[idx[i]]++;
+      order[b * N + j] = static_cast<I>(i);
+      rank[b * N + i] = static_cast<I>(j);
+    }
+  }
+  *lb = static_cast<T>(p.lb_scale * loss);
+}
+
+// dlogits (B,S,E) (or dbias (E)) from dweights (B,S,k): op.h kMoeTopKGrad.
+template <class T, class X>
+void top_k_grad(const X* logits, const X* dweights, const T* bias, int64_t B, int64_t S,
+                int64_t E, const RouteParams& p, X* dlogits, T* dbias) {
+  const bool wrt_bias = dbias != nullptr;
+  if (wrt_bias) std::fill(dbias, dbias + E, T(0));
+  const int64_t k = p.k;
+  Token<T> t;
+  std::vector<T> row, ds(E), dw(k), dt(k);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<T> count(E, T(0));
+    for (int64_t s = 0; s < S; ++s) {
+      ld_row(logits + (b * S + s) * E, E, row);
+      route_token(row.data(), bias, E, p, t);
+      for (int64_t j = 0; j < k; ++j) count[t.idx[j]] += T(1);
+    }
+    for (int64_t s = 0; s < S; ++s) {
+      ld_row(logits + (b * S + s) * E, E, row);
+      route_token(row.data(), bias, E, p, t);
+      for (int64_t j = 0; j < k; ++j) dw[j] = ld<T>(dweights[(b * S + s) * k + j]);
+      token_grad(t, dw, count, E, p, ds, dt, wrt_bias ? nullptr : dlogits + (b * S + s) * E,
+                 dbias);
+    }
+  }
+}
+
+// An index read from I as a row in [0, n), or -1 outside it.
+template <class I>
+int64_t row_index(I v, int64_t n) {
+  const double d = static_cast<double>(v);
+  return d >= 0 && d < static_cast<double>(n) ? static_cast<int64_t>(d) : -1;
+}
+
+// op.h kMoePermute. Forward: x (B,S,M) -> out (B,N,M); inverse: x (B,N,M) -> out (B,S,M).
+// weights (B,S,k) or null. Each output row computed in T, stored once.
+template <class T, class X, class I>
+void permute(const X* x, const I* order, const I* rank, const X* weights, int64_t B, int64_t S,
+             int64_t k, int64_t M, bool inverse, X* out) {
+  const int64_t N = S * k;
+  T acc[kRowChunk];
+  for (int64_t b = 0; b < B; ++b) {
+    if (!inverse) {
+      for (int64_t j = 0; j < N; ++j) {
+        X* o = out + (b * N + j) * M;
+        const int64_t i = row_index(order[b * N + j], N);
+        if (i < 0) {
+          std::fill(o, o + M, st<X>(T(0)));
+          continue;
+        }
+        const T w = weights ? ld<T>(weights[b * N + i]) : T(1);
+        const X* xs = x + (b * S + i / k) * M;
+        for (int64_t m = 0; m < M; ++m) o[m] = weights ? st<X>(w * ld<T>(xs[m])) : xs[m];
+      }
+      continue;
+    }
+    for (int64_t s = 0; s < S; ++s) {
+      X* o = out + (b * S + s) * M;
+      for (int64_t m0 = 0; m0 < M; m0 += kRowChunk) {
+        const int64_t n = std::min(kRowChunk, M - m0);
+        std::fill(acc, acc + n, T(0));
+        for (int64_t r = 0; r < k; ++r) {
+          const int64_t j = row_index(rank[b * N + s * k + r], N);
+          if (j < 0) continue;
+          const T w = weights ? ld<T>(weights[b * N + s * k + r]) : T(1);
+          const X* ys = x + (b * N + j) * M + m0;
+          for (int64_t m = 0; m < n; ++m) acc[m] += w * ld<T>(ys[m]);
+        }
+        for (int64_t m = 0; m < n; ++m) o[m0 + m] = st<X>(acc[m]);
+      }
+    }
+  }
+}
+
+// out (B,S,k)[b,s,r] = <a[b,s], y[b, rank[b,s*k+r]]>: op.h kMoePermuteWeightsGrad.
+template <class T, class X, class I>
+void permute_weights_grad(const X* a, const X* y, const I* rank, int64_t B, int64_t S, int64_t k,
+                          int64_t M, X* out) {
+  const int64_t N = S * k;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t j = row_index(rank[b * N + i], N);
+      T acc = 0;
+      if (j >= 0) {
+        const X* as = a + (b * S + i / k) * M;
+        const X* ys = y + (b * N + j) * M;
+        for (int64_t m = 0; m < M; ++m) acc += ld<T>(as[m]) * ld<T>(ys[m]);
+      }
+      out[b * N + i] = st<X>(acc);
+    }
+}
+
+// Row b's groups: group e is rows [start[e], end[e]) (op.h kRaggedDot: cut at N, negative 0).
+template <class I>
+void group_bounds(const I* group_sizes, int64_t E, int64_t N, std::vector<int64_t>& start,
+                  std::vector<int64_t>& end) {
+  start.resize(E);
+  end.resize(E);
+  int64_t at = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const double g = static_cast<double>(group_sizes[e]);
+    const int64_t size = g > 0 ? static_cast<int64_t>(std::min<double>(g, static_cast<double>(N)))
+                               : 0;
+    start[e] = at;
+    at = std::min(N, at + size);
+    end[e] = at;
+  }
+}
+
+// out (B,N,P) = per row b and group e: lhs rows . rhs[e] (K,P) (trans_b: rhs[e] (P,K)^T);
+// rows in no group zero: op.h kRaggedDot (the reference; the executor runs sgemm per group).
+template <class T, class I>
+void ragged_dot(const T* lhs, const T* rhs, const I* group_sizes, int64_t B, int64_t N,
+                int64_t K, int64_t P, int64_t E, bool trans_b, T* out) {
+  std::fill(out, out + B * N * P, T(0));
+  std::vector<int64_t> start, end;
+  for (int64_t b = 0; b < B; ++b) {
+    group_bounds(group_sizes + b * E, E, N, start, end);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t n = start[e]; n < end[e]; ++n)
+        for (int64_t c = 0; c < P; ++c) {
+          T acc = 0;
+          for (int64_t q = 0; q < K; ++q)
+            acc += lhs[(b * N + n) * K + q] *
+                   (trans_b ? rhs[(e * P + c) * K + q] : rhs[(e * K + q) * P + c]);
+          out[(b * N + n) * P + c] = acc;
+        }
+  }
+}
+
+// drhs (E,K,P) = sum_b per group lhs_e^T dout_e: op.h kRaggedDotGrad (the reference).
+template <class T, class I>
+void ragged_dot_grad(const T* lhs, const T* dout, const I* group_sizes, int64_t B, int64_t N,
+                     int64_t K, int64_t P, int64_t E, T* drhs) {
+  std::fill(drhs, drhs + E * K * P, T(0));
+  std::vector<int64_t> start, end;
+  for (int64_t b = 0; b < B; ++b) {
+    group_bounds(group_sizes + b * E, E, N, start, end);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t n = start[e]; n < end[e]; ++n)
+        for (int64_t q = 0; q < K; ++q) {
+          const T l = lhs[(b * N + n) * K + q];
+          for (int64_t c = 0; c < P; ++c) drhs[(e * K + q) * P + c] += l * dout[(b * N + n) * P + c];
+        }
+  }
 }
 
 }  // namespace eng::moe

@@ -55,11 +55,15 @@ Result<ExpertLoad> expert_load(Trainer& t, std::string_view fn) {
     ll.dropped.resize(E);
     (kind == "tokens" ? ll.tokens : ll.dropped)[e] = v;
   }
-  const int64_t C = moe_capacity(m.moe, t.config().max_target_length);
+  // The dropless dispatch (sparse_matmul) has no capacity: 0, and nothing is dropped.
+  const int64_t C = m.moe.sparse_matmul ? 0 : moe_capacity(m.moe, t.config().max_target_length);
+  const std::string limit = m.moe.sparse_matmul
+                                ? std::string("none dropped (dropless: sparse_matmul)")
+                                : fmt::format("dropped over the capacity of {} per sequence", C);
   std::string text = fmt::format(
-      "expert load at step {}: tokens routed to each expert (top-{} of {}), dropped over the "
-      "capacity of {} per sequence; learning/moe_lb_loss {:.6g}\n{:<6}",
-      sm.step, m.moe.num_experts_per_tok, E, C, lb, "layer");
+      "expert load at step {}: tokens routed to each expert (top-{} of {}), {}; "
+      "learning/moe_lb_loss {:.6g}\n{:<6}",
+      sm.step, m.moe.num_experts_per_tok, E, limit, lb, "layer");
   for (int64_t e = 0; e < E; ++e) text += fmt::format(" {:>9}", fmt::format("expert_{}", e));
   text += fmt::format(" {:>9}  load\n", "dropped");
   for (const auto& [l, load] : layers) {

@@ -18,7 +18,7 @@ struct ExpertLoad {
     std::vector<double> tokens, dropped;  // per expert
   };
   int64_t step = 0;
-  int64_t capacity = 0;             // tokens per expert per sequence (moe_capacity)
+  int64_t capacity = 0;             // tokens per expert per sequence (moe_capacity; 0 dropless)
   std::map<int64_t, Layer> layers;  // by layer index
   std::string text;                 // the printed table
 };

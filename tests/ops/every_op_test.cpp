@@ -399,6 +399,107 @@ void add_moe_cases(std::map<OpKind, Case>& c) {
   }};
 }
 
+// The dropless dispatch: the permutation and the groups come from a routing of random logits
+// (kMoeTopK: order and rank inverse permutations, group sizes summing to the rows), so every
+// case feeds its op the indices the model does; the logits are not differentiated.
+struct Routed {
+  ValueId weights, order, rank, group_sizes;
+};
+Routed route_top_k(Builder& b, const Sizes& z) {
+  auto r = b.emit(K::kMoeTopK, {act(b, "logits", Shape{z.B, z.T, 4})}, route_attrs(false));
+  return {r[0], r[1], r[2], r[3]};
+}
+const Names kRowsMlp = {"activation_batch", "", "activation_mlp"};
+
+void add_dropless_cases(std::map<OpKind, Case>& c) {
+  // Top-2 of 4 without and with the router bias (deepseek's weights): the weights projected to
+  // (B, T) and both load-balance losses in the loss; order, rank, groups and load compared.
+  c[K::kMoeTopK] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                      auto xs = wrt_all(w, {act(b, "logits", Shape{z.B, z.T, 4}),
+                                            arg(b, "bias", Shape{4}, {""})});
+                      auto r0 = b.emit(K::kMoeTopK, {xs[0]}, route_attrs(false));
+                      auto r1 = b.emit(K::kMoeTopK, {xs[0], f32(b, xs[1])}, route_attrs(true));
+                      ValueId wt = arg(b, "w", Shape{2, 1});
+                      ValueId seg = ids(b, z, "segmentation");
+                      auto project = [&](ValueId v) {  // (B, T, k) -> (B, T)
+                        return b.reshape(b.matmul(v, wt, 2, 1), Shape{z.B, z.T});
+                      };
+                      ValueId l0 = b.masked_mean_loss(project(r0[0]), seg).first;
+                      ValueId l1 = b.masked_mean_loss(project(r1[0]), seg).first;
+                      ValueId loss = b.add(b.add(l0, r0[4]), b.add(l1, r1[4]));
+                      return {loss, r0[0], r0[1], r0[2], r0[3], r0[5], r1[0], r1[1], r1[3]};
+                    },
+                    true};
+  c[K::kMoeTopKGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    OpAttrs a = route_attrs(true);
+    a.inverse = true;
+    ValueId logits = act(b, "logits", Shape{z.B, z.T, 4});
+    ValueId dweights = act(b, "dweights", Shape{z.B, z.T, 2});
+    ValueId bias = f32(b, arg(b, "bias", Shape{4}, {""}));
+    ValueId dx = b.emit(K::kMoeTopKGrad, {logits, dweights}, a)[0];
+    ValueId dxb = b.emit(K::kMoeTopKGrad, {logits, dweights, bias}, a)[0];
+    a.raw = true;  // the bias's gradient (E), a sum over the rows
+    ValueId db = b.emit(K::kMoeTopKGrad, {logits, dweights, bias}, a)[0];
+    return {dx, dxb, db};
+  }};
+  // Permute plain and weighted, sorted rows y added, unpermuted with the weights: x, weights
+  // and y all reach the loss (B, T, E); the model dim on tensor.
+  c[K::kMoePermute] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        const Routed r = route_top_k(b, z);
+        auto xs = wrt_all(w, {arg(b, "x", Shape{z.B, z.T, z.E}, kBTE),
+                              act(b, "weights", Shape{z.B, z.T, 2}),
+                              arg(b, "y", Shape{z.B, 2 * z.T, z.E}, kBTE)});
+        OpAttrs fwd, inv;
+        fwd.size = inv.size = 2;
+        inv.inverse = true;
+        ValueId p = b.emit(K::kMoePermute, {xs[0], r.order, r.rank}, fwd)[0];
+        ValueId pw = b.emit(K::kMoePermute, {xs[0], r.order, r.rank, xs[1]}, fwd)[0];
+        ValueId u = b.emit(K::kMoePermute, {b.add(b.add(p, pw), xs[2]), r.order, r.rank, xs[1]},
+                           inv)[0];
+        ValueId uu = b.emit(K::kMoePermute, {p, r.order, r.rank}, inv)[0];  // == x
+        return {u, p, uu};
+      },
+      true};
+  c[K::kMoePermuteWeightsGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    const Routed r = route_top_k(b, z);
+    OpAttrs a;
+    a.size = 2;
+    return b.emit(K::kMoePermuteWeightsGrad,
+                  {arg(b, "a", Shape{z.B, z.T, z.E}, kBTE), arg(b, "y", Shape{z.B, 2 * z.T, z.E}, kBTE),
+                   r.order, r.rank},
+                  a);
+  }};
+  // wi-like (K = E, gathered), then wo-like (K = F on tensor in both: a partial sum), plain and
+  // with the weight transposed; one (N, K) ragged_dot with random group sizes (forward only).
+  c[K::kRaggedDot] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        const Routed r = route_top_k(b, z);
+        auto xs = wrt_all(w, {arg(b, "lhs", Shape{z.B, 2 * z.T, z.E}, kBTE),
+                              arg(b, "w1", Shape{4, z.E, z.F}, {"", "embed", "mlp"}),
+                              arg(b, "w3t", Shape{4, z.F, z.E}, {"", "mlp", "embed"}),
+                              arg(b, "w2", Shape{4, z.F, z.E}, {"", "mlp", "embed"})});
+        OpAttrs t;
+        t.trans_b = true;
+        ValueId h = b.emit(K::kRaggedDot, {xs[0], xs[1], r.group_sizes})[0];
+        ValueId ht = b.emit(K::kRaggedDot, {xs[0], xs[2], r.group_sizes}, t)[0];
+        ValueId o = b.emit(K::kRaggedDot, {b.add(h, ht), xs[3], r.group_sizes})[0];
+        ValueId flat = b.emit(K::kRaggedDot, {arg(b, "lhs2", Shape{z.T, z.E}), xs[1],
+                                              arg(b, "sizes", Shape{4}, {""}, DType::kI32)})[0];
+        return {b.reshape(o, Shape{z.B, z.T, 2 * z.E}), h, flat};
+      },
+      true};
+  c[K::kRaggedDotGrad] = {[](Builder& b, const Sizes& z, V&) -> V {
+    const Routed r = route_top_k(b, z);
+    return {b.emit(K::kRaggedDotGrad, {arg(b, "lhs", Shape{z.B, 2 * z.T, z.E}, kBTE),
+                                       arg(b, "dout", Shape{z.B, 2 * z.T, z.F}, kRowsMlp),
+                                       r.group_sizes})[0],
+            b.emit(K::kRaggedDotGrad, {arg(b, "lhs2", Shape{z.T, z.E}),
+                                       arg(b, "dout2", Shape{z.T, z.F}, {"", "activation_mlp"}),
+                                       arg(b, "sizes", Shape{4}, {""}, DType::kI32)})[0]};
+  }};
+}
+
 std::map<OpKind, Case> forward_cases() {
   using K = OpKind;
   using V = std::vector<ValueId>;
@@ -517,6 +618,7 @@ std::map<OpKind, Case> forward_cases() {
   add_optimizer_cases(c);
   add_data_movement_cases(c);
   add_moe_cases(c);
+  add_dropless_cases(c);
   return c;
 }
 

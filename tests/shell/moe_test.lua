@@ -1,7 +1,8 @@
 -- tests/shell/moe_test.lua: mixture of experts through the shell: t:shardings shows the
 -- experts' weights split over `expert`, c.cost the all-to-all bytes over `expert`,
 -- t:experts() the last step's load (each layer routes B x T x k choices), the store the same
--- numbers per step; bad MoE settings are errors naming both values.
+-- numbers per step; bad MoE settings are errors naming both values; the dropless dispatch
+-- (sparse_matmul) trains and plans, and refuses expert parallelism.
 local mesh = sl.mesh{expert = 2, devices = 2}
 local cfg = sl.config{model = "mixtral-tiny", base_num_decoder_layers = 2, max_target_length = 32,
                       per_device_batch_size = 2, steps = 3, dtype = "float32",
@@ -35,9 +36,38 @@ local ok, err = pcall(sl.trainer, sl.config{model = "mixtral-tiny", num_experts_
                       sl.mesh{devices = 1}, {store = false})
 assert(not ok and err:find("num_experts_per_tok 5", 1, true) and err:find("num_experts 4", 1, true),
        err)
-ok, err = pcall(sl.trainer, sl.config{model = "mixtral-8x7b", per_device_batch_size = 1},
-                sl.mesh{fsdp = 8, devices = 8}, {shape_only = true, store = false})
-assert(not ok and err:find("dropless sparse not implemented yet", 1, true), err)
+-- MaxText's default dispatch, dropless (sparse_matmul): mixtral-8x7b plans shape-only on fsdp;
+-- with expert parallelism it is an error naming the combination (the ragged all-to-all is not
+-- built).
+local big = sl.trainer(sl.config{model = "mixtral-8x7b", per_device_batch_size = 1,
+                                 max_target_length = 256, sparse_matmul = true},
+                       sl.mesh{fsdp = 8, devices = 8}, {shape_only = true, store = false})
+assert(big:compile():text():find("ragged_dot", 1, true), "no ragged_dot in mixtral-8x7b's plan")
+ok, err = pcall(sl.trainer, sl.config{model = "mixtral-tiny", sparse_matmul = true,
+                                      ici_expert_parallelism = 2},
+                sl.mesh{expert = 2, devices = 2}, {store = false})
+assert(not ok and err:find("sparse_matmul=true (the dropless dispatch) with ici_expert_parallelism 2 "
+                           .. "is not built yet", 1, true), err)
+
+-- mixtral-tiny dropless on fsdp=2 trains: the grouped matmul in the program, nothing dropped.
+local d = sl.trainer(sl.config{model = "mixtral-tiny", sparse_matmul = true,
+                               base_num_decoder_layers = 2, max_target_length = 32,
+                               per_device_batch_size = 2, dtype = "float32",
+                               learning_rate = 3e-3, warmup_steps_fraction = 0.1},
+                     sl.mesh{fsdp = 2, devices = 2}, {store = false})
+assert(d:compile():text():find("ragged_dot", 1, true), "no ragged_dot in the dropless program")
+local first = d:step().loss
+for _ = 1, 8 do d:step() end
+local last = d:step().loss
+assert(last < first, string.format("dropless mixtral-tiny: loss %g -> %g", first, last))
+local de = d:experts()
+assert(de.capacity == 0 and tostring(de):find("none dropped", 1, true), tostring(de))
+for l = 1, 2 do
+  local sum, dropped = 0, 0
+  for _, v in ipairs(de.layers[l].tokens) do sum = sum + v end
+  for _, v in ipairs(de.layers[l].dropped) do dropped = dropped + v end
+  assert(sum == 4 * 32 * 2 and dropped == 0, sum .. " " .. dropped)
+end
 ok, err = pcall(function() return sl.trainer(sl.config{model = "llama-tiny"}, sl.mesh{devices = 1},
                                              {store = false}):experts() end)
 assert(not ok and err:find("has no experts", 1, true), err)

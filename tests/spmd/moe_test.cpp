@@ -142,13 +142,12 @@ TEST(MoeErrors, NameBothNumbers) {
   EXPECT_NE(s.message().find("capacity_factor=0"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("num_experts=4"), std::string::npos) << s.message();
 
-  // MaxText's default dispatch is not built: a clear error, never another mode.
-  s = resolve_with({{"sparse_matmul", true}});
+  // MaxText's default dispatch (dropless) resolves without a capacity; with expert parallelism
+  // it is an error (tests/spmd/moe_dropless_test.cpp).
+  EXPECT_TRUE(resolve_with({{"sparse_matmul", true}, {"capacity_factor", -1.0}}).ok());
+  s = resolve_with({{"sparse_matmul", true}, {"ici_expert_parallelism", int64_t{2}}}, 2);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("dropless sparse not implemented yet: set sparse_matmul=false and "
-                             "capacity_factor>0"),
-            std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find("not built yet"), std::string::npos) << s.message();
 }
 
 // dcn_expert_parallelism on simulated devices (no named hardware, so no slices): MaxText's
