@@ -70,7 +70,7 @@ constexpr int64_t kMC = kPackedTaskRows;  // rows per pool task at most (whole k
 static_assert(kMC % kMR == 0);
 constexpr int64_t kNC = 512;             // columns per task at most (whole panels)
 static_assert(kNC % kNR == 0);
-constexpr int64_t kPrefetchK = 8;
+constexpr int64_t kPrefetchK = 32;
 constexpr int64_t kPackedB = int64_t{4} << 20;  // f32 elements of B packed per pass (16 MiB)
 
 // Per-thread scratch (thread_matmul_scratch), in floats: [A block: kMC x kKC | C tile: kMC x kNC |
