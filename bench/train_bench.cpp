@@ -10,6 +10,8 @@
 //   train_bench --model llama-tiny --steps 10 --warmup 3      (synthetic data, one device)
 //   train_bench --model llama-small --dtype bfloat16          (MaxText's mixed precision)
 //   train_bench --peak-only                                   (just the two matmul peaks)
+//   train_bench --dtype bfloat16 --profile 20   (then one more step timed per instruction:
+//                                                the 20 costliest op kinds and instructions)
 //
 // Model FLOPs for MFU use the PyTorch reference's formula, so the numbers compare with
 // the PyTorch reference like for like: flops/token = 6 * N_matmul + 12 * L * T * d_model

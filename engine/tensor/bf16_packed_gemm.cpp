@@ -3,17 +3,23 @@
 // micro-kernel (AVX2+FMA: 6 x 16, AVX-512F: 6 x 32), f32 sums, C rounded once at the end.
 //
 // GotoBLAS-style, as bf16_gemm.cpp: op(B) is packed (in parallel, all of K, up to kPackedB
-// floats per pass of columns) into panels of kNR columns, widened to f32 on the way; then tiles
-// of kMC rows x kNC columns go to the pool. A tile walks K in blocks of kKC: it packs its rows of
-// op(A) for the block (widened, kMR-row groups), and every (panel, row group) pair runs the
-// micro-kernel over the block, adding into the tile's f32 sums (kept in the thread's scratch).
-// After the last block the sums go to C (f32, or rounded to bf16; added to C's old values when
-// accumulating). The operands stay bf16 in memory; only a tile's block of A (kMC x kKC) and the
-// pass's panels of B exist as f32, in per-thread scratch.
+// floats per pass of columns) into panels of kNR columns, widened to f32 on the way, stored
+// k-block by k-block (a tile's panels for one block are contiguous); then the pass is cut into
+// tiles of at most kMC rows x kNC columns, sized per shape (grid(): few large tiles, a count
+// that is a multiple of the threads when there are few), which go to the pool. A tile walks K
+// in blocks of kKC: it packs its rows of op(A) for the block (widened, kMR-row groups), and
+// every (panel, row group) pair runs the micro-kernel over the block, adding into the tile's
+// f32 sums (kept in the thread's scratch). After the last block the sums go to C (f32, or
+// rounded to bf16; added to C's old values when accumulating). The operands stay bf16 in
+// memory; only a tile's block of A (kMC x kKC) and the pass's panels of B exist as f32, in
+// per-thread scratch. Software prefetch covers what the hardware prefetcher misses: B's
+// panels 32 k-steps ahead in the micro-kernel (the first row group reads them from L3), and
+// transposed A's rows (lda apart) 8 rows ahead while packing.
 //
-// Every element of C is the same f32 sum in the same order (k blocks in order, k within a block
-// in order) for any thread count: the tiles depend only on the shape. The sums differ from the
-// convert+sgemm fallback's only in order (docs/precision.md).
+// Every element of C is the same f32 sum in the same order (k = 0, 1, ..., K - 1, one FMA
+// chain: the sums are stored and reloaded exactly between k blocks) for any thread count and
+// any tiling. The sums differ from the convert+sgemm fallback's only in order
+// (docs/precision.md).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
