@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "engine/base/check.h"
 #include "engine/base/thread_pool.h"
@@ -161,6 +162,45 @@ void pack_a_block(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64
   for (int64_t g = 0; g < round_up(mm, kMR); g += kMR) {
     float* out = dst + g * kc;
     const int64_t rows = std::min(kMR, mm - g);
+#if !defined(__AVX512F__)
+    if (rows == kMR) {  // AVX2: 8 k of the 6 rows at a time, transposed in registers
+      const uint16_t* row0 = A + (m0 + g) * s.lda + k0;
+      int64_t k = 0;
+      for (; k + 8 <= kc; k += 8) {
+        __m256 v[8];
+        for (int r = 0; r < 6; ++r) {
+          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row0 + r * s.lda + k));
+          v[r] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        }
+        v[6] = v[7] = _mm256_setzero_ps();
+        // 8 x 8 transpose: t[i] = (v[0][i], ..., v[7][i]).
+        __m256 u[8], w[8];
+        for (int i = 0; i < 4; ++i) {
+          u[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+          u[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+        }
+        for (int i = 0; i < 2; ++i) {
+          w[4 * i + 0] = _mm256_shuffle_ps(u[4 * i], u[4 * i + 2], 0x44);
+          w[4 * i + 1] = _mm256_shuffle_ps(u[4 * i], u[4 * i + 2], 0xEE);
+          w[4 * i + 2] = _mm256_shuffle_ps(u[4 * i + 1], u[4 * i + 3], 0x44);
+          w[4 * i + 3] = _mm256_shuffle_ps(u[4 * i + 1], u[4 * i + 3], 0xEE);
+        }
+        // w[0..3]: rows 0-3 of k = (0,4), (1,5), (2,6), (3,7) in its halves; w[4..7]: rows 4-7.
+        for (int i = 0; i < 4; ++i) {
+          const __m256 lo = _mm256_permute2f128_ps(w[i], w[4 + i], 0x20);  // k = i
+          const __m256 hi = _mm256_permute2f128_ps(w[i], w[4 + i], 0x31);  // k = i + 4
+          for (const auto& [t, kk] : {std::pair{lo, i}, std::pair{hi, i + 4}}) {
+            float* o = out + (k + kk) * kMR;  // 6 floats: rows 0-3, then 4-5
+            _mm_storeu_ps(o, _mm256_castps256_ps128(t));
+            _mm_storel_pi(reinterpret_cast<__m64*>(o + 4), _mm256_extractf128_ps(t, 1));
+          }
+        }
+      }
+      for (; k < kc; ++k)
+        for (int64_t r = 0; r < kMR; ++r) out[k * kMR + r] = bf16_to_f32(row0[r * s.lda + k]);
+      continue;
+    }
+#endif
     for (int64_t r = 0; r < kMR; ++r) {
       if (r >= rows) {
         for (int64_t k = 0; k < kc; ++k) out[k * kMR + r] = 0.f;
