@@ -291,28 +291,24 @@ void tile(const Bf16MatmulShape& s, const uint16_t* A, float* packed_b, int64_t 
   store_tile(s, ct, C, m0, mm, n0, nn, ldc);
 }
 
-// How a pass of `cols` columns is cut into tasks: rt row tiles x ct column tiles of near-equal
-// size (rows in whole kMR groups up to kMC, columns in whole panels up to kNC). Few large
-// tiles pack each block of A fewer times (once per column tile) and reuse each panel of B over
-// more rows; with few tasks their count is made a multiple of the threads so none waits on a
-// last, lone tile. The tiling does not change any sum (each element of C is one chain over k).
+// How a pass of `cols` columns is cut into tasks: rt row tiles x ct column tiles, the kMR-row
+// groups and kNR-column panels dealt out evenly (tiles differ by at most one group or panel;
+// at most kMC rows and kNC columns each). Few large tiles pack each block of A fewer times
+// (once per column tile) and reuse each panel of B over more rows; with few tasks their count
+// is made a multiple of the threads so none waits on a last, lone tile. The tiling does not
+// change any sum (each element of C is one chain over k).
 struct Grid {
-  int64_t rt, ct, mc, nc;  // counts, and the rows / columns of every tile but the last
+  int64_t rt, ct, groups, panels;
+  int64_t row(int64_t i) const { return i * groups / rt * kMR; }    // first row of row tile i
+  int64_t col(int64_t j) const { return j * panels / ct * kNR; }    // first column of column tile j
 };
 Grid grid(int64_t M, int64_t cols, int64_t threads) {
-  Grid g;
-  g.rt = (M + kMC - 1) / kMC;
-  g.ct = (cols + kNC - 1) / kNC;
-  const int64_t panels = (cols + kNR - 1) / kNR, groups = (M + kMR - 1) / kMR;
+  Grid g{(M + kMC - 1) / kMC, (cols + kNC - 1) / kNC, (M + kMR - 1) / kMR, (cols + kNR - 1) / kNR};
   while (threads > 1 && g.rt * g.ct < 8 * threads && (g.rt * g.ct) % threads != 0) {
-    if (g.ct < panels) ++g.ct;
-    else if (g.rt < groups) ++g.rt;
+    if (g.ct < g.panels) ++g.ct;
+    else if (g.rt < g.groups) ++g.rt;
     else break;
   }
-  g.mc = (groups + g.rt - 1) / g.rt * kMR;
-  g.nc = (panels + g.ct - 1) / g.ct * kNR;
-  g.rt = (M + g.mc - 1) / g.mc;  // rounding up may leave a tile empty
-  g.ct = (cols + g.nc - 1) / g.nc;
   return g;
 }
 
@@ -339,8 +335,9 @@ void packed_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B,
     const Grid g = grid(s.M, p1 - p0, threads);
     auto pack = [&](int64_t j) { pack_b_panel(s, B, p0 / kNR + j, pb, np, j); };
     auto work = [&](int64_t t) {
-      const int64_t n0 = p0 + (t / g.rt) * g.nc, n1 = std::min(p1, n0 + g.nc);
-      const int64_t m0 = (t % g.rt) * g.mc, m1 = std::min(s.M, m0 + g.mc);
+      const int64_t i = t % g.rt, j = t / g.rt;
+      const int64_t n0 = p0 + g.col(j), n1 = std::min(p1, p0 + g.col(j + 1));
+      const int64_t m0 = g.row(i), m1 = std::min(s.M, g.row(i + 1));
       tile(s, A, pb, np, (n0 - p0) / kNR, C, m0, m1, n0, n1);
     };
     if (inline_only) {
