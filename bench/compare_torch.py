@@ -29,6 +29,9 @@ row, with train_bench's message; the other rows still run.
 
 usage: bench/compare_torch.py [--build build] [--reps 3] [--presets tiny,small]
        [--dtypes f32,bf16] [--torch-alloc best|glibc|tunables|tcmalloc]
+       [--skip-torch]          (shardlab only: its fp32 and bf16 rows and their ratio; e.g. on
+                                a CPU without AVX-512, where PyTorch 1.13's bf16 autocast falls
+                                to reference kernels and one llama-tiny run takes > 15 minutes)
        [--torch-script PATH]   (default: shared/bench/torch_llama.py in the repo's parent or
                                 its parent, i.e. beside the checkout or beside its worktree dir)
 """
@@ -108,6 +111,7 @@ def main():
     ap.add_argument("--torch-script",
                     default=next((c for c in candidates if os.path.exists(c)), candidates[0]))
     ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--skip-torch", action="store_true")
     a = ap.parse_args()
     bench = os.path.join(a.build, "bench", "train_bench")
     # As a user runs it: the caller's environment; only the thread count matches torch's.
@@ -146,9 +150,10 @@ def main():
                               "--dtype", "bfloat16" if dt == "bf16" else "float32",
                               "--peak-gflops", str(peak), "--bf16-peak-gflops", str(bf16_peak)],
                              ours_env)
-                t = run_json([a.python, a.torch_script, "--preset", preset, "--arch", "llama",
-                              "--steps", n, "--warmup", w, "--threads", "2", "--json"] +
-                             (["--autocast-bf16"] if dt == "bf16" else []), torch_env)
+                t = {"error": "skipped (--skip-torch)"} if a.skip_torch else run_json(
+                    [a.python, a.torch_script, "--preset", preset, "--arch", "llama",
+                     "--steps", n, "--warmup", w, "--threads", "2", "--json"] +
+                    (["--autocast-bf16"] if dt == "bf16" else []), torch_env)
                 for who, res in (("shardlab", o), ("torch", t)):
                     if "error" in res:
                         errors[(who, dt)] = res["error"]

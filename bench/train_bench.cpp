@@ -10,6 +10,8 @@
 //   train_bench --model llama-tiny --steps 10 --warmup 3      (synthetic data, one device)
 //   train_bench --model llama-small --dtype bfloat16          (MaxText's mixed precision)
 //   train_bench --peak-only                                   (just the two matmul peaks)
+//   train_bench --dtype bfloat16 --profile 20   (then one more step timed per instruction:
+//                                                the 20 costliest op kinds and instructions)
 //
 // Model FLOPs for MFU use the PyTorch reference's formula, so the numbers compare with
 // the PyTorch reference like for like: flops/token = 6 * N_matmul + 12 * L * T * d_model
@@ -21,6 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,8 @@
 
 #include "engine/base/clock.h"
 #include "engine/base/thread_pool.h"
+#include "engine/compile/executable.h"
+#include "engine/runtime/runtime.h"
 #include "engine/tensor/blas.h"
 #include "engine/tensor/cpu_info.h"
 #include "engine/tensor/system_info.h"
@@ -109,12 +115,57 @@ double measure_bf16_peak(bool verbose) {
   return best;
 }
 
+// --profile N: one more step with Runtime::set_timing on, then the time per op kind (and dtype
+// of its first output), the N largest first, and the N slowest instructions with their shapes.
+void print_profile(eng::Trainer& t, int n) {
+  std::shared_ptr<const eng::Executable> exe = t.current_executable();
+  eng::Runtime* rt = t.runtime();
+  if (!exe || !rt || !rt->set_timing(*exe, true).ok() || !t.step_and_wait().ok()) {
+    fmt::print("profile: could not time a step\n");
+    return;
+  }
+  std::span<const double> sec = rt->instr_seconds(*exe);
+  const eng::Program& p = exe->program();
+  const auto& ins = p.instrs();
+  auto label = [&](const eng::Instr& in) {
+    std::string l(eng::op_name(in.kind));
+    if (!in.outputs.empty()) l += fmt::format(" {}", eng::dtype_name(p.value(in.outputs[0]).dtype));
+    return l;
+  };
+  std::map<std::string, std::pair<double, int>> by_kind;
+  double total = 0;
+  for (size_t i = 0; i < ins.size() && i < sec.size(); ++i) {
+    auto& e = by_kind[label(ins[i])];
+    e.first += sec[i];
+    e.second += 1;
+    total += sec[i];
+  }
+  std::vector<std::pair<double, std::string>> kinds;
+  for (auto& [k, v] : by_kind) kinds.push_back({v.first, fmt::format("{} (x{})", k, v.second)});
+  std::sort(kinds.rbegin(), kinds.rend());
+  fmt::print("profile: {:.1f} ms in {} instructions\n", total * 1e3, ins.size());
+  for (int i = 0; i < n && i < static_cast<int>(kinds.size()); ++i)
+    fmt::print("  {:8.2f} ms {:5.1f}%  {}\n", kinds[i].first * 1e3, 100 * kinds[i].first / total, kinds[i].second);
+  std::vector<std::pair<double, size_t>> slow;
+  for (size_t i = 0; i < ins.size() && i < sec.size(); ++i) slow.push_back({sec[i], i});
+  std::sort(slow.rbegin(), slow.rend());
+  fmt::print("slowest instructions:\n");
+  for (int i = 0; i < n && i < static_cast<int>(slow.size()); ++i) {
+    const eng::Instr& in = ins[slow[i].second];
+    std::string shapes;
+    for (eng::ValueId v : in.inputs)
+      shapes += fmt::format(" {}{}", eng::dtype_name(p.value(v).dtype), p.value(v).shape.to_string());
+    fmt::print("  {:8.2f} ms  {} <-{}\n", slow[i].first * 1e3, label(in), shapes);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model = "llama-tiny";
   int steps = 10, warmup = 3;
   bool peak_only = false;
+  int profile = 0;  // --profile N: after the timed steps, time every instruction of one step
   std::string remat = "none";  // like the PyTorch reference: keep every activation
   std::string dtype = "float32";
   double peak = 0, bf16_peak = 0;
@@ -135,8 +186,9 @@ int main(int argc, char** argv) {
     else if (a == "--peak-gflops") peak = std::atof(next());
     else if (a == "--bf16-peak-gflops") bf16_peak = std::atof(next());
     else if (a == "--dtype") dtype = next();
+    else if (a == "--profile") profile = std::atoi(next());
     else {
-      fmt::print(stderr, "usage: train_bench [--model NAME] [--steps N] [--warmup N] [--remat POLICY] [--dtype float32|bfloat16] [--peak-only] [--peak-gflops G] [--bf16-peak-gflops G]\n");
+      fmt::print(stderr, "usage: train_bench [--model NAME] [--steps N] [--warmup N] [--remat POLICY] [--dtype float32|bfloat16] [--peak-only] [--profile N] [--peak-gflops G] [--bf16-peak-gflops G]\n");
       return 2;
     }
   }
@@ -211,6 +263,7 @@ int main(int argc, char** argv) {
                sm->loss, sm->step_time_s * 1e3, tokens / sm->step_time_s);
     if (i >= warmup) times.push_back(sm->step_time_s);
   }
+  if (profile > 0) print_profile(*t, profile);
   const double med = median(times);
   const double tps = tokens / med;
   const double gflops = flops_per_token * tps / 1e9;

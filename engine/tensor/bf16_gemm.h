@@ -38,8 +38,10 @@ void pack_b_all(const Bf16MatmulShape& s, const uint16_t* B, uint16_t* dst);
 void native_gemm_packed_b(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b,
                           int64_t packed_k, void* C);
 
-// packed_gemm's shape of work: pool tasks of kPackedTaskRows rows (by 256 columns of C).
-inline constexpr int64_t kPackedTaskRows = 48;
+// packed_gemm's shape of work: pool tasks of at most kPackedTaskRows rows (by at most 512
+// columns of C); packed_gemm_tasks(s): how many it hands the pool for s (Bf16MatmulPlan::parts).
+inline constexpr int64_t kPackedTaskRows = 96;
+int64_t packed_gemm_tasks(const Bf16MatmulShape& s);
 // True when the build has AVX2+FMA or AVX-512F (the CPU then has them too: -march).
 bool packed_bf16_gemm_available();
 const char* packed_bf16_gemm_isa();  // "avx512f", "avx2" or "none"

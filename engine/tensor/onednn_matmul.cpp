@@ -276,7 +276,7 @@ int64_t Bf16MatmulPlan::parts() const {
     return (shape_.M + detail::kNativeTaskRows - 1) / detail::kNativeTaskRows;
   if (backend_ == MatmulBackend::kOnednn) return impl_->split.parts;
   if (backend_ == MatmulBackend::kPacked)
-    return (shape_.M + detail::kPackedTaskRows - 1) / detail::kPackedTaskRows * ((shape_.N + 255) / 256);
+    return detail::packed_gemm_tasks(shape_);
   const ConvBlocks b = conv_blocks(shape_);
   return b.row_blocks * b.col_blocks;
 }
