@@ -15,6 +15,7 @@
 #include "engine/ir/interpret.h"
 #include "engine/model/moe.h"
 #include "engine/train/config.h"
+#include "engine/train/trainer.h"
 #include "tests/common/tiny_config.h"
 #include "tests/runtime/runtime_harness.h"
 #include "tests/spmd/spmd_run.h"
@@ -225,6 +226,24 @@ TEST(MoeDropless, ExpertParallelismIsAClearError) {
                              "ici_expert_parallelism 2 is not built yet"),
             std::string::npos)
       << s.message();
+}
+
+// The same refusal when only the mesh says so: sl.mesh{expert=2, devices=2} with no
+// ici_expert_parallelism key (the config check alone let it through and trained without
+// expert parallelism). Shape-only and full trainers both refuse, naming the mesh's size.
+TEST(MoeDropless, ExpertAxisOfTheMeshIsAClearErrorWithoutTheKey) {
+  const Mesh mesh = *Mesh::create({"expert"}, {2});
+  for (bool shape_only : {true, false}) {
+    auto t = Trainer::create(moe_config(true), mesh, {.shape_only = shape_only});
+    ASSERT_FALSE(t.ok()) << "shape_only " << shape_only;
+    EXPECT_EQ(t.status().code(), Code::kUnimplemented) << t.status().message();
+    EXPECT_NE(t.status().message().find("sparse_matmul=true (the dropless dispatch) with the "
+                                        "mesh's 'expert' axis of size 2 is not built yet"),
+              std::string::npos)
+        << t.status().message();
+  }
+  // The dense dispatch on that mesh is still fine (shape-only: nothing allocated).
+  EXPECT_TRUE(Trainer::create(moe_config(false), mesh, {.shape_only = true}).ok());
 }
 
 }  // namespace
