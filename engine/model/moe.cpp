@@ -195,7 +195,12 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   // expert kernels cast to dtype, float32_gate_logits false; the routing's softmaxes in f32):
   // bf16 activations, gate logits, combine weights and expert GEMMs (f32 accumulation), each
   // weight cast to dtype where it is used; the router bias, the load-balance loss and the load
-  // in f32. No f32 copy of the dispatched tokens or the expert weights.
+  // in f32. The dense dispatch has bf16 kernels (engine/ir/program.cpp kBf16Kernels): no f32
+  // copy of the dispatched tokens or the expert weights. The dropless dispatch's ops
+  // (moe_top_k, moe_permute, ragged_dot and their VJPs) have none: in bf16 the executor runs
+  // them widened (executor.cpp run_widened), through f32 copies of the permuted tokens, the
+  // whole (E, K, P) expert weight and the output, in the per-device widening scratch, which is
+  // not in the compiler's temps (docs/sharding.md "Dropless dispatch", docs/precision.md).
   const DType dtype = b.info(h).dtype;
   auto w = [&](ValueId v) { return b.info(v).dtype == dtype ? v : b.convert(v, dtype); };
   auto f32 = [&](ValueId v) { return b.info(v).dtype == DType::kF32 ? v : b.convert(v, DType::kF32); };
