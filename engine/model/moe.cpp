@@ -56,7 +56,8 @@ Status validate_moe(const ModelConfig& m) {
     return invalid_argument("model {}: num_experts_per_tok {} must be between 1 and num_experts {}",
                             m.name, c.num_experts_per_tok, c.num_experts);
   // sparse_matmul: the dropless dispatch (MaxText's default; capacity_factor not read, as
-  // MaxText's sparse_matmul ignores it); expert parallelism is refused by resolve_config.
+  // MaxText's sparse_matmul ignores it); expert parallelism is refused by resolve_config (the
+  // keys) and Trainer::create (the mesh's `expert` axis: check_mesh_fits_model).
   if (!c.sparse_matmul && !(c.capacity_factor > 0))
     return invalid_argument(
         "model {}: sparse_matmul=false needs capacity_factor > 0 (the dense dispatch's slots per "
