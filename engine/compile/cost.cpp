@@ -199,10 +199,11 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
          [](const Program& p, const Instr& in) {
            return 2.0 * numel(p, in.outputs[0]) * p.value(in.inputs[0]).shape.dim(-1);
          }},
+        // lhs ([B,]N,K), dout ([B,]N,P) -> (E,K,P): each row is in one group, so 2·B·N·K·P
+        // (not E times that: the output's E is not a factor).
         {OpKind::kRaggedDotGrad,
          [](const Program& p, const Instr& in) {
-           const Shape& l = p.value(in.inputs[0]).shape;
-           return 2.0 * numel(p, in.outputs[0]) * l.prod(0, l.rank() - 1);
+           return 2.0 * numel(p, in.inputs[0]) * p.value(in.inputs[1]).shape.dim(-1);
          }},
     },
     Cost{unary_flops}, Cost{unary_grad_flops});

@@ -56,7 +56,8 @@ Status validate_moe(const ModelConfig& m) {
     return invalid_argument("model {}: num_experts_per_tok {} must be between 1 and num_experts {}",
                             m.name, c.num_experts_per_tok, c.num_experts);
   // sparse_matmul: the dropless dispatch (MaxText's default; capacity_factor not read, as
-  // MaxText's sparse_matmul ignores it); expert parallelism is refused by resolve_config.
+  // MaxText's sparse_matmul ignores it); expert parallelism is refused by resolve_config (the
+  // keys) and Trainer::create (the mesh's `expert` axis: check_mesh_fits_model).
   if (!c.sparse_matmul && !(c.capacity_factor > 0))
     return invalid_argument(
         "model {}: sparse_matmul=false needs capacity_factor > 0 (the dense dispatch's slots per "
@@ -195,7 +196,12 @@ ValueId trace_moe_block(Builder& b, const ModelConfig& m, const LlamaLayerParams
   // expert kernels cast to dtype, float32_gate_logits false; the routing's softmaxes in f32):
   // bf16 activations, gate logits, combine weights and expert GEMMs (f32 accumulation), each
   // weight cast to dtype where it is used; the router bias, the load-balance loss and the load
-  // in f32. No f32 copy of the dispatched tokens or the expert weights.
+  // in f32. The dense dispatch has bf16 kernels (engine/ir/program.cpp kBf16Kernels): no f32
+  // copy of the dispatched tokens or the expert weights. The dropless dispatch's ops
+  // (moe_top_k, moe_permute, ragged_dot and their VJPs) have none: in bf16 the executor runs
+  // them widened (executor.cpp run_widened), through f32 copies of the permuted tokens, the
+  // whole (E, K, P) expert weight and the output, in the per-device widening scratch, which is
+  // not in the compiler's temps (docs/sharding.md "Dropless dispatch", docs/precision.md).
   const DType dtype = b.info(h).dtype;
   auto w = [&](ValueId v) { return b.info(v).dtype == dtype ? v : b.convert(v, dtype); };
   auto f32 = [&](ValueId v) { return b.info(v).dtype == DType::kF32 ? v : b.convert(v, DType::kF32); };

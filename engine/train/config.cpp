@@ -129,7 +129,7 @@ const std::vector<ConfigKey> kKeys = {
     {"num_experts_per_tok", V{int64_t{1}}, "experts each token is routed to (top-k)"},
     {"base_moe_mlp_dim", V{int64_t{-1}}, "each expert's hidden width (-1: base_mlp_dim)"},
     {"capacity_factor", V{-1.0}, "expert capacity factor: > 0 with sparse_matmul=false is the dense dispatch with capacity (tokens over capacity are dropped); not read with sparse_matmul=true (dropless)"},
-    {"sparse_matmul", V{true}, "dropless sparse dispatch (MaxText's default): tokens sorted by expert, grouped matmul (ragged_dot), unsorted and weighted; nothing dropped; not yet with expert parallelism (ici/dcn_expert_parallelism > 1: use false with capacity_factor > 0)"},
+    {"sparse_matmul", V{true}, "dropless sparse dispatch (MaxText's default): tokens sorted by expert, grouped matmul (ragged_dot), unsorted and weighted; nothing dropped; not yet with expert parallelism (ici/dcn_expert_parallelism > 1 or a mesh with expert > 1: use false with capacity_factor > 0)"},
     {"megablox", V{true}, "the sparse dispatch's grouped matmul kernel (MaxText's megablox; here every setting runs the engine's ragged_dot: one GEMM per row group)"},
     {"load_balance_loss_weight", V{0.0}, "weight of the Switch load-balance loss added to the loss (learning/moe_lb_loss)"},
     {"decoder_block", V{std::string()}, "MaxText's decoder layer: '' (the preset's), llama2, mistral, qwen3_moe, gpt3, or deepseek (dense_layers then moe_layers with shared experts and routed_bias; its attention is attention_type's)"},

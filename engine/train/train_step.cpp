@@ -233,6 +233,19 @@ Status check_mesh_matches_config(const Config& config, const Mesh& mesh) {
   return ok_status();
 }
 
+Status check_mesh_fits_model(const ResolvedConfig& config, const Mesh& mesh) {
+  const int64_t ep = mesh.axis_size("expert");
+  if (config.model.moe.enabled() && config.model.moe.sparse_matmul && ep > 1)
+    return unimplemented(
+        "config: sparse_matmul=true (the dropless dispatch) with the mesh's 'expert' axis of size "
+        "{} is not built yet: its ragged all-to-all over `expert` (MaxText's ragged_all_to_all, "
+        "ragged_buffer_factor) is missing; use sparse_matmul=false with capacity_factor > 0 (the "
+        "dense dispatch) for expert parallelism, or a mesh without `expert` (nothing is "
+        "substituted)",
+        ep);
+  return ok_status();
+}
+
 TrainingTflops calculate_tflops_training_per_device(const ModelConfig& m, double B, int64_t seq,
                                                     int64_t grad_accum, bool halved) {
   const double S = static_cast<double>(seq), E = static_cast<double>(m.emb_dim);

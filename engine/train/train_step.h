@@ -73,6 +73,10 @@ Result<Mesh> mesh_from_config(const Config& config, int64_t num_devices);
 // ici_pipeline_parallelism always: it decides whether the decoder is traced as a pipeline)
 // must agree with the mesh's axis, or the key would be silently ignored. -1 matches any size.
 Status check_mesh_matches_config(const Config& config, const Mesh& mesh);
+// What the model needs of the mesh it runs on, read from the mesh's axes (not the ici_* keys,
+// which the user may leave unset): the dropless MoE dispatch (sparse_matmul) refuses an
+// `expert` axis of size > 1, whose ragged all-to-all is not built.
+Status check_mesh_fits_model(const ResolvedConfig& config, const Mesh& mesh);
 
 // MaxText's calculate_tflops_training_per_device for a dense llama (maxtext_utils.py):
 // returns {total, learnable, attention} TFLOPs per device per step.

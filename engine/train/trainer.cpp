@@ -84,6 +84,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const Config& config, const Mes
   t->options_ = options;
   ENG_ASSIGN_OR_RETURN(t->config_, resolve_config(config, mesh.num_devices()));
   ENG_RETURN_IF_ERROR(check_mesh_matches_config(config, mesh));
+  ENG_RETURN_IF_ERROR(check_mesh_fits_model(t->config_, mesh));
   if (options.traced && options.shape_only) {
     t->program_ = options.traced->program;
     t->layout_ = options.traced->layout;

@@ -73,6 +73,29 @@ TEST(Compile, CostAnalysisCountsMatmulAndAttention) {
   EXPECT_DOUBLE_EQ(instr_flops(pa, pa.instrs()[0]), 2.0 * 2 * 4 * 8 * 16 * 17);
 }
 
+// ragged_dot and its weight gradient: each of the B·N rows is in one of the E groups, so both
+// are 2·B·N·K·P (jax's ragged_dot), whatever E is; the gradient was once E times too high.
+TEST(Compile, CostOfRaggedDotAndItsGradCountsEveryRowOnce) {
+  const int64_t B = 2, N = 6, K = 4, P = 5, E = 3;
+  Builder b("ragged");
+  ValueId l = b.argument("lhs", Shape{B, N, K}, DType::kF32, {}, ArgRole::kBatch);
+  ValueId w = b.argument("w", Shape{E, K, P}, DType::kF32, {}, ArgRole::kParam);
+  ValueId g = b.argument("group_sizes", Shape{B, E}, DType::kI32, {}, ArgRole::kBatch);
+  ValueId dy = b.argument("dout", Shape{B, N, P}, DType::kF32, {}, ArgRole::kBatch);
+  ValueId y = b.emit(OpKind::kRaggedDot, {l, w, g})[0];
+  ValueId dw = b.emit(OpKind::kRaggedDotGrad, {l, dy, g})[0];
+  ValueId dwt = b.emit(OpKind::kRaggedDotGrad, {dy, l, g})[0];  // trans_b's (E,P,K)
+  b.output(y, "y");
+  b.output(dw, "dw");
+  b.output(dwt, "dwt");
+  Program p = std::move(b).finish();
+  ASSERT_EQ(p.instrs().size(), 3u);
+  const double rows = 2.0 * B * N * K * P;
+  EXPECT_DOUBLE_EQ(instr_flops(p, p.instrs()[0]), rows);
+  EXPECT_DOUBLE_EQ(instr_flops(p, p.instrs()[1]), rows);
+  EXPECT_DOUBLE_EQ(instr_flops(p, p.instrs()[2]), rows);
+}
+
 TEST(Compile, MemoryLineInMaxTextForm) {
   MemoryAnalysis m;
   m.argument_bytes = int64_t{3} << 30;

@@ -457,7 +457,8 @@ void add_dropless_cases(std::map<OpKind, Case>& c) {
         ValueId pw = b.emit(K::kMoePermute, {xs[0], r.order, r.rank, xs[1]}, fwd)[0];
         ValueId u = b.emit(K::kMoePermute, {b.add(b.add(p, pw), xs[2]), r.order, r.rank, xs[1]},
                            inv)[0];
-        ValueId uu = b.emit(K::kMoePermute, {p, r.order, r.rank}, inv)[0];  // == x
+        // Unweighted unpermute of the plain permute: each token's k copies summed, k x = 2x.
+        ValueId uu = b.emit(K::kMoePermute, {p, r.order, r.rank}, inv)[0];
         return {u, p, uu};
       },
       true};

@@ -48,6 +48,12 @@ ok, err = pcall(sl.trainer, sl.config{model = "mixtral-tiny", sparse_matmul = tr
                 sl.mesh{expert = 2, devices = 2}, {store = false})
 assert(not ok and err:find("sparse_matmul=true (the dropless dispatch) with ici_expert_parallelism 2 "
                            .. "is not built yet", 1, true), err)
+-- The mesh alone (no ici_expert_parallelism key) is refused the same way, not run without
+-- expert parallelism.
+ok, err = pcall(sl.trainer, sl.config{model = "mixtral-tiny", sparse_matmul = true},
+                sl.mesh{expert = 2, devices = 2}, {store = false})
+assert(not ok and err:find("sparse_matmul=true (the dropless dispatch) with the mesh's 'expert' "
+                           .. "axis of size 2 is not built yet", 1, true), err)
 
 -- mixtral-tiny dropless on fsdp=2 trains: the grouped matmul in the program, nothing dropped.
 local d = sl.trainer(sl.config{model = "mixtral-tiny", sparse_matmul = true,

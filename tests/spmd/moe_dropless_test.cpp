@@ -2,7 +2,8 @@
 // engine/model/moe.cpp's trace_dropless): the block equals a double-precision loop over tokens
 // and experts; training equals the dense dispatch whose capacity drops nothing (same routing);
 // sharded without expert parallelism (data, fsdp, tensor, fsdp x tensor; auto and explicit)
-// equals one device in float32 over 4 steps; with expert parallelism it is a clear error.
+// equals one device in float32 over 4 steps; with expert parallelism (the keys, or the mesh's
+// `expert` axis alone) it is a clear error; in bf16 the grouped matmuls run widened.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include "engine/ir/interpret.h"
 #include "engine/model/moe.h"
 #include "engine/train/config.h"
+#include "engine/runtime/executor.h"
+#include "engine/train/trainer.h"
 #include "tests/common/tiny_config.h"
 #include "tests/runtime/runtime_harness.h"
 #include "tests/spmd/spmd_run.h"
@@ -225,6 +228,58 @@ TEST(MoeDropless, ExpertParallelismIsAClearError) {
                              "ici_expert_parallelism 2 is not built yet"),
             std::string::npos)
       << s.message();
+}
+
+// The same refusal when only the mesh says so: sl.mesh{expert=2, devices=2} with no
+// ici_expert_parallelism key (the config check alone let it through and trained without
+// expert parallelism). Shape-only and full trainers both refuse, naming the mesh's size.
+TEST(MoeDropless, ExpertAxisOfTheMeshIsAClearErrorWithoutTheKey) {
+  const Mesh mesh = *Mesh::create({"expert"}, {2});
+  for (bool shape_only : {true, false}) {
+    auto t = Trainer::create(moe_config(true), mesh, {.shape_only = shape_only});
+    ASSERT_FALSE(t.ok()) << "shape_only " << shape_only;
+    EXPECT_EQ(t.status().code(), Code::kUnimplemented) << t.status().message();
+    EXPECT_NE(t.status().message().find("sparse_matmul=true (the dropless dispatch) with the "
+                                        "mesh's 'expert' axis of size 2 is not built yet"),
+              std::string::npos)
+        << t.status().message();
+  }
+  // The dense dispatch on that mesh is still fine (shape-only: nothing allocated).
+  EXPECT_TRUE(Trainer::create(moe_config(false), mesh, {.shape_only = true}).ok());
+}
+
+// In bfloat16 the grouped matmuls have no bf16 kernel: they run widened, through f32 copies in
+// the device's widening scratch (not the compiler's temps), at least the whole (E, K, P)
+// expert weight in f32; the dense dispatch's expert GEMMs run their bf16 kernel. Pins what
+// engine/model/moe.cpp and docs/sharding.md ("Cost in memory") say.
+TEST(MoeDropless, Bf16GroupedMatmulsRunWidenedThroughF32Copies) {
+  for (bool dropless : {true, false}) {
+    Config c = moe_config(dropless);
+    ASSERT_TRUE(c.set("dtype", std::string("bfloat16")).ok());
+    auto t = Trainer::create(c, Mesh(), {.shape_only = true});
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    auto exe = (*t)->compile();
+    ASSERT_TRUE(exe.ok()) << exe.status().message();
+    const Program& p = (*exe)->program();
+    const std::vector<InstrPath> paths = instr_paths(p);
+    int grouped = 0;
+    for (size_t i = 0; i < p.instrs().size(); ++i) {
+      const OpKind k = p.instrs()[i].kind;
+      if (k == OpKind::kRaggedDot || k == OpKind::kRaggedDotGrad) {
+        ++grouped;
+        EXPECT_EQ(paths[i], InstrPath::kWidened) << op_name(k);
+      }
+      if (k == OpKind::kExpertMatmul || k == OpKind::kExpertMatmulGrad) {
+        ++grouped;
+        EXPECT_EQ(paths[i], InstrPath::kBf16Kernel) << op_name(k);
+      }
+    }
+    EXPECT_GE(grouped, 6) << "dropless " << dropless;  // wi_0, wi_1, wo and their gradients
+    const int64_t weight_f32 = int64_t{4} * 64 * 128 * 4;  // (E, emb, mlp) in f32
+    if (dropless) {
+      EXPECT_GE(widen_scratch_bytes(p), weight_f32);
+    }
+  }
 }
 
 }  // namespace
