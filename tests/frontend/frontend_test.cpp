@@ -85,7 +85,8 @@ TEST(Frontend, UserErrorsAreStatusesNotAborts) {
   EXPECT_FALSE(np::reshape(tr, a, {5, -1}).ok());
   EXPECT_FALSE(np::sum(tr, a, 2).ok());
   EXPECT_FALSE(np::slice(tr, a, 0, 2, 2).ok());
-  EXPECT_FALSE(np::matmul(tr, i, i).ok());  // int32 multiply is offered (int32 arithmetic)
+  EXPECT_FALSE(np::matmul(tr, i, a).ok());  // int32 promotes beside float32; then (4,) . (3, 4)
+  EXPECT_FALSE(np::unary(tr, "abs", i).ok());  // abs has no int32 kernel (int32 arithmetic)
   EXPECT_FALSE(np::unary(tr, "no_such_op", a).ok());
   EXPECT_FALSE(np::sharding_constraint(tr, a, PartitionSpec({{"Z"}}), true).ok());
   Result<ValueId> c = np::concatenate(tr, {a, b}, 0);
