@@ -373,8 +373,9 @@ Status read_nested(lua_State* L, int idx, int depth, std::vector<int64_t>& shape
 }
 
 
-Result<int> array(lua_State* L) {
-  constexpr std::string_view fn = "sl.array";
+// sl.array and np.array. infer_int: jnp.array's dtype when none is given, int32 when every value
+// is a Lua integer (Python's ints), float32 otherwise (an empty list too); sl.array's is float32.
+Result<int> make_array(lua_State* L, std::string_view fn, bool infer_int) {
   ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, 2, fn));
   if (ArrayBox* a = to_udata<ArrayBox>(L, 1); a && !a->is_tracer()) {
     ENG_RETURN_IF_ERROR(check_live(*a, fn));
@@ -384,25 +385,15 @@ Result<int> array(lua_State* L) {
   }
   std::vector<int64_t> shape;
   std::vector<double> values;
-  ENG_RETURN_IF_ERROR(read_nested(L, 1, 0, shape, values, fn));
-  ENG_ASSIGN_OR_RETURN(eng::Shape s, with_context(fn, eng::Shape::checked(shape)));
-  return put_values(L, fn, values, s, p);
-}
-
-// np.array: sl.array with jnp.array's dtype when none is given: int32 for Lua integers (Python's
-// ints), float32 otherwise (an empty list too).
-Result<int> np_array(lua_State* L) {
-  constexpr std::string_view fn = "np.array";
-  ENG_ASSIGN_OR_RETURN(Placement p, read_placement(L, 2, fn));
-  if (to_udata<ArrayBox>(L, 1) != nullptr) return array(L);
-  std::vector<int64_t> shape;
-  std::vector<double> values;
   bool integers = true;
   ENG_RETURN_IF_ERROR(read_nested(L, 1, 0, shape, values, fn, &integers));
   ENG_ASSIGN_OR_RETURN(eng::Shape s, with_context(fn, eng::Shape::checked(shape)));
-  if (!p.dtype_given && integers && !values.empty()) p.dtype = eng::DType::kI32;
+  if (infer_int && !p.dtype_given && integers && !values.empty()) p.dtype = eng::DType::kI32;
   return put_values(L, fn, values, s, p);
 }
+
+Result<int> array(lua_State* L) { return make_array(L, "sl.array", false); }
+Result<int> np_array(lua_State* L) { return make_array(L, "np.array", true); }
 
 }  // namespace
 
