@@ -19,7 +19,7 @@ fail() { echo "FAIL: $*"; echo "--- screen:"; screen; exit 1; }
 wait_for() {
   local tries=$(( ${2:-60} * 20 ))
   for _ in $(seq 1 "$tries"); do
-    if screen | grep -qE -- "$1"; then return 0; fi
+    if grep -qE -- "$1" <<<"$(screen)"; then return 0; fi
     sleep 0.05
   done
   fail "timed out waiting for /$1/"

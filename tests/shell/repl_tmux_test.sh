@@ -146,7 +146,7 @@ wait_for '^7007$'
 type_line "$slow"
 for _ in $(seq 1 1200); do [[ $(timers) == 1 ]] && break; sleep 0.05; done  # 60 s
 [[ $(timers) == 1 ]] || fail "one timer line per slow command"
-screen | sed -n '/^timer-mark$/,$p' | grep -qE '^ {180,}\[0\.[2-9][0-9]{3}s\]$' || fail "the timer shows >= 0.2 s"
+grep -qE '^ {180,}\[0\.[2-9][0-9]{3}s\]$' <<<"$(screen | sed -n '/^timer-mark$/,$p')" || fail "the timer shows >= 0.2 s"
 type_line 'sl.timing(false)'
 type_line "$slow"
 type_line '6 + 6000'
@@ -176,8 +176,8 @@ wait_for '^31338$'
 # %hist lists this session's input only, not the history file's earlier sessions.
 type_line '%hist'
 wait_for '^   3: %hist$'
-screen | grep -qE '^   1: marker = 31337$' || fail "%hist starts at this session's first input"
-screen | grep -qE '^   2: marker \+ 1$' || fail "%hist numbers the inputs"
+grep -qE '^   1: marker = 31337$' <<<"$(screen)" || fail "%hist starts at this session's first input"
+grep -qE '^   2: marker \+ 1$' <<<"$(screen)" || fail "%hist numbers the inputs"
 [[ $(count '^ +[0-9]+: sq\(12\)$') == 0 ]] || fail "%hist lists an earlier session's input"
 stop
 echo "repl_tmux_test: ok"

@@ -70,7 +70,7 @@ last=$((steps - 1))
   fail "ctrl-c: steps rows"
 [[ $(q "select group_concat(c.step || ':' || c.status) from checkpoints c join runs using (run_id) where name = 'ctrlc'") == "$last:committed" ]] ||
   fail "ctrl-c: expected one committed checkpoint of step $last, got: $(q 'select step, status from checkpoints')"
-ls "$OUT_DIR/ctrlc/checkpoints" | grep -q "$last" || fail "ctrl-c: no checkpoint file for step $last"
+grep -q "$last" <<<"$(ls "$OUT_DIR/ctrlc/checkpoints")" || fail "ctrl-c: no checkpoint file for step $last"
 first_id=$(q "select run_id from runs where name = 'ctrlc'")
 # A new process resumes at the next step, naming the stopped run as its parent.
 RUN_NAME=ctrlc "$bin" --db "$db" -e '

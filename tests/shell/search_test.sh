@@ -16,8 +16,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 db="$tmp/runs.db"
 cd "$tmp"
 
-"$bin" search --help | grep -q "usage: shardlab search <config.yml>" || fail "search --help"
-"$bin" --help | grep -q "search <config.yml>" || fail "--help does not list search"
+grep -q "usage: shardlab search <config.yml>" <<<"$("$bin" search --help)" || fail "search --help"
+grep -q "search <config.yml>" <<<"$("$bin" --help)" || fail "--help does not list search"
 
 cat > small.yml <<'YML'
 run_name: ""
@@ -43,10 +43,10 @@ YML
 out=$("$bin" search small.yml compile_topology=v6e-8 \
   --vary mesh=fsdp,tensor --vary per_device_batch_size=1,2 --top 3 --svg front.svg --db "$db") ||
   fail "search exited $?: $out"
-echo "$out" | grep -q "8 candidates (4 meshes of 4 splits), 6 planned, 6 fit, 2 failed, 0 skipped" ||
+grep -q "8 candidates (4 meshes of 4 splits), 6 planned, 6 fit, 2 failed, 0 skipped" <<<"$out" ||
   fail "counts: $out"
-echo "$out" | grep -qE "^ +1  fsdp=" || fail "no rank 1: $out"
-echo "$out" | grep -q "2 failed, e.g. fsdp=1 tensor=8" || fail "failure example: $out"
+grep -qE "^ +1  fsdp=" <<<"$out" || fail "no rank 1: $out"
+grep -q "2 failed, e.g. fsdp=1 tensor=8" <<<"$out" || fail "failure example: $out"
 grep -q "<polyline" front.svg && [[ $(grep -c "<circle" front.svg) == 6 ]] ||
   fail "--svg: $(head -c 300 front.svg)"
 run=$(echo "$out" | sed -n 's/^run \([0-9a-f]*\) in .*/\1/p')
@@ -58,7 +58,7 @@ run=$(echo "$out" | sed -n 's/^run \([0-9a-f]*\) in .*/\1/p')
 [[ $(sqlite3 "$db" "SELECT value FROM tags WHERE run_id = '$run' AND key = 'search.vary'") == \
    "mesh=fsdp,tensor per_device_batch_size=1,2" ]] || fail "search.vary tag"
 
-"$bin" --db "$db" -e '
+lua_out=$("$bin" --db "$db" -e '
 local c = sl.config("small.yml", {compile_topology = "v6e-8", compile_topology_num_slices = 1})
 local r = sl.search(c, {vary = {mesh = {"fsdp", "tensor"}, per_device_batch_size = {1, 2}}})
 assert(#r.candidates == 8 and r.planned == 6 and r.fitting == 6 and r.failed == 2, tostring(r))
@@ -84,12 +84,13 @@ assert(err({}):find("options.vary"))
 local ok, e = pcall(sl.search, "cfg", {vary = {}})
 assert(not ok and e:find("Config"), e)
 print("lua ok")
-' | grep -q "lua ok" || fail "sl.search"
+' 2>&1) || true
+grep -q "lua ok" <<<"$lua_out" || fail "sl.search: $lua_out"
 
 expect_fail() {  # expected message, then the arguments
   local want=$1; shift
   if out=$("$bin" search "$@" --db "$db" 2>&1); then fail "exit 0 for $*: $out"; fi
-  echo "$out" | grep -q -- "$want" || fail "'$want' not in: $out"
+  grep -q -- "$want" <<<"$out" || fail "'$want' not in: $out"
 }
 expect_fail "did you mean 'tensor'" small.yml compile_topology=v6e-8 --vary mesh=tensr
 expect_fail "an empty value" small.yml compile_topology=v6e-8 --vary remat_policy=full,

@@ -17,9 +17,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 db="$tmp/runs.db"
 cd "$tmp"
 
-"$bin" train_compile --help | grep -q "usage: shardlab train_compile <config.yml>" ||
+grep -q "usage: shardlab train_compile <config.yml>" <<<"$("$bin" train_compile --help)" ||
   fail "train_compile --help"
-"$bin" --help | grep -q "train_compile <config.yml>" || fail "--help does not list train_compile"
+grep -q "train_compile <config.yml>" <<<"$("$bin" --help)" || fail "--help does not list train_compile"
 
 mkdir -p base/models mine
 cat > base/base.yml <<'YML'
@@ -57,9 +57,9 @@ per_device_batch_size: 2
 enable_dropout: false
 YML
 out=$("$bin" train_compile mine/small.yml num_devices=4 ici_tensor_parallelism=2 --db "$db")
-echo "$out" | grep -q "mesh fsdp=2 x tensor=2" || fail "mesh: $out"
-echo "$out" | grep -q "Total estimated memory size: " || fail "memory line: $out"
-echo "$out" | grep -q "accepted, no effect on the plan: enable_dropout=False (mine/small.yml)" ||
+grep -q "mesh fsdp=2 x tensor=2" <<<"$out" || fail "mesh: $out"
+grep -q "Total estimated memory size: " <<<"$out" || fail "memory line: $out"
+grep -q "accepted, no effect on the plan: enable_dropout=False (mine/small.yml)" <<<"$out" ||
   fail "no-effect report: $out"
 [[ $(sqlite3 "$db" "SELECT count(*) FROM metrics WHERE key = 'plan/peak_bytes' AND value > 0") == 1 ]] ||
   fail "no plan/peak_bytes metric in the store"
@@ -83,12 +83,12 @@ err=$("$bin" train_compile mine/small.yml num_devices=4 per_device_batch_sise=2 
 rc=$?
 set -e
 [[ $rc == 1 ]] || fail "misspelled key: exit $rc"
-echo "$err" | grep -q "did you mean 'per_device_batch_size'?" || fail "did-you-mean: $err"
+grep -q "did you mean 'per_device_batch_size'?" <<<"$err" || fail "did-you-mean: $err"
 set +e
 err=$("$bin" train_compile mine/nothere.yml --db "$db" 2>&1)
 rc=$?
 set -e
-[[ $rc == 1 ]] && echo "$err" | grep -q "mine/nothere.yml: no such file" || fail "missing file: $err"
+[[ $rc == 1 ]] && grep -q "mine/nothere.yml: no such file" <<<"$err" || fail "missing file: $err"
 
 if [[ -z $configs || ! -f $configs/base.yml ]]; then
   echo "SKIP: MaxText's configs not found (../shared/maxtext/configs beside the checkout)"
@@ -96,14 +96,14 @@ if [[ -z $configs || ! -f $configs/base.yml ]]; then
 fi
 out=$("$bin" train_compile "$configs/base.yml" model_name=llama2-7b num_devices=8 \
       per_device_batch_size=1 max_target_length=1024 --db "$db" --shardings)
-echo "$out" | grep -q "model llama2-7b, 8 devices, mesh fsdp=8" || fail "llama2-7b: $out"
-echo "$out" | grep -q "params/decoder/layers/mlp/wi_0/kernel" || fail "--shardings: $out"
+grep -q "model llama2-7b, 8 devices, mesh fsdp=8" <<<"$out" || fail "llama2-7b: $out"
+grep -q "params/decoder/layers/mlp/wi_0/kernel" <<<"$out" || fail "--shardings: $out"
 set +e
 err=$("$bin" train_compile "$configs/base.yml" model_name=mixtral-8x7b num_devices=8 \
   ici_expert_parallelism=2 --db "$db" 2>&1)
 rc=$?
 set -e
-[[ $rc == 1 ]] && echo "$err" | grep -q "dropless dispatch) with ici_expert_parallelism 2 is not built yet" ||
+[[ $rc == 1 ]] && grep -q "dropless dispatch) with ici_expert_parallelism 2 is not built yet" <<<"$err" ||
   fail "mixtral: $err"
 # The default dropless dispatch plans on fsdp.
 "$bin" train_compile "$configs/base.yml" model_name=mixtral-8x7b num_devices=8 \
@@ -116,14 +116,14 @@ set -e
 # With compile_topology: the mesh laid on the hardware, the predicted step, the HBM check.
 out=$("$bin" train_compile "$configs/base.yml" model_name=llama2-7b compile_topology=v5p-8 \
       compile_topology_num_slices=1 per_device_batch_size=1 max_target_length=1024 --db "$db")
-echo "$out" | grep -q "model llama2-7b, 4 devices (v5p-8 x 1 slice), mesh fsdp=4" || fail "v5p-8: $out"
-echo "$out" | grep -q "Predicted step on v5p-8" || fail "no predicted step: $out"
-echo "$out" | grep -q "Fits: the peak per device is" || fail "no HBM check: $out"
+grep -q "model llama2-7b, 4 devices (v5p-8 x 1 slice), mesh fsdp=4" <<<"$out" || fail "v5p-8: $out"
+grep -q "Predicted step on v5p-8" <<<"$out" || fail "no predicted step: $out"
+grep -q "Fits: the peak per device is" <<<"$out" || fail "no HBM check: $out"
 set +e
 err=$("$bin" train_compile "$configs/base.yml" model_name=llama2-7b compile_topology=v5p-8 --db "$db" 2>&1)
 rc=$?
 set -e
-[[ $rc == 1 ]] && echo "$err" | grep -q "compile_topology_num_slices >= 1" || fail "slices -1: $err"
+[[ $rc == 1 ]] && grep -q "compile_topology_num_slices >= 1" <<<"$err" || fail "slices -1: $err"
 
 # llama2-70b at 4 x 8192 per device on v5e-8 (16 GB HBM per chip): does not fit, by how much.
 set +e
@@ -132,7 +132,7 @@ err=$("$bin" train_compile "$configs/base.yml" model_name=llama2-70b compile_top
 rc=$?
 set -e
 [[ $rc == 1 ]] || fail "llama2-70b on v5e-8: exit $rc: $err"
-echo "$err" | grep -q "does not fit: the peak per device is .* GB but a v5e device (v5e-8) has 16.00 GB of HBM: over by" ||
+grep -q "does not fit: the peak per device is .* GB but a v5e device (v5e-8) has 16.00 GB of HBM: over by" <<<"$err" ||
   fail "llama2-70b on v5e-8: $err"
 [[ $(sqlite3 "$db" "SELECT value FROM metrics WHERE key = 'plan/fits' ORDER BY wall_ms DESC LIMIT 1") == 0.0 ]] ||
   fail "plan/fits not recorded as 0"
