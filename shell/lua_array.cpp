@@ -721,7 +721,7 @@ Result<int> array_property(lua_State* L) {
     lua_pushinteger(L, a->shape.numel());
   } else if (key == "sharding") {
     ENG_ASSIGN_OR_RETURN(eng::NamedSharding s, fe::sharding_of(*a));
-    push_udata(L, s.spec);  // as the spec; x.mesh gives the mesh
+    push_udata(L, std::move(s));  // jax.Array.sharding: a NamedSharding (.spec, .mesh)
   } else if (key == "mesh") {
     push_udata(L, a->is_tracer() ? a->trace->mesh() : a->data->array.sharding.mesh);
   } else if (key == "type") {

@@ -216,7 +216,7 @@ Result<Outputs> call_on(lua_State* L, const JitBox& j, const std::shared_ptr<fe:
   Result<Outputs> outs = read_results(L, j, *tr, tr, base, lua_gettop(L) - base);
   lua_settop(L, base);
   if (!outs.ok()) return outs.status();
-  if (outs->values.empty())
+  if (outs->values.empty() && j.options().transform != Transform::kNone)
     return eng::invalid_argument("{}: the function returned nothing (it must return Arrays)",
                                  j.name());
   return outs;
@@ -346,6 +346,8 @@ void delete_donated(lua_State* L, const CallArgs& args, int first,
 
 Result<int> jit_call(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(JitBox * j, arg_jit(L, "Jitted:__call"));
+  ENG_ASSIGN_OR_RETURN(const bool variant, use_call_sharding(L));
+  if (variant) j = to_udata<JitBox>(L, 1);
   const int n = lua_gettop(L) - 1;
   lua_getiuservalue(L, 1, 1);
   const int fidx = lua_gettop(L);

@@ -31,6 +31,11 @@ struct LuaType<LoweredBox> {
   static constexpr const char* kName = "Lowered";
 };
 
+// If the call's last argument is {out_sharding = ...} (auto_axes) or {in_sharding = ...}
+// (explicit_axes), replaces the Jitted at slot 1 by its variant with those specs and pops the
+// table (lua_jit_api.cpp); false when the call has no such table.
+Result<bool> use_call_sharding(lua_State* L);
+
 // Defines the Jitted type (callable; :lower, :cache_info) and the Lowered type.
 void define_jit_types(lua_State* L);
 

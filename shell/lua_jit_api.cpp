@@ -117,7 +117,7 @@ Result<fe::JitOptions> new_jit(lua_State* L, std::string_view fn) {
 }
 
 void push_jit(lua_State* L, fe::JitOptions j, int fidx) {
-  push_udata(L, JitBox(std::move(j)), 1);
+  push_udata(L, JitBox(std::move(j)), 2);  // 1: the function; 2: call-sharding variants
   lua_pushvalue(L, fidx);
   lua_setiuservalue(L, -2, 1);
 }
@@ -406,6 +406,63 @@ void open_lua_jit(lua_State* L, int sl) {
   lua_getfield(L, sl, "lax");  // made by open_lua_numpy, which runs first
   if (lua_istable(L, -1)) add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
   lua_pop(L, 1);
+}
+
+// auto_axes' out_sharding / explicit_axes' in_sharding given at the call, as JAX's
+// `add2(x, y, out_sharding=P(...))`: a trailing plain table whose only key is that name. The
+// Jitted at slot 1 is replaced by its variant with those specs (made once per spec list and
+// kept in its second user value, so each keeps its own cache) and the table is popped.
+Result<bool> use_call_sharding(lua_State* L) {
+  JitBox* j = to_udata<JitBox>(L, 1);
+  const int top = lua_gettop(L);
+  if (!j || !j->options().mode || top < 2 || lua_type(L, top) != LUA_TTABLE) return false;
+  if (lua_getmetatable(L, top)) {
+    lua_pop(L, 1);
+    return false;
+  }
+  const bool is_auto = *j->options().mode == eng::ShardMode::kAuto;
+  const char* key = is_auto ? "out_sharding" : "in_sharding";
+  int keys = 0;
+  bool has = false;
+  lua_pushnil(L);
+  while (lua_next(L, top) != 0) {
+    ++keys;
+    has = has || (lua_type(L, -2) == LUA_TSTRING && std::string_view(lua_tostring(L, -2)) == key);
+    lua_pop(L, 1);
+  }
+  if (!has || keys != 1) return false;
+  const std::string fn = j->name();
+  const auto& given = is_auto ? j->options().out_specs : j->options().in_specs;
+  if (!given.empty())
+    return eng::invalid_argument("{}: {} is given at the call and already at sl.{}(f, {{{} = ...}})",
+                                 fn, key, is_auto ? "auto_axes" : "explicit_axes", key);
+  lua_pushstring(L, key);
+  lua_rawget(L, top);
+  ENG_ASSIGN_OR_RETURN(auto specs, read_specs(L, lua_gettop(L), fn, key));
+  std::string text;
+  for (const auto& sp : specs) text += (sp ? sp->to_string() : "None") + ";";
+  if (lua_getiuservalue(L, 1, 2) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 1);
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, 1, 2);
+  }
+  const int cache = lua_gettop(L);
+  lua_pushlstring(L, text.data(), text.size());
+  if (lua_rawget(L, cache) == LUA_TNIL) {
+    lua_pop(L, 1);
+    fe::JitOptions o = j->options();
+    (is_auto ? o.out_specs : o.in_specs) = std::move(specs);
+    push_udata(L, JitBox(std::move(o)), 2);
+    lua_getiuservalue(L, 1, 1);
+    lua_setiuservalue(L, -2, 1);
+    lua_pushlstring(L, text.data(), text.size());
+    lua_pushvalue(L, -2);
+    lua_rawset(L, cache);
+  }
+  lua_replace(L, 1);
+  lua_settop(L, top - 1);
+  return true;
 }
 
 }  // namespace shell

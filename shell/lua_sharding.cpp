@@ -28,6 +28,18 @@ struct LuaType<ShardingView> {
   static constexpr const char* kName = "ShardingTable";
 };
 
+// sl.typeof's value (jax.typeof's ShapedArray).
+struct ShapedArrayType {
+  eng::Shape shape;
+  std::string dtype_name;     // "f32"
+  eng::NamedSharding sharding;  // size-1 mesh axes dropped from the spec
+  std::string text;           // "f32[8@X,4@Y]"
+};
+template <>
+struct LuaType<ShapedArrayType> {
+  static constexpr const char* kName = "ShapedArray";
+};
+
 namespace {
 
 // Metatables of plain Lua tables this module returns (rows, rule lists, audit reports).
@@ -391,11 +403,65 @@ Result<int> visualize(lua_State* L) {
   return 1;
 }
 
+// sl.typeof's value (jax.typeof's ShapedArray): shape, dtype, ndim, size and the type's
+// sharding (a NamedSharding whose spec drops size-1 mesh axes); prints as "f32[8@X,4@Y]".
+// Equal to another type of the same text; `..` with a string concatenates its text.
 Result<int> typeof_fn(lua_State* L) {
   constexpr std::string_view fn = "sl.typeof";
   ENG_ASSIGN_OR_RETURN(ShapedSharding x, read_shaped_sharding(L, fn));
-  eng::PartitionSpec spec = eng::remove_size_one_mesh_axis(x.sharding.spec, x.sharding.mesh);
-  lua_pushstring(L, eng::typeof_string(x.dtype, x.shape, &spec, &x.sharding.mesh).c_str());
+  ShapedArrayType t{x.shape, x.dtype, x.sharding, ""};
+  t.sharding.spec = eng::remove_size_one_mesh_axis(x.sharding.spec, x.sharding.mesh);
+  // An Array's type names Explicit mesh axes only: the Auto axes' layout is the compiler's
+  // (x.sharding has it), so on an Auto mesh the type's spec is all None, as JAX's.
+  if (to_udata<ArrayBox>(L, 1) && x.sharding.mesh.axis_type() == eng::AxisType::kAuto)
+    t.sharding.spec = eng::PartitionSpec::replicated(x.shape.rank());
+  t.text = eng::typeof_string(x.dtype, x.shape, &t.sharding.spec, &t.sharding.mesh);
+  push_udata(L, std::move(t));
+  return 1;
+}
+
+Result<int> shaped_array_tostring(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(ShapedArrayType * t, arg_udata<ShapedArrayType>(L, 1, "ShapedArray"));
+  lua_pushstring(L, t->text.c_str());
+  return 1;
+}
+Result<int> shaped_array_eq(lua_State* L) {
+  auto *a = to_udata<ShapedArrayType>(L, 1), *b = to_udata<ShapedArrayType>(L, 2);
+  lua_pushboolean(L, a && b && a->text == b->text);
+  return 1;
+}
+// `"type: " .. sl.typeof(x)` (and the other order): the text, as print shows it.
+Result<int> shaped_array_concat(lua_State* L) {
+  std::string out;
+  for (int i = 1; i <= 2; ++i) {
+    if (ShapedArrayType* t = to_udata<ShapedArrayType>(L, i)) {
+      out += t->text;
+    } else if (lua_type(L, i) == LUA_TSTRING || lua_type(L, i) == LUA_TNUMBER) {
+      out += lua_tostring(L, i);
+    } else {
+      return arg_error(L, i, "ShapedArray:__concat", {}, "a string or a number");
+    }
+  }
+  lua_pushlstring(L, out.data(), out.size());
+  return 1;
+}
+Result<int> shaped_array_property(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(ShapedArrayType * t, arg_udata<ShapedArrayType>(L, 1, "ShapedArray"));
+  const std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+  if (key == "shape") {
+    push_ints(L, t->shape.dims());
+  } else if (key == "dtype") {
+    Result<eng::DType> d = eng::parse_dtype(t->dtype_name);
+    lua_pushstring(L, d.ok() ? std::string(eng::dtype_long_name(*d)).c_str() : t->dtype_name.c_str());
+  } else if (key == "ndim") {
+    lua_pushinteger(L, t->shape.rank());
+  } else if (key == "size") {
+    lua_pushinteger(L, t->shape.numel());
+  } else if (key == "sharding") {
+    push_udata(L, t->sharding);
+  } else {
+    lua_pushnil(L);
+  }
   return 1;
 }
 
@@ -598,11 +664,13 @@ constexpr Function kShardingFunctions[] = {
      "  Takes a row of t:shardings(), or a shape {d0, ...} with a NamedSharding, or with a\n"
      "  PartitionSpec and a Mesh. Any rank: dims={i, j} (1-based: {1, 2} are the first two) picks the\n"
      "  shown dims (default: the sharded ones); color defaults to the terminal's. Returns the text (the REPL prints it)."},
-    {"typeof", lua_entry<typeof_fn>, "sl.typeof(row | shape, sharding | shape, spec, mesh) -> string",
-     "jax.typeof's form with the sharding in it: \"f32[256@fsdp,704@tensor]\" (size-1 axes dropped)."},
+    {"typeof", lua_entry<typeof_fn>, "sl.typeof(x | row | shape, sharding | shape, spec, mesh) -> ShapedArray",
+     "jax.typeof: the type, printed with the sharding in it: \"f32[256@fsdp,704@tensor]\"\n"
+     "  (size-1 axes dropped); .shape, .dtype, .sharding (.sharding.spec), tostring() for the text."},
 };
 
 constexpr const char* kNamedShardingProperties[] = {"mesh", "spec"};
+constexpr const char* kShapedArrayProperties[] = {"shape", "dtype", "ndim", "size", "sharding"};
 
 constexpr Method kTableMethods[] = {
     {"dump", lua_entry<table_dump>, "tab:dump() -> string",
@@ -658,6 +726,17 @@ void open_lua_sharding(lua_State* L, int sl) {
                   lua_entry<sharding_tostring>, lua_entry<sharding_eq>,
                   udata_gc<eng::NamedSharding>, {},
                   lua_entry<sharding_property>, kNamedShardingProperties});
+  define_type(L, {"ShapedArray",
+                  "An array's type (jax.typeof): shape, dtype, ndim, size, sharding (a\n"
+                  "  NamedSharding; size-1 mesh axes dropped from its spec). Prints as f32[8@X,4@Y];\n"
+                  "  `..` concatenates that text; tostring() gives it as a string.",
+                  lua_entry<shaped_array_tostring>, lua_entry<shaped_array_eq>,
+                  udata_gc<ShapedArrayType>, {}, lua_entry<shaped_array_property>,
+                  kShapedArrayProperties});
+  luaL_getmetatable(L, "ShapedArray");
+  lua_pushcfunction(L, lua_entry<shaped_array_concat>);
+  lua_setfield(L, -2, "__concat");
+  lua_pop(L, 1);
   define_type(L, {"ShardingTable",
                   "The arrays of a trainer's state and how each is split: rows[i] (path, role, dtype,\n"
                   "  shape, type, logical, spec, physical, local_shape, bytes, mesh); #rows; ipairs.\n"

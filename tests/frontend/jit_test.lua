@@ -41,7 +41,7 @@ local f_rs = sl.jit(function(x, y) return np.matmul(x, y, {out_sharding = sl.P("
 local c1, c2 = f_rep(a, b), f_rs(a, b)
 close(c1:totable(), want)
 close(c2:totable(), want)
-assert(sl.typeof(c1) == "f32[8@X,4]" and sl.typeof(c2) == "f32[8@X,4@Y]", sl.typeof(c1) .. " " .. sl.typeof(c2))
+assert(tostring(sl.typeof(c1)) == "f32[8@X,4]" and tostring(sl.typeof(c2)) == "f32[8@X,4@Y]", sl.typeof(c1) .. " " .. sl.typeof(c2))
 -- The fix's collective appears in the per-device program, with its bytes: an all-reduce over
 -- Y for P('X', None), a reduce-scatter over Y for P('X', 'Y').
 local k1, k2 = f_rep:lower(a, b):compile(), f_rs:lower(a, b):compile()
@@ -75,7 +75,7 @@ assert(info.last_miss:find("at args[0] (x), now f32[8@X,16] and before f32[8@X,1
 -- in_shardings place the inputs; out_shardings place the results.
 local g = sl.jit(function(x) return x * 2 end, {in_shardings = {sl.P(nil, "X")}, out_shardings = sl.P("Y")})
 local r = g(a)
-assert(sl.typeof(r) == "f32[8@Y,16]", sl.typeof(r))
+assert(tostring(sl.typeof(r)) == "f32[8@Y,16]", sl.typeof(r))
 close(r:totable(), (a * 2):totable())
 
 -- Static arguments: numbers are static; each value traces anew.
@@ -93,8 +93,15 @@ close(q:item(), 127 * 128 / 2)
 
 -- Inside jit, typeof shows the sharding so far (explicit mode: part of the type).
 local seen
-sl.jit(function(x) seen = sl.typeof(np.sum(x, 1)); return x end)(a)
+sl.jit(function(x) seen = tostring(sl.typeof(np.sum(x, 1))); return x end)(a)
 assert(seen == "f32[8@X]", seen)
+-- typeof is jax.typeof's ShapedArray: its sharding and spec; a function returning nothing
+-- (only printing, as jax.jit(lambda x: print(...))) returns nothing.
+local ty
+assert(select("#", sl.jit(function(x) ty = sl.typeof(x) end)(a)) == 0)
+assert(tostring(ty.sharding.spec) == "P('X', 'Y')" and ty.dtype == "float32" and ty.shape[2] == 16
+       and ty.ndim == 2 and ty == sl.typeof(a) and "t: " .. ty == "t: f32[8@X,16@Y]", tostring(ty))
+assert(tostring(a.sharding.spec) == "P('X', 'Y')" and a.sharding == ty.sharding)
 
 -- Gradients against central finite differences (on one device and sharded).
 local function loss(w, x)
@@ -106,7 +113,7 @@ local ks = sl.random.split(key, 2)
 local w = sl.random.normal(ks[1], {16, 4}, {sharding = sl.P("Y", nil)}) * 0.3
 local x = sl.random.normal(ks[2], {8, 16}, {sharding = sl.P("X", "Y")})
 local dw = sl.grad(loss)(w, x)
-assert(sl.typeof(dw) == "f32[16@Y,4]", "cotangent sharding follows the primal's: " .. sl.typeof(dw))
+assert(tostring(sl.typeof(dw)) == "f32[16@Y,4]", "cotangent sharding follows the primal's: " .. sl.typeof(dw))
 local wt, xt = w:totable(), x:totable()
 local function loss_at(wtab)
   return loss(sl.array(wtab, {sharding = sl.P("Y", nil)}), x):item()
@@ -153,7 +160,7 @@ h.expect_error(function() sl.jit(function(t) return t:totable() end)(a) end,
                "Array:totable: this is a traced array")
 h.expect_error(function() sl.jit(function(t) return 3 end)(a) end, "must return Arrays; result 1 is number")
 h.expect_error(function() sl.jit(function(t) return {t, 3} end)(a) end, "must return Arrays; result 1[2] is number")
-h.expect_error(function() sl.jit(function(t) end)(a) end, "returned nothing")
+h.expect_error(function() sl.grad(function(t) end)(a) end, "returned nothing")
 local rec
 rec = sl.jit(function(t) return rec(t) end)
 h.expect_error(function() rec(a) end, "recursion through jit")

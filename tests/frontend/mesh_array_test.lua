@@ -27,9 +27,9 @@ assert(sl.get_mesh() == m)
 
 -- The distributed-arrays tutorial's first example: arange(32) as (8, 4) on P('X', 'Y').
 local x = sl.device_put(sl.arange(32.0):reshape(8, 4), sl.P("X", "Y"))
-assert(sl.typeof(x) == "f32[8@X,4@Y]", sl.typeof(x))
+assert(tostring(sl.typeof(x)) == "f32[8@X,4@Y]", sl.typeof(x))
 assert(x.type == "f32[8@X,4@Y]" and x.dtype == "float32" and x.ndim == 2 and x.size == 32)
-assert(x.shape[1] == 8 and x.shape[2] == 4 and tostring(x.sharding) == "P('X', 'Y')")
+assert(x.shape[1] == 8 and x.shape[2] == 4 and tostring(x.sharding.spec) == "P('X', 'Y')")
 local t = x:totable()
 for i = 1, 8 do for j = 1, 4 do assert(t[i][j] == (i - 1) * 4 + (j - 1)) end end
 -- Each device holds only its block: device d = (X, Y) = (d // 2, d % 2) holds rows 2X..2X+1,
@@ -62,7 +62,8 @@ assert(tostring(sl.full({}, 7)) == "Array(7., dtype=float32)", tostring(sl.full(
 assert(sl.ones({2}, {dtype = "bfloat16"}).dtype == "bfloat16")
 assert(sl.arange(4).dtype == "int32" and sl.arange(0.0, 1.0, 0.25).size == 4)
 local z = sl.zeros({8, 2}, {sharding = sl.P("a"), mesh = ma})
-assert(sl.typeof(z) == "f32[8@a,2]" and z.mesh == ma)
+-- On an Auto mesh the type names no axis (the layout is the compiler's); x.sharding has it.
+assert(tostring(sl.typeof(z)) == "f32[8,2]" and tostring(z.sharding.spec) == "P('a')" and z.mesh == ma)
 
 -- Bad input: each a clear error naming the value.
 h.expect_error(function() sl.ones({8, 4}, {sharding = sl.P("Z")}) end, "names axis 'Z'")
@@ -98,7 +99,7 @@ assert(#ks == 3 and tostring(ks[1]) ~= tostring(ks[2]))
 
 -- device_put re-places values; a reshard through the host keeps them.
 local y = sl.device_put(x, sl.P(nil, "X"))
-assert(sl.typeof(y) == "f32[8,4@X]")
+assert(tostring(sl.typeof(y)) == "f32[8,4@X]")
 local ty = y:totable()
 for i = 1, 8 do for j = 1, 4 do assert(ty[i][j] == t[i][j]) end end
 print("mesh_array_test ok")

@@ -76,7 +76,7 @@ local l2, g2a, g2b = vg(on(m, W1, sl.P(nil, "model")), on(m, W2, sl.P("model", n
 close(l2:item(), l1:item(), 1e-5)
 close(g2a:totable(), g1a:totable(), 1e-4)
 close(g2b:totable(), g1b:totable(), 1e-4)
-assert(sl.typeof(g2a) == "f32[6,8@model]", sl.typeof(g2a))
+assert(tostring(sl.typeof(g2a)) == "f32[6,8@model]", sl.typeof(g2a))
 local w1t, g1t = W1:totable(), g1a:totable()
 for _, ij in ipairs({{1, 1}, {3, 5}, {6, 8}}) do
   local i, j = ij[1], ij[2]

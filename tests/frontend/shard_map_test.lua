@@ -23,12 +23,12 @@ local want = np.matmul(sl.device_put(a, sl.P()), sl.device_put(b, sl.P())):totab
 -- matmul_basic: blocks a (2, 8), b (8, 4); the partial products psum'd over y.
 local seen = {}
 local matmul_basic = sl.shard_map(function(ab, bb)
-  seen[1], seen[2] = sl.typeof(ab), sl.typeof(bb)
+  seen[1], seen[2] = tostring(sl.typeof(ab)), tostring(sl.typeof(bb))
   return sl.lax.psum(np.dot(ab, bb), "y")
 end, {mesh = mesh, in_specs = {sl.P("x", "y"), sl.P("y", nil)}, out_specs = sl.P("x", nil)})
 local c = matmul_basic(a, b)
 assert(seen[1] == "f32[2,8]" and seen[2] == "f32[8,4]", seen[1] .. " " .. seen[2])
-assert(sl.typeof(c) == "f32[8@x,4]", sl.typeof(c))
+assert(tostring(sl.typeof(c)) == "f32[8@x,4]", sl.typeof(c))
 close(c:totable(), want)
 local text = matmul_basic:lower(a, b):compile():text()
 assert(text:find("all_reduce[axes=(y)]", 1, true), text)
@@ -39,7 +39,7 @@ local mm_rs = sl.shard_map(function(ab, bb)
   return sl.lax.psum_scatter(np.dot(ab, bb), "y", {scatter_dimension = 1, tiled = true})
 end, {mesh = mesh, in_specs = {sl.P("x", "y"), sl.P("y", nil)}, out_specs = sl.P("x", "y")})
 local crs = mm_rs(a, b)
-assert(sl.typeof(crs) == "f32[8@x,4@y]")
+assert(tostring(sl.typeof(crs)) == "f32[8@x,4@y]")
 close(crs:totable(), want)
 assert(mm_rs:lower(a, b):compile():text():find("reduce_scatter[dim=1 axes=(y)]", 1, true))
 

@@ -43,9 +43,11 @@ jax.set_mesh(mesh)
 cannot(10, "jax.sharding.AbstractMesh and use_abstract_mesh (a jit changing its mesh) are not "
            .. "offered")
 
--- cell 11: x.sharding is the PartitionSpec here, printed P(...) (JAX: NamedSharding(mesh=...,
--- spec=PartitionSpec('X', 'Y'), memory_kind=device)).
-expect(x.sharding, "P('X', 'Y')", "cell 11")
+-- cell 11: x.sharding is a NamedSharding, printed as JAX's without device_ids and memory_kind
+-- (a PartitionSpec prints P(...) here, PartitionSpec(...) in JAX).
+expect(x.sharding, "NamedSharding(mesh=Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)), "
+                   .. "spec=P('X', 'Y'))", "cell 11")
+expect(x.sharding.spec, "P('X', 'Y')", "cell 11 spec")
 jax.debug.visualize_array_sharding(x)
 
 -- cell 12: addressable_shards is a method here (a property in JAX).
@@ -59,12 +61,12 @@ assert(d1[1][1] == 2 and d1[2][2] == 7, "cell 12: device 1 holds columns 2:4")
 
 -- cell 13
 y = jax.device_put(x, jax.P('Y', 'X'))
-expect(y.sharding, "P('Y', 'X')", "cell 13")
+expect(y.sharding.spec, "P('Y', 'X')", "cell 13")
 jax.debug.visualize_array_sharding(y)
 
 -- cell 14
 y = jax.device_put(x, jax.P('X', nil))
-expect(y.sharding, "P('X', None)", "cell 14")
+expect(y.sharding.spec, "P('X', None)", "cell 14")
 jax.debug.visualize_array_sharding(y)
 
 -- cell 15: replicated over Y: devices 0 and 1 hold the same rows 0:2.
@@ -74,7 +76,7 @@ assert(shards[2].data:totable()[2][4] == shards[1].data:totable()[2][4], "cell 1
 
 -- cell 16
 y = jax.device_put(x, jax.P({'X', 'Y'}))
-expect(y.sharding, "P(('X', 'Y'))", "cell 16")
+expect(y.sharding.spec, "P(('X', 'Y'))", "cell 16")
 jax.debug.visualize_array_sharding(y)
 
 -- cells 17 and 18
@@ -84,13 +86,16 @@ cannot(18, "the shards of an unreduced array (cell 17)")
 -- cell 19: NamedSharding on another mesh (y is cell 16's: cell 17 did not run).
 local mesh2 = jax.make_mesh({8}, {'A'})
 local z = jax.device_put(x, jax.NamedSharding(mesh2, jax.P('A', nil)))
-expect(z.sharding, "P('A', None)", "cell 19")
+expect(z.sharding.spec, "P('A', None)", "cell 19")
 expect(z.mesh, "Mesh('A': 8, axis_types=(Explicit,))", "cell 19 mesh")
-expect(y.sharding, "P(('X', 'Y'))", "cell 19")
+expect(y.sharding.spec, "P(('X', 'Y'))", "cell 19")
 
--- cells 20 and 21
-cannot(20, "jax.typeof(x).sharding: sl.typeof returns the type's text, not a type object")
-cannot(21, "jax.typeof(x).sharding inside jit (as cell 20)")
+
+-- cells 20 and 21: the type's sharding, at the top level and inside jit (explicit mode).
+expect(jax.typeof(x).sharding, tostring(x.sharding), "cell 20")
+local printed21
+jax.jit(function(x) printed21 = tostring(jax.typeof(x).sharding) end)(x)
+expect(printed21, tostring(x.sharding), "cell 21")
 
 -- cell 22: numpy's int arrays place, type and add (int32) as the tutorial's.
 local arg0 = jax.device_put(np.arange(4):reshape(4, 1), jax.P("X", nil))
@@ -104,7 +109,7 @@ expect(jax.typeof(result), "i32[4@X,8@Y]", "cell 22 result")
 local printed23 = {}
 local add_arrays = jax.jit(function(x, y)
   local ans = x + y
-  printed23 = {jax.typeof(arg0), jax.typeof(arg1), jax.typeof(result)}
+  printed23 = {tostring(jax.typeof(arg0)), tostring(jax.typeof(arg1)), tostring(jax.typeof(result))}
   return ans
 end)
 local ans = add_arrays(arg0, arg1)
@@ -134,7 +139,7 @@ cannot(26, "prints True in JAX; the engine's text names the collective all_reduc
 x = jax.device_put(jnp.arange(8 * 4.):reshape(8, 4), jax.P(nil, 'X'))
 y = jax.device_put(jnp.arange(4 * 16.):reshape(4, 16), jax.P('X', nil))
 local ok, e = pcall(function() return jnp.dot(x, y) end)
-assert(ok and jax.typeof(e) == "f32[8,16]", tostring(e))
+assert(ok and tostring(jax.typeof(e)) == "f32[8,16]", tostring(e))
 cannot(27, "no error: the engine refuses contracting dims sharded differently, JAX any sharded "
            .. "contracting dims (\"Contracting dimensions are sharded and it is ambiguous ...\")")
 
@@ -152,8 +157,19 @@ local ok29, e29 = pcall(function() return x + y end)
 assert(not ok29 and tostring(e29):find("incompatible shardings", 1, true), tostring(e29))
 cannot(29, "the error's text is the engine's ('incompatible shardings for broadcasting: "
            .. "('X', None), (None, 'X')'), not JAX's 'illegally sharded result'")
-cannot(30, "auto_axes with out_sharding at the call (here at decoration: "
-           .. "sl.auto_axes(f, {out_sharding=})), get_abstract_mesh")
+
+-- cell 30: auto_axes with out_sharding at the call (the trailing keyword table).
+local printed30
+local add2 = auto_axes(function(x, y)
+  printed30 = "We're in auto-sharding mode here. This is the current mesh:\n"
+              .. tostring(jax.sharding.get_abstract_mesh())
+  return x + y
+end)
+
+local result = add2(x, y, {out_sharding = jax.P("X", nil)})
+expect(printed30, "We're in auto-sharding mode here. This is the current mesh:\n"
+                  .. "AbstractMesh('X': 4, 'Y': 2, axis_types=(Auto, Auto))", "cell 30 inside")
+expect("Result type: " .. jax.typeof(result), "Result type: i32[4@X,4]", "cell 30")
 
 -- cell 31
 local Auto = jax.sharding.AxisType.Auto
@@ -184,12 +200,39 @@ local f = jax.jit(function(x, y)
   return z
 end)
 z = f(x, y)
-expect(z.sharding, "P('X', None)", "cell 33")
+expect(z.sharding.spec, "P('X', None)", "cell 33")
 
 -- cells 34 and 35
 cannot(34, "explicit_axes with in_sharding at the call (here at decoration) and "
            .. "jax.sharding.get_abstract_mesh")
-cannot(35, "get_abstract_mesh, jax.typeof(x).sharding.spec, auto_axes' out_sharding at the call")
+
+-- cell 35: the concrete sharding and the type's, at the top level (Explicit) and under
+-- auto_axes (Auto: the type names no axis). print's lines are collected in `printed35`.
+jax.set_mesh(jax.make_mesh({4, 2}, {'X', 'Y'}))  -- Explicit mode
+
+local printed35 = {}
+local function compare_shardings(x)
+  printed35[#printed35 + 1] = "=== with mesh: " .. tostring(jax.sharding.get_abstract_mesh()) .. " ==="
+  printed35[#printed35 + 1] = "Concrete value sharding: " .. tostring(x.sharding.spec)
+  printed35[#printed35 + 1] = "Type-specified sharding: " .. tostring(jax.typeof(x).sharding.spec)
+end
+
+local my_array = jnp.sin(jax.device_put(np.arange(8), jax.P("X")))
+compare_shardings(my_array)
+
+local check_in_auto_context = auto_axes(function(x)
+  compare_shardings(x)
+  return x
+end)
+
+check_in_auto_context(my_array, {out_sharding = jax.P("X")})
+expect(table.concat(printed35, "\n"), table.concat({
+  "=== with mesh: AbstractMesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)) ===",
+  "Concrete value sharding: P('X')",
+  "Type-specified sharding: P('X')",
+  "=== with mesh: AbstractMesh('X': 4, 'Y': 2, axis_types=(Auto, Auto)) ===",
+  "Concrete value sharding: P('X')",
+  "Type-specified sharding: P(None)"}, "\n"), "cell 35")
 
 -- cell 36: shard_map with out_specs only (in_specs from the arguments' types) is not offered;
 -- with the in_specs the arguments have, the same program runs.

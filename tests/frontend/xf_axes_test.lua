@@ -15,7 +15,7 @@ h.expect_error(function() return some_x + some_y end,
 local add = sl.auto_axes(function(x, y) return x + y end,
                          {out_sharding = sl.P("X", nil), name = "add_auto"})
 local r = add(some_x, some_y)
-assert(sl.typeof(r) == "f32[4@X,4]", sl.typeof(r))
+assert(tostring(sl.typeof(r)) == "f32[4@X,4]", sl.typeof(r))
 local xt, rt = some_x:totable(), r:totable()
 for i = 1, 4 do for j = 1, 4 do assert(rt[i][j] == 2 * xt[i][j]) end end
 assert(r.mesh == m, "the result is back on the caller's (explicit) mesh")
@@ -24,8 +24,21 @@ assert(c:text():find("all_to_all", 1, true) or c:text():find("all_gather", 1, tr
 assert(add:cache_info().compiles == 1)
 add(some_x, some_y)
 assert(add:cache_info().compiles == 1, "cached like sl.jit")
+-- out_sharding at the call (JAX's `add2(x, y, out_sharding=P(...))`): the trailing table; each
+-- spec is its own cached variant, and the function's own cache is untouched.
+local add_kw = sl.auto_axes(function(x, y) return x + y end)
+local r1 = add_kw(some_x, some_y, {out_sharding = sl.P("X", nil)})
+local r2 = add_kw(some_x, some_y, {out_sharding = sl.P(nil, "X")})
+assert(tostring(sl.typeof(r1)) == "f32[4@X,4]" and tostring(sl.typeof(r2)) == "f32[4,4@X]",
+       tostring(sl.typeof(r1)) .. " " .. tostring(sl.typeof(r2)))
+for i = 1, 4 do for j = 1, 4 do assert(r1:totable()[i][j] == rt[i][j] and r2:totable()[i][j] == rt[i][j]) end end
+add_kw(some_x, some_y, {out_sharding = sl.P("X", nil)})
+h.expect_error(function() add(some_x, some_y, {out_sharding = sl.P(nil, "X")}) end,
+               "out_sharding is given at the call and already at sl.auto_axes(f, {out_sharding = ...})")
+local scale = sl.explicit_axes(function(x) return x * 2 end)
+assert(tostring(sl.typeof(scale(some_x, {in_sharding = sl.P(nil, "X")}))) == "f32[4,4@X]")
 -- The result can feed explicit-mode ops again.
-assert(sl.typeof(r * 2) == "f32[4@X,4]")
+assert(tostring(sl.typeof(r * 2)) == "f32[4@X,4]")
 
 -- explicit_axes on an Auto mesh: inside, shardings are part of the types.
 local am = sl.make_mesh({2, 4}, {"X", "Y"}, {axis_types = "Auto"})
@@ -34,7 +47,7 @@ sl.use_mesh(am, function()
   local seen
   local g = sl.explicit_axes(function(y)
     local z = y * 2
-    seen = sl.typeof(z)
+    seen = tostring(sl.typeof(z))
     return z
   end, {in_sharding = sl.P("X", "Y")})
   local z = g(x)

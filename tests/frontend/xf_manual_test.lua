@@ -12,7 +12,7 @@ local x = sl.device_put(sl.arange(64.0):reshape(8, 8), sl.P("X", nil), m)
 local f = sl.shard_map(function(b) return sl.lax.all_to_all(b, "X", 1, 0, {tiled = true}) end,
                        {mesh = m, in_specs = {sl.P("X", nil)}, out_specs = sl.P(nil, "X")})
 local y = f(x)
-assert(sl.typeof(y) == "f32[8,8@X]", sl.typeof(y))
+assert(tostring(sl.typeof(y)) == "f32[8,8@X]", sl.typeof(y))
 local xt, yt = x:totable(), y:totable()
 for i = 1, 8 do for j = 1, 8 do assert(yt[i][j] == xt[i][j], i .. "," .. j) end end
 local c = f:lower(x):compile()
@@ -28,7 +28,7 @@ local u = sl.device_put(sl.arange(32.0):reshape(16, 2), sl.P("X", nil), m)
 local g = sl.shard_map(function(b) return sl.lax.all_to_all(b, "X", 0, 1) end,
                        {mesh = m, in_specs = {sl.P("X")}, out_specs = sl.P("X")})
 local z = g(u)
-assert(sl.typeof(z) == "f32[8@X,4]", sl.typeof(z))
+assert(tostring(sl.typeof(z)) == "f32[8@X,4]", sl.typeof(z))
 local ut, zt = u:totable(), z:totable()
 for r = 0, 3 do for j = 0, 1 do for mm = 0, 3 do
   assert(zt[2 * r + j + 1][mm + 1] == ut[4 * mm + r + 1][j + 1], r .. j .. mm)
@@ -48,7 +48,7 @@ local w = sl.device_put(sl.arange(128.0):reshape(8, 16), sl.P(nil, nil), m)
 local both = sl.shard_map(function(b) return sl.lax.all_to_all(b, {"X", "Y"}, -1, 0, {tiled = true}) end,
                           {mesh = m, in_specs = {sl.P()}, out_specs = sl.P(nil, {"X", "Y"})})
 local wb = both(w)
-assert(sl.typeof(wb) == "f32[64,16@XY]" or sl.typeof(wb):find("^f32%[64,16@"), sl.typeof(wb))
+assert(tostring(sl.typeof(wb)) == "f32[64,16@XY]" or tostring(sl.typeof(wb)):find("^f32%[64,16@"), sl.typeof(wb))
 local wt, bt = w:totable(), wb:totable()
 -- Member r's block (64, 2) stacks, for each sender m, columns 2r..2r+1 of m's (replicated) w.
 for mm = 0, 7 do for i = 1, 8 do for col = 1, 16 do

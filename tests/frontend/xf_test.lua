@@ -28,7 +28,7 @@ close(r.d:totable(), (a * 2):totable())
 close(r.l[1]:totable(), (a + 1):totable())
 close(r.l[2]:totable(), a:totable())
 close(same:totable(), a:totable())
-assert(#r.l == 2 and sl.typeof(r.d) == "f32[8@X,4@Y]", sl.typeof(r.d))
+assert(#r.l == 2 and tostring(sl.typeof(r.d)) == "f32[8@X,4@Y]", sl.typeof(r.d))
 
 -- Arguments: a table of Arrays is flattened into the program's arguments (named by key path,
 -- integer keys first, then names sorted, as JAX sorts dict keys); its structure is part of

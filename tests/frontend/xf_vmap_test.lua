@@ -27,7 +27,7 @@ local function f(x)
 end
 local vf = sl.vmap(f, {in_axes = 0, name = "per_example"})
 local s, ys = vf(xs)
-assert(sl.typeof(s) == "f32[8@X]" and sl.typeof(ys) == "f32[8@X,3,1]", sl.typeof(s) .. sl.typeof(ys))
+assert(tostring(sl.typeof(s)) == "f32[8@X]" and tostring(sl.typeof(ys)) == "f32[8@X,3,1]", sl.typeof(s) .. sl.typeof(ys))
 local xt = xs:totable()
 for i = 1, 8 do
   local si, yi = f(sl.array(xt[i]))
@@ -48,7 +48,7 @@ for i = 1, 8 do
 end
 -- A result that does not depend on the mapped argument is broadcast (out_axes 0).
 local c = sl.vmap(function(x, b) return b * 2 end, {0, nil})(xs, scale)
-assert(sl.typeof(c):find("^f32%[8"), sl.typeof(c))
+assert(tostring(sl.typeof(c)):find("^f32%[8"), sl.typeof(c))
 close(c:totable()[5], {2, 4, 6, 8})
 -- Tables in and out.
 local t = sl.vmap(function(p) return {sum = p.a + p.b, a = p.a} end)({a = xs, b = xs * 2})
@@ -86,12 +86,12 @@ local function ex_loss(wt, x)
   return np.sum(y * y)
 end
 local per = sl.vmap(sl.grad(ex_loss, 1), {nil, 0})(w, xs)
-assert(sl.typeof(per):find("^f32%[8@X,4%]"), sl.typeof(per))
+assert(tostring(sl.typeof(per)):find("^f32%[8@X,4%]"), sl.typeof(per))
 for i = 1, 8, 3 do
   close(per:totable()[i], sl.grad(ex_loss, 1)(w, sl.array(xt[i])):totable(), 1e-4)
 end
 local pw = sl.vmap(sl.grad(ex_loss), {nil, 0})(w, xs)  -- d/dw per example: (8, 4, 3)
-assert(sl.typeof(pw):find("^f32%[8@X,4,3%]"), sl.typeof(pw))
+assert(tostring(sl.typeof(pw)):find("^f32%[8@X,4,3%]"), sl.typeof(pw))
 close(pw:totable()[5], sl.grad(ex_loss)(w, sl.array(xt[5])):totable(), 1e-4)
 h.expect_error(function() sl.vmap(function(x) return x:totable() end)(xs) end, "this is a traced array")
 h.expect_error(function() sl.vmap(function(x) return 1 end)(xs) end, "result 1 is number")

@@ -42,7 +42,7 @@ local s = sl.NamedSharding(m, sl.P("fsdp", "tensor"))
 assert(tostring(s):find("^NamedSharding%(mesh=Mesh%("))
 assert(tostring(s):find("spec=P('fsdp', 'tensor'))", 1, true))
 assert(s.spec == sl.P("fsdp", "tensor"))
-assert(sl.typeof({256, 768}, s) == "f32[256@fsdp,768@tensor]")
+assert(tostring(sl.typeof({256, 768}, s)) == "f32[256@fsdp,768@tensor]")
 expect_error(function() sl.NamedSharding(m, sl.P("fsdpp")) end, "names axis 'fsdpp', which is not in Mesh(")
 
 -- sl.visualize on (shape, sharding) pairs: one cell per device, labelled "CPU i".
@@ -102,7 +102,7 @@ assert(row("inputs").type == "i32[8@fsdp,32]", row("inputs").type)
 assert(row("inputs").local_shape[1] == 2)
 -- Optimizer state follows its parameter.
 assert(tostring(row("opt_state/mu/decoder/layers_0/mlp/wi_0/kernel").spec) == "P('fsdp', 'tensor')")
-assert(sl.typeof(wi) == wi.type)
+assert(tostring(sl.typeof(wi)) == wi.type)
 -- Iteration, the printed forms and the total.
 local n, sum = 0, 0
 for _, r in ipairs(tab) do n, sum = n + 1, sum + r.bytes end
