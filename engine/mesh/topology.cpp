@@ -19,10 +19,11 @@ ChipSpec v4_chip() {
   return {"v4", Platform::kTpu, Interconnect::kTorus, 1, 2.75e14, 275, 32 * kGiB, 1.2e12, 6,
           4.5e10, 6.25e9, 128, 1.5e10};
 }
-// The last constant of v5e and v6e is the matrix unit's sustained fraction of peak on a large
-// bf16 matmul (8192^3): v5e 181.8 of 197 TFLOP/s (XLA's jnp.matmul in JAX's Pallas TPU matmul
-// guide), v6e 727.7 of 918 (a profiler-timed JAX benchmark, yangwhale/gpu-tpu-pedia). No
-// public figure was found for the other chips: 0, their matrix units run at peak.
+// The last constant of v5e, v6e and tpu7x is the matrix unit's sustained fraction of peak on a
+// large bf16 matmul (8192^3): v5e 181.8 of 197 TFLOP/s (XLA's jnp.matmul in JAX's Pallas TPU
+// matmul guide), v6e 727.7 of 918 and tpu7x 1081.3 of 1153.5 per device (the same
+// profiler-timed JAX benchmark, yangwhale/gpu-tpu-pedia). No public figure was found for the
+// other chips: 0, their matrix units run at peak.
 ChipSpec v5e_chip() {
   return {"v5e", Platform::kTpu, Interconnect::kTorus, 1, 1.97e14, 197, 16 * kGiB, 8.1e11, 4,
           4.5e10, 3.125e9, 128, 1.5e10, 181.823e12 / 1.97e14};
@@ -35,10 +36,11 @@ ChipSpec v6e_chip() {
   return {"v6e", Platform::kTpu, Interconnect::kTorus, 1, 9.18e14, 918, 32 * kGiB, 1.638e12, 4,
           9e10, 12.5e9, 256, 3.2e10, 727.699e12 / 9.18e14};
 }
-// Ironwood: 1.2e12 B/s ICI per chip (both ways, all links) over a 3D torus's 6 links.
+// Ironwood: 1.2e12 B/s ICI per chip (both ways, all links) over a 3D torus's 6 links. Its
+// sustained rate is per device (one of the chip's two), as JAX exposes and times it.
 ChipSpec tpu7x_chip() {
   return {"tpu7x", Platform::kTpu, Interconnect::kTorus, 2, 2.307e15, 1153.5, 192 * kGiB, 7.38e12,
-          6, 1e11, 12.5e9, 256, 0};
+          6, 1e11, 12.5e9, 256, 0, 1081.296e12 / 1.1535e15};
 }
 // GPUs: NVLink through the host's switch (one way, per GPU); a 400 Gb/s NIC per GPU.
 ChipSpec h100_chip() {

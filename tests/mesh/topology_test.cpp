@@ -35,14 +35,17 @@ TEST(Topology, V5pCountsTensorCores) {
 }
 
 // The matrix unit's sustained rate: the chip's public sustained-matmul measurement (8192^3
-// bf16: v5e 181.823 TFLOP/s, v6e 727.699), or the peak where none is known (v5p, tpu7x, GPUs).
+// bf16: v5e 181.823 TFLOP/s, v6e 727.699, tpu7x 1081.296 per device), or the peak where none
+// is known (v5p, GPUs).
 TEST(Topology, MatrixUnitRunsAtItsMeasuredSustainedRate) {
   EXPECT_NEAR(must("v6e-256").mxu_flops_per_device(), 727.699e12, 1);
   EXPECT_NEAR(must("v6e-8").chip.mxu_sustained_fraction, 0.7927, 1e-4);
   EXPECT_NEAR(must("v5e-16").mxu_flops_per_device(), 181.823e12, 1);
   EXPECT_DOUBLE_EQ(must("v5p-1024").chip.mxu_sustained_fraction, 0);
   EXPECT_DOUBLE_EQ(must("v5p-1024").mxu_flops_per_device(), 4.59e14);
-  EXPECT_DOUBLE_EQ(must("tpu7x-128").mxu_flops_per_device(), 2.307e15 / 2);  // per device
+  // tpu7x: the fraction is of one device's peak (half the chip's), not of the chip's.
+  EXPECT_NEAR(must("tpu7x-128").mxu_flops_per_device(), 1081.296e12, 1);
+  EXPECT_NEAR(must("tpu7x-8").chip.mxu_sustained_fraction, 0.9374, 1e-4);
   EXPECT_DOUBLE_EQ(must("a3").mxu_flops_per_device(), 9.89e14);
 }
 
