@@ -105,6 +105,9 @@ Status read_tree_arg(lua_State* L, const JitBox& j, int idx, int pos, std::strin
   if (boxes.empty())
     return eng::invalid_argument("{}: argument {} is a table with no Arrays in it", fn, pos + 1);
   const bool given = pos < static_cast<int>(j.options().in_specs.size()) && j.options().in_specs[pos];
+  // shard_map without in_specs (jax.shard_map(f, out_specs=...)): each leaf's spec is the one in
+  // its type, which names Explicit mesh axes only.
+  const bool infer = j.options().manual && j.options().in_specs.empty();
   for (ArrayBox* a : boxes) {
     ENG_RETURN_IF_ERROR(check_live(*a, fn));
     const eng::Mesh& m = a->is_tracer() ? a->trace->mesh() : a->data->array.sharding.mesh;
@@ -114,9 +117,16 @@ Status read_tree_arg(lua_State* L, const JitBox& j, int idx, int pos, std::strin
     mesh = m;
     eng::PartitionSpec spec = a->is_tracer() ? eng::PartitionSpec() : a->data->array.sharding.spec;
     if (given) spec = *j.options().in_specs[pos];  // one spec for a table: every leaf (a pytree prefix)
+    if (infer && m.axis_type() != eng::AxisType::kExplicit && !spec.is_replicated())
+      return eng::invalid_argument(
+          "{}: in_specs not given, so argument {} is split as its type says, but on {} (not "
+          "Explicit) its type names no mesh axis though it is laid out {}: pass in_specs",
+          fn, pos + 1, m.to_string(), spec.to_string());
     spec = eng::remove_size_one_mesh_axis(spec, m);
     c.leaves.push_back(*a);
-    c.leaf_in_specs.push_back(given ? j.options().in_specs[pos] : std::nullopt);
+    c.leaf_in_specs.push_back(given   ? j.options().in_specs[pos]
+                              : infer ? std::optional<eng::PartitionSpec>(spec)
+                                      : std::nullopt);
     c.leaf_types.push_back(eng::typeof_string(eng::dtype_name(a->dtype), a->shape, &spec, &m));
   }
   int next = c.first_leaf.back();

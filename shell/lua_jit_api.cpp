@@ -313,10 +313,10 @@ Result<int> shard_map(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
   if (name) j.name = *name;
   for (const char* key : {"in_specs", "out_specs"}) {
-    if (push_field(L, 2, key) == LUA_TNIL) {
+    if (push_field(L, 2, key) == LUA_TNIL && std::string_view(key) == "out_specs") {
       lua_pop(L, 1);
       return eng::invalid_argument("{}: {} is required", fn, key);
-    }
+    }  // in_specs may be left out: then each argument is split as its type says
     auto specs = read_specs(L, lua_gettop(L), fn, key);
     lua_pop(L, 1);
     if (!specs.ok()) return specs.status();
@@ -361,7 +361,8 @@ constexpr Function kJitFunctions[] = {
      "results\n"
      "  are the blocks of arrays laid out by out_specs. Compiled once per signature, without SPMD\n"
      "  partitioning (the program is per-device already). mesh: default sl.get_mesh(). Given only\n"
-     "  the options, it returns f -> sl.shard_map(f, options) (@jax.shard_map(in_specs=...))."},
+     "  the options, it returns f -> sl.shard_map(f, options) (@jax.shard_map(in_specs=...)).\n"
+     "  Without in_specs each argument is split as its type says (Explicit mesh axes)."},
     {"jit", lua_entry<jit>,
      "sl.jit(f [, {in_shardings, out_shardings, static_argnums, donate_argnums, name}]) -> Jitted",
      "jax.jit for a Lua function of Arrays (or tables of them): traced into an engine program\n"
