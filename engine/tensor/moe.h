@@ -55,8 +55,24 @@ struct Token {
   std::vector<T> s, g, p;      // scores; s + bias; softmax(g) (the load-balance probabilities)
   std::vector<int64_t> idx;    // k chosen experts, largest score first, ties lower first
   std::vector<T> w0, w;        // weights before / after norm_topk_prob
+  std::vector<T> top;          // the k chosen scores (route_token's working row)
   T w0_sum = 0;
 };
+
+// The routing kernels' working rows, one set per thread and math type (thread_local: their
+// capacity outlives a call, so a training step's routing allocates nothing after the first).
+template <class T>
+struct RouteScratch {
+  Token<T> t;
+  std::vector<T> row, count_t, ds, dw, dt, w;
+  std::vector<double> count, prob;
+  std::vector<int64_t> idx, slot, next, arrivals;
+};
+template <class T>
+RouteScratch<T>& route_scratch() {
+  thread_local RouteScratch<T> sc;
+  return sc;
+}
 
 template <class T>
 void softmax(const T* x, T* y, int64_t n) {
@@ -78,22 +94,29 @@ void route_token(const T* logits, const T* bias, int64_t E, const RouteParams& p
     for (int64_t e = 0; e < E; ++e) t.g[e] += bias[e];
   t.p.resize(E);
   softmax(t.g.data(), t.p.data(), E);
-  // jax.lax.top_k: descending, stable (equal values keep the lower index first).
-  t.idx.resize(E);
-  for (int64_t e = 0; e < E; ++e) t.idx[e] = e;
-  std::stable_sort(t.idx.begin(), t.idx.end(),
-                   [&](int64_t a, int64_t b) { return t.g[a] > t.g[b]; });
-  t.idx.resize(p.k);
+  // jax.lax.top_k: descending, stable (equal values keep the lower index first): the k largest
+  // kept in order while the experts are read in index order, each inserted after every chosen
+  // one that is not smaller (std::stable_sort's order, without its temporary buffer).
+  t.idx.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = static_cast<int64_t>(t.idx.size());
+    if (n == p.k && !(t.g[e] > t.g[t.idx[n - 1]])) continue;
+    int64_t pos = n;
+    while (pos > 0 && t.g[e] > t.g[t.idx[pos - 1]]) --pos;
+    if (n < p.k) t.idx.push_back(e);
+    for (int64_t q = static_cast<int64_t>(t.idx.size()) - 1; q > pos; --q) t.idx[q] = t.idx[q - 1];
+    t.idx[pos] = e;
+  }
   t.w0.resize(p.k);
-  std::vector<T> top(p.k);
-  for (int64_t j = 0; j < p.k; ++j) top[j] = t.s[t.idx[j]];
+  t.top.resize(p.k);
+  for (int64_t j = 0; j < p.k; ++j) t.top[j] = t.s[t.idx[j]];
   if (!p.deepseek_weights) {  // softmax over the top-k values (mixtral, qwen3)
-    softmax(top.data(), t.w0.data(), p.k);
+    softmax(t.top.data(), t.w0.data(), p.k);
   } else {  // deepseek_scale_weights
     T sum = 0;
-    for (T v : top) sum += v;
+    for (T v : t.top) sum += v;
     for (int64_t j = 0; j < p.k; ++j)
-      t.w0[j] = (p.score_func == 2 ? top[j] / sum : top[j]) * T(p.routed_scaling_factor);
+      t.w0[j] = (p.score_func == 2 ? t.top[j] / sum : t.top[j]) * T(p.routed_scaling_factor);
   }
   t.w0_sum = 0;
   for (T v : t.w0) t.w0_sum += v;
@@ -103,14 +126,36 @@ void route_token(const T* logits, const T* bias, int64_t E, const RouteParams& p
 }
 
 // The slot of each (s, rank) choice in row b, -1 when dropped (generate_masks: a cumsum over
-// the fused (S, k) axis per expert; arrival j takes slot j - 1 while j <= C).
+// the fused (S, k) axis per expert; arrival j takes slot j - 1 while j <= C). arrivals: scratch.
 inline void assign_slots(const std::vector<int64_t>& idx, int64_t S, int64_t k, int64_t E,
-                         int64_t C, std::vector<int64_t>& slot) {
-  std::vector<int64_t> count(E, 0);
+                         int64_t C, std::vector<int64_t>& arrivals, std::vector<int64_t>& slot) {
+  arrivals.assign(E, 0);
   slot.resize(S * k);
   for (int64_t i = 0; i < S * k; ++i) {
-    const int64_t c = count[idx[i]]++;
+    const int64_t c = arrivals[idx[i]]++;
     slot[i] = c < C ? c : -1;
+  }
+}
+
+// Routes the S tokens of one row (logits (S,E)): sc.idx (S*k) their choices in rank order,
+// sc.count (E) the choices per expert, sc.prob (E) the summed load-balance probabilities;
+// on_token(s, token) sees each token's routing. The forward pass of route and top_k, and the
+// counting pass of their gradients.
+template <class T, class X, class F>
+void route_row(const X* logits, const T* bias, int64_t S, int64_t E, const RouteParams& p,
+               RouteScratch<T>& sc, F&& on_token) {
+  sc.idx.resize(S * p.k);
+  sc.count.assign(E, 0.0);
+  sc.prob.assign(E, 0.0);
+  for (int64_t s = 0; s < S; ++s) {
+    ld_row(logits + s * E, E, sc.row);
+    route_token(sc.row.data(), bias, E, p, sc.t);
+    for (int64_t j = 0; j < p.k; ++j) {
+      sc.idx[s * p.k + j] = sc.t.idx[j];
+      sc.count[sc.t.idx[j]] += 1;
+    }
+    for (int64_t e = 0; e < E; ++e) sc.prob[e] += static_cast<double>(sc.t.p[e]);
+    on_token(s, sc.t);
   }
 }
 
@@ -123,34 +168,24 @@ void route(const X* logits, const T* bias, int64_t B, int64_t S, int64_t E, cons
   std::fill(combine, combine + B * S * E * C, st<X>(T(0)));
   std::fill(load, load + 2 * E, T(0));
   double loss = 0;
-  Token<T> t;
-  std::vector<T> row;
-  std::vector<int64_t> idx(S * k), slot;
-  std::vector<std::vector<T>> w(S);
+  RouteScratch<T>& sc = route_scratch<T>();
+  sc.w.resize(S * k);
   for (int64_t b = 0; b < B; ++b) {
-    std::vector<double> count(E, 0), prob(E, 0);
-    for (int64_t s = 0; s < S; ++s) {
-      ld_row(logits + (b * S + s) * E, E, row);
-      route_token(row.data(), bias, E, p, t);
-      for (int64_t j = 0; j < k; ++j) {
-        idx[s * k + j] = t.idx[j];
-        count[t.idx[j]] += 1;
-      }
-      for (int64_t e = 0; e < E; ++e) prob[e] += static_cast<double>(t.p[e]);
-      w[s] = t.w;
-    }
-    assign_slots(idx, S, k, E, C, slot);
+    route_row(logits + b * S * E, bias, S, E, p, sc, [&](int64_t s, const Token<T>& t) {
+      std::copy(t.w.begin(), t.w.end(), sc.w.begin() + s * k);
+    });
+    assign_slots(sc.idx, S, k, E, C, sc.arrivals, sc.slot);
     for (int64_t s = 0; s < S; ++s)
       for (int64_t j = 0; j < k; ++j) {
-        const int64_t e = idx[s * k + j], c = slot[s * k + j];
+        const int64_t e = sc.idx[s * k + j], c = sc.slot[s * k + j];
         load[e] += T(1);
         if (c < 0) {
           load[E + e] += T(1);
           continue;
         }
-        combine[((b * S + s) * E + e) * C + c] = st<X>(w[s][j]);
+        combine[((b * S + s) * E + e) * C + c] = st<X>(sc.w[s * k + j]);
       }
-    for (int64_t e = 0; e < E; ++e) loss += count[e] * prob[e];
+    for (int64_t e = 0; e < E; ++e) loss += sc.count[e] * sc.prob[e];
   }
   *lb = static_cast<T>(p.lb_scale * loss);
 }
@@ -201,6 +236,26 @@ void token_grad(const Token<T>& t, std::vector<T>& dw, const std::vector<T>& cou
   }
 }
 
+// The second pass of a row's backward (after route_row counted its choices): routes each
+// token again, fill_dw(s, token, dw) sets the cotangent of its k weights, and token_grad
+// writes dlogits' row (S,E) or, with dbias non-null, adds to dbias.
+template <class T, class X, class F>
+void grad_tokens(const X* logits, const T* bias, int64_t S, int64_t E, const RouteParams& p,
+                 RouteScratch<T>& sc, X* dlogits, T* dbias, F&& fill_dw) {
+  sc.count_t.resize(E);
+  for (int64_t e = 0; e < E; ++e) sc.count_t[e] = static_cast<T>(sc.count[e]);
+  sc.ds.resize(E);
+  sc.dw.resize(p.k);
+  sc.dt.resize(p.k);
+  for (int64_t s = 0; s < S; ++s) {
+    ld_row(logits + s * E, E, sc.row);
+    route_token(sc.row.data(), bias, E, p, sc.t);
+    fill_dw(s, sc.t, sc.dw);
+    token_grad(sc.t, sc.dw, sc.count_t, E, p, sc.ds, sc.dt,
+               dbias != nullptr ? nullptr : dlogits + s * E, dbias);
+  }
+}
+
 // dlogits (B,S,E) from dcombine (B,S,E,C) and the load-balance cotangent folded into
 // p.lb_scale: op.h kMoeRouteGrad. With dbias (E) non-null, that instead (dlogits unused): the
 // load-balance part only (the weights read s, not s + bias), summed over the tokens. logits,
@@ -208,35 +263,20 @@ void token_grad(const Token<T>& t, std::vector<T>& dw, const std::vector<T>& cou
 template <class T, class X>
 void route_grad(const X* logits, const X* dcombine, const T* bias, int64_t B, int64_t S,
                 int64_t E, const RouteParams& p, X* dlogits, T* dbias) {
-  const bool wrt_bias = dbias != nullptr;
-  if (wrt_bias) std::fill(dbias, dbias + E, T(0));
+  if (dbias != nullptr) std::fill(dbias, dbias + E, T(0));
   const int64_t C = p.capacity, k = p.k;
-  Token<T> t;
-  std::vector<T> row;
-  std::vector<int64_t> idx(S * k), slot;
-  std::vector<T> ds(E), dw(k), dt(k);
+  RouteScratch<T>& sc = route_scratch<T>();
   for (int64_t b = 0; b < B; ++b) {
-    std::vector<T> count(E, T(0));
-    for (int64_t s = 0; s < S; ++s) {
-      ld_row(logits + (b * S + s) * E, E, row);
-      route_token(row.data(), bias, E, p, t);
-      for (int64_t j = 0; j < k; ++j) {
-        idx[s * k + j] = t.idx[j];
-        count[t.idx[j]] += T(1);
-      }
-    }
-    assign_slots(idx, S, k, E, C, slot);
-    for (int64_t s = 0; s < S; ++s) {
-      ld_row(logits + (b * S + s) * E, E, row);
-      route_token(row.data(), bias, E, p, t);
-      // combine: the kept choices' weights.
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t c = slot[s * k + j];
-        dw[j] = c < 0 ? T(0) : ld<T>(dcombine[((b * S + s) * E + t.idx[j]) * C + c]);
-      }
-      token_grad(t, dw, count, E, p, ds, dt, wrt_bias ? nullptr : dlogits + (b * S + s) * E,
-                 dbias);
-    }
+    const X* row = logits + b * S * E;
+    route_row(row, bias, S, E, p, sc, [](int64_t, const Token<T>&) {});
+    assign_slots(sc.idx, S, k, E, C, sc.arrivals, sc.slot);
+    grad_tokens(row, bias, S, E, p, sc, dbias ? nullptr : dlogits + b * S * E, dbias,
+                [&](int64_t s, const Token<T>& t, std::vector<T>& dw) {
+                  for (int64_t j = 0; j < k; ++j) {  // combine: the kept choices' weights
+                    const int64_t c = sc.slot[s * k + j];
+                    dw[j] = c < 0 ? T(0) : ld<T>(dcombine[((b * S + s) * E + t.idx[j]) * C + c]);
+                  }
+                });
   }
 }
 
@@ -356,31 +396,22 @@ void top_k(const X* logits, const T* bias, int64_t B, int64_t S, int64_t E, cons
   const int64_t k = p.k, N = S * k;
   std::fill(load, load + 2 * E, T(0));
   double loss = 0;
-  Token<T> t;
-  std::vector<T> row;
-  std::vector<int64_t> idx(N), next(E);
+  RouteScratch<T>& sc = route_scratch<T>();
+  sc.next.resize(E);
   for (int64_t b = 0; b < B; ++b) {
-    std::vector<double> count(E, 0), prob(E, 0);
-    for (int64_t s = 0; s < S; ++s) {
-      ld_row(logits + (b * S + s) * E, E, row);
-      route_token(row.data(), bias, E, p, t);
-      for (int64_t j = 0; j < k; ++j) {
-        idx[s * k + j] = t.idx[j];
-        count[t.idx[j]] += 1;
-        weights[(b * S + s) * k + j] = st<X>(t.w[j]);
-      }
-      for (int64_t e = 0; e < E; ++e) prob[e] += static_cast<double>(t.p[e]);
-    }
+    route_row(logits + b * S * E, bias, S, E, p, sc, [&](int64_t s, const Token<T>& t) {
+      for (int64_t j = 0; j < k; ++j) weights[(b * S + s) * k + j] = st<X>(t.w[j]);
+    });
     int64_t at = 0;
     for (int64_t e = 0; e < E; ++e) {
-      next[e] = at;
-      at += static_cast<int64_t>(count[e]);
-      group_sizes[b * E + e] = static_cast<I>(count[e]);
-      load[e] += static_cast<T>(count[e]);
-      loss += count[e] * prob[e];
+      sc.next[e] = at;
+      at += static_cast<int64_t>(sc.count[e]);
+      group_sizes[b * E + e] = static_cast<I>(sc.count[e]);
+      load[e] += static_cast<T>(sc.count[e]);
+      loss += sc.count[e] * sc.prob[e];
     }
     for (int64_t i = 0; i < N; ++i) {
-      const int64_t j = next[idx[i]]++;
+      const int64_t j = sc.next[sc.idx[i]]++;
       order[b * N + j] = static_cast<I>(i);
       rank[b * N + i] = static_cast<I>(j);
     }
@@ -392,25 +423,16 @@ void top_k(const X* logits, const T* bias, int64_t B, int64_t S, int64_t E, cons
 template <class T, class X>
 void top_k_grad(const X* logits, const X* dweights, const T* bias, int64_t B, int64_t S,
                 int64_t E, const RouteParams& p, X* dlogits, T* dbias) {
-  const bool wrt_bias = dbias != nullptr;
-  if (wrt_bias) std::fill(dbias, dbias + E, T(0));
+  if (dbias != nullptr) std::fill(dbias, dbias + E, T(0));
   const int64_t k = p.k;
-  Token<T> t;
-  std::vector<T> row, ds(E), dw(k), dt(k);
+  RouteScratch<T>& sc = route_scratch<T>();
   for (int64_t b = 0; b < B; ++b) {
-    std::vector<T> count(E, T(0));
-    for (int64_t s = 0; s < S; ++s) {
-      ld_row(logits + (b * S + s) * E, E, row);
-      route_token(row.data(), bias, E, p, t);
-      for (int64_t j = 0; j < k; ++j) count[t.idx[j]] += T(1);
-    }
-    for (int64_t s = 0; s < S; ++s) {
-      ld_row(logits + (b * S + s) * E, E, row);
-      route_token(row.data(), bias, E, p, t);
-      for (int64_t j = 0; j < k; ++j) dw[j] = ld<T>(dweights[(b * S + s) * k + j]);
-      token_grad(t, dw, count, E, p, ds, dt, wrt_bias ? nullptr : dlogits + (b * S + s) * E,
-                 dbias);
-    }
+    const X* row = logits + b * S * E;
+    route_row(row, bias, S, E, p, sc, [](int64_t, const Token<T>&) {});
+    grad_tokens(row, bias, S, E, p, sc, dbias ? nullptr : dlogits + b * S * E, dbias,
+                [&](int64_t s, const Token<T>&, std::vector<T>& dw) {
+                  for (int64_t j = 0; j < k; ++j) dw[j] = ld<T>(dweights[(b * S + s) * k + j]);
+                });
   }
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,6 +27,44 @@
 #include "engine/train/inspect.h"
 
 namespace eng {
+
+// A step's model metrics beyond MaxText's (MoE: learning/moe_lb_loss, moe/layer_<l>/expert_<e>/
+// tokens and .../dropped) as (name, value) pairs. The names are the trainer's, shared; the
+// values are the step's buffer, shared too: the trainer writes a later step into a fresh buffer
+// while a StepMetrics still holds this one, so reading metrics allocates nothing and a held
+// StepMetrics never changes.
+class ExtraMetrics {
+ public:
+  ExtraMetrics() = default;
+  ExtraMetrics(std::shared_ptr<const std::vector<std::string>> names,
+               std::shared_ptr<const std::vector<float>> values)
+      : names_(std::move(names)), values_(std::move(values)) {}
+  size_t size() const { return values_ ? values_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  std::pair<const std::string&, double> operator[](size_t k) const {
+    return {(*names_)[k], (*values_)[k]};
+  }
+  class Iterator {
+   public:
+    Iterator(const ExtraMetrics* m, size_t k) : m_(m), k_(k) {}
+    std::pair<const std::string&, double> operator*() const { return (*m_)[k_]; }
+    Iterator& operator++() {
+      ++k_;
+      return *this;
+    }
+    bool operator!=(const Iterator& o) const { return k_ != o.k_; }
+
+   private:
+    const ExtraMetrics* m_;
+    size_t k_;
+  };
+  Iterator begin() const { return {this, 0}; }
+  Iterator end() const { return {this, size()}; }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> names_;
+  std::shared_ptr<const std::vector<float>> values_;
+};
 
 struct StepMetrics {
   int64_t step = 0;  // the step that ran (0-based)
@@ -47,7 +86,7 @@ struct StepMetrics {
   bool stop_requested = false;
   // The model's own metrics by MaxText-style name (MoE: learning/moe_lb_loss,
   // moe/layer_<l>/expert_<e>/tokens and .../dropped); empty for a dense llama.
-  std::vector<std::pair<std::string, double>> extra;
+  ExtraMetrics extra;
 };
 
 // "completed step: 3, seconds: 0.412, TFLOP/s/device: 0.113, Tokens/s/device: 4970.874,

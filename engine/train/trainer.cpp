@@ -234,8 +234,12 @@ Status Trainer::setup_dispatch() {
   const int capacity = std::max(1, max_inflight_);
   staging_.resize(static_cast<size_t>(capacity));
   slots_.resize(kStepSlots);
-  if (layout_.metrics.size() > n_base)  // model metrics beyond MaxText's (MoE)
-    for (StepSlot& s : slots_) s.extra_metrics.assign(layout_.metrics.size() - n_base, 0.0f);
+  if (layout_.metrics.size() > n_base) {  // model metrics beyond MaxText's (MoE)
+    extra_metric_names_ = std::make_shared<const std::vector<std::string>>(
+        layout_.metric_names.begin() + static_cast<std::ptrdiff_t>(n_base), layout_.metric_names.end());
+    for (StepSlot& s : slots_)
+      s.extra_metrics = std::make_shared<std::vector<float>>(layout_.metrics.size() - n_base, 0.0f);
+  }
   if (dist::process().count > 1)  // init_state spans the processes then
     for (StepSlot& s : slots_)
       s.process_times.assign(kProcessValues * static_cast<size_t>(dist::process().count), 0);
@@ -323,9 +327,11 @@ Status Trainer::device_step(int64_t ticket) {
   const double wait0 = runtime_->collective_wait_seconds();
   Status s = runtime_->execute(*slot.exe, arg_ptrs_, outputs_);
   constexpr size_t n_base = kMaxTextMetrics;
+  if (slot.extra_metrics && slot.extra_metrics.use_count() > 1)  // an earlier StepMetrics holds it
+    slot.extra_metrics = std::make_shared<std::vector<float>>(slot.extra_metrics->size(), 0.0f);
   for (size_t k = 0; s.ok() && k < layout_.metrics.size(); ++k)
     s = runtime_->fetch(outputs_[k],
-                        k < n_base ? &slot.metrics[k] : &slot.extra_metrics[k - n_base]);
+                        k < n_base ? &slot.metrics[k] : &(*slot.extra_metrics)[k - n_base]);
   slot.device_end = now_seconds();
   // mpirun: every process's times (for process 0's store) and whether it asks to stop (for
   // all: the agreement that stops t:train on every process after the same step).
@@ -370,8 +376,7 @@ Result<StepMetrics> Trainer::metrics_of(int64_t ticket, int64_t step) {
   m.tokens_per_s_per_device = tokens / mesh_.num_devices() / m.step_time_s;
   m.tflops_per_device = tflops_.total;
   m.tflops_per_s_per_device = tflops_.total / m.step_time_s;
-  for (size_t k = 0; k < slot.extra_metrics.size(); ++k)  // allocates only for such models
-    m.extra.push_back({layout_.metric_names[kMaxTextMetrics + k], slot.extra_metrics[k]});
+  if (slot.extra_metrics) m.extra = ExtraMetrics(extra_metric_names_, slot.extra_metrics);
   return m;
 }
 

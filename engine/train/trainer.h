@@ -187,9 +187,10 @@ class Trainer {
   struct StepSlot : StepRecord {
     // Under mpirun, kProcessValues per process: device_s, collective wait_s, stop requested.
     std::vector<double> process_times;
-    // The model's metrics after MaxText's first eight (MoE: learning/moe_lb_loss and each
-    // layer's load), in layout_.metrics order; sized at setup.
-    std::vector<float> extra_metrics;
+    // The model's metrics after MaxText's first six (MoE: learning/moe_lb_loss and each
+    // layer's load), in layout_.metrics order; sized at setup, replaced by a fresh buffer
+    // when a step reuses the slot while a StepMetrics still holds it (ExtraMetrics).
+    std::shared_ptr<std::vector<float>> extra_metrics;
   };
   static constexpr size_t kProcessValues = 3;
   // MaxText's metrics (learning/loss ... current_learning_rate) come first, in metrics[];
@@ -242,6 +243,9 @@ class Trainer {
   Program program_;
   TrainStepLayout layout_;
   MetricIndex metric_index_;
+  // The names of StepSlot::extra_metrics (layout_.metric_names after MaxText's), shared with
+  // every StepMetrics::extra.
+  std::shared_ptr<const std::vector<std::string>> extra_metric_names_;
   std::vector<BatchFeed> batch_feeds_;
   TrainingTflops tflops_;
   JitOptions jit_options_;                  // from the config's compile-cache keys

@@ -51,5 +51,49 @@ TEST(TrainerAllocTest, Float32StepsAllocateNothing) {
   EXPECT_EQ(steady_state_allocations(c), 0);
 }
 
+// Mixture of experts (4 experts, top-2, the load-balance loss on), in both dispatch modes: the
+// routing kernels (engine/tensor/moe.h) keep their per-token rows in per-thread scratch.
+Config moe_config(bool dropless, const char* dtype) {
+  Config c = eng::testing::tiny_config(20);
+  for (auto [k, v] : std::initializer_list<std::pair<const char*, ConfigValue>>{
+           {"num_experts", int64_t{4}},
+           {"num_experts_per_tok", int64_t{2}},
+           {"sparse_matmul", dropless},
+           {"capacity_factor", dropless ? -1.0 : 1.25},
+           {"load_balance_loss_weight", 0.01},
+           {"dtype", std::string(dtype)}})
+    EXPECT_TRUE(c.set(k, v).ok()) << k;
+  return c;
+}
+
+TEST(TrainerAllocTest, MoeDenseDispatchStepsAllocateNothing) {
+  EXPECT_EQ(steady_state_allocations(moe_config(false, "float32")), 0);
+  EXPECT_EQ(steady_state_allocations(moe_config(false, "bfloat16")), 0);
+}
+
+TEST(TrainerAllocTest, MoeDroplessStepsAllocateNothing) {
+  EXPECT_EQ(steady_state_allocations(moe_config(true, "float32")), 0);
+  EXPECT_EQ(steady_state_allocations(moe_config(true, "bfloat16")), 0);
+}
+
+// A StepMetrics held while its slot is reused (kStepSlots steps later) keeps its MoE values:
+// the step writes into a fresh buffer instead of the held one.
+TEST(TrainerAllocTest, HeldMoeMetricsKeepTheirValues) {
+  Config c = moe_config(false, "float32");
+  ASSERT_TRUE(c.set("steps", int64_t{Trainer::kStepSlots + 2}).ok());
+  auto t = Trainer::create(c, Mesh()).value();
+  ASSERT_TRUE(t->step_and_wait().ok());
+  const StepMetrics held = t->last_step_metrics().value();
+  std::vector<double> copy;
+  for (const auto& [name, v] : held.extra) copy.push_back(v);
+  ASSERT_EQ(copy.size(), 1u + 2 * 4 * 2);
+  for (int i = 0; i < Trainer::kStepSlots; ++i) ASSERT_TRUE(t->step_and_wait().ok());
+  const StepMetrics now = t->last_step_metrics().value();
+  ASSERT_EQ(now.step, held.step + Trainer::kStepSlots);  // the same slot
+  double lb_now = now.extra[0].second;
+  for (size_t k = 0; k < copy.size(); ++k) EXPECT_EQ(held.extra[k].second, copy[k]) << k;
+  EXPECT_NE(lb_now, copy[0]);  // the reused slot holds the later step's values
+}
+
 }  // namespace
 }  // namespace eng
