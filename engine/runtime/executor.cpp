@@ -466,31 +466,17 @@ void run_moe_permute(const Args& a) {
                       o[1] / k, k, a.last_dim(0), a.in.attrs.inverse, a.out(0));
 }
 
-// One sgemm per (row b, group e) over the group's contiguous rows; rows past the groups zero.
-// grad: drhs[e] += lhs_e^T dout_e over the rows b.
+// kern::ragged_dot: one sgemm per (row b, group e); grad: drhs[e] += lhs_e^T dout_e over b.
 void run_ragged_dot(const Args& a) {
   const Shape& l = a.shape(0);
   const Shape& r = a.shape(1);
   const int lr = l.rank();
   const int64_t B = lr == 3 ? l[0] : 1, N = l[lr - 2], K = l[lr - 1], E = a.last_dim(2);
-  const bool grad = a.in.kind == OpKind::kRaggedDotGrad, tb = a.in.attrs.trans_b;
-  const int64_t P = grad ? r[lr - 1] : r[tb ? 1 : 2];
-  if (grad) std::fill(a.out(0), a.out(0) + E * K * P, 0.0f);
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t* g = a.ids(2) + b * E;
-    int64_t at = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t rows = std::min<int64_t>(N - at, std::max<int32_t>(g[e], 0));
-      if (rows > 0 && grad)
-        kern::matmul(true, false, K, P, rows, 1.0f, a.f(0) + (b * N + at) * K, K,
-                     a.f(1) + (b * N + at) * P, P, 1.0f, a.out(0) + e * K * P, P);
-      else if (rows > 0)
-        kern::matmul(false, tb, rows, P, K, 1.0f, a.f(0) + (b * N + at) * K, K,
-                     a.f(1) + e * K * P, tb ? K : P, 0.0f, a.out(0) + (b * N + at) * P, P);
-      at += std::max<int64_t>(rows, 0);
-    }
-    if (!grad) std::fill(a.out(0) + (b * N + at) * P, a.out(0) + (b + 1) * N * P, 0.0f);
-  }
+  const bool tb = a.in.attrs.trans_b;
+  if (a.in.kind == OpKind::kRaggedDotGrad)
+    kern::ragged_dot_grad(a.f(0), a.f(1), a.ids(2), B, N, K, r[lr - 1], E, a.out(0));
+  else
+    kern::ragged_dot(a.f(0), a.f(1), a.ids(2), B, N, K, r[tb ? 1 : 2], E, tb, a.out(0));
 }
 
 // The bf16 forms (program.h's kBf16Kernels): the routing, dispatch and combine loops read bf16

@@ -62,6 +62,74 @@ void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float a
   });
 }
 
+// ---- grouped matmul ---------------------------------------------------------------------------
+
+namespace {
+// Group e of a row with group sizes g: its first row and row count (negative sizes as 0, the
+// groups cut at N).
+std::pair<int64_t, int64_t> group_rows(const int32_t* g, int64_t N, int64_t e) {
+  int64_t at = 0;
+  for (int64_t i = 0; i < e; ++i) at += std::min<int64_t>(N - at, std::max<int32_t>(g[i], 0));
+  return {at, std::min<int64_t>(N - at, std::max<int32_t>(g[e], 0))};
+}
+
+// Whether to give each thread whole groups (each one single-threaded sgemm) rather than split
+// every group's matmul over the pool: when there are at least two groups per thread and none
+// holds more than twice the mean, which small groups (many experts) need: a split group of a
+// few dozen rows spends more on the pool's hand-off than on its sgemm.
+bool by_groups(const int32_t* group_sizes, int64_t B, int64_t N, int64_t E) {
+  const int64_t nt = default_pool().num_threads();
+  if (nt <= 1 || ThreadPool::in_parallel_region()) return false;
+  int64_t groups = 0, rows = 0, most = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r = group_rows(group_sizes + b * E, N, e).second;
+      groups += r > 0;
+      rows += r;
+      most = std::max(most, r);
+    }
+  return groups >= 2 * nt && most * groups <= 2 * rows;
+}
+}  // namespace
+
+void ragged_dot(const float* lhs, const float* rhs, const int32_t* group_sizes, int64_t B,
+                int64_t N, int64_t K, int64_t P, int64_t E, bool trans_b, float* out) {
+  auto one = [&](int64_t b, int64_t e) {
+    const auto [at, rows] = group_rows(group_sizes + b * E, N, e);
+    if (rows > 0)
+      matmul(false, trans_b, rows, P, K, 1.0f, lhs + (b * N + at) * K, K, rhs + e * K * P,
+             trans_b ? K : P, 0.0f, out + (b * N + at) * P, P);
+  };
+  if (by_groups(group_sizes, B, N, E)) {
+    default_pool().run(B * E, [&](int64_t t) { one(t / E, t % E); });  // matmul: one thread each
+  } else {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t e = 0; e < E; ++e) one(b, e);
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const auto [at, rows] = group_rows(group_sizes + b * E, N, E - 1);
+    std::fill(out + (b * N + at + rows) * P, out + (b + 1) * N * P, 0.0f);
+  }
+}
+
+void ragged_dot_grad(const float* lhs, const float* dout, const int32_t* group_sizes, int64_t B,
+                     int64_t N, int64_t K, int64_t P, int64_t E, float* drhs) {
+  std::fill(drhs, drhs + E * K * P, 0.0f);
+  auto one = [&](int64_t e) {  // drhs[e] over the rows b, in b order
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [at, rows] = group_rows(group_sizes + b * E, N, e);
+      if (rows > 0)
+        matmul(true, false, K, P, rows, 1.0f, lhs + (b * N + at) * K, K, dout + (b * N + at) * P,
+               P, 1.0f, drhs + e * K * P, P);
+    }
+  };
+  if (by_groups(group_sizes, B, N, E)) {
+    default_pool().run(E, one);
+  } else {
+    for (int64_t e = 0; e < E; ++e) one(e);
+  }
+}
+
 // ---- embedding ------------------------------------------------------------------------------
 
 void embed_lookup(const float* table, const int32_t* ids, float* out, int64_t N, int64_t V,

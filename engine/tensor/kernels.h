@@ -21,6 +21,16 @@ void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float a
             const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
             int64_t ldc);
 
+// ---- grouped matmul (jax.lax.ragged_dot; op.h kRaggedDot / kRaggedDotGrad) ----------------
+// Per row b of B: lhs (N,K) rows cut into E consecutive groups by group_sizes (E per row;
+// negative as 0, cut at N), out (N,P) = group e's rows times rhs[e] (K,P) (trans_b: (P,K)^T),
+// rows past the groups zero. One matmul per (b, e) over the group's rows.
+void ragged_dot(const float* lhs, const float* rhs, const int32_t* group_sizes, int64_t B,
+                int64_t N, int64_t K, int64_t P, int64_t E, bool trans_b, float* out);
+// drhs (E,K,P) = sum over b of group e's lhs rows^T dout rows.
+void ragged_dot_grad(const float* lhs, const float* dout, const int32_t* group_sizes, int64_t B,
+                     int64_t N, int64_t K, int64_t P, int64_t E, float* drhs);
+
 // ---- embedding --------------------------------------------------------------------------
 // out[n, :] = table[ids[n] - offset, :]. ids outside [offset, offset + V) give a zero row
 // (offset 0: checked by data loaders; offset > 0: the table is one device's vocab block).

@@ -8,6 +8,7 @@
 
 #include "engine/tensor/dtype.h"
 #include "engine/tensor/kernels.h"
+#include "engine/tensor/moe.h"
 #include "engine/tensor/reference.h"
 #include "tests/tensor/test_util.h"
 
@@ -70,6 +71,43 @@ TEST(Matmul, Deterministic) {
   kern::matmul(false, true, 512, 384, 256, 1.f, A.data(), 256, B.data(), 256, 0.f, C1.data(), 384);
   kern::matmul(false, true, 512, 384, 256, 1.f, A.data(), 256, B.data(), 256, 0.f, C2.data(), 384);
   EXPECT_TRUE(test::bitwise_equal(C1, C2));
+}
+
+// ---- grouped matmul (ragged_dot) --------------------------------------------------------------
+
+// kern::ragged_dot / ragged_dot_grad against moe.h's double loops, with many equal groups (each
+// thread takes whole groups), few uneven ones (each group's matmul split over the pool), and
+// sizes that are negative or run past N.
+TEST(RaggedDot, EqualsTheReferenceLoop) {
+  struct Case {
+    int64_t B, N, K, P;
+    std::vector<int32_t> groups;  // B x E
+  };
+  const Case cases[] = {
+      {1, 512, 48, 40, std::vector<int32_t>(16, 32)},             // by groups
+      {2, 300, 64, 96, {250, 10, 40, 0, 5, 200, 95, -3}},          // split: one group holds most
+      {1, 100, 16, 24, {30, -2, 500, 7}},                          // cut at N; negative as 0
+  };
+  uint32_t seed = 11;
+  for (const Case& c : cases) {
+    const int64_t E = static_cast<int64_t>(c.groups.size()) / c.B;
+    for (int tb = 0; tb < 2; ++tb) {
+      auto lhs = random_floats(c.B * c.N * c.K, seed += 2), rhs = random_floats(E * c.K * c.P, seed + 1);
+      std::vector<float> out(c.B * c.N * c.P, 7.f);
+      kern::ragged_dot(lhs.data(), rhs.data(), c.groups.data(), c.B, c.N, c.K, c.P, E, tb, out.data());
+      auto ld = to_double(lhs), rd = to_double(rhs);
+      std::vector<double> want(out.size());
+      moe::ragged_dot(ld.data(), rd.data(), c.groups.data(), c.B, c.N, c.K, c.P, E, tb, want.data());
+      EXPECT_TRUE(all_close(out, want, 1e-5, 1e-5 * std::sqrt(double(c.K)))) << "E=" << E << " tb=" << tb;
+    }
+    auto lhs = random_floats(c.B * c.N * c.K, seed += 2), dout = random_floats(c.B * c.N * c.P, seed + 1);
+    std::vector<float> drhs(E * c.K * c.P, 7.f);
+    kern::ragged_dot_grad(lhs.data(), dout.data(), c.groups.data(), c.B, c.N, c.K, c.P, E, drhs.data());
+    auto ld = to_double(lhs), dd = to_double(dout);
+    std::vector<double> want(drhs.size());
+    moe::ragged_dot_grad(ld.data(), dd.data(), c.groups.data(), c.B, c.N, c.K, c.P, E, want.data());
+    EXPECT_TRUE(all_close(drhs, want, 1e-5, 1e-5 * std::sqrt(double(c.N)))) << "grad E=" << E;
+  }
 }
 
 // ---- embedding ------------------------------------------------------------------------------
