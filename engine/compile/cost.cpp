@@ -137,6 +137,10 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
         {OpKind::kReduceScatter, {per_input_element, scattered_bytes}},
         {OpKind::kAllGather, {zero_flops, gathered_bytes}},
         {OpKind::kAllToAll, {zero_flops, all_to_all_bytes}},
+        // The rows a ragged all-to-all moves depend on the data (the routing): the cost is
+        // the balanced estimate, each member's x spread evenly over the group, (G-1)/G of it
+        // from the others (the communicator counts the rows actually moved; docs/sharding.md).
+        {OpKind::kRaggedAllToAll, {zero_flops, all_to_all_bytes}},
         {OpKind::kCollectivePermute, {zero_flops, permute_bytes}},
         {OpKind::kDynamicSlice, zero_flops},  // no traffic
         {OpKind::kReshape, zero_flops},

@@ -94,6 +94,7 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kMoePermuteWeightsGrad, {&Pt::moe_permute_weights_grad}},
         {OpKind::kRaggedDot, {&Pt::ragged_dot}},
         {OpKind::kRaggedDotGrad, {&Pt::ragged_dot}},
+        {OpKind::kRaggedAllToAll, {&Pt::ragged_all_to_all}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

@@ -158,6 +158,28 @@ Status Partitioner::ragged_dot(const Instr& in) {
   return simple(in, {lead(k), rhs, groups}, {PartitionSpec(out, partial)}, in.attrs);
 }
 
+// ragged_all_to_all (x ([L..,]G,N,F), offsets and sizes ([L..,]G,G)): the member dim G keeps
+// x's axes A, which become the collective's group (each device holds G/|A| members and
+// exchanges rows with the rest of its group; A empty: every member here, no traffic); the
+// leading dims keep their axes (independent groups), the rows N and the buffer R whole, F
+// keeps its other axes. The offsets and sizes are split as the members, their last dim whole.
+Status Partitioner::ragged_all_to_all(const Instr& in) {
+  const PartitionSpec sx = dims_only(spec_[in.inputs[0]]);
+  const int r = rank(in.inputs[0]);
+  Dims dx(static_cast<size_t>(r)), di(static_cast<size_t>(r - 1));
+  Axes used;
+  for (int k = 0; k < r - 2; ++k) {
+    dx[k] = di[k] = minus(sx.dim_or_none(k), used);
+    used = joined(used, dx[k]);
+  }
+  dx[r - 1] = minus(sx.dim_or_none(r - 1), used);
+  OpAttrs a = in.attrs;
+  a.mesh_axes = dx[r - 3];
+  a.group_size = axes_size(mesh_, a.mesh_axes);
+  const PartitionSpec idx(di);
+  return simple(in, {PartitionSpec(dx), idx, idx, idx}, {PartitionSpec(dx)}, a);
+}
+
 Status Partitioner::matmul(const Instr& in) {
   const ValueId ga = in.inputs[0], gb = in.inputs[1];
   const Shape A = shp(ga);

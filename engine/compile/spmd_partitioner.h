@@ -458,6 +458,7 @@ class Partitioner {
   Status moe_permute(const Instr& in);
   Status moe_permute_weights_grad(const Instr& in);
   Status ragged_dot(const Instr& in);
+  Status ragged_all_to_all(const Instr& in);
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
   Dims accumulator_dims(const Instr& in, int dim) const;

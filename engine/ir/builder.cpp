@@ -694,6 +694,31 @@ Outs infer_ragged_dot(OpKind kind, const In& in, const OpAttrs& at) {
   return {make(Shape(dims), promote({in[0], in[1]}), std::move(lg))};
 }
 
+// (x ([L..,]G,N,F), input_offsets, send_sizes, output_offsets i32 ([L..,]G,G)) [size=R]
+// -> ([L..,]G,R,F) in x's dtype. Per-device (axes set): G is this device's block of members
+// and the index arrays' last dim the whole group's.
+Outs infer_ragged_all_to_all(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 4);
+  const ValueInfo& x = *in[0];
+  const int r = x.shape.rank();
+  ENG_CHECK(r >= 3, "ragged_all_to_all: x {} needs rank >= 3 (members, rows, features)",
+            x.type_string());
+  ENG_CHECK(at.size >= 1, "ragged_all_to_all: buffer {} must be >= 1 row", at.size);
+  const int64_t G = x.shape[r - 3] * std::max<int64_t>(at.group_size, 1);
+  std::vector<int64_t> idx(x.shape.dims().begin(), x.shape.dims().begin() + r - 2);
+  idx.push_back(G);
+  for (int k = 1; k < 4; ++k)
+    ENG_CHECK(in[k]->shape == Shape(idx) && in[k]->dtype == DType::kI32,
+              "ragged_all_to_all: x {} needs i32 offsets and sizes of shape {} ({} members), "
+              "got input {} {}",
+              x.type_string(), Shape(idx).to_string(), G, k, in[k]->type_string());
+  std::vector<int64_t> dims(x.shape.dims().begin(), x.shape.dims().end());
+  dims[r - 2] = at.size;
+  Logical lg = logical_slice(x, 0, r);
+  lg[r - 2].clear();
+  return {make(Shape(dims), x.dtype, std::move(lg))};
+}
+
 // Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
 constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     {
@@ -778,6 +803,7 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kMoePermuteWeightsGrad, infer_moe_permute_weights_grad},
         {OpKind::kRaggedDot, infer_ragged_dot},
         {OpKind::kRaggedDotGrad, infer_ragged_dot},
+        {OpKind::kRaggedAllToAll, infer_ragged_all_to_all},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 

@@ -90,6 +90,8 @@ constexpr AttrField kMoeTopK[] = {{"k", &A::size},
                                   {"bias_grad", &A::raw, P::kFlag}};
 constexpr AttrField kMoePermute[] = {{"k", &A::size}, {"inverse", &A::inverse, P::kFlag}};
 constexpr AttrField kK[] = {{"k", &A::size}};
+constexpr AttrField kRaggedAllToAll[] = {{"buffer", &A::size},
+                                         {"axes", &A::mesh_axes, P::kUnlessDefault}};
 constexpr AttrField kMask[] = {{"mask", &A::raw, P::kFlag}};
 constexpr AttrField kTransB[] = {{"trans_b", &A::trans_b, P::kFlag}};
 constexpr AttrField kClip[] = {{"threshold", &A::clip_threshold}};
@@ -186,6 +188,8 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kMoePermuteWeightsGrad, ints(0b1100, kK)},           // order, rank
         {K::kRaggedDot, ints(0b100, kTransB)},                   // group_sizes
         {K::kRaggedDotGrad, ints(0b100)},                        // group_sizes
+        // offsets and sizes; a collective (over no axes: every member on one device).
+        {K::kRaggedAllToAll, {kRaggedAllToAll, true, 0b1110}},
     },
     kNone, kNone);
 

@@ -175,6 +175,23 @@
 //                    overrun N are cut at N (negative sizes count as 0)
 //   kRaggedDotGrad (lhs ([B,]N,K), dout ([B,]N,P), group_sizes) -> drhs (E,K,P): per group
 //                    lhs_e^T dout_e, summed over b
+//   kRaggedAllToAll (x ([L..,]G,N,F), input_offsets i32 ([L..,]G,G), send_sizes i32,
+//                    output_offsets i32) [buffer=size R, axes=mesh_axes] -> ([L..,]G,R,F):
+//                    jax.lax.ragged_all_to_all over the G members of dim -3 (shard_map's view:
+//                    a leading dim of members), each l independent: member s sends rows
+//                    [input_offsets[l,s,r], + send_sizes[l,s,r]) of x[l,s] to member r, which
+//                    places them at output_offsets[l,s,r] in its R-row buffer out[l,r]
+//                    (JAX's recv_sizes are the senders' send_sizes). Rows nobody writes are
+//                    zeros; a row whose source is outside [0, N) or destination outside
+//                    [0, R) is not sent (negative sizes send nothing); rows two senders
+//                    write are summed in sender order, so the op is linear and its
+//                    transpose (the VJP) is the reverse ragged_all_to_all: offsets and sizes
+//                    with their last two dims swapped, input and output offsets exchanged,
+//                    buffer N. Any dtype (data movement). In a per-device program dim -3
+//                    holds this device's block of G / |axes| members and `axes` the mesh
+//                    axes that split it (member j of rank q is global member q * G/|axes| +
+//                    j); the runtime runs it across the group (collectives.h). Empty axes:
+//                    every member on this device, no traffic.
 //   -- backward --
 //   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
@@ -368,7 +385,8 @@ namespace eng {
   X(MoePermute, "moe_permute", kCustom)                             \
   X(MoePermuteWeightsGrad, "moe_permute_weights_grad", kCustom)     \
   X(RaggedDot, "ragged_dot", kCustom)                               \
-  X(RaggedDotGrad, "ragged_dot_grad", kCustom)
+  X(RaggedDotGrad, "ragged_dot_grad", kCustom)                     \
+  X(RaggedAllToAll, "ragged_all_to_all", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

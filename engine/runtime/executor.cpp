@@ -751,6 +751,7 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
         {OpKind::kAllGather, {run_collective, true}},
         {OpKind::kAllToAll, {run_collective, true}},
+        {OpKind::kRaggedAllToAll, {run_collective, true}},
         {OpKind::kCollectivePermute, {run_collective, true}},
         {OpKind::kDynamicSlice, {run_collective, true}},
         {OpKind::kAllReduce, {run_collective}},

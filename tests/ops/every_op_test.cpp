@@ -501,6 +501,43 @@ void add_dropless_cases(std::map<OpKind, Case>& c) {
   }};
 }
 
+// ragged_all_to_all over G = B members (dim 1, on data: the partitioned form runs the
+// collective over data; F on tensor), T independent groups (dim 0), N = 5 rows, a 6-row buffer;
+// random offsets and sizes in [0, 7): rows cut at the source's or the buffer's end, senders
+// overlapping in a receiver's buffer (summed). Also the form without leading dims; the VJP
+// check runs the reverse exchange (the op's transpose).
+void add_ragged_all_to_all_cases(std::map<OpKind, Case>& c) {
+  c[K::kRaggedAllToAll] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        const int64_t N = 5, R = 6;
+        const Names members = {"", "activation_batch", "", "activation_embed"};
+        auto idx = [&](const std::string& name, Shape s, Names l) {
+          return arg(b, name, std::move(s), std::move(l), DType::kI32);
+        };
+        auto xs = wrt_all(w, {arg(b, "x", Shape{z.T, z.B, N, z.E}, members),
+                              arg(b, "x2", Shape{z.B, N, z.E}, {"activation_batch", "", ""})});
+        const Names il = {"", "activation_batch", ""};
+        OpAttrs a;
+        a.size = R;
+        ValueId y = b.emit(K::kRaggedAllToAll,
+                           {xs[0], idx("in_off", Shape{z.T, z.B, z.B}, il),
+                            idx("send", Shape{z.T, z.B, z.B}, il),
+                            idx("out_off", Shape{z.T, z.B, z.B}, il)},
+                           a)[0];
+        ValueId y2 = b.emit(K::kRaggedAllToAll,
+                            {xs[1], idx("in_off2", Shape{z.B, z.B}, {"activation_batch", ""}),
+                             idx("send2", Shape{z.B, z.B}, {"activation_batch", ""}),
+                             idx("out_off2", Shape{z.B, z.B}, {"activation_batch", ""})},
+                            a)[0];
+        // (T, B, R, E) -> (B, T, R * E) for the loss head, plus y2 broadcast over T.
+        ValueId bt = b.reshape(b.transpose(y, {1, 0, 2, 3}), Shape{z.B, z.T, R * z.E});
+        ValueId y2t = b.reshape(y2, Shape{z.B, 1, R * z.E});
+        std::vector<ValueId> rep(static_cast<size_t>(z.T), y2t);
+        return {b.add(bt, b.concat(rep, 1)), y, y2};
+      },
+      true};
+}
+
 std::map<OpKind, Case> forward_cases() {
   using K = OpKind;
   using V = std::vector<ValueId>;
@@ -620,6 +657,7 @@ std::map<OpKind, Case> forward_cases() {
   add_data_movement_cases(c);
   add_moe_cases(c);
   add_dropless_cases(c);
+  add_ragged_all_to_all_cases(c);
   return c;
 }
 
@@ -792,6 +830,44 @@ INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::Range(0, kNumOps),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::string(op_name(static_cast<OpKind>(info.param)));
                          });
+
+// The ragged all-to-all's partitioned form: the members split over data make it a collective
+// over data (balanced bytes in the cost), whose receivers count the rows actually moved.
+TEST(RaggedAllToAll, MembersSplitOverDataExchangeAcrossDevices) {
+  const int64_t T = 3, N = 5, E = 4;
+  Builder b("ragged_all_to_all");
+  const Names il = {"", "activation_batch", ""};
+  ValueId x = arg(b, "x", Shape{T, 2, N, E}, {"", "activation_batch", "", ""});
+  std::vector<ValueId> in = {x};
+  for (const char* name : {"in_off", "send", "out_off"})
+    in.push_back(arg(b, name, Shape{T, 2, 2}, il, DType::kI32));
+  OpAttrs a;
+  a.size = 2 * N;
+  b.output(b.emit(K::kRaggedAllToAll, in, a)[0], "y");
+  const Program p = std::move(b).finish();
+  std::vector<HostTensor> args = irtest::make_args(p, 3);
+  for (size_t k = 0; k < args[1].data.size(); ++k) {  // sender s's rows [0, n) at s * N
+    args[1].data[k] = 0;
+    args[2].data[k] = static_cast<double>((k * 7 + 1) % (N + 1));
+    args[3].data[k] = static_cast<double>(N * ((k / 2) % 2));
+  }
+  auto want = interpret(p, args);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  const Executable* exe = nullptr;
+  auto got = run_on(p, args, mesh2(), &exe);
+  testing::expect_close(got[0], (*want)[0].data, 1e-6, 1e-7, "ragged_all_to_all on data=2");
+  int seen = 0;
+  for (const Instr& i : exe->program().instrs())
+    if (i.kind == K::kRaggedAllToAll) {
+      ++seen;
+      EXPECT_EQ(i.attrs.mesh_axes, std::vector<std::string>{"data"});
+      EXPECT_EQ(exe->program().value(i.inputs[0]).shape[1], 1);  // one member per device
+      // The cost's balanced estimate: each device's x (T, 1, N, E) f32, half from the other.
+      EXPECT_DOUBLE_EQ(collective_bytes_received(exe->program(), i),
+                       static_cast<double>(T * N * E * 4) / 2);
+    }
+  EXPECT_EQ(seen, 1);
+}
 
 // Integer arithmetic (op.h OpDef::integer: jnp's int32 add, multiply, x * c): two's complement
 // results, wrapping past 2^31 as XLA's integer ops do, on 1, 2 and 4 devices and in the
