@@ -294,6 +294,17 @@ class Differentiator {
     accumulate(x, fresh(dx, x));
   }
 
+  // moe_ep_dispatch and moe_ep_return are identities on values, each the other's transpose
+  // (the rows sent back where they came from).
+  void vjp_moe_ep(const Instr& in) {
+    const ValueId x = in.inputs[0];
+    if (!needs(x)) return;
+    const OpKind back =
+        in.kind == OpKind::kMoeEpDispatch ? OpKind::kMoeEpReturn : OpKind::kMoeEpDispatch;
+    const ValueId dx = b_.emit(back, {tensor(in, in.outputs[0]), in.inputs[1]}, in.attrs)[0];
+    accumulate(x, fresh(dx, x));
+  }
+
   // ---- VJP rules: one per op (the kVjps table below) -----------------------------------------
 
   void vjp(const Instr& in) { (this->*kVjps[op_index(in.kind)])(in); }
@@ -692,6 +703,9 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kRaggedDot, &D::vjp_ragged_dot},
         {OpKind::kRaggedDotGrad, &D::not_differentiable},
         {OpKind::kRaggedAllToAll, &D::vjp_ragged_all_to_all},
+        {OpKind::kMoeEpDispatch, &D::vjp_moe_ep},
+        {OpKind::kMoeEpReturn, &D::vjp_moe_ep},
+        {OpKind::kMoeEpPlan, &D::not_differentiable},
     },
     &D::vjp_unary, &D::not_differentiable);
 

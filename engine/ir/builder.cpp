@@ -719,6 +719,36 @@ Outs infer_ragged_all_to_all(OpKind kind, const In& in, const OpAttrs& at) {
   return {make(Shape(dims), x.dtype, std::move(lg))};
 }
 
+// (x (B,N,F), group_sizes i32 (B,E)) -> like x (the identity; its layout is the partitioner's).
+Outs infer_moe_ep(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  const ValueInfo &x = *in[0], &g = *in[1];
+  ENG_CHECK(x.shape.rank() == 3 && g.shape.rank() == 2 && g.shape[0] == x.shape[0] &&
+                g.dtype == DType::kI32,
+            "{}: x {} (B, N, F) and group_sizes {} (B, E) i32", op_name(kind), x.type_string(),
+            g.type_string());
+  return {like(x)};
+}
+
+// (counts i32 (G,Bl,E), shard i32 ()) [size=R, start=N] -> send_order, send_rank (1,Bl*N),
+// six (1,G) offsets and sizes, local_order, local_rank (1,R), local_group_sizes (E/G).
+Outs infer_moe_ep_plan(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 2);
+  const ValueInfo& c = *in[0];
+  check_rank(kind, c, 3, "counts");
+  check_rank(kind, *in[1], 0, "shard");
+  const int64_t G = c.shape[0], Bl = c.shape[1], E = c.shape[2];
+  ENG_CHECK(G >= 1 && E % G == 0 && at.size >= 1 && at.start >= 1,
+            "moe_ep_plan: counts {} ({} members must divide {} experts), buffer {}, rows {}",
+            c.type_string(), G, E, at.size, at.start);
+  Outs o = {make(Shape{1, Bl * at.start}, DType::kI32), make(Shape{1, Bl * at.start}, DType::kI32)};
+  for (int k = 0; k < 6; ++k) o.push_back(make(Shape{1, G}, DType::kI32));
+  o.push_back(make(Shape{1, at.size}, DType::kI32));
+  o.push_back(make(Shape{1, at.size}, DType::kI32));
+  o.push_back(make(Shape{E / G}, DType::kI32));
+  return o;
+}
+
 // Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
 constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     {
@@ -804,6 +834,9 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kRaggedDot, infer_ragged_dot},
         {OpKind::kRaggedDotGrad, infer_ragged_dot},
         {OpKind::kRaggedAllToAll, infer_ragged_all_to_all},
+        {OpKind::kMoeEpDispatch, infer_moe_ep},
+        {OpKind::kMoeEpReturn, infer_moe_ep},
+        {OpKind::kMoeEpPlan, infer_moe_ep_plan},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 

@@ -729,6 +729,9 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kRaggedDot, &E::ragged_dot},
         {OpKind::kRaggedDotGrad, &E::ragged_dot},
         {OpKind::kRaggedAllToAll, &E::ragged_all_to_all},
+        {OpKind::kMoeEpDispatch, &E::reshape},  // the identity on values
+        {OpKind::kMoeEpReturn, &E::reshape},
+        {OpKind::kMoeEpPlan, &E::per_device_only},
     },
     &E::unary, &E::unary_grad);
 

@@ -192,6 +192,31 @@
 //                    axes that split it (member j of rank q is global member q * G/|axes| +
 //                    j); the runtime runs it across the group (collectives.h). Empty axes:
 //                    every member on this device, no traffic.
+//   kMoeEpDispatch (x (B,N,F), group_sizes i32 (B,E)) [k=size, ragged_buffer_factor=scale,
+//                    exp=logical] -> x: the identity on values (the rows sorted per row b by
+//                    expert, moe_permute's output), marking where MaxText's sparse_matmul sends
+//                    them to the devices that own their experts. kMoeEpReturn (y (B,N,F),
+//                    group_sizes) [as dispatch] -> y: the identity, where the rows come back.
+//                    Each is the other's VJP. With the experts split (the logical name `exp`
+//                    resolving to mesh axes of size > 1) the partitioner lowers them to
+//                    MaxText's expert parallelism (docs/sharding.md "Dropless dispatch"): each
+//                    device's rows sorted by expert (moe_permute), moe_ep_plan, a
+//                    ragged_all_to_all into a receive buffer of R rows (R = local rows x
+//                    ragged_buffer_factor when > 0, else x min(|exp|, E / k): MaxText's
+//                    get_ragged_buffer_size), a local permute by local expert; the values in
+//                    between (ragged_dot, swiglu and their gradients) live in that buffer; the
+//                    return reverses it. Rows past a buffer that overflows
+//                    (ragged_buffer_factor > 0) are dropped (their outputs zeros), as MaxText's.
+//   kMoeEpPlan     (counts i32 (G,Bl,E), shard i32 ()) [buffer=size R, rows=start N]
+//                    per-device only: the index arithmetic of one device of rank `shard` in an
+//                    expert group of G (counts: every member's group sizes, per row b of its
+//                    Bl rows, each row's N choices sorted by expert; experts [r E/G, (r+1) E/G)
+//                    on member r) -> send_order, send_rank i32 (1,Bl*N): this device's rows
+//                    sorted by (expert, b) and back; input_offsets, send_sizes, output_offsets
+//                    i32 (1,G) for the dispatch and the same three for the return (i32 (1,G)
+//                    each: the receivers' view); local_order, local_rank i32 (1,R): the
+//                    received rows sorted by (local expert, sender), then the unused buffer
+//                    rows; local_group_sizes i32 (E/G): rows per local expert inside the buffer
 //   -- backward --
 //   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
@@ -386,7 +411,10 @@ namespace eng {
   X(MoePermuteWeightsGrad, "moe_permute_weights_grad", kCustom)     \
   X(RaggedDot, "ragged_dot", kCustom)                               \
   X(RaggedDotGrad, "ragged_dot_grad", kCustom)                     \
-  X(RaggedAllToAll, "ragged_all_to_all", kCustom)
+  X(RaggedAllToAll, "ragged_all_to_all", kCustom)                   \
+  X(MoeEpDispatch, "moe_ep_dispatch", kCustom)                       \
+  X(MoeEpReturn, "moe_ep_return", kCustom)                           \
+  X(MoeEpPlan, "moe_ep_plan", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

@@ -449,6 +449,8 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
                                 ENG_NOT_COLLECTIVE(kMoePermuteWeightsGrad)
                                     ENG_NOT_COLLECTIVE(kRaggedDot)
                                         ENG_NOT_COLLECTIVE(kRaggedDotGrad)
+        ENG_NOT_COLLECTIVE(kMoeEpDispatch) ENG_NOT_COLLECTIVE(kMoeEpReturn)
+        ENG_NOT_COLLECTIVE(kMoeEpPlan)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE

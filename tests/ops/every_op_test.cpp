@@ -538,6 +538,38 @@ void add_ragged_all_to_all_cases(std::map<OpKind, Case>& c) {
       true};
 }
 
+// MaxText's expert-parallel dropless block on rows already sorted per row b (x (B, 2T, E) with
+// moe_top_k's group sizes): dispatch, the wi ragged_dots (K = E on tensor in x, the weight's
+// E dim whole), swiglu, the wo ragged_dot, return. The experts' axes are `exp`'s (none on the
+// test meshes: the identities), or, with `on_data`, activation_batch's: data, so the
+// partitioned form is the expert-parallel lowering over data (moe_ep_plan, ragged all-to-alls,
+// each device's own 2 of the 4 experts; the weights' gradients partial over the rows' other
+// axes). A buffer factor of 2 is the worst case here (min(2, 4 / 2)); 1.5 may drop rows, which
+// the interpreter's identity does not, so only the worst case is compared.
+std::vector<ValueId> ep_block(Builder& b, const Sizes& z, V& w, bool on_data) {
+  const Routed r = route_top_k(b, z);
+  auto xs = wrt_all(w, {arg(b, "x", Shape{z.B, 2 * z.T, z.E}, kBTE),
+                        arg(b, "wi", Shape{4, z.E, z.F}, {"", "", "mlp"}),
+                        arg(b, "wg", Shape{4, z.E, z.F}, {"", "", "mlp"}),
+                        arg(b, "wo", Shape{4, z.F, z.E}, {"", "mlp", ""})});
+  OpAttrs ep;
+  ep.size = 2;
+  ep.scale = -1.0;
+  ep.logical = {std::optional<std::string>(on_data ? "activation_batch" : "exp")};
+  ValueId d = b.emit(K::kMoeEpDispatch, {xs[0], r.group_sizes}, ep)[0];
+  ValueId h = b.swiglu(b.emit(K::kRaggedDot, {d, xs[1], r.group_sizes})[0],
+                       b.emit(K::kRaggedDot, {d, xs[2], r.group_sizes})[0]);
+  ValueId y = b.emit(K::kMoeEpReturn,
+                     {b.add(b.emit(K::kRaggedDot, {h, xs[3], r.group_sizes})[0], d), r.group_sizes},
+                     ep)[0];
+  return {b.reshape(y, Shape{z.B, z.T, 2 * z.E}), d};
+}
+
+void add_moe_ep_cases(std::map<OpKind, Case>& c) {
+  for (OpKind k : {K::kMoeEpDispatch, K::kMoeEpReturn})
+    c[k] = {[](Builder& b, const Sizes& z, V& w) -> V { return ep_block(b, z, w, false); }, true};
+}
+
 std::map<OpKind, Case> forward_cases() {
   using K = OpKind;
   using V = std::vector<ValueId>;
@@ -658,6 +690,7 @@ std::map<OpKind, Case> forward_cases() {
   add_moe_cases(c);
   add_dropless_cases(c);
   add_ragged_all_to_all_cases(c);
+  add_moe_ep_cases(c);
   return c;
 }
 
@@ -666,6 +699,11 @@ std::map<OpKind, Case> forward_cases() {
 // Each builds a global program (outputs included); the 4-device mesh partitions it.
 std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
   return {
+      // the dropless block with its experts on data: moe_ep_plan and ragged_all_to_all.
+      [](Builder& b, const Sizes& z) {
+        V w;
+        b.output(ep_block(b, z, w, true)[0], "y");
+      },
       // matmuls contracting over the tensor-sharded mlp dim: partial sums, all_reduce;
       // the constraint puts the partial sum on tensor along E: reduce_scatter.
       [](Builder& b, const Sizes& z) {
@@ -779,6 +817,18 @@ ValueId loss_of(Builder& b, ValueId y) {
     return b.masked_mean_loss(y, seg).first;
   }
   return irtest::cross_entropy_head(b, y);
+}
+
+// The expert-parallel lowering over data on 1, 2 and 4 devices (data=2, data=2 x tensor=2)
+// equals the interpreter's identities; its gradients (the reverse exchanges) equal the
+// one-device ones through the VJP check of the forward case above.
+TEST(MoeEp, LoweredOverDataEqualsTheIdentities) {
+  Builder b("moe_ep");
+  V w;
+  const std::vector<ValueId> outs = ep_block(b, Sizes{4, 4, 2, 4, 4, 5, 4}, w, true);
+  b.output(outs[0], "y");
+  const Program p = std::move(b).finish();
+  expect_runs_match(p, irtest::make_args(p, 5), K::kMoeEpPlan, true);
 }
 
 class EveryOp : public ::testing::TestWithParam<int> {};
