@@ -917,6 +917,28 @@ TEST(RaggedAllToAll, MembersSplitOverDataExchangeAcrossDevices) {
                        static_cast<double>(T * N * E * 4) / 2);
     }
   EXPECT_EQ(seen, 1);
+  // The communicator counts the rows it copied: device r gets sum_l send[l, s, r] rows of E
+  // floats from the other member s (offsets 0 and s x N, all inside the 2N-row buffer), plus
+  // the output's all-gather (the compiled bytes of everything but the exchange).
+  Runtime rt(mesh2());
+  std::vector<Array> arrays;
+  for (size_t k = 0; k < args.size(); ++k)
+    arrays.push_back(testing::put_host(rt, args[k], exe->argument_sharding(static_cast<int>(k)),
+                                       p.value(p.args()[k].value).name));
+  std::vector<Array*> ptrs;
+  for (Array& x : arrays) ptrs.push_back(&x);
+  std::vector<Array> outs;
+  rt.communicator().reset_counters();
+  ASSERT_TRUE(rt.execute(*exe, ptrs, outs).ok());
+  double ragged_cost = 0;
+  for (const Instr& i : exe->program().instrs())
+    if (i.kind == K::kRaggedAllToAll) ragged_cost = collective_bytes_received(exe->program(), i);
+  for (int r = 0; r < 2; ++r) {
+    double rows = 0;
+    for (int64_t l = 0; l < T; ++l) rows += args[2].data[static_cast<size_t>((l * 2 + (1 - r)) * 2 + r)];
+    const double want = exe->cost().collective_bytes.at("data") - ragged_cost + rows * E * 4;
+    EXPECT_DOUBLE_EQ(rt.communicator().bytes_received(r)["data"], want) << "device " << r;
+  }
 }
 
 // Integer arithmetic (op.h OpDef::integer: jnp's int32 add, multiply, x * c): two's complement
