@@ -699,11 +699,6 @@ std::map<OpKind, Case> forward_cases() {
 // Each builds a global program (outputs included); the 4-device mesh partitions it.
 std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
   return {
-      // the dropless block with its experts on data: moe_ep_plan and ragged_all_to_all.
-      [](Builder& b, const Sizes& z) {
-        V w;
-        b.output(ep_block(b, z, w, true)[0], "y");
-      },
       // matmuls contracting over the tensor-sharded mlp dim: partial sums, all_reduce;
       // the constraint puts the partial sum on tensor along E: reduce_scatter.
       [](Builder& b, const Sizes& z) {
@@ -744,6 +739,12 @@ std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
         // data, one row into its block (a local pad, then the zero-traffic permute).
         b.output(b.pad(b.slice(r, 0, 0, 1), 0, z.B + 1, 2 * z.B, {"activation_batch", "", ""}),
                  "placed");
+      },
+      // last (the ops above keep their own programs): the dropless block with its experts on
+      // data: moe_ep_plan and ragged_all_to_all.
+      [](Builder& b, const Sizes& z) {
+        V w;
+        b.output(ep_block(b, z, w, true)[0], "y");
       },
   };
 }
