@@ -47,6 +47,10 @@ double scattered_bytes(const Program& p, const Instr& in) {  // reduce_scatter
 double all_to_all_bytes(const Program& p, const Instr& in) {
   return (group(in) - 1) / group(in) * in_bytes(p, in);
 }
+double ragged_all_to_all_bytes(const Program& p, const Instr& in) {
+  const double out = static_cast<double>(p.value(in.outputs[0]).bytes());
+  return (group(in) - 1) / group(in) * std::min(in_bytes(p, in), out);
+}
 // What the member of rank r receives: x from a source other than itself (op.h permute_source).
 double permute_bytes_to(const Program& p, const Instr& in, int64_t r) {
   const int64_t from = permute_source(in.attrs, in.attrs.group_size, r);
@@ -137,6 +141,15 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
         {OpKind::kReduceScatter, {per_input_element, scattered_bytes}},
         {OpKind::kAllGather, {zero_flops, gathered_bytes}},
         {OpKind::kAllToAll, {zero_flops, all_to_all_bytes}},
+        // The rows a ragged all-to-all moves depend on the data (the routing): the cost is
+        // the balanced estimate, each member's rows spread evenly over the group, (G-1)/G of
+        // them from the others; its rows are the smaller of its input and its buffer (a
+        // dispatch sends all its rows into a larger buffer, a return sends back only the rows
+        // it received). The communicator counts the rows actually moved (docs/sharding.md).
+        {OpKind::kRaggedAllToAll, {zero_flops, ragged_all_to_all_bytes}},
+        {OpKind::kMoeEpDispatch, zero_flops},  // global identities (the partitioner lowers them)
+        {OpKind::kMoeEpReturn, zero_flops},
+        {OpKind::kMoeEpPlan, zero_flops},      // index arithmetic
         {OpKind::kCollectivePermute, {zero_flops, permute_bytes}},
         {OpKind::kDynamicSlice, zero_flops},  // no traffic
         {OpKind::kReshape, zero_flops},

@@ -127,6 +127,7 @@ CollectiveKind collective_kind(OpKind k) {
     case OpKind::kAllReduce:
       return CollectiveKind::kAllReduce;
     case OpKind::kAllToAll:
+    case OpKind::kRaggedAllToAll:  // timed as an all-to-all of its balanced bytes (cost.cpp)
       return CollectiveKind::kAllToAll;
     default:
       return CollectiveKind::kPermute;
@@ -135,7 +136,8 @@ CollectiveKind collective_kind(OpKind k) {
 
 bool moves_data(OpKind k) {
   return k == OpKind::kAllGather || k == OpKind::kReduceScatter || k == OpKind::kAllReduce ||
-         k == OpKind::kAllToAll || k == OpKind::kCollectivePermute;
+         k == OpKind::kAllToAll || k == OpKind::kCollectivePermute ||
+         k == OpKind::kRaggedAllToAll;
 }
 
 std::string human_seconds(double s) {

@@ -94,12 +94,19 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kMoePermuteWeightsGrad, {&Pt::moe_permute_weights_grad}},
         {OpKind::kRaggedDot, {&Pt::ragged_dot}},
         {OpKind::kRaggedDotGrad, {&Pt::ragged_dot}},
+        {OpKind::kRaggedAllToAll, {&Pt::ragged_all_to_all}},
+        {OpKind::kMoeEpDispatch, {&Pt::moe_ep}},
+        {OpKind::kMoeEpReturn, {&Pt::moe_ep}},
+        {OpKind::kMoeEpPlan, {&Pt::not_global}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace
 
 Status Partitioner::instr(const Instr& in) {
   if (in.attrs.vmap > 0) return vmapped(in);
+  if (in.kind != OpKind::kMoeEpDispatch && in.kind != OpKind::kMoeEpReturn)
+    for (ValueId x : in.inputs)
+      if (routed_[x] != kNoValue) return routed(in);
   const SpmdRule& rule = kRules[op_index(in.kind)];
   return rule.hand ? (this->*rule.hand)(in) : by_factors(in, rule.factors);
 }

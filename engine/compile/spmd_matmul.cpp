@@ -2,6 +2,8 @@
 // (contracting, batch and free dims; JAX's ambiguity errors) (spmd_partitioner.h).
 #include "engine/compile/spmd_partitioner.h"
 
+#include <fmt/ranges.h>
+
 namespace eng::spmd_internal {
 
 // ---- mixture of experts (op.h) ----------------------------------------------------------------
@@ -15,6 +17,11 @@ Axes minus(const Axes& a, const Axes& used) {
 Axes joined(Axes a, const Axes& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+bool contains_any(const Axes& a, const Axes& b) {
+  for (const std::string& x : a)
+    if (std::find(b.begin(), b.end(), x) != b.end()) return true;
+  return false;
 }
 }  // namespace
 
@@ -156,6 +163,241 @@ Status Partitioner::ragged_dot(const Instr& in) {
   sort_mesh_order(partial, mesh_);
   Dims out = lead(p).dims();
   return simple(in, {lead(k), rhs, groups}, {PartitionSpec(out, partial)}, in.attrs);
+}
+
+// ragged_all_to_all (x ([L..,]G,N,F), offsets and sizes ([L..,]G,G)): the member dim G keeps
+// x's axes A, which become the collective's group (each device holds G/|A| members and
+// exchanges rows with the rest of its group; A empty: every member here, no traffic); the
+// leading dims keep their axes (independent groups), the rows N and the buffer R whole, F
+// keeps its other axes. The offsets and sizes are split as the members, their last dim whole.
+Status Partitioner::ragged_all_to_all(const Instr& in) {
+  const PartitionSpec sx = dims_only(spec_[in.inputs[0]]);
+  const int r = rank(in.inputs[0]);
+  Dims dx(static_cast<size_t>(r)), di(static_cast<size_t>(r - 1));
+  Axes used;
+  for (int k = 0; k < r - 2; ++k) {
+    dx[k] = di[k] = minus(sx.dim_or_none(k), used);
+    used = joined(used, dx[k]);
+  }
+  dx[r - 1] = minus(sx.dim_or_none(r - 1), used);
+  OpAttrs a = in.attrs;
+  a.mesh_axes = dx[r - 3];
+  a.group_size = axes_size(mesh_, a.mesh_axes);
+  const PartitionSpec idx(di);
+  return simple(in, {PartitionSpec(dx), idx, idx, idx}, {PartitionSpec(dx)}, a);
+}
+
+// ---- expert parallelism for the dropless dispatch (MaxText's sparse_matmul under shard_map,
+// layers/moe.py at e591f30: ra2a_and_route, local_permute, get_all_to_all_params,
+// get_ragged_buffer_size) --------------------------------------------------------------------
+
+// The mesh axes (size > 1) the experts are split over: the ops' `exp` logical name resolved.
+Axes Partitioner::ep_axes(const OpAttrs& at) const {
+  LogicalAxes names = at.logical;
+  if (names.empty()) return {};
+  Result<PartitionSpec> w = logical_to_mesh(names, mesh_, o_.rules);
+  if (!w.ok()) return {};
+  return remove_size_one_axes(w->dim_or_none(0), mesh_);
+}
+
+// The index arithmetic of one routing (group_sizes), once: every member's per-row group sizes
+// all-gathered over the expert group, this device's rank in it, moe_ep_plan. The buffer is
+// MaxText's get_ragged_buffer_size of this device's Bl x N rows.
+Status Partitioner::ep_plan(ValueId groups, const Axes& ep, const Axes& rows, int64_t N,
+                            const OpAttrs& at) {
+  if (plans_.count(groups)) return ok_status();
+  const int64_t G = axes_size(mesh_, ep), E = shp(groups)[1];
+  if (E % G != 0)
+    return invalid_argument("moe_ep_dispatch: the expert axes ({}) of size {} do not divide "
+                            "num_experts {}",
+                            fmt::join(ep, ", "), G, E);
+  ENG_ASSIGN_OR_RETURN(ValueId lg, get(groups, PartitionSpec(Dims{rows, {}})));
+  const int64_t Bl = b_.info(lg).shape[0];
+  OpAttrs r;
+  r.new_shape = {1, Bl, E};
+  const ValueId counts = coll(OpKind::kAllGather, b_.emit(OpKind::kReshape, {lg}, r)[0], 0, ep);
+  const double local_rows = static_cast<double>(Bl * N), factor = at.scale;
+  const double worst = std::min(static_cast<double>(G), static_cast<double>(E) / static_cast<double>(at.size));
+  OpAttrs pa;
+  pa.start = N;
+  pa.size = std::max<int64_t>(1, static_cast<int64_t>(local_rows * (factor > 0 ? factor : worst)));
+  const std::vector<ValueId> o = b_.emit(OpKind::kMoeEpPlan, {counts, axis_index(ep, 1)}, pa);
+  plans_[groups] = EpPlan{ep,   rows, pa.size, N,    o[0], o[1], o[2], o[3],
+                          o[4], o[5], o[6],    o[7], o[8], o[9], o[10]};
+  return ok_status();
+}
+
+// moe_ep_dispatch (x (B,N,F), group_sizes): with no expert axes the identity. Otherwise each
+// device's rows (B over the rows' axes, the expert axes among them) are sorted by (expert, b),
+// sent by a ragged all-to-all over the expert axes into a receive buffer of R rows, and sorted
+// there by (local expert, sender): the output's local value is that (R, F) buffer. moe_ep_return
+// reverses the three steps.
+Status Partitioner::moe_ep(const Instr& in) {
+  const ValueId x = in.inputs[0], groups = in.inputs[1], out = in.outputs[0];
+  const Axes ep = ep_axes(in.attrs);
+  const bool dispatch = in.kind == OpKind::kMoeEpDispatch;
+  if (ep.empty() || (!dispatch && routed_[x] == kNoValue)) {
+    local_[out] = local_[x];
+    spec_[out] = spec_[x];
+    return ok_status();
+  }
+  const Shape gs = shp(x);
+  const int64_t N = gs[1];
+  if (dispatch) {
+    const PartitionSpec sx = dims_only(spec_[x]);
+    Axes rows = sx.dim_or_none(0);
+    for (const std::string& a : ep)
+      if (!contains(rows, a)) rows.push_back(a);
+    const Axes f = minus(sx.dim_or_none(2), rows);
+    ENG_ASSIGN_OR_RETURN(ValueId lx, get(x, PartitionSpec(Dims{rows, {}, f})));
+    ENG_RETURN_IF_ERROR(ep_plan(groups, ep, rows, N, in.attrs));
+    const EpPlan& p = plans_.at(groups);
+    const Shape ls = b_.info(lx).shape;
+    OpAttrs r;
+    r.new_shape = {1, ls[0] * N, ls[2]};
+    const ValueId sorted =
+        local_permute(b_.emit(OpKind::kReshape, {lx}, r)[0], p.send_order, p.send_rank, false);
+    OpAttrs a;
+    a.size = p.R;
+    a.mesh_axes = ep;
+    a.group_size = axes_size(mesh_, ep);
+    const ValueId recv = b_.emit(OpKind::kRaggedAllToAll, {sorted, p.io, p.ss, p.oo}, a)[0];
+    r.new_shape = {p.R, ls[2]};
+    const ValueId xe = b_.emit(OpKind::kReshape,
+                               {local_permute(recv, p.local_order, p.local_rank, false)}, r)[0];
+    set_attributed(in, xe, PartitionSpec(Dims{rows, {}, f}));
+    b_.mutable_info(xe).spec = PartitionSpec(Dims{{}, f});  // the (R, F) buffer's
+    routed_[out] = groups;
+    return ok_status();
+  }
+  if (routed_[x] != groups)
+    return invalid_argument("moe_ep_return: its rows were dispatched with another routing");
+  const EpPlan& p = plans_.at(groups);
+  const ValueId ly = local_[x];
+  const int64_t F = b_.info(ly).shape[1], rows = b_.info(p.send_order).shape[1];
+  OpAttrs r;
+  r.new_shape = {1, p.R, F};
+  const ValueId back = local_permute(b_.emit(OpKind::kReshape, {ly}, r)[0], p.local_order,
+                                     p.local_rank, true);
+  OpAttrs a;
+  a.size = rows;
+  a.mesh_axes = p.ep;
+  a.group_size = axes_size(mesh_, p.ep);
+  const ValueId sent = b_.emit(OpKind::kRaggedAllToAll, {back, p.rio, p.rss, p.roo}, a)[0];
+  r.new_shape = {rows / N, N, F};
+  const ValueId o = b_.emit(OpKind::kReshape,
+                            {local_permute(sent, p.send_order, p.send_rank, true)}, r)[0];
+  set_attributed(in, o, spec_[x]);  // the rows' axes, F's, and any partial sum
+  return ok_status();
+}
+
+// The ops on dispatched rows (each device's (R, F) receive buffer): ragged_dot with the
+// experts' weights split over the expert axes (each device multiplies its own experts' rows),
+// its weight gradient (a partial sum over the rows' other axes), and the elementwise ops
+// between them; partial sums are reduced first where the op is not linear in them.
+Status Partitioner::routed(const Instr& in) {
+  ValueId routing = kNoValue;
+  for (ValueId x : in.inputs)
+    if (routed_[x] != kNoValue) routing = routed_[x];
+  const EpPlan& p = plans_.at(routing);
+  auto feat = [&](ValueId g) { return spec_[g].dim_or_none(2); };
+  // g's local buffer with no partial sum, and its feature dim on `want` (gathered if not).
+  auto whole = [&](ValueId g, const Axes& want) -> Result<ValueId> {
+    if (routed_[g] != routing)
+      return invalid_argument("{}: operand {} is not in the expert-parallel buffer of the other "
+                              "operands (moe_ep_dispatch's rows mixed with other values)",
+                              op_name(in.kind), g);
+    ValueId l = local_[g];
+    if (!spec_[g].partial().empty()) {
+      Axes part = spec_[g].partial();
+      sort_mesh_order(part, mesh_);
+      l = all_reduce(l, part, false);
+    }
+    const Axes& has = feat(g);
+    if (has != want) {
+      if (!want.empty())
+        return invalid_argument("{}: feature axes ({}) of the expert-parallel rows, want ({})",
+                                op_name(in.kind), fmt::join(has, ", "), fmt::join(want, ", "));
+      if (!has.empty()) l = coll(OpKind::kAllGather, l, 1, has);
+    }
+    return l;
+  };
+  auto done = [&](int o, ValueId l, const Axes& f, const Axes& partial = {}) {
+    set_attributed(in, l, PartitionSpec(Dims{p.rows, {}, f}, partial), o);
+    b_.mutable_info(l).spec = PartitionSpec(Dims{{}, f}, partial);  // the (R, F) buffer's
+    routed_[in.outputs[o]] = routing;
+  };
+  switch (in.kind) {
+    case OpKind::kRaggedDot: {
+      const ValueId lhs = in.inputs[0], rhs = in.inputs[1];
+      if (routed_[rhs] != kNoValue || in.inputs[2] != routing) break;
+      const PartitionSpec sr = dims_only(spec_[rhs]);
+      const bool tb = in.attrs.trans_b;
+      const Axes kr = sr.dim_or_none(tb ? 2 : 1), kl = feat(lhs);
+      const Axes k = !kl.empty() && kl == kr && spec_[lhs].partial().empty() ? kl : Axes{};
+      ENG_ASSIGN_OR_RETURN(ValueId ll, whole(lhs, k));
+      const Axes pr = minus(sr.dim_or_none(tb ? 1 : 2), joined(joined(p.rows, k), p.ep));
+      const PartitionSpec want =
+          tb ? PartitionSpec(Dims{p.ep, pr, k}) : PartitionSpec(Dims{p.ep, k, pr});
+      ENG_ASSIGN_OR_RETURN(ValueId lr, get(rhs, want));
+      OpAttrs a;
+      a.trans_b = tb;
+      Axes partial = k;
+      sort_mesh_order(partial, mesh_);
+      done(0, b_.emit(OpKind::kRaggedDot, {ll, lr, p.groups}, a)[0], pr, partial);
+      return ok_status();
+    }
+    case OpKind::kRaggedDotGrad: {  // (lhs (R,K), dout (R,P)) -> (E,K,P) on this device's experts
+      const ValueId lhs = in.inputs[0], dy = in.inputs[1];
+      ENG_ASSIGN_OR_RETURN(ValueId ll, whole(lhs, feat(lhs)));
+      const Axes kl = feat(lhs);
+      const Axes pd = contains_any(feat(dy), kl) ? Axes{} : feat(dy);
+      ENG_ASSIGN_OR_RETURN(ValueId ld, whole(dy, pd));
+      Axes partial = minus(p.rows, p.ep);
+      sort_mesh_order(partial, mesh_);
+      emit(in, {ll, ld, p.groups}, OpAttrs{}, {PartitionSpec(Dims{p.ep, kl, pd}, partial)});
+      return ok_status();
+    }
+    case OpKind::kSwiglu:
+    case OpKind::kSwigluGrad:
+    case OpKind::kAdd:
+    case OpKind::kMul:
+    case OpKind::kScale:
+    case OpKind::kConvert: {
+      // Elementwise: every operand in the buffer, the first one's feature axes (a partial sum
+      // passes through add, scale and convert when every operand has the same).
+      Axes f = feat(in.inputs[0]);
+      const bool linear = in.kind == OpKind::kAdd || in.kind == OpKind::kScale ||
+                          in.kind == OpKind::kConvert;
+      bool same = linear, feats = true;
+      for (ValueId x : in.inputs) {
+        feats = feats && feat(x) == f;
+        same = same && routed_[x] == routing && feat(x) == f &&
+               spec_[x].partial() == spec_[in.inputs[0]].partial();
+      }
+      if (!feats) f.clear();  // operands split differently: each gathered
+      std::vector<ValueId> ls;
+      for (ValueId x : in.inputs) {
+        if (same) {
+          ls.push_back(local_[x]);
+          continue;
+        }
+        ENG_ASSIGN_OR_RETURN(ValueId l, whole(x, f));
+        ls.push_back(l);
+      }
+      const Axes partial = same ? spec_[in.inputs[0]].partial() : Axes{};
+      const std::vector<ValueId> outs = b_.emit(in.kind, ls, in.attrs);
+      for (size_t o = 0; o < outs.size(); ++o) done(static_cast<int>(o), outs[o], f, partial);
+      return ok_status();
+    }
+    default:
+      break;
+  }
+  return unimplemented(
+      "{}: an operand holds moe_ep_dispatch's rows in the expert-parallel receive buffer (over "
+      "{}); only ragged_dot, its gradient and elementwise ops (swiglu, add, mul, scale, convert) "
+      "may read them before moe_ep_return",
+      op_name(in.kind), fmt::join(p.ep, ", "));
 }
 
 Status Partitioner::matmul(const Instr& in) {

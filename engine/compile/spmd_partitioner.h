@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "engine/base/check.h"
@@ -163,6 +164,7 @@ class Partitioner {
   Result<Partitioned> run() {
     const size_t nv = g_.values().size();
     local_.assign(nv, kNoValue);
+    routed_.assign(nv, kNoValue);
     swapped_.assign(nv, false);
     spec_.assign(nv, PartitionSpec());
     Partitioned out;
@@ -324,6 +326,12 @@ class Partitioner {
   }
 
   Result<ValueId> get(ValueId g, const PartitionSpec& D) {
+    if (static_cast<size_t>(g) < routed_.size() && routed_[g] != kNoValue)  // a buffer, not a block
+      return unimplemented(
+          "value {} holds moe_ep_dispatch's rows in the expert-parallel receive buffer and is "
+          "read as a plain array (only ragged_dot, its gradient, elementwise ops and "
+          "moe_ep_return may read it)",
+          g);
     return reshard(local_[g], shp(g), spec_[g], norm(D, rank(g)));
   }
 
@@ -458,6 +466,19 @@ class Partitioner {
   Status moe_permute(const Instr& in);
   Status moe_permute_weights_grad(const Instr& in);
   Status ragged_dot(const Instr& in);
+  Status ragged_all_to_all(const Instr& in);
+  // MaxText's expert parallelism for the dropless dispatch (spmd_matmul.cpp): moe_ep_dispatch
+  // and moe_ep_return lowered, and the ops on the rows in between (routed()).
+  Status moe_ep(const Instr& in);
+  Status routed(const Instr& in);
+  Axes ep_axes(const OpAttrs& at) const;
+  Status ep_plan(ValueId groups, const Axes& ep, const Axes& rows, int64_t N, const OpAttrs& at);
+  ValueId local_permute(ValueId x, ValueId order, ValueId rank, bool inverse) {
+    OpAttrs a;
+    a.size = 1;
+    a.inverse = inverse;
+    return b_.emit(OpKind::kMoePermute, {x, order, rank}, a)[0];
+  }
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
   Dims accumulator_dims(const Instr& in, int dim) const;
@@ -513,6 +534,16 @@ class Partitioner {
   const SpmdOptions& o_;
   Builder b_;
   const bool explicit_;
+  // Expert parallelism (moe_ep_dispatch): per global value, the group_sizes value of the
+  // dispatch whose receive buffer holds it (kNoValue: a plain block of the global value); per
+  // group_sizes value, its plan's local values.
+  struct EpPlan {
+    Axes ep, rows;        // the expert group's axes; all the rows' axes (ep among them)
+    int64_t R = 0, N = 0; // receive buffer rows; rows per b
+    ValueId send_order, send_rank, io, ss, oo, rio, rss, roo, local_order, local_rank, groups;
+  };
+  std::vector<ValueId> routed_;
+  std::map<ValueId, EpPlan> plans_;
   std::vector<ValueId> local_;       // global value -> its local value
   std::vector<PartitionSpec> spec_;  // global value -> its sharding (normalised)
   std::vector<std::optional<PartitionSpec>> desired_;  // gradients: their state's sharding

@@ -270,6 +270,41 @@ class Differentiator {
     }
   }
 
+  // The transpose of a ragged all-to-all is the reverse one (op.h): each receiver sends back
+  // the rows it got, from where they landed to where they came from; offsets and sizes seen
+  // from the other side (their last two dims swapped: jax's all_to_all of the offsets).
+  void vjp_ragged_all_to_all(const Instr& in) {
+    const ValueId x = in.inputs[0];
+    if (!needs(x)) return;
+    ENG_CHECK(in.attrs.mesh_axes.empty(),
+              "ragged_all_to_all over {}: differentiate the global program (its members whole)",
+              in.attrs.mesh_axes.size());
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const int r = b_.info(in.inputs[1]).shape.rank();
+    std::vector<int64_t> swap(static_cast<size_t>(r));
+    for (int k = 0; k < r; ++k) swap[static_cast<size_t>(k)] = k;
+    std::swap(swap[static_cast<size_t>(r - 2)], swap[static_cast<size_t>(r - 1)]);
+    auto seen_back = [&](ValueId v) { return b_.transpose(v, swap); };
+    OpAttrs t = in.attrs;
+    t.size = b_.info(x).shape.dim(-2);
+    const ValueId dx = b_.emit(OpKind::kRaggedAllToAll,
+                               {dy, seen_back(in.inputs[3]), seen_back(in.inputs[2]),
+                                seen_back(in.inputs[1])},
+                               t)[0];
+    accumulate(x, fresh(dx, x));
+  }
+
+  // moe_ep_dispatch and moe_ep_return are identities on values, each the other's transpose
+  // (the rows sent back where they came from).
+  void vjp_moe_ep(const Instr& in) {
+    const ValueId x = in.inputs[0];
+    if (!needs(x)) return;
+    const OpKind back =
+        in.kind == OpKind::kMoeEpDispatch ? OpKind::kMoeEpReturn : OpKind::kMoeEpDispatch;
+    const ValueId dx = b_.emit(back, {tensor(in, in.outputs[0]), in.inputs[1]}, in.attrs)[0];
+    accumulate(x, fresh(dx, x));
+  }
+
   // ---- VJP rules: one per op (the kVjps table below) -----------------------------------------
 
   void vjp(const Instr& in) { (this->*kVjps[op_index(in.kind)])(in); }
@@ -667,6 +702,10 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kMoePermuteWeightsGrad, &D::not_differentiable},
         {OpKind::kRaggedDot, &D::vjp_ragged_dot},
         {OpKind::kRaggedDotGrad, &D::not_differentiable},
+        {OpKind::kRaggedAllToAll, &D::vjp_ragged_all_to_all},
+        {OpKind::kMoeEpDispatch, &D::vjp_moe_ep},
+        {OpKind::kMoeEpReturn, &D::vjp_moe_ep},
+        {OpKind::kMoeEpPlan, &D::not_differentiable},
     },
     &D::vjp_unary, &D::not_differentiable);
 

@@ -694,6 +694,61 @@ Outs infer_ragged_dot(OpKind kind, const In& in, const OpAttrs& at) {
   return {make(Shape(dims), promote({in[0], in[1]}), std::move(lg))};
 }
 
+// (x ([L..,]G,N,F), input_offsets, send_sizes, output_offsets i32 ([L..,]G,G)) [size=R]
+// -> ([L..,]G,R,F) in x's dtype. Per-device (axes set): G is this device's block of members
+// and the index arrays' last dim the whole group's.
+Outs infer_ragged_all_to_all(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 4);
+  const ValueInfo& x = *in[0];
+  const int r = x.shape.rank();
+  ENG_CHECK(r >= 3, "ragged_all_to_all: x {} needs rank >= 3 (members, rows, features)",
+            x.type_string());
+  ENG_CHECK(at.size >= 1, "ragged_all_to_all: buffer {} must be >= 1 row", at.size);
+  const int64_t G = x.shape[r - 3] * std::max<int64_t>(at.group_size, 1);
+  std::vector<int64_t> idx(x.shape.dims().begin(), x.shape.dims().begin() + r - 2);
+  idx.push_back(G);
+  for (int k = 1; k < 4; ++k)
+    ENG_CHECK(in[k]->shape == Shape(idx) && in[k]->dtype == DType::kI32,
+              "ragged_all_to_all: x {} needs i32 offsets and sizes of shape {} ({} members), "
+              "got input {} {}",
+              x.type_string(), Shape(idx).to_string(), G, k, in[k]->type_string());
+  std::vector<int64_t> dims(x.shape.dims().begin(), x.shape.dims().end());
+  dims[r - 2] = at.size;
+  Logical lg = logical_slice(x, 0, r);
+  lg[r - 2].clear();
+  return {make(Shape(dims), x.dtype, std::move(lg))};
+}
+
+// (x (B,N,F), group_sizes i32 (B,E)) -> like x (the identity; its layout is the partitioner's).
+Outs infer_moe_ep(OpKind kind, const In& in, const OpAttrs&) {
+  n_in(kind, in, 2);
+  const ValueInfo &x = *in[0], &g = *in[1];
+  ENG_CHECK(x.shape.rank() == 3 && g.shape.rank() == 2 && g.shape[0] == x.shape[0] &&
+                g.dtype == DType::kI32,
+            "{}: x {} (B, N, F) and group_sizes {} (B, E) i32", op_name(kind), x.type_string(),
+            g.type_string());
+  return {like(x)};
+}
+
+// (counts i32 (G,Bl,E), shard i32 ()) [size=R, start=N] -> send_order, send_rank (1,Bl*N),
+// six (1,G) offsets and sizes, local_order, local_rank (1,R), local_group_sizes (E/G).
+Outs infer_moe_ep_plan(OpKind kind, const In& in, const OpAttrs& at) {
+  n_in(kind, in, 2);
+  const ValueInfo& c = *in[0];
+  check_rank(kind, c, 3, "counts");
+  check_rank(kind, *in[1], 0, "shard");
+  const int64_t G = c.shape[0], Bl = c.shape[1], E = c.shape[2];
+  ENG_CHECK(G >= 1 && E % G == 0 && at.size >= 1 && at.start >= 1,
+            "moe_ep_plan: counts {} ({} members must divide {} experts), buffer {}, rows {}",
+            c.type_string(), G, E, at.size, at.start);
+  Outs o = {make(Shape{1, Bl * at.start}, DType::kI32), make(Shape{1, Bl * at.start}, DType::kI32)};
+  for (int k = 0; k < 6; ++k) o.push_back(make(Shape{1, G}, DType::kI32));
+  o.push_back(make(Shape{1, at.size}, DType::kI32));
+  o.push_back(make(Shape{1, at.size}, DType::kI32));
+  o.push_back(make(Shape{E / G}, DType::kI32));
+  return o;
+}
+
 // Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
 constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     {
@@ -778,6 +833,10 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kMoePermuteWeightsGrad, infer_moe_permute_weights_grad},
         {OpKind::kRaggedDot, infer_ragged_dot},
         {OpKind::kRaggedDotGrad, infer_ragged_dot},
+        {OpKind::kRaggedAllToAll, infer_ragged_all_to_all},
+        {OpKind::kMoeEpDispatch, infer_moe_ep},
+        {OpKind::kMoeEpReturn, infer_moe_ep},
+        {OpKind::kMoeEpPlan, infer_moe_ep_plan},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 

@@ -330,6 +330,30 @@ class Evaluator {
     return ok_status();
   }
 
+  // The global form (op.h): member s's rows go to member r's buffer, summed in sender order.
+  Status ragged_all_to_all(const Instr& i) {
+    if (!i.attrs.mesh_axes.empty()) return per_device_only(i);
+    const Shape& x = in(i, 0).shape;
+    const int r = x.rank();
+    const int64_t L = x.prod(0, r - 3), G = x[r - 3], N = x[r - 2], F = x[r - 1];
+    const int64_t R = i.attrs.size;
+    const double *io = ind(i, 1), *ss = ind(i, 2), *oo = ind(i, 3), *xs = ind(i, 0);
+    double* y = outd(i, 0);
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t dst = 0; dst < G; ++dst)
+        for (int64_t src = 0; src < G; ++src) {
+          const int64_t at = (l * G + src) * G + dst;
+          const auto from = static_cast<int64_t>(io[at]), to = static_cast<int64_t>(oo[at]);
+          for (int64_t k = 0; k < static_cast<int64_t>(ss[at]); ++k) {
+            if (from + k < 0 || from + k >= N || to + k < 0 || to + k >= R) continue;
+            const double* a = xs + ((l * G + src) * N + from + k) * F;
+            double* o = y + ((l * G + dst) * R + to + k) * F;
+            for (int64_t f = 0; f < F; ++f) o[f] += a[f];
+          }
+        }
+    return ok_status();
+  }
+
   const HostTensor& in(const Instr& i, int k) const { return vals_[i.inputs[k]]; }
   HostTensor& out(const Instr& i, int k) { return vals_[i.outputs[k]]; }
   const double* ind(const Instr& i, int k) const { return in(i, k).data.data(); }
@@ -704,6 +728,10 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kMoePermuteWeightsGrad, &E::moe_permute_weights_grad},
         {OpKind::kRaggedDot, &E::ragged_dot},
         {OpKind::kRaggedDotGrad, &E::ragged_dot},
+        {OpKind::kRaggedAllToAll, &E::ragged_all_to_all},
+        {OpKind::kMoeEpDispatch, &E::reshape},  // the identity on values
+        {OpKind::kMoeEpReturn, &E::reshape},
+        {OpKind::kMoeEpPlan, &E::per_device_only},
     },
     &E::unary, &E::unary_grad);
 

@@ -90,6 +90,12 @@ constexpr AttrField kMoeTopK[] = {{"k", &A::size},
                                   {"bias_grad", &A::raw, P::kFlag}};
 constexpr AttrField kMoePermute[] = {{"k", &A::size}, {"inverse", &A::inverse, P::kFlag}};
 constexpr AttrField kK[] = {{"k", &A::size}};
+constexpr AttrField kMoeEp[] = {{"k", &A::size},
+                                {"ragged_buffer_factor", &A::scale},
+                                {"exp", &A::logical, P::kLogical}};
+constexpr AttrField kMoeEpPlan[] = {{"buffer", &A::size}, {"rows", &A::start}};
+constexpr AttrField kRaggedAllToAll[] = {{"buffer", &A::size},
+                                         {"axes", &A::mesh_axes, P::kUnlessDefault}};
 constexpr AttrField kMask[] = {{"mask", &A::raw, P::kFlag}};
 constexpr AttrField kTransB[] = {{"trans_b", &A::trans_b, P::kFlag}};
 constexpr AttrField kClip[] = {{"threshold", &A::clip_threshold}};
@@ -186,6 +192,11 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kMoePermuteWeightsGrad, ints(0b1100, kK)},           // order, rank
         {K::kRaggedDot, ints(0b100, kTransB)},                   // group_sizes
         {K::kRaggedDotGrad, ints(0b100)},                        // group_sizes
+        // offsets and sizes; a collective (over no axes: every member on one device).
+        {K::kRaggedAllToAll, {kRaggedAllToAll, true, 0b1110}},
+        {K::kMoeEpDispatch, ints(0b10, kMoeEp)},  // group_sizes
+        {K::kMoeEpReturn, ints(0b10, kMoeEp)},
+        {K::kMoeEpPlan, ints(0b11, kMoeEpPlan)},  // counts, shard
     },
     kNone, kNone);
 

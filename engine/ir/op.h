@@ -175,6 +175,48 @@
 //                    overrun N are cut at N (negative sizes count as 0)
 //   kRaggedDotGrad (lhs ([B,]N,K), dout ([B,]N,P), group_sizes) -> drhs (E,K,P): per group
 //                    lhs_e^T dout_e, summed over b
+//   kRaggedAllToAll (x ([L..,]G,N,F), input_offsets i32 ([L..,]G,G), send_sizes i32,
+//                    output_offsets i32) [buffer=size R, axes=mesh_axes] -> ([L..,]G,R,F):
+//                    jax.lax.ragged_all_to_all over the G members of dim -3 (shard_map's view:
+//                    a leading dim of members), each l independent: member s sends rows
+//                    [input_offsets[l,s,r], + send_sizes[l,s,r]) of x[l,s] to member r, which
+//                    places them at output_offsets[l,s,r] in its R-row buffer out[l,r]
+//                    (JAX's recv_sizes are the senders' send_sizes). Rows nobody writes are
+//                    zeros; a row whose source is outside [0, N) or destination outside
+//                    [0, R) is not sent (negative sizes send nothing); rows two senders
+//                    write are summed in sender order, so the op is linear and its
+//                    transpose (the VJP) is the reverse ragged_all_to_all: offsets and sizes
+//                    with their last two dims swapped, input and output offsets exchanged,
+//                    buffer N. Any dtype (data movement). In a per-device program dim -3
+//                    holds this device's block of G / |axes| members and `axes` the mesh
+//                    axes that split it (member j of rank q is global member q * G/|axes| +
+//                    j); the runtime runs it across the group (collectives.h). Empty axes:
+//                    every member on this device, no traffic.
+//   kMoeEpDispatch (x (B,N,F), group_sizes i32 (B,E)) [k=size, ragged_buffer_factor=scale,
+//                    exp=logical] -> x: the identity on values (the rows sorted per row b by
+//                    expert, moe_permute's output), marking where MaxText's sparse_matmul sends
+//                    them to the devices that own their experts. kMoeEpReturn (y (B,N,F),
+//                    group_sizes) [as dispatch] -> y: the identity, where the rows come back.
+//                    Each is the other's VJP. With the experts split (the logical name `exp`
+//                    resolving to mesh axes of size > 1) the partitioner lowers them to
+//                    MaxText's expert parallelism (docs/sharding.md "Dropless dispatch"): each
+//                    device's rows sorted by expert (moe_permute), moe_ep_plan, a
+//                    ragged_all_to_all into a receive buffer of R rows (R = local rows x
+//                    ragged_buffer_factor when > 0, else x min(|exp|, E / k): MaxText's
+//                    get_ragged_buffer_size), a local permute by local expert; the values in
+//                    between (ragged_dot, swiglu and their gradients) live in that buffer; the
+//                    return reverses it. Rows past a buffer that overflows
+//                    (ragged_buffer_factor > 0) are dropped (their outputs zeros), as MaxText's.
+//   kMoeEpPlan     (counts i32 (G,Bl,E), shard i32 ()) [buffer=size R, rows=start N]
+//                    per-device only: the index arithmetic of one device of rank `shard` in an
+//                    expert group of G (counts: every member's group sizes, per row b of its
+//                    Bl rows, each row's N choices sorted by expert; experts [r E/G, (r+1) E/G)
+//                    on member r) -> send_order, send_rank i32 (1,Bl*N): this device's rows
+//                    sorted by (expert, b) and back; input_offsets, send_sizes, output_offsets
+//                    i32 (1,G) for the dispatch and the same three for the return (i32 (1,G)
+//                    each: the receivers' view); local_order, local_rank i32 (1,R): the
+//                    received rows sorted by (local expert, sender), then the unused buffer
+//                    rows; local_group_sizes i32 (E/G): rows per local expert inside the buffer
 //   -- backward --
 //   kEmbedLookupGrad (ids, dy (B,T,E)) [depth=V] -> dtable (V,E)
 //   kRmsNormGrad   (x, scale, rstd, dy) -> dx, dscale
@@ -368,7 +410,11 @@ namespace eng {
   X(MoePermute, "moe_permute", kCustom)                             \
   X(MoePermuteWeightsGrad, "moe_permute_weights_grad", kCustom)     \
   X(RaggedDot, "ragged_dot", kCustom)                               \
-  X(RaggedDotGrad, "ragged_dot_grad", kCustom)
+  X(RaggedDotGrad, "ragged_dot_grad", kCustom)                     \
+  X(RaggedAllToAll, "ragged_all_to_all", kCustom)                   \
+  X(MoeEpDispatch, "moe_ep_dispatch", kCustom)                       \
+  X(MoeEpReturn, "moe_ep_return", kCustom)                           \
+  X(MoeEpPlan, "moe_ep_plan", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of

@@ -56,8 +56,8 @@ Status validate_moe(const ModelConfig& m) {
     return invalid_argument("model {}: num_experts_per_tok {} must be between 1 and num_experts {}",
                             m.name, c.num_experts_per_tok, c.num_experts);
   // sparse_matmul: the dropless dispatch (MaxText's default; capacity_factor not read, as
-  // MaxText's sparse_matmul ignores it); expert parallelism is refused by resolve_config (the
-  // keys) and Trainer::create (the mesh's `expert` axis: check_mesh_fits_model).
+  // MaxText's sparse_matmul ignores it); with expert parallelism its rows move by ragged
+  // all-to-all (moe_ep_dispatch / moe_ep_return, lowered by the partitioner).
   if (!c.sparse_matmul && !(c.capacity_factor > 0))
     return invalid_argument(
         "model {}: sparse_matmul=false needs capacity_factor > 0 (the dense dispatch's slots per "
@@ -147,15 +147,19 @@ OpAttrs route_attrs(const ModelConfig& m, int64_t B, int64_t S) {
   return ra;
 }
 
-// MaxText's sparse_matmul without expert parallelism (layers/moe.py at e591f30: permute,
-// gmm / jax.lax.ragged_dot over the experts' row groups, unpermute with the weighted sum over
-// k). Each row b (a sequence) sorts its own S x k choices by expert: MaxText sorts each
-// device's local tokens inside its shard_map; per token the result is the same, and rows
-// split over data / fsdp need no traffic. Nothing is dropped.
+// MaxText's sparse_matmul (layers/moe.py at e591f30: permute, gmm / jax.lax.ragged_dot over
+// the experts' row groups, unpermute with the weighted sum over k). Each row b (a sequence)
+// sorts its own S x k choices by expert: MaxText sorts each device's local tokens inside its
+// shard_map; per token the result is the same, and rows split over data / fsdp need no
+// traffic. Nothing is dropped (with expert parallelism: unless ragged_buffer_factor > 0 and a
+// receive buffer overflows, as MaxText's).
 //   weights, order, rank, groups, lb, load = moe_top_k(logits)   (B,S,k) (B,N) (B,N) (B,E)
-//   x_s = moe_permute(h, order, rank)                              (B,N,M)  N = S k
+//   x_s = moe_ep_dispatch(moe_permute(h, order, rank), groups)     (B,N,M)  N = S k
 //   y_s = ragged_dot(silu(ragged_dot(x_s, wi_0)) * ragged_dot(x_s, wi_1), wo)   (B,N,M)
-//   out = moe_permute(y_s, order, rank, weights, inverse)          (B,S,M)
+//   out = moe_permute(moe_ep_return(y_s, groups), order, rank, weights, inverse)  (B,S,M)
+// moe_ep_dispatch / moe_ep_return are identities on values; with the experts split over
+// `expert` (`exp`) the partitioner makes them MaxText's ragged all-to-alls (op.h), and the
+// ragged_dots in between run on each device's own experts.
 ValueId trace_dropless(Builder& b, const ModelConfig& m, const LlamaLayerParams& lp, ValueId x,
                        ValueId logits, const std::function<Logical(Logical)>& names,
                        const std::function<ValueId(ValueId)>& w,
@@ -169,12 +173,18 @@ ValueId trace_dropless(Builder& b, const ModelConfig& m, const LlamaLayerParams&
   out.load.push_back(r[5]);
   OpAttrs pa;
   pa.size = m.moe.num_experts_per_tok;
-  const ValueId sorted = b.emit(OpKind::kMoePermute, {x, order, rank}, pa)[0];
+  OpAttrs ep;  // MaxText's expert-parallel dispatch (op.h kMoeEpDispatch)
+  ep.size = m.moe.num_experts_per_tok;
+  ep.scale = m.moe.ragged_buffer_factor;
+  ep.logical = {std::optional<std::string>("exp")};
+  const ValueId sorted =
+      b.emit(OpKind::kMoeEpDispatch, {b.emit(OpKind::kMoePermute, {x, order, rank}, pa)[0], groups},
+             ep)[0];
   auto gmm = [&](ValueId a, ValueId wt, const char* name) {
     return b.checkpoint_name(b.emit(OpKind::kRaggedDot, {a, w(wt), groups})[0], name);
   };
   const ValueId act = b.swiglu(gmm(sorted, lp.wi_0, "mlpwi_0"), gmm(sorted, lp.wi_1, "mlpwi_1"));
-  const ValueId y = gmm(act, lp.wo, "mlpwo");
+  const ValueId y = b.emit(OpKind::kMoeEpReturn, {gmm(act, lp.wo, "mlpwo"), groups}, ep)[0];
   pa.inverse = true;
   const ValueId o = b.emit(OpKind::kMoePermute, {y, order, rank, weights}, pa)[0];
   return b.constraint(o, names({"activation_batch", "activation_norm_length", "activation_embed"}));

@@ -13,7 +13,11 @@ struct MoeConfig {
   int64_t moe_mlp_dim = -1;          // base_moe_mlp_dim: each expert's hidden width (-1: mlp_dim)
   double capacity_factor = -1.0;     // > 0 with sparse_matmul=false: dense dispatch with capacity
                                      // (not read with sparse_matmul=true)
-  bool sparse_matmul = true;         // MaxText's default: dropless (no expert parallelism yet)
+  bool sparse_matmul = true;         // MaxText's default: dropless
+  // The dropless dispatch's receive buffer with expert parallelism (MaxText's
+  // get_ragged_buffer_size): > 0: local rows x factor (an overflow drops rows); else the worst
+  // case, local rows x min(expert parallelism, num_experts / num_experts_per_tok).
+  double ragged_buffer_factor = -1.0;
   bool megablox = true;
   double load_balance_loss_weight = 0.0;
   // decoder_block "deepseek" only (MaxText's deepseek.py): a dense MLP of width

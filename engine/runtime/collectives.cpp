@@ -61,7 +61,11 @@ class DeviceCommunicator final : public Communicator {
     ENG_CHECK(static_cast<int64_t>(buf.size()) == n_, "communicator: {} buffer tables for {} devices",
               buf.size(), n_);
     const AxesGroup g(mesh_, in.attrs.mesh_axes);
-    if (channel_ && in.kind != OpKind::kDynamicSlice && !transfer(p, in, g, buf)) return;
+    if (channel_ && in.kind == OpKind::kRaggedAllToAll) {  // prepare() refused a spanning one
+      ENG_CHECK(!spans_processes(g), "communicator: ragged_all_to_all across processes");
+    } else if (channel_ && in.kind != OpKind::kDynamicSlice && !transfer(p, in, g, buf)) {
+      return;
+    }
     const CollectiveFn fn = kCollectives[op_index(in.kind)];
     for (int64_t leader = 0; leader < n_; ++leader) {
       if (!g.is_leader(leader)) continue;
@@ -103,6 +107,15 @@ class DeviceCommunicator final : public Communicator {
   }
 
   bool local(int64_t device) const { return local_.contains(device); }
+  // Does some group of g have members in another process?
+  bool spans_processes(const AxesGroup& g) const {
+    for (int64_t leader = 0; leader < n_; ++leader) {
+      if (!g.is_leader(leader)) continue;
+      for (int64_t r = 1; r < g.size(); ++r)
+        if (process_of(g.member(leader, r)) != process_of(leader)) return true;
+    }
+    return false;
+  }
   int process_of(int64_t device) const { return dist::process_of_device(device, n_); }
   // Device `device`'s input x: its own buffer here, else its staging copy.
   const void* input(std::span<void* const* const> buf, int64_t device, ValueId x) {
@@ -309,6 +322,50 @@ class DeviceCommunicator final : public Communicator {
              });
   }
 
+  // jax.lax.ragged_all_to_all (op.h): each member's rows go to the receivers' buffers at the
+  // offsets the sender names, summed in sender order where two senders write one row. Each
+  // device holds Gl members (global member q * Gl + j for the device of rank q); a receiver
+  // is counted the bytes of the rows it gets from other devices.
+  void ragged_all_to_all(const Group& c) {
+    const Program& p = c.p;
+    const ValueInfo& xv = p.value(c.x());
+    const Shape& xs = xv.shape;
+    const int rank = xs.rank();
+    const DType dtype = xv.dtype;
+    const int64_t elem = dtype_size(dtype), Gm = c.g.size();
+    const int64_t L = xs.prod(0, rank - 3), Gl = xs[rank - 3], N = xs[rank - 2], F = xs[rank - 1];
+    const int64_t G = Gm * Gl, R = c.in.attrs.size, row = F * elem;
+    for (int64_t q = 0; q < Gm; ++q) {
+      const int64_t dst = c.g.member(c.leader, q);
+      if (!local(dst)) continue;
+      char* y = static_cast<char*>(c.buf[dst][c.y()]);
+      std::memset(y, 0, static_cast<size_t>(p.value(c.y()).bytes()));
+      for (int64_t m = 0; m < Gm; ++m) {
+        const int64_t src = c.g.member(c.leader, m);
+        const char* x = static_cast<const char*>(c.buf[src][c.x()]);
+        const auto* io = static_cast<const int32_t*>(c.buf[src][c.in.inputs[1]]);
+        const auto* ss = static_cast<const int32_t*>(c.buf[src][c.in.inputs[2]]);
+        const auto* oo = static_cast<const int32_t*>(c.buf[src][c.in.inputs[3]]);
+        int64_t rows = 0;
+        for (int64_t l = 0; l < L; ++l)
+          for (int64_t jr = 0; jr < Gl; ++jr)
+            for (int64_t js = 0; js < Gl; ++js) {
+              const int64_t at = (l * Gl + js) * G + q * Gl + jr;
+              const int64_t from = io[at], to = oo[at];
+              // The rows inside both the source [0, N) and the buffer [0, R).
+              const int64_t lo = std::max<int64_t>({0, -from, -to});
+              const int64_t hi = std::min<int64_t>({ss[at], N - from, R - to});
+              if (hi <= lo) continue;
+              const char* a = x + ((l * Gl + js) * N + from + lo) * row;
+              char* o = y + ((l * Gl + jr) * R + to + lo) * row;
+              accumulate(o, a, (hi - lo) * F, dtype, false);
+              rows += hi - lo;
+            }
+        if (src != dst) count(dst, c.g.axis_mask(), rows * row);
+      }
+    }
+  }
+
   // The group of `leader` exchanges y from x: for each receiver r in this process (rank order)
   // and each sender m (rank order: the order reductions sum in), deliver(r, m, receiver's y,
   // sender's x); every receiver is counted `bytes` for each other member it hears from.
@@ -357,6 +414,7 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
         {OpKind::kReduceScatter, &L::reduce_scatter},
         {OpKind::kAllReduce, &L::all_reduce},
         {OpKind::kAllToAll, &L::all_to_all},
+        {OpKind::kRaggedAllToAll, &L::ragged_all_to_all},
         {OpKind::kCollectivePermute, &L::collective_permute},
         {OpKind::kDynamicSlice, &L::dynamic_slice},
         // Per-device ops: the executor runs them (executor.cpp), never the communicator.
@@ -391,6 +449,8 @@ constexpr OpTable<L::CollectiveFn> L::kCollectives = make_op_table<L::Collective
                                 ENG_NOT_COLLECTIVE(kMoePermuteWeightsGrad)
                                     ENG_NOT_COLLECTIVE(kRaggedDot)
                                         ENG_NOT_COLLECTIVE(kRaggedDotGrad)
+        ENG_NOT_COLLECTIVE(kMoeEpDispatch) ENG_NOT_COLLECTIVE(kMoeEpReturn)
+        ENG_NOT_COLLECTIVE(kMoeEpPlan)
     },
     &L::not_a_collective, &L::not_a_collective);
 #undef ENG_NOT_COLLECTIVE
@@ -511,6 +571,16 @@ Status DeviceCommunicator::prepare(const Program& p) {
   for (const Instr& in : p.instrs()) {
     if (!is_collective(in.kind) || in.kind == OpKind::kDynamicSlice) continue;
     const AxesGroup g(mesh_, in.attrs.mesh_axes);
+    if (in.kind == OpKind::kRaggedAllToAll) {
+      // Its receivers read the senders' offsets and sizes as well as their rows; the
+      // process channel stages one input per sender.
+      if (spans_processes(g))
+        return unimplemented(
+            "prepare {}: ragged_all_to_all over {} spans processes: not supported across MPI "
+            "processes yet (put the axes' devices in one process)",
+            p.name(), fmt::join(in.attrs.mesh_axes, ","));
+      continue;
+    }
     max_x = std::max(max_x, p.value(in.inputs[0]).bytes());
     for (bool out : {true, false}) {
       std::fill(pos_.begin(), pos_.end(), 0);

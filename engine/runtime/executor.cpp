@@ -479,6 +479,74 @@ void run_ragged_dot(const Args& a) {
     kern::ragged_dot(a.f(0), a.f(1), a.ids(2), B, N, K, r[tb ? 1 : 2], E, tb, a.out(0));
 }
 
+// moe_ep_plan (op.h): the index arithmetic of MaxText's expert-parallel dispatch for the device
+// of rank q in a group of G, from every member's per-row group sizes c(s, b, e); no allocation.
+void run_moe_ep_plan(const Args& a) {
+  const Shape& cs = a.shape(0);
+  const int64_t G = cs[0], Bl = cs[1], E = cs[2], El = E / G;
+  const int64_t N = a.in.attrs.start, R = a.in.attrs.size, q = *a.ids(1);
+  const int32_t* c = a.ids(0);
+  auto count = [&](int64_t s, int64_t e) {  // member s's rows for expert e
+    int64_t n = 0;
+    for (int64_t b = 0; b < Bl; ++b) n += c[(s * Bl + b) * E + e];
+    return n;
+  };
+  auto before = [&](int64_t s, int64_t e_end) {  // member s's rows for experts [0, e_end)
+    int64_t n = 0;
+    for (int64_t e = 0; e < e_end; ++e) n += count(s, e);
+    return n;
+  };
+  auto sends = [&](int64_t s, int64_t r) { return before(s, (r + 1) * El) - before(s, r * El); };
+  auto lands = [&](int64_t s, int64_t r) {  // where member s's rows land in member r's buffer
+    int64_t n = 0;
+    for (int64_t t = 0; t < s; ++t) n += sends(t, r);
+    return n;
+  };
+  int32_t *send_order = a.iout(0), *send_rank = a.iout(1);
+  int32_t *io = a.iout(2), *ss = a.iout(3), *oo = a.iout(4);
+  int32_t *rio = a.iout(5), *rss = a.iout(6), *roo = a.iout(7);
+  int32_t *local_order = a.iout(8), *local_rank = a.iout(9), *groups = a.iout(10);
+  for (int64_t r = 0; r < G; ++r) {
+    io[r] = static_cast<int32_t>(before(q, r * El));
+    ss[r] = static_cast<int32_t>(sends(q, r));
+    oo[r] = static_cast<int32_t>(lands(q, r));
+    rio[r] = static_cast<int32_t>(lands(r, q));  // back to member r: from where its rows landed
+    rss[r] = static_cast<int32_t>(sends(r, q));
+    roo[r] = static_cast<int32_t>(before(r, q * El));  // to where they were sent from
+  }
+  // This device's rows (per row b sorted by expert) in (expert, b) order.
+  const int64_t rows = Bl * N;
+  std::fill(send_rank, send_rank + rows, -1);
+  int64_t j = 0;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t b = 0; b < Bl; ++b) {
+      int64_t start = b * N;
+      for (int64_t f = 0; f < e; ++f) start += c[(q * Bl + b) * E + f];
+      for (int64_t i = 0; i < c[(q * Bl + b) * E + e] && j < rows && start + i < (b + 1) * N; ++i)
+        send_order[j++] = static_cast<int32_t>(start + i);
+    }
+  for (int64_t k = 0; k < j; ++k) send_rank[send_order[k]] = static_cast<int32_t>(k);
+  for (int64_t p = 0; p < rows && j < rows; ++p)  // rows no expert claimed (none when sizes sum to N)
+    if (send_rank[p] < 0) {
+      send_rank[p] = static_cast<int32_t>(j);
+      send_order[j++] = static_cast<int32_t>(p);
+    }
+  // The received rows in (local expert, sender) order, inside the buffer only; then the rest.
+  std::fill(groups, groups + El, 0);
+  int64_t v = 0;
+  for (int64_t le = 0; le < El; ++le)
+    for (int64_t s = 0; s < G; ++s) {
+      const int64_t e = q * El + le;
+      const int64_t at = lands(s, q) + before(s, e) - before(s, q * El);
+      for (int64_t i = 0; i < count(s, e) && at + i < R; ++i) {
+        local_order[v++] = static_cast<int32_t>(at + i);
+        ++groups[le];
+      }
+    }
+  for (int64_t p = v; p < R; ++p) local_order[p] = static_cast<int32_t>(p);
+  for (int64_t k = 0; k < R; ++k) local_rank[local_order[k]] = static_cast<int32_t>(k);
+}
+
 // The bf16 forms (program.h's kBf16Kernels): the routing, dispatch and combine loops read bf16
 // into float and round each bf16 result once; the per-expert GEMMs run the instruction's
 // Bf16MatmulPlan (one expert's or one (row, expert)'s product, bf16_gemm_shape below) at each
@@ -737,6 +805,16 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         // Data movement is dtype-agnostic; reductions (all_reduce, reduce_scatter) are f32.
         {OpKind::kAllGather, {run_collective, true}},
         {OpKind::kAllToAll, {run_collective, true}},
+        {OpKind::kRaggedAllToAll, {run_collective, true}},
+        {OpKind::kMoeEpDispatch, {[](A a) {  // identities (op.h): the partitioner lowers them
+           const Bytes b(a);
+           copy_if_distinct(b.y, b.x, b.xv.bytes());
+         }, true}},
+        {OpKind::kMoeEpReturn, {[](A a) {
+           const Bytes b(a);
+           copy_if_distinct(b.y, b.x, b.xv.bytes());
+         }, true}},
+        {OpKind::kMoeEpPlan, {run_moe_ep_plan}},
         {OpKind::kCollectivePermute, {run_collective, true}},
         {OpKind::kDynamicSlice, {run_collective, true}},
         {OpKind::kAllReduce, {run_collective}},

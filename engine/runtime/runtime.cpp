@@ -267,6 +267,8 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
      ENG_NO_SCRATCH(kMoveToDevice) ENG_NO_SCRATCH(kMoeTopK) ENG_NO_SCRATCH(kMoeTopKGrad)
      ENG_NO_SCRATCH(kMoePermute) ENG_NO_SCRATCH(kMoePermuteWeightsGrad)
      ENG_NO_SCRATCH(kRaggedDot) ENG_NO_SCRATCH(kRaggedDotGrad)
+     ENG_NO_SCRATCH(kRaggedAllToAll) ENG_NO_SCRATCH(kMoeEpDispatch) ENG_NO_SCRATCH(kMoeEpReturn)
+     ENG_NO_SCRATCH(kMoeEpPlan)
 #undef ENG_NO_SCRATCH
     },
     no_scratch, no_scratch);

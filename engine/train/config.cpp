@@ -129,7 +129,8 @@ const std::vector<ConfigKey> kKeys = {
     {"num_experts_per_tok", V{int64_t{1}}, "experts each token is routed to (top-k)"},
     {"base_moe_mlp_dim", V{int64_t{-1}}, "each expert's hidden width (-1: base_mlp_dim)"},
     {"capacity_factor", V{-1.0}, "expert capacity factor: > 0 with sparse_matmul=false is the dense dispatch with capacity (tokens over capacity are dropped); not read with sparse_matmul=true (dropless)"},
-    {"sparse_matmul", V{true}, "dropless sparse dispatch (MaxText's default): tokens sorted by expert, grouped matmul (ragged_dot), unsorted and weighted; nothing dropped; not yet with expert parallelism (ici/dcn_expert_parallelism > 1 or a mesh with expert > 1: use false with capacity_factor > 0)"},
+    {"sparse_matmul", V{true}, "dropless sparse dispatch (MaxText's default): tokens sorted by expert, grouped matmul (ragged_dot), unsorted and weighted; nothing dropped; with expert parallelism each device's rows go to the experts' devices by a ragged all-to-all over `expert` (ragged_buffer_factor sizes the receive buffer)"},
+    {"ragged_buffer_factor", V{-1.0}, "the dropless dispatch's receive buffer under expert parallelism (MaxText's get_ragged_buffer_size): > 0: local rows x factor (rows past an overflowing buffer are dropped); <= 0: the worst case, local rows x min(expert parallelism, num_experts / num_experts_per_tok)"},
     {"megablox", V{true}, "the sparse dispatch's grouped matmul kernel (MaxText's megablox; here every setting runs the engine's ragged_dot: one GEMM per row group)"},
     {"load_balance_loss_weight", V{0.0}, "weight of the Switch load-balance loss added to the loss (learning/moe_lb_loss)"},
     {"decoder_block", V{std::string()}, "MaxText's decoder layer: '' (the preset's), llama2, mistral, qwen3_moe, gpt3, or deepseek (dense_layers then moe_layers with shared experts and routed_bias; its attention is attention_type's)"},
@@ -640,6 +641,7 @@ static void resolve_moe(const Config& c, MoeConfig& moe) {
   moe.moe_mlp_dim = c.get_int("base_moe_mlp_dim");
   moe.capacity_factor = c.get_float("capacity_factor");
   moe.sparse_matmul = c.get_bool("sparse_matmul");
+  moe.ragged_buffer_factor = c.get_float("ragged_buffer_factor");
   moe.megablox = c.get_bool("megablox");
   moe.load_balance_loss_weight = c.get_float("load_balance_loss_weight");
   moe.shared_experts = c.get_int("shared_experts");
@@ -743,13 +745,6 @@ Result<ResolvedConfig> resolve_config(const Config& c, int64_t num_devices) {
       return invalid_argument("config: {} does not divide num_experts {} (each device of an "
                               "`expert` group holds num_experts / {} experts)",
                               size, r.model.moe.num_experts, ep);
-    if (ep > 1 && r.model.moe.sparse_matmul)
-      return unimplemented(
-          "config: sparse_matmul=true (the dropless dispatch) with {} is not built yet: its "
-          "ragged all-to-all over `expert` (MaxText's ragged_all_to_all, ragged_buffer_factor) is "
-          "missing; use sparse_matmul=false with capacity_factor > 0 (the dense dispatch) for "
-          "expert parallelism, or ici_expert_parallelism=1",
-          size);
     if (r.model.pipeline_stages > 1)
       return unimplemented("config: num_experts={} with ici_pipeline_parallelism={} is not "
                            "supported yet (MoE layers in a pipeline stage)",

@@ -235,14 +235,13 @@ Status check_mesh_matches_config(const Config& config, const Mesh& mesh) {
 
 Status check_mesh_fits_model(const ResolvedConfig& config, const Mesh& mesh) {
   const int64_t ep = mesh.axis_size("expert");
-  if (config.model.moe.enabled() && config.model.moe.sparse_matmul && ep > 1)
-    return unimplemented(
-        "config: sparse_matmul=true (the dropless dispatch) with the mesh's 'expert' axis of size "
-        "{} is not built yet: its ragged all-to-all over `expert` (MaxText's ragged_all_to_all, "
-        "ragged_buffer_factor) is missing; use sparse_matmul=false with capacity_factor > 0 (the "
-        "dense dispatch) for expert parallelism, or a mesh without `expert` (nothing is "
-        "substituted)",
-        ep);
+  const int64_t E = config.model.moe.num_experts;
+  if (config.model.moe.enabled() && ep > 1 && E % ep != 0)
+    return invalid_argument(
+        "config: the mesh's 'expert' axis of size {} does not divide num_experts {} (each device "
+        "of an `expert` group holds num_experts / {} experts; ici_expert_parallelism x "
+        "dcn_expert_parallelism must divide num_experts)",
+        ep, E, ep);
   return ok_status();
 }
 

@@ -501,6 +501,75 @@ void add_dropless_cases(std::map<OpKind, Case>& c) {
   }};
 }
 
+// ragged_all_to_all over G = B members (dim 1, on data: the partitioned form runs the
+// collective over data; F on tensor), T independent groups (dim 0), N = 5 rows, a 6-row buffer;
+// random offsets and sizes in [0, 7): rows cut at the source's or the buffer's end, senders
+// overlapping in a receiver's buffer (summed). Also the form without leading dims; the VJP
+// check runs the reverse exchange (the op's transpose).
+void add_ragged_all_to_all_cases(std::map<OpKind, Case>& c) {
+  c[K::kRaggedAllToAll] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        const int64_t N = 5, R = 6;
+        const Names members = {"", "activation_batch", "", "activation_embed"};
+        auto idx = [&](const std::string& name, Shape s, Names l) {
+          return arg(b, name, std::move(s), std::move(l), DType::kI32);
+        };
+        auto xs = wrt_all(w, {arg(b, "x", Shape{z.T, z.B, N, z.E}, members),
+                              arg(b, "x2", Shape{z.B, N, z.E}, {"activation_batch", "", ""})});
+        const Names il = {"", "activation_batch", ""};
+        OpAttrs a;
+        a.size = R;
+        ValueId y = b.emit(K::kRaggedAllToAll,
+                           {xs[0], idx("in_off", Shape{z.T, z.B, z.B}, il),
+                            idx("send", Shape{z.T, z.B, z.B}, il),
+                            idx("out_off", Shape{z.T, z.B, z.B}, il)},
+                           a)[0];
+        ValueId y2 = b.emit(K::kRaggedAllToAll,
+                            {xs[1], idx("in_off2", Shape{z.B, z.B}, {"activation_batch", ""}),
+                             idx("send2", Shape{z.B, z.B}, {"activation_batch", ""}),
+                             idx("out_off2", Shape{z.B, z.B}, {"activation_batch", ""})},
+                            a)[0];
+        // (T, B, R, E) -> (B, T, R * E) for the loss head, plus y2 broadcast over T.
+        ValueId bt = b.reshape(b.transpose(y, {1, 0, 2, 3}), Shape{z.B, z.T, R * z.E});
+        ValueId y2t = b.reshape(y2, Shape{z.B, 1, R * z.E});
+        std::vector<ValueId> rep(static_cast<size_t>(z.T), y2t);
+        return {b.add(bt, b.concat(rep, 1)), y, y2};
+      },
+      true};
+}
+
+// MaxText's expert-parallel dropless block on rows already sorted per row b (x (B, 2T, E) with
+// moe_top_k's group sizes): dispatch, the wi ragged_dots (K = E on tensor in x, the weight's
+// E dim whole), swiglu, the wo ragged_dot, return. The experts' axes are `exp`'s (none on the
+// test meshes: the identities), or, with `on_data`, activation_batch's: data, so the
+// partitioned form is the expert-parallel lowering over data (moe_ep_plan, ragged all-to-alls,
+// each device's own 2 of the 4 experts; the weights' gradients partial over the rows' other
+// axes). A buffer factor of 2 is the worst case here (min(2, 4 / 2)); 1.5 may drop rows, which
+// the interpreter's identity does not, so only the worst case is compared.
+std::vector<ValueId> ep_block(Builder& b, const Sizes& z, V& w, bool on_data) {
+  const Routed r = route_top_k(b, z);
+  auto xs = wrt_all(w, {arg(b, "x", Shape{z.B, 2 * z.T, z.E}, kBTE),
+                        arg(b, "wi", Shape{4, z.E, z.F}, {"", "", "mlp"}),
+                        arg(b, "wg", Shape{4, z.E, z.F}, {"", "", "mlp"}),
+                        arg(b, "wo", Shape{4, z.F, z.E}, {"", "mlp", ""})});
+  OpAttrs ep;
+  ep.size = 2;
+  ep.scale = -1.0;
+  ep.logical = {std::optional<std::string>(on_data ? "activation_batch" : "exp")};
+  ValueId d = b.emit(K::kMoeEpDispatch, {xs[0], r.group_sizes}, ep)[0];
+  ValueId h = b.swiglu(b.emit(K::kRaggedDot, {d, xs[1], r.group_sizes})[0],
+                       b.emit(K::kRaggedDot, {d, xs[2], r.group_sizes})[0]);
+  ValueId y = b.emit(K::kMoeEpReturn,
+                     {b.add(b.emit(K::kRaggedDot, {h, xs[3], r.group_sizes})[0], d), r.group_sizes},
+                     ep)[0];
+  return {b.reshape(y, Shape{z.B, z.T, 2 * z.E}), d};
+}
+
+void add_moe_ep_cases(std::map<OpKind, Case>& c) {
+  for (OpKind k : {K::kMoeEpDispatch, K::kMoeEpReturn})
+    c[k] = {[](Builder& b, const Sizes& z, V& w) -> V { return ep_block(b, z, w, false); }, true};
+}
+
 std::map<OpKind, Case> forward_cases() {
   using K = OpKind;
   using V = std::vector<ValueId>;
@@ -620,6 +689,8 @@ std::map<OpKind, Case> forward_cases() {
   add_data_movement_cases(c);
   add_moe_cases(c);
   add_dropless_cases(c);
+  add_ragged_all_to_all_cases(c);
+  add_moe_ep_cases(c);
   return c;
 }
 
@@ -668,6 +739,12 @@ std::vector<std::function<void(Builder&, const Sizes&)>> per_device_programs() {
         // data, one row into its block (a local pad, then the zero-traffic permute).
         b.output(b.pad(b.slice(r, 0, 0, 1), 0, z.B + 1, 2 * z.B, {"activation_batch", "", ""}),
                  "placed");
+      },
+      // last (the ops above keep their own programs): the dropless block with its experts on
+      // data: moe_ep_plan and ragged_all_to_all.
+      [](Builder& b, const Sizes& z) {
+        V w;
+        b.output(ep_block(b, z, w, true)[0], "y");
       },
   };
 }
@@ -743,6 +820,18 @@ ValueId loss_of(Builder& b, ValueId y) {
   return irtest::cross_entropy_head(b, y);
 }
 
+// The expert-parallel lowering over data on 1, 2 and 4 devices (data=2, data=2 x tensor=2)
+// equals the interpreter's identities; its gradients (the reverse exchanges) equal the
+// one-device ones through the VJP check of the forward case above.
+TEST(MoeEp, LoweredOverDataEqualsTheIdentities) {
+  Builder b("moe_ep");
+  V w;
+  const std::vector<ValueId> outs = ep_block(b, Sizes{4, 4, 2, 4, 4, 5, 4}, w, true);
+  b.output(outs[0], "y");
+  const Program p = std::move(b).finish();
+  expect_runs_match(p, irtest::make_args(p, 5), K::kMoeEpPlan, true);
+}
+
 class EveryOp : public ::testing::TestWithParam<int> {};
 
 TEST_P(EveryOp, MatchesReferenceGradientsCostAndShardedRuns) {
@@ -792,6 +881,66 @@ INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::Range(0, kNumOps),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::string(op_name(static_cast<OpKind>(info.param)));
                          });
+
+// The ragged all-to-all's partitioned form: the members split over data make it a collective
+// over data (balanced bytes in the cost), whose receivers count the rows actually moved.
+TEST(RaggedAllToAll, MembersSplitOverDataExchangeAcrossDevices) {
+  const int64_t T = 3, N = 5, E = 4;
+  Builder b("ragged_all_to_all");
+  const Names il = {"", "activation_batch", ""};
+  ValueId x = arg(b, "x", Shape{T, 2, N, E}, {"", "activation_batch", "", ""});
+  std::vector<ValueId> in = {x};
+  for (const char* name : {"in_off", "send", "out_off"})
+    in.push_back(arg(b, name, Shape{T, 2, 2}, il, DType::kI32));
+  OpAttrs a;
+  a.size = 2 * N;
+  b.output(b.emit(K::kRaggedAllToAll, in, a)[0], "y");
+  const Program p = std::move(b).finish();
+  std::vector<HostTensor> args = irtest::make_args(p, 3);
+  for (size_t k = 0; k < args[1].data.size(); ++k) {  // sender s's rows [0, n) at s * N
+    args[1].data[k] = 0;
+    args[2].data[k] = static_cast<double>((k * 7 + 1) % (N + 1));
+    args[3].data[k] = static_cast<double>(N * ((k / 2) % 2));
+  }
+  auto want = interpret(p, args);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  const Executable* exe = nullptr;
+  auto got = run_on(p, args, mesh2(), &exe);
+  testing::expect_close(got[0], (*want)[0].data, 1e-6, 1e-7, "ragged_all_to_all on data=2");
+  int seen = 0;
+  for (const Instr& i : exe->program().instrs())
+    if (i.kind == K::kRaggedAllToAll) {
+      ++seen;
+      EXPECT_EQ(i.attrs.mesh_axes, std::vector<std::string>{"data"});
+      EXPECT_EQ(exe->program().value(i.inputs[0]).shape[1], 1);  // one member per device
+      // The cost's balanced estimate: each device's x (T, 1, N, E) f32, half from the other.
+      EXPECT_DOUBLE_EQ(collective_bytes_received(exe->program(), i),
+                       static_cast<double>(T * N * E * 4) / 2);
+    }
+  EXPECT_EQ(seen, 1);
+  // The communicator counts the rows it copied: device r gets sum_l send[l, s, r] rows of E
+  // floats from the other member s (offsets 0 and s x N, all inside the 2N-row buffer), plus
+  // the output's all-gather (the compiled bytes of everything but the exchange).
+  Runtime rt(mesh2());
+  std::vector<Array> arrays;
+  for (size_t k = 0; k < args.size(); ++k)
+    arrays.push_back(testing::put_host(rt, args[k], exe->argument_sharding(static_cast<int>(k)),
+                                       p.value(p.args()[k].value).name));
+  std::vector<Array*> ptrs;
+  for (Array& x : arrays) ptrs.push_back(&x);
+  std::vector<Array> outs;
+  rt.communicator().reset_counters();
+  ASSERT_TRUE(rt.execute(*exe, ptrs, outs).ok());
+  double ragged_cost = 0;
+  for (const Instr& i : exe->program().instrs())
+    if (i.kind == K::kRaggedAllToAll) ragged_cost = collective_bytes_received(exe->program(), i);
+  for (int r = 0; r < 2; ++r) {
+    double rows = 0;
+    for (int64_t l = 0; l < T; ++l) rows += args[2].data[static_cast<size_t>((l * 2 + (1 - r)) * 2 + r)];
+    const double want = exe->cost().collective_bytes.at("data") - ragged_cost + rows * E * 4;
+    EXPECT_DOUBLE_EQ(rt.communicator().bytes_received(r)["data"], want) << "device " << r;
+  }
+}
 
 // Integer arithmetic (op.h OpDef::integer: jnp's int32 add, multiply, x * c): two's complement
 // results, wrapping past 2^31 as XLA's integer ops do, on 1, 2 and 4 devices and in the
