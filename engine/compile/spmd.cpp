@@ -94,6 +94,9 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kMoePermuteWeightsGrad, {&Pt::moe_permute_weights_grad}},
         {OpKind::kRaggedDot, {&Pt::ragged_dot}},
         {OpKind::kRaggedDotGrad, {&Pt::ragged_dot}},
+        {OpKind::kRemainder, factors("(...),(...)->(...)")},
+        {OpKind::kDynamicSliceInDim, {&Pt::dynamic_slice_in_dim}},
+        {OpKind::kDynamicUpdateSliceInDim, {&Pt::dynamic_update_slice_in_dim}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

@@ -694,6 +694,36 @@ Outs infer_ragged_dot(OpKind kind, const In& in, const OpAttrs& at) {
   return {make(Shape(dims), promote({in[0], in[1]}), std::move(lg))};
 }
 
+// dynamic_slice_in_dim (x, start) -> x with dim of length size; dynamic_update_slice_in_dim
+// (x, update, start) -> like x (update: x's shape but at most x's rows along dim). start: a
+// scalar (its i32 dtype is the op table's int-input check).
+Outs infer_dynamic_slice(OpKind kind, const In& in, const OpAttrs& at) {
+  const bool update = kind == OpKind::kDynamicUpdateSliceInDim;
+  n_in(kind, in, update ? 3 : 2);
+  const ValueInfo& x = *in[0];
+  ENG_CHECK(in.back()->shape.rank() == 0, "{}: start must be a scalar, got {}", op_name(kind),
+            in.back()->shape.to_string());
+  ENG_CHECK(at.dim >= 0 && at.dim < x.shape.rank(), "{}: dim {} out of range for {}",
+            op_name(kind), at.dim, x.shape.to_string());
+  if (update) {
+    const ValueInfo& u = *in[1];
+    bool fits = u.shape.rank() == x.shape.rank() && u.dtype == x.dtype;
+    for (int d = 0; fits && d < x.shape.rank(); ++d)
+      fits = d == at.dim ? u.shape[d] <= x.shape[d] : u.shape[d] == x.shape[d];
+    ENG_CHECK(fits, "dynamic_update_slice_in_dim: update {} does not fit {} along dim {}",
+              u.type_string(), x.type_string(), at.dim);
+    return {like(x)};
+  }
+  ENG_CHECK(at.size >= 0 && at.size <= x.shape[at.dim],
+            "dynamic_slice_in_dim: size {} out of range for dim {} of {}", at.size, at.dim,
+            x.shape.to_string());
+  ValueInfo out = like(x);
+  std::vector<int64_t> dims(x.shape.dims().begin(), x.shape.dims().end());
+  dims[at.dim] = at.size;
+  out.shape = Shape(dims);
+  return {out};
+}
+
 // Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
 constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     {
@@ -778,6 +808,9 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kMoePermuteWeightsGrad, infer_moe_permute_weights_grad},
         {OpKind::kRaggedDot, infer_ragged_dot},
         {OpKind::kRaggedDotGrad, infer_ragged_dot},
+        {OpKind::kRemainder, infer_same_shape<2>},
+        {OpKind::kDynamicSliceInDim, infer_dynamic_slice},
+        {OpKind::kDynamicUpdateSliceInDim, infer_dynamic_slice},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 
@@ -893,6 +926,25 @@ ValueId Builder::index_in_dim(ValueId x, int dim, int64_t index) {
   a.dim = dim;
   a.start = index;
   return emit(OpKind::kIndexInDim, {x}, a)[0];
+}
+
+ValueId Builder::remainder(ValueId a, ValueId b) {
+  return emit(OpKind::kRemainder, {a, b}, OpAttrs{})[0];
+}
+
+ValueId Builder::dynamic_slice_in_dim(ValueId x, ValueId start, int dim, int64_t size) {
+  OpAttrs a;
+  a.dim = dim;
+  a.size = size;
+  return emit(OpKind::kDynamicSliceInDim, {x, start}, a)[0];
+}
+
+ValueId Builder::dynamic_update_slice_in_dim(ValueId x, ValueId update, ValueId start, int dim,
+                                             bool add) {
+  OpAttrs a;
+  a.dim = dim;
+  a.inverse = add;
+  return emit(OpKind::kDynamicUpdateSliceInDim, {x, update, start}, a)[0];
 }
 
 ValueId Builder::index_per_row(ValueId x, const std::vector<int64_t>& indices) {

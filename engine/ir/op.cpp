@@ -61,6 +61,8 @@ constexpr AttrField kPermutation[] = {{"permutation", &A::new_shape}};
 constexpr AttrField kDirection[] = {{"direction", &A::dim}};
 constexpr AttrField kDimStartSize[] = {{"dim", &A::dim}, {"start", &A::start}, {"size", &A::size}};
 constexpr AttrField kDim[] = {{"dim", &A::dim}};
+constexpr AttrField kDimSize[] = {{"dim", &A::dim}, {"size", &A::size}};
+constexpr AttrField kDimAdd[] = {{"dim", &A::dim}, {"add", &A::inverse, P::kFlag}};
 constexpr AttrField kDimIndex[] = {{"dim", &A::dim}, {"index", &A::start}};
 constexpr AttrField kDimIndexSize[] = {{"dim", &A::dim}, {"index", &A::start}, {"size", &A::size}};
 constexpr AttrField kIndicesAxes[] = {{"indices", &A::new_shape},
@@ -186,6 +188,9 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kMoePermuteWeightsGrad, ints(0b1100, kK)},           // order, rank
         {K::kRaggedDot, ints(0b100, kTransB)},                   // group_sizes
         {K::kRaggedDotGrad, ints(0b100)},                        // group_sizes
+        {K::kRemainder, integer()},
+        {K::kDynamicSliceInDim, ints(0b10, kDimSize)},           // start
+        {K::kDynamicUpdateSliceInDim, ints(0b100, kDimAdd)},     // start
     },
     kNone, kNone);
 

@@ -226,6 +226,33 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
         return {b.add_index_in_dim(u[1], acc, 2, 2, 3)};
       },
       true};
+  // Traced indices (the front-end's x[i], x.at[i], lax.dynamic_slice_in_dim): an i32 start
+  // (random in [0, V), so often clamped) along the embed dim, and along the batch dim, which
+  // the meshes shard (the rule makes it whole).
+  c[K::kDynamicSliceInDim] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        ValueId x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0];
+        ValueId start = arg(b, "start", Shape{}, {}, DType::kI32);
+        return {b.dynamic_slice_in_dim(x, start, 2, 2), b.dynamic_slice_in_dim(x, start, 0, 1)};
+      },
+      true};
+  c[K::kDynamicUpdateSliceInDim] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), act(b, "u", Shape{z.B, 2, z.E})});
+        ValueId start = arg(b, "start", Shape{}, {}, DType::kI32);
+        return {b.dynamic_update_slice_in_dim(x[0], x[1], start, 1, false),
+                b.dynamic_update_slice_in_dim(x[0], x[1], start, 1, true)};
+      },
+      true};
+  // jnp.remainder of a negative dividend in (-0.65, -0.35) by a divisor in (0.7, 1.3) (the
+  // "norm" arguments' range): floor(a / b) = -1 everywhere (no jump for the finite
+  // differences to cross), so the result is a + b, of the divisor's sign, and db = dy.
+  c[K::kRemainder] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                        const Shape s{z.B, z.T, z.E};
+                        auto x = wrt_all(w, {act(b, "norm_a", s), act(b, "norm_b", s)});
+                        return {b.remainder(b.scale(x[0], -0.5), x[1])};
+                      },
+                      true};
   // The circular pipeline's per-stage repeat selection: rows (B, sharded over data) pick
   // different slots; sharded, each device must find its global rows' indices.
   c[K::kIndexPerRow] = {[](Builder& b, const Sizes& z, V& w) -> V {
@@ -857,6 +884,54 @@ TEST(EveryOpInt32, AddMulScaleMatmulWrapAndMatchTheInterpreter) {
   ValueId f = arg(bad, "f", s, {}, DType::kF32);
   EXPECT_DEATH(bad.add(i, f), "integer arithmetic needs every operand i32");
   EXPECT_DEATH(bad.scale(i, 0.5), "scale: 0.5 is not an integer");
+}
+
+// jnp.remainder of int32 (Python's %: the divisor's sign; JAX's x % 0 = 0), and the traced
+// start's JAX semantics (negative from the end, then clamped), against values written out by
+// hand, in the interpreter and on 1, 2 and 4 devices.
+TEST(EveryOpInt32, RemainderAndDynamicSliceStartsAsJax) {
+  Builder b("int32_remainder");
+  const Shape s{4, 3};
+  ValueId x = arg(b, "x", s, {"activation_batch", ""}, DType::kI32);
+  ValueId y = arg(b, "y", s, {"activation_batch", ""}, DType::kI32);
+  b.output(b.remainder(x, y), "rem");
+  ValueId t = arg(b, "t", Shape{4, 6}, {"activation_batch", ""}, DType::kI32);
+  std::vector<ValueId> starts;
+  for (int k = 0; k < 4; ++k) {
+    starts.push_back(arg(b, fmt::format("start{}", k), Shape{}, {}, DType::kI32));
+    b.output(b.dynamic_slice_in_dim(t, starts.back(), 1, 2), fmt::format("slice{}", k));
+  }
+  b.output(b.dynamic_update_slice_in_dim(t, b.dynamic_slice_in_dim(t, starts[0], 1, 2),
+                                         starts[1], 1, true),
+           "add_at");
+  const Program p = std::move(b).finish();
+  std::vector<HostTensor> args = irtest::make_args(p, 5);
+  args[0].data = {7, -7, 7, -7, 0, 5, INT32_MIN, 9, -9, 3, 2147483647, -1};
+  args[1].data = {3, 3, -3, -3, 4, 0, -1, 1, 4, -4, 5, 2};
+  const std::vector<double> rem = {1, 2, -2, -1, 0, 0, 0, 0, 3, -1, 2, 1};
+  for (size_t k = 0; k < args[2].data.size(); ++k) args[2].data[k] = static_cast<double>(k);
+  const double start[4] = {-1, 9, -100, 3};  // -1 -> 5 -> clamped 4; 9 -> 4; -100 -> 0; 3
+  const int64_t first[4] = {4, 4, 0, 3};
+  for (int k = 0; k < 4; ++k) args[3 + k].data = {start[k]};
+  std::vector<std::vector<double>> want = {rem};
+  for (int k = 0; k < 4; ++k) {
+    want.emplace_back();
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 2; ++c) want.back().push_back(6.0 * r + first[k] + c);
+  }
+  want.push_back(args[2].data);  // t with t[:, 4:6] added at columns 4, 5 (start 9 clamped)
+  for (int r = 0; r < 4; ++r)
+    for (int c = 4; c < 6; ++c) want.back()[6 * r + c] *= 2;
+  auto reference = interpret(p, args);
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  for (size_t j = 0; j < want.size(); ++j)
+    EXPECT_EQ((*reference)[j].data, want[j]) << "interpreter " << j;
+  for (const Mesh& mesh : {Mesh(), mesh2(), mesh4()}) {
+    const std::vector<std::vector<double>> got = run_on(p, args, mesh);
+    ASSERT_EQ(got.size(), want.size()) << mesh.to_string();
+    for (size_t j = 0; j < want.size(); ++j)
+      EXPECT_EQ(got[j], want[j]) << mesh.to_string() << " output " << j;
+  }
 }
 
 // Every op with bf16 float arguments (docs/precision.md): shape and dtype inference accept
