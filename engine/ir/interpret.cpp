@@ -51,10 +51,12 @@ class Evaluator {
     return ok_status();
   }
 
-  // Integer arithmetic (op.h OpDef::integer) wraps to int32 as the kernels do; the double
-  // result is exact while |result| < 2^53 (a product of two int32 beyond that is not).
+  // Integer arithmetic (op.h OpDef::integer, and dynamic_update_slice_in_dim's add) wraps to
+  // int32 as the kernels do; the double result is exact while |result| < 2^53 (a product of
+  // two int32 beyond that is not).
   void wrap_integer_outputs(const Instr& in) {
-    if (!has_integer_kernel(in.kind)) return;
+    const bool adds = in.kind == OpKind::kDynamicUpdateSliceInDim && in.attrs.inverse;
+    if (!has_integer_kernel(in.kind) && !adds) return;
     for (ValueId o : in.outputs) {
       if (p_.value(o).dtype != DType::kI32) continue;
       for (double& x : vals_[o].data)

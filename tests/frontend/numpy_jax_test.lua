@@ -205,6 +205,10 @@ local row = sl.jit(function(x, i) return x[(i + 1) % 4] end)
 close(row(t, np.array(4)):totable(), {3, 4, 5})
 close(row(t, np.array(-2)):totable(), {9, 10, 11})  -- (-2 + 1) % 4 = 3
 assert(row:cache_info().compiles == 1, "the index is traced: one compilation")
+close(sl.vmap(function(u) return u % np.array({5, 3, 2}) end)(t):totable()[4], {4, 1, 1})
+fails("dynamic_slice_in_dim", function()  -- no batching rule: an error naming the op
+  return sl.vmap(function(u, i) return u[i] end)(t, np.array({0, 1, 2, 3}))
+end)
 local tf = t:astype(np.float32)
 close(sl.grad(function(x, i) return np.sum(x[i] * x[i]) end)(tf, np.array(1)):totable(),
       {{0, 0, 0}, {6, 8, 10}, {0, 0, 0}, {0, 0, 0}})

@@ -904,6 +904,7 @@ TEST(EveryOpInt32, RemainderAndDynamicSliceStartsAsJax) {
   b.output(b.dynamic_update_slice_in_dim(t, b.dynamic_slice_in_dim(t, starts[0], 1, 2),
                                          starts[1], 1, true),
            "add_at");
+  b.output(b.dynamic_update_slice_in_dim(x, x, starts[2], 0, true), "doubled");  // wraps
   const Program p = std::move(b).finish();
   std::vector<HostTensor> args = irtest::make_args(p, 5);
   args[0].data = {7, -7, 7, -7, 0, 5, INT32_MIN, 9, -9, 3, 2147483647, -1};
@@ -922,6 +923,11 @@ TEST(EveryOpInt32, RemainderAndDynamicSliceStartsAsJax) {
   want.push_back(args[2].data);  // t with t[:, 4:6] added at columns 4, 5 (start 9 clamped)
   for (int r = 0; r < 4; ++r)
     for (int c = 4; c < 6; ++c) want.back()[6 * r + c] *= 2;
+  want.emplace_back();  // x + x in int32: 2 * (2^31 - 1) wraps to -2, 2 * INT32_MIN to 0
+  for (double a : args[0].data)
+    want.back().push_back(static_cast<double>(
+        static_cast<int32_t>(static_cast<uint32_t>(static_cast<int64_t>(2 * a)))));
+  EXPECT_EQ(want.back()[10], -2.0);
   auto reference = interpret(p, args);
   ASSERT_TRUE(reference.ok()) << reference.status().message();
   for (size_t j = 0; j < want.size(); ++j)
