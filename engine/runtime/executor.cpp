@@ -283,38 +283,27 @@ void run_add_index_in_dim(const Args& a) {  // (update[, acc]): in place on acc
               y + (o * L + a.in.attrs.start) * inner, inner);
 }
 
-// dynamic_slice_in_dim / dynamic_update_slice_in_dim (op.h): rows [s, s + size) of the
-// (outer, n, inner) view of x, s from the i32 start (dynamic_slice_start). Any dtype; the
-// update's add in the element's own type (bf16 through f32, rounded once).
-void run_dynamic_slice_in_dim(const Args& a) {
+// dynamic_(update_)slice_in_dim (op.h): the window at dynamic_slice_start; any dtype.
+void run_dynamic_slice(const Args& a) {
   const Bytes b(a);
+  const bool update = a.in.kind == OpKind::kDynamicUpdateSliceInDim;
   int64_t outer, n, inner;
   split3(b.xv.shape, a.in.attrs.dim, outer, n, inner);
-  const int64_t size = a.in.attrs.size, s = dynamic_slice_start(*a.ids(1), n, size);
-  const int64_t rows = size * inner * b.elem;
-  for (int64_t o = 0; o < outer && rows > 0; ++o)
-    std::memcpy(b.y + o * rows, b.x + (o * n + s) * inner * b.elem, rows);
-}
-void run_dynamic_update_slice_in_dim(const Args& a) {
-  const Bytes b(a);
-  int64_t outer, n, inner;
-  split3(b.xv.shape, a.in.attrs.dim, outer, n, inner);
-  const int64_t size = a.shape(1)[a.in.attrs.dim], s = dynamic_slice_start(*a.ids(2), n, size);
-  const char* u = static_cast<const char*>(a.ptrs[a.in.inputs[1]]);
-  copy_if_distinct(b.y, b.x, b.xv.bytes());
-  const int64_t m = size * inner;  // elements per outer index
+  const int64_t size = update ? a.shape(1)[a.in.attrs.dim] : a.in.attrs.size, m = size * inner;
+  const int64_t s = dynamic_slice_start(*a.ids(update ? 2 : 1), n, size), e = b.elem;
+  const char* u = static_cast<const char*>(a.ptrs[a.in.inputs[update ? 1 : 0]]);
+  if (update) copy_if_distinct(b.y, b.x, b.xv.bytes());
+  int32_t* yi = reinterpret_cast<int32_t*>(b.y);
+  const DType d = b.xv.dtype;
   for (int64_t o = 0; o < outer && m > 0; ++o) {
-    char* y = b.y + (o * n + s) * inner * b.elem;
-    const char* src = u + o * m * b.elem;
-    if (!a.in.attrs.inverse) {
-      std::memcpy(y, src, m * b.elem);
-    } else if (b.xv.dtype == DType::kI32) {
-      kern::add_i32(reinterpret_cast<const int32_t*>(y), reinterpret_cast<const int32_t*>(src),
-                    reinterpret_cast<int32_t*>(y), m);
-    } else {
+    const int64_t at = (o * n + s) * inner, part = o * m;  // elements: x's window, the slice
+    if (!update) std::memcpy(b.y + part * e, b.x + at * e, m * e);
+    else if (!a.in.attrs.inverse) std::memcpy(b.y + at * e, u + part * e, m * e);
+    else if (d == DType::kI32)
+      kern::add_i32(yi + at, reinterpret_cast<const int32_t*>(u) + part, yi + at, m);
+    else
       for (int64_t k = 0; k < m; ++k)
-        store(y, b.xv.dtype, k, load(y, b.xv.dtype, k) + load(src, b.xv.dtype, k));
-    }
+        store(b.y, d, at + k, load(b.y, d, at + k) + load(u, d, part + k));
   }
 }
 
@@ -770,18 +759,14 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kSelect, {run_select}},
         {OpKind::kIndexPerRow, {run_index_per_row, true}},
         {OpKind::kRemainder, {[](A a) {
-           if (a.integer()) {
-             const int32_t *x = a.ids(0), *z = a.ids(1);
-             int32_t* y = a.iout(0);
-             for (int64_t i = 0, n = a.numel(0); i < n; ++i) y[i] = remainder_i32(x[i], z[i]);
-             return;
+           const bool i32 = a.integer();
+           for (int64_t i = 0, n = a.numel(0); i < n; ++i) {
+             if (i32) a.iout(0)[i] = remainder_i32(a.ids(0)[i], a.ids(1)[i]);
+             else a.out(0)[i] = remainder_float(a.f(0)[i], a.f(1)[i]);
            }
-           const float *x = a.f(0), *z = a.f(1);
-           float* y = a.out(0);
-           for (int64_t i = 0, n = a.numel(0); i < n; ++i) y[i] = remainder_float(x[i], z[i]);
          }}},
-        {OpKind::kDynamicSliceInDim, {run_dynamic_slice_in_dim, true}},
-        {OpKind::kDynamicUpdateSliceInDim, {run_dynamic_update_slice_in_dim, true}},
+        {OpKind::kDynamicSliceInDim, {run_dynamic_slice, true}},
+        {OpKind::kDynamicUpdateSliceInDim, {run_dynamic_slice, true}},
         {OpKind::kAddIndexPerRow, {run_add_index_per_row}},
         {OpKind::kMoeRoute, {run_moe_route}},
         {OpKind::kMoeRouteGrad, {run_moe_route}},
