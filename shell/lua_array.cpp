@@ -705,8 +705,10 @@ Result<int> array_block(lua_State* L) {
 Result<int> array_property(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, "Array"));
   if (lua_type(L, 2) == LUA_TNUMBER || lua_type(L, 2) == LUA_TTABLE) return array_getitem(L);
+  if (lua_type(L, 2) == LUA_TUSERDATA) return array_index_by_array(L);  // x[i], i traced
   const std::string key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
   if (key == "T") return array_transposed(L);  // lua_numpy_ops.cpp
+  if (key == "at") return array_at(L);         // lua_index.cpp
   if (key == "shape") {
     lua_createtable(L, a->shape.rank(), 0);
     for (int i = 0; i < a->shape.rank(); ++i) {
@@ -814,7 +816,7 @@ constexpr Method kArrayMethods[] = {
      "Returns x (execution is synchronous)."},
 };
 constexpr const char* kArrayProperties[] = {"shape",    "dtype", "ndim", "size", "T",
-                                            "sharding", "mesh",  "type"};
+                                            "sharding", "mesh",  "type", "at"};
 
 }  // namespace
 
@@ -823,8 +825,10 @@ void open_lua_array(lua_State* L, int sl) {
       L, {"Array",
           "An array on a mesh's simulated devices (each holds only its shards), or inside\n"
           "  sl.jit a traced value. Fields: x.shape, x.dtype, x.ndim, x.size, x.sharding (the\n"
-          "  PartitionSpec), x.mesh, x.type (sl.typeof's f32[8@X,4]). Operators + - * / and\n"
-          "  unary - are sl.numpy's; methods also include sl.numpy's reshape, sum, mean, astype.",
+          "  PartitionSpec), x.mesh, x.type (sl.typeof's f32[8@X,4]), x.at[i]:set(v) / :add(v) /\n"
+          "  :get() (JAX's x.at). Operators + - * / % and unary - are sl.numpy's; x[i] indexes\n"
+          "  (0-based; i may be a traced int32 scalar); methods also include sl.numpy's reshape,\n"
+          "  sum, mean, astype.",
           lua_entry<array_tostring>, nullptr, udata_gc<ArrayBox>, kArrayMethods,
           lua_entry<array_property>, kArrayProperties});
   define_type(L, {"PRNGKey",

@@ -561,6 +561,9 @@ void open_lua_numpy(lua_State* L, int sl, int mt) {
   lua_pop(L, 2);
   lua_newtable(L);
   add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
+  lua_getfield(L, sl, "numpy");
+  open_lua_index(L, -1, -2, mt);
+  lua_pop(L, 1);
   lua_setfield(L, sl, "lax");
   add_functions(L, sl, "sl", kShardingFunctions);
   // Methods on Array (the methods table define_type made) and the operators.

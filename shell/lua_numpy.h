@@ -45,6 +45,13 @@ void open_lua_nn_ops(lua_State* L, int nn_table);  // sl.nn.softmax, sl.nn.log_s
 // aliases), elementwise math, reductions, shape moves, take, cumsum, sl.nn.relu, one_hot ...
 void open_lua_numpy_jax(lua_State* L, int sl, int np_table, int nn_table);
 
+// lua_index.cpp: the % operator, np.remainder/mod, np.pad, sl.lax.dynamic_slice_in_dim and
+// dynamic_update_slice_in_dim into the tables at np_table / lax_table and the Array metatable
+// mt; x[i] for an int32 scalar Array i (array_index_by_array); x.at (array_at).
+void open_lua_index(lua_State* L, int np_table, int lax_table, int mt);
+Result<int> array_index_by_array(lua_State* L);
+int array_at(lua_State* L);
+
 // x[key] for a number or table key: numpy's basic indexing (lua_numpy_ops.cpp); x.T.
 Result<int> array_getitem(lua_State* L);
 Result<int> array_transposed(lua_State* L);

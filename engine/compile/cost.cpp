@@ -164,6 +164,9 @@ constexpr OpTable<Cost> kCost = make_op_table<Cost>(
         {OpKind::kSelect, per_input_element},
         {OpKind::kIndexPerRow, zero_flops},
         {OpKind::kAddIndexPerRow, per_input_element},  // one add per update element
+        {OpKind::kRemainder, per_input_element},
+        {OpKind::kDynamicSliceInDim, zero_flops},
+        {OpKind::kDynamicUpdateSliceInDim, zero_flops},  // a copy (add: one add per update element)
         {OpKind::kLayerNorm,
          [](const Program& p, const Instr& in) { return 8.0 * numel(p, in.inputs[0]); }},
         {OpKind::kLayerNormGrad,

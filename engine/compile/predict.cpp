@@ -106,6 +106,7 @@ double hbm_bytes(const Program& p, const Instr& in) {
     case OpKind::kIndexInDim:
     case OpKind::kIndexPerRow:
     case OpKind::kDynamicSlice:
+    case OpKind::kDynamicSliceInDim:
     case OpKind::kSlice:
     case OpKind::kEmbedLookup:
       return 2 * bytes_of(p, in.outputs[0]);

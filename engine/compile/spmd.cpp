@@ -98,6 +98,9 @@ constexpr OpTable<SpmdRule> kRules = make_op_table<SpmdRule>(
         {OpKind::kMoeEpDispatch, {&Pt::moe_ep}},
         {OpKind::kMoeEpReturn, {&Pt::moe_ep}},
         {OpKind::kMoeEpPlan, {&Pt::not_global}},
+        {OpKind::kRemainder, factors("(...),(...)->(...)")},
+        {OpKind::kDynamicSliceInDim, {&Pt::dynamic_slice_in_dim}},
+        {OpKind::kDynamicUpdateSliceInDim, {&Pt::dynamic_update_slice_in_dim}},
     },
     factors("(...)->(...)"), factors("(...),(...)->(...)"));  // unary: y = f(x); (x, dy) -> dx
 }  // namespace

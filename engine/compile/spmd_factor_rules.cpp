@@ -280,6 +280,22 @@ Status Partitioner::index_in_dim(const Instr& in) {
   return simple(in, {src}, {PartitionSpec(std::move(d), s.partial())}, in.attrs);
 }
 
+// dynamic_slice_in_dim (x, start): the window's rows are known only when it runs, so the
+// sliced dim is whole; the other dims keep x's axes and partial sums pass through (the op is
+// linear in x). start: replicated.
+Status Partitioner::dynamic_slice_in_dim(const Instr& in) {
+  const PartitionSpec& s = spec_[in.inputs[0]];
+  const PartitionSpec src(whole(s.dims(), {in.attrs.dim}), s.partial());
+  return simple(in, {src, PartitionSpec()}, {src}, in.attrs);
+}
+
+// dynamic_update_slice_in_dim (x, update, start): x's axes with the dim whole, the update
+// laid out alike, start replicated; no partial sums (x and the update would have to agree).
+Status Partitioner::dynamic_update_slice_in_dim(const Instr& in) {
+  const PartitionSpec t(whole(dims_only(spec_[in.inputs[0]]).dims(), {in.attrs.dim}));
+  return simple(in, {t, t, PartitionSpec()}, {t}, in.attrs);
+}
+
 // The sharding an add_index_* (update[, acc]) result takes: acc's (without acc: the
 // gradient's target, its state's sharding; else the update's with the slot dim inserted),
 // slot dim `dim` whole.

@@ -481,6 +481,8 @@ class Partitioner {
   }
   Status index_in_dim(const Instr& in);
   Status add_index_in_dim(const Instr& in);
+  Status dynamic_slice_in_dim(const Instr& in);
+  Status dynamic_update_slice_in_dim(const Instr& in);
   Dims accumulator_dims(const Instr& in, int dim) const;
   Status index_per_row(const Instr& in);
   Status add_index_per_row(const Instr& in);

@@ -406,3 +406,99 @@ Result<ValueId> one_hot(Trace& tr, ValueId x, int64_t num_classes, DType dtype, 
 }
 
 }  // namespace eng::frontend::np
+
+// ---- traced indices: remainder, pad, dynamic slices, x[i] and x.at[i] ----------------------
+
+namespace eng::frontend::np {
+namespace {
+
+// An int32 scalar start (JAX also takes other integer dtypes; the engine has int32 only).
+Status need_start(Trace& tr, std::string_view op, ValueId start) {
+  const ValueInfo& s = tr.info(start);
+  if (s.dtype != DType::kI32 || s.shape.rank() != 0)
+    return invalid_argument("{}: the index must be an int32 scalar, got {}", op, s.type_string());
+  return ok_status();
+}
+
+}  // namespace
+
+Result<ValueId> remainder(Trace& tr, ValueId a, ValueId b) {
+  const DType da = tr.info(a).dtype, db = tr.info(b).dtype;  // int32 beside a float: the float's
+  if (da == DType::kI32 && db != DType::kI32) {
+    ENG_ASSIGN_OR_RETURN(a, astype(tr, a, db));
+  } else if (db == DType::kI32 && da != DType::kI32) {
+    ENG_ASSIGN_OR_RETURN(b, astype(tr, b, da));
+  }
+  if (tr.info(a).dtype != tr.info(b).dtype)
+    return invalid_argument("remainder: operands have different dtypes: {} and {} (use astype)",
+                            dtype_long_name(tr.info(a).dtype), dtype_long_name(tr.info(b).dtype));
+  ENG_ASSIGN_OR_RETURN(Shape s, broadcast_shapes(shape_of(tr, a), shape_of(tr, b)));
+  ENG_ASSIGN_OR_RETURN(a, broadcast_to(tr, a, s));
+  ENG_ASSIGN_OR_RETURN(b, broadcast_to(tr, b, s));
+  return tr.builder().remainder(a, b);
+}
+
+Result<ValueId> pad(Trace& tr, ValueId x, const std::vector<std::pair<int64_t, int64_t>>& widths) {
+  const Shape s = shape_of(tr, x);
+  if (static_cast<int>(widths.size()) != s.rank())
+    return invalid_argument("pad: {} (before, after) pairs for an array of dimension {} {}",
+                            widths.size(), s.rank(), py_shape(s));
+  for (int d = 0; d < s.rank(); ++d) {
+    const auto [lo, hi] = widths[d];
+    if (lo < 0 || hi < 0)
+      return invalid_argument("pad: negative padding ({}, {}) for axis {}", lo, hi, d);
+    if (lo == 0 && hi == 0) continue;
+    x = tr.builder().pad(x, d, lo, s[d] + lo + hi);
+  }
+  return x;
+}
+
+Result<ValueId> dynamic_slice_in_dim(Trace& tr, ValueId x, ValueId start, int64_t size,
+                                     int axis) {
+  constexpr std::string_view op = "dynamic_slice_in_dim";
+  ENG_RETURN_IF_ERROR(need_start(tr, op, start));
+  const Shape s = shape_of(tr, x);
+  ENG_ASSIGN_OR_RETURN(const int d, checked_axis(op, axis, s.rank()));
+  if (size < 0 || size > s[d])
+    return invalid_argument("{}: slice size {} out of range for axis {} of size {} (array {})",
+                            op, size, axis, s[d], py_shape(s));
+  return tr.builder().dynamic_slice_in_dim(x, start, d, size);
+}
+
+Result<ValueId> dynamic_update_slice_in_dim(Trace& tr, ValueId x, ValueId update, ValueId start,
+                                            int axis, bool add) {
+  const std::string_view op = add ? "at[].add" : "dynamic_update_slice_in_dim";
+  ENG_RETURN_IF_ERROR(need_start(tr, op, start));
+  const Shape s = shape_of(tr, x), us = shape_of(tr, update);
+  ENG_ASSIGN_OR_RETURN(const int d, checked_axis(op, axis, s.rank()));
+  bool fits = us.rank() == s.rank();
+  for (int i = 0; fits && i < s.rank(); ++i) fits = i == d ? us[i] <= s[i] : us[i] == s[i];
+  if (!fits)
+    return invalid_argument("{}: update of shape {} does not fit array {} along axis {}", op,
+                            py_shape(us), py_shape(s), axis);
+  if (tr.info(update).dtype != tr.info(x).dtype) {
+    ENG_ASSIGN_OR_RETURN(update, astype(tr, update, tr.info(x).dtype));
+  }
+  return tr.builder().dynamic_update_slice_in_dim(x, update, start, d, add);
+}
+
+Result<ValueId> dynamic_index(Trace& tr, ValueId x, ValueId index) {
+  const Shape s = shape_of(tr, x);
+  if (s.rank() == 0)
+    return invalid_argument("index: a scalar array {} cannot be indexed", py_shape(s));
+  ENG_ASSIGN_OR_RETURN(ValueId row, dynamic_slice_in_dim(tr, x, index, 1, 0));
+  return reshape(tr, row, s.slice(1, s.rank()).dims());
+}
+
+Result<ValueId> at_update(Trace& tr, ValueId x, ValueId index, ValueId v, bool add) {
+  const Shape s = shape_of(tr, x);
+  if (s.rank() == 0)
+    return invalid_argument("at: a scalar array {} cannot be indexed", py_shape(s));
+  std::vector<int64_t> row = s.dims();
+  row[0] = 1;
+  ENG_ASSIGN_OR_RETURN(v, broadcast_to(tr, v, s.slice(1, s.rank())));
+  ENG_ASSIGN_OR_RETURN(v, reshape(tr, v, row));
+  return dynamic_update_slice_in_dim(tr, x, v, index, 0, add);
+}
+
+}  // namespace eng::frontend::np

@@ -25,10 +25,20 @@
 //   relu           where(x > 0, x, 0) (relu'(0) = 0, as JAX's); softplus logaddexp(x, 0);
 //   one_hot        x[..., None] == arange(n) (a float compare, any dtype in)
 //   logsumexp      max + log(sum(exp(x - max)))
+//   remainder      one kRemainder (Python's %: the divisor's sign), int32 or float
+//   pad            one kPad per padded dim (zeros: numpy's mode "constant")
+//   dynamic_slice_in_dim, dynamic_update_slice_in_dim   one kDynamicSliceInDim /
+//                  kDynamicUpdateSliceInDim: a traced int32 start, negative from the end, then
+//                  clamped so the window fits (JAX's, XLA's DynamicSlice)
+//   x[i], x.at[i].set/add (i an int32 scalar, traced or not)   a size-1 dynamic slice along
+//                  axis 0, squeezed; the update a dynamic_update_slice (add: adding) of the row.
+//                  An index out of range is clamped, as JAX's x[i]; JAX's x.at[i] drops such
+//                  an update instead (here it lands on the clamped row)
 //   allclose       all(|a - b| <= atol + rtol * |b|), NaN never close (equal_nan false)
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "engine/frontend/numpy.h"
@@ -71,6 +81,21 @@ Result<ValueId> moveaxis(Trace& tr, ValueId x, const std::vector<int>& source,
 Result<ValueId> tile(Trace& tr, ValueId x, const std::vector<int64_t>& reps);
 // jnp.take(a, indices, axis): indices int32 (any shape); axis nullopt: of the flattened a.
 Result<ValueId> take(Trace& tr, ValueId a, ValueId indices, std::optional<int> axis);
+
+// jnp.remainder (the % operator): a mod b with b's sign, broadcast; int32 (a % 0 = 0, as JAX's)
+// or float (an int32 operand beside a float one takes its dtype).
+Result<ValueId> remainder(Trace& tr, ValueId a, ValueId b);
+// jnp.pad(x, pad_width) with zeros: one (before, after) pair per dim, each >= 0.
+Result<ValueId> pad(Trace& tr, ValueId x, const std::vector<std::pair<int64_t, int64_t>>& widths);
+// jax.lax.dynamic_slice_in_dim(x, start, size, axis) and dynamic_update_slice_in_dim(x,
+// update, start, axis) (add: x.at[...].add's update): start an int32 scalar, traced or not.
+Result<ValueId> dynamic_slice_in_dim(Trace& tr, ValueId x, ValueId start, int64_t size, int axis);
+Result<ValueId> dynamic_update_slice_in_dim(Trace& tr, ValueId x, ValueId update, ValueId start,
+                                            int axis, bool add = false);
+// x[i] for an int32 scalar array i (JAX's dynamic_index_in_dim along axis 0, dim removed), and
+// x.at[i].set(v) / .add(v): v broadcast to x[i]'s shape, in x's dtype.
+Result<ValueId> dynamic_index(Trace& tr, ValueId x, ValueId index);
+Result<ValueId> at_update(Trace& tr, ValueId x, ValueId index, ValueId v, bool add);
 
 // jax.nn.
 Result<ValueId> relu(Trace& tr, ValueId x);

@@ -21,7 +21,7 @@ bool elementwise(OpKind k) {
   const OpClass c = op_class(k);
   return c == OpClass::kUnary || c == OpClass::kUnaryGrad || k == OpKind::kScale ||
          k == OpKind::kConvert || k == OpKind::kAdd || k == OpKind::kMul ||
-         k == OpKind::kSoftmaxCrossEntropy;
+         k == OpKind::kRemainder || k == OpKind::kSoftmaxCrossEntropy;
 }
 
 class Batcher {

@@ -550,6 +550,46 @@ class Differentiator {
     if (in.inputs.size() > 1) accumulate(in.inputs[1], cot_[in.outputs[0]]);
   }
 
+  // remainder: a - floor(a / b) b, so da = dy and db = -dy floor(a / b) (JAX's rule; the
+  // quotient through reciprocal, as the front-end's division).
+  void vjp_remainder(const Instr& in) {
+    const ValueId a = in.inputs[0], b = in.inputs[1];
+    accumulate(a, cot_[in.outputs[0]]);
+    if (!needs(b) || !cot_[in.outputs[0]].present()) return;
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const ValueId q = b_.emit(OpKind::kFloor,
+                              {b_.mul(a, b_.emit(OpKind::kReciprocal, {b})[0])})[0];
+    accumulate(b, fresh(b_.scale(b_.mul(dy, q), -1.0), b));
+  }
+
+  // dynamic_slice_in_dim: dy written into zeros of x's shape at the same (clamped) start,
+  // the transpose XLA's DynamicSlice has. compare(x, x, lt) is the zeros (see vjp_select).
+  void vjp_dynamic_slice(const Instr& in) {
+    const ValueId x = in.inputs[0];
+    if (!needs(x) || !cot_[in.outputs[0]].present()) return;
+    const ValueId zero = b_.compare(x, x, CompareDirection::kLt);
+    accumulate(x, fresh(b_.dynamic_update_slice_in_dim(zero, tensor(in, in.outputs[0]),
+                                                       in.inputs[1], in.attrs.dim, false),
+                        x));
+  }
+
+  // dynamic_update_slice_in_dim: the update's cotangent is dy's window; x's is dy with the
+  // window zeroed (set) or dy itself (add).
+  void vjp_dynamic_update_slice(const Instr& in) {
+    const ValueId x = in.inputs[0], u = in.inputs[1], start = in.inputs[2];
+    if (!cot_[in.outputs[0]].present()) return;
+    const ValueId dy = tensor(in, in.outputs[0]);
+    const int dim = in.attrs.dim;
+    if (needs(u))
+      accumulate(u, fresh(b_.dynamic_slice_in_dim(dy, start, dim, b_.info(u).shape[dim]), u));
+    if (in.attrs.inverse) {
+      accumulate(x, cot_[in.outputs[0]]);
+    } else if (needs(x)) {
+      const ValueId zero = b_.compare(u, u, CompareDirection::kLt);
+      accumulate(x, fresh(b_.dynamic_update_slice_in_dim(dy, zero, start, dim, false), x));
+    }
+  }
+
   void vjp_unary(const Instr& in) {  // dx = dy * f'(x): the op's kUnaryGrad partner (op.h)
     const ValueId dx =
         b_.emit(unary_math(in.kind).grad, {in.inputs[0], tensor(in, in.outputs[0])})[0];
@@ -678,6 +718,9 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kRepeatKvGrad, &D::not_differentiable},
         {OpKind::kIndexInDim, &D::vjp_index_in_dim},
         {OpKind::kAddIndexInDim, &D::vjp_add_index_in_dim},
+        {OpKind::kRemainder, &D::vjp_remainder},
+        {OpKind::kDynamicSliceInDim, &D::vjp_dynamic_slice},
+        {OpKind::kDynamicUpdateSliceInDim, &D::vjp_dynamic_update_slice},
         {OpKind::kTranspose, &D::vjp_transpose},
         {OpKind::kCompare, &D::vjp_compare},
         {OpKind::kSelect, &D::vjp_select},

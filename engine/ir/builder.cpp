@@ -749,6 +749,36 @@ Outs infer_moe_ep_plan(OpKind kind, const In& in, const OpAttrs& at) {
   return o;
 }
 
+// dynamic_slice_in_dim (x, start) -> x with dim of length size; dynamic_update_slice_in_dim
+// (x, update, start) -> like x (update: x's shape but at most x's rows along dim). start: a
+// scalar (its i32 dtype is the op table's int-input check).
+Outs infer_dynamic_slice(OpKind kind, const In& in, const OpAttrs& at) {
+  const bool update = kind == OpKind::kDynamicUpdateSliceInDim;
+  n_in(kind, in, update ? 3 : 2);
+  const ValueInfo& x = *in[0];
+  ENG_CHECK(in.back()->shape.rank() == 0, "{}: start must be a scalar, got {}", op_name(kind),
+            in.back()->shape.to_string());
+  ENG_CHECK(at.dim >= 0 && at.dim < x.shape.rank(), "{}: dim {} out of range for {}",
+            op_name(kind), at.dim, x.shape.to_string());
+  if (update) {
+    const ValueInfo& u = *in[1];
+    bool fits = u.shape.rank() == x.shape.rank() && u.dtype == x.dtype;
+    for (int d = 0; fits && d < x.shape.rank(); ++d)
+      fits = d == at.dim ? u.shape[d] <= x.shape[d] : u.shape[d] == x.shape[d];
+    ENG_CHECK(fits, "dynamic_update_slice_in_dim: update {} does not fit {} along dim {}",
+              u.type_string(), x.type_string(), at.dim);
+    return {like(x)};
+  }
+  ENG_CHECK(at.size >= 0 && at.size <= x.shape[at.dim],
+            "dynamic_slice_in_dim: size {} out of range for dim {} of {}", at.size, at.dim,
+            x.shape.to_string());
+  ValueInfo out = like(x);
+  std::vector<int64_t> dims(x.shape.dims().begin(), x.shape.dims().end());
+  dims[at.dim] = at.size;
+  out.shape = Shape(dims);
+  return {out};
+}
+
 // Shape, dtype and logical-axis inference, one row per op (engine/ir/op_table.h).
 constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
     {
@@ -837,6 +867,9 @@ constexpr OpTable<InferFn> kInfer = make_op_table<InferFn>(
         {OpKind::kMoeEpDispatch, infer_moe_ep},
         {OpKind::kMoeEpReturn, infer_moe_ep},
         {OpKind::kMoeEpPlan, infer_moe_ep_plan},
+        {OpKind::kRemainder, infer_same_shape<2>},
+        {OpKind::kDynamicSliceInDim, infer_dynamic_slice},
+        {OpKind::kDynamicUpdateSliceInDim, infer_dynamic_slice},
     },
     infer_same_shape<1>, infer_same_shape<2>);  // unary: x -> like x; grad: (x, dy) -> like x
 
@@ -945,72 +978,6 @@ ValueId Builder::pad(ValueId x, int dim, int64_t start, int64_t size,
   a.size = size;
   a.out_logical = to_logical_axes(out_sharding);
   return emit(OpKind::kPad, {x}, a)[0];
-}
-
-ValueId Builder::index_in_dim(ValueId x, int dim, int64_t index) {
-  OpAttrs a;
-  a.dim = dim;
-  a.start = index;
-  return emit(OpKind::kIndexInDim, {x}, a)[0];
-}
-
-ValueId Builder::index_per_row(ValueId x, const std::vector<int64_t>& indices) {
-  OpAttrs a;
-  a.new_shape = indices;
-  return emit(OpKind::kIndexPerRow, {x}, a)[0];
-}
-
-ValueId Builder::add_index_per_row(ValueId update, ValueId acc,
-                                   const std::vector<int64_t>& indices, int64_t size) {
-  OpAttrs a;
-  a.new_shape = indices;
-  a.size = size;
-  if (acc == kNoValue) return emit(OpKind::kAddIndexPerRow, {update}, a)[0];
-  return emit(OpKind::kAddIndexPerRow, {update, acc}, a)[0];
-}
-
-ValueId Builder::add_index_in_dim(ValueId update, ValueId acc, int dim, int64_t index,
-                                  int64_t size) {
-  OpAttrs a;
-  a.dim = dim;
-  a.start = index;
-  a.size = size;
-  if (acc == kNoValue) return emit(OpKind::kAddIndexInDim, {update}, a)[0];
-  return emit(OpKind::kAddIndexInDim, {update, acc}, a)[0];
-}
-
-ValueId Builder::transpose(ValueId x, const std::vector<int64_t>& permutation) {
-  OpAttrs a;
-  a.new_shape = permutation;
-  return emit(OpKind::kTranspose, {x}, a)[0];
-}
-
-ValueId Builder::compare(ValueId a, ValueId b, CompareDirection direction) {
-  OpAttrs at;
-  at.dim = static_cast<int>(direction);
-  return emit(OpKind::kCompare, {a, b}, at)[0];
-}
-
-ValueId Builder::select(ValueId pred, ValueId on_true, ValueId on_false) {
-  return emit(OpKind::kSelect, {pred, on_true, on_false})[0];
-}
-
-ValueId Builder::concat(std::vector<ValueId> xs, int dim) {
-  OpAttrs a;
-  a.dim = dim;
-  return emit(OpKind::kConcat, std::move(xs), a)[0];
-}
-
-ValueId Builder::shift(ValueId x, int dim, int64_t shift, int64_t source_start,
-                       int64_t source_size) {
-  OpAttrs a;
-  a.dim = dim;
-  a.shift = shift;
-  if (source_size > 0) {
-    a.start = source_start;
-    a.size = source_size;
-  }
-  return emit(OpKind::kShift, {x}, a)[0];
 }
 
 ValueId Builder::embed_lookup(ValueId table, ValueId ids) {

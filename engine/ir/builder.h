@@ -66,6 +66,13 @@ class Builder {
   // acc (or zeros (size, S, ...)) with update[s] added at [indices[s], s].
   ValueId add_index_per_row(ValueId update, ValueId acc, const std::vector<int64_t>& indices,
                             int64_t size);
+  // ---- traced indices (op.h): jnp.remainder, jax.lax.dynamic_(update_)slice_in_dim ----
+  ValueId remainder(ValueId a, ValueId b);  // a mod b, the sign of b (Python's %)
+  // x[s : s + size] along dim, s = the i32 scalar start, negative from the end, clamped.
+  ValueId dynamic_slice_in_dim(ValueId x, ValueId start, int dim, int64_t size);
+  // x with update written (add: added) at rows [s, s + update.dim) along dim, s as above.
+  ValueId dynamic_update_slice_in_dim(ValueId x, ValueId update, ValueId start, int dim,
+                                      bool add);
   // ---- the front-end's transpose, comparisons and select (op.h) ----
   ValueId transpose(ValueId x, const std::vector<int64_t>& permutation);
   ValueId compare(ValueId a, ValueId b, CompareDirection direction);  // a float 0/1 mask

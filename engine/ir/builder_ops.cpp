@@ -1,5 +1,6 @@
-// engine/ir/builder_ops.cpp: the Builder's one-op helpers (layernorm ... increment): each emits
-// one instruction of the op table with its attributes; shape inference is builder.cpp's.
+// engine/ir/builder_ops.cpp: the Builder's one-op helpers (layernorm ... increment, index_in_dim
+// ... shift): each emits one instruction of the op table with its attributes; shape inference
+// is builder.cpp's.
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,5 +130,92 @@ std::array<ValueId, 3> Builder::adamw(ValueId param, ValueId grad, ValueId mu, V
 }
 
 ValueId Builder::increment(ValueId step) { return emit(OpKind::kIncrement, {step})[0]; }
+
+// ---- data movement, traced indices, transpose, compare, select (op.h) ----
+
+ValueId Builder::index_in_dim(ValueId x, int dim, int64_t index) {
+  OpAttrs a;
+  a.dim = dim;
+  a.start = index;
+  return emit(OpKind::kIndexInDim, {x}, a)[0];
+}
+
+ValueId Builder::remainder(ValueId a, ValueId b) {
+  return emit(OpKind::kRemainder, {a, b}, OpAttrs{})[0];
+}
+
+ValueId Builder::dynamic_slice_in_dim(ValueId x, ValueId start, int dim, int64_t size) {
+  OpAttrs a;
+  a.dim = dim;
+  a.size = size;
+  return emit(OpKind::kDynamicSliceInDim, {x, start}, a)[0];
+}
+
+ValueId Builder::dynamic_update_slice_in_dim(ValueId x, ValueId update, ValueId start, int dim,
+                                             bool add) {
+  OpAttrs a;
+  a.dim = dim;
+  a.inverse = add;
+  return emit(OpKind::kDynamicUpdateSliceInDim, {x, update, start}, a)[0];
+}
+
+ValueId Builder::index_per_row(ValueId x, const std::vector<int64_t>& indices) {
+  OpAttrs a;
+  a.new_shape = indices;
+  return emit(OpKind::kIndexPerRow, {x}, a)[0];
+}
+
+ValueId Builder::add_index_per_row(ValueId update, ValueId acc,
+                                   const std::vector<int64_t>& indices, int64_t size) {
+  OpAttrs a;
+  a.new_shape = indices;
+  a.size = size;
+  if (acc == kNoValue) return emit(OpKind::kAddIndexPerRow, {update}, a)[0];
+  return emit(OpKind::kAddIndexPerRow, {update, acc}, a)[0];
+}
+
+ValueId Builder::add_index_in_dim(ValueId update, ValueId acc, int dim, int64_t index,
+                                  int64_t size) {
+  OpAttrs a;
+  a.dim = dim;
+  a.start = index;
+  a.size = size;
+  if (acc == kNoValue) return emit(OpKind::kAddIndexInDim, {update}, a)[0];
+  return emit(OpKind::kAddIndexInDim, {update, acc}, a)[0];
+}
+
+ValueId Builder::transpose(ValueId x, const std::vector<int64_t>& permutation) {
+  OpAttrs a;
+  a.new_shape = permutation;
+  return emit(OpKind::kTranspose, {x}, a)[0];
+}
+
+ValueId Builder::compare(ValueId a, ValueId b, CompareDirection direction) {
+  OpAttrs at;
+  at.dim = static_cast<int>(direction);
+  return emit(OpKind::kCompare, {a, b}, at)[0];
+}
+
+ValueId Builder::select(ValueId pred, ValueId on_true, ValueId on_false) {
+  return emit(OpKind::kSelect, {pred, on_true, on_false})[0];
+}
+
+ValueId Builder::concat(std::vector<ValueId> xs, int dim) {
+  OpAttrs a;
+  a.dim = dim;
+  return emit(OpKind::kConcat, std::move(xs), a)[0];
+}
+
+ValueId Builder::shift(ValueId x, int dim, int64_t shift, int64_t source_start,
+                       int64_t source_size) {
+  OpAttrs a;
+  a.dim = dim;
+  a.shift = shift;
+  if (source_size > 0) {
+    a.start = source_start;
+    a.size = source_size;
+  }
+  return emit(OpKind::kShift, {x}, a)[0];
+}
 
 }  // namespace eng

@@ -51,10 +51,12 @@ class Evaluator {
     return ok_status();
   }
 
-  // Integer arithmetic (op.h OpDef::integer) wraps to int32 as the kernels do; the double
-  // result is exact while |result| < 2^53 (a product of two int32 beyond that is not).
+  // Integer arithmetic (op.h OpDef::integer, and dynamic_update_slice_in_dim's add) wraps to
+  // int32 as the kernels do; the double result is exact while |result| < 2^53 (a product of
+  // two int32 beyond that is not).
   void wrap_integer_outputs(const Instr& in) {
-    if (!has_integer_kernel(in.kind)) return;
+    const bool adds = in.kind == OpKind::kDynamicUpdateSliceInDim && in.attrs.inverse;
+    if (!has_integer_kernel(in.kind) && !adds) return;
     for (ValueId o : in.outputs) {
       if (p_.value(o).dtype != DType::kI32) continue;
       for (double& x : vals_[o].data)
@@ -473,6 +475,37 @@ class Evaluator {
   Status scale(const Instr& i) {
     return map(i, [&](int64_t k) { return i.attrs.scale * ind(i, 0)[k]; });
   }
+  Status remainder(const Instr& i) {
+    const bool integer = p_.value(i.outputs[0]).dtype == DType::kI32;
+    return map(i, [&](int64_t k) {
+      const double a = ind(i, 0)[k], b = ind(i, 1)[k];
+      return integer ? remainder_i32(static_cast<int32_t>(a), static_cast<int32_t>(b))
+                     : remainder_float(a, b);
+    });
+  }
+
+  // dynamic_slice_in_dim / dynamic_update_slice_in_dim: rows [s, s + size) of the (outer, n,
+  // inner) view of x, s from the start input (op.h's dynamic_slice_start).
+  Status dynamic_slice(const Instr& i) {
+    const bool update = i.kind == OpKind::kDynamicUpdateSliceInDim;
+    const Shape& x = p_.value(i.inputs[0]).shape;
+    const int dim = i.attrs.dim;
+    const int64_t outer = x.prod(0, dim), n = x[dim], inner = x.prod(dim + 1, x.rank());
+    const int64_t size = update ? p_.value(i.inputs[1]).shape[dim] : i.attrs.size;
+    const int64_t start = static_cast<int64_t>(in(i, update ? 2 : 1).data[0]);
+    const int64_t s = dynamic_slice_start(start, n, size);
+    if (update) out(i, 0).data = in(i, 0).data;
+    double* y = outd(i, 0);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < size; ++r)
+        for (int64_t k = 0; k < inner; ++k) {
+          const int64_t at = (o * n + s + r) * inner + k, slot = (o * size + r) * inner + k;
+          if (!update) y[slot] = ind(i, 0)[at];
+          else if (i.attrs.inverse) y[at] += ind(i, 1)[slot];
+          else y[at] = ind(i, 1)[slot];
+        }
+    return ok_status();
+  }
   Status identity(const Instr& i) {
     return map(i, [&](int64_t k) { return ind(i, 0)[k]; });
   }
@@ -722,6 +755,9 @@ constexpr OpTable<E::EvalFn> E::kEvals = make_op_table<E::EvalFn>(
         {OpKind::kBiasAddGrad, &E::bias_add_grad},
         {OpKind::kMoveToHost, &E::identity},  // the value, in another memory
         {OpKind::kMoveToDevice, &E::identity},
+        {OpKind::kRemainder, &E::remainder},
+        {OpKind::kDynamicSliceInDim, &E::dynamic_slice},
+        {OpKind::kDynamicUpdateSliceInDim, &E::dynamic_slice},
         {OpKind::kMoeTopK, &E::moe_top_k},
         {OpKind::kMoeTopKGrad, &E::moe_top_k},
         {OpKind::kMoePermute, &E::moe_permute},

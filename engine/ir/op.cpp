@@ -61,6 +61,8 @@ constexpr AttrField kPermutation[] = {{"permutation", &A::new_shape}};
 constexpr AttrField kDirection[] = {{"direction", &A::dim}};
 constexpr AttrField kDimStartSize[] = {{"dim", &A::dim}, {"start", &A::start}, {"size", &A::size}};
 constexpr AttrField kDim[] = {{"dim", &A::dim}};
+constexpr AttrField kDimSize[] = {{"dim", &A::dim}, {"size", &A::size}};
+constexpr AttrField kDimAdd[] = {{"dim", &A::dim}, {"add", &A::inverse, P::kFlag}};
 constexpr AttrField kDimIndex[] = {{"dim", &A::dim}, {"index", &A::start}};
 constexpr AttrField kDimIndexSize[] = {{"dim", &A::dim}, {"index", &A::start}, {"size", &A::size}};
 constexpr AttrField kIndicesAxes[] = {{"indices", &A::new_shape},
@@ -197,6 +199,9 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kMoeEpDispatch, ints(0b10, kMoeEp)},  // group_sizes
         {K::kMoeEpReturn, ints(0b10, kMoeEp)},
         {K::kMoeEpPlan, ints(0b11, kMoeEpPlan)},  // counts, shard
+        {K::kRemainder, integer()},
+        {K::kDynamicSliceInDim, ints(0b10, kDimSize)},           // start
+        {K::kDynamicUpdateSliceInDim, ints(0b100, kDimAdd)},     // start
     },
     kNone, kNone);
 

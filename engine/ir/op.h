@@ -103,6 +103,19 @@
 //   kAddIndexPerRow (update (S, ...)[, acc (N, S, ...)]) [indices, size=N, axes] -> acc with
 //                    update[s] added at [indices[s], s] (without acc: zeros); the transpose
 //                    of kIndexPerRow, in place on acc (as kAddIndexInDim). f32.
+//   -- traced indices (the front-end's x[i], x.at[i], jax.lax.dynamic_slice_in_dim, %) --
+//   kRemainder     (a, b) same shape -> a mod b with the sign of b (jnp.remainder, Python's
+//                    %): r = fmod(a, b), plus b when r != 0 and its sign differs from b's.
+//                    Float, or every operand i32 (OpDef::integer) where a % 0 = 0 as JAX's
+//                    (the divisor 0 is replaced by 1). VJP: da = dy, db = -dy floor(a / b)
+//   kDynamicSliceInDim (x, start i32 ()) [dim, size] -> x[s : s + size] along dim,
+//                    s = dynamic_slice_start(start, x.dim, size) below: a negative start
+//                    counts from the end (once), then s is clamped into [0, x.dim - size], as
+//                    jax.lax.dynamic_slice_in_dim (XLA's DynamicSlice). Any dtype
+//   kDynamicUpdateSliceInDim (x, update, start i32 ()) [dim, add] -> x with rows [s, s +
+//                    update.dim) along dim replaced by update (jax.lax.dynamic_update_slice_in_dim)
+//                    or, with add, incremented by it; s as kDynamicSliceInDim's. Any dtype
+//                    (add: f32, bf16 or i32)
 //   vmap (any op, attrs.vmap = S > 0): jax.vmap over a leading dim of size S that every
 //                    input and output carries: out[s] = op(in_0[s], in_1[s], ...), the
 //                    other attributes describing the per-slice op. The partitioner maps
@@ -298,6 +311,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -414,7 +428,10 @@ namespace eng {
   X(RaggedAllToAll, "ragged_all_to_all", kCustom)                   \
   X(MoeEpDispatch, "moe_ep_dispatch", kCustom)                       \
   X(MoeEpReturn, "moe_ep_return", kCustom)                           \
-  X(MoeEpPlan, "moe_ep_plan", kCustom)
+  X(MoeEpPlan, "moe_ep_plan", kCustom)                             \
+  X(Remainder, "remainder", kCustom)                                \
+  X(DynamicSliceInDim, "dynamic_slice_in_dim", kCustom)             \
+  X(DynamicUpdateSliceInDim, "dynamic_update_slice_in_dim", kCustom)
 
 // kCustom ops have hand-written entries in every layer's table; kUnary ops (y = f(x)
 // elementwise) and their kUnaryGrad partners (dx = dy * f'(x)) are defined by one row of
@@ -531,6 +548,26 @@ inline int64_t permute_source(const OpAttrs& a, int64_t G, int64_t r) {
     return r - a.shift >= s.lo && r - a.shift < s.hi ? r - a.shift : -1;
   }
   return ((r - a.shift) % G + G) % G;
+}
+
+// kDynamicSliceInDim / kDynamicUpdateSliceInDim: the first row of a window of `size` rows
+// of a dim of n rows asked to start at `start` (JAX's: negative counts from the end once,
+// then clamped so that the window fits).
+inline int64_t dynamic_slice_start(int64_t start, int64_t n, int64_t size) {
+  if (start < 0) start += n;
+  return std::clamp<int64_t>(start, 0, std::max<int64_t>(n - size, 0));
+}
+// kRemainder's value (op.h above): the sign of the divisor. An int32 divisor of 0 gives 0
+// (JAX's), and of -1 gives 0 (INT32_MIN % -1 overflows in C++).
+inline int32_t remainder_i32(int32_t a, int32_t b) {
+  if (b == 0 || b == -1) return 0;
+  const int32_t r = a % b;
+  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+}
+template <typename T>
+T remainder_float(T a, T b) {
+  const T r = std::fmod(a, b);
+  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
 }
 
 // ---- attribute schema: which OpAttrs fields an op reads, and how they print ----------

@@ -283,6 +283,30 @@ void run_add_index_in_dim(const Args& a) {  // (update[, acc]): in place on acc
               y + (o * L + a.in.attrs.start) * inner, inner);
 }
 
+// dynamic_(update_)slice_in_dim (op.h): the window at dynamic_slice_start; any dtype.
+void run_dynamic_slice(const Args& a) {
+  const Bytes b(a);
+  const bool update = a.in.kind == OpKind::kDynamicUpdateSliceInDim;
+  int64_t outer, n, inner;
+  split3(b.xv.shape, a.in.attrs.dim, outer, n, inner);
+  const int64_t size = update ? a.shape(1)[a.in.attrs.dim] : a.in.attrs.size, m = size * inner;
+  const int64_t s = dynamic_slice_start(*a.ids(update ? 2 : 1), n, size), e = b.elem;
+  const char* u = static_cast<const char*>(a.ptrs[a.in.inputs[update ? 1 : 0]]);
+  if (update) copy_if_distinct(b.y, b.x, b.xv.bytes());
+  int32_t* yi = reinterpret_cast<int32_t*>(b.y);
+  const DType d = b.xv.dtype;
+  for (int64_t o = 0; o < outer && m > 0; ++o) {
+    const int64_t at = (o * n + s) * inner, part = o * m;  // elements: x's window, the slice
+    if (!update) std::memcpy(b.y + part * e, b.x + at * e, m * e);
+    else if (!a.in.attrs.inverse) std::memcpy(b.y + at * e, u + part * e, m * e);
+    else if (d == DType::kI32)
+      kern::add_i32(yi + at, reinterpret_cast<const int32_t*>(u) + part, yi + at, m);
+    else
+      for (int64_t k = 0; k < m; ++k)
+        store(b.y, d, at + k, load(b.y, d, at + k) + load(u, d, part + k));
+  }
+}
+
 // index_per_row / add_index_per_row (op.h): row s of the stacked (N, S, inner) view at slot
 // indices[g], g the global row: this device's block of rows starts at rank(axes) * S.
 int64_t first_global_row(const Args& a, int64_t local_rows) {
@@ -788,6 +812,15 @@ constexpr OpTable<Kernel> kKernels = make_op_table<Kernel>(
         {OpKind::kCompare, {run_compare}},
         {OpKind::kSelect, {run_select}},
         {OpKind::kIndexPerRow, {run_index_per_row, true}},
+        {OpKind::kRemainder, {[](A a) {
+           const bool i32 = a.integer();
+           for (int64_t i = 0, n = a.numel(0); i < n; ++i) {
+             if (i32) a.iout(0)[i] = remainder_i32(a.ids(0)[i], a.ids(1)[i]);
+             else a.out(0)[i] = remainder_float(a.f(0)[i], a.f(1)[i]);
+           }
+         }}},
+        {OpKind::kDynamicSliceInDim, {run_dynamic_slice, true}},
+        {OpKind::kDynamicUpdateSliceInDim, {run_dynamic_slice, true}},
         {OpKind::kAddIndexPerRow, {run_add_index_per_row}},
         {OpKind::kMoeRoute, {run_moe_route}},
         {OpKind::kMoeRouteGrad, {run_moe_route}},

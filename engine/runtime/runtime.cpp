@@ -258,6 +258,8 @@ constexpr OpTable<ScratchFn> kScratch = make_op_table<ScratchFn>(
      ENG_NO_SCRATCH(kSlice) ENG_NO_SCRATCH(kPad) ENG_NO_SCRATCH(kConcat) ENG_NO_SCRATCH(kShift)
      ENG_NO_SCRATCH(kAxisIndex) ENG_NO_SCRATCH(kXentFromStats) ENG_NO_SCRATCH(kRepeatKv)
      ENG_NO_SCRATCH(kRepeatKvGrad) ENG_NO_SCRATCH(kIndexInDim) ENG_NO_SCRATCH(kAddIndexInDim)
+     ENG_NO_SCRATCH(kRemainder) ENG_NO_SCRATCH(kDynamicSliceInDim)
+     ENG_NO_SCRATCH(kDynamicUpdateSliceInDim)
      ENG_NO_SCRATCH(kTranspose) ENG_NO_SCRATCH(kCompare) ENG_NO_SCRATCH(kSelect)
      ENG_NO_SCRATCH(kIndexPerRow) ENG_NO_SCRATCH(kAddIndexPerRow) ENG_NO_SCRATCH(kMoeRoute)
      ENG_NO_SCRATCH(kMoeRouteGrad) ENG_NO_SCRATCH(kMoeDispatch) ENG_NO_SCRATCH(kMoeCombine)

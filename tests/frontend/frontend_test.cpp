@@ -1,9 +1,13 @@
 // tests/frontend/frontend_test.cpp: engine/frontend without Lua: numpy-like ops traced into a
 // Program, compiled and run on simulated devices, equal to the reference interpreter; result
 // shardings; checked errors instead of aborts.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/frontend/numpy.h"
+#include "engine/frontend/numpy_jax.h"
 #include "engine/frontend/numpy_ops.h"
 #include "engine/frontend/trace.h"
 #include "engine/ir/interpret.h"
@@ -126,6 +130,95 @@ TEST(Frontend, SoftmaxTracesOneExp) {
   int exps = 0;
   for (const Instr& in : tr.builder().program().instrs()) exps += in.kind == OpKind::kExp;
   EXPECT_EQ(exps, 1);
+}
+
+}  // namespace
+}  // namespace eng::frontend
+
+namespace eng::frontend {
+namespace {
+
+// The traced-index ops as JAX's: x[i] / dynamic_slice_in_dim with an int32 start taken at run
+// time (negative from the end, then clamped so the window fits), x.at[i].add(v), jnp.pad, and
+// jnp.remainder of int32 and float32 (the divisor's sign), on 1 device and a 2x2 mesh of both
+// axis types with x split over X; each start run through one compiled program.
+TEST(Frontend, TracedIndicesAreJaxs) {
+  const std::vector<double> xv = iota(24, 1.0);  // x (4, 6)
+  const std::vector<double> av = {7, -7, 7, -7, 0, 5}, bv = {3, 3, -3, -3, 4, 0};
+  for (const Mesh& mesh : {*Mesh::create({"X", "Y"}, {1, 1}), mesh_2x2(AxisType::kAuto),
+                           mesh_2x2(AxisType::kExplicit)}) {
+    const PartitionSpec xs({{"X"}, {}});
+    Trace tr("f", mesh);
+    ValueId x = tr.input("x", Shape{4, 6}, DType::kF32, xs);
+    ValueId i = tr.input("i", Shape{}, DType::kI32, PartitionSpec());
+    ValueId a = tr.input("a", Shape{6}, DType::kI32, PartitionSpec());
+    ValueId b = tr.input("b", Shape{6}, DType::kI32, PartitionSpec());
+    Result<ValueId> row = np::dynamic_index(tr, x, i);
+    Result<ValueId> cols = np::dynamic_slice_in_dim(tr, x, i, 3, 1);
+    Result<ValueId> added = np::at_update(tr, x, i, tr.scalar(100, DType::kF32), true);
+    Result<ValueId> rem = np::remainder(tr, a, b);
+    Result<ValueId> frem = np::remainder(tr, np::astype(tr, a, DType::kF32).value(),
+                                         tr.scalar(-2.5, DType::kF32));
+    Result<ValueId> padded = np::pad(tr, x, {{1, 0}, {0, 2}});
+    for (const auto* r : {&row, &cols, &added, &rem, &frem, &padded})
+      ASSERT_TRUE(r->ok()) << r->status().message();
+    Result<std::shared_ptr<Compiled>> c =
+        Compiled::create(std::move(tr), {*row, *cols, *added, *rem, *frem, *padded}, {"f", {}});
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    for (int start : {1, -1, 9, -100}) {
+      // JAX's start: + n when negative, then clamped into [0, n - size]: 4 rows, 6 columns.
+      const int64_t r = std::clamp(start < 0 ? start + 4 : start, 0, 3);
+      const int64_t c0 = std::clamp(start < 0 ? start + 6 : start, 0, 3);
+      std::vector<ArrayRef> ins = {
+          device_put(xv, Shape{4, 6}, DType::kF32, {mesh, xs}).value(),
+          device_put({static_cast<double>(start)}, Shape{}, DType::kI32, {mesh, {}}).value(),
+          device_put(av, Shape{6}, DType::kI32, {mesh, {}}).value(),
+          device_put(bv, Shape{6}, DType::kI32, {mesh, {}}).value()};
+      Result<std::vector<ArrayRef>> out = (*c)->run(ins);
+      ASSERT_TRUE(out.ok()) << out.status().message();
+      std::vector<std::vector<double>> got;
+      for (const ArrayRef& o : *out) got.push_back(fetch(*o).value());
+      std::vector<double> want_row, want_cols, want_added = xv, want_pad;
+      for (int k = 0; k < 6; ++k) want_row.push_back(xv[r * 6 + k]);
+      for (int q = 0; q < 4; ++q)
+        for (int k = 0; k < 3; ++k) want_cols.push_back(xv[q * 6 + c0 + k]);
+      for (int k = 0; k < 6; ++k) want_added[r * 6 + k] += 100;
+      want_pad.assign(8, 0);  // a zero row, then each row with two zeros after it
+      for (int q = 0; q < 4; ++q) {
+        for (int k = 0; k < 6; ++k) want_pad.push_back(xv[q * 6 + k]);
+        want_pad.insert(want_pad.end(), {0, 0});
+      }
+      const std::string at = fmt::format("{} start {}", mesh.to_string(), start);
+      EXPECT_EQ(got[0], want_row) << at;
+      EXPECT_EQ(got[1], want_cols) << at;
+      EXPECT_EQ(got[2], want_added) << at;
+      EXPECT_EQ(got[3], (std::vector<double>{1, 2, -2, -1, 0, 0})) << at;
+      EXPECT_EQ(got[4], (std::vector<double>{-0.5, -2, -0.5, -2, 0, 0})) << at;
+      EXPECT_EQ(got[5], want_pad) << at;
+    }
+  }
+}
+
+TEST(Frontend, TracedIndexErrorsAreStatuses) {
+  Trace tr("f", mesh_2x2(AxisType::kExplicit));
+  ValueId x = tr.input("x", Shape{4, 6}, DType::kF32, PartitionSpec());
+  ValueId f = tr.input("f", Shape{}, DType::kF32, PartitionSpec());
+  ValueId v = tr.input("v", Shape{2}, DType::kI32, PartitionSpec());
+  ValueId i = tr.input("i", Shape{}, DType::kI32, PartitionSpec());
+  auto message = [](const Result<ValueId>& r) { return r.ok() ? "ok" : r.status().message(); };
+  EXPECT_EQ(message(np::dynamic_slice_in_dim(tr, x, f, 2, 0)),
+            "dynamic_slice_in_dim: the index must be an int32 scalar, got f32[]");
+  EXPECT_EQ(message(np::dynamic_index(tr, x, v)),
+            "dynamic_slice_in_dim: the index must be an int32 scalar, got i32[2]");
+  EXPECT_EQ(message(np::dynamic_slice_in_dim(tr, x, i, 7, 1)),
+            "dynamic_slice_in_dim: slice size 7 out of range for axis 1 of size 6 (array (4, 6))");
+  EXPECT_EQ(message(np::pad(tr, x, {{1, 1}})),
+            "pad: 1 (before, after) pairs for an array of dimension 2 (4, 6)");
+  EXPECT_EQ(message(np::pad(tr, x, {{1, 1}, {0, -1}})), "pad: negative padding (0, -1) for axis 1");
+  EXPECT_EQ(message(np::dynamic_update_slice_in_dim(tr, x, x, i, 0)), "ok");
+  EXPECT_EQ(message(np::dynamic_update_slice_in_dim(tr, x, v, i, 0)),
+            "dynamic_update_slice_in_dim: update of shape (2,) does not fit array (4, 6) along "
+            "axis 0");
 }
 
 }  // namespace

@@ -181,6 +181,64 @@ fails("axis 'k' is not in", function()
                       {mesh = mesh, in_specs = {sl.P("i")}, out_specs = sl.P("i")})(sl.arange(8.0))
 end)
 
+-- ---- traced indices: %, pad, x[i], x.at[i], lax.dynamic_slice_in_dim (the tutorial's) --------
+sl.set_mesh(nil)
+local r = np.array({7, -7, 7, -7, 5}) % np.array({3, 3, -3, -3, 0})  -- Python's %, JAX's x % 0
+assert(tostring(sl.typeof(r)) == "i32[5]") ; close(r:totable(), {1, 2, -2, -1, 0})
+close((sl.array({7.5, -7.5}) % 2):totable(), {1.5, 0.5})
+assert(tostring(sl.typeof(np.arange(5) % 2)) == "i32[5]" and np.mod == np.remainder)
+close(np.pad(np.arange(3), 1):totable(), {0, 0, 1, 2, 0})
+close(np.pad(np.ones({1, 2}), {{1, 0}, {0, 2}}):totable(), {{0, 0, 0, 0}, {1, 1, 0, 0}})
+local t = np.arange(12):reshape(4, 3)
+close(t[np.array(2)]:totable(), {6, 7, 8})
+close(t[np.array(-1)]:totable(), {9, 10, 11})  -- negative from the end
+close(t[np.array(7)]:totable(), {9, 10, 11})   -- clamped, as JAX's
+close(t.at[1]:add(10):totable(), {{0, 1, 2}, {13, 14, 15}, {6, 7, 8}, {9, 10, 11}})
+close(t.at[np.array(-4)]:set(np.array({5, 5, 5})):totable()[1], {5, 5, 5})
+close(t.at[4]:add(1):totable(), t:totable())  -- an integer index out of range: dropped (JAX's)
+close(t.at[-1]:get():totable(), {9, 10, 11})
+close(sl.lax.dynamic_slice_in_dim(t, np.array(1), 2, 1):totable(),
+      {{1, 2}, {4, 5}, {7, 8}, {10, 11}})
+close(sl.lax.dynamic_slice_in_dim(t, -1, 2, 1):totable()[1], {1, 2})  -- -1 + 3, clamped to 1
+close(sl.lax.dynamic_update_slice_in_dim(t, np.zeros({1, 3}, np.int32), 2):totable()[3], {0, 0, 0})
+local row = sl.jit(function(x, i) return x[(i + 1) % 4] end)
+close(row(t, np.array(4)):totable(), {3, 4, 5})
+close(row(t, np.array(-2)):totable(), {9, 10, 11})  -- (-2 + 1) % 4 = 3
+assert(row:cache_info().compiles == 1, "the index is traced: one compilation")
+close(sl.vmap(function(u) return u % np.array({5, 3, 2}) end)(t):totable()[4], {4, 1, 1})
+fails("dynamic_slice_in_dim", function()  -- no batching rule: an error naming the op
+  return sl.vmap(function(u, i) return u[i] end)(t, np.array({0, 1, 2, 3}))
+end)
+local tf = t:astype(np.float32)
+close(sl.grad(function(x, i) return np.sum(x[i] * x[i]) end)(tf, np.array(1)):totable(),
+      {{0, 0, 0}, {6, 8, 10}, {0, 0, 0}, {0, 0, 0}})
+close(sl.grad(function(x) return np.sum(x.at[np.array(0)]:set(5) * x) end)(tf):totable(),
+      {{5, 5, 5}, {6, 8, 10}, {12, 14, 16}, {18, 20, 22}})
+close(sl.grad(function(x) return np.sum(x.at[np.array(3)]:add(x[np.array(0)])) end)(tf):totable(),
+      {{2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}})
+close(sl.grad(function(x) return np.sum(sl.lax.dynamic_slice_in_dim(x, np.array(2), 2, 1)) end)(tf)
+      :totable()[2], {0, 1, 1})
+close(sl.grad(function(b) return np.sum(sl.array({7, -7}) % b) end)(sl.array({3, 3})):totable(),
+      {-2, 3})  -- -floor(a / b)
+close(sl.grad(function(a) return np.sum(a % 2) end)(sl.array({2.5, -1.5})):totable(), {1, 1})
+sl.set_mesh(sl.make_mesh({4, 2}, {"X", "Y"}))  -- explicit: the sliced dim whole, others kept
+local xs = sl.device_put(np.arange(24.0):reshape(8, 3), sl.P("X"))
+assert(tostring(sl.typeof(xs[np.array(1)])) == "f32[3]", sl.typeof(xs[np.array(1)]))
+assert(tostring(sl.typeof(sl.lax.dynamic_slice_in_dim(xs, np.array(1), 2, 1))) == "f32[8@X,2]")
+assert(tostring(sl.typeof(xs.at[np.array(9)]:add(1))) == "f32[8,3]")
+close(xs.at[np.array(9)]:add(1):totable()[8], {22, 23, 24})  -- clamped to row 7
+close((xs % 5):totable()[8], {1, 2, 3})
+fails("the index must be an int32 scalar, got f32[]", function() return xs[np.array(1.5)] end)
+fails("x.at[...] takes one integer or int32 scalar Array index", function()
+  return xs.at[{1, 2}]:add(1)
+end)
+fails("pad: only mode \"constant\"", np.pad, xs, 1, "edge")
+fails("pad: 3 (before, after) pairs for an array of dimension 2", np.pad, xs,
+      {{1, 1}, {2, 2}, {0, 0}})
+fails("pad: pad_width[2] is not a pair {before, after}", np.pad, xs, {{1, 1}, {2}})
+close(np.pad(np.ones({1, 1}), {{1, 0}}):totable(), {{0, 0}, {0, 1}})  -- one pair for every dim
+sl.set_mesh(nil)
+
 -- ---- bad input -------------------------------------------------------------------------------
 fails("array split does not result in an equal division", np.split, sl.arange(6.0), 4)
 fails("cannot select an axis to squeeze out", np.squeeze, a, 0)

@@ -313,6 +313,38 @@ function R.take(a, ids, axis)
   end)
 end
 
+-- Traced indices: jnp.pad with pairs, lax.dynamic_slice_in_dim (JAX's start: negative from
+-- the end, then clamped so the window fits), x[i] (a size-1 slice along axis 0, dim removed).
+function R.pad(a, widths)
+  local s = {}
+  for i, d in ipairs(a.shape) do s[i] = d + widths[i][1] + widths[i][2] end
+  return new(s, function(idx)
+    local j = {}
+    for i = 1, #idx do
+      j[i] = idx[i] - widths[i][1]
+      if j[i] < 0 or j[i] >= a.shape[i] then return 0 end
+    end
+    return get(a, j)
+  end)
+end
+function R.dslice(a, start, size, axis)
+  local n = a.shape[axis + 1]
+  local first = math.max(0, math.min(start < 0 and start + n or start, n - size))
+  local s = copy(a.shape)
+  s[axis + 1] = size
+  return new(s, function(idx)
+    local j = copy(idx)
+    j[axis + 1] = idx[axis + 1] + first
+    return get(a, j)
+  end)
+end
+function R.dindex(a, start)
+  local row = R.dslice(a, start, 1, 0)
+  local s = {}
+  for i = 2, #row.shape do s[i - 1] = row.shape[i] end
+  return {shape = s, data = row.data}
+end
+
 -- ---- programs: steps over a pool of values; the same steps run on either backend --------
 -- step = {op, a, b, c (pool indices), p (parameters)}; op "input" takes argument p.
 local REF, DEV = {}, {}
@@ -423,6 +455,18 @@ REF.moveaxis = function(v, st) return R.moveaxis(v[st.a], st.p.i, st.p.j) end
 DEV.moveaxis = function(v, st) return np.moveaxis(v[st.a], st.p.i, st.p.j) end
 REF.tile = function(v, st) return R.tile(v[st.a], st.p.reps) end
 DEV.tile = function(v, st) return np.tile(v[st.a], st.p.reps) end
+REF.pad = function(v, st) return R.pad(v[st.a], st.p.widths) end
+DEV.pad = function(v, st) return np.pad(v[st.a], st.p.widths) end
+REF.dslice = function(v, st) return R.dslice(v[st.a], st.p.start, st.p.size, st.p.axis) end
+DEV.dslice = function(v, st)
+  return sl.lax.dynamic_slice_in_dim(v[st.a], np.array(st.p.start), st.p.size, st.p.axis)
+end
+REF.dindex = function(v, st) return R.dindex(v[st.a], st.p.start) end
+DEV.dindex = function(v, st) return v[st.a][np.array(st.p.start)] end
+REF.remainder = function(v, st)  -- Lua's float % is Python's (floor), as jnp.remainder
+  return new(copy(v[st.a].shape), function(idx) return get(v[st.a], idx) % st.p.c end)
+end
+DEV.remainder = function(v, st) return v[st.a] % st.p.c end
 REF.take = function(v, st) return R.take(v[st.a], st.p.ids, st.p.axis) end
 DEV.take = function(v, st) return np.take(v[st.a], st.p.ids, st.p.axis) end
 REF.full_like = function(v, st)
@@ -510,7 +554,8 @@ local function gen_program(mesh_def)
     local kind = pick({"binary", "binary", "compare", "where", "unary", "reduce", "reduce",
                        "softmax", "transpose", "index", "index", "concat", "reshape", "matmul",
                        "einsum", "einsum", "reshard", "unary29", "unary29", "binary29",
-                       "reduce29", "reduce29", "moves29", "moves29", "take29"})
+                       "reduce29", "reduce29", "moves29", "moves29", "take29",
+                       "index29"})
     local st = {a = a, p = {}}
     if kind == "binary" or kind == "compare" then
       st.op = pick(kind == "binary" and {"add", "subtract", "multiply", "maximum", "minimum"}
@@ -680,6 +725,20 @@ local function gen_program(mesh_def)
       local n = x.shape[st.p.axis + 1]
       st.p.ids = {}
       for i = 1, math.random(1, 4) do st.p.ids[i] = math.random(-n, n - 1) end
+    elseif kind == "index29" and r >= 1 then
+      st.op = pick({"pad", "dslice", "dindex", "remainder"})
+      if st.op == "pad" then
+        st.p.widths = {}
+        for i = 1, r do st.p.widths[i] = {math.random(0, 1), math.random(0, 1)} end
+        if numel(x.shape) * 2 ^ r > 96 then st = nil end
+      elseif st.op == "remainder" then
+        st.p.c = pick({0.7, -1.3, 2})
+      else
+        st.p.axis = st.op == "dslice" and math.random(0, r - 1) or 0
+        local n = x.shape[st.p.axis + 1]
+        st.p.size = math.random(1, n)
+        st.p.start = math.random(-n - 1, n + 1)
+      end
     elseif kind == "reshard" then
       st.op = "reshard"
       st.p.spec = random_spec(mesh_def, x.shape)

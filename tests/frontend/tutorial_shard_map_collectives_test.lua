@@ -122,11 +122,37 @@ y = f7(jnp.arange(8))
 equal(y:totable(), {6, 7, 0, 1, 2, 3, 4, 5}, "cell 33 FINAL RESULT")
 assert(sizes[1] == 4 and math.type(sizes[1]) == "integer", "cell 33 axis_size")
 
--- cells 34-35: psum_scatter written with ppermute indexes x with the traced axis_index
--- (x[(idx + i) % size], x.at[...].add(update)).
-cannot(34, "indexing with a traced index (x[(idx + i) % size]), x.at[...].add, % of an int32 "
-           .. "Array")
-cannot(35, "the psum_scatter of cell 34")
+-- cell 34: psum_scatter written with ppermute: x[k] with a traced k (a dynamic slice),
+-- x.at[k]:add(update) (Python's x.at[k].add(update): Lua calls methods with ':'), % of the
+-- traced int32 axis_index (np.remainder); partial(jax.lax.ppermute, ...) is a closure and
+-- `*x.shape[1:]` is table.unpack(x.shape, 2) (Lua's shape is 1-based).
+local function psum_scatter(x, axis_name, opts)
+  local tiled = opts ~= nil and opts.tiled
+  local size = jax.lax.axis_size(axis_name)
+  local idx = jax.lax.axis_index(axis_name)  -- function instance index along axis_name
+  if tiled then
+    x = x:reshape(size, -1, table.unpack(x.shape, 2))  -- split leading axis
+  end
+  local perm = {}
+  for i = 0, size - 1 do perm[#perm + 1] = {i, (i - 1) % size} end
+  local function shift(v) return jax.lax.ppermute(v, axis_name, perm) end
+  for i = 1, size - 1 do
+    local update = shift(x[(idx + i) % size])
+    x = x.at[(idx + i + 1) % size]:add(update)
+  end
+  return x[idx]
+end
+
+-- cell 35
+local f8 = jax.shard_map({in_specs = P('i'), out_specs = P('i')})(function(x_block)
+  local y_block = psum_scatter(x_block, 'i', {tiled = true})
+  return y_block
+end)
+
+x = jnp.array({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2})
+y = f8(x)
+equal(y:totable(), {22, 20, 12, 17}, "cell 35 FINAL RESULT")
+assert(y.dtype == "int32", "cell 35: " .. y.dtype)
 
 -- cell 36
 local f9 = jax.shard_map({mesh = mesh1d, in_specs = P('i'), out_specs = P('i')})(function(x_block)
@@ -166,11 +192,72 @@ local out = matmul_allgather(lhs, rhs)
 expect(jnp.allclose(out, jnp.matmul(lhs, rhs), {atol = 1e-3, rtol = 1e-3}), "true", "cell 42")
 assert(not jnp.allclose(out, jnp.matmul(lhs, rhs) + 1), "cell 42: allclose can say false")
 
--- cells 43-46: the overlapped versions slice with a traced start.
-cannot(43, "lax.dynamic_slice_in_dim with a traced start (axis_index), % of an int32 Array")
-cannot(44, "matmul_allgather_overlapped (cell 43)")
-cannot(45, "lax.dynamic_slice_in_dim with a traced start, jnp.pad with pairs")
-cannot(46, "matmul_allgather_overlapped_bidi (cell 45)")
+-- cell 43: the rhs blocks go round the ring while each device multiplies its lhs columns
+-- sliced at a traced start (lax.dynamic_slice_in_dim with axis_index); `x += y` is x = x + y.
+local matmul_allgather_overlapped = jax.jit(
+  jax.shard_map({in_specs = {lhs_spec, rhs_spec}, out_specs = rhs_spec})(
+    function(lhs_block, rhs_block)
+      local size = jax.lax.axis_size('i')
+      local idx = jax.lax.axis_index('i')
+      local perm = {}
+      for i = 0, size - 1 do perm[#perm + 1] = {i, (i + 1) % size} end
+      local function shift(v) return jax.lax.ppermute(v, 'i', perm) end
+
+      local B = lhs_block.shape[2] // size
+      local lhs_blocks = function(i) return lax.dynamic_slice_in_dim(lhs_block, i * B, B, 1) end
+
+      local out_block = jnp.matmul(lhs_blocks(idx), rhs_block)
+      for i = 1, size - 1 do
+        rhs_block = shift(rhs_block)
+        out_block = out_block + jnp.matmul(lhs_blocks((idx - i) % size), rhs_block)
+      end
+      return out_block
+    end))
+
+-- cell 44: prints True
+out = matmul_allgather_overlapped(lhs, rhs)
+expect(jnp.allclose(out, jnp.matmul(lhs, rhs), {atol = 1e-3, rtol = 1e-3}), "true", "cell 44")
+
+-- cell 45: both directions, the half blocks padded onto complementary halves (jnp.pad with
+-- pairs); `a, b = jnp.split(...)` is table.unpack of the list.
+local matmul_allgather_overlapped_bidi = jax.jit(
+  jax.shard_map({in_specs = {lhs_spec, rhs_spec}, out_specs = rhs_spec})(
+    function(lhs_block, rhs_block)
+      local size = jax.lax.axis_size('i')
+      local idx = jax.lax.axis_index('i')
+      local perm_up, perm_dn = {}, {}
+      for i = 0, size - 1 do perm_up[#perm_up + 1] = {i, (i + 1) % size} end
+      for i = 0, size - 1 do perm_dn[#perm_dn + 1] = {i, (i - 1) % size} end
+      local function shift_up(v) return jax.lax.ppermute(v, 'i', perm_up) end
+      local function shift_dn(v) return jax.lax.ppermute(v, 'i', perm_dn) end
+
+      local B = lhs_block.shape[2] // size // 2  -- half-size blocks
+      local lhs_blocks = function(i, hi)
+        return lax.dynamic_slice_in_dim(lhs_block, (2 * i + hi) * B, B, 1)
+      end
+
+      local function block_matmul(rhs_lo, rhs_hi, i_lo, i_hi)
+        local lhs_lo = jnp.pad(lhs_blocks(i_lo, 0), {{0, 0}, {0, B}})
+        local lhs_hi = jnp.pad(lhs_blocks(i_hi, 1), {{0, 0}, {B, 0}})
+        rhs_lo = jnp.pad(rhs_lo, {{0, B}, {0, 0}})
+        rhs_hi = jnp.pad(rhs_hi, {{B, 0}, {0, 0}})
+        return jnp.matmul(lhs_lo + lhs_hi, rhs_lo + rhs_hi)
+      end
+
+      local rhs_block_lo, rhs_block_hi = table.unpack(jnp.split(rhs_block, 2, {axis = 0}))
+      local out_block = block_matmul(rhs_block_lo, rhs_block_hi, idx, idx)
+      for i = 1, size - 1 do
+        rhs_block_lo = shift_up(rhs_block_lo)
+        rhs_block_hi = shift_dn(rhs_block_hi)
+        out_block = out_block + block_matmul(rhs_block_lo, rhs_block_hi,
+                                             (idx - i) % size, (idx + i) % size)
+      end
+      return out_block
+    end))
+
+-- cell 46: prints True
+out = matmul_allgather_overlapped_bidi(lhs, rhs)
+expect(jnp.allclose(out, jnp.matmul(lhs, rhs), {atol = 1e-3, rtol = 1e-3}), "true", "cell 46")
 
 -- cell 47
 lhs_spec = P(nil, 'i')
@@ -189,10 +276,60 @@ local matmul_psumscatter = jax.shard_map({in_specs = {lhs_spec, rhs_spec}, out_s
 out = matmul_psumscatter(lhs, rhs)
 expect(jnp.allclose(out, jnp.matmul(lhs, rhs), {atol = 1e-3, rtol = 1e-3}), "true", "cell 48")
 
--- cells 49-52: the overlapped versions index with the traced axis_index.
-cannot(49, "indexing with a traced index (lhs_block[(idx + 1) % size]), % of an int32 Array")
-cannot(50, "matmul_psumscatter_overlapped (cell 49)")
-cannot(51, "lax.dynamic_slice_in_dim with a traced start")
-cannot(52, "matmul_psumscatter_overlapped_bidi (cell 51)")
+-- cell 49: the partial sums go round the ring, each device adding its product of the lhs
+-- block picked by the traced index (lhs_block[(idx + 1) % size]).
+local matmul_psumscatter_overlapped = jax.shard_map(
+  {in_specs = {lhs_spec, rhs_spec}, out_specs = rhs_spec})(
+  function(lhs_block, rhs_block)
+    local size = jax.lax.axis_size('i')
+    local idx = jax.lax.axis_index('i')
+    local perm = {}
+    for i = 0, size - 1 do perm[#perm + 1] = {i, (i - 1) % size} end
+    local function shift(v) return jax.lax.ppermute(v, 'i', perm) end
+    lhs_block = lhs_block:reshape(size, -1, lhs_block.shape[2])  -- split 1st axis
+
+    local out_summand = jnp.matmul(lhs_block[(idx + 1) % size], rhs_block)
+    for i = 1, size - 1 do
+      out_summand = shift(out_summand)
+      out_summand = out_summand + jnp.matmul(lhs_block[(idx + i + 1) % size], rhs_block)
+    end
+    return out_summand
+  end)
+
+-- cell 50: prints True
+out = matmul_psumscatter_overlapped(lhs, rhs)
+expect(jnp.allclose(out, jnp.matmul(lhs, rhs), {atol = 1e-3, rtol = 1e-3}), "true", "cell 50")
+
+-- cell 51: both directions, half-size blocks sliced at traced starts along axis 0.
+local matmul_psumscatter_overlapped_bidi = jax.shard_map(
+  {in_specs = {lhs_spec, rhs_spec}, out_specs = rhs_spec})(
+  function(lhs_block, rhs_block)
+    local size = jax.lax.axis_size('i')
+    local idx = jax.lax.axis_index('i')
+    local perm_up, perm_dn = {}, {}
+    for i = 0, size - 1 do perm_up[#perm_up + 1] = {i, (i + 1) % size} end
+    for i = 0, size - 1 do perm_dn[#perm_dn + 1] = {i, (i - 1) % size} end
+    local function shift_up(v) return jax.lax.ppermute(v, 'i', perm_up) end
+    local function shift_dn(v) return jax.lax.ppermute(v, 'i', perm_dn) end
+
+    local B = lhs_block.shape[1] // size // 2  -- half-size blocks
+    local lhs_blocks = function(i, hi)
+      return lax.dynamic_slice_in_dim(lhs_block, (2 * i + hi) * B, B, 0)
+    end
+
+    local out_summand_lo = jnp.matmul(lhs_blocks((idx - 1) % size, 0), rhs_block)
+    local out_summand_hi = jnp.matmul(lhs_blocks((idx + 1) % size, 1), rhs_block)
+    for i = 1, size - 1 do
+      out_summand_lo = shift_up(out_summand_lo)
+      out_summand_hi = shift_dn(out_summand_hi)
+      out_summand_lo = out_summand_lo + jnp.matmul(lhs_blocks((idx - i - 1) % size, 0), rhs_block)
+      out_summand_hi = out_summand_hi + jnp.matmul(lhs_blocks((idx + i + 1) % size, 1), rhs_block)
+    end
+    return jnp.concatenate({out_summand_lo, out_summand_hi})
+  end)
+
+-- cell 52: prints True
+out = matmul_psumscatter_overlapped_bidi(lhs, rhs)
+expect(jnp.allclose(out, jnp.matmul(lhs, rhs), {atol = 1e-3, rtol = 1e-3}), "true", "cell 52")
 
 t.report("tutorial shard_map (cells 25-52): cells that do not run (fully) as written:")

@@ -226,6 +226,33 @@ void add_data_movement_cases(std::map<OpKind, Case>& c) {
         return {b.add_index_in_dim(u[1], acc, 2, 2, 3)};
       },
       true};
+  // Traced indices (the front-end's x[i], x.at[i], lax.dynamic_slice_in_dim): an i32 start
+  // (random in [0, V), so often clamped) along the embed dim, and along the batch dim, which
+  // the meshes shard (the rule makes it whole).
+  c[K::kDynamicSliceInDim] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        ValueId x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E})})[0];
+        ValueId start = arg(b, "start", Shape{}, {}, DType::kI32);
+        return {b.dynamic_slice_in_dim(x, start, 2, 2), b.dynamic_slice_in_dim(x, start, 0, 1)};
+      },
+      true};
+  c[K::kDynamicUpdateSliceInDim] = {
+      [](Builder& b, const Sizes& z, V& w) -> V {
+        auto x = wrt_all(w, {act(b, "x", Shape{z.B, z.T, z.E}), act(b, "u", Shape{z.B, 2, z.E})});
+        ValueId start = arg(b, "start", Shape{}, {}, DType::kI32);
+        return {b.dynamic_update_slice_in_dim(x[0], x[1], start, 1, false),
+                b.dynamic_update_slice_in_dim(x[0], x[1], start, 1, true)};
+      },
+      true};
+  // jnp.remainder of a negative dividend in (-0.65, -0.35) by a divisor in (0.7, 1.3) (the
+  // "norm" arguments' range): floor(a / b) = -1 everywhere (no jump for the finite
+  // differences to cross), so the result is a + b, of the divisor's sign, and db = dy.
+  c[K::kRemainder] = {[](Builder& b, const Sizes& z, V& w) -> V {
+                        const Shape s{z.B, z.T, z.E};
+                        auto x = wrt_all(w, {act(b, "norm_a", s), act(b, "norm_b", s)});
+                        return {b.remainder(b.scale(x[0], -0.5), x[1])};
+                      },
+                      true};
   // The circular pipeline's per-stage repeat selection: rows (B, sharded over data) pick
   // different slots; sharded, each device must find its global rows' indices.
   c[K::kIndexPerRow] = {[](Builder& b, const Sizes& z, V& w) -> V {
