@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/frontend/manual.h"
+#include "engine/frontend/vma.h"
 #include "shell/context.h"
 #include "shell/lua_array.h"
 #include "shell/lua_jit.h"
@@ -162,6 +163,17 @@ Result<int> grad_common(lua_State* L, std::string_view fn, Transform t) {
     j.has_aux = aux.value_or(false);
   }
   if (j.argnums.empty()) return eng::invalid_argument("{}: argnums is empty", fn);
+  // grad of a shard_map'd function: the shard_map with the gradient appended to its
+  // per-device program (engine/frontend/vma.h has the cotangent rules).
+  if (JitBox* inner = to_udata<JitBox>(L, 1); inner && inner->options().manual) {
+    if (inner->options().transform != Transform::kNone)
+      return eng::invalid_argument("{}: of a transformed shard_map is not supported", fn);
+    fe::JitOptions m = inner->options();
+    m.transform = t, m.argnums = j.argnums, m.has_aux = j.has_aux;
+    lua_getiuservalue(L, 1, 1);
+    push_jit(L, std::move(m), lua_gettop(L));
+    return 1;
+  }
   push_jit(L, std::move(j), 1);
   return 1;
 }
@@ -313,10 +325,9 @@ Result<int> shard_map(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
   if (name) j.name = *name;
   for (const char* key : {"in_specs", "out_specs"}) {
-    if (push_field(L, 2, key) == LUA_TNIL && std::string_view(key) == "out_specs") {
-      lua_pop(L, 1);
-      return eng::invalid_argument("{}: {} is required", fn, key);
-    }  // in_specs may be left out: then each argument is split as its type says
+    // in_specs may be left out: then each argument is split as its type says; out_specs left
+    // out is JAX's out_specs=None (f returns nothing)
+    push_field(L, 2, key);
     auto specs = read_specs(L, lua_gettop(L), fn, key);
     lua_pop(L, 1);
     if (!specs.ok()) return specs.status();
@@ -344,7 +355,38 @@ Result<int> all_to_all(lua_State* L) {
                });
 }
 
+// sl.lax.pmean(x, axis_name) inside sl.shard_map.
+Result<int> pmean(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, "pmean", "x"));
+  if (!x.array) return arg_error(L, 1, "pmean", "x", "Array");
+  ENG_ASSIGN_OR_RETURN(const std::vector<std::string> axes, read_axis_names(L, 2, "pmean"));
+  return apply(L, "pmean", fmt::format("{}", fmt::join(axes, ",")), {x},
+               [=](fe::Trace& tr, std::span<const eng::ValueId> in) {
+                 return one(fe::manual::pmean(tr, in[0], axes));
+               });
+}
+
+// sl.lax.pcast(x, axis_name, {to = "varying"}) inside sl.shard_map (engine/frontend/vma.h).
+Result<int> pcast(lua_State* L) {
+  constexpr std::string_view fn = "pcast";
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
+  if (!x.array) return arg_error(L, 1, fn, "x", "Array");
+  ENG_ASSIGN_OR_RETURN(const std::vector<std::string> axes, read_axis_names(L, 2, fn));
+  ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "options"));
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> to, field_string(L, 3, "to", fn));
+  if (!to) return eng::invalid_argument("{}: the option `to` is required ({{to = \"varying\"}})", fn);
+  return apply(L, fn, fmt::format("{} {}", fmt::join(axes, ","), *to), {x},
+               [axes, to = *to](fe::Trace& tr, std::span<const eng::ValueId> in) {
+                 return one(fe::pcast(tr, in[0], axes, to));
+               });
+}
+
 constexpr Function kLaxFunctions[] = {
+    {"pmean", lua_entry<pmean>, "sl.lax.pmean(x, axis_name) -> Array",
+     "jax.lax.pmean inside sl.shard_map: psum over the axes divided by their size."},
+    {"pcast", lua_entry<pcast>, "sl.lax.pcast(x, axis_name, {to = 'varying'}) -> Array",
+     "jax.lax.pcast inside sl.shard_map: x, now varying over the axes (its type gains\n"
+     "  {V:axes}; grad sums its cotangent over them). Only invariant -> 'varying'."},
     {"all_to_all", lua_entry<all_to_all>,
      "sl.lax.all_to_all(x, axis_name, split_axis, concat_axis [, {tiled = false}]) -> Array",
      "jax.lax.all_to_all inside sl.shard_map: chunk r of x along split_axis goes to member r of\n"
@@ -407,6 +449,14 @@ void open_lua_jit(lua_State* L, int sl) {
   lua_getfield(L, sl, "lax");  // made by open_lua_numpy, which runs first
   if (lua_istable(L, -1)) add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
   lua_pop(L, 1);
+  // x ^ 2 is Python's x ** 2 (jnp.power), for the tutorials' `(predictions - targets) ** 2`.
+  luaL_getmetatable(L, "Array");
+  lua_getfield(L, sl, "numpy");
+  if (lua_istable(L, -2) && lua_istable(L, -1)) {
+    lua_getfield(L, -1, "power");
+    lua_setfield(L, -3, "__pow");
+  }
+  lua_pop(L, 2);
 }
 
 // auto_axes' out_sharding / explicit_axes' in_sharding given at the call, as JAX's

@@ -174,6 +174,10 @@ class JitFunction {
   Result<std::vector<ArrayRef>> run(const Compiled& c, const CallArgs& args,
                                     std::vector<ArrayRef>* consumed) const;
 
+  // grad of a shard_map'd function: out_specs of grad_outputs' results (gradients by their
+  // arguments' in_specs).
+  std::vector<std::optional<PartitionSpec>> grad_out_specs(const CallArgs& args) const;
+
   int64_t compiles() const { return static_cast<int64_t>(seen_.size()); }
   size_t entries() const { return cache_.size(); }
   // The keys compiled so far, in order, arguments named as explanations name them.

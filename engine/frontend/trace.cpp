@@ -10,6 +10,7 @@
 
 #include "engine/base/limits.h"
 #include "engine/compile/spmd.h"
+#include "engine/frontend/vma.h"
 #include "engine/sharding/shard_geometry.h"
 
 namespace eng::frontend {
@@ -132,6 +133,7 @@ ValueId Trace::input(std::string name, const Shape& shape, DType dtype, const Pa
   ValueId v = b_.argument(std::move(name), shape, dtype, {}, ArgRole::kBatch);
   b_.mutable_info(v).spec = spec;
   sources_.push_back({Source::Kind::kInput, num_inputs_++, nullptr, 0});
+  if (manual_) add_vma(v, vma_of_spec(mesh_, spec));  // shard_map: varies where it is split
   return v;
 }
 
