@@ -1,0 +1,222 @@
+-- tests/frontend/tutorial_shard_map_nn_test.lua: the neural-network examples of JAX's tutorial
+-- "Manual parallelism with shard_map" (docs/notebooks/shard_map.md of jax-ml/jax at commit
+-- cec06d1, "Neural networks": code cells 53-69), translated mechanically: Python syntax to Lua
+-- (tuples as tables, tuple unpacking as table.unpack, `for W, b in params` as a loop over
+-- ipairs, keyword arguments as a trailing table, decorators as calls, `x ** 2` as `x ^ 2`),
+-- `jnp.` read as `sl.numpy.`, `jax.` as `sl.`, nothing renamed. The tutorial prints losses of
+-- its random data (JAX's PRNG, which shardlab's is not), so each cell checks the relations it
+-- prints: the sharded loss equals the reference loss, and allclose(...) of the gradients is
+-- True. What cannot run is listed in `missing`.
+local jax, jnp = sl, sl.numpy
+local t = dofile(arg[0]:match("^(.*)/") .. "/tutorial.lua")
+local cannot, expect = t.cannot, t.expect
+local P = jax.sharding.PartitionSpec
+local NamedSharding = jax.sharding.NamedSharding
+local Mesh = jax.sharding.Mesh
+local tree_map, tree_all = jax.tree_util.tree_map, jax.tree_util.tree_all
+assert(#jax.devices() == 8, "run with SHARDLAB_LOCAL_DEVICES=8")
+local function close(a, b, what)  -- a check of this test: two printed losses are equal
+  assert(math.abs(a - b) <= 1e-4 * math.max(1, math.abs(b)), string.format("%s: %.9g vs %.9g",
+                                                                           what, a, b))
+end
+
+-- cell 53
+local function predict(params, inputs)
+  local outputs
+  for _, Wb in ipairs(params) do
+    local W, b = table.unpack(Wb)
+    outputs = jnp.dot(inputs, W) + b
+    inputs = jax.nn.relu(outputs)
+  end
+  return outputs
+end
+
+local function loss(params, batch)
+  local inputs, targets = table.unpack(batch)
+  local predictions = predict(params, inputs)
+  return jnp.mean(jnp.sum((predictions - targets) ^ 2, {axis = -1}))
+end
+
+-- cell 54: `key, *keys = jax.random.split(key, n)` as the first key and the rest;
+-- list(map(init_layer, keys, sizes[:-1], sizes[1:])) as a loop.
+local function init_layer(key, n_in, n_out)
+  local k1, k2 = table.unpack(jax.random.split(key))
+  local W = jax.random.normal(k1, {n_in, n_out}) / jnp.sqrt(n_in)
+  local b = jax.random.normal(k2, {n_out})
+  return {W, b}
+end
+
+local function init(key, layer_sizes, batch_size)
+  local keys = jax.random.split(key, #layer_sizes)
+  key, keys = keys[1], {table.unpack(keys, 2)}
+  local params = {}
+  for i = 1, #keys do params[i] = init_layer(keys[i], layer_sizes[i], layer_sizes[i + 1]) end
+
+  keys = jax.random.split(key, 3)
+  key, keys = keys[1], {table.unpack(keys, 2)}
+  local inputs = jax.random.normal(keys[1], {batch_size, layer_sizes[1]})
+  local targets = jax.random.normal(keys[2], {batch_size, layer_sizes[#layer_sizes]})
+
+  return params, {inputs, targets}
+end
+
+-- cell 55
+local layer_sizes = {784, 128, 128, 128, 128, 128, 8}
+local batch_size = 32
+
+local params, batch = init(jax.random.key(0), layer_sizes, batch_size)
+expect(jax.typeof(params[1][1]), "f32[784,128]", "cell 55 W")
+expect(jax.typeof(batch[2]), "f32[32,8]", "cell 55 targets")
+
+-- cell 56
+local mesh = jax.make_mesh({8}, {'batch'})
+jax.set_mesh(mesh)
+
+-- replicate initial params on all devices, shard data batch over devices
+batch = jax.device_put(batch, NamedSharding(mesh, P('batch')))
+params = jax.device_put(params, NamedSharding(mesh, P()))
+expect(jax.typeof(batch[1]), "f32[32@batch,784]", "cell 56 inputs")
+
+-- adapt the loss function to sum the losses across devices
+local loss_dp = jax.shard_map({out_specs = P()})(function(params, local_batch)
+  local inputs, targets = table.unpack(local_batch)
+  local predictions = predict(params, inputs)  -- use reference 'predict`
+  local local_loss = jnp.mean(jnp.sum((predictions - targets) ^ 2, {axis = -1}))
+  return jax.lax.pmean(local_loss, 'batch')
+end)
+
+-- cell 57: the two printed losses are equal.
+local printed = {jax.jit(loss)(params, batch), jax.jit(loss_dp)(params, batch)}
+print(printed[1]); print(printed[2])
+expect(jax.typeof(printed[2]), "f32[]", "cell 57 loss_dp")
+close(printed[2]:item(), printed[1]:item(), "cell 57")
+
+-- cell 58: prints True. (functools.partial(jnp.allclose, ...) as the function it makes.)
+local function allclose(a, b)
+  return tree_all(tree_map(function(x, y) return jnp.allclose(x, y, {atol = 1e-2, rtol = 1e-2}) end,
+                           a, b))
+end
+
+expect(allclose(jax.jit(jax.grad(loss))(params, batch),
+                jax.jit(jax.grad(loss_dp))(params, batch)), "true", "cell 58")
+
+-- cell 59: `@partial(jax.remat, policy=...)` has no counterpart (no sl.remat): predict_fsdp is
+-- the undecorated function, whose values and gradients are the same (remat changes only what
+-- the backward pass recomputes).
+mesh = jax.make_mesh({4}, {'batch'})
+jax.set_mesh(mesh)
+batch = jax.device_put(batch, P('batch'))
+params = jax.device_put(params, P('batch'))
+expect(jax.typeof(params[1][1]), "f32[784@batch,128]", "cell 59 W")
+
+-- adapt the prediction function to gather weights just before their use,
+-- and to re-gather them on the backward pass (rather than saving them)
+local function predict_fsdp(params_frag, inputs)
+  local outputs
+  for _, Wb_frag in ipairs(params_frag) do
+    local W_frag, b_frag = table.unpack(Wb_frag)
+    local W = jax.lax.all_gather(W_frag, 'batch', {tiled = true})
+    local b = jax.lax.all_gather(b_frag, 'batch', {tiled = true})
+    outputs = jnp.dot(inputs, W) + b
+    inputs = jax.nn.relu(outputs)
+  end
+  return outputs
+end
+cannot(59, "jax.remat with a policy (@partial(jax.remat, policy=...)): predict_fsdp runs "
+           .. "undecorated")
+
+local loss_fsdp = jax.shard_map({out_specs = P()})(function(local_params, local_batch)
+  local inputs, targets = table.unpack(local_batch)
+  local predictions = predict_fsdp(local_params, inputs)
+  local local_loss = jnp.mean(jnp.sum((predictions - targets) ^ 2, {axis = -1}))
+  return jax.lax.pmean(local_loss, 'batch')
+end)
+
+-- cell 60: two equal losses, then True.
+local repl_params = jax.device_put(params, P())
+local repl_batch = jax.device_put(batch, P())
+printed = {jax.jit(loss)(repl_params, repl_batch), jax.jit(loss_fsdp)(params, batch)}
+print(printed[1]); print(printed[2])
+close(printed[2]:item(), printed[1]:item(), "cell 60")
+
+expect(allclose(jax.jit(jax.grad(loss))(repl_params, repl_batch),
+                jax.jit(jax.grad(loss_fsdp))(params, batch)), "true", "cell 60 grads")
+
+-- cell 61: gemm_tp is defined after predict_tp, which calls it (Python looks it up at the
+-- call); Lua needs the local declared first.
+mesh = jax.make_mesh({8}, {'feats'})
+jax.set_mesh(mesh)
+
+batch = jax.device_put(batch, NamedSharding(mesh, P(nil, 'feats')))
+params = jax.device_put(params, NamedSharding(mesh, P('feats')))
+
+local gemm_tp
+local function predict_tp(params, inputs)
+  local outputs
+  for _, Wb in ipairs(params) do
+    local W, b = table.unpack(Wb)
+    outputs = gemm_tp(inputs, W, b)
+    inputs = jax.nn.relu(outputs)
+  end
+  return outputs
+end
+
+gemm_tp = jax.shard_map({in_specs = {P(nil, 'feats'), P('feats', nil), P('feats')},
+                         out_specs = P(nil, 'feats')})(function(inputs, W, b)
+  local block_result = jnp.dot(inputs, W)
+  return jax.lax.psum_scatter(block_result, 'feats',
+                              {scatter_dimension = 1, tiled = true}) + b
+end)
+
+local function loss_tp(params, batch)
+  local inputs, targets = table.unpack(batch)
+  local predictions = predict_tp(params, inputs)
+  return jnp.mean(jnp.sum((predictions - targets) ^ 2, {axis = -1}))  -- NOTE psum!
+end
+-- (the tutorial does not call loss_tp; run eagerly, it is the reference loss)
+close(loss_tp(params, batch):item(), loss(jax.device_put(params, P()), jax.device_put(batch, P())):item(),
+      "cell 61 loss_tp")
+
+-- cell 62: `P(('feats', 'batch'))` is P({'feats', 'batch'}); the remat decorator as in 59.
+mesh = jax.make_mesh({4, 2}, {'batch', 'feats'})
+jax.set_mesh(mesh)
+
+batch = jax.device_put(batch, NamedSharding(mesh, P('batch', 'feats')))
+params = jax.device_put(params, NamedSharding(mesh, P({'feats', 'batch'})))
+
+-- mostly same as previous predict_fsdp definition, except we call gemm_tp
+local function predict_fsdp_tp(params_frag, inputs)
+  local outputs
+  for _, Wb_frag in ipairs(params_frag) do
+    local W_frag, b_frag = table.unpack(Wb_frag)
+    local W = jax.lax.all_gather(W_frag, 'batch', {tiled = true})
+    local b = jax.lax.all_gather(b_frag, 'batch', {tiled = true})
+    local block_result = jnp.dot(inputs, W)
+    outputs = jax.lax.psum_scatter(block_result, 'feats',
+                                   {scatter_dimension = 1, tiled = true}) + b
+    inputs = jax.nn.relu(outputs)
+  end
+  return outputs
+end
+cannot(62, "jax.remat with a policy: predict_fsdp_tp runs undecorated")
+
+local loss_fsdp_tp = jax.shard_map({in_specs = {P({'feats', 'batch'}), P('batch', 'feats')},
+                                    out_specs = P()})(function(local_params, local_batch)
+  local inputs, targets = table.unpack(local_batch)
+  local predictions = predict_fsdp_tp(local_params, inputs)
+  local sq_err = jax.lax.psum(jnp.sum((predictions - targets) ^ 2, {axis = -1}), 'feats')
+  return jax.lax.pmean(jnp.mean(sq_err), 'batch')
+end)
+
+-- cell 63: two equal losses, then True.
+repl_params = jax.device_put(params, P())
+repl_batch = jax.device_put(batch, P())
+printed = {jax.jit(loss)(repl_params, repl_batch), jax.jit(loss_fsdp_tp)(params, batch)}
+print(printed[1]); print(printed[2])
+close(printed[2]:item(), printed[1]:item(), "cell 63")
+
+expect(allclose(jax.jit(jax.grad(loss))(repl_params, repl_batch),
+                jax.jit(jax.grad(loss_fsdp_tp))(params, batch)), "true", "cell 63 grads")
+
+t.report("tutorial shard_map neural networks (cells 53-69): cells that do not run (fully) as "
+         .. "written:")
