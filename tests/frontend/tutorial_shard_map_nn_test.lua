@@ -218,5 +218,83 @@ close(printed[2]:item(), printed[1]:item(), "cell 63")
 expect(allclose(jax.jit(jax.grad(loss))(repl_params, repl_batch),
                 jax.jit(jax.grad(loss_fsdp_tp))(params, batch)), "true", "cell 63 grads")
 
+-- cell 64: divmod(N, B) as N // B, N % B; f-strings as string.format.
+local L = #params - 2        -- num layers, excluding first and last
+local N = batch_size         -- batch size
+local F = params[1][1].shape[2]  -- num features
+
+-- choose some pipeline parameters
+local S = 2      -- number of stages
+local B = 8      -- size of each microbatch
+assert(L % S == 0, "S (number of stages) must divide L (number of inner layers)")
+
+-- compute some useful quantities
+local M, ragged = N // B, N % B  -- M is number of microbatches
+assert(ragged == 0, "B (size of each microbatch) must divide total batch size")
+local K
+K, ragged = M // S, M % S  -- K is microbatches per stage
+assert(ragged == 0, "S (number of stages) must divide number of microbatches")
+print(string.format('%d stages, %d layer(s) per stage, %d pipelined layers total', S, L // S, L))
+print(string.format('%d examples per microbatch, %d microbatches total', B, M))
+assert(L == 4 and F == 128 and M == 4 and K == 2, "cell 64")
+
+-- cell 65: the mesh and predict_pp are made; loss_pp's in_specs give one argument a tuple of
+-- specs (a pytree prefix: (P(), P('stages'), P()) for params' three parts), which
+-- sl.shard_map does not take (one spec per argument).
+mesh = Mesh({table.unpack(jax.devices(), 1, S)}, {'stages'})
+
+local spmd_pipeline
+local function predict_pp(params, inputs)
+  local Wb_first, inner_params, Wb_last = table.unpack(params)
+  local W_first, b_first = table.unpack(Wb_first)
+  local W_last, b_last = table.unpack(Wb_last)
+  inputs = jax.nn.relu(jnp.dot(inputs, W_first) + b_first)
+  inputs = spmd_pipeline(function(Wb, x) return jax.nn.relu(jnp.matmul(x, Wb[1]) + Wb[2]) end,
+                         inner_params, inputs)
+  local outputs = jnp.dot(inputs, W_last) + b_last
+  return outputs
+end
+
+t.fails(function()
+  return jax.shard_map({in_specs = {{P(), P('stages'), P()}, P('stages')}, out_specs = P()})(
+    function(params, batch)
+      local inputs, targets = table.unpack(batch)
+      local predictions = predict_pp(params, inputs:reshape(K, B, -1)):reshape(K * B, -1)
+      local local_loss = jnp.mean(jnp.sum((predictions - targets) ^ 2, {axis = -1}))
+      return jax.lax.pmean(local_loss, 'stages')
+    end)
+end, "in_specs[1] is not a PartitionSpec", "cell 65 loss_pp")
+cannot(65, "in_specs with a tuple of specs for one argument (a pytree prefix)")
+
+-- cell 66: spmd_pipeline and shift are not translated: they need jnp.nan, `x.at[i].set`,
+-- jnp.roll, and `stage == 0` compares a traced Array with a number, which Lua's == answers
+-- false without asking the Array (no metamethod for mixed types).
+assert(jnp.nan == nil and jnp.roll == nil, "cell 66 is listed")
+cannot(66, "jnp.nan, x.at[i].set(...), jnp.roll; `stage == 0` of a traced Array (Lua's == "
+           .. "never calls a metamethod for an Array and a number)")
+
+-- cell 67: `first, *inner, last = params` as the first, the middle and the last;
+-- `Ws, bs = zip(*inner_params)` as a loop.
+local first_params, last_params = params[1], params[#params]
+local inner_params = {table.unpack(params, 2, #params - 1)}
+local Ws, bs = {}, {}
+for i, Wb in ipairs(inner_params) do Ws[i], bs[i] = Wb[1], Wb[2] end
+local params_stacked = {jnp.stack(Ws), jnp.stack(bs)}
+first_params = jax.device_put(first_params, NamedSharding(mesh, P()))
+params_stacked = jax.device_put(params_stacked, NamedSharding(mesh, P('stages')))
+last_params = jax.device_put(last_params, NamedSharding(mesh, P()))
+local params_ = {first_params, params_stacked, last_params}
+
+local batch_ = jax.device_put(batch, NamedSharding(mesh, P('stages')))
+-- (Mesh's axes are Auto, so the types name no axis; the shardings do)
+expect(jax.typeof(params_[2][1]), "f32[4,128,128]", "cell 67 stacked Ws")
+expect(params_[2][1].sharding.spec, "P('stages')", "cell 67 stacked Ws' spec")
+expect(batch_[1].sharding.spec, "P('stages')", "cell 67 inputs' spec")
+
+-- cells 68, 69
+jax.set_mesh(mesh)
+cannot(68, "loss_pp (cells 65, 66)")
+cannot(69, "jax.grad(loss_pp) (cells 65, 66)")
+
 t.report("tutorial shard_map neural networks (cells 53-69): cells that do not run (fully) as "
          .. "written:")
