@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "engine/frontend/manual.h"
+#include "engine/frontend/remat.h"
 #include "engine/frontend/vma.h"
 #include "shell/context.h"
 #include "shell/lua_array.h"
 #include "shell/lua_jit.h"
+#include "shell/lua_jit_tree.h"
 #include "shell/lua_numpy.h"
 #include "shell/lua_types.h"
 
@@ -381,6 +383,65 @@ Result<int> pcast(lua_State* L) {
                });
 }
 
+// The function sl.remat returns: f called with the arguments; inside a trace, as a remat
+// region whose policy (upvalue 2) is asked per op (engine/frontend/remat.h).
+Result<int> remat_call(lua_State* L) {
+  const int n = lua_gettop(L);
+  std::shared_ptr<fe::Trace> tr = session(L).active_trace();
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  fe::RematRegion r;
+  if (tr) r = fe::remat_begin(*tr);
+  if (lua_pcall(L, n, LUA_MULTRET, 0) != LUA_OK) {
+    if (tr) (void)fe::remat_end(*tr, r, {}, nullptr);
+    return eng::invalid_argument("{}", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error)");
+  }
+  const int nret = lua_gettop(L);
+  if (!tr) return nret;  // eager: remat changes nothing without a backward pass
+  std::vector<eng::ValueId> results;
+  for (int k = 1; k <= nret; ++k) {
+    Tree t;
+    std::vector<ArrayBox*> leaves;
+    if (!flatten(L, k, "remat", &t, &leaves).ok()) continue;
+    for (ArrayBox* a : leaves)
+      if (a->trace == tr) results.push_back(a->value);
+  }
+  std::function<Result<bool>(std::string_view)> save;
+  if (lua_isfunction(L, lua_upvalueindex(2)))
+    save = [L](std::string_view op) -> Result<bool> {
+      lua_pushvalue(L, lua_upvalueindex(2));
+      lua_pushlstring(L, op.data(), op.size());
+      if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error)";
+        lua_pop(L, 1);
+        return eng::invalid_argument("remat: policy: {}", msg);
+      }
+      const bool keep = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      return keep;
+    };
+  ENG_RETURN_IF_ERROR(fe::remat_end(*tr, r, results, save));
+  return nret;
+}
+
+// sl.remat(f [, {policy = function(op, ...) -> boolean}]) (also sl.checkpoint): jax.remat.
+Result<int> remat(lua_State* L) {
+  constexpr std::string_view fn = "sl.remat";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  lua_settop(L, 2);
+  if (!lua_isnil(L, 2)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+    static const std::vector<std::string> kKeys = {"policy"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kKeys));
+    push_field(L, 2, "policy");
+    if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
+      return arg_error(L, lua_gettop(L), fn, "policy", "function");
+    lua_replace(L, 2);
+  }
+  lua_pushcclosure(L, lua_entry<remat_call>, 2);
+  return 1;
+}
+
 constexpr Function kLaxFunctions[] = {
     {"pmean", lua_entry<pmean>, "sl.lax.pmean(x, axis_name) -> Array",
      "jax.lax.pmean inside sl.shard_map: psum over the axes divided by their size."},
@@ -396,6 +457,11 @@ constexpr Function kLaxFunctions[] = {
 };
 
 constexpr Function kJitFunctions[] = {
+    {"remat", lua_entry<remat>, "sl.remat(f [, {policy = function(op, ...) -> boolean}]) -> function",
+     "jax.remat (jax.checkpoint): inside sl.grad, the values f computes are recomputed in the\n"
+     "  backward pass instead of kept, except those of the ops policy(op_name) saves (and f's\n"
+     "  results). Outside a trace f runs as it is. Also sl.checkpoint."},
+    {"checkpoint", lua_entry<remat>, "sl.checkpoint(f [, {policy}]) -> function", "sl.remat."},
     {"shard_map", lua_entry<shard_map>,
      "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted; sl.shard_map({...}) -> decorator",
      "jax.shard_map: f runs on each device's blocks (argument i split by in_specs[i]) and\n"

@@ -196,6 +196,7 @@ Result<std::vector<ValueId>> gradients(std::string_view what, Trace& tr, ValueId
   Builder& b = tr.builder();
   ENG_ASSIGN_OR_RETURN(ValueId seg, tr.constant({1.0}, Shape{1, 1}, DType::kI32));
   const ValueId seeded = b.masked_mean_loss(b.reshape(loss, Shape{1, 1}), seg).first;
+  tr.remat().forward_end = static_cast<int>(b.program().instrs().size());  // jax.remat's
   // Inside shard_map, cotangents follow the varying manual axes (vma.h).
   std::vector<ValueId> grads =
       append_gradients(b, seeded, wrt, tr.manual() ? vma_cotangent_hook(tr) : CotangentHook{});

@@ -109,6 +109,17 @@ class Trace {
   // v also varies over `bits` (an input's in_spec axes; jax.lax.pcast to 'varying').
   void add_vma(ValueId v, uint32_t bits);
 
+  // jax.remat regions traced into this program (engine/frontend/remat.h): how many, the open
+  // one's scope (-1: none), and the first instruction of the backward pass (gradients(); -1:
+  // not differentiated). Compiled::create rematerializes when both are set.
+  struct RematState {
+    int32_t regions = 0;
+    int32_t open = -1;
+    int forward_end = -1;
+  };
+  RematState& remat() { return remat_; }
+  const RematState& remat() const { return remat_; }
+
  private:
   friend class Compiled;
   struct Source {  // where one program argument comes from at run time
@@ -128,6 +139,7 @@ class Trace {
   std::map<ValueId, uint32_t> vma_given_;                  // inputs' and pcast's (add_vma)
   mutable std::vector<uint32_t> vma_;                      // per value, derived so far
   mutable size_t vma_instrs_ = 0;                          // instrs derived so far
+  RematState remat_;
 };
 
 // Options a caller (sl.jit) gives a compilation.

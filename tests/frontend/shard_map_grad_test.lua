@@ -2,7 +2,7 @@
 -- sl.shard_map'd functions: the gradient appended to the per-device program with JAX's
 -- transposes under varying manual axes (engine/frontend/vma.h). Each loss is checked against
 -- the same loss written on whole arrays (sharded == one device), and one against central
--- differences; every collective's transpose is exercised.
+-- differences; every collective's transpose is exercised. Also sl.remat's errors.
 local h = dofile(arg[0]:match("^(.*)/") .. "/../shell/helpers.lua")
 local np, P = sl.numpy, sl.P
 
@@ -169,5 +169,16 @@ h.expect_error(function()
   sl.shard_map(function(wb) return sl.lax.pcast(wb, "b", {to = "sideways"}) end,
                {in_specs = {P()}, out_specs = P("b")})(w)
 end, "Got unexpected `to` value")
+-- sl.remat: outside a trace f runs as it is; in grad, the values its policy does not save are
+-- recomputed (same gradients); bad options and a failing policy are errors.
+local sq = sl.remat(function(v) return np.sum(np.sin(v) * v) end)
+close(sq(w):item(), np.sum(np.sin(w) * w):item(), 1e-6, "remat eager")
+local plain = sl.grad(function(v) return np.sum(np.sin(v) * v) end)(w)
+close(sl.grad(sq)(w):totable(), plain:totable(), 1e-6, "remat grad")
+h.expect_error(function() sl.remat(sq, {policy = 3}) end, "policy")
+h.expect_error(function() sl.remat(sq, {polcy = print}) end, "polcy")
+h.expect_error(function()
+  sl.grad(sl.remat(function(v) return np.sum(v * v) end, {policy = function() error("no") end}))(w)
+end, "remat: policy:")
 sl.set_mesh(nil)
 print("shard_map_grad_test ok")
