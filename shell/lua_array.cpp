@@ -509,7 +509,8 @@ Result<int> arange(lua_State* L) {
   return put_values(L, fn, v, eng::Shape{static_cast<int64_t>(v.size())}, p);
 }
 
-// sl.device_put(x, sharding [, mesh]): x an Array (re-placed), a pytree of them, or values; sharding sl.P(...)
+// sl.device_put(x, sharding [, mesh]): x an Array (re-placed), a pytree of them, or values;
+// sharding sl.P(...)
 // on `mesh` (default: set_mesh's mesh, else x's, else one device), or a NamedSharding (its own
 // mesh).
 Result<int> device_put(lua_State* L);

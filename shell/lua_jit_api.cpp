@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,9 +27,13 @@ namespace {
 // ---- sl.jit / sl.grad / sl.value_and_grad ----------------------------------------------
 
 // A spec list: sl.P(...) (one for every position) or a table {sl.P(...), nil, ...}.
-Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(lua_State* L, int idx,
-                                                                  std::string_view fn,
-                                                                  std::string_view name) {
+Status read_spec_tree(lua_State* L, int idx, const std::string& what, fe::SpecTree* out,
+                      int depth = 0);
+
+// trees: where entries that are tables of specs go (shard_map's in_specs); null: an error.
+Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(
+    lua_State* L, int idx, std::string_view fn, std::string_view name,
+    std::map<int, fe::SpecTree>* trees = nullptr) {
   std::vector<std::optional<eng::PartitionSpec>> out;
   if (lua_isnil(L, idx)) return out;
   if (auto* p = to_udata<eng::PartitionSpec>(L, idx)) {
@@ -41,11 +46,41 @@ Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(lua_State* L, 
     lua_rawgeti(L, idx, i);
     auto* p = to_udata<eng::PartitionSpec>(L, -1);
     const bool nil = lua_isnil(L, -1);
+    if (trees && !p && !nil) {  // a table of specs for this argument
+      fe::SpecTree t;
+      Status st = read_spec_tree(L, -1, fmt::format("{}: {}[{}]", fn, name, i), &t);
+      lua_pop(L, 1);
+      if (!st.ok()) return st;
+      (*trees)[static_cast<int>(i - 1)] = std::move(t);
+      out.push_back(std::nullopt);
+      continue;
+    }
     lua_pop(L, 1);
     if (!p && !nil) return eng::invalid_argument("{}: {}[{}] is not a PartitionSpec", fn, name, i);
     out.push_back(p ? std::optional<eng::PartitionSpec>(*p) : std::nullopt);
   }
   return out;
+}
+
+// A table of specs (shard_map's in_specs entry as a pytree prefix) at idx.
+Status read_spec_tree(lua_State* L, int idx, const std::string& what, fe::SpecTree* out,
+                      int depth) {
+  if (auto* p = to_udata<eng::PartitionSpec>(L, idx)) {
+    out->spec = *p;
+    return eng::ok_status();
+  }
+  if (lua_type(L, idx) != LUA_TTABLE || depth > 32 || !lua_checkstack(L, 4))
+    return eng::invalid_argument("{} is not a PartitionSpec or a table of them", what);
+  idx = lua_absindex(L, idx);
+  for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
+    lua_rawgeti(L, idx, i);
+    fe::SpecTree kid;
+    Status st = read_spec_tree(L, -1, fmt::format("{}[{}]", what, i), &kid, depth + 1);
+    lua_pop(L, 1);
+    if (!st.ok()) return st;
+    out->kids.emplace_back(fe::TreeKey{true, i, {}}, std::move(kid));
+  }
+  return eng::ok_status();
 }
 
 Result<std::vector<int>> read_ints(lua_State* L, int idx, std::string_view fn,
@@ -321,8 +356,9 @@ Result<int> shard_map(lua_State* L) {
     lua_pop(L, 1);
     if (!m.ok()) return m.status();
     j.mesh = **m;
-  } else {
+  } else {  // JAX's mesh=None: the mesh in context when it is called
     lua_pop(L, 1);
+    j.context_mesh = true;
   }
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
   if (name) j.name = *name;
@@ -330,10 +366,11 @@ Result<int> shard_map(lua_State* L) {
     // in_specs may be left out: then each argument is split as its type says; out_specs left
     // out is JAX's out_specs=None (f returns nothing)
     push_field(L, 2, key);
-    auto specs = read_specs(L, lua_gettop(L), fn, key);
+    const bool in = std::string_view(key) == "in_specs";
+    auto specs = read_specs(L, lua_gettop(L), fn, key, in ? &j.in_spec_trees : nullptr);
     lua_pop(L, 1);
     if (!specs.ok()) return specs.status();
-    (std::string_view(key) == "in_specs" ? j.in_specs : j.out_specs) = std::move(*specs);
+    (in ? j.in_specs : j.out_specs) = std::move(*specs);
   }
   push_jit(L, std::move(j), 1);
   return 1;
@@ -376,7 +413,8 @@ Result<int> pcast(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(const std::vector<std::string> axes, read_axis_names(L, 2, fn));
   ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "options"));
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> to, field_string(L, 3, "to", fn));
-  if (!to) return eng::invalid_argument("{}: the option `to` is required ({{to = \"varying\"}})", fn);
+  if (!to)
+    return eng::invalid_argument("{}: the option `to` is required ({{to = \"varying\"}})", fn);
   return apply(L, fn, fmt::format("{} {}", fmt::join(axes, ","), *to), {x},
                [axes, to = *to](fe::Trace& tr, std::span<const eng::ValueId> in) {
                  return one(fe::pcast(tr, in[0], axes, to));
@@ -457,7 +495,8 @@ constexpr Function kLaxFunctions[] = {
 };
 
 constexpr Function kJitFunctions[] = {
-    {"remat", lua_entry<remat>, "sl.remat(f [, {policy = function(op, ...) -> boolean}]) -> function",
+    {"remat", lua_entry<remat>,
+     "sl.remat(f [, {policy = function(op, ...) -> boolean}]) -> function",
      "jax.remat (jax.checkpoint): inside sl.grad, the values f computes are recomputed in the\n"
      "  backward pass instead of kept, except those of the ops policy(op_name) saves (and f's\n"
      "  results). Outside a trace f runs as it is. Also sl.checkpoint."},
@@ -468,8 +507,10 @@ constexpr Function kJitFunctions[] = {
      "  communicates with sl.lax.psum, all_gather, psum_scatter, ppermute, axis_index; its "
      "results\n"
      "  are the blocks of arrays laid out by out_specs. Compiled once per signature, without SPMD\n"
-     "  partitioning (the program is per-device already). mesh: default sl.get_mesh(). Given only\n"
-     "  the options, it returns f -> sl.shard_map(f, options) (@jax.shard_map(in_specs=...)).\n"
+     "  partitioning (the program is per-device already). mesh: default sl.get_mesh() at each\n"
+     "  call. Given only the options, it returns f -> sl.shard_map(f, options)\n"
+     "  (@jax.shard_map(in_specs=...)). An in_specs entry may be a table of specs for a table\n"
+     "  argument (a pytree prefix).\n"
      "  Without in_specs each argument is split as its type says (Explicit mesh axes)."},
     {"jit", lua_entry<jit>,
      "sl.jit(f [, {in_shardings, out_shardings, static_argnums, donate_argnums, name}]) -> Jitted",

@@ -429,7 +429,9 @@ Result<int> typeof_fn(lua_State* L) {
 Result<int> axis_set_eq(lua_State* L) {
   auto names = [&](int idx) {
     std::set<std::string> out;
-    for (lua_Integer i = 1; lua_type(L, idx) == LUA_TTABLE && i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
+    const lua_Integer n =
+        lua_type(L, idx) == LUA_TTABLE ? static_cast<lua_Integer>(lua_rawlen(L, idx)) : 0;
+    for (lua_Integer i = 1; i <= n; ++i) {
       lua_rawgeti(L, idx, i);
       if (lua_type(L, -1) == LUA_TSTRING) out.insert(lua_tostring(L, -1));
       lua_pop(L, 1);
@@ -767,8 +769,9 @@ void open_lua_sharding(lua_State* L, int sl) {
                   lua_entry<sharding_property>, kNamedShardingProperties});
   define_type(L, {"ShapedArray",
                   "An array's type (jax.typeof): shape, dtype, ndim, size, sharding (a\n"
-                  "  NamedSharding; size-1 mesh axes dropped from its spec), inside sl.shard_map .vma (also\n"
-                  "  .manual_axis_type.varying: a set of axis names). Prints as f32[8@X,4@Y], f32[3]{V:i};\n"
+                  "  NamedSharding; size-1 mesh axes dropped from its spec); inside sl.shard_map\n"
+                  "  .vma (also .manual_axis_type.varying: a set of axis names). Prints as\n"
+                  "  f32[8@X,4@Y], f32[3]{V:i};\n"
                   "  `..` concatenates that text; tostring() gives it as a string.",
                   lua_entry<shaped_array_tostring>, lua_entry<shaped_array_eq>,
                   udata_gc<ShapedArrayType>, {}, lua_entry<shaped_array_property>,

@@ -47,6 +47,40 @@ std::string tree_type(const Tree& tree, const std::vector<std::string>& leaf_typ
   return out + "}";
 }
 
+namespace {
+
+Status prefix_specs_at(const SpecTree& prefix, const Tree& tree, const std::string& what,
+                       std::vector<PartitionSpec>* out) {
+  if (prefix.spec) {
+    for (int k = 0; k < tree.num_leaves(); ++k) out->push_back(*prefix.spec);
+    return ok_status();
+  }
+  if (tree.leaf)
+    return invalid_argument("{}: in_specs has a table of specs where the argument has an Array",
+                            what);
+  if (prefix.kids.size() != tree.kids.size())
+    return invalid_argument(
+        "{}: in_specs is not a tree prefix of the argument: {} specs for {} entries", what,
+        prefix.kids.size(), tree.kids.size());
+  for (size_t i = 0; i < tree.kids.size(); ++i) {
+    if (!(prefix.kids[i].first == tree.kids[i].first))
+      return invalid_argument("{}: in_specs has key {} where the argument has {}", what,
+                              prefix.kids[i].first.to_string(), tree.kids[i].first.to_string());
+    ENG_RETURN_IF_ERROR(prefix_specs_at(prefix.kids[i].second, tree.kids[i].second,
+                                        what + tree.kids[i].first.to_string(), out));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::vector<PartitionSpec>> prefix_specs(const SpecTree& prefix, const Tree& tree,
+                                                const std::string& what) {
+  std::vector<PartitionSpec> out;
+  ENG_RETURN_IF_ERROR(prefix_specs_at(prefix, tree, what, &out));
+  return out;
+}
+
 // ---- the cache --------------------------------------------------------------------------------
 
 CacheKey JitFunction::cache_key(const CallArgs& args) const {

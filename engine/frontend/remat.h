@@ -6,7 +6,8 @@
 //
 //   RematRegion r = remat_begin(tr);
 //   ... trace f ...
-//   ENG_RETURN_IF_ERROR(remat_end(tr, r, results, [](std::string_view op) { return op != "all_gather"; }));
+//   ENG_RETURN_IF_ERROR(remat_end(tr, r, results,
+//                                 [](std::string_view op) { return op != "all_gather"; }));
 #pragma once
 
 #include <functional>

@@ -41,7 +41,8 @@ std::string vma_string(const Mesh& mesh, uint32_t bits) {
 
 std::string vma_string(const std::vector<std::string>& n) {
   if (n.empty()) return "";
-  return n.size() == 1 ? fmt::format("{{V:{}}}", n[0]) : fmt::format("{{V:({})}}", fmt::join(n, ","));
+  return n.size() == 1 ? fmt::format("{{V:{}}}", n[0])
+                       : fmt::format("{{V:({})}}", fmt::join(n, ","));
 }
 
 std::vector<std::string> vma_of(const Value& v) {

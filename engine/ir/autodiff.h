@@ -19,7 +19,8 @@ namespace eng {
 // forward instr whose VJP produced `ct` for its input `operand`, returns what to accumulate.
 // shard_map's varying manual axes use it (engine/frontend/vma.h): an operand invariant over
 // mesh axes the op varies over gets its contribution psummed there (JAX's pvary transpose).
-using CotangentHook = std::function<ValueId(Builder&, const Instr& in, ValueId operand, ValueId ct)>;
+using CotangentHook =
+    std::function<ValueId(Builder&, const Instr& in, ValueId operand, ValueId ct)>;
 
 // Per-device collectives (kAllReduce sum, kAllGather, kReduceScatter, kAllToAll,
 // kCollectivePermute) have the transposes of JAX's varying-manual-axes rules: they are only

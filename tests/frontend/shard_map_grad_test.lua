@@ -169,6 +169,28 @@ h.expect_error(function()
   sl.shard_map(function(wb) return sl.lax.pcast(wb, "b", {to = "sideways"}) end,
                {in_specs = {P()}, out_specs = P("b")})(w)
 end, "Got unexpected `to` value")
+-- in_specs as a pytree prefix: a table of specs for a table argument; one not matching the
+-- argument's structure is an error. Without mesh, a shard_map runs on the mesh set at the call.
+local seen = {}
+local nested = sl.shard_map(function(p, zb)
+  seen[1], seen[2] = tostring(sl.typeof(p[1])), tostring(sl.typeof(p[2]))
+  return sl.lax.psum(np.sum(zb * p[2]) + np.sum(p[1]) * 0, "b")
+end, {in_specs = {{P(), P("b")}, P("b")}, out_specs = P()})
+local w8 = vals({8, 4}, 11)
+local gp = sl.grad(nested)({w, sl.device_put(w8, P("b"))}, Zs)
+assert(seen[1] == "f32[2,4]" and seen[2] == "f32[2,4]{V:b}", seen[1] .. " " .. seen[2])
+close(gp[2]:totable(), Z:totable(), 1e-6, "nested in_specs grad")
+h.expect_error(function() nested({w, w8, w8}, Zs) end,
+               "in_specs is not a tree prefix of the argument: 2 specs for 3 entries")
+h.expect_error(function() nested(w, Zs) end,
+               "in_specs has a table of specs where the argument has an Array")
+local on_context = sl.shard_map(function(zb) return zb * 2 end,
+                                {in_specs = P("b"), out_specs = P("b")})
+sl.set_mesh(sl.make_mesh({2}, {"b"}))
+local r = on_context(sl.device_put(sl.arange(4.0), P("b")))
+assert(r.sharding.mesh.shape.b == 2, "the mesh of the call")
+sl.set_mesh(mesh)
+
 -- sl.remat: outside a trace f runs as it is; in grad, the values its policy does not save are
 -- recomputed (same gradients); bad options and a failing policy are errors.
 local sq = sl.remat(function(v) return np.sum(np.sin(v) * v) end)

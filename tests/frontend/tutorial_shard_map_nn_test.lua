@@ -244,9 +244,9 @@ print(string.format('%d stages, %d layer(s) per stage, %d pipelined layers total
 print(string.format('%d examples per microbatch, %d microbatches total', B, M))
 assert(L == 4 and F == 128 and M == 4 and K == 2, "cell 64")
 
--- cell 65: the mesh and predict_pp are made; loss_pp's in_specs give one argument a tuple of
--- specs (a pytree prefix: (P(), P('stages'), P()) for params' three parts), which
--- sl.shard_map does not take (one spec per argument).
+-- cell 65: loss_pp's in_specs give params a tuple of specs (a pytree prefix: P() for the
+-- first layer, P('stages') for the stacked inner layers, P() for the last), written as a table.
+-- spmd_pipeline (cell 66) is defined after, as in the tutorial (Lua needs the local first).
 mesh = Mesh({table.unpack(jax.devices(), 1, S)}, {'stages'})
 
 local spmd_pipeline
@@ -261,16 +261,15 @@ local function predict_pp(params, inputs)
   return outputs
 end
 
-t.fails(function()
-  return jax.shard_map({in_specs = {{P(), P('stages'), P()}, P('stages')}, out_specs = P()})(
-    function(params, batch)
-      local inputs, targets = table.unpack(batch)
-      local predictions = predict_pp(params, inputs:reshape(K, B, -1)):reshape(K * B, -1)
-      local local_loss = jnp.mean(jnp.sum((predictions - targets) ^ 2, {axis = -1}))
-      return jax.lax.pmean(local_loss, 'stages')
-    end)
-end, "in_specs[1] is not a PartitionSpec", "cell 65 loss_pp")
-cannot(65, "in_specs with a tuple of specs for one argument (a pytree prefix)")
+local loss_pp = jax.shard_map({in_specs = {{P(), P('stages'), P()}, P('stages')},
+                               out_specs = P()})(function(params, batch)
+  local inputs, targets = table.unpack(batch)
+  local predictions = predict_pp(params, inputs:reshape(K, B, -1)):reshape(K * B, -1)
+  local local_loss = jnp.mean(jnp.sum((predictions - targets) ^ 2, {axis = -1}))
+  return jax.lax.pmean(local_loss, 'stages')
+end)
+-- (`(W_first, b_first), inner_params, (W_last, b_last) = params` is table.unpack at each level;
+-- `x @ Wb[0]` is jnp.matmul(x, Wb[1]): Lua has no @.)
 
 -- cell 66: spmd_pipeline and shift are not translated: they need jnp.nan, `x.at[i].set`,
 -- jnp.roll, and `stage == 0` compares a traced Array with a number, which Lua's == answers
@@ -297,10 +296,12 @@ expect(jax.typeof(params_[2][1]), "f32[4,128,128]", "cell 67 stacked Ws")
 expect(params_[2][1].sharding.spec, "P('stages')", "cell 67 stacked Ws' spec")
 expect(batch_[1].sharding.spec, "P('stages')", "cell 67 inputs' spec")
 
--- cells 68, 69
+-- cells 68, 69: loss_pp calls spmd_pipeline, which cell 66 could not define.
 jax.set_mesh(mesh)
-cannot(68, "loss_pp (cells 65, 66)")
-cannot(69, "jax.grad(loss_pp) (cells 65, 66)")
+t.fails(function() return jax.jit(loss_pp)(params_, batch_) end, "attempt to call",
+        "cell 68")
+cannot(68, "spmd_pipeline (cell 66)")
+cannot(69, "jax.grad(loss_pp): spmd_pipeline (cell 66)")
 
 t.report("tutorial shard_map neural networks (cells 53-69): cells that do not run (fully) as "
          .. "written:")
