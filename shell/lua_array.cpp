@@ -510,9 +510,8 @@ Result<int> arange(lua_State* L) {
 }
 
 // sl.device_put(x, sharding [, mesh]): x an Array (re-placed), a pytree of them, or values;
-// sharding sl.P(...)
-// on `mesh` (default: set_mesh's mesh, else x's, else one device), or a NamedSharding (its own
-// mesh).
+// sharding sl.P(...) on `mesh` (default: set_mesh's mesh, else x's, else one device), or a
+// NamedSharding (its own mesh).
 Result<int> device_put(lua_State* L);
 
 // jax.device_put of a pytree (a table whose leaves are all Arrays): the table rebuilt with each
