@@ -5,9 +5,12 @@
 -- tables, keyword arguments as a trailing table, decorators as calls, `None` as nil), `jnp.`
 -- read as `sl.numpy.`, `jax.` as `sl.`, nothing renamed. Each cell checks the values and types
 -- the tutorial prints (its comments); what cannot run is listed in `missing` and asserted to
--- still fail where it is an error. Cells 25-52 (the collectives tutorial and the matmul
--- examples) are tutorial_shard_map_collectives_test.lua; the neural-network examples (53-69)
--- are not translated yet (docs/frontend.md "JAX's tutorials").
+-- still fail where it is an error. Cells 18-21 follow commit cec06d1, whose texts changed
+-- since 019c6d6: types print their varying manual axes as {V:i} (019c6d6's comments: {i}) and
+-- cell 19 reads jax.typeof(y).manual_axis_type.varying (019c6d6: .vma; both work here).
+-- Cells 25-52 (the collectives tutorial and the matmul examples) are
+-- tutorial_shard_map_collectives_test.lua, the neural-network examples (53-69)
+-- tutorial_shard_map_nn_test.lua (docs/frontend.md "JAX's tutorials").
 local jax, jnp = sl, sl.numpy
 local t = dofile(arg[0]:match("^(.*)/") .. "/tutorial.lua")
 local cannot, expect, fails = t.cannot, t.expect, t.fails
@@ -257,6 +260,7 @@ f(x)
 expect(types[1], "f32[2,2]{V:(i,j)}", "cell 19 x")
 expect(types[2], "f32[2,2]{V:i}", "cell 19 y")
 assert(not (jax.typeof(x).manual_axis_type.varying == {'i'}), "cell 19: the set compare can fail")
+assert(types[2].vma == {'i'}, "cell 19 at 019c6d6: jax.typeof(y).vma == {'i'}")
 same(f(x):totable()[1], {0 + 2, 1 + 3}, "cell 19 values")  -- row 0: x[0, 0:2] + x[0, 2:4]
 
 -- cell 20: check_vma's error: out_specs=P() for a result varying over i. (JAX names the
