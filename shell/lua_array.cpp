@@ -18,6 +18,7 @@
 #include "engine/sharding/shard_geometry.h"
 #include "shell/bindings.h"
 #include "shell/context.h"
+#include "shell/lua_jit_tree.h"
 #include "shell/lua_types.h"
 
 namespace shell {
@@ -508,14 +509,49 @@ Result<int> arange(lua_State* L) {
   return put_values(L, fn, v, eng::Shape{static_cast<int64_t>(v.size())}, p);
 }
 
-// sl.device_put(x, sharding [, mesh]): x an Array (re-placed) or values; sharding sl.P(...)
-// on `mesh` (default: x's mesh, else the current one), or a NamedSharding (its own mesh).
+// sl.device_put(x, sharding [, mesh]): x an Array (re-placed), a pytree of them, or values;
+// sharding sl.P(...) on `mesh` (default: set_mesh's mesh, else x's, else one device), or a
+// NamedSharding (its own mesh).
+Result<int> device_put(lua_State* L);
+
+// jax.device_put of a pytree (a table whose leaves are all Arrays): the table rebuilt with each
+// leaf placed by the same sharding (the arguments after the table).
+Result<int> device_put_tree(lua_State* L) {
+  const int top = lua_gettop(L);
+  lua_newtable(L);
+  const int out = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, 1) != 0) {  // key, value
+    lua_pushcfunction(L, lua_type(L, -1) == LUA_TTABLE ? lua_entry<device_put_tree>
+                                                       : lua_entry<device_put>);
+    lua_insert(L, -2);  // key, f, value
+    for (int i = 2; i <= top; ++i) lua_pushvalue(L, i);
+    if (lua_pcall(L, top, 1, 0) != LUA_OK) {
+      std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error object)";
+      return eng::invalid_argument("{}", msg);
+    }
+    lua_pushvalue(L, -2);  // key, result, key
+    lua_insert(L, -2);     // key, key, result
+    lua_rawset(L, out);
+  }
+  return 1;
+}
+
 Result<int> device_put(lua_State* L) {
   constexpr std::string_view fn = "sl.device_put";
+  if (lua_type(L, 1) == LUA_TTABLE && lua_getmetatable(L, 1)) {
+    lua_pop(L, 1);
+  } else if (lua_type(L, 1) == LUA_TTABLE) {
+    Tree t;
+    std::vector<ArrayBox*> leaves;
+    if (flatten(L, 1, std::string(fn), &t, &leaves).ok() && !leaves.empty())
+      return device_put_tree(L);
+  }
   ArrayBox* a = to_udata<ArrayBox>(L, 1);
   if (a) ENG_RETURN_IF_ERROR(check_live(*a, fn));
-  eng::NamedSharding target{a && !a->is_tracer() ? a->data->array.sharding.mesh : current_mesh(L),
-                            {}};
+  // A spec is resolved on set_mesh's mesh (JAX's), else on x's.
+  const bool own_mesh = a && !a->is_tracer() && !session(L).mesh_set();
+  eng::NamedSharding target{own_mesh ? a->data->array.sharding.mesh : current_mesh(L), {}};
   if (auto* ns = to_udata<eng::NamedSharding>(L, 2)) {
     target = *ns;
   } else {
@@ -772,8 +808,8 @@ constexpr Function kArrayFunctions[] = {
      "sl.arange([start,] stop [, step] [, dtype | {dtype, out_sharding, mesh}]) -> Array",
      "Evenly spaced values (jnp.arange): int32 for integer arguments, float32 otherwise."},
     {"device_put", lua_entry<device_put>, "sl.device_put(x, spec [, mesh]) -> Array",
-     "x (an Array or values) placed with sharding spec on mesh (default: x's mesh or the "
-     "current)."},
+     "x (an Array or values) placed with sharding spec on mesh (default: sl.set_mesh's, else "
+     "x's); a table of Arrays (a pytree) gives the table with each placed so."},
 };
 
 constexpr Function kMeshConstructor[] = {

@@ -105,10 +105,16 @@ Status read_tree_arg(lua_State* L, const JitBox& j, int idx, int pos, std::strin
   if (boxes.empty())
     return eng::invalid_argument("{}: argument {} is a table with no Arrays in it", fn, pos + 1);
   const bool given = pos < static_cast<int>(j.options().in_specs.size()) && j.options().in_specs[pos];
+  std::vector<eng::PartitionSpec> prefixed;  // an in_specs entry that is a table of specs
+  if (auto it = j.options().in_spec_trees.find(pos); it != j.options().in_spec_trees.end()) {
+    ENG_ASSIGN_OR_RETURN(prefixed, fe::prefix_specs(it->second, tree,
+                                                    fmt::format("{}: argument {}", fn, pos + 1)));
+  }
   // shard_map without in_specs (jax.shard_map(f, out_specs=...)): each leaf's spec is the one in
   // its type, which names Explicit mesh axes only.
   const bool infer = j.options().manual && j.options().in_specs.empty();
-  for (ArrayBox* a : boxes) {
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    ArrayBox* a = boxes[k];
     ENG_RETURN_IF_ERROR(check_live(*a, fn));
     const eng::Mesh& m = a->is_tracer() ? a->trace->mesh() : a->data->array.sharding.mesh;
     if (mesh && !(*mesh == m))
@@ -117,6 +123,7 @@ Status read_tree_arg(lua_State* L, const JitBox& j, int idx, int pos, std::strin
     mesh = m;
     eng::PartitionSpec spec = a->is_tracer() ? eng::PartitionSpec() : a->data->array.sharding.spec;
     if (given) spec = *j.options().in_specs[pos];  // one spec for a table: every leaf (a pytree prefix)
+    if (!prefixed.empty()) spec = prefixed[k];
     if (infer && m.axis_type() != eng::AxisType::kExplicit && !spec.is_replicated())
       return eng::invalid_argument(
           "{}: in_specs not given, so argument {} is split as its type says, but on {} (not "
@@ -124,7 +131,8 @@ Status read_tree_arg(lua_State* L, const JitBox& j, int idx, int pos, std::strin
           fn, pos + 1, m.to_string(), spec.to_string());
     spec = eng::remove_size_one_mesh_axis(spec, m);
     c.leaves.push_back(*a);
-    c.leaf_in_specs.push_back(given   ? j.options().in_specs[pos]
+    c.leaf_in_specs.push_back(!prefixed.empty() ? std::optional<eng::PartitionSpec>(spec)
+                              : given           ? j.options().in_specs[pos]
                               : infer ? std::optional<eng::PartitionSpec>(spec)
                                       : std::nullopt);
     c.leaf_types.push_back(eng::typeof_string(eng::dtype_name(a->dtype), a->shape, &spec, &m));
@@ -158,7 +166,9 @@ Result<CallArgs> read_args(lua_State* L, const JitBox& j, int fidx, int first, i
     }
     ENG_RETURN_IF_ERROR(read_tree_arg(L, j, idx, i, fn, mesh, c));
   }
-  c.mesh = j.options().manual ? j.options().mesh : mesh ? *mesh : current_mesh(L);
+  c.mesh = !j.options().manual        ? (mesh ? *mesh : current_mesh(L))
+           : j.options().context_mesh ? current_mesh(L)
+                                      : j.options().mesh;
   return c;
 }
 

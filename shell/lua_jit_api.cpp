@@ -6,14 +6,18 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/frontend/manual.h"
+#include "engine/frontend/remat.h"
+#include "engine/frontend/vma.h"
 #include "shell/context.h"
 #include "shell/lua_array.h"
 #include "shell/lua_jit.h"
+#include "shell/lua_jit_tree.h"
 #include "shell/lua_numpy.h"
 #include "shell/lua_types.h"
 
@@ -23,9 +27,13 @@ namespace {
 // ---- sl.jit / sl.grad / sl.value_and_grad ----------------------------------------------
 
 // A spec list: sl.P(...) (one for every position) or a table {sl.P(...), nil, ...}.
-Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(lua_State* L, int idx,
-                                                                  std::string_view fn,
-                                                                  std::string_view name) {
+Status read_spec_tree(lua_State* L, int idx, const std::string& what, fe::SpecTree* out,
+                      int depth = 0);
+
+// trees: where entries that are tables of specs go (shard_map's in_specs); null: an error.
+Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(
+    lua_State* L, int idx, std::string_view fn, std::string_view name,
+    std::map<int, fe::SpecTree>* trees = nullptr) {
   std::vector<std::optional<eng::PartitionSpec>> out;
   if (lua_isnil(L, idx)) return out;
   if (auto* p = to_udata<eng::PartitionSpec>(L, idx)) {
@@ -38,11 +46,41 @@ Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(lua_State* L, 
     lua_rawgeti(L, idx, i);
     auto* p = to_udata<eng::PartitionSpec>(L, -1);
     const bool nil = lua_isnil(L, -1);
+    if (trees && !p && !nil) {  // a table of specs for this argument
+      fe::SpecTree t;
+      Status st = read_spec_tree(L, -1, fmt::format("{}: {}[{}]", fn, name, i), &t);
+      lua_pop(L, 1);
+      if (!st.ok()) return st;
+      (*trees)[static_cast<int>(i - 1)] = std::move(t);
+      out.push_back(std::nullopt);
+      continue;
+    }
     lua_pop(L, 1);
     if (!p && !nil) return eng::invalid_argument("{}: {}[{}] is not a PartitionSpec", fn, name, i);
     out.push_back(p ? std::optional<eng::PartitionSpec>(*p) : std::nullopt);
   }
   return out;
+}
+
+// A table of specs (shard_map's in_specs entry as a pytree prefix) at idx.
+Status read_spec_tree(lua_State* L, int idx, const std::string& what, fe::SpecTree* out,
+                      int depth) {
+  if (auto* p = to_udata<eng::PartitionSpec>(L, idx)) {
+    out->spec = *p;
+    return eng::ok_status();
+  }
+  if (lua_type(L, idx) != LUA_TTABLE || depth > 32 || !lua_checkstack(L, 4))
+    return eng::invalid_argument("{} is not a PartitionSpec or a table of them", what);
+  idx = lua_absindex(L, idx);
+  for (lua_Integer i = 1; i <= static_cast<lua_Integer>(lua_rawlen(L, idx)); ++i) {
+    lua_rawgeti(L, idx, i);
+    fe::SpecTree kid;
+    Status st = read_spec_tree(L, -1, fmt::format("{}[{}]", what, i), &kid, depth + 1);
+    lua_pop(L, 1);
+    if (!st.ok()) return st;
+    out->kids.emplace_back(fe::TreeKey{true, i, {}}, std::move(kid));
+  }
+  return eng::ok_status();
 }
 
 Result<std::vector<int>> read_ints(lua_State* L, int idx, std::string_view fn,
@@ -162,6 +200,17 @@ Result<int> grad_common(lua_State* L, std::string_view fn, Transform t) {
     j.has_aux = aux.value_or(false);
   }
   if (j.argnums.empty()) return eng::invalid_argument("{}: argnums is empty", fn);
+  // grad of a shard_map'd function: the shard_map with the gradient appended to its
+  // per-device program (engine/frontend/vma.h has the cotangent rules).
+  if (JitBox* inner = to_udata<JitBox>(L, 1); inner && inner->options().manual) {
+    if (inner->options().transform != Transform::kNone)
+      return eng::invalid_argument("{}: of a transformed shard_map is not supported", fn);
+    fe::JitOptions m = inner->options();
+    m.transform = t, m.argnums = j.argnums, m.has_aux = j.has_aux;
+    lua_getiuservalue(L, 1, 1);
+    push_jit(L, std::move(m), lua_gettop(L));
+    return 1;
+  }
   push_jit(L, std::move(j), 1);
   return 1;
 }
@@ -307,20 +356,21 @@ Result<int> shard_map(lua_State* L) {
     lua_pop(L, 1);
     if (!m.ok()) return m.status();
     j.mesh = **m;
-  } else {
+  } else {  // JAX's mesh=None: the mesh in context when it is called
     lua_pop(L, 1);
+    j.context_mesh = true;
   }
   ENG_ASSIGN_OR_RETURN(std::optional<std::string> name, field_string(L, 2, "name", fn));
   if (name) j.name = *name;
   for (const char* key : {"in_specs", "out_specs"}) {
-    if (push_field(L, 2, key) == LUA_TNIL && std::string_view(key) == "out_specs") {
-      lua_pop(L, 1);
-      return eng::invalid_argument("{}: {} is required", fn, key);
-    }  // in_specs may be left out: then each argument is split as its type says
-    auto specs = read_specs(L, lua_gettop(L), fn, key);
+    // in_specs may be left out: then each argument is split as its type says; out_specs left
+    // out is JAX's out_specs=None (f returns nothing)
+    push_field(L, 2, key);
+    const bool in = std::string_view(key) == "in_specs";
+    auto specs = read_specs(L, lua_gettop(L), fn, key, in ? &j.in_spec_trees : nullptr);
     lua_pop(L, 1);
     if (!specs.ok()) return specs.status();
-    (std::string_view(key) == "in_specs" ? j.in_specs : j.out_specs) = std::move(*specs);
+    (in ? j.in_specs : j.out_specs) = std::move(*specs);
   }
   push_jit(L, std::move(j), 1);
   return 1;
@@ -344,7 +394,98 @@ Result<int> all_to_all(lua_State* L) {
                });
 }
 
+// sl.lax.pmean(x, axis_name) inside sl.shard_map.
+Result<int> pmean(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, "pmean", "x"));
+  if (!x.array) return arg_error(L, 1, "pmean", "x", "Array");
+  ENG_ASSIGN_OR_RETURN(const std::vector<std::string> axes, read_axis_names(L, 2, "pmean"));
+  return apply(L, "pmean", fmt::format("{}", fmt::join(axes, ",")), {x},
+               [=](fe::Trace& tr, std::span<const eng::ValueId> in) {
+                 return one(fe::manual::pmean(tr, in[0], axes));
+               });
+}
+
+// sl.lax.pcast(x, axis_name, {to = "varying"}) inside sl.shard_map (engine/frontend/vma.h).
+Result<int> pcast(lua_State* L) {
+  constexpr std::string_view fn = "pcast";
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, fn, "x"));
+  if (!x.array) return arg_error(L, 1, fn, "x", "Array");
+  ENG_ASSIGN_OR_RETURN(const std::vector<std::string> axes, read_axis_names(L, 2, fn));
+  ENG_RETURN_IF_ERROR(arg_table(L, 3, fn, "options"));
+  ENG_ASSIGN_OR_RETURN(std::optional<std::string> to, field_string(L, 3, "to", fn));
+  if (!to)
+    return eng::invalid_argument("{}: the option `to` is required ({{to = \"varying\"}})", fn);
+  return apply(L, fn, fmt::format("{} {}", fmt::join(axes, ","), *to), {x},
+               [axes, to = *to](fe::Trace& tr, std::span<const eng::ValueId> in) {
+                 return one(fe::pcast(tr, in[0], axes, to));
+               });
+}
+
+// The function sl.remat returns: f called with the arguments; inside a trace, as a remat
+// region whose policy (upvalue 2) is asked per op (engine/frontend/remat.h).
+Result<int> remat_call(lua_State* L) {
+  const int n = lua_gettop(L);
+  std::shared_ptr<fe::Trace> tr = session(L).active_trace();
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  fe::RematRegion r;
+  if (tr) r = fe::remat_begin(*tr);
+  if (lua_pcall(L, n, LUA_MULTRET, 0) != LUA_OK) {
+    if (tr) (void)fe::remat_end(*tr, r, {}, nullptr);
+    return eng::invalid_argument("{}", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error)");
+  }
+  const int nret = lua_gettop(L);
+  if (!tr) return nret;  // eager: remat changes nothing without a backward pass
+  std::vector<eng::ValueId> results;
+  for (int k = 1; k <= nret; ++k) {
+    Tree t;
+    std::vector<ArrayBox*> leaves;
+    if (!flatten(L, k, "remat", &t, &leaves).ok()) continue;
+    for (ArrayBox* a : leaves)
+      if (a->trace == tr) results.push_back(a->value);
+  }
+  std::function<Result<bool>(std::string_view)> save;
+  if (lua_isfunction(L, lua_upvalueindex(2)))
+    save = [L](std::string_view op) -> Result<bool> {
+      lua_pushvalue(L, lua_upvalueindex(2));
+      lua_pushlstring(L, op.data(), op.size());
+      if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        std::string msg = lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error)";
+        lua_pop(L, 1);
+        return eng::invalid_argument("remat: policy: {}", msg);
+      }
+      const bool keep = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      return keep;
+    };
+  ENG_RETURN_IF_ERROR(fe::remat_end(*tr, r, results, save));
+  return nret;
+}
+
+// sl.remat(f [, {policy = function(op, ...) -> boolean}]) (also sl.checkpoint): jax.remat.
+Result<int> remat(lua_State* L) {
+  constexpr std::string_view fn = "sl.remat";
+  ENG_RETURN_IF_ERROR(check_callable(L, 1, fn));
+  lua_settop(L, 2);
+  if (!lua_isnil(L, 2)) {
+    ENG_RETURN_IF_ERROR(arg_table(L, 2, fn, "options"));
+    static const std::vector<std::string> kKeys = {"policy"};
+    ENG_RETURN_IF_ERROR(check_keys(L, 2, fn, kKeys));
+    push_field(L, 2, "policy");
+    if (!lua_isnil(L, -1) && !lua_isfunction(L, -1))
+      return arg_error(L, lua_gettop(L), fn, "policy", "function");
+    lua_replace(L, 2);
+  }
+  lua_pushcclosure(L, lua_entry<remat_call>, 2);
+  return 1;
+}
+
 constexpr Function kLaxFunctions[] = {
+    {"pmean", lua_entry<pmean>, "sl.lax.pmean(x, axis_name) -> Array",
+     "jax.lax.pmean inside sl.shard_map: psum over the axes divided by their size."},
+    {"pcast", lua_entry<pcast>, "sl.lax.pcast(x, axis_name, {to = 'varying'}) -> Array",
+     "jax.lax.pcast inside sl.shard_map: x, now varying over the axes (its type gains\n"
+     "  {V:axes}; grad sums its cotangent over them). Only invariant -> 'varying'."},
     {"all_to_all", lua_entry<all_to_all>,
      "sl.lax.all_to_all(x, axis_name, split_axis, concat_axis [, {tiled = false}]) -> Array",
      "jax.lax.all_to_all inside sl.shard_map: chunk r of x along split_axis goes to member r of\n"
@@ -354,14 +495,22 @@ constexpr Function kLaxFunctions[] = {
 };
 
 constexpr Function kJitFunctions[] = {
+    {"remat", lua_entry<remat>,
+     "sl.remat(f [, {policy = function(op, ...) -> boolean}]) -> function",
+     "jax.remat (jax.checkpoint): inside sl.grad, the values f computes are recomputed in the\n"
+     "  backward pass instead of kept, except those of the ops policy(op_name) saves (and f's\n"
+     "  results). Outside a trace f runs as it is. Also sl.checkpoint."},
+    {"checkpoint", lua_entry<remat>, "sl.checkpoint(f [, {policy}]) -> function", "sl.remat."},
     {"shard_map", lua_entry<shard_map>,
      "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted; sl.shard_map({...}) -> decorator",
      "jax.shard_map: f runs on each device's blocks (argument i split by in_specs[i]) and\n"
      "  communicates with sl.lax.psum, all_gather, psum_scatter, ppermute, axis_index; its "
      "results\n"
      "  are the blocks of arrays laid out by out_specs. Compiled once per signature, without SPMD\n"
-     "  partitioning (the program is per-device already). mesh: default sl.get_mesh(). Given only\n"
-     "  the options, it returns f -> sl.shard_map(f, options) (@jax.shard_map(in_specs=...)).\n"
+     "  partitioning (the program is per-device already). mesh: default sl.get_mesh() at each\n"
+     "  call. Given only the options, it returns f -> sl.shard_map(f, options)\n"
+     "  (@jax.shard_map(in_specs=...)). An in_specs entry may be a table of specs for a table\n"
+     "  argument (a pytree prefix).\n"
      "  Without in_specs each argument is split as its type says (Explicit mesh axes)."},
     {"jit", lua_entry<jit>,
      "sl.jit(f [, {in_shardings, out_shardings, static_argnums, donate_argnums, name}]) -> Jitted",
@@ -407,6 +556,14 @@ void open_lua_jit(lua_State* L, int sl) {
   lua_getfield(L, sl, "lax");  // made by open_lua_numpy, which runs first
   if (lua_istable(L, -1)) add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
   lua_pop(L, 1);
+  // x ^ 2 is Python's x ** 2 (jnp.power), for the tutorials' `(predictions - targets) ** 2`.
+  luaL_getmetatable(L, "Array");
+  lua_getfield(L, sl, "numpy");
+  if (lua_istable(L, -2) && lua_istable(L, -1)) {
+    lua_getfield(L, -1, "power");
+    lua_setfield(L, -3, "__pow");
+  }
+  lua_pop(L, 2);
 }
 
 // auto_axes' out_sharding / explicit_axes' in_sharding given at the call, as JAX's

@@ -179,8 +179,7 @@ Result<int> full_like(lua_State* L) { return filled_like(L, "full_like", std::nu
 // ---- elementwise ---------------------------------------------------------------------------
 
 Result<int> unary_named(lua_State* L, const char* name) {
-  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, name, "x"));
-  if (!x.array) return arg_error(L, 1, name, "x", "Array");
+  ENG_ASSIGN_OR_RETURN(Operand x, arg_operand(L, 1, name, "x"));  // a number: an f32 scalar
   return apply(L, name, "", {x},
                [name](fe::Trace& tr, Ins in) { return one(np::unary(tr, name, in[0])); });
 }

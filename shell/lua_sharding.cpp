@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "engine/frontend/vma.h"
 #include "engine/sharding/logical_rules.h"
 #include "engine/sharding/visualize.h"
 #include "shell/lua_array.h"
@@ -33,7 +35,8 @@ struct ShapedArrayType {
   eng::Shape shape;
   std::string dtype_name;     // "f32"
   eng::NamedSharding sharding;  // size-1 mesh axes dropped from the spec
-  std::string text;           // "f32[8@X,4@Y]"
+  std::string text;           // "f32[8@X,4@Y]", "f32[3]{V:i}"
+  std::vector<std::string> vma;  // inside shard_map: the varying manual axes
 };
 template <>
 struct LuaType<ShapedArrayType> {
@@ -409,15 +412,46 @@ Result<int> visualize(lua_State* L) {
 Result<int> typeof_fn(lua_State* L) {
   constexpr std::string_view fn = "sl.typeof";
   ENG_ASSIGN_OR_RETURN(ShapedSharding x, read_shaped_sharding(L, fn));
-  ShapedArrayType t{x.shape, x.dtype, x.sharding, ""};
+  ShapedArrayType t{x.shape, x.dtype, x.sharding, "", {}};
   t.sharding.spec = eng::remove_size_one_mesh_axis(x.sharding.spec, x.sharding.mesh);
   // An Array's type names Explicit mesh axes only: the Auto axes' layout is the compiler's
   // (x.sharding has it), so on an Auto mesh the type's spec is all None, as JAX's.
   if (to_udata<ArrayBox>(L, 1) && x.sharding.mesh.axis_type() == eng::AxisType::kAuto)
     t.sharding.spec = eng::PartitionSpec::replicated(x.shape.rank());
   t.text = eng::typeof_string(x.dtype, x.shape, &t.sharding.spec, &t.sharding.mesh);
+  if (ArrayBox* a = to_udata<ArrayBox>(L, 1)) t.vma = eng::frontend::vma_of(*a);
+  t.text += eng::frontend::vma_string(t.vma);
   push_udata(L, std::move(t));
   return 1;
+}
+
+// A set of axis names (JAX's frozenset of a type's vma): a list whose == compares as sets.
+Result<int> axis_set_eq(lua_State* L) {
+  auto names = [&](int idx) {
+    std::set<std::string> out;
+    const lua_Integer n =
+        lua_type(L, idx) == LUA_TTABLE ? static_cast<lua_Integer>(lua_rawlen(L, idx)) : 0;
+    for (lua_Integer i = 1; i <= n; ++i) {
+      lua_rawgeti(L, idx, i);
+      if (lua_type(L, -1) == LUA_TSTRING) out.insert(lua_tostring(L, -1));
+      lua_pop(L, 1);
+    }
+    return out;
+  };
+  lua_pushboolean(L, names(1) == names(2));
+  return 1;
+}
+void push_axis_set(lua_State* L, const std::vector<std::string>& axes) {
+  lua_createtable(L, static_cast<int>(axes.size()), 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    lua_pushstring(L, axes[i].c_str());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+  }
+  if (luaL_newmetatable(L, "AxisSet")) {
+    lua_pushcfunction(L, lua_entry<axis_set_eq>);
+    lua_setfield(L, -2, "__eq");
+  }
+  lua_setmetatable(L, -2);
 }
 
 Result<int> shaped_array_tostring(lua_State* L) {
@@ -453,6 +487,12 @@ Result<int> shaped_array_property(lua_State* L) {
   } else if (key == "dtype") {
     Result<eng::DType> d = eng::parse_dtype(t->dtype_name);
     lua_pushstring(L, d.ok() ? std::string(eng::dtype_long_name(*d)).c_str() : t->dtype_name.c_str());
+  } else if (key == "vma") {  // a set: equal to {'i'} however ordered
+    push_axis_set(L, t->vma);
+  } else if (key == "manual_axis_type" || key == "mat") {  // JAX's: .varying is the vma
+    lua_createtable(L, 0, 1);
+    push_axis_set(L, t->vma);
+    lua_setfield(L, -2, "varying");
   } else if (key == "ndim") {
     lua_pushinteger(L, t->shape.rank());
   } else if (key == "size") {
@@ -670,7 +710,8 @@ constexpr Function kShardingFunctions[] = {
 };
 
 constexpr const char* kNamedShardingProperties[] = {"mesh", "spec"};
-constexpr const char* kShapedArrayProperties[] = {"shape", "dtype", "ndim", "size", "sharding"};
+constexpr const char* kShapedArrayProperties[] = {"shape", "dtype",    "ndim", "size",
+                                                  "sharding", "vma", "manual_axis_type"};
 
 constexpr Method kTableMethods[] = {
     {"dump", lua_entry<table_dump>, "tab:dump() -> string",
@@ -728,7 +769,9 @@ void open_lua_sharding(lua_State* L, int sl) {
                   lua_entry<sharding_property>, kNamedShardingProperties});
   define_type(L, {"ShapedArray",
                   "An array's type (jax.typeof): shape, dtype, ndim, size, sharding (a\n"
-                  "  NamedSharding; size-1 mesh axes dropped from its spec). Prints as f32[8@X,4@Y];\n"
+                  "  NamedSharding; size-1 mesh axes dropped from its spec); inside sl.shard_map\n"
+                  "  .vma (also .manual_axis_type.varying: a set of axis names). Prints as\n"
+                  "  f32[8@X,4@Y], f32[3]{V:i};\n"
                   "  `..` concatenates that text; tostring() gives it as a string.",
                   lua_entry<shaped_array_tostring>, lua_entry<shaped_array_eq>,
                   udata_gc<ShapedArrayType>, {}, lua_entry<shaped_array_property>,

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "engine/frontend/numpy.h"
+#include "engine/frontend/vma.h"
 #include "engine/ir/autodiff.h"
 #include "engine/sharding/shard_geometry.h"
 
@@ -44,6 +45,40 @@ std::string tree_type(const Tree& tree, const std::vector<std::string>& leaf_typ
     out += tree_type(kid, leaf_types, next);
   }
   return out + "}";
+}
+
+namespace {
+
+Status prefix_specs_at(const SpecTree& prefix, const Tree& tree, const std::string& what,
+                       std::vector<PartitionSpec>* out) {
+  if (prefix.spec) {
+    for (int k = 0; k < tree.num_leaves(); ++k) out->push_back(*prefix.spec);
+    return ok_status();
+  }
+  if (tree.leaf)
+    return invalid_argument("{}: in_specs has a table of specs where the argument has an Array",
+                            what);
+  if (prefix.kids.size() != tree.kids.size())
+    return invalid_argument(
+        "{}: in_specs is not a tree prefix of the argument: {} specs for {} entries", what,
+        prefix.kids.size(), tree.kids.size());
+  for (size_t i = 0; i < tree.kids.size(); ++i) {
+    if (!(prefix.kids[i].first == tree.kids[i].first))
+      return invalid_argument("{}: in_specs has key {} where the argument has {}", what,
+                              prefix.kids[i].first.to_string(), tree.kids[i].first.to_string());
+    ENG_RETURN_IF_ERROR(prefix_specs_at(prefix.kids[i].second, tree.kids[i].second,
+                                        what + tree.kids[i].first.to_string(), out));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::vector<PartitionSpec>> prefix_specs(const SpecTree& prefix, const Tree& tree,
+                                                const std::string& what) {
+  std::vector<PartitionSpec> out;
+  ENG_RETURN_IF_ERROR(prefix_specs_at(prefix, tree, what, &out));
+  return out;
 }
 
 // ---- the cache --------------------------------------------------------------------------------
@@ -179,10 +214,13 @@ Result<TracedArgs> JitFunction::trace_inputs(Trace& tr, const CallArgs& args,
 
 Result<std::vector<ValueId>> gradients(std::string_view what, Trace& tr, ValueId loss,
                                        const std::vector<ValueId>& wrt) {
-  for (const Instr& in : tr.builder().program().instrs())
+  for (const Instr& in : tr.builder().program().instrs()) {
     if (!has_vjp(in.kind))
       return invalid_argument("{}: the program uses {}, which has no VJP rule in the engine", what,
                               op_name(in.kind));
+    if (in.kind == OpKind::kAllReduce && in.attrs.reduce_max)
+      return invalid_argument("{}: the program uses pmax, which has no VJP rule", what);
+  }
   // The engine's autodiff seeds d(loss)/d(loss) = 1 as a constant that only the loss op of a
   // train step consumes (masked_mean_loss; there is no constant op), so the seed enters there:
   // loss' = masked_mean_loss(loss as (1, 1), segmentation ones) = loss / (1 + 1e-8), whose
@@ -192,14 +230,18 @@ Result<std::vector<ValueId>> gradients(std::string_view what, Trace& tr, ValueId
   Builder& b = tr.builder();
   ENG_ASSIGN_OR_RETURN(ValueId seg, tr.constant({1.0}, Shape{1, 1}, DType::kI32));
   const ValueId seeded = b.masked_mean_loss(b.reshape(loss, Shape{1, 1}), seg).first;
-  std::vector<ValueId> grads = append_gradients(b, seeded, wrt);
+  tr.remat().forward_end = static_cast<int>(b.program().instrs().size());  // jax.remat's
+  // Inside shard_map, cotangents follow the varying manual axes (vma.h).
+  std::vector<ValueId> grads =
+      append_gradients(b, seeded, wrt, tr.manual() ? vma_cotangent_hook(tr) : CotangentHook{});
   std::vector<ValueId> out;
   for (size_t k = 0; k < grads.size(); ++k) {
     if (grads[k] != kNoValue) {
       // Cotangent types follow primal types ("Autodiff and sharding"): a gradient is resharded
       // to its input's sharding when the backward pass left it elsewhere.
       ValueId g = grads[k];
-      if (const std::optional<PartitionSpec> spec = tr.info(wrt[k]).spec) {
+      // (inside shard_map, values are per-device blocks: nothing to reshard)
+      if (const std::optional<PartitionSpec> spec = tr.info(wrt[k]).spec; spec && !tr.manual()) {
         ENG_ASSIGN_OR_RETURN(PartitionSpec now, tr.sharding_of(g));
         if (!(remove_size_one_mesh_axis(now, tr.mesh()) ==
               remove_size_one_mesh_axis(*spec, tr.mesh()))) {
@@ -214,7 +256,7 @@ Result<std::vector<ValueId>> gradients(std::string_view what, Trace& tr, ValueId
     const Shape shape = w.shape;
     const std::optional<PartitionSpec> spec = w.spec;  // w dangles after the next emit
     ENG_ASSIGN_OR_RETURN(ValueId z, np::broadcast_to(tr, tr.scalar(0.0, w.dtype), shape));
-    if (spec) {  // zeros typed like the input, as a computed gradient is (above)
+    if (spec && !tr.manual()) {  // zeros typed like the input, as a computed gradient is
       ENG_ASSIGN_OR_RETURN(z, np::sharding_constraint(tr, z, *spec, false));
     }
     out.push_back(z);
@@ -368,10 +410,21 @@ Result<VmapPlan> JitFunction::vmap_plan(const std::shared_ptr<Trace>& tr,
 
 Result<JitEntry> JitFunction::compile(Trace& tr, Outputs outs, const TracedArgs& targs,
                                       const CallArgs& args) const {
-  if (opts_.transform == Transform::kGrad || opts_.transform == Transform::kValueAndGrad) {
-    ENG_ASSIGN_OR_RETURN(outs, grad_outputs(tr, outs, targs));
-  }
   CompileRequest req{opts_.name, opts_.out_specs, {}};
+  const bool grad =
+      opts_.transform == Transform::kGrad || opts_.transform == Transform::kValueAndGrad;
+  if (opts_.manual) {  // check_vma: out_specs name every axis a result varies over
+    ENG_RETURN_IF_ERROR(check_out_vma(tr, opts_.name, outs.values, opts_.out_specs));
+    if (opts_.out_specs.empty() && !outs.values.empty())
+      return invalid_argument(
+          "{}: out_specs is None (not given), but the function returned {} values: out_specs "
+          "says how each result's blocks form it",
+          opts_.name, outs.values.size());
+  }
+  if (grad) {
+    ENG_ASSIGN_OR_RETURN(outs, grad_outputs(tr, outs, targs));
+    if (opts_.manual) req.out_specs = grad_out_specs(args);
+  }
   for (int p : args.donated)
     for (int k = 0; k < args.trees[p]->num_leaves(); ++k)
       req.donate.push_back(args.first_leaf[p] + k);
@@ -383,6 +436,29 @@ Result<JitEntry> JitFunction::compile(Trace& tr, Outputs outs, const TracedArgs&
   }
   if (!c.ok()) return c.status();
   return JitEntry{std::move(*c), std::move(outs.tree)};
+}
+
+// grad of a shard_map'd function: its results as grad_outputs orders them, each gradient
+// assembled from its blocks as its argument was split (the argument's in_spec).
+std::vector<std::optional<PartitionSpec>> JitFunction::grad_out_specs(const CallArgs& args) const {
+  std::vector<std::optional<PartitionSpec>> grads, aux;
+  for (size_t i = 1; i < opts_.out_specs.size() && opts_.has_aux; ++i)
+    aux.push_back(opts_.out_specs[i]);
+  const int n = static_cast<int>(args.trees.size());
+  for (int a : opts_.argnums) {
+    const int p = a < 0 ? a + n : a;
+    if (p < 0 || p >= n || !args.trees[p]) continue;
+    for (int k = 0; k < args.trees[p]->num_leaves(); ++k)
+      grads.push_back(args.leaf_in_specs[static_cast<size_t>(args.first_leaf[p] + k)]);
+  }
+  std::vector<std::optional<PartitionSpec>> out;
+  if (opts_.transform == Transform::kValueAndGrad) {
+    out.push_back(opts_.out_specs.empty() ? std::nullopt : opts_.out_specs[0]);
+    out.insert(out.end(), aux.begin(), aux.end());
+  }
+  out.insert(out.end(), grads.begin(), grads.end());
+  if (opts_.transform == Transform::kGrad) out.insert(out.end(), aux.begin(), aux.end());
+  return out;
 }
 
 Result<ArrayRef> transfer(const ArrayRef& a, const NamedSharding& to) {

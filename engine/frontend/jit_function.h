@@ -54,6 +54,17 @@ void leaf_paths(const Tree& tree, const std::string& prefix, std::vector<std::st
 // The tree's type for signatures and errors: "{w=f32[4,4], b=f32[4]}" from per-leaf types.
 std::string tree_type(const Tree& tree, const std::vector<std::string>& leaf_types, int* next);
 
+// An in_specs entry given as a table of specs (JAX's pytree prefix: `(P(), P('stages'), P())`
+// for an argument of three parts): a spec for each subtree.
+struct SpecTree {
+  std::optional<PartitionSpec> spec;               // set: this spec for the whole subtree
+  std::vector<std::pair<TreeKey, SpecTree>> kids;  // else per key
+};
+// Per leaf of `tree`, its spec from `prefix`; an error naming `what` where `prefix` is not a
+// prefix of `tree` (a key missing on either side, a spec table over an Array).
+Result<std::vector<PartitionSpec>> prefix_specs(const SpecTree& prefix, const Tree& tree,
+                                                const std::string& what);
+
 // ---- a transformed function ---------------------------------------------------------------
 
 enum class Transform : uint8_t { kNone, kGrad, kValueAndGrad, kVmap };
@@ -61,6 +72,7 @@ enum class Transform : uint8_t { kNone, kGrad, kValueAndGrad, kVmap };
 struct JitOptions {
   std::string name;  // the function's name, or "fn"
   std::vector<std::optional<PartitionSpec>> in_specs;
+  std::map<int, SpecTree> in_spec_trees;  // positions whose in_specs entry is a table of specs
   std::vector<std::optional<PartitionSpec>> out_specs;
   std::set<int> static_argnums;  // 0-based, as JAX's (negative: from the end)
   std::set<int> donate_argnums;  // jax.jit's donate_argnums
@@ -72,6 +84,7 @@ struct JitOptions {
   std::vector<std::string> mode_axes;       // ... the axes they name (empty: all)
   bool manual = false;  // sl.shard_map: f sees per-device blocks (of in_specs) on `mesh`
   Mesh mesh;
+  bool context_mesh = false;  // shard_map without mesh: the caller's sl.set_mesh mesh at each call
 };
 
 // One call's arguments, read by the caller.
@@ -173,6 +186,10 @@ class JitFunction {
   // is copied first, so nobody else sees its buffers change.
   Result<std::vector<ArrayRef>> run(const Compiled& c, const CallArgs& args,
                                     std::vector<ArrayRef>* consumed) const;
+
+  // grad of a shard_map'd function: out_specs of grad_outputs' results (gradients by their
+  // arguments' in_specs).
+  std::vector<std::optional<PartitionSpec>> grad_out_specs(const CallArgs& args) const;
 
   int64_t compiles() const { return static_cast<int64_t>(seen_.size()); }
   size_t entries() const { return cache_.size(); }

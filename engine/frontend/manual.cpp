@@ -1,4 +1,4 @@
-// engine/frontend/manual.cpp: jax.lax.all_to_all inside sl.shard_map (manual.h).
+// engine/frontend/manual.cpp: jax.lax.all_to_all and pmean inside sl.shard_map (manual.h).
 #include "engine/frontend/manual.h"
 
 #include <fmt/format.h>
@@ -66,6 +66,13 @@ Result<ValueId> all_to_all(Trace& tr, ValueId x, const std::vector<std::string>&
   ValueId y = tr.builder().reshape(x, np::with_dim(s, at, 1));
   y = emit_all_to_all(tr, y, axes, split_now, at);
   return tr.builder().reshape(y, np::without_dim(tr.info(y).shape, split_now, false));
+}
+
+Result<ValueId> pmean(Trace& tr, ValueId x, const std::vector<std::string>& axes_in) {
+  ENG_ASSIGN_OR_RETURN(std::vector<std::string> axes, np::group_axes(tr, "pmean", axes_in));
+  ENG_RETURN_IF_ERROR(np::need_float(tr, "pmean", x));
+  ENG_ASSIGN_OR_RETURN(ValueId s, np::psum(tr, x, axes));
+  return np::scale(tr, s, 1.0 / static_cast<double>(axes_size(tr.mesh(), axes)));
 }
 
 }  // namespace eng::frontend::manual

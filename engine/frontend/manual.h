@@ -1,5 +1,6 @@
 // engine/frontend/manual.h: jax.lax collectives for sl.shard_map bodies (manual mode) beyond
-// those in numpy.h: all_to_all, as the engine's per-device kAllToAll (engine/ir/op.h).
+// those in numpy.h: all_to_all, as the engine's per-device kAllToAll (engine/ir/op.h), and
+// pmean.
 //
 //   ENG_ASSIGN_OR_RETURN(ValueId y, manual::all_to_all(tr, x, {"X"}, 0, 1, /*tiled=*/true));
 #pragma once
@@ -18,5 +19,8 @@ namespace eng::frontend::manual {
 // of size G (the senders) appears at concat_axis of the result. Axes may be negative.
 Result<ValueId> all_to_all(Trace& tr, ValueId x, const std::vector<std::string>& axes,
                            int split_axis, int concat_axis, bool tiled);
+
+// jax.lax.pmean: psum over `axes` divided by the group size (float32).
+Result<ValueId> pmean(Trace& tr, ValueId x, const std::vector<std::string>& axes);
 
 }  // namespace eng::frontend::manual

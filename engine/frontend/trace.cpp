@@ -10,6 +10,9 @@
 
 #include "engine/base/limits.h"
 #include "engine/compile/spmd.h"
+#include "engine/frontend/remat.h"
+#include "engine/frontend/vma.h"
+#include "engine/ir/remat.h"
 #include "engine/sharding/shard_geometry.h"
 
 namespace eng::frontend {
@@ -132,6 +135,7 @@ ValueId Trace::input(std::string name, const Shape& shape, DType dtype, const Pa
   ValueId v = b_.argument(std::move(name), shape, dtype, {}, ArgRole::kBatch);
   b_.mutable_info(v).spec = spec;
   sources_.push_back({Source::Kind::kInput, num_inputs_++, nullptr, 0});
+  if (manual_) add_vma(v, vma_of_spec(mesh_, spec));  // shard_map: varies where it is split
   return v;
 }
 
@@ -347,6 +351,9 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
   for (size_t i = 0; i < results.size(); ++i)
     b.output(results[i], fmt::format("out{}", i), aliased[i]);
   c->program_ = std::move(b).finish();
+  // jax.remat: the backward recomputes the regions' values their policies did not save.
+  if (tr.remat().regions > 0 && tr.remat().forward_end >= 0)
+    c->program_ = rematerialize(c->program_, tr.remat().forward_end, remat_policy_of_regions());
   ENG_RETURN_IF_ERROR(c->compile(req, rules));
   return c;
 }

@@ -100,6 +100,26 @@ class Trace {
   // (explicit mode: shardings are part of the type) and what reductions keep.
   Result<PartitionSpec> sharding_of(ValueId v) const;
 
+  // JAX's varying manual axes (vma) inside shard_map (engine/frontend/vma.h): the mesh axes
+  // along which v may differ between devices, as a bit per mesh axis (mesh order; size-1 axes
+  // never set). Derived from the program: an input varies over the axes its in_spec names,
+  // captured arrays over none; ops take the union of their operands' (collectives as vma.cpp
+  // says). Outside shard_map: 0.
+  uint32_t vma_bits(ValueId v) const;
+  // v also varies over `bits` (an input's in_spec axes; jax.lax.pcast to 'varying').
+  void add_vma(ValueId v, uint32_t bits);
+
+  // jax.remat regions traced into this program (engine/frontend/remat.h): how many, the open
+  // one's scope (-1: none), and the first instruction of the backward pass (gradients(); -1:
+  // not differentiated). Compiled::create rematerializes when both are set.
+  struct RematState {
+    int32_t regions = 0;
+    int32_t open = -1;
+    int forward_end = -1;
+  };
+  RematState& remat() { return remat_; }
+  const RematState& remat() const { return remat_; }
+
  private:
   friend class Compiled;
   struct Source {  // where one program argument comes from at run time
@@ -116,6 +136,10 @@ class Trace {
   int num_inputs_ = 0;
   std::vector<Source> sources_;                            // per program argument
   std::map<std::string, PartitionSpec::DimAxes> logical_;  // logical name -> mesh axes
+  std::map<ValueId, uint32_t> vma_given_;                  // inputs' and pcast's (add_vma)
+  mutable std::vector<uint32_t> vma_;                      // per value, derived so far
+  mutable size_t vma_instrs_ = 0;                          // instrs derived so far
+  RematState remat_;
 };
 
 // Options a caller (sl.jit) gives a compilation.

@@ -41,7 +41,8 @@ class Differentiator {
   static bool has_rule(OpKind kind) {
     return kVjps[op_index(kind)] != &Differentiator::not_differentiable;
   }
-  Differentiator(Builder& b, const std::vector<ValueId>& wrt) : b_(b) {
+  Differentiator(Builder& b, const std::vector<ValueId>& wrt, CotangentHook hook = {})
+      : b_(b), hook_(std::move(hook)) {
     const Program& p = b.program();
     depends_.assign(p.values().size(), false);
     cot_.assign(p.values().size(), Cot{});
@@ -78,7 +79,9 @@ class Differentiator {
       b_.set_vmap(in.attrs.vmap);
       // ... and the primal's pipeline iteration (program.h), so a profile charges it there.
       b_.set_pipeline_iteration(b_.info(in.outputs[0]).pipeline_iteration);
+      current_ = &in;
       vjp(in);
+      current_ = nullptr;
       b_.set_vmap(saved_vmap);
       b_.set_pipeline_iteration(saved_iteration);
     }
@@ -124,6 +127,7 @@ class Differentiator {
 
   void accumulate(ValueId primal, Cot c) {
     if (!needs(primal) || !c.present()) return;
+    if (hook_ && current_ && c.value != kNoValue) c.value = hook_(b_, *current_, primal, c.value);
     const ValueInfo& p = b_.info(primal);
     ENG_CHECK(c.value == kNoValue || b_.info(c.value).shape == p.shape,
               "autodiff: cotangent {} does not match its primal {}",
@@ -596,6 +600,31 @@ class Differentiator {
     accumulate(in.inputs[0], fresh(dx, in.inputs[0]));
   }
 
+  // ---- per-device collectives (shard_map bodies; engine/frontend/vma.h) ----
+  // The transposes of JAX's varying-manual-axes rules: psum's result is invariant over its
+  // axes, so its cotangent is the same on every member and passes through (psum_invariant's
+  // transpose, pvary, is the identity per device); all_gather <-> psum_scatter; a permute
+  // goes back by the inverse shift; all_to_all exchanges back. An operand invariant where the
+  // op varies gets its contribution summed by the caller's CotangentHook.
+  void vjp_all_reduce(const Instr& in) {
+    ENG_CHECK(!in.attrs.reduce_max, "autodiff: all_reduce with max (pmax) is not differentiable");
+    accumulate(in.inputs[0], cot_[in.outputs[0]]);
+  }
+  void vjp_collective(const Instr& in) {
+    const ValueId dy = tensor(in, in.outputs[0]);
+    OpAttrs a = in.attrs;
+    OpKind back = in.kind;
+    if (in.kind == OpKind::kAllGather) back = OpKind::kReduceScatter;
+    if (in.kind == OpKind::kReduceScatter) back = OpKind::kAllGather;
+    if (in.kind == OpKind::kAllToAll) std::swap(a.dim, a.dim2);
+    if (in.kind == OpKind::kCollectivePermute) {
+      a.shift = -in.attrs.shift;  // the receivers of the forward send back
+      if (in.attrs.fill_zero && in.attrs.size > 0) a.start = in.attrs.start + in.attrs.shift;
+    }
+    accumulate(in.inputs[0], fresh(b_.emit(back, {dy}, a)[0], in.inputs[0]));
+  }
+  void vjp_none(const Instr&) {}  // axis_index: no float inputs
+
   void not_differentiable(const Instr& in) {
     ENG_CHECK(false, "autodiff: {} is not differentiable (backward, optimizer or metric op)",
               op_name(in.kind));
@@ -661,6 +690,8 @@ class Differentiator {
   }
 
   Builder& b_;
+  CotangentHook hook_;             // see append_gradients
+  const Instr* current_ = nullptr;  // the instr whose VJP runs
   std::vector<bool> depends_;  // indexed by ValueId: depends on a wrt value and is float
   std::vector<Cot> cot_;       // indexed by ValueId (forward values only)
   using VjpFn = void (Differentiator::*)(const Instr&);
@@ -704,14 +735,14 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
         {OpKind::kLearningRate, &D::not_differentiable},
         {OpKind::kAdamW, &D::not_differentiable},
         {OpKind::kIncrement, &D::not_differentiable},
-        {OpKind::kAllGather, &D::not_differentiable},
-        {OpKind::kReduceScatter, &D::not_differentiable},
-        {OpKind::kAllReduce, &D::not_differentiable},
-        {OpKind::kAllToAll, &D::not_differentiable},
-        {OpKind::kCollectivePermute, &D::not_differentiable},
+        {OpKind::kAllGather, &D::vjp_collective},
+        {OpKind::kReduceScatter, &D::vjp_collective},
+        {OpKind::kAllReduce, &D::vjp_all_reduce},
+        {OpKind::kAllToAll, &D::vjp_collective},
+        {OpKind::kCollectivePermute, &D::vjp_collective},
         {OpKind::kDynamicSlice, &D::not_differentiable},
         {OpKind::kSafeDivide, &D::not_differentiable},
-        {OpKind::kAxisIndex, &D::not_differentiable},
+        {OpKind::kAxisIndex, &D::vjp_none},
         {OpKind::kVocabMax, &D::not_differentiable},
         {OpKind::kVocabStats, &D::not_differentiable},
         {OpKind::kXentFromStats, &D::not_differentiable},
@@ -756,10 +787,11 @@ constexpr OpTable<D::VjpFn> D::kVjps = make_op_table<D::VjpFn>(
 
 bool has_vjp(OpKind kind) { return D::has_rule(kind); }
 
-std::vector<ValueId> append_gradients(Builder& b, ValueId loss, const std::vector<ValueId>& wrt) {
+std::vector<ValueId> append_gradients(Builder& b, ValueId loss, const std::vector<ValueId>& wrt,
+                                      CotangentHook hook) {
   ENG_CHECK(loss >= 0 && loss < static_cast<ValueId>(b.program().values().size()),
             "autodiff: bad loss value {}", loss);
-  Differentiator d(b, wrt);
+  Differentiator d(b, wrt, std::move(hook));
   return d.run(loss, wrt);
 }
 

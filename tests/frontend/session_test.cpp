@@ -1,7 +1,7 @@
 // tests/frontend/session_test.cpp: the front-end's runtime without Lua (engine/frontend/
 // session.h, jit_function.h, creation.h, array_print.h): eager dispatch and its LRU cache, the
 // trace stack, a jitted function's cache and miss explanation, grad's gradients, donation,
-// vmap's plan, the PRNG and NumPy's printing.
+// vmap's plan, the PRNG, NumPy's printing and shard_map's varying manual axes (vma.h).
 #include "engine/frontend/session.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,8 @@
 #include "engine/frontend/array_print.h"
 #include "engine/frontend/creation.h"
 #include "engine/frontend/jit_function.h"
+#include "engine/frontend/manual.h"
+#include "engine/frontend/vma.h"
 #include "engine/frontend/numpy.h"
 #include "engine/frontend/numpy_jax.h"
 
@@ -437,6 +439,97 @@ TEST(ArrayPrint, AsNumPyPrints) {
   auto tr = std::make_shared<Trace>("f", Mesh());
   const Value t = Value::tracer(tr, tr->input("x", Shape{8, 4}, DType::kF32, PartitionSpec()));
   EXPECT_EQ(array_repr(t).value(), "Traced<f32[8,4]>with<DynamicJaxprTrace>");
+}
+
+// shard_map's varying manual axes (vma.h): the rules per op, pcast, the out_specs check.
+TEST(Vma, RulesPcastAndOutSpecsCheck) {
+  const Mesh mesh = Mesh::create({"i", "j"}, {2, 2}, AxisType::kExplicit).value();
+  Trace tr("f", mesh, /*manual=*/true);
+  const ValueId x = tr.input("x", Shape{2, 4}, DType::kF32, PartitionSpec{{"i"}, {"j"}});
+  const ValueId w = tr.input("w", Shape{4}, DType::kF32, PartitionSpec());
+  auto names = [&](ValueId v) { return vma_names(mesh, tr.vma_bits(v)); };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(names(x), (V{"i", "j"}));
+  EXPECT_EQ(names(w), V{});
+  const ValueId xw = np::multiply(tr, x, w).value();  // the union
+  EXPECT_EQ(names(xw), (V{"i", "j"}));
+  const ValueId s = np::psum(tr, xw, {"j"}).value();  // psum: invariant over j
+  EXPECT_EQ(names(s), V{"i"});
+  EXPECT_EQ(vma_string(mesh, tr.vma_bits(s)), "{V:i}");
+  EXPECT_EQ(vma_string(mesh, tr.vma_bits(x)), "{V:(i,j)}");
+  const ValueId g = np::all_gather(tr, w, {"j"}, 0, true).value();  // all_gather: varying
+  EXPECT_EQ(names(g), V{"j"});
+  EXPECT_EQ(names(np::axis_index(tr, "j").value()), V{"j"});
+  EXPECT_EQ(names(manual::pmean(tr, s, {"i"}).value()), V{});
+  // pcast: invariant -> varying only.
+  const ValueId wv = pcast(tr, w, {"i"}, "varying").value();
+  EXPECT_EQ(names(wv), V{"i"});
+  EXPECT_NE(pcast(tr, wv, {"i"}, "varying").status().message().find(
+                "Unsupported pcast from=varying, to='varying'"),
+            std::string::npos);
+  EXPECT_NE(pcast(tr, x, {"i"}, "sideways").status().message().find("Got unexpected `to` value"),
+            std::string::npos);
+  // out_specs must name every axis a result varies over.
+  EXPECT_TRUE(check_out_vma(tr, "f", {s}, {PartitionSpec{{"i"}}}).ok());
+  const Status bad = check_out_vma(tr, "f", {s}, {PartitionSpec()});
+  // (two axes unmentioned: JAX's "only varying across" text; one: "replicated across", which
+  // tests/frontend/tutorial_shard_map_test.lua's cell 20 checks)
+  EXPECT_NE(bad.message().find("out_specs is P() which implies that the corresponding output "
+                               "value is only varying across mesh axes {} and not {i}, but it "
+                               "was inferred to be possibly varying over {i}"),
+            std::string::npos)
+      << bad.message();
+  // Two failing results: bullets, each named by its index.
+  const Status two = check_out_vma(tr, "f", {s, x}, {PartitionSpec(), PartitionSpec{{"i"}}});
+  EXPECT_NE(two.message().find("* out_specs[0] is P() which implies"), std::string::npos)
+      << two.message();
+  EXPECT_NE(two.message().find("* out_specs[1] is P('i') which implies that the corresponding "
+                               "output value is replicated across mesh axis 'j'"),
+            std::string::npos)
+      << two.message();
+  // Outside shard_map nothing varies.
+  Trace plain("g", mesh);
+  EXPECT_EQ(plain.vma_bits(plain.input("x", Shape{2}, DType::kF32, PartitionSpec())), 0u);
+}
+
+// grad in a manual trace: d/dw of psum_j(sum(x * w)) for an invariant w is the sum over the
+// j-group of x's blocks (the cotangent of w, varying from the multiply, is psummed over j),
+// and d/dx is w on every block. Run on 4 devices against the values in double.
+TEST(Vma, GradientSumsInvariantOperandsCotangents) {
+  const Mesh mesh = Mesh::create({"i", "j"}, {2, 2}, AxisType::kExplicit).value();
+  Trace tr("f", mesh, /*manual=*/true);
+  const ValueId x = tr.input("x", Shape{1, 3}, DType::kF32, PartitionSpec{{"i"}, {"j"}});
+  const ValueId w = tr.input("w", Shape{3}, DType::kF32, PartitionSpec());
+  ValueId loss = np::sum(tr, np::multiply(tr, x, w).value(), std::nullopt).value();
+  loss = np::psum(tr, loss, {"i", "j"}).value();
+  const std::vector<ValueId> grads = gradients("grad", tr, loss, {x, w}).value();
+  int all_reduces = 0;
+  for (const Instr& in : tr.builder().program().instrs())
+    all_reduces += in.kind == OpKind::kAllReduce;
+  EXPECT_EQ(all_reduces, 2);  // the loss's, and w's cotangent over (i, j)
+  const std::shared_ptr<Compiled> c =
+      Compiled::create(std::move(tr), {loss, grads[0], grads[1]},
+                       {"f", {PartitionSpec(), PartitionSpec{{"i"}, {"j"}}, PartitionSpec()}})
+          .value();
+  std::vector<double> xv(12), wv = {0.5, -1.25, 2.0};
+  for (int k = 0; k < 12; ++k) xv[k] = std::sin(1.0 + k);
+  const ArrayRef xa =
+      device_put(xv, Shape{2, 6}, DType::kF32, {mesh, PartitionSpec{{"i"}, {"j"}}}).value();
+  const ArrayRef wa = device_put(wv, Shape{3}, DType::kF32, {mesh, PartitionSpec()}).value();
+  const std::vector<ArrayRef> out = c->run(std::vector<ArrayRef>{xa, wa}).value();
+  // x (2, 6) in blocks (1, 3): block (a, b) is row a, columns 3b..3b+2; the loss sums them all
+  // times w.
+  double want_loss = 0;
+  std::vector<double> want_w(3, 0.0);
+  for (int r = 0; r < 2; ++r)
+    for (int col = 0; col < 6; ++col) {
+      want_loss += xv[r * 6 + col] * wv[col % 3];
+      want_w[col % 3] += xv[r * 6 + col];
+    }
+  EXPECT_NEAR(fetch(*out[0]).value()[0], want_loss, 1e-5);
+  const std::vector<double> gx = fetch(*out[1]).value(), gw = fetch(*out[2]).value();
+  for (int k = 0; k < 12; ++k) EXPECT_NEAR(gx[k], wv[k % 3], 1e-6) << k;
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(gw[k], want_w[k], 1e-5) << k;
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ local matmul_basic = sl.shard_map(function(ab, bb)
   return sl.lax.psum(np.dot(ab, bb), "y")
 end, {mesh = mesh, in_specs = {sl.P("x", "y"), sl.P("y", nil)}, out_specs = sl.P("x", nil)})
 local c = matmul_basic(a, b)
-assert(seen[1] == "f32[2,8]" and seen[2] == "f32[8,4]", seen[1] .. " " .. seen[2])
+-- the blocks' types carry their varying manual axes (JAX's vma): a on x and y, b on y
+assert(seen[1] == "f32[2,8]{V:(x,y)}" and seen[2] == "f32[8,4]{V:y}", seen[1] .. " " .. seen[2])
 assert(tostring(sl.typeof(c)) == "f32[8@x,4]", sl.typeof(c))
 close(c:totable(), want)
 local text = matmul_basic:lower(a, b):compile():text()
@@ -46,12 +47,20 @@ assert(mm_rs:lower(a, b):compile():text():find("reduce_scatter[dim=1 axes=(y)]",
 -- all_gather: the tutorial's 1-D mesh of 4 and x = arange(32) on P('i') gathered whole.
 local m4 = sl.make_mesh({4}, {"i"})
 local x = sl.arange(32.0, {sharding = sl.P("i"), mesh = m4})
+-- all_gather's result still varies over i (JAX's vma rule), so out_specs=P() is check_vma's
+-- error; P('i') lays the members' (equal) copies side by side.
+h.expect_error(function()
+  sl.shard_map(function(blk) return sl.lax.all_gather(blk, "i", {tiled = true}) end,
+               {mesh = m4, in_specs = {sl.P("i")}, out_specs = sl.P()})(x)
+end, "is P() which implies that the corresponding output value is replicated across mesh axis 'i'")
 local gathered = sl.shard_map(function(blk) return sl.lax.all_gather(blk, "i", {tiled = true}) end,
-                              {mesh = m4, in_specs = {sl.P("i")}, out_specs = sl.P()})(x)
-close(gathered:totable(), x:totable())
+                              {mesh = m4, in_specs = {sl.P("i")}, out_specs = sl.P("i")})(x)
+local gv = gathered:totable()
+assert(#gv == 128)
+for k = 1, 128 do assert(gv[k] == (k - 1) % 32, "all_gather copy " .. k) end
 local stacked = sl.shard_map(function(blk) return sl.lax.all_gather(blk, "i") end,
-                             {mesh = m4, in_specs = {sl.P("i")}, out_specs = sl.P()})(x)
-assert(stacked.shape[1] == 4 and stacked.shape[2] == 8, "untiled all_gather stacks a new axis")
+                             {mesh = m4, in_specs = {sl.P("i")}, out_specs = sl.P("i")})(x)
+assert(stacked.shape[1] == 16 and stacked.shape[2] == 8, "untiled all_gather stacks a new axis")
 close(stacked:totable()[3], {16, 17, 18, 19, 20, 21, 22, 23})
 
 -- psum_scatter untiled: the scattered dim has the group's size and disappears.
@@ -87,9 +96,9 @@ end, "in_specs[1]: sharding: spec P('q') names axis 'q'")
 h.expect_error(function()
   sl.shard_map(function(t) return t end, {in_specs = {sl.P("x")}, out_specs = sl.P(nil, nil, "x")})(a)
 end, "out_specs[1]: P(None, None, 'x') is longer than the result's rank 2")
-h.expect_error(function()
-  sl.shard_map(function(t) return t end, {in_specs = {sl.P("x")}})
-end, "out_specs is required")
+h.expect_error(function()  -- out_specs left out is JAX's out_specs=None: f returns nothing
+  sl.shard_map(function(t) return t end, {in_specs = {sl.P("x")}})(a)
+end, "out_specs is None (not given), but the function returned 1 values")
 h.expect_error(function()
   shift({{0, 2}, {1, 0}})(y)
 end, "ppermute: only shifts are in the op set")

@@ -5,9 +5,12 @@
 -- tables, keyword arguments as a trailing table, decorators as calls, `None` as nil), `jnp.`
 -- read as `sl.numpy.`, `jax.` as `sl.`, nothing renamed. Each cell checks the values and types
 -- the tutorial prints (its comments); what cannot run is listed in `missing` and asserted to
--- still fail where it is an error. Cells 25-52 (the collectives tutorial and the matmul
--- examples) are tutorial_shard_map_collectives_test.lua; the neural-network examples (53-69)
--- are not translated yet (docs/frontend.md "JAX's tutorials").
+-- still fail where it is an error. Cells 18-21 follow commit cec06d1, whose texts changed
+-- since 019c6d6: types print their varying manual axes as {V:i} (019c6d6's comments: {i}) and
+-- cell 19 reads jax.typeof(y).manual_axis_type.varying (019c6d6: .vma; both work here).
+-- Cells 25-52 (the collectives tutorial and the matmul examples) are
+-- tutorial_shard_map_collectives_test.lua, the neural-network examples (53-69)
+-- tutorial_shard_map_nn_test.lua (docs/frontend.md "JAX's tutorials").
 local jax, jnp = sl, sl.numpy
 local t = dofile(arg[0]:match("^(.*)/") .. "/tutorial.lua")
 local cannot, expect, fails = t.cannot, t.expect, t.fails
@@ -51,8 +54,9 @@ local matmul_basic = jax.shard_map({in_specs = {P('x', 'y'), P('y', nil)}, out_s
   end)
 
 local c = matmul_basic(a, b)  -- c: f32[8, 4]
-expect(blocks[1], "f32[2,8]", "cell 3 a_block")
-expect(blocks[2], "f32[8,4]", "cell 3 b_block")
+-- (the tutorial's comments give the shapes; jax.typeof adds the varying manual axes)
+expect(blocks[1], "f32[2,8]{V:(x,y)}", "cell 3 a_block")
+expect(blocks[2], "f32[8,4]{V:y}", "cell 3 b_block")
 expect(jax.typeof(c), "f32[8@x,4]", "cell 3 c")
 
 -- cell 4: prints True. functools.partial(jnp.allclose, atol=1e-2, rtol=1e-2) is written as
@@ -225,34 +229,74 @@ end)
 x = jax.device_put(jnp.arange(6.), P('i'))
 same(f(x):totable(), {3, 5, 7}, "cell 17")
 
--- cell 18: the types without their varying manual axes ({i} is not tracked).
+-- cell 18: the types carry their varying manual axes (JAX's vma).
 local types = {}
 f = jax.shard_map({in_specs = P('i'), out_specs = P()})(function(x)
-  types[1] = jax.typeof(x)  -- f32[3]{i}
+  types[1] = jax.typeof(x)  -- f32[3]{V:i}
   local y = jax.lax.psum(x, 'i')
   types[2] = jax.typeof(y)  -- f32[3]
   return y
 end)
 x = jax.device_put(jnp.arange(6.), P('i'))
 f(x)
-expect(types[1], "f32[3]", "cell 18 x (the tutorial: f32[3]{i})")
+expect(types[1], "f32[3]{V:i}", "cell 18 x")
 expect(types[2], "f32[3]", "cell 18 y")
-cannot(18, "varying manual axes in types (f32[3]{i}; check_vma)")
 
--- cells 19-24
-cannot(19, "jax.typeof(y).vma (varying manual axes are not tracked)")
--- cell 20: JAX's check_vma refuses out_specs=P() for a result varying over i; here nothing
--- checks it and one instance's block comes back.
+-- cell 19: `assert jax.typeof(y).manual_axis_type.varying == {'i'}` compares sets; the Lua
+-- table {'i'} compares equal to the type's set (its __eq).
+mesh = jax.make_mesh({4, 2}, {'i', 'j'})
+jax.set_mesh(mesh)
+
+f = jax.shard_map({in_specs = P('i', 'j'), out_specs = P('i')})(function(x)
+  types[1] = jax.typeof(x)  -- f32[2,2]{V:(i,j)}
+  local y = jax.lax.psum(x, 'j')
+  assert(jax.typeof(y).manual_axis_type.varying == {'i'})
+  types[2] = jax.typeof(y)  -- f32[2,2]{V:i}
+  return y
+end)
+
+x = jax.device_put(jnp.arange(8 * 4.):reshape(8, 4), P('i', 'j'))
+f(x)
+expect(types[1], "f32[2,2]{V:(i,j)}", "cell 19 x")
+expect(types[2], "f32[2,2]{V:i}", "cell 19 y")
+assert(not (jax.typeof(x).manual_axis_type.varying == {'i'}), "cell 19: the set compare can fail")
+assert(types[2].vma == {'i'}, "cell 19 at 019c6d6: jax.typeof(y).vma == {'i'}")
+same(f(x):totable()[1], {0 + 2, 1 + 3}, "cell 19 values")  -- row 0: x[0, 0:2] + x[0, 2:4]
+
+-- cell 20: check_vma's error: out_specs=P() for a result varying over i. (JAX names the
+-- function '<lambda>'; a Lua function has no name, so it is shard_map's.)
+mesh = jax.make_mesh({2}, {'i'})
+jax.set_mesh(mesh)
+
 x = jax.device_put(jnp.arange(6.), P('i'))
 local ok, e = pcall(function()
-  return jax.shard_map(function(x) return x end, {in_specs = P('i'), out_specs = P()})(x)
+  local y = jax.shard_map(function(x) return x end, {in_specs = P('i'), out_specs = P()})(x)
+  return y
 end)
-assert(ok and #e:totable() == 3, "cell 20: " .. tostring(e))
-cannot(20, "check_vma's error for out_specs=P() over an i-varying result (no error: one "
-           .. "instance's block is returned)")
-cannot(21, "jax.lax.pcast and shard_map(out_specs=None)")
+print(e)
+assert(not ok and tostring(e):find("was given out_specs which require replication which can't "
+                                   .. "be statically inferred given the mesh", 1, true)
+         and tostring(e):find("The mesh given has shape (2,) with corresponding axis names "
+                              .. "('i',).", 1, true)
+         and tostring(e):find("replicated across mesh axis 'i', but could not infer replication "
+                              .. "over any axes", 1, true), "cell 20: " .. tostring(e))
+
+-- cell 21: out_specs=None is out_specs left out (nil); the tutorial's comment says f32[6]{i},
+-- JAX at cec06d1 prints f32[6]{V:i} (core._vma_ur_str), as cells 18 and 19 show.
+f = jax.shard_map({in_specs = P(), out_specs = nil})(function(x)
+  types[1] = jax.typeof(x)  -- f32[6]
+  local y = jax.lax.pcast(x, 'i', {to = 'varying'})
+  types[2] = jax.typeof(y)  -- f32[6]{i}
+end)
+
+x = jnp.arange(6.)
+f(x)
+expect(types[1], "f32[6]", "cell 21 x")
+expect(types[2], "f32[6]{V:i}", "cell 21 y")
+
+-- cells 22-24
 cannot(22, "jax.make_jaxpr")
 cannot(23, "jax.lax.scan and its VMA error")
-cannot(24, "jax.lax.scan, jax.lax.pcast")
+cannot(24, "jax.lax.scan (its jax.lax.pcast runs: cell 21)")
 
 t.report("tutorial shard_map (cells 1-24): cells that do not run (fully) as written:")
