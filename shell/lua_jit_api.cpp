@@ -494,13 +494,17 @@ constexpr Function kLaxFunctions[] = {
      "  tiled: split_axis / G, concat_axis * G). Axes 0-based."},
 };
 
+// sl.remat and sl.checkpoint are one function (JAX's two names), so one docstring.
+constexpr const char* kRematSignature =
+    "sl.remat(f [, {policy = function(op, ...) -> boolean}]) -> function (also sl.checkpoint)";
+constexpr const char* kRematDoc =
+    "jax.remat (jax.checkpoint): inside sl.grad, the values f computes are recomputed in the\n"
+    "  backward pass instead of kept, except those of the ops policy(op_name) saves (and f's\n"
+    "  results). Outside a trace f runs as it is.";
+
 constexpr Function kJitFunctions[] = {
-    {"remat", lua_entry<remat>,
-     "sl.remat(f [, {policy = function(op, ...) -> boolean}]) -> function",
-     "jax.remat (jax.checkpoint): inside sl.grad, the values f computes are recomputed in the\n"
-     "  backward pass instead of kept, except those of the ops policy(op_name) saves (and f's\n"
-     "  results). Outside a trace f runs as it is. Also sl.checkpoint."},
-    {"checkpoint", lua_entry<remat>, "sl.checkpoint(f [, {policy}]) -> function", "sl.remat."},
+    {"remat", lua_entry<remat>, kRematSignature, kRematDoc},
+    {"checkpoint", lua_entry<remat>, kRematSignature, kRematDoc},
     {"shard_map", lua_entry<shard_map>,
      "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted; sl.shard_map({...}) -> decorator",
      "jax.shard_map: f runs on each device's blocks (argument i split by in_specs[i]) and\n"
