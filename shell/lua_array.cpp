@@ -55,7 +55,7 @@ Result<Operand> arg_operand(lua_State* L, int idx, std::string_view fn, std::str
 Result<std::optional<eng::PartitionSpec>> opt_spec(lua_State* L, int idx, std::string_view fn,
                                                    std::string_view name) {
   if (lua_isnoneornil(L, idx)) return std::optional<eng::PartitionSpec>();
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p, arg_udata<eng::PartitionSpec>(L, idx, fn, name));
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * p, arg_spec(L, idx, fn, name));
   return std::optional<eng::PartitionSpec>(*p);
 }
 
@@ -441,10 +441,12 @@ Result<Placement> read_placement(lua_State* L, int idx, std::string_view fn) {
     push_field(L, idx, key);
     const int s = lua_gettop(L);
     Status st = eng::ok_status();
-    if (auto* spec = to_udata<eng::PartitionSpec>(L, s))
+    if (auto* ns = to_udata<eng::NamedSharding>(L, s))
+      p.sharding = *ns;  // its mesh too, as device_put's NamedSharding
+    else if (auto* spec = to_udata<eng::PartitionSpec>(L, s))
       p.sharding.spec = *spec;
     else if (!lua_isnil(L, s))
-      st = arg_error(L, s, fn, key, "PartitionSpec (sl.P(...))");
+      st = arg_error(L, s, fn, key, "PartitionSpec (sl.P(...)) or NamedSharding");
     lua_pop(L, 1);
     ENG_RETURN_IF_ERROR(st);
   }

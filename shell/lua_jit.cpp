@@ -124,12 +124,12 @@ Status read_tree_arg(lua_State* L, const JitBox& j, int idx, int pos, std::strin
     eng::PartitionSpec spec = a->is_tracer() ? eng::PartitionSpec() : a->data->array.sharding.spec;
     if (given) spec = *j.options().in_specs[pos];  // one spec for a table: every leaf (a pytree prefix)
     if (!prefixed.empty()) spec = prefixed[k];
+    spec = eng::remove_size_one_mesh_axis(spec, m);
     if (infer && m.axis_type() != eng::AxisType::kExplicit && !spec.is_replicated())
       return eng::invalid_argument(
           "{}: in_specs not given, so argument {} is split as its type says, but on {} (not "
           "Explicit) its type names no mesh axis though it is laid out {}: pass in_specs",
           fn, pos + 1, m.to_string(), spec.to_string());
-    spec = eng::remove_size_one_mesh_axis(spec, m);
     c.leaves.push_back(*a);
     c.leaf_in_specs.push_back(!prefixed.empty() ? std::optional<eng::PartitionSpec>(spec)
                               : given           ? j.options().in_specs[pos]

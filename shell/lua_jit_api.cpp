@@ -36,7 +36,7 @@ Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(
     std::map<int, fe::SpecTree>* trees = nullptr) {
   std::vector<std::optional<eng::PartitionSpec>> out;
   if (lua_isnil(L, idx)) return out;
-  if (auto* p = to_udata<eng::PartitionSpec>(L, idx)) {
+  if (auto* p = spec_at(L, idx)) {
     out.assign(64, *p);
     return out;
   }
@@ -44,7 +44,7 @@ Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(
     return arg_error(L, idx, fn, name, "PartitionSpec or table of them");
   for (lua_Integer i = 1; i <= 64; ++i) {
     lua_rawgeti(L, idx, i);
-    auto* p = to_udata<eng::PartitionSpec>(L, -1);
+    auto* p = spec_at(L, -1);
     const bool nil = lua_isnil(L, -1);
     if (trees && !p && !nil) {  // a table of specs for this argument
       fe::SpecTree t;
@@ -65,7 +65,7 @@ Result<std::vector<std::optional<eng::PartitionSpec>>> read_specs(
 // A table of specs (shard_map's in_specs entry as a pytree prefix) at idx.
 Status read_spec_tree(lua_State* L, int idx, const std::string& what, fe::SpecTree* out,
                       int depth) {
-  if (auto* p = to_udata<eng::PartitionSpec>(L, idx)) {
+  if (auto* p = spec_at(L, idx)) {
     out->spec = *p;
     return eng::ok_status();
   }

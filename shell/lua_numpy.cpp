@@ -275,8 +275,7 @@ Result<int> astype(lua_State* L) {
 
 Result<int> constraint(lua_State* L, std::string_view fn, bool assert_) {
   ENG_ASSIGN_OR_RETURN(ArrayBox * x, arg_array(L, 1, fn, "x"));
-  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec,
-                       arg_udata<eng::PartitionSpec>(L, 2, fn, "shardings"));
+  ENG_ASSIGN_OR_RETURN(eng::PartitionSpec * spec, arg_spec(L, 2, fn, "shardings"));
   Operand o;
   o.array = x;
   const eng::PartitionSpec s = *spec;

@@ -28,6 +28,21 @@ struct LuaType<eng::NamedSharding> {
   static constexpr const char* kName = "NamedSharding";
 };
 
+// The PartitionSpec at idx, or a NamedSharding's spec: JAX takes either where a spec is read
+// (reshard, with_sharding_constraint, out_sharding, in/out_shardings, in/out_specs); its mesh is
+// not read. nullptr for anything else.
+inline eng::PartitionSpec* spec_at(lua_State* L, int idx) {
+  if (auto* p = to_udata<eng::PartitionSpec>(L, idx)) return p;
+  if (auto* s = to_udata<eng::NamedSharding>(L, idx)) return &s->spec;
+  return nullptr;
+}
+// spec_at or an error naming the argument.
+inline Result<eng::PartitionSpec*> arg_spec(lua_State* L, int idx, std::string_view fn,
+                                            std::string_view name) {
+  if (eng::PartitionSpec* p = spec_at(L, idx)) return p;
+  return arg_error(L, idx, fn, name, "PartitionSpec (sl.P(...)) or NamedSharding");
+}
+
 // "Mesh('data': 2, 'fsdp': 2) (4 devices)": the axes of size > 1 only ("Mesh(1 device)" for none).
 std::string mesh_label(const eng::Mesh& m);
 

@@ -77,11 +77,20 @@ std::pair<int64_t, int64_t> group_rows(const int32_t* g, int64_t N, int64_t e) {
 // every group's matmul over the pool: when there are at least two groups per thread and none
 // holds more than twice the mean, which small groups (many experts) need: a split group of a
 // few dozen rows spends more on the pool's hand-off than on its sgemm.
-bool by_groups(const int32_t* group_sizes, int64_t B, int64_t N, int64_t E) {
+// per_expert: the grad's tasks are the E experts (each sums its rows over b), not the B x E
+// (b, e) groups.
+bool by_groups(const int32_t* group_sizes, int64_t B, int64_t N, int64_t E, bool per_expert) {
   const int64_t nt = default_pool().num_threads();
   if (nt <= 1 || ThreadPool::in_parallel_region()) return false;
   int64_t groups = 0, rows = 0, most = 0;
-  for (int64_t b = 0; b < B; ++b)
+  for (int64_t e = 0; e < E && per_expert; ++e) {
+    int64_t r = 0;
+    for (int64_t b = 0; b < B; ++b) r += group_rows(group_sizes + b * E, N, e).second;
+    groups += r > 0;
+    rows += r;
+    most = std::max(most, r);
+  }
+  for (int64_t b = 0; b < B && !per_expert; ++b)
     for (int64_t e = 0; e < E; ++e) {
       const int64_t r = group_rows(group_sizes + b * E, N, e).second;
       groups += r > 0;
@@ -100,7 +109,7 @@ void ragged_dot(const float* lhs, const float* rhs, const int32_t* group_sizes, 
       matmul(false, trans_b, rows, P, K, 1.0f, lhs + (b * N + at) * K, K, rhs + e * K * P,
              trans_b ? K : P, 0.0f, out + (b * N + at) * P, P);
   };
-  if (by_groups(group_sizes, B, N, E)) {
+  if (by_groups(group_sizes, B, N, E, false)) {
     default_pool().run(B * E, [&](int64_t t) { one(t / E, t % E); });  // matmul: one thread each
   } else {
     for (int64_t b = 0; b < B; ++b)
@@ -123,7 +132,7 @@ void ragged_dot_grad(const float* lhs, const float* dout, const int32_t* group_s
                P, 1.0f, drhs + e * K * P, P);
     }
   };
-  if (by_groups(group_sizes, B, N, E)) {
+  if (by_groups(group_sizes, B, N, E, true)) {
     default_pool().run(E, one);
   } else {
     for (int64_t e = 0; e < E; ++e) one(e);

@@ -102,6 +102,14 @@ assert(select("#", sl.jit(function(x) ty = sl.typeof(x) end)(a)) == 0)
 assert(tostring(ty.sharding.spec) == "P('X', 'Y')" and ty.dtype == "float32" and ty.shape[2] == 16
        and ty.ndim == 2 and ty == sl.typeof(a) and "t: " .. ty == "t: f32[8@X,16@Y]", tostring(ty))
 assert(tostring(a.sharding.spec) == "P('X', 'Y')" and a.sharding == ty.sharding)
+-- Where a spec is read a NamedSharding is taken too (its spec), as JAX's: x.sharding passes on.
+local b = sl.reshard(sl.ones({8, 16}), a.sharding)
+assert(tostring(sl.typeof(b)) == "f32[8@X,16@Y]")
+assert(tostring(sl.typeof(sl.with_sharding_constraint(b, a.sharding))) == "f32[8@X,16@Y]")
+assert(tostring(sl.typeof(sl.zeros({8, 16}, {sharding = a.sharding}))) == "f32[8@X,16@Y]")
+assert(tostring(sl.typeof(sl.jit(function(t) return t * 2 end,
+                                 {out_shardings = sl.NamedSharding(a.mesh, sl.P(nil, "Y"))})(b)))
+       == "f32[8,16@Y]")
 
 -- Gradients against central finite differences (on one device and sharded).
 local function loss(w, x)

@@ -87,6 +87,8 @@ TEST(RaggedDot, EqualsTheReferenceLoop) {
       {1, 512, 48, 40, std::vector<int32_t>(16, 32)},             // by groups
       {2, 300, 64, 96, {250, 10, 40, 0, 5, 200, 95, -3}},          // split: one group holds most
       {1, 100, 16, 24, {30, -2, 500, 7}},                          // cut at N; negative as 0
+      {1, 64, 8, 8, {10, 20}},                                     // rows past the groups: 0
+      {1, 2048, 128, 256, {1800, 100, 148, 0}},                    // one group holds most: split
   };
   uint32_t seed = 11;
   for (const Case& c : cases) {
