@@ -267,6 +267,15 @@ Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
     return eng::invalid_argument("{}: jit nested {} levels deep: recursion through jit", j.name(),
                                  fe::kMaxTraceDepth);
   std::shared_ptr<fe::Trace> tr = session(L).active_trace();
+  // Inlined, f runs on the caller's tracers: auto_axes' out_sharding / explicit_axes'
+  // in_sharding would not place anything, so they are refused rather than ignored.
+  if (j.options().mode && !(j.options().out_specs.empty() && j.options().in_specs.empty()))
+    return eng::invalid_argument(
+        "{}: sl.{} with {} inside sl.jit (or grad, vmap) of the same mode is not supported: it "
+        "would be inlined and {} not applied; call it on concrete arrays, or use "
+        "sl.with_sharding_constraint inside the jit",
+        j.name(), j.mode_fn(), j.options().out_specs.empty() ? "in_sharding" : "out_sharding",
+        j.options().out_specs.empty() ? "in_sharding" : "out_sharding");
   TracedArgs targs;
   for (int i = 0; i < n; ++i) {
     Tree t;

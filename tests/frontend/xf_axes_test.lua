@@ -35,6 +35,12 @@ for i = 1, 4 do for j = 1, 4 do assert(r1:totable()[i][j] == rt[i][j] and r2:tot
 add_kw(some_x, some_y, {out_sharding = sl.P("X", nil)})
 h.expect_error(function() add(some_x, some_y, {out_sharding = sl.P(nil, "X")}) end,
                "out_sharding is given at the call and already at sl.auto_axes(f, {out_sharding = ...})")
+-- Inside a jit of the same mode the function would be inlined and the spec ignored: refused.
+local am = sl.make_mesh({4, 2}, {"X", "Y"}, {axis_types = {sl.AxisType.Auto, sl.AxisType.Auto}})
+local ax = sl.device_put(sl.arange(16.0):reshape(4, 4), sl.NamedSharding(am, sl.P("X", nil)))
+h.expect_error(function()
+  sl.jit(function(t) return add_kw(t, t, {out_sharding = sl.P(nil, "X")}) end)(ax)
+end, "sl.auto_axes with out_sharding inside sl.jit (or grad, vmap) of the same mode is not supported")
 local scale = sl.explicit_axes(function(x) return x * 2 end)
 assert(tostring(sl.typeof(scale(some_x, {in_sharding = sl.P(nil, "X")}))) == "f32[4,4@X]")
 -- The result can feed explicit-mode ops again.
