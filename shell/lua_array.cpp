@@ -862,8 +862,8 @@ void open_lua_array(lua_State* L, int sl) {
   define_type(
       L, {"Array",
           "An array on a mesh's simulated devices (each holds only its shards), or inside\n"
-          "  sl.jit a traced value. Fields: x.shape, x.dtype, x.ndim, x.size, x.sharding (the\n"
-          "  PartitionSpec), x.mesh, x.type (sl.typeof's f32[8@X,4]), x.at[i]:set(v) / :add(v) /\n"
+          "  sl.jit a traced value. Fields: x.shape, x.dtype, x.ndim, x.size, x.sharding (a\n"
+          "  NamedSharding: .spec, .mesh), x.mesh, x.type (the layout's text, f32[8@X,4]), x.at[i]:set(v) / :add(v) /\n"
           "  :get() (JAX's x.at). Operators + - * / % and unary - are sl.numpy's; x[i] indexes\n"
           "  (0-based; i may be a traced int32 scalar); methods also include sl.numpy's reshape,\n"
           "  sum, mean, astype.",

@@ -534,13 +534,15 @@ constexpr Function kJitFunctions[] = {
      "sl.auto_axes(f, {out_sharding = sl.P(...) [, axes, name]}) -> Jitted",
      "jax.sharding.auto_axes: f runs with the mesh's axes Auto (the compiler chooses shardings;\n"
      "  explicit mode's type errors do not apply), compiled as its own program; its results are\n"
-     "  placed by out_sharding. An engine mesh has one axis type, so axes must be all of them.\n"
-     "  Not inside sl.jit of the other mode."},
+     "  placed by out_sharding, given here or at each call: f(x, y, {out_sharding = ...}). An\n"
+     "  engine mesh has one axis type, so axes must be all of them. Not inside sl.jit of the\n"
+     "  other mode (nor, with a sharding, of the same mode)."},
     {"explicit_axes", lua_entry<explicit_axes>,
      "sl.explicit_axes(f, {in_sharding = sl.P(...) [, axes, name]}) -> Jitted",
      "jax.sharding.explicit_axes: f runs with the mesh's axes Explicit (shardings in the types,\n"
-     "  explicit mode's errors), its arguments placed by in_sharding; compiled as its own\n"
-     "  program. axes must be all of the mesh's. Not inside sl.jit of the other mode."},
+     "  explicit mode's errors), its arguments placed by in_sharding (here or at each call:\n"
+     "  f(x, {in_sharding = ...})); compiled as its own program. axes must be all of the mesh's.\n"
+     "  Not inside sl.jit of the other mode (nor, with a sharding, of the same mode)."},
     {"grad", lua_entry<grad>, "sl.grad(f [, argnums=0 | {i, ...} [, {has_aux}]]) -> Jitted",
      "d f / d args[argnums] (0-based) by the engine's autodiff (reverse mode, per-op VJP rules),\n"
      "  traced and compiled like sl.jit. f must return a float32 scalar (with has_aux: the scalar\n"

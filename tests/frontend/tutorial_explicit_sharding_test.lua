@@ -105,14 +105,12 @@ expect("Current mesh is: " .. tostring(get_abstract_mesh()),
 
 -- cell 10: auto over 'X' only, explicit over 'Y', inside a jit.
 cannot(10, "auto_axes(axes='X') (an engine mesh has one axis type for all its axes: Auto over X "
-           .. "while Explicit over Y is not expressible), auto_axes inside jit, out_sharding at "
-           .. "the call, get_abstract_mesh")
+           .. "while Explicit over Y is not expressible), auto_axes inside jit")
 
 -- cell 11: explicit_axes inside a jit under `with jax.sharding.use_mesh(auto_mesh)`.
 local auto_mesh = jax.make_mesh({2, 4}, {"X", "Y"}, {axis_types = {AxisType.Auto, AxisType.Auto}})
 expect(auto_mesh, "Mesh('X': 2, 'Y': 4, axis_types=(Auto, Auto))", "cell 11 auto_mesh")
-cannot(11, "explicit_axes inside jit, in_sharding at the call, get_abstract_mesh, `with "
-           .. "use_mesh` (sl.use_mesh(mesh, f) takes a function)")
+cannot(11, "explicit_axes inside jit, `with use_mesh` (sl.use_mesh(mesh, f) takes a function)")
 
 -- cell 12: the concrete sharding and the type's; jnp.sin of int32 is float32 (JAX's
 -- promotion). print's lines are collected in `printed12`.

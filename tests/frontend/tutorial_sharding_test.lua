@@ -203,8 +203,8 @@ z = f(x, y)
 expect(z.sharding.spec, "P('X', None)", "cell 33")
 
 -- cells 34 and 35
-cannot(34, "explicit_axes with in_sharding at the call (here at decoration) and "
-           .. "jax.sharding.get_abstract_mesh")
+cannot(34, "explicit_axes inside a jit of the other mode (the engine partitions one program in "
+           .. "one mode)")
 
 -- cell 35: the concrete sharding and the type's, at the top level (Explicit) and under
 -- auto_axes (Auto: the type names no axis). print's lines are collected in `printed35`.
