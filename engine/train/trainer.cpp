@@ -277,6 +277,11 @@ Result<StepHandle> Trainer::step() {
   if (reuse >= 0) ENG_RETURN_IF_ERROR(wait_ticket(reuse));
   StepSlot& slot = slots_[static_cast<size_t>(h.ticket_ % kStepSlots)];
   static_cast<StepRecord&>(slot) = StepRecord{};  // process_times keeps its buffer
+  // The model metrics' buffer: a fresh one when a StepMetrics of an earlier step still holds
+  // it (ExtraMetrics), decided here on the caller's thread, where StepMetrics are made and
+  // dropped, before the device step writes it.
+  if (slot.extra_metrics && slot.extra_metrics.use_count() > 1)
+    slot.extra_metrics = std::make_shared<std::vector<float>>(slot.extra_metrics->size(), 0.0f);
   slot.ticket = h.ticket_;
   slot.step = step_;
   // The jit dispatch check: the arrays as placed against the executable in use (no
@@ -327,8 +332,6 @@ Status Trainer::device_step(int64_t ticket) {
   const double wait0 = runtime_->collective_wait_seconds();
   Status s = runtime_->execute(*slot.exe, arg_ptrs_, outputs_);
   constexpr size_t n_base = kMaxTextMetrics;
-  if (slot.extra_metrics && slot.extra_metrics.use_count() > 1)  // an earlier StepMetrics holds it
-    slot.extra_metrics = std::make_shared<std::vector<float>>(slot.extra_metrics->size(), 0.0f);
   for (size_t k = 0; s.ok() && k < layout_.metrics.size(); ++k)
     s = runtime_->fetch(outputs_[k],
                         k < n_base ? &slot.metrics[k] : &(*slot.extra_metrics)[k - n_base]);
