@@ -956,59 +956,6 @@ ValueId Builder::checkpoint_name(ValueId v, std::string name) {
   return v;
 }
 
-ValueId Builder::reshape(ValueId x, const Shape& shape) {
-  OpAttrs a;
-  a.new_shape.assign(shape.dims().begin(), shape.dims().end());
-  return emit(OpKind::kReshape, {x}, a)[0];
-}
-
-ValueId Builder::slice(ValueId x, int dim, int64_t start, int64_t size) {
-  OpAttrs a;
-  a.dim = dim;
-  a.start = start;
-  a.size = size;
-  return emit(OpKind::kSlice, {x}, a)[0];
-}
-
-ValueId Builder::pad(ValueId x, int dim, int64_t start, int64_t size,
-                     const std::vector<std::string>& out_sharding) {
-  OpAttrs a;
-  a.dim = dim;
-  a.start = start;
-  a.size = size;
-  a.out_logical = to_logical_axes(out_sharding);
-  return emit(OpKind::kPad, {x}, a)[0];
-}
-
-ValueId Builder::embed_lookup(ValueId table, ValueId ids) {
-  return emit(OpKind::kEmbedLookup, {table, ids})[0];
-}
-
-ValueId Builder::one_hot(ValueId ids, int64_t depth, std::string depth_logical) {
-  OpAttrs a;
-  a.depth = depth;
-  const ValueId out = emit(OpKind::kOneHot, {ids}, a)[0];
-  program_.values_[out].logical.back() = std::move(depth_logical);
-  return out;
-}
-
-ValueId Builder::matmul(ValueId a, ValueId b, int a_split, int b_split, bool trans_a,
-                        bool trans_b, std::vector<std::string> out_sharding, ValueId out_like) {
-  OpAttrs at;
-  at.out_logical = to_logical_axes(out_sharding);
-  at.out_like = out_like;
-  at.a_split = a_split;
-  at.b_split = b_split;
-  at.trans_a = trans_a;
-  at.trans_b = trans_b;
-  const size_t n_out = at.out_logical.size();
-  ValueId out = emit(OpKind::kMatmul, {a, b}, at)[0];
-  ENG_CHECK(n_out == 0 || static_cast<int>(n_out) == info(out).shape.rank() - (vmap_ > 0 ? 1 : 0),
-            "matmul: out_sharding has {} names for result {}", n_out,
-            info(out).shape.to_string());
-  return out;
-}
-
 Program Builder::finish() && { return std::move(program_); }
 
 }  // namespace eng
