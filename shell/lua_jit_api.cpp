@@ -78,7 +78,8 @@ Status read_spec_tree(lua_State* L, int idx, const std::string& what, fe::SpecTr
     Status st = read_spec_tree(L, -1, fmt::format("{}[{}]", what, i), &kid, depth + 1);
     lua_pop(L, 1);
     if (!st.ok()) return st;
-    out->kids.emplace_back(fe::TreeKey{true, i, {}}, std::move(kid));
+    out->keys.push_back(fe::TreeKey{true, i, {}});
+    out->kids.push_back(std::move(kid));
   }
   return eng::ok_status();
 }

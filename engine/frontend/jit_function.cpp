@@ -63,10 +63,10 @@ Status prefix_specs_at(const SpecTree& prefix, const Tree& tree, const std::stri
         "{}: in_specs is not a tree prefix of the argument: {} specs for {} entries", what,
         prefix.kids.size(), tree.kids.size());
   for (size_t i = 0; i < tree.kids.size(); ++i) {
-    if (!(prefix.kids[i].first == tree.kids[i].first))
+    if (!(prefix.keys[i] == tree.kids[i].first))
       return invalid_argument("{}: in_specs has key {} where the argument has {}", what,
-                              prefix.kids[i].first.to_string(), tree.kids[i].first.to_string());
-    ENG_RETURN_IF_ERROR(prefix_specs_at(prefix.kids[i].second, tree.kids[i].second,
+                              prefix.keys[i].to_string(), tree.kids[i].first.to_string());
+    ENG_RETURN_IF_ERROR(prefix_specs_at(prefix.kids[i], tree.kids[i].second,
                                         what + tree.kids[i].first.to_string(), out));
   }
   return ok_status();

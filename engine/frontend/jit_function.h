@@ -57,8 +57,9 @@ std::string tree_type(const Tree& tree, const std::vector<std::string>& leaf_typ
 // An in_specs entry given as a table of specs (JAX's pytree prefix: `(P(), P('stages'), P())`
 // for an argument of three parts): a spec for each subtree.
 struct SpecTree {
-  std::optional<PartitionSpec> spec;               // set: this spec for the whole subtree
-  std::vector<std::pair<TreeKey, SpecTree>> kids;  // else per key
+  std::optional<PartitionSpec> spec;  // set: this spec for the whole subtree
+  std::vector<TreeKey> keys;          // else per key, keys[i] for kids[i] (two vectors: a
+  std::vector<SpecTree> kids;         // vector of pairs of an incomplete type fails in clang)
 };
 // Per leaf of `tree`, its spec from `prefix`; an error naming `what` where `prefix` is not a
 // prefix of `tree` (a key missing on either side, a spec table over an Array).
