@@ -244,6 +244,10 @@ void tile(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* packed_b,
 
 }  // namespace
 
+void pack_b_panel32(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, uint16_t* dst) {
+  pack_b_panel(s, B, j, dst);
+}
+
 bool native_bf16_gemm_available() { return bf16::use_hw_convert(); }
 
 int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s) {
@@ -300,6 +304,9 @@ void native_gemm_packed_b(const Bf16MatmulShape& s, const uint16_t* A, const uin
 bool native_bf16_gemm_available() { return false; }
 int64_t native_gemm_scratch_bytes(const Bf16MatmulShape&) { return 0; }
 void native_gemm(const Bf16MatmulShape&, const uint16_t*, const uint16_t*, void*) {
+  ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
+}
+void pack_b_panel32(const Bf16MatmulShape&, const uint16_t*, int64_t, uint16_t*) {
   ENG_CHECK(false, "bf16 matmul: native backend used in a build without avx512_bf16");
 }
 int64_t packed_b_elems_all(const Bf16MatmulShape&) { return 0; }

@@ -28,6 +28,20 @@ int64_t native_gemm_scratch_bytes(const Bf16MatmulShape& s);
 // Inside a pool task (or on a one-thread pool) it runs inline on the calling thread.
 void native_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C);
 
+// Panel j of op(B) as native_gemm packs it (and the AMX GEMM reads it): for pair p, 32 columns
+// x (b[2p][n], b[2p+1][n]), zero past K and N; (K + 1) / 2 pair rows of 64 elements.
+void pack_b_panel32(const Bf16MatmulShape& s, const uint16_t* B, int64_t j, uint16_t* dst);
+
+// The AMX GEMM (bf16_amx_gemm.cpp): pool tasks of kAmxTaskRows rows by at most 512 columns of C,
+// 32 x 32 blocks of tdpbf16ps tiles. Available where the build has avx512_bf16 and the CPU AMX-BF16
+// (the kernel granting the tile state); SHARDLAB_DISABLE_AMX=1 turns it off (read once).
+inline constexpr int64_t kAmxTaskRows = 64;
+bool amx_bf16_gemm_available();
+int64_t amx_gemm_scratch_bytes(const Bf16MatmulShape& s);  // per-thread scratch for s
+int64_t amx_gemm_tasks(const Bf16MatmulShape& s);          // tasks per pass, for parts()
+// C = op(A) op(B) [+ C], f32 sums in a fixed order (bitwise the same for any thread count).
+void amx_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C);
+
 // B packed once and used by several products on the calling thread (attention's heads):
 // pack_b_all writes op(B)'s panels (packed_b_elems_all(s) elements) for s.N columns and s.K;
 // native_gemm_packed_b runs C = op(A) B for a shape whose columns are a prefix of the packed

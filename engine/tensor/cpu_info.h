@@ -77,8 +77,8 @@ Result<CoreChoice> choose_openblas_core(const CpuInfo& cpu, const char* openblas
 // kernels count a multiply and an add per lane).
 int fp32_flops_per_cycle(const CpuInfo& cpu, int strength);
 
-// The clock of the calling thread's core while busy, in GHz: a chain of dependent 1-cycle
-// integer adds timed for about `seconds` (the VM's clock as it runs, turbo included).
+// The clock of the calling thread's core while busy, in GHz: a chain of dependent 3-cycle
+// integer multiplies timed for about `seconds` (the VM's clock as it runs, turbo included).
 double measure_clock_ghz(double seconds = 0.05);
 
 }  // namespace eng

@@ -236,6 +236,14 @@ Result<std::unique_ptr<Bf16MatmulPlan>> Bf16MatmulPlan::create(const Bf16MatmulS
   ENG_RETURN_IF_ERROR(validate(s));
   auto im = std::make_unique<Impl>();
   const bool empty = s.M == 0 || s.N == 0 || s.K == 0;
+  const bool amx = detail::amx_bf16_gemm_available();
+  if (backend == MatmulBackend::kAmx && !amx)
+    return unimplemented("bf16 matmul: the AMX backend needs AMX-BF16 and avx512_bf16 (this CPU or build has "
+                         "none, or SHARDLAB_DISABLE_AMX is set)");
+  if (backend == MatmulBackend::kAmx || (backend == MatmulBackend::kAuto && amx)) {
+    im->scratch_bytes = detail::amx_gemm_scratch_bytes(s);
+    return std::unique_ptr<Bf16MatmulPlan>(new Bf16MatmulPlan(s, MatmulBackend::kAmx, std::move(im)));
+  }
   const bool native = detail::native_bf16_gemm_available();
   if (backend == MatmulBackend::kNative && !native)
     return unimplemented("bf16 matmul: the native backend needs avx512_bf16 (this CPU or build has none)");
@@ -272,6 +280,7 @@ Result<std::unique_ptr<Bf16MatmulPlan>> Bf16MatmulPlan::create(const Bf16MatmulS
 }
 
 int64_t Bf16MatmulPlan::parts() const {
+  if (backend_ == MatmulBackend::kAmx) return detail::amx_gemm_tasks(shape_);
   if (backend_ == MatmulBackend::kNative)
     return (shape_.M + detail::kNativeTaskRows - 1) / detail::kNativeTaskRows;
   if (backend_ == MatmulBackend::kOnednn) return impl_->split.parts;
@@ -283,6 +292,7 @@ int64_t Bf16MatmulPlan::parts() const {
 int64_t Bf16MatmulPlan::scratch_bytes() const { return impl_->scratch_bytes; }
 
 std::string Bf16MatmulPlan::describe() const {
+  if (backend_ == MatmulBackend::kAmx) return "native amx_bf16 (tdpbf16ps 32x32)";
   if (backend_ == MatmulBackend::kNative)
     return fmt::format("native avx512_bf16 (vdpbf16ps {}x{})", detail::kNativeKernelRows,
                        detail::kNativeKernelCols);
@@ -299,6 +309,7 @@ void Bf16MatmulPlan::run(const uint16_t* A, const uint16_t* B, void* C) const {
   if (s.M == 0 || s.N == 0) return;
   if (s.K == 0) return run_empty_k(s, C);
   if (backend_ == MatmulBackend::kNative) return detail::native_gemm(s, A, B, C);
+  if (backend_ == MatmulBackend::kAmx) return detail::amx_gemm(s, A, B, C);
   if (backend_ == MatmulBackend::kPacked) return detail::packed_gemm(s, A, B, C);
   if (backend_ == MatmulBackend::kConvertSgemm) return run_convert_sgemm(s, impl_->scratch_bytes, A, B, C);
   const Split& sp = impl_->split;

@@ -51,9 +51,10 @@ namespace eng::kern {
 bool cpu_has_avx512_bf16();
 
 enum class MatmulBackend : uint8_t {
-  kAuto,          // kNative on avx512_bf16, else kPacked (AVX2+FMA or AVX-512F builds), else
-                  // kConvertSgemm (all three allocate nothing in run())
+  kAuto,          // kAmx on AMX-BF16, else kNative on avx512_bf16, else kPacked (AVX2+FMA or
+                  // AVX-512F builds), else kConvertSgemm (all four allocate nothing in run())
   kNative,        // the engine's vdpbf16ps GEMM (bf16_gemm.cpp): allocates nothing in run()
+  kAmx,           // the engine's AMX GEMM (bf16_amx_gemm.cpp, tdpbf16ps): allocates nothing
   kPacked,        // bf16 widened to f32 while packing, f32 FMA micro-kernel (bf16_packed_gemm.cpp)
   kOnednn,        // oneDNN or an error from create()
   kConvertSgemm,  // blocks of A and B widened to f32 in per-thread scratch, then sgemm

@@ -99,10 +99,11 @@ TEST(Bf16Matmul, EveryLayoutDtypeAndBackendMatchesFloat64) {
   uint32_t seed = 11;
   for (const Case& c : cases)
     for (MatmulBackend be : {MatmulBackend::kAuto, MatmulBackend::kOnednn, MatmulBackend::kConvertSgemm,
-                             MatmulBackend::kPacked}) {
-      if (be == MatmulBackend::kPacked &&
+                             MatmulBackend::kPacked, MatmulBackend::kNative, MatmulBackend::kAmx}) {
+      if (be != MatmulBackend::kAuto && be != MatmulBackend::kOnednn &&
+          be != MatmulBackend::kConvertSgemm &&
           !Bf16MatmulPlan::create({false, false, 1, 1, 1, 1, 1, 1}, be).ok())
-        continue;  // a build without AVX2+FMA or AVX-512F
+        continue;  // a build or CPU without the ISA (AVX2+FMA or AVX-512F; avx512_bf16; AMX)
       if (be == MatmulBackend::kOnednn && !cpu_info().avx512()) continue;  // oneDNN 2.6: no bf16 below avx512_core
       for (int ta = 0; ta < 2; ++ta)
         for (int tb = 0; tb < 2; ++tb)
@@ -127,6 +128,32 @@ TEST(Bf16Matmul, PackedAcrossKBlocksTasksAndPasses) {
       }
   check({6, 4200, 1024, 0}, false, false, DType::kF32, false, MatmulBackend::kPacked, 7);  // 2 passes
   check({6, 4200, 1024, 0}, true, true, DType::kBF16, true, MatmulBackend::kPacked, 8);
+}
+
+// The AMX GEMM: K not a multiple of its 32-k tiles (A packed), rows past a whole 32-row block
+// read in place (the copied tail), several row tasks and column chunks, partial panels, and two
+// passes of packed columns, against float64; and the same bits on one thread as on the pool.
+TEST(Bf16Matmul, AmxAcrossTilesTasksAndPasses) {
+  if (!Bf16MatmulPlan::create({false, false, 1, 1, 1, 1, 1, 1}, MatmulBackend::kAmx).ok())
+    GTEST_SKIP() << "no AMX-BF16 on this CPU (or a build without avx512_bf16)";
+  uint32_t seed = 201;
+  for (const Case& c : {Case{100, 70, 600, 3}, Case{97, 530, 256, 0}, Case{130, 1100, 64, 2},
+                        Case{6, 32, 1000, 1}, Case{33, 31, 33, 0}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        check(c, ta, tb, DType::kF32, ta == tb, MatmulBackend::kAmx, seed += 3);
+        check(c, ta, tb, DType::kBF16, ta != tb, MatmulBackend::kAmx, seed += 3);
+      }
+  check({40, 4200, 2048, 0}, false, false, DType::kF32, false, MatmulBackend::kAmx, 7);  // 2 passes
+  check({40, 4200, 2048, 0}, true, true, DType::kBF16, true, MatmulBackend::kAmx, 8);
+  Bf16MatmulShape s{false, false, 200, 700, 96, 96, 700, 700};
+  auto plan = Bf16MatmulPlan::create(s, MatmulBackend::kAmx);
+  ASSERT_TRUE(plan.ok());
+  auto A = random_bf16(200 * 96, 3), B = random_bf16(96 * 700, 4);
+  std::vector<float> c1(200 * 700), c2(200 * 700);
+  (*plan)->run(A.data(), B.data(), c1.data());
+  test::run_single_threaded([&] { (*plan)->run(A.data(), B.data(), c2.data()); });
+  EXPECT_TRUE(test::bitwise_equal(c1, c2)) << (*plan)->describe();
 }
 
 // llama-small-like shapes (tokens x embed x mlp), the ones the benchmark measures.
@@ -186,21 +213,28 @@ TEST(Bf16Matmul, CpuFlagMatchesCompilerAndEnvironment) {
   } else {
     EXPECT_EQ(kern::cpu_has_avx512_bf16(), __builtin_cpu_supports("avx512bf16") != 0);
   }
-  // kAuto prefers the allocation-free native GEMM wherever it can run.
+  // kAuto prefers the allocation-free native GEMMs wherever they can run: AMX, then vdpbf16ps.
   auto plan = Bf16MatmulPlan::create({false, false, 64, 64, 64, 64, 64, 64});
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ((*plan)->backend() == MatmulBackend::kNative, kern::cpu_has_avx512_bf16() && ENG_AVX512)
+  const bool amx = Bf16MatmulPlan::create({false, false, 8, 8, 8, 8, 8, 8}, MatmulBackend::kAmx).ok();
+  EXPECT_EQ((*plan)->backend() == MatmulBackend::kNative || (*plan)->backend() == MatmulBackend::kAmx,
+            kern::cpu_has_avx512_bf16() && ENG_AVX512)
       << (*plan)->describe();
+  EXPECT_EQ((*plan)->backend() == MatmulBackend::kAmx, amx) << (*plan)->describe();
+  if (amx) {
+    EXPECT_TRUE(kern::cpu_has_avx512_bf16());
+    EXPECT_TRUE(__builtin_cpu_supports("avx512bf16"));
+  }
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   // Without avx512_bf16, the packed f32 GEMM (never convert+sgemm) where the build has the ISA.
-  if ((*plan)->backend() != MatmulBackend::kNative) {
+  if ((*plan)->backend() != MatmulBackend::kNative && (*plan)->backend() != MatmulBackend::kAmx) {
     EXPECT_EQ((*plan)->backend(), MatmulBackend::kPacked) << (*plan)->describe();
   }
 #else
   EXPECT_EQ((*plan)->backend(), MatmulBackend::kConvertSgemm) << (*plan)->describe();
 #endif
   EXPECT_EQ(Bf16MatmulPlan::create({false, false, 8, 8, 8, 8, 8, 8}, MatmulBackend::kNative).ok(),
-            (*plan)->backend() == MatmulBackend::kNative);
+            (*plan)->backend() == MatmulBackend::kNative || (*plan)->backend() == MatmulBackend::kAmx);
 }
 
 }  // namespace
