@@ -129,6 +129,9 @@ def main():
     if "theoretical_peak_gflops" in peaks:
         print(f"theoretical f32 peak of the cores in use: {peaks['theoretical_peak_gflops']:.1f} "
               f"GFLOP/s (clock {peaks.get('clock_ghz', 0):.2f} GHz)")
+    if "theoretical_bf16_peak_gflops" in peaks:
+        print(f"theoretical bf16 matmul peak of the path in use: "
+              f"{peaks['theoretical_bf16_peak_gflops']:.1f} GFLOP/s")
     print(f"sgemm peak (kern::matmul, 2 threads, best median of LM shapes): {peak:.1f} GFLOP/s")
     print(f"bf16 matmul peak (Bf16MatmulPlan, same shapes): {bf16_peak:.1f} GFLOP/s", flush=True)
 

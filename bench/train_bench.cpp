@@ -115,6 +115,21 @@ double measure_bf16_peak(bool verbose) {
   return best;
 }
 
+// The theoretical bf16 matmul peak of one core for the backend kAuto plans here: Intel's AMX
+// figure (1024 bf16 FLOP per cycle per core: one 16 x 16 x 32 tdpbf16ps every 16 cycles); one
+// 512-bit vdpbf16ps per cycle (32 products, 64 FLOP; Zen 4 reaches it, the Xeons with AMX run it
+// at half that, bench/bf16_gemm_bench); the f32 FMA rate where bf16 is widened to f32 (packed,
+// convert+sgemm).
+int bf16_flops_per_cycle(int f32_flops_per_cycle) {
+  auto plan = eng::kern::Bf16MatmulPlan::create({false, false, 64, 64, 64, 64, 64, 64});
+  if (!plan.ok()) return f32_flops_per_cycle;
+  switch ((*plan)->backend()) {
+    case eng::kern::MatmulBackend::kAmx: return 1024;
+    case eng::kern::MatmulBackend::kNative: return 64;
+    default: return f32_flops_per_cycle;
+  }
+}
+
 // --profile N: one more step with Runtime::set_timing on, then the time per op kind (and dtype
 // of its first output), the N largest first, and the N slowest instructions with their shapes.
 void print_profile(eng::Trainer& t, int n) {
@@ -212,13 +227,17 @@ int main(int argc, char** argv) {
   fmt::print("sgemm peak (best median): {:.1f} GFLOP/s = {:.0f}% of the theoretical peak\n", peak,
              100 * peak / theory);
   if (bf16_peak <= 0) bf16_peak = measure_bf16_peak(true);
-  fmt::print("bf16 matmul peak (best median; avx512_bf16: {}): {:.1f} GFLOP/s\n",
-             eng::kern::cpu_has_avx512_bf16() ? "yes" : "no", bf16_peak);
+  const double bf16_theory = threads * bf16_flops_per_cycle(flops_per_cycle) * ghz;
+  fmt::print("bf16 matmul peak (best median; avx512_bf16: {}): {:.1f} GFLOP/s = {:.0f}% of its theoretical "
+             "peak ({} threads x {} FLOP/cycle x {:.2f} GHz = {:.1f} GFLOP/s)\n",
+             eng::kern::cpu_has_avx512_bf16() ? "yes" : "no", bf16_peak, 100 * bf16_peak / bf16_theory,
+             threads, bf16_flops_per_cycle(flops_per_cycle), ghz, bf16_theory);
   if (peak_only) {
     fmt::print("{{\"sgemm_peak_gflops\": {:.1f}, \"bf16_peak_gflops\": {:.1f}, "
-               "\"theoretical_peak_gflops\": {:.1f}, \"clock_ghz\": {:.2f}, \"blas_core\": \"{}\", "
+               "\"theoretical_peak_gflops\": {:.1f}, \"theoretical_bf16_peak_gflops\": {:.1f}, "
+               "\"clock_ghz\": {:.2f}, \"blas_core\": \"{}\", "
                "\"blas_best\": \"{}\", \"cpu\": \"{}\"}}\n",
-               peak, bf16_peak, theory, ghz, blas.core, eng::best_openblas_core(eng::cpu_info()),
+               peak, bf16_peak, theory, bf16_theory, ghz, blas.core, eng::best_openblas_core(eng::cpu_info()),
                eng::cpu_info().model_name);
     return 0;
   }
@@ -268,11 +287,14 @@ int main(int argc, char** argv) {
   const double tps = tokens / med;
   const double gflops = flops_per_token * tps / 1e9;
   const double maxtext_tflops_s = t->tflops().total / med;
+  // MFU over the theoretical peak of the run's matmul dtype (the f32 FMA peak for float32 runs,
+  // the bf16 matmul path's for bfloat16 runs).
+  const double run_theory = dtype == "bfloat16" ? bf16_theory : theory;
   fmt::print(
       "RESULT model={} dtype={} remat={} median_step_ms={:.1f} tokens_per_s={:.0f} model_GFLOPs={:.1f} "
       "mfu={:.1f}% mfu_theoretical={:.1f}% mfu_bf16_peak={:.1f}% maxtext_TFLOP/s/device={:.3f} "
       "(min_ms={:.1f} max_ms={:.1f} n={})\n",
-      model, dtype, remat, med * 1e3, tps, gflops, 100 * gflops / peak, 100 * gflops / theory,
+      model, dtype, remat, med * 1e3, tps, gflops, 100 * gflops / peak, 100 * gflops / run_theory,
       bf16_peak > 0 ? 100 * gflops / bf16_peak : 0.0, maxtext_tflops_s,
       *std::min_element(times.begin(), times.end()) * 1e3,
       *std::max_element(times.begin(), times.end()) * 1e3, times.size());
@@ -282,8 +304,8 @@ int main(int argc, char** argv) {
       "\"theoretical_peak_gflops\": {:.1f}, \"blas_core\": \"{}\", "
       "\"mfu\": {:.4f}, \"mfu_theoretical\": {:.4f}, \"mfu_bf16_peak\": {:.4f}, \"flops_per_token\": {:.0f}, "
       "\"maxtext_tflops_per_s_per_device\": {:.4f}}}\n",
-      model, dtype, med * 1e3, tps, gflops, peak, bf16_peak, theory, blas.core, gflops / peak,
-      gflops / theory,
+      model, dtype, med * 1e3, tps, gflops, peak, bf16_peak, run_theory, blas.core, gflops / peak,
+      gflops / run_theory,
       bf16_peak > 0 ? gflops / bf16_peak : 0.0, flops_per_token, maxtext_tflops_s);
   return 0;
 }
