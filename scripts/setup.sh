@@ -14,7 +14,8 @@ packages=(
   openmpi-bin libopenmpi-dev  # real processes: mpirun and the MPI collectives backend
 )
 if [[ "${SHARDLAB_WITH_TORCH:-0}" == 1 ]]; then
-  packages+=(python3-torch)  # only for bench/compare_torch.sh
+  packages+=(python3-torch)  # only for bench/compare_torch.py
+  packages+=(libtcmalloc-minimal4)  # PyTorch's best allocator for llama-small there (bench/README)
 fi
 missing=()
 for p in "${packages[@]}"; do

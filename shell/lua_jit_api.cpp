@@ -589,12 +589,20 @@ Result<bool> use_call_sharding(lua_State* L) {
   const char* key = is_auto ? "out_sharding" : "in_sharding";
   int keys = 0;
   bool has = false;
+  std::string other;  // a string key holding a spec that is not `key`: a misspelled keyword
   lua_pushnil(L);
   while (lua_next(L, top) != 0) {
     ++keys;
-    has = has || (lua_type(L, -2) == LUA_TSTRING && std::string_view(lua_tostring(L, -2)) == key);
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      const std::string_view k = lua_tostring(L, -2);
+      has = has || k == key;
+      if (k != key && other.empty() && spec_at(L, -1) != nullptr) other = k;
+    }
     lua_pop(L, 1);
   }
+  if (!other.empty())
+    return eng::invalid_argument("{}: unknown keyword '{}' in the call's last table (sl.{} takes {} at the call)",
+                                 j->name(), other, is_auto ? "auto_axes" : "explicit_axes", key);
   if (!has || keys != 1) return false;
   const std::string fn = j->name();
   const auto& given = is_auto ? j->options().out_specs : j->options().in_specs;

@@ -35,6 +35,10 @@ for i = 1, 4 do for j = 1, 4 do assert(r1:totable()[i][j] == rt[i][j] and r2:tot
 add_kw(some_x, some_y, {out_sharding = sl.P("X", nil)})
 h.expect_error(function() add(some_x, some_y, {out_sharding = sl.P(nil, "X")}) end,
                "out_sharding is given at the call and already at sl.auto_axes(f, {out_sharding = ...})")
+-- A misspelled keyword holding a spec is an error, not a dict argument (regression: it was read
+-- as a third argument).
+h.expect_error(function() add_kw(some_x, some_y, {out_shardings = sl.P("X", nil)}) end,
+               "unknown keyword 'out_shardings' in the call's last table (sl.auto_axes takes out_sharding at the call)")
 -- Inside a jit of the same mode the function would be inlined and the spec ignored: refused.
 local am = sl.make_mesh({4, 2}, {"X", "Y"}, {axis_types = {sl.AxisType.Auto, sl.AxisType.Auto}})
 local ax = sl.device_put(sl.arange(16.0):reshape(4, 4), sl.NamedSharding(am, sl.P("X", nil)))

@@ -494,5 +494,27 @@ TEST(AdamW, MatchesReferenceOverSteps) {
   EXPECT_TRUE(all_close(nu, nur, 1e-6, 1e-10));
 }
 
+// The routing's top-k (jax.lax.top_k: descending, ties to the lower index) against
+// std::stable_sort of the experts by score, on rows full of ties (regression: the insertion
+// top-k that replaced the sort was tested only on distinct scores).
+TEST(MoeRouting, TopKBreaksTiesLikeAStableSort) {
+  const int64_t E = 8;
+  const std::vector<std::vector<double>> rows = {
+      {1, 1, 1, 1, 1, 1, 1, 1}, {0, 2, 2, 1, 2, 0, 1, 2}, {3, 3, 1, 1, 3, 3, 1, 1},
+      {-1, 0, -1, 0, 5, 5, -1, 0}, {0, 0, 0, 0, 0, 0, 0, 9}};
+  for (const auto& row : rows)
+    for (int64_t k = 1; k <= E; ++k) {
+      moe::RouteParams p;
+      p.k = k;
+      moe::Token<double> t;
+      moe::route_token(row.data(), static_cast<const double*>(nullptr), E, p, t);
+      std::vector<int64_t> want(E);
+      for (int64_t e = 0; e < E; ++e) want[e] = e;
+      std::stable_sort(want.begin(), want.end(), [&](int64_t a, int64_t b) { return row[a] > row[b]; });
+      want.resize(k);
+      EXPECT_EQ(t.idx, want) << "k=" << k << " row " << ::testing::PrintToString(row);
+    }
+}
+
 }  // namespace
 }  // namespace eng
