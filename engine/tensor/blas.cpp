@@ -20,6 +20,7 @@ constexpr const char* kLibName = "libopenblas.so.0";
 struct Api {
   decltype(&cblas_sgemm) sgemm = nullptr;
   BlasInfo info;
+  bool small_nn_mallocs = false;  // the loaded core's small-matrix NN sgemm mallocs (below)
 };
 
 template <typename Fn>
@@ -118,6 +119,9 @@ Api load() {
   set_threads(1);
   api.info.num_threads = get_threads();
   api.info.core = corename();
+  // OpenBLAS 0.3.21's small-matrix sgemm for these cores mallocs a buffer per call in one case
+  // (kernel/x86_64/sgemm_small_kernel_nn_skylakex.c); blas::sgemm runs that case itself.
+  api.small_nn_mallocs = api.info.core == "SkylakeX" || api.info.core == "Cooperlake";
   api.info.config = config();
   while (!api.info.config.empty() && api.info.config.back() == ' ') api.info.config.pop_back();
   check_loaded_core(api.info);
@@ -141,6 +145,41 @@ Status check_blas_environment() {
 }
 
 namespace blas {
+namespace {
+
+// Whether OpenBLAS 0.3.21 would run this row-major sgemm in its SkylakeX small-matrix NN kernel
+// with the branch that mallocs (sgemm_small_kernel_permit_skylakex.c: M N K <= 100^3; the NN
+// kernel: column-major M mod 16 in [1, 8] and K >= 32). Row-major C = op(A) op(B) is OpenBLAS's
+// column-major C^T = op(B)^T op(A)^T, so its M is our N and NN stays NN. A step must allocate
+// nothing (tests/train/trainer_alloc_test.cpp: the MoE router's tokens x d x 4 product hit it).
+bool openblas_small_nn_mallocs(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+  if (trans_a || trans_b || !api().small_nn_mallocs || K < 32) return false;
+  if (static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) > 1e6) return false;
+  const int64_t rest = N % 16;
+  return rest >= 1 && rest <= 8;
+}
+
+// Row-major C = alpha A B + beta C for the shapes above (at most 10^6 products): rows of C
+// accumulated over k in f32, 256 columns at a time (the compiler vectorises the inner loop).
+void small_sgemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  constexpr int64_t kCols = 256;
+  float acc[kCols];
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n0 = 0; n0 < N; n0 += kCols) {
+      const int64_t nn = std::min(kCols, N - n0);
+      for (int64_t n = 0; n < nn; ++n) acc[n] = 0.f;
+      for (int64_t k = 0; k < K; ++k) {
+        const float a = A[m * lda + k];
+        const float* b = B + k * ldb + n0;
+        for (int64_t n = 0; n < nn; ++n) acc[n] += a * b[n];
+      }
+      float* c = C + m * ldc + n0;
+      for (int64_t n = 0; n < nn; ++n) c[n] = beta == 0.f ? alpha * acc[n] : alpha * acc[n] + beta * c[n];
+    }
+}
+
+}  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
@@ -158,6 +197,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
       for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = beta == 0.f ? 0.f : beta * C[m * ldc + n];
     return;
   }
+  if (openblas_small_nn_mallocs(trans_a, trans_b, M, N, K))
+    return small_sgemm_nn(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   api().sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
               static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,

@@ -18,6 +18,25 @@ namespace {
 
 using eng::testing::allocations_during;
 
+// Small f32 products (the MoE router's tokens x d x experts, a head's scores) allocate nothing
+// either: OpenBLAS 0.3.21's SkylakeX/Cooperlake small-matrix NN sgemm mallocs when the
+// column count mod 16 is 1-8 (blas.cpp runs those itself; regression: 4 allocations per MoE
+// step on AVX-512 CPUs).
+TEST(Bf16Alloc, SmallSgemmsAllocateNothing) {
+  blas_info();
+  std::vector<float> a(64 * 64, 0.5f), b(64 * 64, 0.25f), c(64 * 64);
+  const int64_t n = allocations_during([&] {
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (int64_t M : {1, 7, 16, 40})
+          for (int64_t N : {1, 4, 8, 20, 24, 33})
+            for (int64_t K : {8, 32, 64})
+              blas::sgemm(ta, tb, M, N, K, 1.f, a.data(), ta ? M : K, b.data(), tb ? K : N, 0.f,
+                          c.data(), N);
+  });
+  EXPECT_EQ(n, 0) << "OpenBLAS core " << blas_info().core;
+}
+
 // After reserve_scratch on every pool thread, the fused bf16 kernels allocate nothing, from
 // their first call on.
 TEST(Bf16Alloc, FusedKernelsAllocateNothingAfterReserve) {

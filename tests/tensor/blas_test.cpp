@@ -1,13 +1,17 @@
 // tests/tensor/blas_test.cpp: OpenBLAS is loaded with the fast kernels whatever the environment
 // presets (a weaker OPENBLAS_CORETYPE is replaced), single-threaded, and
 // SHARDLAB_OPENBLAS_CORETYPE can still force a core type (an unknown one is an error).
+#include <cmath>
 #include <cstdio>
+#include <vector>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "engine/tensor/blas.h"
 #include "engine/tensor/cpu_info.h"
+#include "engine/tensor/reference.h"
+#include "tests/tensor/test_util.h"
 
 namespace eng {
 namespace {
@@ -74,6 +78,33 @@ TEST(Blas, ShardlabCoretypeForcesTheCore) {
   std::string out = run_tool("env OPENBLAS_CORETYPE=Haswell SHARDLAB_OPENBLAS_CORETYPE=Nehalem");
   EXPECT_EQ(field(out, "core"), "Nehalem") << out;
   EXPECT_EQ(field(out, "result_ok"), "true") << out;
+}
+
+// blas::sgemm on small shapes, every transpose, alpha and beta, against the float64 reference:
+// among them the NN shapes it runs itself on SkylakeX/Cooperlake (columns mod 16 in 1-8,
+// K >= 32, at most 10^6 products) instead of OpenBLAS's small-matrix kernel, which mallocs.
+TEST(Blas, SmallProductsMatchTheReference) {
+  const auto a = test::random_floats(400 * 80, 1), b = test::random_floats(400 * 80, 2);
+  const auto c0 = test::random_floats(80 * 80, 3);
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (int64_t M : {1, 5, 17})
+        for (int64_t N : {1, 4, 8, 24, 300})
+          for (int64_t K : {3, 32, 70})
+            for (float beta : {0.f, 0.5f}) {
+              const int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+              std::vector<float> c(c0.begin(), c0.begin() + M * ldc);
+              std::vector<double> ad(a.begin(), a.end()), bd(b.begin(), b.end());
+              std::vector<double> want(c.begin(), c.end());
+              blas::sgemm(ta, tb, M, N, K, 0.75f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+              ref::matmul<double>(ta, tb, M, N, K, 0.75, ad.data(), lda, bd.data(), ldb, beta,
+                                  want.data(), ldc);
+              for (int64_t m = 0; m < M; ++m)
+                for (int64_t n = 0; n < N; ++n)
+                  ASSERT_NEAR(c[m * ldc + n], want[m * ldc + n], 1e-4 * (1 + std::abs(want[m * ldc + n])))
+                      << "ta=" << ta << " tb=" << tb << " M=" << M << " N=" << N << " K=" << K
+                      << " beta=" << beta;
+            }
 }
 
 TEST(Blas, InfoInProcess) {
