@@ -2,8 +2,8 @@
 // bf16 section), one (batch, head) per pool task, block by block.
 //
 // Products of bf16 operands (q k^T, p v with p rounded to bf16, and do v^T) run on the engine's
-// avx512_bf16 GEMM (bf16_gemm.h) straight from the bf16 rows; the backward's products with its
-// f32 p and ds run as single-threaded sgemms on f32 copies of the head's rows (per-thread
+// avx512_bf16 GEMM (bf16_gemm.h), or its AMX GEMM where the CPU has AMX, straight from the bf16
+// rows; the backward's products with its f32 p and ds run as single-threaded sgemms on f32 copies of the head's rows (per-thread
 // scratch). Both are f32 sums of exact products: only the summation order differs. On a CPU
 // without avx512_bf16 every product is an sgemm on f32 copies (the same values).
 //
@@ -53,6 +53,9 @@ int64_t forward_floats(int64_t T, int64_t D) {
 int64_t backward_floats(int64_t T, int64_t D) { return 7 * T * D + T + 2 * kQChunk * kKBlock; }
 
 bool native() { return detail::native_bf16_gemm_available(); }
+// On a CPU with AMX the products run the AMX GEMM (vdpbf16ps runs at half the f32 FMA rate
+// there), each call packing its own B: no k^T / v panels are packed per head.
+bool amx() { return detail::amx_bf16_gemm_available(); }
 
 // C (f32, row stride ldc) = A (M, K) times B (K, N), or B^T when B is (N, K): bf16 rows.
 Bf16MatmulShape head_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
@@ -62,7 +65,9 @@ Bf16MatmulShape head_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, int64_t
 }
 void gemm_bf16(bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
-  detail::native_gemm(head_gemm(trans_b, M, N, K, lda, ldb, ldc), A, B, C);
+  const Bf16MatmulShape s = head_gemm(trans_b, M, N, K, lda, ldb, ldc);
+  if (amx()) detail::amx_gemm(s, A, B, C);
+  else detail::native_gemm(s, A, B, C);
 }
 
 // One head's (T, D) rows, strided by ld, to and from compact f32.
@@ -120,12 +125,16 @@ struct HeadFwd {
 // S = q k^T for query rows [q0, q0 + nq) and keys [0, n), and U = p v after the softmax.
 void scores(const HeadFwd& h, int64_t q0, int64_t nq, int64_t n, int64_t T, int64_t ld, int64_t D,
             float scale) {
-  if (h.qf == nullptr)
+  if (h.qf == nullptr && amx())
+    gemm_bf16(true, nq, n, D, h.q + q0 * ld, ld, h.k, ld, h.S, T);
+  else if (h.qf == nullptr)
     detail::native_gemm_packed_b(head_gemm(true, nq, n, D, ld, ld, T), h.q + q0 * ld, h.kp, D, h.S);
   else blas::sgemm(false, true, nq, n, D, scale, h.qf + q0 * D, D, h.kf, D, 0.f, h.S, T);
 }
 void weighted_values(const HeadFwd& h, int64_t nq, int64_t n, int64_t T, int64_t ld, int64_t D) {
-  if (h.qf == nullptr && n % 2 == 0)  // v packed for K = T serves K = n when n is even
+  if (h.qf == nullptr && amx())
+    gemm_bf16(false, nq, D, n, h.Pb, T, h.v, ld, h.U, D);
+  else if (h.qf == nullptr && n % 2 == 0)  // v packed for K = T serves K = n when n is even
     detail::native_gemm_packed_b(head_gemm(false, nq, D, n, T, ld, D), h.Pb, h.vp, T, h.U);
   else if (h.qf == nullptr)
     gemm_bf16(false, nq, D, n, h.Pb, T, h.v, ld, h.U, D);
@@ -176,7 +185,9 @@ void attention_forward_bf16(const uint16_t* q, const uint16_t* k, const uint16_t
       const int64_t b = bh / H, hd = bh % H;
       const int64_t off = b * T * ld + hd * D;
       h.q = q + off, h.k = k + off, h.v = v + off;
-      if (nat) {
+      if (nat && amx()) {
+        // nothing to pack: each product packs its B (gemm_bf16)
+      } else if (nat) {
         h.kp = reinterpret_cast<uint16_t*>(base);  // the fallback's f32 copies' place
         const Bf16MatmulShape ks = head_gemm(true, 0, T, D, ld, ld, T);
         h.vp = h.kp + detail::packed_b_elems_all(ks);
@@ -308,6 +319,14 @@ void reserve_attention_bf16_scratch(int64_t T, int64_t D) {
        {head_gemm(true, q, T, D, D, D, T), head_gemm(false, q, D, T, T, D, D),
         head_gemm(true, std::min(kQChunk, T), std::min(kKBlock, T), D, D, D, kKBlock)})
     detail::thread_matmul_scratch(detail::native_gemm_scratch_bytes(s));
+  if (!amx()) return;
+  // The AMX GEMM packs op(A) when K is not a multiple of 32 (p v with n keys): K = T + 1 bounds
+  // those, K = T the ones read in place.
+  for (int64_t k : {T, T + 1})
+    for (const Bf16MatmulShape& s :
+         {head_gemm(true, q, T, D, D, D, T), head_gemm(false, q, D, k, k, D, D),
+          head_gemm(true, std::min(kQChunk, T), std::min(kKBlock, T), D, D, D, kKBlock)})
+      detail::thread_matmul_scratch(detail::amx_gemm_scratch_bytes(s));
 }
 
 }  // namespace eng::kern

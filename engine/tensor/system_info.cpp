@@ -29,9 +29,11 @@ std::vector<std::pair<std::string, std::string>> system_info() {
       {"simd", kern::simd::kSimdPath},
       {"matmul_f32", fmt::format("openblas {} sgemm", blas.core)},
       {"matmul_bf16", bf16},
-      {"attention_bf16", kern::detail::native_bf16_gemm_available()
-                             ? "vdpbf16ps GEMM (bf16 operands), sgemm (f32 p, ds)"
-                             : "sgemm on f32 copies"},
+      {"attention_bf16", kern::detail::amx_bf16_gemm_available()
+                             ? "AMX GEMM (bf16 operands), sgemm (f32 p, ds)"
+                             : kern::detail::native_bf16_gemm_available()
+                                   ? "vdpbf16ps GEMM (bf16 operands), sgemm (f32 p, ds)"
+                                   : "sgemm on f32 copies"},
   };
 }
 
