@@ -115,13 +115,15 @@ double measure_bf16_peak(bool verbose) {
   return best;
 }
 
-// The theoretical bf16 matmul peak of one core for the backend kAuto plans here: Intel's AMX
+// The theoretical bf16 matmul peak of one core for the backend the trainer's plans use
+// (SHARDLAB_BF16_MATMUL, else kAuto): Intel's AMX
 // figure (1024 bf16 FLOP per cycle per core: one 16 x 16 x 32 tdpbf16ps every 16 cycles); one
 // 512-bit vdpbf16ps per cycle (32 products, 64 FLOP; Zen 4 reaches it, the Xeons with AMX run it
 // at half that, bench/bf16_gemm_bench); the f32 FMA rate where bf16 is widened to f32 (packed,
 // convert+sgemm).
 int bf16_flops_per_cycle(int f32_flops_per_cycle) {
-  auto plan = eng::kern::Bf16MatmulPlan::create({false, false, 64, 64, 64, 64, 64, 64});
+  auto plan = eng::kern::Bf16MatmulPlan::create({false, false, 64, 64, 64, 64, 64, 64},
+                                                eng::kern::bf16_matmul_backend_from_env());
   if (!plan.ok()) return f32_flops_per_cycle;
   switch ((*plan)->backend()) {
     case eng::kern::MatmulBackend::kAmx: return 1024;
@@ -287,8 +289,8 @@ int main(int argc, char** argv) {
   const double tps = tokens / med;
   const double gflops = flops_per_token * tps / 1e9;
   const double maxtext_tflops_s = t->tflops().total / med;
-  // MFU over the theoretical peak of the run's matmul dtype (the f32 FMA peak for float32 runs,
-  // the bf16 matmul path's for bfloat16 runs).
+  // mfu_theoretical: over the theoretical peak of the run's matmul dtype (the f32 FMA peak for
+  // float32 runs, the bf16 matmul path's for bfloat16 runs); the JSON has both peaks.
   const double run_theory = dtype == "bfloat16" ? bf16_theory : theory;
   fmt::print(
       "RESULT model={} dtype={} remat={} median_step_ms={:.1f} tokens_per_s={:.0f} model_GFLOPs={:.1f} "
@@ -301,10 +303,10 @@ int main(int argc, char** argv) {
   fmt::print(
       "{{\"model\": \"{}\", \"dtype\": \"{}\", \"median_step_ms\": {:.2f}, \"tokens_per_s\": {:.1f}, "
       "\"model_gflops\": {:.2f}, \"sgemm_peak_gflops\": {:.1f}, \"bf16_peak_gflops\": {:.1f}, "
-      "\"theoretical_peak_gflops\": {:.1f}, \"blas_core\": \"{}\", "
+      "\"theoretical_peak_gflops\": {:.1f}, \"theoretical_bf16_peak_gflops\": {:.1f}, \"blas_core\": \"{}\", "
       "\"mfu\": {:.4f}, \"mfu_theoretical\": {:.4f}, \"mfu_bf16_peak\": {:.4f}, \"flops_per_token\": {:.0f}, "
       "\"maxtext_tflops_per_s_per_device\": {:.4f}}}\n",
-      model, dtype, med * 1e3, tps, gflops, peak, bf16_peak, run_theory, blas.core, gflops / peak,
+      model, dtype, med * 1e3, tps, gflops, peak, bf16_peak, theory, bf16_theory, blas.core, gflops / peak,
       gflops / run_theory,
       bf16_peak > 0 ? gflops / bf16_peak : 0.0, flops_per_token, maxtext_tflops_s);
   return 0;

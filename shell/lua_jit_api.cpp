@@ -589,17 +589,32 @@ Result<bool> use_call_sharding(lua_State* L) {
   const char* key = is_auto ? "out_sharding" : "in_sharding";
   int keys = 0;
   bool has = false;
-  std::string other;  // a string key holding a spec that is not `key`: a misspelled keyword
+  std::string other;    // a string key that is not `key` holding specs: a misspelled keyword
+  std::string besides;  // any other string key beside `key`
+  // A value that is a spec, or a table holding one directly (several outputs' specs).
+  auto holds_spec = [&](int idx) {
+    if (spec_at(L, idx) != nullptr) return true;
+    if (lua_type(L, idx) != LUA_TTABLE) return false;
+    bool found = false;
+    lua_pushnil(L);
+    while (lua_next(L, idx < 0 ? idx - 1 : idx) != 0) {
+      found = found || spec_at(L, -1) != nullptr;
+      lua_pop(L, 1);
+    }
+    return found;
+  };
   lua_pushnil(L);
   while (lua_next(L, top) != 0) {
     ++keys;
     if (lua_type(L, -2) == LUA_TSTRING) {
-      const std::string_view k = lua_tostring(L, -2);
+      const std::string k = lua_tostring(L, -2);
       has = has || k == key;
-      if (k != key && other.empty() && spec_at(L, -1) != nullptr) other = k;
+      if (k != key && besides.empty()) besides = k;
+      if (k != key && other.empty() && holds_spec(lua_gettop(L))) other = k;
     }
     lua_pop(L, 1);
   }
+  if (has && !besides.empty()) other = besides;  // {out_sharding = ..., x = ...}
   if (!other.empty())
     return eng::invalid_argument("{}: unknown keyword '{}' in the call's last table (sl.{} takes {} at the call)",
                                  j->name(), other, is_auto ? "auto_axes" : "explicit_axes", key);

@@ -419,20 +419,10 @@ Runtime::Prepared* Runtime::find_prepared(const Executable& exe) {
   return nullptr;
 }
 
-namespace {
-// SHARDLAB_BF16_MATMUL=sgemm|onednn|packed forces a backend (default kAuto: the native GEMM on
-// avx512_bf16, else the packed f32 one; onednn_matmul.h).
-kern::MatmulBackend bf16_matmul_backend() {
-  const char* v = std::getenv("SHARDLAB_BF16_MATMUL");
-  if (v && std::string_view(v) == "packed") return kern::MatmulBackend::kPacked;
-  if (v && std::string_view(v) == "sgemm") return kern::MatmulBackend::kConvertSgemm;
-  if (v && std::string_view(v) == "onednn") return kern::MatmulBackend::kOnednn;
-  return kern::MatmulBackend::kAuto;
-}
-}  // namespace
-
+// SHARDLAB_BF16_MATMUL forces a backend (onednn_matmul.h; default kAuto: AMX, else the
+// vdpbf16ps GEMM on avx512_bf16, else the packed f32 one).
 Status Runtime::make_plans(const Program& p, Prepared& prep) {
-  const kern::MatmulBackend backend = bf16_matmul_backend();
+  const kern::MatmulBackend backend = kern::bf16_matmul_backend_from_env();
   prep.paths = instr_paths(p);
   prep.plans.resize(p.instrs().size());
   for (size_t i = 0; i < p.instrs().size(); ++i) {

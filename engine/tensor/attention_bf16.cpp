@@ -320,13 +320,12 @@ void reserve_attention_bf16_scratch(int64_t T, int64_t D) {
         head_gemm(true, std::min(kQChunk, T), std::min(kKBlock, T), D, D, D, kKBlock)})
     detail::thread_matmul_scratch(detail::native_gemm_scratch_bytes(s));
   if (!amx()) return;
-  // The AMX GEMM packs op(A) when K is not a multiple of 32 (p v with n keys): K = T + 1 bounds
-  // those, K = T the ones read in place.
-  for (int64_t k : {T, T + 1})
-    for (const Bf16MatmulShape& s :
-         {head_gemm(true, q, T, D, D, D, T), head_gemm(false, q, D, k, k, D, D),
-          head_gemm(true, std::min(kQChunk, T), std::min(kKBlock, T), D, D, D, kKBlock)})
-      detail::thread_matmul_scratch(detail::amx_gemm_scratch_bytes(s));
+  // p v with n <= T keys packs at most as much as with T: at most 32 rows of padded_k(T) for A
+  // (packed, or the tail block of an A read in place) and T's panels of B.
+  for (const Bf16MatmulShape& s :
+       {head_gemm(true, q, T, D, D, D, T), head_gemm(false, q, D, T, T, D, D),
+        head_gemm(true, std::min(kQChunk, T), std::min(kKBlock, T), D, D, D, kKBlock)})
+    detail::thread_matmul_scratch(detail::amx_gemm_scratch_bytes(s));
 }
 
 }  // namespace eng::kern

@@ -9,9 +9,9 @@
 // of 32 columns of bf16 pairs (k, k+1), the pairs padded with zeros to a whole number of
 // 16-pair tiles; a B tile is 16 pairs x 16 columns of a panel (row stride 128 bytes). A is read
 // in place, 16 rows x 32 k per tile, when its rows hold whole tiles (not transposed, K a
-// multiple of 32, rows 4-byte aligned); otherwise op(A) is packed once per call, row-major and
-// zero-padded. Pool tasks of kAmxTaskRows rows x kNC columns run a 32 x 32 block (2 x 2 tiles of
-// C in tmm0-3, A in tmm4-5, B in tmm6-7) over the whole K, so every element of C is the same
+// multiple of 32); otherwise op(A) is packed once per call, row-major and zero-padded, in
+// passes of at most 16 MiB. Pool tasks of kAmxTaskRows rows x kNC columns run 32 x 32 blocks
+// (2 x 2 tiles of C in tmm0-3, A in tmm4-5, B in tmm6-7) over the whole K, so every element of C is the same
 // sequence of tile products for any thread count and tile split: bitwise the same. Rows of C
 // past M are never stored (the last partial block of rows read in place is copied, zero-padded,
 // so no tile reads past A). tdpbf16ps, like vdpbf16ps, treats bf16 denormal inputs as zero and
@@ -53,6 +53,7 @@ constexpr int64_t kMC = kAmxTaskRows;        // rows per pool task
 static_assert(kMC % kBlock == 0 && 2 * kNR == kNativeKernelCols);
 constexpr int64_t kNC = 512;                 // columns per chunk of B a task passes over
 constexpr int64_t kPackedB = int64_t{8} << 20;  // elements of B packed per pass (16 MiB)
+constexpr int64_t kPackedA = int64_t{8} << 20;  // elements of op(A) packed per pass (16 MiB)
 
 int64_t padded_k(int64_t K) { return (K + kTK - 1) / kTK * kTK; }
 int64_t panel_elems(const Bf16MatmulShape& s) { return padded_k(s.K) * kNR; }
@@ -60,11 +61,16 @@ int64_t pass_cols(const Bf16MatmulShape& s) {
   return std::min(s.N, std::max<int64_t>(1, kPackedB / std::max<int64_t>(1, kNC * padded_k(s.K))) * kNC);
 }
 int64_t packed_b_elems(const Bf16MatmulShape& s) { return (pass_cols(s) + kNR - 1) / kNR * panel_elems(s); }
-// op(A) is read in place: whole 32-k tiles per row, rows 4-byte aligned.
-bool a_in_place(const Bf16MatmulShape& s) { return !s.trans_a && s.K % kTK == 0 && s.lda % 2 == 0; }
+// op(A) is read in place: whole 32-k tiles per row (tileloadd needs no alignment).
+bool a_in_place(const Bf16MatmulShape& s) { return !s.trans_a && s.K % kTK == 0; }
 int64_t padded_m(int64_t M) { return (M + kBlock - 1) / kBlock * kBlock; }
-// op(A) packed row-major (padded_m(M) rows of padded_k(K)), when not read in place.
-int64_t packed_a_elems(const Bf16MatmulShape& s) { return a_in_place(s) ? 0 : padded_m(s.M) * padded_k(s.K); }
+// Rows of op(A) packed per pass when not read in place: whole tasks, at most kPackedA elements
+// (at least one task), so the scratch does not grow with M.
+int64_t pass_rows(const Bf16MatmulShape& s) {
+  return std::min(padded_m(s.M), std::max<int64_t>(1, kPackedA / std::max<int64_t>(1, kMC * padded_k(s.K))) * kMC);
+}
+// op(A) packed row-major (pass_rows rows of padded_k(K)), when not read in place.
+int64_t packed_a_elems(const Bf16MatmulShape& s) { return a_in_place(s) ? 0 : pass_rows(s) * padded_k(s.K); }
 // One block of 32 rows copied and zero-padded (the last rows of an A read in place).
 int64_t tail_a_elems(const Bf16MatmulShape& s) { return a_in_place(s) ? kBlock * padded_k(s.K) : 0; }
 
@@ -103,17 +109,13 @@ void pack_a_block(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64
 // The 64-byte tile configuration: palette 1; tmm0-3 C (16 rows x 64 bytes of f32), tmm4-5 A
 // (16 rows x 32 bf16), tmm6-7 B (16 pairs x 16 columns x 2 bf16).
 struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
+  uint8_t palette, start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
 };
-TileConfig make_config() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = kT;
-  return c;
-}
-const TileConfig kConfig = make_config();
+// Constant-initialised (no static constructor that a plan run earlier could precede).
+constexpr TileConfig kConfig = {1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {kT, kT, kT, kT, kT, kT, kT, kT}};
 
 // C[m + r][n + c] (+)= for r < mm, c < nn, from the 32 x 32 sums in `sums`.
 void store_block(const Bf16MatmulShape& s, const float* sums, void* C, int64_t m, int64_t mm,
@@ -167,22 +169,27 @@ ENG_AMX_TARGET void release_tiles() { _tile_release(); }
 
 // One pool task: rows [m0, m0 + kMC) x the chunk's columns [n0, n1) of C. `a` is op(A) with row
 // stride lda elements (A itself, or the packed copy with padded_m rows).
-void task(const Bf16MatmulShape& s, const uint16_t* a, int64_t lda, bool packed,
+// `a` holds rows [a_row0, ...) of op(A): A itself (a_row0 = 0), or the pass's packed rows.
+void task(const Bf16MatmulShape& s, const uint16_t* a, int64_t lda, int64_t a_row0, bool packed,
           const uint16_t* packed_b, void* C, int64_t m0, int64_t n0, int64_t n1) {
   const int64_t kp = padded_k(s.K), kt = kp / kTK, m1 = std::min(s.M, m0 + kMC);
   alignas(64) float sums[kBlock * kBlock];
+  // The last rows of an A read in place, when not a whole block: copied once per task,
+  // zero-padded, so no tile reads past A.
+  const int64_t tail_m = (m1 - m0) % kBlock ? m0 + (m1 - m0) / kBlock * kBlock : m1;
+  const uint16_t* tail = nullptr;
+  if (!packed && tail_m < m1) {
+    uint16_t* t = scratch_elems(tail_a_elems(s));
+    pack_a_block(s, a, tail_m, kBlock, t);
+    tail = t;
+  }
   load_config();
   for (int64_t n = n0; n < n1; n += kNR) {
     const uint16_t* pb = packed_b + (n - n0) / kNR * panel_elems(s);
     for (int64_t m = m0; m < m1; m += kBlock) {
       const int64_t mm = std::min(kBlock, m1 - m);
-      const uint16_t* rows = a + m * lda;
-      int64_t stride = lda;
-      if (!packed && mm < kBlock) {  // the last rows of an A read in place: never read past it
-        uint16_t* t = scratch_elems(tail_a_elems(s));
-        pack_a_block(s, a, m, kBlock, t);
-        rows = t, stride = kp;
-      }
+      const uint16_t* rows = m == tail_m && tail ? tail : a + (m - a_row0) * lda;
+      const int64_t stride = m == tail_m && tail ? kp : lda;
       block(rows, rows + kT * stride, 2 * stride, pb, kt, sums);
       store_block(s, sums, C, m, mm, n, std::min(kNR, n1 - n));
     }
@@ -226,20 +233,21 @@ int64_t amx_gemm_scratch_bytes(const Bf16MatmulShape& s) {
 }
 
 int64_t amx_gemm_tasks(const Bf16MatmulShape& s) {
-  const int64_t mt = (s.M + kMC - 1) / kMC;
+  const int64_t mt = (std::min(s.M, a_in_place(s) ? s.M : pass_rows(s)) + kMC - 1) / kMC;
   return mt * ((std::min(s.N, pass_cols(s)) + kNC - 1) / kNC);
 }
 
-// Per call: op(A) packed when it cannot be read in place, then per pass of columns (usually
-// one) the pass's panels of B packed, then every (chunk of kNC columns, kMC rows) task,
-// chunk-major so both threads share a chunk of B in cache. The caller's scratch: [a tail block
-// | packed A | packed B]; the workers use only their own tail block.
+// Per call, per pass of rows (one unless op(A) is packed and over kPackedA elements): op(A)'s
+// rows packed when it cannot be read in place; then per pass of columns (usually one) the
+// pass's panels of B packed, then every (chunk of kNC columns, kMC rows) task, chunk-major so
+// both threads share a chunk of B in cache. The caller's scratch: [a tail block | packed A |
+// packed B]; the workers use only their own tail block.
 void amx_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, void* C) {
   uint16_t* base = scratch_elems(tail_a_elems(s) + packed_a_elems(s) + packed_b_elems(s));
   uint16_t* pa = base + tail_a_elems(s);
   uint16_t* pb = pa + packed_a_elems(s);
   const bool packed = !a_in_place(s);
-  const int64_t kp = padded_k(s.K), pe = panel_elems(s), mt = (s.M + kMC - 1) / kMC;
+  const int64_t kp = padded_k(s.K), pe = panel_elems(s);
   const bool inline_only = ThreadPool::in_parallel_region() || default_pool().num_threads() <= 1;
   auto for_each = [&](int64_t n, const auto& f) {
     if (inline_only) {
@@ -248,23 +256,28 @@ void amx_gemm(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* B, vo
       default_pool().run(n, f);
     }
   };
-  if (packed)
-    for_each(padded_m(s.M) / kBlock, [&](int64_t i) { pack_a_block(s, A, i * kBlock, kBlock, pa + i * kBlock * kp); });
-  const uint16_t* a = packed ? pa : A;
-  const int64_t lda = packed ? kp : s.lda;
+  const int64_t rows = packed ? pass_rows(s) : padded_m(s.M);
   const int64_t cols = pass_cols(s), P = (s.K + 1) / 2;
-  for (int64_t p0 = 0; p0 < s.N; p0 += cols) {
-    const int64_t p1 = std::min(s.N, p0 + cols), np = (p1 - p0 + kNR - 1) / kNR;
-    const int64_t chunks = (p1 - p0 + kNC - 1) / kNC;
-    for_each(np, [&](int64_t j) {
-      uint16_t* panel = pb + j * pe;
-      pack_b_panel32(s, B, p0 / kNR + j, panel);  // pairs(K) pair rows of 32 columns
-      std::memset(panel + P * 2 * kNR, 0, 2 * (pe - P * 2 * kNR));
-    });
-    for_each(chunks * mt, [&](int64_t t) {
-      const int64_t n0 = p0 + (t / mt) * kNC, n1 = std::min(p1, n0 + kNC);
-      task(s, a, lda, packed, pb + (n0 - p0) / kNR * pe, C, (t % mt) * kMC, n0, n1);
-    });
+  for (int64_t r0 = 0; r0 < s.M; r0 += rows) {
+    const int64_t r1 = std::min(s.M, r0 + rows), mt = (r1 - r0 + kMC - 1) / kMC;
+    if (packed)
+      for_each((r1 - r0 + kBlock - 1) / kBlock,
+               [&](int64_t i) { pack_a_block(s, A, r0 + i * kBlock, kBlock, pa + i * kBlock * kp); });
+    const uint16_t* a = packed ? pa : A;
+    const int64_t lda = packed ? kp : s.lda, a_row0 = packed ? r0 : 0;
+    for (int64_t p0 = 0; p0 < s.N; p0 += cols) {
+      const int64_t p1 = std::min(s.N, p0 + cols), np = (p1 - p0 + kNR - 1) / kNR;
+      const int64_t chunks = (p1 - p0 + kNC - 1) / kNC;
+      for_each(np, [&](int64_t j) {
+        uint16_t* panel = pb + j * pe;
+        pack_b_panel32(s, B, p0 / kNR + j, panel);  // pairs(K) pair rows of 32 columns
+        std::memset(panel + P * 2 * kNR, 0, 2 * (pe - P * 2 * kNR));
+      });
+      for_each(chunks * mt, [&](int64_t t) {
+        const int64_t n0 = p0 + (t / mt) * kNC, n1 = std::min(p1, n0 + kNC);
+        task(s, a, lda, a_row0, packed, pb + (n0 - p0) / kNR * pe, C, r0 + (t % mt) * kMC, n0, n1);
+      });
+    }
   }
 }
 

@@ -5,12 +5,14 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <strings.h>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
 #include "engine/base/check.h"
 #include "engine/tensor/cpu_info.h"
+#include "engine/tensor/simd.h"
 
 namespace eng {
 namespace {
@@ -119,9 +121,12 @@ Api load() {
   set_threads(1);
   api.info.num_threads = get_threads();
   api.info.core = corename();
-  // OpenBLAS 0.3.21's small-matrix sgemm for these cores mallocs a buffer per call in one case
-  // (kernel/x86_64/sgemm_small_kernel_nn_skylakex.c); blas::sgemm runs that case itself.
-  api.small_nn_mallocs = api.info.core == "SkylakeX" || api.info.core == "Cooperlake";
+  // OpenBLAS's small-matrix sgemm for these cores mallocs a buffer per call in one case
+  // (kernel/x86_64/sgemm_small_kernel_nn_skylakex.c, 0.3.21 to at least 0.3.28; Cooperlake and
+  // SapphireRapids use SkylakeX's); blas::sgemm runs that case itself. Dynamic-arch builds name
+  // the core "SkylakeX", single-target builds "SKYLAKEX".
+  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    api.small_nn_mallocs = api.small_nn_mallocs || strcasecmp(api.info.core.c_str(), c) == 0;
   api.info.config = config();
   while (!api.info.config.empty() && api.info.config.back() == ' ') api.info.config.pop_back();
   check_loaded_core(api.info);
@@ -159,23 +164,20 @@ bool openblas_small_nn_mallocs(bool trans_a, bool trans_b, int64_t M, int64_t N,
   return rest >= 1 && rest <= 8;
 }
 
-// Row-major C = alpha A B + beta C for the shapes above (at most 10^6 products): rows of C
-// accumulated over k in f32, 256 columns at a time (the compiler vectorises the inner loop).
+// Row-major C = alpha A B + beta C for the shapes above (at most 10^6 products): each row of C
+// summed over k in f32 registers, kW columns at a time (simd.h: AVX-512, AVX2 or scalar).
 void small_sgemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                     const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  constexpr int64_t kCols = 256;
-  float acc[kCols];
+  using kern::simd::Vec;
+  const Vec av = kern::simd::set1(alpha), bv = kern::simd::set1(beta);
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t n0 = 0; n0 < N; n0 += kCols) {
-      const int64_t nn = std::min(kCols, N - n0);
-      for (int64_t n = 0; n < nn; ++n) acc[n] = 0.f;
-      for (int64_t k = 0; k < K; ++k) {
-        const float a = A[m * lda + k];
-        const float* b = B + k * ldb + n0;
-        for (int64_t n = 0; n < nn; ++n) acc[n] += a * b[n];
-      }
-      float* c = C + m * ldc + n0;
-      for (int64_t n = 0; n < nn; ++n) c[n] = beta == 0.f ? alpha * acc[n] : alpha * acc[n] + beta * c[n];
+    for (int64_t n = 0; n < N; n += kern::simd::kW) {
+      const kern::simd::Mask mask = kern::simd::mask_for(N - n);
+      Vec acc = kern::simd::set1(0.f);
+      for (int64_t k = 0; k < K; ++k)
+        acc = kern::simd::fma(kern::simd::set1(A[m * lda + k]), kern::simd::load(B + k * ldb + n, mask), acc);
+      float* c = C + m * ldc + n;
+      kern::simd::store(c, beta == 0.f ? av * acc : av * acc + bv * kern::simd::load(c, mask), mask);
     }
 }
 

@@ -210,8 +210,9 @@ double measure_clock_ghz(double seconds) {
   auto run = [](int64_t iters) {
     uint64_t x = 1, y = 3;
     for (int64_t i = 0; i < iters; ++i) {
-      // 100 dependent 64-bit multiplies: 300 cycles (3-cycle latency on Intel since Nehalem and
-      // AMD since K10, Zen included); the loop's own counter runs beside them. Not a chain of
+      // 100 dependent 64-bit multiplies: 300 cycles (3-cycle latency on Intel's big cores since
+      // Nehalem and on AMD's Zen 1-4; 4-6 on K10, Bulldozer and the Atoms, whose clock would read
+      // low); the loop's own counter runs beside them. Not a chain of
       // `add $1`: Golden Cove class cores fold immediate adds at rename, several a cycle (an
       // Intel Xeon with AMX measured 23.6 "GHz" with it, 4.1 with this chain).
       __asm__ volatile(".rept 100\n\timulq %1, %0\n\t.endr" : "+r"(x) : "r"(y));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -225,6 +226,17 @@ void run_empty_k(const Bf16MatmulShape& s, void* C) {
 }
 
 }  // namespace
+
+MatmulBackend bf16_matmul_backend_from_env() {
+  const char* v = std::getenv("SHARDLAB_BF16_MATMUL");
+  const std::string_view s = v ? v : "";
+  if (s == "amx") return MatmulBackend::kAmx;
+  if (s == "native") return MatmulBackend::kNative;
+  if (s == "packed") return MatmulBackend::kPacked;
+  if (s == "sgemm") return MatmulBackend::kConvertSgemm;
+  if (s == "onednn") return MatmulBackend::kOnednn;
+  return MatmulBackend::kAuto;
+}
 
 Bf16MatmulPlan::Bf16MatmulPlan(const Bf16MatmulShape& shape, MatmulBackend backend,
                                std::unique_ptr<Impl> impl)

@@ -60,6 +60,10 @@ enum class MatmulBackend : uint8_t {
   kConvertSgemm,  // blocks of A and B widened to f32 in per-thread scratch, then sgemm
 };
 
+// SHARDLAB_BF16_MATMUL=amx|native|packed|sgemm|onednn forces a backend (the runtime's plans and
+// train_bench read it); unset or anything else: kAuto.
+MatmulBackend bf16_matmul_backend_from_env();
+
 struct Bf16MatmulShape {
   bool trans_a = false;  // A is (K, M) with row stride lda
   bool trans_b = false;  // B is (N, K) with row stride ldb

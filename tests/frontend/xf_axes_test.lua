@@ -39,6 +39,10 @@ h.expect_error(function() add(some_x, some_y, {out_sharding = sl.P(nil, "X")}) e
 -- as a third argument).
 h.expect_error(function() add_kw(some_x, some_y, {out_shardings = sl.P("X", nil)}) end,
                "unknown keyword 'out_shardings' in the call's last table (sl.auto_axes takes out_sharding at the call)")
+h.expect_error(function() add_kw(some_x, some_y, {out_shardings = {sl.P("X", nil), sl.P()}}) end,
+               "unknown keyword 'out_shardings'")
+h.expect_error(function() add_kw(some_x, some_y, {out_sharding = sl.P("X", nil), donate = 1}) end,
+               "unknown keyword 'donate'")
 -- Inside a jit of the same mode the function would be inlined and the spec ignored: refused.
 local am = sl.make_mesh({4, 2}, {"X", "Y"}, {axis_types = {sl.AxisType.Auto, sl.AxisType.Auto}})
 local ax = sl.device_put(sl.arange(16.0):reshape(4, 4), sl.NamedSharding(am, sl.P("X", nil)))

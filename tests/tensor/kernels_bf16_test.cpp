@@ -242,6 +242,7 @@ TEST(Bf16Kernels, AttentionMatchesOracle) {
   check_attention(2, 150, 2, 32, false, 10);  // blocks of 32 queries, a partial last block
   check_attention(1, 300, 3, 64, false, 20);  // key blocks past the first query chunk
   check_attention(1, 77, 2, 32, false, 25);   // odd T: p v over an odd number of keys
+  check_attention(1, 100, 2, 48, false, 27);  // D not a multiple of 32: the AMX GEMM packs A
 }
 
 TEST(Bf16Kernels, AttentionWithSegmentIdsMatchesOracle) {

@@ -9,6 +9,7 @@
 // correctly rounded value. Both bounds are what the arithmetic allows; a wrong index or a
 // missing rounding exceeds them by orders of magnitude.
 #include <cmath>
+#include <cpuid.h>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -146,6 +147,8 @@ TEST(Bf16Matmul, AmxAcrossTilesTasksAndPasses) {
       }
   check({40, 4200, 2048, 0}, false, false, DType::kF32, false, MatmulBackend::kAmx, 7);  // 2 passes
   check({40, 4200, 2048, 0}, true, true, DType::kBF16, true, MatmulBackend::kAmx, 8);
+  // Transposed A over 16 MiB packed (200 x 65536): packed in two passes of 128 rows.
+  check({200, 8, 65536, 0}, true, false, DType::kF32, false, MatmulBackend::kAmx, 9);
   Bf16MatmulShape s{false, false, 200, 700, 96, 96, 700, 700};
   auto plan = Bf16MatmulPlan::create(s, MatmulBackend::kAmx);
   ASSERT_TRUE(plan.ok());
@@ -224,6 +227,25 @@ TEST(Bf16Matmul, CpuFlagMatchesCompilerAndEnvironment) {
   if (amx) {
     EXPECT_TRUE(kern::cpu_has_avx512_bf16());
     EXPECT_TRUE(__builtin_cpu_supports("avx512bf16"));
+  }
+  // AMX is used exactly where CPUID shows AMX-TILE and AMX-BF16 (leaf 7, EDX bits 24 and 22)
+  // unless an environment variable turns it off (GCC 12's __builtin_cpu_supports has no AMX).
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool cpuid_amx = (d >> 22 & 1) && (d >> 24 & 1);
+  const char* no_amx = std::getenv("SHARDLAB_DISABLE_AMX");
+  const bool disabled = (no_amx != nullptr && *no_amx != '\0' && std::string(no_amx) != "0") ||
+                        (off != nullptr && *off != '\0' && std::string(off) != "0");
+#if defined(__AVX512BF16__)
+  if (!disabled && kern::cpu_has_avx512_bf16()) {  // the build has the GEMM, the CPU AVX-512
+    EXPECT_EQ(amx, cpuid_amx);
+  }
+#else
+  EXPECT_FALSE(amx);  // compiled only where the build has avx512_bf16
+  (void)cpuid_amx;
+#endif
+  if (disabled) {
+    EXPECT_FALSE(amx);
   }
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   // Without avx512_bf16, the packed f32 GEMM (never convert+sgemm) where the build has the ISA.
