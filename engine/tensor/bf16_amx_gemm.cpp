@@ -76,6 +76,66 @@ int64_t tail_a_elems(const Bf16MatmulShape& s) { return a_in_place(s) ? kBlock *
 
 uint16_t* scratch_elems(int64_t elems) { return static_cast<uint16_t*>(thread_matmul_scratch(2 * elems)); }
 
+// r[i] = row i of a 16 x 16 matrix of 32-bit words; afterwards row i holds column i.
+inline void transpose16_epi32(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Each 128-bit lane of r[i] now holds a 4 x 4 block's row; gather the lanes.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+// pack_a_block's transposed case for whole blocks of 32 rows inside M: per 32 k, the 16 pairs
+// of rows (k, k+1) of A interleaved into 32-bit words (a[k][m], a[k+1][m]) for m = 0..15 and
+// 16..31, then two 16 x 16 transposes of those words give each m's 32 consecutive k.
+void pack_a_block_transposed(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64_t rows,
+                             uint16_t* dst) {
+  const int64_t kp = padded_k(s.K);
+  alignas(64) uint16_t lo[32], hi[32];
+  for (int i = 0; i < 32; ++i) {
+    lo[i] = static_cast<uint16_t>((i & 1) * 32 + i / 2);
+    hi[i] = static_cast<uint16_t>((i & 1) * 32 + 16 + i / 2);
+  }
+  const __m512i lo_idx = _mm512_load_si512(lo), hi_idx = _mm512_load_si512(hi);
+  auto row = [&](int64_t k, int64_t r0) {
+    return k < s.K ? _mm512_loadu_si512(A + k * s.lda + m0 + r0) : _mm512_setzero_si512();
+  };
+  for (int64_t r0 = 0; r0 < rows; r0 += 32)
+    for (int64_t k0 = 0; k0 < kp; k0 += kTK) {
+      __m512i a[16], b[16];  // rows p of pairs: m 0..15 of the 32, m 16..31
+      for (int p = 0; p < 16; ++p) {
+        const __m512i x = row(k0 + 2 * p, r0), y = row(k0 + 2 * p + 1, r0);
+        a[p] = _mm512_permutex2var_epi16(x, lo_idx, y);
+        b[p] = _mm512_permutex2var_epi16(x, hi_idx, y);
+      }
+      transpose16_epi32(a);
+      transpose16_epi32(b);
+      for (int m = 0; m < 16; ++m) {
+        _mm512_storeu_si512(dst + (r0 + m) * kp + k0, a[m]);
+        _mm512_storeu_si512(dst + (r0 + 16 + m) * kp + k0, b[m]);
+      }
+    }
+}
+
 // Rows [m0, m0 + rows) of op(A) into dst (row stride padded_k(K)), zero past M and K.
 void pack_a_block(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64_t rows, uint16_t* dst) {
   const int64_t kp = padded_k(s.K), mm = std::clamp<int64_t>(s.M - m0, 0, rows);
@@ -91,6 +151,7 @@ void pack_a_block(const Bf16MatmulShape& s, const uint16_t* A, int64_t m0, int64
     }
     return;
   }
+  if (mm == rows && rows % 32 == 0) return pack_a_block_transposed(s, A, m0, rows, dst);
   // a[m][k] = A[k * lda + m]: 32 x 32 blocks, so reads and writes both stay in a few lines.
   for (int64_t k0 = 0; k0 < kp; k0 += kTK)
     for (int64_t r = 0; r < rows; ++r) {
