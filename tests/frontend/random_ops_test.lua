@@ -813,7 +813,8 @@ local function same(got_shape, got, ref, what, prog)
   return worst
 end
 
-local EXPLICIT_ERRORS = {"incompatible shardings", "ambiguous", "acts as an assert"}
+local EXPLICIT_ERRORS = {"incompatible shardings", "illegally sharded result", "ambiguous",
+                         "acts as an assert"}
 local refusals = {}
 local function explicit_refusal(msg)
   for _, pat in ipairs(EXPLICIT_ERRORS) do
