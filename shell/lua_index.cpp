@@ -172,7 +172,7 @@ int at_index(lua_State* L) {
 
 // x.at[i]:set(v) / :add(v) / :get(): x[i] replaced, incremented, or read. i an integer or an
 // int32 scalar Array (traced or not): negative from the end; out of range the update is
-// dropped, as JAX's (get: an integer is an error, an Array is clamped, as JAX's gather).
+// dropped and get clips the index, as JAX's defaults.
 Result<int> at_op(lua_State* L, std::string_view fn, int mode) {  // 0 get, 1 set, 2 add
   if (lua_type(L, 1) != LUA_TTABLE)
     return arg_error(L, 1, fn, "self", "x.at[i] (call it as x.at[i]:" + std::string(fn) + "(...))");
@@ -188,14 +188,12 @@ Result<int> at_op(lua_State* L, std::string_view fn, int mode) {  // 0 get, 1 se
     return eng::invalid_argument("{}: a scalar array cannot be indexed", fn);
   if (!i.array) {
     const int64_t n = x->shape[0];
-    if (i.value < -n || i.value >= n) {
-      if (mode == 0)
-        return eng::invalid_argument("{}: index {} is out of bounds for axis 0 with size {}", fn,
-                                     i.value, n);
+    if (mode != 0 && (i.value < -n || i.value >= n)) {
       lua_pushvalue(L, xi);  // JAX drops an out-of-range update
       return 1;
     }
     if (i.value < 0) i.value += n;
+    i.value = std::clamp<int64_t>(i.value, 0, n - 1);  // get: clipped, as JAX's
   }
   std::vector<Operand> ops = {of(x)};
   if (mode != 0) {

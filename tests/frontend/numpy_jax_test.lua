@@ -197,6 +197,8 @@ close(t.at[1]:add(10):totable(), {{0, 1, 2}, {13, 14, 15}, {6, 7, 8}, {9, 10, 11
 close(t.at[np.array(-4)]:set(np.array({5, 5, 5})):totable()[1], {5, 5, 5})
 close(t.at[4]:add(1):totable(), t:totable())  -- an integer index out of range: dropped (JAX's)
 close(t.at[-1]:get():totable(), {9, 10, 11})
+close(t.at[20]:get():totable(), {9, 10, 11})  -- get clips an index out of range (JAX's)
+close(t.at[-20]:get():totable(), {0, 1, 2})
 -- An int32 Array index outside [-n, n) drops the update too (JAX's scatter mode for x.at[i]
 -- .set / .add); inside [-n, 0) it counts from the end.
 close(t.at[np.array(4)]:set(np.array({5, 5, 5})):totable(), t:totable())
