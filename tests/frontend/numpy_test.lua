@@ -157,6 +157,18 @@ h.expect_error(function() return np.matmul(lhs, sl.ones({4, 8}, {sharding = sl.P
 h.expect_error(function() return np.matmul(lhs, sl.ones({4, 8}, {sharding = sl.P(nil, "X")})) end,
                "dot_general operation with inputs: f32[8@X,4@Y], f32[4,8@X] produces an " ..
                "illegally sharded result: f32[8@X,8@X]")
+-- A result naming X twice: JAX's DuplicateSpecError text, named after the lax primitive (jnp's
+-- subtract is sub, divide div, equal eq with a bool result), eagerly and for a jit's arguments.
+local xa = sl.device_put(sl.ones({8, 4}), sl.P("X", nil))
+local xb = sl.device_put(sl.ones({8, 4}), sl.P(nil, "X"))
+local illegal = " operation with inputs: f32[8@X,4], f32[8,4@X] produces an illegally sharded " ..
+                "result: "
+h.expect_error(function() return xa - xb end, "sub" .. illegal .. "f32[8@X,4@X]")
+h.expect_error(function() return xa / xb end, "div" .. illegal .. "f32[8@X,4@X]")
+h.expect_error(function() return np.equal(xa, xb) end, "eq" .. illegal .. "bool[8@X,4@X]")
+h.expect_error(function() return np.maximum(xa, xb) end, "max" .. illegal .. "f32[8@X,4@X]")
+h.expect_error(function() return sl.jit(function(a, b) return a * b end)(xa, xb) end,
+               "mul" .. illegal .. "f32[8@X,4@X]")
 -- One side's contracting dim sharded is no error (JAX's rule): the other side is gathered.
 assert(tostring(sl.typeof(np.matmul(lhs, sl.ones({4, 8})))) == "f32[8@X,8]")
 assert(tostring(sl.typeof(np.matmul(lhs, sl.ones({4, 8}, {sharding = sl.P(nil, "X")}),
