@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "engine/frontend/numpy_ops.h"
@@ -390,10 +391,14 @@ Result<ValueId> take(Trace& tr, ValueId a, ValueId indices, std::optional<int> a
 }
 
 Result<ValueId> relu(Trace& tr, ValueId x) {
+  // jax.nn.relu is max(x, 0), so NaN stays NaN; its custom JVP is select(x > 0, g, 0), so the
+  // gradient at NaN is 0: the NaN comes from a constant, not from x.
   ENG_RETURN_IF_ERROR(need_float(tr, "relu", x));
   const ValueId zero = scalar_like(tr, 0, x);
   ENG_ASSIGN_OR_RETURN(ValueId pos, compare(tr, x, zero, Dir::kGt));
-  return where(tr, pos, x, zero);
+  ENG_ASSIGN_OR_RETURN(ValueId y, where(tr, pos, x, zero));
+  ENG_ASSIGN_OR_RETURN(ValueId nan, compare(tr, x, x, Dir::kNe));
+  return where(tr, nan, scalar_like(tr, std::numeric_limits<double>::quiet_NaN(), x), y);
 }
 
 Result<ValueId> softplus(Trace& tr, ValueId x) {

@@ -23,7 +23,7 @@
 //   take           embed_lookup (a gather of rows) on a moved and flattened view; negative
 //                  indices count from the end; an index out of range gives zeros (JAX: NaN)
 //   cumsum         log2(n) rounds of x + shift(x, 2^k) (Hillis-Steele), zeros shifted in
-//   relu           where(x > 0, x, 0) (relu'(0) = 0, as JAX's); softplus logaddexp(x, 0);
+//   relu           where(x > 0, x, 0), NaN where x is (relu'(0) = 0, as JAX's); softplus logaddexp(x, 0);
 //   one_hot        x[..., None] == arange(n) (a float compare, any dtype in)
 //   logsumexp      max + log(sum(exp(x - max)))
 //   remainder      one kRemainder (Python's %: the divisor's sign), int32 or float

@@ -132,6 +132,10 @@ close(sl.grad(function(t) return np.sum(np.logaddexp(t, t)) end)(sl.array({1, 2}
       {1, 1})  -- a tie: half from each operand
 close(sl.grad(function(t) return np.sum(np.cumsum(t, 1)) end)(a):totable(), {{3, 2, 1}, {3, 2, 1}})
 close(sl.grad(function(t) return np.sum(sl.nn.relu(t)) end)(v):totable(), {0, 0, 0, 1, 1})
+-- relu is max(x, 0): NaN stays NaN (JAX's), and its gradient there is 0 (relu's custom JVP).
+local rn = sl.nn.relu(sl.array({0 / 0, -1, 2})):totable()
+assert(rn[1] ~= rn[1] and rn[2] == 0 and rn[3] == 2, "relu of NaN")
+close(sl.grad(function(t) return np.sum(sl.nn.relu(t)) end)(sl.array({0 / 0, 1})):totable(), {0, 1})
 close(sl.grad(function(t) return np.sum(np.floor(t) + np.sign(t)) end)(v):totable(),
       {0, 0, 0, 0, 0})
 close(sl.grad(function(t) return np.sum(np.var(t, 1)) end)(a):totable(),
