@@ -895,6 +895,16 @@ void open_lua_array(lua_State* L, int sl) {
   if (lua_istable(L, -1)) add_functions(L, lua_gettop(L), "sl.sharding", kMeshConstructor);
   lua_pop(L, 1);
   open_lua_jit(L, sl);
+  // jax.experimental.shard, the tutorials' import of reshard, auto_axes and explicit_axes:
+  // the functions sl.sharding has (sl's own).
+  lua_createtable(L, 0, 1);
+  lua_createtable(L, 0, 3);
+  for (const char* name : {"reshard", "auto_axes", "explicit_axes"}) {
+    lua_getfield(L, sl, name);
+    lua_setfield(L, -2, name);
+  }
+  lua_setfield(L, -2, "shard");
+  lua_setfield(L, sl, "experimental");
 }
 
 }  // namespace shell

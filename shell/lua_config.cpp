@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "engine/base/limits.h"
+#include "engine/frontend/config.h"
 #include "engine/train/config.h"
 #include "engine/train/maxtext_yaml.h"
 #include "shell/bindings.h"
@@ -332,10 +333,49 @@ Result<std::vector<eng::ConfigOverride>> script_config_overrides(std::span<char*
   return out;
 }
 
+namespace {
+
+// sl.config.update(name, value): jax.config.update (engine/frontend/config.h).
+Result<int> config_update(lua_State* L) {
+  constexpr std::string_view fn = "sl.config.update";
+  if (lua_type(L, 1) != LUA_TSTRING) return arg_error(L, 1, fn, "name", "string");
+  eng::frontend::ConfigValue v;
+  if (lua_isinteger(L, 2)) v.integer = lua_tointeger(L, 2);
+  v.text = lua_type(L, 2) == LUA_TSTRING ? fmt::format("'{}'", lua_tostring(L, 2))
+                                         : std::string(luaL_tolstring(L, 2, nullptr));
+  ENG_RETURN_IF_ERROR(eng::frontend::config_update(lua_tostring(L, 1), v));
+  return 0;
+}
+
+// sl.config called as a function: __call's first argument is the table itself.
+int config_call(lua_State* L) {
+  lua_remove(L, 1);
+  return lua_entry<config_new>(L);
+}
+
+}  // namespace
+
 void open_lua_config(lua_State* L, int sl) {
   define_type(L, {"Config", "A training configuration (MaxText key names).", lua_entry<config_tostring>,
                   nullptr, udata_gc<eng::Config>, kConfigMethods});
+  sl = lua_absindex(L, sl);
   add_functions(L, sl, "sl", kConfigFunctions);
+  // sl.config is also JAX's jax.config (`jax.` read as `sl.`): a callable table with update.
+  lua_createtable(L, 0, 1);
+  const Function update[] = {
+      {"update", lua_entry<config_update>, "sl.config.update(name, value)",
+       "jax.config.update: 'jax_num_cpu_devices' sets the number of local simulated devices\n"
+       "  (sl.devices()) before any device is in use (an array, a trainer), as JAX's before its\n"
+       "  backends start; other names are errors."}};
+  add_functions(L, -1, "sl.config", update);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, config_call);
+  lua_setfield(L, -2, "__call");
+  lua_setmetatable(L, -2);
+  set_doc(L, -1, "sl.config",  // help(sl.config): the constructor's doc
+          fmt::format("{}\n  {}\n  sl.config.update(name, value): jax.config.update.",
+                      kConfigFunctions[0].signature, kConfigFunctions[0].doc));
+  lua_setfield(L, sl, "config");
 }
 
 }  // namespace shell

@@ -170,9 +170,9 @@ int at_index(lua_State* L) {
   return 1;
 }
 
-// x.at[i]:set(v) / :add(v) / :get(): x[i] replaced, incremented, or read. i an integer
-// (negative from the end; out of range, the update is dropped, as JAX's) or an int32 scalar
-// Array (traced or not; out of range it is clamped: JAX's x.at would drop the update).
+// x.at[i]:set(v) / :add(v) / :get(): x[i] replaced, incremented, or read. i an integer or an
+// int32 scalar Array (traced or not): negative from the end; out of range the update is
+// dropped and get clips the index, as JAX's defaults.
 Result<int> at_op(lua_State* L, std::string_view fn, int mode) {  // 0 get, 1 set, 2 add
   if (lua_type(L, 1) != LUA_TTABLE)
     return arg_error(L, 1, fn, "self", "x.at[i] (call it as x.at[i]:" + std::string(fn) + "(...))");
@@ -188,14 +188,12 @@ Result<int> at_op(lua_State* L, std::string_view fn, int mode) {  // 0 get, 1 se
     return eng::invalid_argument("{}: a scalar array cannot be indexed", fn);
   if (!i.array) {
     const int64_t n = x->shape[0];
-    if (i.value < -n || i.value >= n) {
-      if (mode == 0)
-        return eng::invalid_argument("{}: index {} is out of bounds for axis 0 with size {}", fn,
-                                     i.value, n);
+    if (mode != 0 && (i.value < -n || i.value >= n)) {
       lua_pushvalue(L, xi);  // JAX drops an out-of-range update
       return 1;
     }
     if (i.value < 0) i.value += n;
+    i.value = std::clamp<int64_t>(i.value, 0, n - 1);  // get: clipped, as JAX's
   }
   std::vector<Operand> ops = {of(x)};
   if (mode != 0) {
@@ -207,7 +205,7 @@ Result<int> at_op(lua_State* L, std::string_view fn, int mode) {  // 0 get, 1 se
   return apply(L, fn, i.key(), ops, [i, mode, at](fe::Trace& tr, Ins in) {
     const eng::ValueId s = start_of(tr, i, in, at);
     if (mode == 0) return one(np::dynamic_index(tr, in[0], s));
-    return one(np::at_update(tr, in[0], s, in[1], mode == 2));
+    return one(np::at_update(tr, in[0], s, in[1], mode == 2, /*drop_out_of_range=*/i.array != nullptr));
   });
 }
 Result<int> at_get(lua_State* L) { return at_op(L, "get", 0); }

@@ -81,10 +81,8 @@ Result<int> divide(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(Operand x1, arg_operand(L, 1, fn, "x1"));
   ENG_ASSIGN_OR_RETURN(Operand x2, arg_operand(L, 2, fn, "x2"));
   if (!x1.array && !x2.array) return arg_error(L, 1, fn, "x1", "Array (one operand at least)");
-  return apply(L, fn, "", {x1, x2}, [](fe::Trace& tr, Ins in) -> Result<Values> {
-    ENG_ASSIGN_OR_RETURN(eng::ValueId r, np::unary(tr, "reciprocal", in[1]));
-    return one(np::multiply(tr, in[0], r));
-  });
+  return apply(L, fn, "", {x1, x2},
+               [](fe::Trace& tr, Ins in) { return one(np::divide(tr, in[0], in[1])); });
 }
 
 // sigmoid(x) = (tanh(x / 2) + 1) / 2; silu(x) = x * sigmoid(x) (jax.nn's).

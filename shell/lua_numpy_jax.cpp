@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -453,6 +454,16 @@ Result<int> tile(lua_State* L) {
                [reps](fe::Trace& tr, Ins in) { return one(np::tile(tr, in[0], reps)); });
 }
 
+// np.roll(a, shift [, axis | {axis}]): shift an integer; no axis: of the flattened a.
+Result<int> roll(lua_State* L) {
+  constexpr std::string_view fn = "roll";
+  ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn, "a"));
+  ENG_ASSIGN_OR_RETURN(int64_t shift, arg_int(L, 2, fn, "shift"));
+  ENG_ASSIGN_OR_RETURN(std::optional<int> axis, read_opt_axis(L, 3, fn));
+  return apply(L, fn, fmt::format("{},{}", shift, axis ? *axis : 9999), {of(a)},
+               [shift, axis](fe::Trace& tr, Ins in) { return one(np::roll(tr, in[0], shift, axis)); });
+}
+
 // np.take(a, indices [, axis | {axis}]): indices an int32 Array, an integer or a list of
 // integers (placed replicated on a's mesh).
 Result<int> take(lua_State* L) {
@@ -562,6 +573,9 @@ constexpr Function kFunctions[] = {
     {"moveaxis", lua_entry<moveaxis>, "np.moveaxis(a, source, destination) -> Array",
      "Axes moved to new positions, the others in order (integers or lists)."},
     {"tile", lua_entry<tile>, "np.tile(A, reps) -> Array", "A repeated reps times per axis."},
+    {"roll", lua_entry<roll>, "np.roll(a, shift [, axis]) -> Array",
+     "a's elements shifted by shift along axis, wrapping around (negative: back); without\n"
+     "  axis, of the flattened a in a's shape."},
     {"take", lua_entry<take>, "np.take(a, indices [, axis]) -> Array",
      "Elements (rows along axis) at int32 indices (an Array, integer or list; negative from\n"
      "  the end); without axis of the flattened a. An index out of range gives 0 (JAX: NaN)."},
@@ -614,6 +628,16 @@ void open_lua_numpy_jax(lua_State* L, int sl, int np_table, int nn_table) {
     lua_setfield(L, sl, "sharding");
   } else {
     lua_pop(L, 1);
+  }
+  // jnp.nan, jnp.inf, jnp.pi, jnp.e: Python floats in JAX, Lua numbers here.
+  const std::pair<const char*, double> constants[] = {
+      {"nan", std::numeric_limits<double>::quiet_NaN()},
+      {"inf", std::numeric_limits<double>::infinity()},
+      {"pi", 3.141592653589793},
+      {"e", 2.718281828459045}};
+  for (const auto& [name, v] : constants) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, np_table, name);
   }
   // jnp.float32 and friends: the dtype names every dtype argument takes.
   for (const char* dt : {"float32", "bfloat16", "int32"}) {

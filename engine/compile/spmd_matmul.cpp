@@ -411,7 +411,7 @@ Status Partitioner::matmul(const Instr& in) {
   ENG_RETURN_IF_ERROR(wanted_out(in, m.out_rank(), want));
   bool paired = m.a_con.size() == m.b_con.size();
   for (size_t k = 0; paired && k < m.a_con.size(); ++k) paired = A[m.a_con[k]] == B[m.b_con[k]];
-  if (!want) ENG_RETURN_IF_ERROR(check_matmul_ambiguity(m, da, db));
+  if (!want) ENG_RETURN_IF_ERROR(check_matmul_ambiguity(in, m, da, db));
   agree_contracting(m, paired, da, db);
   const double bytes_a = static_cast<double>(gv(ga).bytes());
   const double bytes_b = static_cast<double>(gv(gb).bytes());
@@ -444,17 +444,39 @@ Status Partitioner::wanted_out(const Instr& in, int out_rank, std::optional<Part
   return ok_status();
 }
 
-// Explicit mode, no wanted sharding: an ambiguous output is JAX's error.
-Status Partitioner::check_matmul_ambiguity(const MatmulDims& m, const Dims& da, const Dims& db) {
-  if (!explicit_ || !matmul_ambiguous(m, da, db)) return ok_status();
+// Explicit mode, no wanted sharding: jax.lax's dot_general sharding rule. Contracting dims
+// sharded on both sides (alike or not) are JAX's "ambiguous" error; otherwise the result is
+// the lhs free dims' shardings then the rhs's, and an axis on two of them is JAX's illegally
+// sharded result.
+Status Partitioner::check_matmul_ambiguity(const Instr& in, const MatmulDims& m, const Dims& da,
+                                           const Dims& db) {
+  if (!explicit_) return ok_status();
   Dims lc, rc;
+  bool both = false;
+  for (size_t k = 0; k < m.a_con.size() && k < m.b_con.size(); ++k)
+    both |= !da[m.a_con[k]].empty() && !db[m.b_con[k]].empty();
   for (int i : m.a_con) lc.push_back(da[i]);
   for (int i : m.b_con) rc.push_back(db[i]);
+  if (both)
+    return invalid_argument(
+        "Contracting dimensions are sharded and it is ambiguous how the output should be "
+        "sharded. Please specify the output sharding via the `out_sharding` parameter. Got "
+        "lhs_contracting_spec={} and rhs_contracting_spec={}",
+        jax_tuple_string(lc), jax_tuple_string(rc));
+  Dims out;
+  for (int i : m.a_free) out.push_back(da[i]);
+  for (int i : m.b_free) out.push_back(db[i]);
+  const Axes used = all_axes(out, 0, static_cast<int>(out.size()));
+  bool twice = false;
+  for (size_t i = 0; i < used.size(); ++i)
+    for (size_t j = i + 1; j < used.size(); ++j) twice |= used[i] == used[j];
+  if (!twice) return ok_status();
+  const PartitionSpec sa(da), sb(db), so(out);
   return invalid_argument(
-      "Contracting dimensions are sharded and it is ambiguous how the output should be "
-      "sharded. Please specify the output sharding via the `out_sharding` parameter. Got "
-      "lhs_contracting_spec={} and rhs_contracting_spec={}",
-      spec_string(lc), spec_string(rc));
+      "dot_general operation with inputs: {}, {} produces an illegally sharded result: {}",
+      typeof_string(dtype_name(gv(in.inputs[0]).dtype), shp(in.inputs[0]), &sa, &mesh_),
+      typeof_string(dtype_name(gv(in.inputs[1]).dtype), shp(in.inputs[1]), &sb, &mesh_),
+      typeof_string(dtype_name(gv(in.outputs[0]).dtype), shp(in.outputs[0]), &so, &mesh_));
 }
 
 // Contracting pairs: agree on one side's axes (that side must not use them elsewhere on

@@ -17,6 +17,7 @@
 #include "engine/base/check.h"
 #include "engine/ir/builder.h"
 #include "engine/ir/op_table.h"
+#include "engine/sharding/broadcast_sharding.h"
 #include "engine/sharding/shard_geometry.h"
 
 namespace eng::spmd_internal {
@@ -67,25 +68,6 @@ inline Axes all_axes(const Dims& dims, int begin, int end) {
 
 inline std::string spec_string(const Dims& d) { return PartitionSpec(d).to_string(); }
 
-// Python's str(tuple(spec)) as JAX prints it in broadcasting errors: ('data', None),
-// (('data', 'fsdp'), None), ('tensor',).
-inline std::string jax_tuple_string(const Dims& d) {
-  std::vector<std::string> parts;
-  for (const Axes& e : d) {
-    if (e.empty()) {
-      parts.push_back("None");
-    } else if (e.size() == 1) {
-      parts.push_back(fmt::format("'{}'", e[0]));
-    } else {
-      std::vector<std::string> q;
-      for (const auto& a : e) q.push_back(fmt::format("'{}'", a));
-      parts.push_back(fmt::format("({})", fmt::join(q, ", ")));
-    }
-  }
-  if (parts.size() == 1) return fmt::format("({},)", parts[0]);
-  return fmt::format("({})", fmt::join(parts, ", "));
-}
-
 // A matmul's operand dims by role: a's (b's) contracting and free dims, ascending.
 struct MatmulDims {
   std::vector<int> a_free, a_con, b_free, b_con;
@@ -108,19 +90,6 @@ inline bool used_elsewhere(const Axes& t, const Dims& d, int skip) {
       for (const auto& a : t)
         if (contains(d[j], a)) return true;
   return false;
-}
-
-// Ambiguous output sharding: an axis on free dims of both operands, or contracting pairs
-// sharded differently (da, db: the operands' shardings as they come).
-inline bool matmul_ambiguous(const MatmulDims& m, const Dims& da, const Dims& db) {
-  bool ambiguous = false;
-  Axes free_a, free_b;
-  for (int i : m.a_free) free_a.insert(free_a.end(), da[i].begin(), da[i].end());
-  for (int i : m.b_free) free_b.insert(free_b.end(), db[i].begin(), db[i].end());
-  for (const auto& a : free_a) ambiguous |= contains(free_b, a);
-  for (size_t k = 0; k < m.a_con.size() && k < m.b_con.size(); ++k)
-    ambiguous |= da[m.a_con[k]] != db[m.b_con[k]];
-  return ambiguous;
 }
 
 // An axis on free dims of both operands would appear twice: gather it from one side. With
@@ -377,43 +346,26 @@ class Partitioner {
   }
 
   // The jax.lax primitive's name, as JAX's errors print it: compare is eq, ne, lt, le, gt or
-  // ge by its direction, select is select_n (jnp.where's); the others print as the op.
+  // ge by its direction, select is select_n (jnp.where's), remainder rem; the others print as
+  // the op (the front-end checks sub, div, max, ... before they become the engine's ops).
   static std::string_view jax_name(const Instr& in) {
     static constexpr std::string_view kCompare[] = {"eq", "ne", "lt", "le", "gt", "ge"};
     if (in.kind == OpKind::kCompare) return kCompare[in.attrs.dim];
     if (in.kind == OpKind::kSelect) return "select_n";
+    if (in.kind == OpKind::kRemainder) return "rem";
     return op_name(in.kind);
   }
 
-  // Explicit mode (jax.lax broadcasting_sharding_rule): per dim, the operands' entries must
-  // be equal or unsharded (None takes the other's axes: a local slice, no traffic); anything
-  // else is JAX's TypeError naming every operand's spec. Partial axes are internal (unreduced
-  // matmul results) and are reduced to the common dims as in auto mode.
+  // Explicit mode: jax.lax's broadcasting_sharding_rule (engine/sharding/broadcast_sharding.h
+  // broadcast_sharding, with JAX's errors). Partial axes are internal (unreduced matmul
+  // results) and are reduced to the common dims as in auto mode.
   Result<PartitionSpec> broadcast_common(const Instr& in) const {
-    const auto& x = in.inputs;
-    const int r = rank(x[0]);
-    Dims out(r);
-    bool bad = false;
-    for (ValueId g : x) {
-      const PartitionSpec s = dims_only(spec_[g]);
-      for (int i = 0; i < r; ++i) {
-        const Axes& e = s.dim_or_none(i);
-        if (e.empty()) continue;
-        if (out[i].empty()) out[i] = e;
-        else if (out[i] != e) bad = true;
-      }
-    }
-    // An axis may appear once: ('data', None) with (None, 'data') is no valid result either.
-    const Axes used = all_axes(out, 0, r);
-    for (size_t i = 0; i < used.size(); ++i)
-      for (size_t j = i + 1; j < used.size(); ++j) bad |= used[i] == used[j];
-    if (bad) {
-      std::vector<std::string> specs;
-      for (ValueId g : x) specs.push_back(jax_tuple_string(dims_only(spec_[g]).dims()));
-      return invalid_argument("{} got incompatible shardings for broadcasting: {}.",
-                              jax_name(in), fmt::join(specs, ", "));
-    }
-    return PartitionSpec(out);
+    std::vector<ShardedType> ops;
+    for (ValueId g : in.inputs)
+      ops.push_back({std::string(dtype_name(gv(g).dtype)), shp(g), dims_only(spec_[g])});
+    const std::string_view out_dtype =
+        in.kind == OpKind::kCompare ? "bool" : dtype_name(gv(in.outputs[0]).dtype);
+    return broadcast_sharding(jax_name(in), out_dtype, ops, mesh_);
   }
 
   // Dims with the given dims cleared (made whole on every device).
@@ -496,7 +448,8 @@ class Partitioner {
   }
   Status matmul(const Instr& in);
   Status wanted_out(const Instr& in, int out_rank, std::optional<PartitionSpec>& want);
-  Status check_matmul_ambiguity(const MatmulDims& m, const Dims& da, const Dims& db);
+  Status check_matmul_ambiguity(const Instr& in, const MatmulDims& m, const Dims& da,
+                                 const Dims& db);
   void agree_contracting(const MatmulDims& m, bool paired, Dims& da, Dims& db) const;
   Status emit_matmul(const Instr& in, const MatmulDims& m, const Dims& da, const Dims& db,
                      const std::optional<PartitionSpec>& want);

@@ -3,6 +3,7 @@
 #include "engine/dist/dist.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "engine/base/check.h"
 #include "engine/base/clock.h"
+#include "engine/dist/local_devices.h"
 
 #if SHARDLAB_WITH_MPI
 #include <mpi.h>
@@ -50,6 +52,23 @@ Result<int> local_devices_setting(int flag) {
 bool built_with_mpi() { return SHARDLAB_WITH_MPI != 0; }
 
 const Process& process() { return g_process; }
+
+namespace {
+std::atomic<bool> g_devices_in_use{false};
+}  // namespace
+
+void note_devices_in_use() { g_devices_in_use.store(true); }
+bool devices_in_use() { return g_devices_in_use.load(); }
+
+Status set_local_devices(int64_t n) {
+  if (devices_in_use())
+    return failed_precondition("devices are in use (it has {} local devices)",
+                               g_process.local_devices);
+  if (n < 1 || n > 4096)
+    return invalid_argument("{} is not a device count in [1, 4096]", n);
+  g_process.local_devices = static_cast<int>(n);
+  return ok_status();
+}
 
 Result<DeviceRange> device_range(int64_t num_devices) {
   const int64_t P = g_process.count;

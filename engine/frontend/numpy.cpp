@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine/base/limits.h"
+#include "engine/sharding/broadcast_sharding.h"
 #include "engine/sharding/shard_geometry.h"
 
 namespace eng::frontend::np {
@@ -34,8 +35,10 @@ Status promote_int(Trace& tr, ValueId& a, ValueId& b) {
 }
 
 // add and multiply: float operands of one dtype, or int32 ones (the engine's integer
-// arithmetic, op.h OpDef::integer).
-Result<ValueId> elementwise(Trace& tr, std::string_view op, OpKind kind, ValueId a, ValueId b) {
+// arithmetic, op.h OpDef::integer). prim: JAX's primitive, for explicit mode's errors.
+Result<ValueId> elementwise(Trace& tr, std::string_view op, std::string_view prim, OpKind kind,
+                            ValueId a, ValueId b) {
+  ENG_RETURN_IF_ERROR(check_elementwise_sharding(tr, prim, {a, b}));
   ENG_RETURN_IF_ERROR(promote_int(tr, a, b));
   if (info(tr, a).dtype != info(tr, b).dtype)
     return invalid_argument("{}: operands have different dtypes: {} and {} (use astype)", op,
@@ -151,15 +154,51 @@ Result<ValueId> broadcast_to(Trace& tr, ValueId x, const Shape& shape) {
   return x;
 }
 
+Status check_elementwise_sharding(Trace& tr, std::string_view prim,
+                                  std::initializer_list<ValueId> operands) {
+  const Mesh& mesh = tr.mesh();
+  if (tr.manual() || mesh.num_devices() == 1 || shard_mode_of(mesh) != ShardMode::kExplicit)
+    return ok_status();
+  int r = 0;
+  for (ValueId v : operands) {
+    if (!info(tr, v).spec) return ok_status();  // the partitioner checks it
+    r = std::max(r, info(tr, v).shape.rank());
+  }
+  const bool compare = prim == "eq" || prim == "ne" || prim == "lt" || prim == "le" ||
+                       prim == "gt" || prim == "ge";
+  std::vector<ShardedType> ops;
+  DType out = DType::kI32;
+  for (ValueId v : operands) {
+    const ValueInfo& i = info(tr, v);
+    std::vector<int64_t> dims(r - i.shape.rank(), 1);  // jnp's rank promotion
+    dims.insert(dims.end(), i.shape.dims().begin(), i.shape.dims().end());
+    PartitionSpec::DimAxes none;
+    std::vector<PartitionSpec::DimAxes> spec(r - i.shape.rank(), none);
+    for (int d = 0; d < i.shape.rank(); ++d) spec.push_back(i.spec->dim_or_none(d));
+    const bool predicate = prim == "select_n" && ops.empty();  // not the result's dtype
+    ops.push_back({std::string(dtype_name(i.dtype)), Shape(dims), PartitionSpec(spec)});
+    if (!predicate && i.dtype != DType::kI32 && out == DType::kI32) out = i.dtype;  // promoted
+  }
+  const Result<PartitionSpec> s =
+      broadcast_sharding(prim, compare ? "bool" : dtype_name(out), ops, mesh);
+  return s.ok() ? ok_status() : s.status();
+}
+
 Result<ValueId> add(Trace& tr, ValueId a, ValueId b) {
-  return elementwise(tr, "add", OpKind::kAdd, a, b);
+  return elementwise(tr, "add", "add", OpKind::kAdd, a, b);
 }
 Result<ValueId> multiply(Trace& tr, ValueId a, ValueId b) {
-  return elementwise(tr, "multiply", OpKind::kMul, a, b);
+  return elementwise(tr, "multiply", "mul", OpKind::kMul, a, b);
 }
 Result<ValueId> subtract(Trace& tr, ValueId a, ValueId b) {
+  ENG_RETURN_IF_ERROR(check_elementwise_sharding(tr, "sub", {a, b}));
   ENG_RETURN_IF_ERROR(promote_int(tr, a, b));
-  return elementwise(tr, "subtract", OpKind::kAdd, a, tr.builder().scale(b, -1.0));
+  return elementwise(tr, "subtract", "sub", OpKind::kAdd, a, tr.builder().scale(b, -1.0));
+}
+Result<ValueId> divide(Trace& tr, ValueId a, ValueId b) {
+  ENG_RETURN_IF_ERROR(check_elementwise_sharding(tr, "div", {a, b}));
+  ENG_ASSIGN_OR_RETURN(ValueId r, unary(tr, "reciprocal", b));
+  return elementwise(tr, "divide", "div", OpKind::kMul, a, r);
 }
 Result<ValueId> scale(Trace& tr, ValueId x, double c, bool divide) {
   if (info(tr, x).dtype == DType::kI32 && (divide || c != std::trunc(c))) {

@@ -15,6 +15,7 @@
 //   subtract       add(a, scale(b, -1));  negative, x * c, x / c for a number c: scale
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -42,10 +43,21 @@ Result<int> checked_axis(std::string_view op, int axis, int rank, std::string_vi
 Result<std::vector<std::string>> group_axes(Trace& tr, std::string_view op,
                                             const std::vector<std::string>& axes);
 
+// Explicit mode: jax.lax's sharding rule of the elementwise primitive `prim` ("add", "sub",
+// "div", "eq", "select_n", ...) on the operands as given, rank-promoted as jnp does
+// (engine/sharding/broadcast_sharding.h: JAX's errors, naming JAX's primitive).
+// Checked when every operand's sharding is known without partitioning (a traced function's
+// arguments, so every eager op); otherwise the partitioner checks it, naming the engine's op
+// (x - y inside a jit is then reported as add). Ok in auto mode and inside shard_map.
+Status check_elementwise_sharding(Trace& tr, std::string_view prim,
+                                  std::initializer_list<ValueId> operands);
+
 // Elementwise with broadcasting; both operands of one dtype (f32 or bf16).
 Result<ValueId> add(Trace& tr, ValueId a, ValueId b);
 Result<ValueId> subtract(Trace& tr, ValueId a, ValueId b);
 Result<ValueId> multiply(Trace& tr, ValueId a, ValueId b);
+// a / b: a * reciprocal(b) (true division: int32 operands compute in float32).
+Result<ValueId> divide(Trace& tr, ValueId a, ValueId b);
 // c * x. An int32 x stays int32 for an integer c (JAX's weak types: 2 * x), computes in float32
 // for any other c or when `divide` (x / number is true division: float32, as jnp's).
 Result<ValueId> scale(Trace& tr, ValueId x, double c, bool divide = false);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "engine/frontend/numpy_ops.h"
@@ -311,6 +312,22 @@ Result<ValueId> moveaxis(Trace& tr, ValueId x, const std::vector<int>& source,
   return transpose(tr, x, order);
 }
 
+Result<ValueId> roll(Trace& tr, ValueId x, int64_t shift, std::optional<int> axis) {
+  const Shape s = shape_of(tr, x);
+  if (!axis) {  // of the flattened array, in its shape again
+    if (s.rank() == 0) return x;
+    ENG_ASSIGN_OR_RETURN(ValueId flat, reshape(tr, x, {s.numel()}));
+    ENG_ASSIGN_OR_RETURN(flat, roll(tr, flat, shift, 0));
+    return reshape(tr, flat, s.dims());
+  }
+  ENG_ASSIGN_OR_RETURN(const int d, checked_axis("roll", *axis, s.rank()));
+  const int64_t n = s[d];
+  const int64_t k = n == 0 ? 0 : ((shift % n) + n) % n;
+  if (k == 0) return x;
+  Builder& b = tr.builder();  // x[n-k:] then x[:n-k] along d
+  return b.concat({b.slice(x, d, n - k, k), b.slice(x, d, 0, n - k)}, d);
+}
+
 Result<ValueId> tile(Trace& tr, ValueId x, const std::vector<int64_t>& reps_arg) {
   Shape s = shape_of(tr, x);
   std::vector<int64_t> reps = reps_arg;
@@ -374,10 +391,14 @@ Result<ValueId> take(Trace& tr, ValueId a, ValueId indices, std::optional<int> a
 }
 
 Result<ValueId> relu(Trace& tr, ValueId x) {
+  // jax.nn.relu is max(x, 0), so NaN stays NaN; its custom JVP is select(x > 0, g, 0), so the
+  // gradient at NaN is 0: the NaN comes from a constant, not from x.
   ENG_RETURN_IF_ERROR(need_float(tr, "relu", x));
   const ValueId zero = scalar_like(tr, 0, x);
   ENG_ASSIGN_OR_RETURN(ValueId pos, compare(tr, x, zero, Dir::kGt));
-  return where(tr, pos, x, zero);
+  ENG_ASSIGN_OR_RETURN(ValueId y, where(tr, pos, x, zero));
+  ENG_ASSIGN_OR_RETURN(ValueId nan, compare(tr, x, x, Dir::kNe));
+  return where(tr, nan, scalar_like(tr, std::numeric_limits<double>::quiet_NaN(), x), y);
 }
 
 Result<ValueId> softplus(Trace& tr, ValueId x) {
@@ -423,6 +444,7 @@ Status need_start(Trace& tr, std::string_view op, ValueId start) {
 }  // namespace
 
 Result<ValueId> remainder(Trace& tr, ValueId a, ValueId b) {
+  ENG_RETURN_IF_ERROR(check_elementwise_sharding(tr, "rem", {a, b}));
   const DType da = tr.info(a).dtype, db = tr.info(b).dtype;  // int32 beside a float: the float's
   if (da == DType::kI32 && db != DType::kI32) {
     ENG_ASSIGN_OR_RETURN(a, astype(tr, a, db));
@@ -490,14 +512,41 @@ Result<ValueId> dynamic_index(Trace& tr, ValueId x, ValueId index) {
   return reshape(tr, row, s.slice(1, s.rank()).dims());
 }
 
-Result<ValueId> at_update(Trace& tr, ValueId x, ValueId index, ValueId v, bool add) {
+Result<ValueId> at_update(Trace& tr, ValueId x, ValueId index, ValueId v, bool add,
+                          bool drop_out_of_range) {
   const Shape s = shape_of(tr, x);
   if (s.rank() == 0)
     return invalid_argument("at: a scalar array {} cannot be indexed", py_shape(s));
+  ENG_RETURN_IF_ERROR(need_start(tr, add ? "at[].add" : "at[].set", index));
   std::vector<int64_t> row = s.dims();
   row[0] = 1;
+  const DType dt = tr.info(x).dtype;
   ENG_ASSIGN_OR_RETURN(v, broadcast_to(tr, v, s.slice(1, s.rank())));
   ENG_ASSIGN_OR_RETURN(v, reshape(tr, v, row));
+  if (tr.info(v).dtype != dt) {
+    ENG_ASSIGN_OR_RETURN(v, astype(tr, v, dt));
+  }
+  if (drop_out_of_range) {
+    // JAX's scatter mode for x.at[i].set / .add (FILL_OR_DROP): i counts from the end when
+    // negative, and an i outside [-n, n) drops the update. The row written is then x's own
+    // row at the (clamped) start for set, zeros for add: x is unchanged.
+    Builder& b = tr.builder();
+    const int64_t n = s[0];
+    const ValueId lo = tr.scalar(static_cast<double>(-n), DType::kI32);
+    const ValueId hi = tr.scalar(static_cast<double>(n), DType::kI32);
+    const ValueId at_least = b.compare(index, lo, Dir::kGe);
+    const ValueId ok = b.mul(at_least, b.compare(index, hi, Dir::kLt));  // int32 0/1
+    const ValueId keep = add ? tr.scalar(0.0, dt) : b.dynamic_slice_in_dim(x, index, 0, 1);
+    ENG_ASSIGN_OR_RETURN(ValueId kept, broadcast_to(tr, keep, Shape(row)));
+    if (dt == DType::kI32) {  // kept + ok * (v - kept): exact in wrapping int32
+      ENG_ASSIGN_OR_RETURN(ValueId okb, broadcast_to(tr, ok, Shape(row)));
+      ENG_ASSIGN_OR_RETURN(ValueId d, subtract(tr, v, kept));
+      ENG_ASSIGN_OR_RETURN(v, np::add(tr, kept, b.mul(okb, d)));
+    } else {
+      ENG_ASSIGN_OR_RETURN(ValueId okb, broadcast_to(tr, b.convert(ok, dt), Shape(row)));
+      v = b.select(okb, v, kept);
+    }
+  }
   return dynamic_update_slice_in_dim(tr, x, v, index, 0, add);
 }
 

@@ -18,11 +18,12 @@
 //   var, std       mean((x - mean(x))^2) * n / (n - ddof); std = sqrt(var)
 //   any, all       max / min of (x != 0): a float mask (the engine has no bool dtype)
 //   stack split expand_dims squeeze tile   reshape, slice, concatenate
+//   roll                                   two slices, concatenate
 //   swapaxes moveaxis                      one transpose
 //   take           embed_lookup (a gather of rows) on a moved and flattened view; negative
 //                  indices count from the end; an index out of range gives zeros (JAX: NaN)
 //   cumsum         log2(n) rounds of x + shift(x, 2^k) (Hillis-Steele), zeros shifted in
-//   relu           where(x > 0, x, 0) (relu'(0) = 0, as JAX's); softplus logaddexp(x, 0);
+//   relu           where(x > 0, x, 0), NaN where x is (relu'(0) = 0, as JAX's); softplus logaddexp(x, 0);
 //   one_hot        x[..., None] == arange(n) (a float compare, any dtype in)
 //   logsumexp      max + log(sum(exp(x - max)))
 //   remainder      one kRemainder (Python's %: the divisor's sign), int32 or float
@@ -79,6 +80,9 @@ Result<ValueId> swapaxes(Trace& tr, ValueId x, int axis1, int axis2);
 Result<ValueId> moveaxis(Trace& tr, ValueId x, const std::vector<int>& source,
                          const std::vector<int>& destination);
 Result<ValueId> tile(Trace& tr, ValueId x, const std::vector<int64_t>& reps);
+// jnp.roll(x, shift, axis): elements shifted by `shift` along axis (wrapping; negative shifts
+// back); axis nullopt: of the flattened array, reshaped back. Two slices and a concatenate.
+Result<ValueId> roll(Trace& tr, ValueId x, int64_t shift, std::optional<int> axis);
 // jnp.take(a, indices, axis): indices int32 (any shape); axis nullopt: of the flattened a.
 Result<ValueId> take(Trace& tr, ValueId a, ValueId indices, std::optional<int> axis);
 
@@ -93,9 +97,12 @@ Result<ValueId> dynamic_slice_in_dim(Trace& tr, ValueId x, ValueId start, int64_
 Result<ValueId> dynamic_update_slice_in_dim(Trace& tr, ValueId x, ValueId update, ValueId start,
                                             int axis, bool add = false);
 // x[i] for an int32 scalar array i (JAX's dynamic_index_in_dim along axis 0, dim removed), and
-// x.at[i].set(v) / .add(v): v broadcast to x[i]'s shape, in x's dtype.
+// x.at[i].set(v) / .add(v): v broadcast to x[i]'s shape, in x's dtype. drop_out_of_range: JAX's
+// scatter mode (negative i from the end; i outside [-n, n) leaves x unchanged); false: the
+// caller knows i is in [0, n) (a checked integer).
 Result<ValueId> dynamic_index(Trace& tr, ValueId x, ValueId index);
-Result<ValueId> at_update(Trace& tr, ValueId x, ValueId index, ValueId v, bool add);
+Result<ValueId> at_update(Trace& tr, ValueId x, ValueId index, ValueId v, bool add,
+                          bool drop_out_of_range = true);
 
 // jax.nn.
 Result<ValueId> relu(Trace& tr, ValueId x);

@@ -105,11 +105,27 @@ Result<ValueId> arg_reduce(Trace& tr, std::string_view op, ValueId x, std::optio
 Result<ValueId> compare(Trace& tr, ValueId a, ValueId b, CompareDirection direction) {
   static constexpr const char* kNames[] = {"equal",   "not_equal", "less",
                                            "less_equal", "greater", "greater_equal"};
-  ENG_ASSIGN_OR_RETURN(auto ab, broadcast_pair(tr, kNames[static_cast<int>(direction)], a, b));
+  static constexpr const char* kPrims[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+  const std::string_view op = kNames[static_cast<int>(direction)];
+  ENG_RETURN_IF_ERROR(check_elementwise_sharding(tr, kPrims[static_cast<int>(direction)], {a, b}));
+  const bool ia = info(tr, a).dtype == DType::kI32, ib = info(tr, b).dtype == DType::kI32;
+  if (ia && ib) {  // int32 compares exactly (an int32 mask); jnp.equal(stage, 0)
+    const Result<Shape> s = broadcast_shapes(shape_of(tr, a), shape_of(tr, b));
+    if (!s.ok()) return invalid_argument("{}: {}", op, s.status().message());
+    ENG_ASSIGN_OR_RETURN(a, broadcast_to(tr, a, *s));
+    ENG_ASSIGN_OR_RETURN(b, broadcast_to(tr, b, *s));
+    return tr.builder().compare(a, b, direction);
+  }
+  if (ia != ib) {  // int32 beside a float: the float's dtype, as JAX promotes
+    ValueId& i = ia ? a : b;
+    ENG_ASSIGN_OR_RETURN(i, astype(tr, i, info(tr, ia ? b : a).dtype));
+  }
+  ENG_ASSIGN_OR_RETURN(auto ab, broadcast_pair(tr, op, a, b));
   return tr.builder().compare(ab.first, ab.second, direction);
 }
 
 Result<ValueId> where(Trace& tr, ValueId cond, ValueId x, ValueId y) {
+  ENG_RETURN_IF_ERROR(check_elementwise_sharding(tr, "select_n", {cond, x, y}));
   ENG_ASSIGN_OR_RETURN(auto xy, broadcast_pair(tr, "where", x, y));
   const DType dt = info(tr, xy.first).dtype;
   if (info(tr, cond).dtype != dt) cond = tr.builder().convert(cond, dt);  // nonzero stays so
@@ -122,10 +138,12 @@ Result<ValueId> where(Trace& tr, ValueId cond, ValueId x, ValueId y) {
 }
 
 Result<ValueId> maximum(Trace& tr, ValueId a, ValueId b) {
+  ENG_RETURN_IF_ERROR(check_elementwise_sharding(tr, "max", {a, b}));
   ENG_ASSIGN_OR_RETURN(auto ab, broadcast_pair(tr, "maximum", a, b));
   return pick(tr, ab.first, ab.second, Dir::kGt);
 }
 Result<ValueId> minimum(Trace& tr, ValueId a, ValueId b) {
+  ENG_RETURN_IF_ERROR(check_elementwise_sharding(tr, "min", {a, b}));
   ENG_ASSIGN_OR_RETURN(auto ab, broadcast_pair(tr, "minimum", a, b));
   return pick(tr, ab.first, ab.second, Dir::kLt);
 }

@@ -7,8 +7,8 @@
 //   ENG_ASSIGN_OR_RETURN(ValueId c, np::einsum(tr, "ij,jk->ik", {a, b}, std::nullopt));
 //
 // How each maps onto the op set:
-//   comparisons    one compare op (a float 0/1 mask in the operands' dtype; JAX returns bool,
-//                  the engine has no bool dtype) after numpy broadcasting
+//   comparisons    one compare op (a 0/1 mask in the operands' dtype, float or int32 (exact);
+//                  JAX returns bool, the engine has no bool dtype) after numpy broadcasting
 //   where          one select op (cond != 0), broadcast; cond converted to x's dtype
 //   max(axis)      halving: max(x[:n/2], x[n/2:n]) with compare + select, log2(n) rounds (an odd
 //                  element carried by concatenate); NaN propagates, as jnp.max. min = -max(-x).
@@ -32,7 +32,8 @@
 
 namespace eng::frontend::np {
 
-// Elementwise comparison with broadcasting: a float mask (1 where it holds, else 0).
+// Elementwise comparison with broadcasting: a mask (1 where it holds, else 0), float, or int32
+// for two int32 operands; an int32 operand beside a float one takes the float's dtype.
 Result<ValueId> compare(Trace& tr, ValueId a, ValueId b, CompareDirection direction);
 // jnp.where(cond, x, y): x where cond != 0, else y; all three broadcast together.
 Result<ValueId> where(Trace& tr, ValueId cond, ValueId x, ValueId y);

@@ -21,7 +21,8 @@ bool elementwise(OpKind k) {
   const OpClass c = op_class(k);
   return c == OpClass::kUnary || c == OpClass::kUnaryGrad || k == OpKind::kScale ||
          k == OpKind::kConvert || k == OpKind::kAdd || k == OpKind::kMul ||
-         k == OpKind::kRemainder || k == OpKind::kSoftmaxCrossEntropy;
+         k == OpKind::kRemainder || k == OpKind::kSoftmaxCrossEntropy ||
+         k == OpKind::kCompare || k == OpKind::kSelect;  // jnp.where, relu, maximum
 }
 
 class Batcher {
@@ -150,9 +151,10 @@ class Batcher {
   }
 
   // A matmul of two batched operands: the op has no batch dims, so each example's product is
-  // a broadcast multiply of (B, M, K, 1) by (B, 1, K, N) summed over K (for K = 1, x^T dy of one
-  // example's vectors, the outer product itself). It holds B*M*K*N elements: fine for the
-  // per-example products vmap is used for here, not a batched GEMM.
+  // a broadcast multiply of (B, M, 1, K) by (B, 1, N, K) summed over the trailing K (one matmul
+  // with ones; for K = 1, x^T dy of one example's vectors, the outer product itself). It holds
+  // B*M*K*N elements: fine for the per-example products vmap is used for here (and the
+  // shard_map tutorial's pipeline stages), not a batched GEMM.
   Status outer(const Instr& in, const std::vector<Val>& ins) {
     const Shape a = one_.info(in.inputs[0]).shape, bs = one_.info(in.inputs[1]).shape;
     const DotDims d = dot_dims(in.attrs, a, bs);
@@ -163,17 +165,17 @@ class Batcher {
                                                      : Shape{batch_, d.M, d.K});
     ValueId y = b.reshape(ins[1].v, in.attrs.trans_b ? Shape{batch_, d.N, d.K}
                                                      : Shape{batch_, d.K, d.N});
-    if (in.attrs.trans_a) {
+    if (in.attrs.trans_a) {  // x as (B, M, K)
       ENG_ASSIGN_OR_RETURN(x, np::swapaxes(outer_, x, 1, 2));
     }
-    if (in.attrs.trans_b) {
+    if (!in.attrs.trans_b) {  // y as (B, N, K)
       ENG_ASSIGN_OR_RETURN(y, np::swapaxes(outer_, y, 1, 2));
     }
-    const Shape full{batch_, d.M, d.K, d.N};
-    ENG_ASSIGN_OR_RETURN(x, np::broadcast_to(outer_, b.reshape(x, Shape{batch_, d.M, d.K, 1}), full));
-    ENG_ASSIGN_OR_RETURN(y, np::broadcast_to(outer_, b.reshape(y, Shape{batch_, 1, d.K, d.N}), full));
+    const Shape full{batch_, d.M, d.N, d.K};
+    ENG_ASSIGN_OR_RETURN(x, np::broadcast_to(outer_, b.reshape(x, Shape{batch_, d.M, 1, d.K}), full));
+    ENG_ASSIGN_OR_RETURN(y, np::broadcast_to(outer_, b.reshape(y, Shape{batch_, 1, d.N, d.K}), full));
     ValueId prod = b.emit(OpKind::kMul, {x, y})[0];
-    ENG_ASSIGN_OR_RETURN(prod, np::sum(outer_, prod, 2));
+    ENG_ASSIGN_OR_RETURN(prod, np::sum(outer_, prod, 3));
     const Shape out = Shape{batch_}.concat(one_.info(in.outputs[0]).shape);
     map_[in.outputs[0]] = {b.reshape(prod, out), true};
     return ok_status();

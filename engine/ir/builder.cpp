@@ -501,14 +501,15 @@ Outs infer_transpose(OpKind kind, const In& in, const OpAttrs& at) {
   return {make(Shape(dims), x.dtype, std::move(logical))};
 }
 
-// compare (a, b): a float mask like a; select (pred, t, f): like t. Float operands only.
+// compare (a, b): a mask like a (float, or i32 for i32 operands); select (pred, t, f): like t,
+// float operands only.
 Outs infer_compare_select(OpKind kind, const In& in, const OpAttrs& at) {
   const bool select = kind == OpKind::kSelect;
   n_in(kind, in, select ? 3 : 2);
   for (const ValueInfo* v : in) {
     check_same_shape(kind, *in[0], *v);
-    ENG_CHECK(v->dtype == in[0]->dtype && v->dtype != DType::kI32, "{}: {} vs {}", op_name(kind),
-              v->type_string(), in[0]->type_string());
+    ENG_CHECK(v->dtype == in[0]->dtype && (!select || v->dtype != DType::kI32), "{}: {} vs {}",
+              op_name(kind), v->type_string(), in[0]->type_string());
   }
   ENG_CHECK(select || (at.dim >= 0 && at.dim <= static_cast<int>(CompareDirection::kGe)),
             "compare: direction {}", at.dim);

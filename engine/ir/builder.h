@@ -75,7 +75,7 @@ class Builder {
                                       bool add);
   // ---- the front-end's transpose, comparisons and select (op.h) ----
   ValueId transpose(ValueId x, const std::vector<int64_t>& permutation);
-  ValueId compare(ValueId a, ValueId b, CompareDirection direction);  // a float 0/1 mask
+  ValueId compare(ValueId a, ValueId b, CompareDirection direction);  // a 0/1 mask like a
   ValueId select(ValueId pred, ValueId on_true, ValueId on_false);    // pred != 0 ? t : f
 
   // ---- forward ----

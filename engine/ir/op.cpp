@@ -171,7 +171,7 @@ constexpr OpTable<OpDef> kOpDefs = make_op_table<OpDef>(
         {K::kIndexInDim, {kDimIndex}},
         {K::kAddIndexInDim, {kDimIndexSize, false, 0, {1, -1, -1}}},  // updates acc (input 1)
         {K::kTranspose, {kPermutation}},
-        {K::kCompare, {kDirection}},
+        {K::kCompare, integer(kDirection)},  // int32: exact (jnp.equal(stage, 0))
         {K::kSelect, kNone},
         {K::kIndexPerRow, {kIndicesAxes}},
         {K::kAddIndexPerRow, {kIndicesSizeAxes, false, 0, {1, -1, -1}}},  // updates acc (input 1)

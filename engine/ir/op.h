@@ -53,10 +53,10 @@
 //   kTranspose     (x) [permutation=new_shape] -> y with y.shape[i] = x.shape[perm[i]]
 //                    (jax.lax.transpose); any dtype (data movement); rank <= kMaxTransposeRank;
 //                    its VJP is the inverse permutation. The front-end's np.transpose, einsum, axis moves.
-//   kCompare       (a, b) same shape, float [direction=dim: 0 eq, 1 ne, 2 lt, 3 le, 4 gt,
-//                    5 ge] -> 1 where `a direction b` holds, else 0, in a's dtype (a float
-//                    mask: the engine has no bool dtype); NaN compares as IEEE (only ne
-//                    holds). No gradient (as lax.eq and friends).
+//   kCompare       (a, b) same shape, float or both i32 (OpDef::integer) [direction=dim: 0 eq,
+//                    1 ne, 2 lt, 3 le, 4 gt, 5 ge] -> 1 where `a direction b` holds, else 0,
+//                    in a's dtype (a float or i32 mask: the engine has no bool dtype); NaN
+//                    compares as IEEE (only ne holds). No gradient (as lax.eq and friends).
 //   kSelect        (pred, on_true, on_false) same shape, float -> pred != 0 ? on_true :
 //                    on_false (jax.lax.select with a float mask as the predicate); the
 //                    gradient goes to the chosen operand, none to pred.

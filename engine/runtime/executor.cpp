@@ -356,9 +356,8 @@ void run_transpose(const Args& a) {
   }
 }
 
-void run_compare(const Args& a) {
-  const float *x = a.f(0), *z = a.f(1);
-  float* y = a.out(0);
+template <typename T>
+void compare_values(const Args& a, const T* x, const T* z, T* y) {
   const int64_t n = a.numel(0);
   switch (static_cast<CompareDirection>(a.in.attrs.dim)) {
     case CompareDirection::kEq: for (int64_t i = 0; i < n; ++i) y[i] = x[i] == z[i]; break;
@@ -368,6 +367,11 @@ void run_compare(const Args& a) {
     case CompareDirection::kGt: for (int64_t i = 0; i < n; ++i) y[i] = x[i] > z[i]; break;
     case CompareDirection::kGe: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= z[i]; break;
   }
+}
+
+void run_compare(const Args& a) {  // float, or int32 operands (an int32 mask)
+  if (a.integer()) return compare_values(a, a.ids(0), a.ids(1), a.iout(0));
+  compare_values(a, a.f(0), a.f(1), a.out(0));
 }
 
 void run_select(const Args& a) {

@@ -3,7 +3,6 @@
 #include "engine/runtime/runtime.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +10,7 @@
 #include "engine/base/limits.h"
 #include "engine/base/thread_pool.h"
 #include "engine/compile/memory_plan.h"
+#include "engine/dist/local_devices.h"
 #include "engine/ir/op_table.h"
 #include "engine/runtime/executor.h"
 #include "engine/sharding/shard_geometry.h"
@@ -290,6 +290,7 @@ kern::ScratchNeeds scratch_needs(const Program& p) {
 
 Runtime::Runtime(Mesh mesh, int64_t device_capacity_bytes, bool span_processes)
     : mesh_(std::move(mesh)), local_{0, mesh_.num_devices()} {
+  dist::note_devices_in_use();  // jax_num_cpu_devices is fixed from now on
   for (int64_t d = 0; d < mesh_.num_devices(); ++d)
     devices_.push_back(std::make_unique<Device>(static_cast<int>(d), device_capacity_bytes));
   if (span_processes && dist::process().count > 1) {

@@ -132,6 +132,10 @@ close(sl.grad(function(t) return np.sum(np.logaddexp(t, t)) end)(sl.array({1, 2}
       {1, 1})  -- a tie: half from each operand
 close(sl.grad(function(t) return np.sum(np.cumsum(t, 1)) end)(a):totable(), {{3, 2, 1}, {3, 2, 1}})
 close(sl.grad(function(t) return np.sum(sl.nn.relu(t)) end)(v):totable(), {0, 0, 0, 1, 1})
+-- relu is max(x, 0): NaN stays NaN (JAX's), and its gradient there is 0 (relu's custom JVP).
+local rn = sl.nn.relu(sl.array({0 / 0, -1, 2})):totable()
+assert(rn[1] ~= rn[1] and rn[2] == 0 and rn[3] == 2, "relu of NaN")
+close(sl.grad(function(t) return np.sum(sl.nn.relu(t)) end)(sl.array({0 / 0, 1})):totable(), {0, 1})
 close(sl.grad(function(t) return np.sum(np.floor(t) + np.sign(t)) end)(v):totable(),
       {0, 0, 0, 0, 0})
 close(sl.grad(function(t) return np.sum(np.var(t, 1)) end)(a):totable(),
@@ -197,6 +201,28 @@ close(t.at[1]:add(10):totable(), {{0, 1, 2}, {13, 14, 15}, {6, 7, 8}, {9, 10, 11
 close(t.at[np.array(-4)]:set(np.array({5, 5, 5})):totable()[1], {5, 5, 5})
 close(t.at[4]:add(1):totable(), t:totable())  -- an integer index out of range: dropped (JAX's)
 close(t.at[-1]:get():totable(), {9, 10, 11})
+close(t.at[20]:get():totable(), {9, 10, 11})  -- get clips an index out of range (JAX's)
+close(t.at[-20]:get():totable(), {0, 1, 2})
+-- An int32 Array index outside [-n, n) drops the update too (JAX's scatter mode for x.at[i]
+-- .set / .add); inside [-n, 0) it counts from the end.
+close(t.at[np.array(4)]:set(np.array({5, 5, 5})):totable(), t:totable())
+close(t.at[np.array(-5)]:add(1):totable(), t:totable())
+close(t.at[np.array(-1)]:add(1):totable()[4], {10, 11, 12})
+-- jnp.roll, jnp.nan; int32 comparisons are exact (an int32 mask), also past 2^24.
+close(np.roll(np.arange(5), 2):totable(), {3, 4, 0, 1, 2})
+close(np.roll(np.arange(5), -1):totable(), {1, 2, 3, 4, 0})
+close(np.roll(t, 1, {axis = 0}):totable()[1], {9, 10, 11})
+close(np.roll(t, 7, 1):totable()[1], {2, 0, 1})  -- 7 mod 3 = 1
+close(np.roll(t, 1):totable()[1], {11, 0, 1})     -- of the flattened array
+assert(np.nan ~= np.nan and np.inf == math.huge and np.pi == math.pi)
+local big = np.array({16777217, 16777216, -3})
+local eq = np.equal(big, 16777216)
+assert(tostring(sl.typeof(eq)) == "i32[3]", sl.typeof(eq))
+close(eq:totable(), {0, 1, 0})
+close(np.less(big, 0):totable(), {0, 0, 1})
+close(np.greater_equal(big, np.array({16777217, 16777217, -3})):totable(), {1, 0, 1})
+close(np.where(np.equal(np.arange(3), 1), np.ones({3}), np.zeros({3})):totable(), {0, 1, 0})
+close(np.equal(np.arange(3), 1.5):totable(), {0, 0, 0})  -- beside a float: compared as floats
 close(sl.lax.dynamic_slice_in_dim(t, np.array(1), 2, 1):totable(),
       {{1, 2}, {4, 5}, {7, 8}, {10, 11}})
 close(sl.lax.dynamic_slice_in_dim(t, -1, 2, 1):totable()[1], {1, 2})  -- -1 + 3, clamped to 1
@@ -216,6 +242,17 @@ close(sl.grad(function(x) return np.sum(x.at[np.array(0)]:set(5) * x) end)(tf):t
       {{5, 5, 5}, {6, 8, 10}, {12, 14, 16}, {18, 20, 22}})
 close(sl.grad(function(x) return np.sum(x.at[np.array(3)]:add(x[np.array(0)])) end)(tf):totable(),
       {{2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}})
+-- A traced index: one program for every index, in range or dropped; the gradient of a
+-- dropped set passes x's whole.
+local put = sl.jit(function(x, i) return x.at[i]:set(-1) end)
+close(put(tf, np.array(2)):totable()[3], {-1, -1, -1})
+close(put(tf, np.array(4)):totable(), tf:totable())
+close(put(tf, np.array(-4)):totable()[1], {-1, -1, -1})
+assert(put:cache_info().compiles == 1, "one compilation")
+close(sl.grad(function(x, i) return np.sum(x.at[i]:set(5) * x) end)(tf, np.array(7)):totable(),
+      {{0, 2, 4}, {6, 8, 10}, {12, 14, 16}, {18, 20, 22}})
+close(sl.grad(function(x, i) return np.sum(x.at[i]:set(5) * x) end)(tf, np.array(-4)):totable(),
+      {{5, 5, 5}, {6, 8, 10}, {12, 14, 16}, {18, 20, 22}})
 close(sl.grad(function(x) return np.sum(sl.lax.dynamic_slice_in_dim(x, np.array(2), 2, 1)) end)(tf)
       :totable()[2], {0, 1, 1})
 close(sl.grad(function(b) return np.sum(sl.array({7, -7}) % b) end)(sl.array({3, 3})):totable(),
@@ -226,7 +263,8 @@ local xs = sl.device_put(np.arange(24.0):reshape(8, 3), sl.P("X"))
 assert(tostring(sl.typeof(xs[np.array(1)])) == "f32[3]", sl.typeof(xs[np.array(1)]))
 assert(tostring(sl.typeof(sl.lax.dynamic_slice_in_dim(xs, np.array(1), 2, 1))) == "f32[8@X,2]")
 assert(tostring(sl.typeof(xs.at[np.array(9)]:add(1))) == "f32[8,3]")
-close(xs.at[np.array(9)]:add(1):totable()[8], {22, 23, 24})  -- clamped to row 7
+close(xs.at[np.array(9)]:add(1):totable(), xs:totable())  -- out of range: dropped
+close(xs.at[np.array(-8)]:add(1):totable()[1], {1, 2, 3})
 close((xs % 5):totable()[8], {1, 2, 3})
 fails("the index must be an int32 scalar, got f32[]", function() return xs[np.array(1.5)] end)
 fails("x.at[...] takes one integer or int32 scalar Array index", function()

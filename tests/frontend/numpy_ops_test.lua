@@ -128,7 +128,7 @@ close(rs:totable(), sl.arange(32.0):reshape(4, 8):totable())
 -- case) until out_sharding says where the result goes; for a contraction sharded over Y,
 -- P('X', 'Y') is a reduce-scatter over Y and P('X', None) an all-reduce.
 local w = sl.device_put(sl.ones({4, 6}), sl.P("Y", nil))
-h.expect_error(function() return np.einsum("ij,jk->ik", xs, sl.ones({4, 8}, {sharding = sl.P(nil, "X")})) end,
+h.expect_error(function() return np.einsum("ij,jk->ik", xs, sl.ones({4, 8}, {sharding = sl.P("Y", nil)})) end,
                "Contracting dimensions are sharded and it is ambiguous how the output should be "
                .. "sharded. Please specify the output sharding via the `out_sharding` parameter.")
 local e_rs = sl.jit(function(p, q) return np.einsum("ij,jk->ik", p, q, {out_sharding = sl.P("X", "Y")}) end)

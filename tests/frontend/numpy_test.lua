@@ -128,6 +128,7 @@ for trial = 1, 120 do
   else
     -- Explicit mode refuses some programs with JAX's errors; anything else is a bug.
     assert(explicit and (tostring(got):find("incompatible shardings for broadcasting", 1, true) or
+                         tostring(got):find("illegally sharded result", 1, true) or
                          tostring(got):find("ambiguous", 1, true)), tostring(got))
   end
 end
@@ -148,9 +149,28 @@ assert(tostring(sl.typeof(sl.reshard(x, sl.P("X", nil)))) == "f32[8@X,4]")
 assert(tostring(sl.typeof(sl.with_sharding_constraint(x, sl.P("X", "Y")))) == "f32[8@X,4@Y]")
 local lhs = sl.ones({8, 4}, {sharding = sl.P("X", "Y")})
 local rhs = sl.ones({4, 8}, {sharding = sl.P("Y", "X")})
-h.expect_error(function() return np.matmul(lhs, sl.ones({4, 8}, {sharding = sl.P(nil, "X")})) end,
+h.expect_error(function() return np.matmul(lhs, sl.ones({4, 8}, {sharding = sl.P("Y", nil)})) end,
                "ambiguous how the output should be sharded. Please specify the output sharding " ..
-               "via the `out_sharding` parameter.")
+               "via the `out_sharding` parameter. Got lhs_contracting_spec=('Y',) and " ..
+               "rhs_contracting_spec=('Y',)")
+-- Free dims of both operands on X: JAX's dot_general rule gives a result naming X twice.
+h.expect_error(function() return np.matmul(lhs, sl.ones({4, 8}, {sharding = sl.P(nil, "X")})) end,
+               "dot_general operation with inputs: f32[8@X,4@Y], f32[4,8@X] produces an " ..
+               "illegally sharded result: f32[8@X,8@X]")
+-- A result naming X twice: JAX's DuplicateSpecError text, named after the lax primitive (jnp's
+-- subtract is sub, divide div, equal eq with a bool result), eagerly and for a jit's arguments.
+local xa = sl.device_put(sl.ones({8, 4}), sl.P("X", nil))
+local xb = sl.device_put(sl.ones({8, 4}), sl.P(nil, "X"))
+local illegal = " operation with inputs: f32[8@X,4], f32[8,4@X] produces an illegally sharded " ..
+                "result: "
+h.expect_error(function() return xa - xb end, "sub" .. illegal .. "f32[8@X,4@X]")
+h.expect_error(function() return xa / xb end, "div" .. illegal .. "f32[8@X,4@X]")
+h.expect_error(function() return np.equal(xa, xb) end, "eq" .. illegal .. "bool[8@X,4@X]")
+h.expect_error(function() return np.maximum(xa, xb) end, "max" .. illegal .. "f32[8@X,4@X]")
+h.expect_error(function() return sl.jit(function(a, b) return a * b end)(xa, xb) end,
+               "mul" .. illegal .. "f32[8@X,4@X]")
+-- One side's contracting dim sharded is no error (JAX's rule): the other side is gathered.
+assert(tostring(sl.typeof(np.matmul(lhs, sl.ones({4, 8})))) == "f32[8@X,8]")
 assert(tostring(sl.typeof(np.matmul(lhs, sl.ones({4, 8}, {sharding = sl.P(nil, "X")}),
                            {out_sharding = sl.P("X", nil)}))) == "f32[8@X,8]")
 assert(tostring(sl.typeof(np.sum(x, 0))) == "f32[4@Y]" and tostring(sl.typeof(np.sum(x, 1))) == "f32[8@X]")

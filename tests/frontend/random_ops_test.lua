@@ -244,7 +244,7 @@ U.sqrt, U.abs, U.sign, U.sin, U.cos, U.floor = math.sqrt, math.abs, sign, math.s
 U.log1p = function(x) return math.log(1 + x) end
 U.expm1 = function(x) return math.exp(x) - 1 end
 U.square = function(x) return x * x end
-U.relu = function(x) return x > 0 and x or 0 end
+U.relu = function(x) if x ~= x then return x end return x > 0 and x or 0 end  -- max(x, 0)
 local function logaddexp(x, y)
   local m = math.max(x, y)
   return m + math.log(math.exp(x - m) + math.exp(y - m))
@@ -813,7 +813,8 @@ local function same(got_shape, got, ref, what, prog)
   return worst
 end
 
-local EXPLICIT_ERRORS = {"incompatible shardings", "ambiguous", "acts as an assert"}
+local EXPLICIT_ERRORS = {"incompatible shardings", "illegally sharded result", "ambiguous",
+                         "acts as an assert"}
 local refusals = {}
 local function explicit_refusal(msg)
   for _, pat in ipairs(EXPLICIT_ERRORS) do

@@ -1,7 +1,7 @@
 // tests/ops/traced_index_test.cpp: int32 values written out by hand, in the interpreter and on 1,
 // 2 and 4 devices: the traced-index ops (op.h's remainder, dynamic_slice_in_dim,
 // dynamic_update_slice_in_dim; every_op_test.cpp runs them on random floats) and integer
-// arithmetic (add, mul, scale, matmul wrapping past 2^31).
+// arithmetic (add, mul, scale, matmul wrapping past 2^31) and int32 comparisons.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -149,6 +149,41 @@ TEST(EveryOpInt32, AddMulScaleMatmulWrapAndMatchTheInterpreter) {
   ValueId f = arg(bad, "f", s, {}, DType::kF32);
   EXPECT_DEATH(bad.add(i, f), "integer arithmetic needs every operand i32");
   EXPECT_DEATH(bad.scale(i, 0.5), "scale: 0.5 is not an integer");
+}
+
+// compare of int32 operands (the front-end's jnp.equal(stage, 0) inside shard_map): an int32
+// 0/1 mask, exact where float32 would round (2^24 + 1 vs 2^24), in every direction, in the
+// interpreter and on 1, 2 and 4 devices.
+TEST(EveryOpInt32, CompareIsExact) {
+  const Shape s{4, 2};
+  Builder b("int32_compare");
+  ValueId x = arg(b, "x", s, {"activation_batch", ""}, DType::kI32);
+  ValueId y = arg(b, "y", s, {"activation_batch", ""}, DType::kI32);
+  for (int d = 0; d <= static_cast<int>(CompareDirection::kGe); ++d)
+    b.output(b.compare(x, y, static_cast<CompareDirection>(d)), fmt::format("cmp{}", d));
+  const Program p = std::move(b).finish();
+  EXPECT_EQ(p.value(p.outputs()[0].value).dtype, DType::kI32);
+  std::vector<HostTensor> args = irtest::make_args(p, 5);
+  args[0].data = {16777217, 16777216, -3, 5, INT32_MIN, 2147483647, 0, -1};
+  args[1].data = {16777216, 16777216, 3, 5, 2147483647, INT32_MIN, 0, 1};
+  std::vector<std::vector<double>> want(6);
+  for (size_t k = 0; k < args[0].data.size(); ++k) {
+    const int64_t a = static_cast<int64_t>(args[0].data[k]), c = static_cast<int64_t>(args[1].data[k]);
+    const bool r[6] = {a == c, a != c, a < c, a <= c, a > c, a >= c};
+    for (int d = 0; d < 6; ++d) want[d].push_back(r[d] ? 1.0 : 0.0);
+  }
+  EXPECT_EQ(want[0][0], 0.0);  // 2^24 + 1 != 2^24: float32 would say equal
+  auto reference = interpret(p, args);
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  for (size_t j = 0; j < want.size(); ++j)
+    EXPECT_EQ((*reference)[j].data, want[j]) << "interpreter " << j;
+  for (const Mesh& mesh : {Mesh(), testing::make_mesh({"data"}, {2}),
+                           testing::make_mesh({"data", "tensor"}, {2, 2})}) {
+    const std::vector<std::vector<double>> got = run_on(p, args, mesh);
+    ASSERT_EQ(got.size(), want.size()) << mesh.to_string();
+    for (size_t j = 0; j < want.size(); ++j)
+      EXPECT_EQ(got[j], want[j]) << mesh.to_string() << " output " << j;
+  }
 }
 
 }  // namespace

@@ -55,30 +55,52 @@ TEST(Explicit, RawConstraintAssertsAndHelperDropsSizeOneAxes) {
   EXPECT_TRUE(compile(constrained(true), auto_mesh, auto_opts).ok());
 }
 
-Program fsdp_matmul(std::vector<std::string> out_sharding) {
+Program fsdp_matmul(std::vector<std::string> out_sharding, PartitionSpec x_spec = {{"fsdp"}, {}},
+                    PartitionSpec w_spec = {{"fsdp"}, {}}) {
   Builder b("mm");
   ValueId x = b.argument("x", Shape{4, 8}, DType::kF32, {}, ArgRole::kBatch);
   ValueId w = b.argument("w", Shape{8, 6}, DType::kF32, {}, ArgRole::kParam);
-  b.mutable_info(x).spec = PartitionSpec({{"fsdp"}, {}});
-  b.mutable_info(w).spec = PartitionSpec({{"fsdp"}, {}});
+  b.mutable_info(x).spec = std::move(x_spec);
+  b.mutable_info(w).spec = std::move(w_spec);
   b.output(b.matmul(x, w, 1, 1, false, false, std::move(out_sharding)), "y");
   return std::move(b).finish();
 }
 
+// jax.lax's dot_general sharding rule (_dot_general_sharding_rule): contracting dims sharded on
+// both sides, alike or not, need out_sharding; one sharded side does not (the other is
+// gathered); an axis on free dims of both sides is an illegally sharded result.
 TEST(Explicit, AmbiguousMatmulNeedsOutSharding) {
-  const Mesh mesh = *Mesh::create({"fsdp"}, {2}, AxisType::kExplicit);
+  const Mesh mesh = *Mesh::create({"fsdp", "tensor"}, {2, 2}, AxisType::kExplicit);
   CompileOptions o;
   o.shard_mode = ShardMode::kExplicit;
-  auto bad = compile(fsdp_matmul({}), mesh, o);
+  const PartitionSpec x_con({{}, {"fsdp"}});
+  auto bad = compile(fsdp_matmul({}, x_con), mesh, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(
                 "Contracting dimensions are sharded and it is ambiguous how the output should be "
                 "sharded. Please specify the output sharding via the `out_sharding` parameter. "
-                "Got lhs_contracting_spec=P(None) and rhs_contracting_spec=P('fsdp')"),
+                "Got lhs_contracting_spec=('fsdp',) and rhs_contracting_spec=('fsdp',)"),
             std::string::npos)
       << bad.status().message();
-  auto good = compile(fsdp_matmul({"activation_batch", "mlp"}), mesh, o);
+  auto unlike = compile(fsdp_matmul({}, PartitionSpec({{}, {"tensor"}})), mesh, o);
+  ASSERT_FALSE(unlike.ok());
+  EXPECT_NE(unlike.status().message().find(
+                "Got lhs_contracting_spec=('tensor',) and rhs_contracting_spec=('fsdp',)"),
+            std::string::npos)
+      << unlike.status().message();
+  auto good = compile(fsdp_matmul({"activation_batch", "mlp"}, x_con), mesh, o);
   EXPECT_TRUE(good.ok()) << good.status().message();
+  auto one_side = compile(fsdp_matmul({}), mesh, o);
+  EXPECT_TRUE(one_side.ok()) << one_side.status().message();
+  auto twice = compile(fsdp_matmul({}, PartitionSpec({{"tensor"}, {}}),
+                                    PartitionSpec({{}, {"tensor"}})),
+                       mesh, o);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find(
+                "dot_general operation with inputs: f32[4@tensor,8], f32[8,6@tensor] produces an "
+                "illegally sharded result: f32[4@tensor,6@tensor]"),
+            std::string::npos)
+      << twice.status().message();
   // Auto mode picks for itself: the weight is gathered.
   const Mesh auto_mesh = *Mesh::create({"fsdp"}, {2});
   auto a = compile(fsdp_matmul({}), auto_mesh, CompileOptions{});
@@ -112,11 +134,12 @@ TEST(Explicit, ElementwiseIncompatibleShardingsError) {
                                         "('data', None), ('tensor', None)."),
             std::string::npos)
       << bad.status().message();
-  // An axis on two different dims is no valid common sharding either.
+  // An axis on two different dims is no valid result: JAX's DuplicateSpecError text.
   auto crossed = compile(mismatched_add(data, PartitionSpec({{}, {"data"}}), false), mesh, o);
   ASSERT_FALSE(crossed.ok());
-  EXPECT_NE(crossed.status().message().find("add got incompatible shardings for broadcasting: "
-                                            "('data', None), (None, 'data')."),
+  EXPECT_NE(crossed.status().message().find(
+                "add operation with inputs: f32[8@data,4], f32[8,4@data] produces an illegally "
+                "sharded result: f32[8@data,4@data]"),
             std::string::npos)
       << crossed.status().message();
   // JAX's rule: None on a dim takes the other operand's axes (a local slice, no error).
