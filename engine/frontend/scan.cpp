@@ -210,18 +210,22 @@ Result<ScanResult> scan(Session& s, const ScanBody& body, const ScanTree& init,
   r.carry = init;
   std::vector<std::vector<Value>> ys;  // per leaf of y, per iteration
   std::vector<LeafType> y_types;
+  std::vector<std::vector<Value>> slices;  // per leaf of xs: its `length` slices (one op)
+  for (const Value& leaf : xs.leaves) {
+    ENG_ASSIGN_OR_RETURN(
+        slices.emplace_back(),
+        s.apply("scan", fmt::format("unstack {}", length), {Operand{&leaf}},
+                [length](Trace& tr, std::span<const ValueId> in) -> Result<std::vector<ValueId>> {
+                  std::vector<ValueId> out;
+                  for (int64_t i = 0; i < length; ++i)
+                    out.push_back(tr.builder().index_in_dim(in[0], 0, i));
+                  return out;
+                }));
+  }
   for (int64_t it = 0; it < length; ++it) {
     const int64_t i = opts.reverse ? length - 1 - it : it;
     ScanTree x{xs.tree, {}};
-    for (const Value& leaf : xs.leaves) {
-      ENG_ASSIGN_OR_RETURN(
-          std::vector<Value> sl,
-          s.apply("scan", fmt::format("index_in_dim 0 {}", i), {Operand{&leaf}},
-                  [i](Trace& tr, std::span<const ValueId> in) -> Result<std::vector<ValueId>> {
-                    return std::vector<ValueId>{tr.builder().index_in_dim(in[0], 0, i)};
-                  }));
-      x.leaves.push_back(std::move(sl[0]));
-    }
+    for (const std::vector<Value>& leaf : slices) x.leaves.push_back(leaf[static_cast<size_t>(i)]);
     ENG_ASSIGN_OR_RETURN(auto out, body(r.carry, x));
     ENG_RETURN_IF_ERROR(check_carry(opts, init.tree, carry_types, out.first.tree,
                                     out.first.leaves));
