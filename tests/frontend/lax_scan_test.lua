@@ -80,6 +80,17 @@ end, {in_specs = P("i"), out_specs = P("i")})
 local v = sl.device_put(jnp.arange(6.), P("i"))
 close(cums(v):totable(), {0, 1, 3, 3, 7, 12}, "shard_map cumsum")
 close(sl.jit(cums)(v):totable(), {0, 1, 3, 3, 7, 12}, "jitted shard_map cumsum")
+-- grad of a shard_map whose body scans: per device c_{k+1} = c_k w + x_k from 1 over its two
+-- xs, loss = psum of c_2 + sum(ys): device 0 (1, 2) gives w^2 + 2w + 4, device 1 (3, 4)
+-- w^2 + 4w + 8; at w = 2 the loss is 12 + 20 and its derivative (2w + 2) + (2w + 4) = 14.
+local poly_sm = sl.shard_map(function(w, blk)
+  local cy, ys = lax.scan(function(cy, x) return cy * w + x, cy end,
+                          lax.pcast(jnp.ones({}), "i", {to = "varying"}), blk)
+  return lax.psum(cy + jnp.sum(ys), "i")
+end, {in_specs = {P(), P("i")}, out_specs = P()})
+local xs4 = sl.device_put(jnp.array({1., 2., 3., 4.}), P("i"))
+close(poly_sm(jnp.array(2.), xs4):item(), 32, "shard_map scan value")
+close(sl.grad(poly_sm)(jnp.array(2.), xs4):item(), 14, "shard_map scan grad")
 sl.set_mesh(nil)
 
 -- JAX's errors
