@@ -50,9 +50,9 @@ std::string body_text(const Compiled& c, Namer& n, const std::string& indent) {
   auto type = [&](ValueId v, uint32_t b) { return p.value(v).type_string() + vma_string(mesh, b); };
   auto decl = [&](ValueId v) { return fmt::format("{}:{}", n.of(v), type(v, bits(v))); };
   const size_t inputs = c.in_shardings().size();
-  std::vector<std::string> consts, args;
-  for (size_t k = 0; k < p.args().size(); ++k)
-    (k < inputs ? args : consts).push_back(decl(p.args()[k].value));
+  std::vector<std::string> consts, args;  // named as JAX names them: constvars first
+  for (size_t k = inputs; k < p.args().size(); ++k) consts.push_back(decl(p.args()[k].value));
+  for (size_t k = 0; k < inputs && k < p.args().size(); ++k) args.push_back(decl(p.args()[k].value));
   std::string out = fmt::format("{{ lambda {}; {}. let\n", fmt::join(consts, " "),
                                 fmt::join(args, " "));
   for (const Instr& in : p.instrs()) {

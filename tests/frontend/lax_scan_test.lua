@@ -93,6 +93,23 @@ close(poly_sm(jnp.array(2.), xs4):item(), 32, "shard_map scan value")
 close(sl.grad(poly_sm)(jnp.array(2.), xs4):item(), 14, "shard_map scan grad")
 sl.set_mesh(nil)
 
+-- an Explicit mesh: the shardings are part of the types (JAX's typematch), xs' leading axis
+-- must be replicated
+local em = sl.make_mesh({2}, {"X"})
+sl.set_mesh(em)
+local rows = sl.device_put(jnp.arange(8.):reshape(4, 2), P(nil, "X"))
+local ec, eys = lax.scan(function(cy, r) return cy + r, cy end, sl.device_put(jnp.zeros({2}), P("X")), rows)
+assert(tostring(sl.typeof(ec)) == "f32[2@X]" and tostring(sl.typeof(eys)) == "f32[4,2@X]")
+close(ec:totable(), {12, 16}, "explicit sum")
+h.expect_error(function()
+  lax.scan(function(c, r) return sl.reshard(c, P()), c end, sl.device_put(jnp.zeros({2}), P("X")), rows)
+end, "The input carry c has type float32[2@X] but the corresponding output carry component has "
+     .. "type float32[2].\n\nRevise")
+h.expect_error(function()
+  lax.scan(function(c, r) return c, c end, jnp.zeros({2}), sl.device_put(rows, P("X")))
+end, "0th dimension of all xs should be replicated. Got P('X')")
+sl.set_mesh(nil)
+
 -- JAX's errors
 h.expect_error(function() lax.scan(function(cy, x) return cy, x end, jnp.zeros({}), {jnp.ones({3}), jnp.ones({4})}) end,
                "scan got values with different leading axis sizes: 3, 4.")

@@ -64,6 +64,10 @@ local text = tostring(sl.make_jaxpr(function(a, b) return jnp.tanh(a) * b end)(j
 assert(text:find("{ lambda ; a:f32[3] b:f32[3]. let", 1, true) and text:find("= tanh a", 1, true)
        and text:find("= mul c b", 1, true), text)
 h.expect_error(function() sl.make_jaxpr(3) end, "make_jaxpr")
+-- a closed-over array is a constvar, named first as JAX names them
+local k = jnp.ones({1, 1})
+text = sl.make_jaxpr(function(a) return a * k end)(jnp.ones({1, 1}))
+assert(text:find("{ lambda a:f32[1,1]; b:f32[1,1]. let\n    c:f32[1,1] = mul b a\n  in (c,) }", 1, true), text)
 
 -- eager shard_map: per-device values while the body runs; jit compiles it as one program
 local mesh = sl.make_mesh({2, 2}, {"x", "y"})
