@@ -201,6 +201,10 @@ Result<ScanResult> scan(Session& s, const ScanBody& body, const ScanTree& init,
   if (opts.unroll < 0)
     return invalid_argument("`unroll` must be a `bool` or a non-negative `int`.");
   ENG_ASSIGN_OR_RETURN(const int64_t length, scan_length(xs, opts.length));
+  if (length > kMaxScanLength)
+    return invalid_argument(
+        "scan: length {} is over {}: the scan is unrolled (no loop op), one body per iteration",
+        length, kMaxScanLength);
   if (length == 0)
     return invalid_argument(
         "scan: a zero-length scan is not supported: the scan is unrolled, and with no iteration "

@@ -24,6 +24,10 @@
 
 namespace eng::frontend {
 
+// The most iterations an (unrolled) scan runs: a bigger length is an error, not a program of
+// millions of copies of the body.
+inline constexpr int64_t kMaxScanLength = int64_t{1} << 16;
+
 // A pytree of arrays: its structure and its leaves in Tree order.
 struct ScanTree {
   Tree tree;
@@ -48,10 +52,10 @@ struct ScanResult {
 
 // jax.lax.scan(f, init, xs, length, reverse, unroll). Errors, as JAX's: xs with no leading axis
 // or of different leading sizes, a length that disagrees with them, no xs and no length, a
-// zero length (the types of ys would need a trace), a carry output of another structure or
-// type than init ("scan body function carry input and carry output must have equal types,
-// ..." with the pcast hint for varying manual axes), a y of another structure or type than
-// the first iteration's; and the body's own.
+// zero length (the types of ys would need a trace) or one over kMaxScanLength, a carry output
+// of another structure or type than init ("scan body function carry input and carry output
+// must have equal types, ..." with the pcast hint for varying manual axes), a y of another
+// structure or type than the first iteration's; and the body's own.
 Result<ScanResult> scan(Session& s, const ScanBody& body, const ScanTree& init,
                         const ScanTree& xs, const ScanOptions& opts);
 

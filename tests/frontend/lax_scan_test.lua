@@ -139,6 +139,10 @@ h.expect_error(function() lax.scan(function(cy, x) return cy, x end, jnp.zeros({
 h.expect_error(function() lax.scan(function(cy, x) error("inside the body") end, jnp.zeros({}), xs) end,
                "inside the body")
 h.expect_error(function() lax.scan(42, jnp.zeros({}), xs) end, "scan")
+h.expect_error(function() lax.scan(function(cy, x) return cy, x end, jnp.zeros({}), nil, {length = 1e9}) end,
+               "scan: length 1000000000 is over 65536: the scan is unrolled")
+h.expect_error(function() lax.scan(function(cy, x) return cy, x end, jnp.zeros({}), nil, {length = 0}) end,
+               "a zero-length scan is not supported")
 -- unroll is accepted (every iteration is unrolled anyway)
 close(select(1, lax.scan(function(cy, x) return cy + x, cy end, jnp.zeros({}), xs, {unroll = true})):item(), 10, "unroll")
 print("lax_scan_test ok")
