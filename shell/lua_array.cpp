@@ -13,6 +13,7 @@
 
 #include "engine/base/limits.h"
 #include "engine/frontend/array_print.h"
+#include "engine/frontend/vma.h"
 #include "engine/frontend/creation.h"
 #include "engine/frontend/numpy.h"
 #include "engine/sharding/shard_geometry.h"
@@ -679,6 +680,15 @@ Status not_traced(const ArrayBox& a, std::string_view fn) {
   return eng::ok_status();
 }
 
+// x:totable() / x:item() inside an eager shard_map: an invariant value's block (JAX's
+// to_concrete_value); one varying over mesh axes has a block per device.
+Status has_values(const ArrayBox& a, std::string_view fn) {
+  if (!a.is_tracer() || !a.trace->eager()) return not_traced(a, fn);
+  if (a.vma == 0) return eng::ok_status();
+  return eng::invalid_argument("{}: this shard_map value varies over mesh axes ({}): one block per "
+                               "device (print it, or return it)", fn, fmt::join(fe::vma_of(a), ", "));
+}
+
 void push_nested(lua_State* L, const std::vector<double>& v, const eng::Shape& s, int dim,
                  int64_t offset, bool ints) {
   if (dim == s.rank()) {
@@ -699,7 +709,7 @@ void push_nested(lua_State* L, const std::vector<double>& v, const eng::Shape& s
 Result<int> array_totable(lua_State* L) {
   constexpr std::string_view fn = "Array:totable";
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn));
-  ENG_RETURN_IF_ERROR(not_traced(*a, fn));
+  ENG_RETURN_IF_ERROR(has_values(*a, fn));
   if (a->shape.numel() > (int64_t{1} << 24))
     return eng::invalid_argument("{}: {} elements is more than a Lua table should hold (2^24)", fn,
                                  a->shape.numel());
@@ -711,7 +721,7 @@ Result<int> array_totable(lua_State* L) {
 Result<int> array_item(lua_State* L) {
   constexpr std::string_view fn = "Array:item";
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn));
-  ENG_RETURN_IF_ERROR(not_traced(*a, fn));
+  ENG_RETURN_IF_ERROR(has_values(*a, fn));
   if (a->shape.numel() != 1)
     return eng::invalid_argument(
         "{}: can only convert an array of size 1 to a number, got shape {}", fn,

@@ -78,6 +78,10 @@ local f = sl.shard_map(function(b)
   local s = sl.lax.psum(b, "y")
   seen.s = tostring(sl.typeof(s))
   seen.idx = tostring(sl.lax.axis_index("x"))
+  if not seen.total then  -- the eager call (sl.jit(f) below traces the body: no values)
+    seen.total = sl.lax.psum(b, {"x", "y"}):totable()  -- invariant: its block (JAX's too)
+    seen.err = select(2, pcall(function() return b:item() end))
+  end
   return s * 2
 end, {in_specs = P("x", "y"), out_specs = P("x", nil)})
 local x = sl.device_put(jnp.arange(16.):reshape(4, 4), P("x", "y"))
@@ -88,6 +92,9 @@ assert(seen.idx == "On TFRT_CPU_0 at mesh coordinates (x, y,) = (0, 0):\n0\n\n"
        .. "On TFRT_CPU_1 at mesh coordinates (x, y,) = (0, 1):\n0\n\n"
        .. "On TFRT_CPU_2 at mesh coordinates (x, y,) = (1, 0):\n1\n\n"
        .. "On TFRT_CPU_3 at mesh coordinates (x, y,) = (1, 1):\n1\n", seen.idx)
+assert(seen.total[1][1] == 0 + 2 + 8 + 10 and seen.total[2][2] == 5 + 7 + 13 + 15)
+assert(tostring(seen.err):find("Array:item: this shard_map value varies over mesh axes (x, y): one "
+                               .. "block per device", 1, true), tostring(seen.err))
 local want = {{4, 8}, {20, 24}, {36, 40}, {52, 56}}  -- 2 (x[r, k] + x[r, k + 2])
 for r = 1, 4 do for k = 1, 2 do assert(y:totable()[r][k] == want[r][k]) end end
 assert(f:cache_info().compiles == 0, "eager: no program of f's own")
