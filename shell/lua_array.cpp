@@ -13,6 +13,7 @@
 
 #include "engine/base/limits.h"
 #include "engine/frontend/array_print.h"
+#include "engine/frontend/vma.h"
 #include "engine/frontend/creation.h"
 #include "engine/frontend/numpy.h"
 #include "engine/sharding/shard_geometry.h"
@@ -227,7 +228,10 @@ Status read_device_ids(lua_State* L, int idx, size_t depth, std::vector<int64_t>
 Result<int> mesh_from_devices(lua_State* L) {
   constexpr std::string_view fn = "sl.sharding.Mesh";
   std::vector<int64_t> sizes, ids;
-  ENG_RETURN_IF_ERROR(read_device_ids(L, 1, 0, sizes, ids, fn));
+  if (const fe::DeviceGrid* g = to_device_grid(L, 1))  // numpy's array of devices
+    sizes = g->shape, ids = g->ids;
+  else
+    ENG_RETURN_IF_ERROR(read_device_ids(L, 1, 0, sizes, ids, fn));
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] != static_cast<int64_t>(i))
       return eng::invalid_argument(
@@ -252,14 +256,17 @@ Result<int> mesh_from_devices(lua_State* L) {
   return 1;
 }
 
+// Returns JAX's set_mesh object: closing it restores the previous mesh (lua_mesh_context.cpp).
 Result<int> set_mesh(lua_State* L) {
+  std::optional<eng::Mesh> prev = session(L).mesh_set();
   if (lua_isnil(L, 1)) {
     session(L).set_mesh(std::nullopt);
-    return 0;
+  } else {
+    ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "sl.set_mesh", "mesh"));
+    session(L).set_mesh(*m);
   }
-  ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "sl.set_mesh", "mesh"));
-  session(L).set_mesh(*m);
-  return 0;
+  push_mesh_context(L, std::move(prev));
+  return 1;
 }
 
 Result<int> get_mesh(lua_State* L) {
@@ -309,6 +316,10 @@ Result<int> get_abstract_mesh(lua_State* L) {
 Result<int> use_mesh(lua_State* L) {
   constexpr std::string_view fn = "sl.use_mesh";
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, fn, "mesh"));
+  if (lua_isnoneornil(L, 2)) {  // JAX's `with use_mesh(m):`: sl.set_mesh's object
+    lua_settop(L, 1);
+    return set_mesh(L);
+  }
   if (lua_type(L, 2) != LUA_TFUNCTION) return arg_error(L, 2, fn, "f", "function");
   std::optional<eng::Mesh> saved = session(L).mesh_set();
   session(L).set_mesh(*m);
@@ -394,7 +405,24 @@ Result<int> make_array(lua_State* L, std::string_view fn, bool infer_int) {
 }
 
 Result<int> array(lua_State* L) { return make_array(L, "sl.array", false); }
-Result<int> np_array(lua_State* L) { return make_array(L, "np.array", true); }
+// np.array of sl.devices()' tables (a list, or lists of them) is numpy's array of devices.
+Result<int> np_array(lua_State* L) {
+  const int top = lua_gettop(L);
+  bool devices = false;
+  for (int idx = 1, depth = 0; !devices && depth < 9 && lua_type(L, idx) == LUA_TTABLE; ++depth) {
+    devices = lua_getfield(L, idx, "id") == LUA_TNUMBER;
+    lua_pop(L, 1);
+    lua_rawgeti(L, idx, 1);
+    idx = lua_gettop(L);
+  }
+  lua_settop(L, top);
+  if (!devices) return make_array(L, "np.array", true);
+  std::vector<int64_t> shape, ids;
+  ENG_RETURN_IF_ERROR(read_device_ids(L, 1, 0, shape, ids, "np.array"));
+  if (shape.empty()) return eng::invalid_argument("np.array: a device, not a list of them");
+  push_device_grid(L, std::move(ids), std::move(shape));
+  return 1;
+}
 
 }  // namespace
 
@@ -652,6 +680,15 @@ Status not_traced(const ArrayBox& a, std::string_view fn) {
   return eng::ok_status();
 }
 
+// x:totable() / x:item() inside an eager shard_map: an invariant value's block (JAX's
+// to_concrete_value); one varying over mesh axes has a block per device.
+Status has_values(const ArrayBox& a, std::string_view fn) {
+  if (!a.is_tracer() || !a.trace->eager()) return not_traced(a, fn);
+  if (a.vma == 0) return eng::ok_status();
+  return eng::invalid_argument("{}: this shard_map value varies over mesh axes ({}): one block per "
+                               "device (print it, or return it)", fn, fmt::join(fe::vma_of(a), ", "));
+}
+
 void push_nested(lua_State* L, const std::vector<double>& v, const eng::Shape& s, int dim,
                  int64_t offset, bool ints) {
   if (dim == s.rank()) {
@@ -672,7 +709,7 @@ void push_nested(lua_State* L, const std::vector<double>& v, const eng::Shape& s
 Result<int> array_totable(lua_State* L) {
   constexpr std::string_view fn = "Array:totable";
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn));
-  ENG_RETURN_IF_ERROR(not_traced(*a, fn));
+  ENG_RETURN_IF_ERROR(has_values(*a, fn));
   if (a->shape.numel() > (int64_t{1} << 24))
     return eng::invalid_argument("{}: {} elements is more than a Lua table should hold (2^24)", fn,
                                  a->shape.numel());
@@ -684,7 +721,7 @@ Result<int> array_totable(lua_State* L) {
 Result<int> array_item(lua_State* L) {
   constexpr std::string_view fn = "Array:item";
   ENG_ASSIGN_OR_RETURN(ArrayBox * a, arg_array(L, 1, fn));
-  ENG_RETURN_IF_ERROR(not_traced(*a, fn));
+  ENG_RETURN_IF_ERROR(has_values(*a, fn));
   if (a->shape.numel() != 1)
     return eng::invalid_argument(
         "{}: can only convert an array of size 1 to a number, got shape {}", fn,
@@ -781,9 +818,10 @@ constexpr Function kArrayFunctions[] = {
      "A mesh with any axis names, like jax.make_mesh: sl.make_mesh({4, 2}, {\"X\", \"Y\"}).\n"
      "  Explicit axes by default (as JAX's); prints Mesh('X': 4, 'Y': 2, axis_types=(Explicit, "
      "Explicit))."},
-    {"set_mesh", lua_entry<set_mesh>, "sl.set_mesh(mesh | nil)",
-     "The mesh arrays are placed on when no mesh is named (jax.sharding.set_mesh); nil: one "
-     "device."},
+    {"set_mesh", lua_entry<set_mesh>, "sl.set_mesh(mesh | nil) -> set_mesh",
+     "The mesh arrays are placed on when no mesh is named (jax.set_mesh); nil: one device.\n"
+     "  Closing what it returns restores the previous mesh: `do local _ <close> =\n"
+     "  sl.set_mesh(m) ... end` is Python's `with jax.set_mesh(m):`."},
     {"get_mesh", lua_entry<get_mesh>, "sl.get_mesh() -> Mesh", "The current mesh (sl.set_mesh's)."},
     {"get_abstract_mesh", lua_entry<get_abstract_mesh>,
      "sl.get_abstract_mesh() -> {axis_names, axis_sizes, axis_types, shape}",
@@ -792,7 +830,7 @@ constexpr Function kArrayFunctions[] = {
      "  AbstractMesh('X': 2, axis_types=(Explicit,))."},
     {"use_mesh", lua_entry<use_mesh>, "sl.use_mesh(mesh, f, ...) -> f(...)",
      "Runs f with mesh as the current mesh and restores the previous one (Python's `with\n"
-     "  jax.set_mesh(mesh):`), also when f raises."},
+     "  jax.set_mesh(mesh):`), also when f raises. Without f: sl.set_mesh(mesh)."},
     {"array", lua_entry<array>,
      "sl.array(values [, {dtype=\"float32\", sharding=sl.P(...), mesh=m}]) -> Array",
      "An array from (nested) Lua lists of numbers, placed on the simulated devices of the mesh\n"

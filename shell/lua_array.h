@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/frontend/device_grid.h"
 #include "engine/frontend/session.h"
 #include "shell/lua_binding.h"
 
@@ -73,6 +74,13 @@ void push_tracer(lua_State* L, const std::shared_ptr<eng::frontend::Trace>& tr, 
 // sl.typeof / sl.visualize read an Array through this (lua_sharding.cpp calls it first).
 bool array_type_parts(lua_State* L, int idx, eng::Shape* shape, eng::NamedSharding* sharding,
                       std::string* dtype);
+
+// Pushes what sl.set_mesh returns: its __close sets `prev` again (lua_mesh_context.cpp).
+void push_mesh_context(lua_State* L, std::optional<eng::Mesh> prev);
+
+// numpy's object array of devices (engine/frontend/device_grid.h; lua_mesh_context.cpp).
+void push_device_grid(lua_State* L, std::vector<int64_t> ids, std::vector<int64_t> shape);
+const eng::frontend::DeviceGrid* to_device_grid(lua_State* L, int idx);
 
 // sl.make_mesh, arrays, sl.random, then sl.numpy and sl.jit (registered in bindings.cpp).
 void open_lua_array(lua_State* L, int sl);

@@ -260,6 +260,13 @@ Result<JitEntry> trace_and_compile(lua_State* L, JitBox& j, int fidx, int first,
   return j.compile(*tr, std::move(*outs), targs, args);
 }
 
+Status eager_unsupported(std::string_view fn) {
+  return eng::invalid_argument(
+      "{}: grad, vmap, auto_axes and explicit_axes inside a shard_map called outside sl.jit (an "
+      "eager shard_map) are not supported: wrap the shard_map in sl.jit",
+      fn);
+}
+
 // Inside another trace, a jitted function is inlined (as jax.jit inside jax.jit): f runs on
 // the tracers, and grad appends its gradient to the same program.
 Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
@@ -267,6 +274,8 @@ Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
     return eng::invalid_argument("{}: jit nested {} levels deep: recursion through jit", j.name(),
                                  fe::kMaxTraceDepth);
   std::shared_ptr<fe::Trace> tr = session(L).active_trace();
+  if (tr->eager() && (j.options().transform != Transform::kNone || j.options().mode))
+    return eager_unsupported(j.name());
   // Inlined, f runs on the caller's tracers: auto_axes' out_sharding / explicit_axes'
   // in_sharding would not place anything, so they are refused rather than ignored.
   if (j.options().mode && !(j.options().out_specs.empty() && j.options().in_specs.empty()))
@@ -396,6 +405,8 @@ Result<int> jit_call(lua_State* L) {
     return eng::invalid_argument(
         "{}: Encountered an unexpected tracer (from a jit that has returned)", j->name());
   ENG_ASSIGN_OR_RETURN(CallArgs args, read_args(L, *j, fidx, 2, n, j->name()));
+  if (j->options().manual && !j->options().jitted && j->options().transform == Transform::kNone)
+    return eager_shard_map(L, *j, fidx, 2, n, args);  // JAX's eager shard_map
   ENG_ASSIGN_OR_RETURN(const JitEntry* e, lookup(L, *j, fidx, 2, n, args));
   const std::shared_ptr<fe::Compiled> c = e->compiled;  // held: a recursive call may evict it
   const std::vector<Tree> tree = e->out_tree;

@@ -38,5 +38,11 @@ Result<bool> use_call_sharding(lua_State* L);
 
 // Defines the Jitted type (callable; :lower, :cache_info) and the Lowered type.
 void define_jit_types(lua_State* L);
+// A shard_map'd function called on concrete arrays outside sl.jit: run eagerly
+// (shell/lua_shard_map_eager.cpp; engine/frontend/eager_manual.h).
+Result<int> eager_shard_map(lua_State* L, const JitBox& j, int fidx, int first, int n,
+                            const fe::CallArgs& args);
+// sl.lax.scan and sl.make_jaxpr (shell/lua_scan_jaxpr.cpp); open_lua_jit calls it.
+void open_lua_scan(lua_State* L, int sl);
 
 }  // namespace shell

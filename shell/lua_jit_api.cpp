@@ -164,10 +164,17 @@ void push_jit(lua_State* L, fe::JitOptions j, int fidx) {
 Result<int> jit(lua_State* L) {
   constexpr std::string_view fn = "sl.jit";
   // jit of a shard_map'd function without jit options (JAX's @jax.jit over @jax.shard_map):
-  // the shard_map is already one program compiled per signature, so it is returned as is.
+  // the shard_map compiled as one program per signature (called alone it runs eagerly).
   if (JitBox* inner = to_udata<JitBox>(L, 1);
       inner != nullptr && inner->options().manual && lua_isnoneornil(L, 2)) {
-    lua_settop(L, 1);
+    if (inner->options().jitted || inner->options().transform != Transform::kNone) {
+      lua_settop(L, 1);
+      return 1;
+    }
+    fe::JitOptions m = inner->options();  // not eager: one program per signature
+    m.jitted = true;
+    lua_getiuservalue(L, 1, 1);
+    push_jit(L, std::move(m), lua_gettop(L));
     return 1;
   }
   ENG_ASSIGN_OR_RETURN(fe::JitOptions j, new_jit(L, fn));
@@ -427,6 +434,7 @@ Result<int> pcast(lua_State* L) {
 Result<int> remat_call(lua_State* L) {
   const int n = lua_gettop(L);
   std::shared_ptr<fe::Trace> tr = session(L).active_trace();
+  if (tr && tr->eager()) tr = nullptr;  // an eager shard_map's body: ops run at once
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   fe::RematRegion r;
@@ -509,11 +517,11 @@ constexpr Function kJitFunctions[] = {
     {"shard_map", lua_entry<shard_map>,
      "sl.shard_map(f, {mesh, in_specs, out_specs}) -> Jitted; sl.shard_map({...}) -> decorator",
      "jax.shard_map: f runs on each device's blocks (argument i split by in_specs[i]) and\n"
-     "  communicates with sl.lax.psum, all_gather, psum_scatter, ppermute, axis_index; its "
-     "results\n"
-     "  are the blocks of arrays laid out by out_specs. Compiled once per signature, without SPMD\n"
-     "  partitioning (the program is per-device already). mesh: default sl.get_mesh() at each\n"
-     "  call. Given only the options, it returns f -> sl.shard_map(f, options)\n"
+     "  communicates with sl.lax.psum, all_gather, psum_scatter, ppermute, axis_index; its\n"
+     "  results are the blocks of arrays laid out by out_specs. Called outside sl.jit it runs\n"
+     "  eagerly (JAX's: print shows each device's block); sl.jit(f) compiles it once per\n"
+     "  signature. mesh: default sl.get_mesh() at each call. Given only the options, it\n"
+     "  returns f -> sl.shard_map(f, options)\n"
      "  (@jax.shard_map(in_specs=...)). An in_specs entry may be a table of specs for a table\n"
      "  argument (a pytree prefix).\n"
      "  Without in_specs each argument is split as its type says (Explicit mesh axes)."},
@@ -563,6 +571,7 @@ void open_lua_jit(lua_State* L, int sl) {
   lua_getfield(L, sl, "lax");  // made by open_lua_numpy, which runs first
   if (lua_istable(L, -1)) add_functions(L, lua_gettop(L), "sl.lax", kLaxFunctions);
   lua_pop(L, 1);
+  open_lua_scan(L, sl);
   // x ^ 2 is Python's x ** 2 (jnp.power), for the tutorials' `(predictions - targets) ** 2`.
   luaL_getmetatable(L, "Array");
   lua_getfield(L, sl, "numpy");

@@ -378,7 +378,8 @@ Result<int> all_gather(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(auto at, read_dim_tiled(L, 3, fn, "axis"));
   const auto axis = at.first;  // copies: captured below (clang 14 cannot capture bindings)
   const bool tiled = at.second;
-  return apply(L, fn, "", {x}, [axes, axis, tiled](fe::Trace& tr, Ins in) {
+  return apply(L, fn, fmt::format("{} {} {}", fmt::join(axes, ","), axis, tiled), {x},
+               [axes, axis, tiled](fe::Trace& tr, Ins in) {
     return one(np::all_gather(tr, in[0], axes, axis, tiled));
   });
 }
@@ -390,7 +391,8 @@ Result<int> psum_scatter(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(auto at, read_dim_tiled(L, 3, fn, "scatter_dimension"));
   const auto dim = at.first;  // copies: captured below (clang 14 cannot capture bindings)
   const bool tiled = at.second;
-  return apply(L, fn, "", {x}, [axes, dim, tiled](fe::Trace& tr, Ins in) {
+  return apply(L, fn, fmt::format("{} {} {}", fmt::join(axes, ","), dim, tiled), {x},
+               [axes, dim, tiled](fe::Trace& tr, Ins in) {
     return one(np::psum_scatter(tr, in[0], axes, dim, tiled));
   });
 }
@@ -419,7 +421,9 @@ Result<int> ppermute(lua_State* L) {
       return eng::invalid_argument("{}: perm[{}] is not a pair {{src, dst}}", fn, i);
     perm.emplace_back(a, b);
   }
-  return apply(L, fn, "", {x}, [axis, perm](fe::Trace& tr, Ins in) {
+  std::string key = axis;  // the eager cache's key (a shard_map run eagerly dispatches it)
+  for (const auto& [a, b] : perm) key += fmt::format(" {}>{}", a, b);
+  return apply(L, fn, key, {x}, [axis, perm](fe::Trace& tr, Ins in) {
     return one(np::ppermute(tr, in[0], axis, perm));
   });
 }

@@ -160,8 +160,10 @@ Result<int> filled_like(lua_State* L, std::string_view fn, std::optional<double>
   const std::optional<eng::PartitionSpec> want =
       spec_given ? std::optional<eng::PartitionSpec>(p.sharding.spec) : std::nullopt;
   const eng::DType dtype = p.dtype;
-  return apply(L, fn, "", {of(a)},
-               [=](fe::Trace& tr, Ins in) -> Result<Values> {
+  return apply(L, fn,
+               fmt::format("{} {} {} {} {:a}", shape.to_string(), eng::dtype_name(dtype), shape_given,
+                           want ? want->to_string() : "-", *fill),
+               {of(a)}, [=](fe::Trace& tr, Ins in) -> Result<Values> {
                  ENG_ASSIGN_OR_RETURN(eng::ValueId c, tr.constant(host, shape, dtype));
                  eng::PartitionSpec spec;
                  if (want) {

@@ -35,10 +35,24 @@ int launcher_size() {
   return 0;
 }
 
+bool g_count_given = false;  // --local-devices or SHARDLAB_LOCAL_DEVICES set the count
+// Devices were listed (sl.devices()) or a Runtime made: the count is fixed from now on, as once
+// JAX's backend started (XLA_FLAGS and jax_num_cpu_devices no longer change it).
+std::atomic<bool> g_devices_in_use{false};
+
+// XLA_FLAGS' device count, or 1 when it names none.
+Result<int> xla_flags_setting() {
+  const char* flags = std::getenv("XLA_FLAGS");
+  ENG_ASSIGN_OR_RETURN(const int n, xla_flags_device_count(flags ? flags : ""));
+  return n > 0 ? n : 1;
+}
+
 Result<int> local_devices_setting(int flag) {
+  g_count_given = true;
   if (flag > 0) return flag;
   const char* env = std::getenv("SHARDLAB_LOCAL_DEVICES");
-  if (!env || !*env) return 1;
+  g_count_given = env && *env;
+  if (!env || !*env) return xla_flags_setting();
   char* end = nullptr;
   const long n = std::strtol(env, &end, 10);
   if (*end != '\0' || n < 1 || n > 4096)
@@ -51,11 +65,32 @@ Result<int> local_devices_setting(int flag) {
 
 bool built_with_mpi() { return SHARDLAB_WITH_MPI != 0; }
 
-const Process& process() { return g_process; }
+Result<int> xla_flags_device_count(std::string_view flags) {
+  constexpr std::string_view kFlag = "--xla_force_host_platform_device_count=";
+  int n = 0;
+  for (size_t at = flags.find(kFlag); at != std::string_view::npos;
+       at = flags.find(kFlag, at + 1)) {  // the last one counts, as for XLA's flag parser
+    const std::string_view rest = flags.substr(at + kFlag.size());
+    const std::string value(rest.substr(0, rest.find_first_of(" \t")));
+    char* end = nullptr;
+    const long v = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || v < 1 || v > 4096)
+      return invalid_argument(
+          "dist: XLA_FLAGS has {}{}, which is not a device count in [1, 4096]", kFlag, value);
+    n = static_cast<int>(v);
+  }
+  return n;
+}
 
-namespace {
-std::atomic<bool> g_devices_in_use{false};
-}  // namespace
+Status devices_from_xla_flags() {
+  if (g_count_given || g_devices_in_use.load() || g_process.count > 1) return ok_status();
+  ENG_ASSIGN_OR_RETURN(g_process.local_devices, xla_flags_setting());
+  return ok_status();
+}
+
+void mark_devices_listed() { note_devices_in_use(); }
+
+const Process& process() { return g_process; }
 
 void note_devices_in_use() { g_devices_in_use.store(true); }
 bool devices_in_use() { return g_devices_in_use.load(); }

@@ -37,6 +37,18 @@ bool built_with_mpi();
 // SHARDLAB_LOCAL_DEVICES or 1. Errors: launched by mpirun with several processes but built
 // without MPI; a bad local device count; MPI without the thread support the runtime needs.
 Status init(int* argc, char*** argv, int local_devices = 0);
+// JAX's CPU device count: XLA_FLAGS' --xla_force_host_platform_device_count=N (the last one
+// given), or 0 when flags name none. init takes it as the local device count when neither
+// --local-devices nor SHARDLAB_LOCAL_DEVICES gives one. Errors: N not in [1, 4096].
+Result<int> xla_flags_device_count(std::string_view flags);
+// os.environ["XLA_FLAGS"] = ... from Lua (shell/lua_dist.cpp): XLA_FLAGS' count (or 1) becomes
+// the local device count, as JAX reads XLA_FLAGS when its backend starts: only before the
+// devices were first listed (mark_devices_listed: sl.devices(), sl.local_devices()) or a
+// Runtime was made (local_devices.h's devices_in_use, which sl.config.update shares), in one
+// process, and when neither --local-devices nor SHARDLAB_LOCAL_DEVICES gave the count; else
+// nothing changes (JAX ignores XLA_FLAGS set after its backend started).
+Status devices_from_xla_flags();
+void mark_devices_listed();
 // MPI_Finalize when init started MPI (a barrier: every process must call it).
 void finalize();
 // Ends every process of the job at once (MPI_Abort), after printing `why` on stderr. Only for

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/frontend/array_print.h"
+#include "engine/frontend/eager_manual.h"
 #include "engine/sharding/shard_geometry.h"
 
 namespace eng::frontend {
@@ -41,6 +42,7 @@ struct Printer {
   const Shape& shape;
   DType dtype;
   bool summarize;
+  const char* comma = ",";  // numpy's repr; its str separates by spaces alone ("")
   bool scientific = false;
   size_t int_width = 1, frac_width = 0;  // columns before and after the decimal point
   static constexpr int64_t kEdge = 3;
@@ -92,8 +94,8 @@ struct Printer {
     };
     out += "[";
     for (size_t k = 0; k < idx.size(); ++k) {
-      if (k > 0) separate(",");
-      if (summarize && k > 0 && idx[k] != idx[k - 1] + 1) separate("...,");
+      if (k > 0) separate(comma);
+      if (summarize && k > 0 && idx[k] != idx[k - 1] + 1) separate(*comma ? "...," : "...");
       print(out, dim + 1, offset + idx[k] * stride, indent + 1);
     }
     out += "]";
@@ -102,7 +104,18 @@ struct Printer {
 
 }  // namespace
 
+std::string array_str(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  Printer p{values, shape, dtype, shape.numel() > 1000};
+  p.comma = "";
+  p.measure();
+  std::string body;
+  p.print(body, 0, 0, 0);
+  if (shape.rank() == 0 && !body.empty() && body.back() == '.') body += "0";  // numpy: 3.0
+  return body;
+}
+
 Result<std::string> array_repr(const Value& a) {
+  if (a.is_tracer() && a.trace->eager()) return eager_repr(a);
   if (a.is_tracer()) {
     Result<NamedSharding> s = sharding_of(a);
     PartitionSpec spec =

@@ -5,11 +5,15 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/frontend/session.h"
 
 namespace eng::frontend {
 
 Result<std::string> array_repr(const Value& a);
+// numpy's str of host values (row-major) of `shape`: "[0. 1. 2.]", no commas (an eager
+// shard_map prints each device's block so, as JAX does).
+std::string array_str(const std::vector<double>& values, const Shape& shape, DType dtype);
 
 }  // namespace eng::frontend

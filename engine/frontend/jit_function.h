@@ -86,6 +86,9 @@ struct JitOptions {
   bool manual = false;  // sl.shard_map: f sees per-device blocks (of in_specs) on `mesh`
   Mesh mesh;
   bool context_mesh = false;  // shard_map without mesh: the caller's sl.set_mesh mesh at each call
+  // shard_map: called on concrete arrays it runs eagerly (eager_manual.h), as JAX's; sl.jit of
+  // it sets this: one program, compiled per signature.
+  bool jitted = false;
 };
 
 // One call's arguments, read by the caller.

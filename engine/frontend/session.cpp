@@ -36,6 +36,7 @@ Status check_live(const Value& a, std::string_view fn) {
 
 Result<NamedSharding> sharding_of(const Value& a) {
   if (!a.is_tracer()) return a.data->array.sharding;
+  if (a.trace->eager()) return NamedSharding{a.trace->mesh(), PartitionSpec()};  // a block
   ENG_ASSIGN_OR_RETURN(PartitionSpec spec, a.trace->sharding_of(a.value));
   return NamedSharding{a.trace->mesh(), spec};
 }
@@ -87,9 +88,9 @@ std::string operand_key(const Operand& o) {
                      remove_size_one_mesh_axis(s.spec, s.mesh).to_string(), s.mesh.repr());
 }
 
-// The dtype a number takes next to these operands, as JAX's weak types: the first array's
-// float dtype; next to int32, int32 for an integer (x + 1 stays int32) and float32 otherwise
-// (x + 0.5 is float32); float32 with no array.
+}  // namespace
+
+// x + 1 stays int32, x + 0.5 is float32 (session.h).
 DType number_dtype(const std::vector<Operand>& ops, double number) {
   for (const Operand& o : ops) {
     if (!o.array) continue;
@@ -98,8 +99,6 @@ DType number_dtype(const std::vector<Operand>& ops, double number) {
   }
   return DType::kF32;
 }
-
-}  // namespace
 
 Result<std::vector<Value>> Session::apply(std::string_view fn, const std::string& statics,
                                           const std::vector<Operand>& ops, const OpFn& op) {
@@ -115,7 +114,9 @@ Result<std::vector<Value>> Session::apply(std::string_view fn, const std::string
           fn);
     tr = o.array->trace;
   }
-  if (tr || active_trace()) return apply_traced(fn, ops, op);  // constants inside jit too
+  if (!tr) tr = active_trace();
+  if (tr && tr->eager()) return apply_eager_manual(fn, statics, ops, op, tr);  // eager shard_map
+  if (tr) return apply_traced(fn, ops, op);  // constants inside jit too
   return apply_eager(fn, statics, ops, op);
 }
 

@@ -34,6 +34,9 @@ struct Value {
   Shape shape;
   DType dtype = DType::kF32;
   bool deleted = false;  // donated to a jitted call (donate_argnums): its buffers are gone
+  // trace->eager(): a per-device value of an eager shard_map (eager_manual.h): `data` stacks
+  // the devices' blocks over these varying manual axes (mesh bits), `shape` is a block's.
+  uint32_t vma = 0;
   bool is_tracer() const { return trace != nullptr; }
   const Mesh& mesh() const { return is_tracer() ? trace->mesh() : data->array.sharding.mesh; }
 
@@ -51,6 +54,9 @@ struct Operand {
   const Value* array = nullptr;
   double number = 0;
 };
+// The dtype a number takes next to these operands (JAX's weak types): the first array's float
+// dtype; next to int32, int32 for an integer and float32 otherwise; float32 with no array.
+DType number_dtype(const std::vector<Operand>& ops, double number);
 
 // The op on traced values; returns its results.
 using OpFn = std::function<Result<std::vector<ValueId>>(Trace&, std::span<const ValueId>)>;
@@ -102,6 +108,11 @@ class Session {
   Result<std::vector<Value>> apply(std::string_view fn, const std::string& statics,
                                    const std::vector<Operand>& operands, const OpFn& op);
 
+  // The eager cache's program for key, made by make on a miss (eager shard_map's programs,
+  // engine/frontend/eager_manual.cpp).
+  Result<std::shared_ptr<Compiled>> cached(EagerKey key,
+                                           const std::function<Result<std::shared_ptr<Compiled>>()>& make);
+
   // The eager cache: entries now, and compiles so far (misses).
   size_t eager_cache_size() const { return eager_.size(); }
   int64_t eager_compiles() const { return eager_compiles_; }
@@ -112,6 +123,10 @@ class Session {
                                           const OpFn& op);
   Result<std::vector<Value>> apply_eager(std::string_view fn, const std::string& statics,
                                          const std::vector<Operand>& ops, const OpFn& op);
+  // An op on an eager shard_map's per-device values (eager_manual.cpp).
+  Result<std::vector<Value>> apply_eager_manual(std::string_view fn, const std::string& statics,
+                                                const std::vector<Operand>& ops, const OpFn& op,
+                                                const std::shared_ptr<Trace>& em);
   Result<std::shared_ptr<Compiled>> eager_compiled(std::string_view fn, EagerKey key,
                                                    const std::vector<Operand>& ops,
                                                    const Mesh& mesh, const OpFn& op);

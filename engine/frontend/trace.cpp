@@ -317,6 +317,9 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
     for (size_t i = 0; i < results.size(); ++i) shown.output(results[i], fmt::format("out{}", i));
     c->traced_ = std::move(shown).finish();
   }
+  if (c->manual_)  // for make_jaxpr's types (engine/frontend/jaxpr.h)
+    for (size_t v = 0; v < c->traced_.values().size(); ++v)
+      c->vma_.push_back(tr.vma_bits(static_cast<ValueId>(v)));
   ENG_ASSIGN_OR_RETURN(std::vector<PartitionSpec> specs, c->result_specs(tr, results, req));
   for (PartitionSpec& s : specs) s = remove_size_one_mesh_axis(s, c->mesh_);
   std::vector<int> input_args;  // per input: its program argument

@@ -63,6 +63,10 @@ class Trace {
   // explicit (np::psum, ...); the program is compiled without SPMD partitioning.
   Trace(std::string name, Mesh mesh, bool manual = false);
   bool manual() const { return manual_; }
+  // An eager shard_map call's trace (eager_manual.h): its values are concrete per-device blocks,
+  // each op runs at once; nothing is recorded into it.
+  bool eager() const { return eager_; }
+  void set_eager() { eager_ = true; }
   const std::string& name() const { return name_; }
   const Mesh& mesh() const { return mesh_; }
   Builder& builder() { return b_; }
@@ -133,6 +137,7 @@ class Trace {
   Builder b_;
   int64_t id_;
   bool manual_ = false;
+  bool eager_ = false;
   int num_inputs_ = 0;
   std::vector<Source> sources_;                            // per program argument
   std::map<std::string, PartitionSpec::DimAxes> logical_;  // logical name -> mesh axes
@@ -181,6 +186,9 @@ class Compiled {
   const Mesh& mesh() const { return mesh_; }
   const std::vector<NamedSharding>& out_shardings() const { return out_shardings_; }
   const std::vector<NamedSharding>& in_shardings() const { return in_shardings_; }
+  const std::vector<Shape>& out_shapes() const { return out_shapes_; }  // global, per result
+  // A shard_map body's varying manual axes per value of traced() (vma.h's bits); else empty.
+  const std::vector<uint32_t>& vma() const { return vma_; }
 
  private:
   Compiled() = default;
@@ -198,6 +206,7 @@ class Compiled {
   std::vector<Shape> out_shapes_;             // per result: its global shape
   std::vector<int> out_donor_;                // per result: donated input index, or -1
   bool manual_ = false;                       // a shard_map body (per-device program)
+  std::vector<uint32_t> vma_;                 // manual: per value of traced_
   std::unique_ptr<Jit> jit_;
   std::shared_ptr<const Executable> exe_;
   CompileInfo info_;

@@ -46,6 +46,7 @@ std::string vma_string(const std::vector<std::string>& n) {
 }
 
 std::vector<std::string> vma_of(const Value& v) {
+  if (v.is_tracer() && v.trace->eager()) return vma_names(v.trace->mesh(), v.vma);
   if (!v.is_tracer() || !v.trace->manual()) return {};
   return vma_names(v.trace->mesh(), v.trace->vma_bits(v.value));
 }
@@ -138,7 +139,13 @@ std::string tuple_text(const std::vector<std::string>& items) {
 Status check_out_vma(const Trace& tr, std::string_view fn, const std::vector<ValueId>& results,
                      const std::vector<std::optional<PartitionSpec>>& out_specs) {
   if (!tr.manual()) return ok_status();
-  const Mesh& mesh = tr.mesh();
+  std::vector<uint32_t> bits;
+  for (ValueId r : results) bits.push_back(tr.vma_bits(r));
+  return check_out_vma_bits(tr.mesh(), fn, bits, out_specs);
+}
+
+Status check_out_vma_bits(const Mesh& mesh, std::string_view fn, const std::vector<uint32_t>& results,
+                          const std::vector<std::optional<PartitionSpec>>& out_specs) {
   std::vector<std::string> msgs;
   for (size_t i = 0; i < results.size() && i < out_specs.size(); ++i) {
     if (!out_specs[i]) continue;
@@ -150,7 +157,7 @@ Status check_out_vma(const Trace& tr, std::string_view fn, const std::vector<Val
         if (mesh.has_axis(a)) named |= 1u << mesh.axis_index(a);
     for (size_t k = 0; k < mesh.axis_names().size(); ++k)
       if (!(named & (1u << k))) unmentioned.push_back(mesh.axis_names()[k]);
-    const uint32_t got = tr.vma_bits(results[i]);
+    const uint32_t got = results[i];
     if (!(got & ~named)) continue;
     const std::string key = results.size() == 1 ? "" : fmt::format("[{}]", i);
     if (unmentioned.size() > 1) {

@@ -50,6 +50,10 @@ Result<ValueId> pcast(Trace& tr, ValueId x, const std::vector<std::string>& axes
 Status check_out_vma(const Trace& tr, std::string_view fn, const std::vector<ValueId>& results,
                      const std::vector<std::optional<PartitionSpec>>& out_specs);
 
+// The same on the results' vma bits (an eager shard_map's values, eager_manual.h).
+Status check_out_vma_bits(const Mesh& mesh, std::string_view fn, const std::vector<uint32_t>& results,
+                          const std::vector<std::optional<PartitionSpec>>& out_specs);
+
 // grad inside a manual trace: an operand invariant over axes its op varies over (JAX's implicit
 // pvary) gets its cotangent contribution psummed over them (pvary's transpose). tr outlives it.
 CotangentHook vma_cotangent_hook(const Trace& tr);

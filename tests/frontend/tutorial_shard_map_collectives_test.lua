@@ -4,8 +4,8 @@
 -- ppermute, all_to_all) and the "Example 1: all-gather on one side" / "Example 2: psum_scatter
 -- the result" matmuls, translated as tutorial_shard_map_test.lua translates cells 1-24 (Python
 -- syntax to Lua, `jnp.` as `sl.numpy.`, `jax.` as `sl.`, `a @ b` as `jnp.matmul(a, b)`: Lua has
--- no @ operator). The tutorial prints each FINAL RESULT; here each is checked. Its BEFORE/AFTER
--- prints inside the body show the tracer (shard_map is traced here, not run eagerly).
+-- no @ operator). The tutorial prints each FINAL RESULT; here each is checked, and the
+-- BEFORE/AFTER prints of cells 26-28 (shard_map called outside jit runs eagerly, as JAX's).
 local jax, jnp = sl, sl.numpy
 local lax = sl.lax
 local t = dofile(arg[0]:match("^(.*)/") .. "/tutorial.lua")
@@ -24,12 +24,15 @@ local function equal(got, want, what)  -- exact, nested (integer results)
   assert(got == want, string.format("%s: %s where the tutorial has %s", what, got, want))
 end
 
--- `jax.devices()[:4]` is written `{table.unpack(jax.devices(), 1, 4)}` (Python's slice); the
--- test runs with SHARDLAB_LOCAL_DEVICES=8 (tests/frontend/CMakeLists.txt), cell 1's
--- XLA_FLAGS device count. Mesh's axes are Auto (its default; make_mesh's are Explicit).
+-- `jax.devices()[:4]` is written `{table.unpack(jax.devices(), 1, 4)}` (Python's slice). Cell 1
+-- of the tutorial sets XLA_FLAGS for 8 devices; so does this test, before listing the devices
+-- (CTest runs it with SHARDLAB_LOCAL_DEVICES and XLA_FLAGS empty). Mesh's axes are Auto (its
+-- default; make_mesh's are Explicit).
+os.environ["XLA_FLAGS"] = '--xla_force_host_platform_device_count=8' -- Use 8 CPU devices
 local Mesh = jax.sharding.Mesh
+local np = sl.numpy  -- numpy's np.array of devices: sl.numpy.array of them
 local function first(n) return {table.unpack(jax.devices(), 1, n)} end
-assert(#jax.devices() == 8, "run with SHARDLAB_LOCAL_DEVICES=8 (cell 1's device count)")
+assert(#jax.devices() == 8, "cell 1's XLA_FLAGS: 8 devices")
 
 -- cell 25: imports. cell 26
 local mesh1d = Mesh(first(4), {'i'})
@@ -38,34 +41,62 @@ jax.set_mesh(mesh1d)
 
 local printed = {}
 local f1 = jax.shard_map({mesh = mesh1d, in_specs = P('i'), out_specs = P(nil)})(function(x_block)
-  printed[#printed + 1] = tostring(x_block)  -- print('BEFORE:\n', x_block)
+  print('BEFORE:\n', x_block)
+  printed[#printed + 1] = tostring(x_block)
   local y_block = jax.lax.psum(x_block, 'i')
+  print('AFTER:\n', y_block)
+  printed[#printed + 1] = tostring(y_block)
   return y_block
 end)
 
--- cell 27
+-- cell 27: f1 runs eagerly (called outside jit): the prints show each device's block.
 local x = jnp.array({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 1, 2})
 expect(jax.typeof(x), "i32[16]", "cell 27 x")
 local y = f1(x)
 equal(y:totable(), {22, 20, 12, 17}, "cell 27 FINAL RESULT")
 expect(jax.typeof(y), "i32[4]", "cell 27 y")
-assert(printed[1]:find("Traced<i32[4]>", 1, true), "cell 26 BEFORE: " .. printed[1])
-cannot(26, "print inside shard_map shows the tracer, not each device's block")
+local function blocks(rows)  -- JAX's ShardMapTracer text, one block per device of mesh1d
+  local parts = {}
+  for d, row in ipairs(rows) do
+    parts[d] = string.format("On TFRT_CPU_%d at mesh coordinates (i,) = (%d,):\n%s\n", d - 1, d - 1, row)
+  end
+  return table.concat(parts, "\n")
+end
+expect(printed[1], blocks({"[3 1 4 1]", "[5 9 2 6]", "[5 3 5 8]", "[9 7 1 2]"}), "cell 26 BEFORE")
+expect(printed[2], blocks({"[22 20 12 17]", "[22 20 12 17]", "[22 20 12 17]", "[22 20 12 17]"}),
+       "cell 26 AFTER")
 
--- cell 28: np.array(jax.devices()[:4]).reshape(2, 2) is numpy's; the nested list it makes is
--- written out.
-local d = first(4)
-local mesh2d = Mesh({{d[1], d[2]}, {d[3], d[4]}}, {'i', 'j'})
-cannot(28, "numpy's np.array(jax.devices()[:4]).reshape(2, 2) (the nested list written out)")
+-- cell 28: np.array(jax.devices()[:4]).reshape(2, 2): numpy's object array of devices.
+local mesh2d = Mesh(np.array(first(4)):reshape(2, 2), {'i', 'j'})
+expect(mesh2d, "Mesh('i': 2, 'j': 2, axis_types=(Auto, Auto))", "cell 28 mesh2d")
 jax.set_mesh(mesh2d)
 
+printed = {}
 local f2 = jax.shard_map({mesh = mesh2d, in_specs = P('i', 'j'), out_specs = P(nil, 'j')})(
   function(x_block)
-    return jax.lax.psum(x_block, 'i')
+    print('BEFORE:\n', x_block)
+    printed[#printed + 1] = tostring(x_block)
+    local y_block = jax.lax.psum(x_block, 'i')
+    print('AFTER:\n', y_block)
+    printed[#printed + 1] = tostring(y_block)
+    return y_block
   end)
 
 y = f2(jnp.arange(16):reshape(4, 4))
+print('FINAL RESULT:\n', y)
 equal(y:totable(), {{8, 10, 12, 14}, {16, 18, 20, 22}}, "cell 28 FINAL RESULT")
+local function blocks2d(rows)  -- the blocks of mesh2d's devices, (i, j) row-major
+  local parts = {}
+  for d, row in ipairs(rows) do
+    parts[d] = string.format("On TFRT_CPU_%d at mesh coordinates (i, j,) = (%d, %d):\n%s\n", d - 1,
+                             (d - 1) // 2, (d - 1) % 2, row)
+  end
+  return table.concat(parts, "\n")
+end
+expect(printed[1], blocks2d({"[[0 1]\n [4 5]]", "[[2 3]\n [6 7]]", "[[ 8  9]\n [12 13]]",
+                            "[[10 11]\n [14 15]]"}), "cell 28 BEFORE")
+expect(printed[2], blocks2d({"[[ 8 10]\n [16 18]]", "[[12 14]\n [20 22]]", "[[ 8 10]\n [16 18]]",
+                            "[[12 14]\n [20 22]]"}), "cell 28 AFTER")
 
 -- cell 29
 local f3 = jax.shard_map({mesh = mesh2d, in_specs = P('i', 'j'), out_specs = P(nil, nil)})(

@@ -23,11 +23,12 @@ local function same(a, b, what)  -- a check of this test, not a cell: nested tab
   assert(math.abs(a - b) <= 1e-2 + 1e-2 * math.abs(b), string.format("%s: %s vs %s", what, a, b))
 end
 
--- cell 1: os.environ["XLA_FLAGS"] = '--xla_force_host_platform_device_count=8': meshes are
--- simulated; the counterpart of the device count, SHARDLAB_LOCAL_DEVICES=8, is set by CTest
--- (tests/frontend/CMakeLists.txt) so that jax.devices() lists 8.
-assert(#jax.devices() == 8, "run with SHARDLAB_LOCAL_DEVICES=8")
-cannot(1, "os.environ['XLA_FLAGS'] (the test's environment sets SHARDLAB_LOCAL_DEVICES=8)")
+-- cell 1: os.environ is Python's (shardlab puts it in Lua's os table): XLA_FLAGS' device count
+-- becomes the number of simulated local devices, as JAX reads it when its backend starts (CTest
+-- runs this test with SHARDLAB_LOCAL_DEVICES and XLA_FLAGS empty: tests/frontend/CMakeLists.txt).
+os.environ["XLA_FLAGS"] = '--xla_force_host_platform_device_count=8' -- Use 8 CPU devices
+assert(os.getenv("XLA_FLAGS") == '--xla_force_host_platform_device_count=8', "cell 1: setenv")
+assert(#jax.devices() == 8, "cell 1: jax.devices() lists " .. #jax.devices())
 
 -- cell 2: `from functools import partial` is Python's.
 local P = jax.sharding.PartitionSpec
@@ -110,9 +111,12 @@ end
 check_vmap(function(x) return jnp.matmul(x, x) end, jnp.arange(12):reshape(4, 3))
 expect(vmap_printed, "true", "cell 8")
 
--- cell 9: prints True. numpy's np.array around the devices is dropped (a 1-d list of them is
--- what Mesh takes); jax.devices()[:4] is Python's slice, {table.unpack(jax.devices(), 1, 4)}.
-local devices = {table.unpack(jax.devices(), 1, 4)}
+-- cell 9: prints True. `import numpy as np` is sl.numpy, whose np.array of devices is numpy's
+-- object array of them; jax.devices()[:4] is Python's slice, {table.unpack(jax.devices(), 1, 4)}.
+local np = sl.numpy
+local devices = np.array({table.unpack(jax.devices(), 1, 4)})
+expect(devices, "array([CpuDevice(id=0), CpuDevice(id=1), CpuDevice(id=2), CpuDevice(id=3)], "
+                  .. "dtype=object)", "cell 9 devices")
 mesh = Mesh(devices, {'i'})  -- mesh.shape['i'] = 4
 expect(mesh, "Mesh('i': 4, axis_types=(Auto,))", "cell 9 mesh")
 jax.set_mesh(mesh)
@@ -128,7 +132,6 @@ end
 
 check_shmap(function(x) return jnp.matmul(x.T, x) end, jnp.arange(32):reshape(8, 4))
 expect(shmap_printed, "true", "cell 9")
-cannot(9, "numpy's np.array(jax.devices()[:4]) (the list itself is passed)")
 
 -- cell 10
 mesh = jax.make_mesh({4, 2}, {'i', 'j'})
@@ -158,13 +161,34 @@ x_ = jax.device_put(x, P('i', 'j'))
 y = f2(x_)  -- the tutorial's comment says (3,12); x_ is x placed, so each block is (3, 6)
 assert(printed[1] == 3 and printed[2] == 6, "cell 11: the block shape")
 
--- cell 12: `with jax.set_mesh(auto_mesh):` has no Lua form (sl.use_mesh(mesh, f) takes a
--- function), nor is a shard_map of no arguments offered.
+-- cell 12: `with jax.set_mesh(auto_mesh):` is a to-be-closed variable in a block: set_mesh's
+-- object restores the mesh of before at `end`. `lambda: x` is a function of no arguments and
+-- in_specs=() an empty table. Each z prints as the jnp.tile the comment names.
 local auto_mesh = jax.make_mesh({4, 2}, {'i', 'j'}, {Auto, Auto})
-expect(auto_mesh, "Mesh('i': 4, 'j': 2, axis_types=(Auto, Auto))", "cell 12 auto_mesh")
-expect(jax.typeof(jnp.array({{3.}})), "f32[1,1]", "cell 12 jnp.array([[3.]])")
-cannot(12, "`with jax.set_mesh(...)` as a context manager, shard_map of a function of no "
-           .. "arguments (in_specs=())")
+local tiles = {}
+do local _ <close> = jax.set_mesh(auto_mesh)
+  local x = jnp.array({{3.}})
+
+  local z = jax.shard_map(function() return x end, {in_specs = {}, out_specs = P('i', 'j')})()
+  print(z)  -- prints the same as jnp.tile(x, (4, 2))
+  tiles[1] = {tostring(z), tostring(jnp.tile(x, {4, 2})), z}
+
+  z = jax.shard_map(function() return x end, {in_specs = {}, out_specs = P('i', nil)})()
+  print(z)  -- prints the same as jnp.tile(x, (4, 1)), or just jnp.tile(x, (4,))
+  tiles[2] = {tostring(z), tostring(jnp.tile(x, {4, 1})), z}
+
+  z = jax.shard_map(function() return x end, {in_specs = {}, out_specs = P(nil, nil)})()
+  print(z)  -- prints the same as jnp.tile(x, (1, 1)), or just x
+  tiles[3] = {tostring(z), tostring(x), z}
+  expect(jax.get_mesh(), tostring(auto_mesh), "cell 12: the mesh inside the with block")
+end
+expect(jax.get_mesh(), tostring(mesh), "cell 12: the mesh after the with block")
+for k, t in ipairs(tiles) do expect(t[1], t[2], "cell 12 z " .. k) end
+expect(tiles[1][1], "Array([[3., 3.],\n       [3., 3.],\n       [3., 3.],\n       [3., 3.]], "
+                    .. "dtype=float32)", "cell 12 z 1 as printed")
+expect(jax.typeof(tiles[1][3]), "f32[4,2]", "cell 12 z 1")  -- (4 * 1, 2 * 1); Auto axes
+expect(jax.typeof(tiles[2][3]), "f32[4,1]", "cell 12 z 2")
+expect(jax.typeof(tiles[3][3]), "f32[1,1]", "cell 12 z 3")
 
 -- cell 13: psum of int32 blocks. The tutorial prints y3.shape, (12, 6); the values are checked
 -- too: row r of y3 is the sum of row r's two column blocks.
@@ -193,21 +217,21 @@ assert(y5.shape[1] == 3 and y5.shape[2] == 6, "cell 14: print(y5.shape)  # (3,6)
 -- y5[0, 0] sums x[3a, 6b] = 36a + 6b over the 8 blocks (a < 4, b < 2): 2 * 36 * 6 + 4 * 6
 assert(y5:totable()[1][1] == 2 * 36 * 6 + 4 * 6, "cell 14 y5 values")
 
--- cell 15: JAX runs shard_map eagerly and prints each block's values; here f is traced, and
--- print shows the tracer. The result is the tutorial's.
+-- cell 15: called outside jit, shard_map runs eagerly (as JAX's): `print(x)` shows each
+-- device's block as JAX prints it.
 mesh = jax.make_mesh({2}, {'i'})
 jax.set_mesh(mesh)
 
 local f = jax.shard_map({in_specs = P('i'), out_specs = P('i')})(function(x)
+  print(x)
   printed = tostring(x)
   return 2 * x
 end)
 
 x = jax.device_put(jnp.arange(6.), P('i'))
 same(f(x):totable(), {0, 2, 4, 6, 8, 10}, "cell 15")
-assert(printed:find("Traced<f32[3]>", 1, true), "cell 15: " .. printed)
-cannot(15, "print inside shard_map shows the tracer, not each instance's values (no eager "
-           .. "shard_map)")
+expect(printed, "On TFRT_CPU_0 at mesh coordinates (i,) = (0,):\n[0. 1. 2.]\n\n"
+                .. "On TFRT_CPU_1 at mesh coordinates (i,) = (1,):\n[3. 4. 5.]\n", "cell 15 print(x)")
 
 -- cell 16
 f = jax.shard_map({in_specs = P(), out_specs = P()})(function(x)
@@ -217,7 +241,13 @@ end)
 
 x = jnp.arange(6.)
 same(f(x):totable(), {0, 2, 4, 6, 8, 10}, "cell 16")
-assert(printed:find("Traced<f32[6]>", 1, true), "cell 16: " .. printed)
+expect(printed, "On TFRT_CPU_0 at mesh coordinates (i,) = (0,):\n[0. 1. 2. 3. 4. 5.]\n\n"
+                .. "On TFRT_CPU_1 at mesh coordinates (i,) = (1,):\n[0. 1. 2. 3. 4. 5.]\n",
+       "cell 16 print(x)")
+-- inside jit the body is traced: print shows the tracer (JAX's too)
+printed = nil
+same(jax.jit(f)(x):totable(), {0, 2, 4, 6, 8, 10}, "cell 16 jitted")
+assert(printed:find("Traced<f32[6]>", 1, true), "cell 16 jitted: " .. printed)
 
 -- cell 17: psum over i of [0 1 2] and [3 4 5].
 f = jax.shard_map({in_specs = P('i'), out_specs = P()})(function(x)
@@ -228,6 +258,8 @@ end)
 
 x = jax.device_put(jnp.arange(6.), P('i'))
 same(f(x):totable(), {3, 5, 7}, "cell 17")
+expect(printed, "On TFRT_CPU_0 at mesh coordinates (i,) = (0,):\n[3. 5. 7.]\n\n"
+                .. "On TFRT_CPU_1 at mesh coordinates (i,) = (1,):\n[3. 5. 7.]\n", "cell 17 print(y)")
 
 -- cell 18: the types carry their varying manual axes (JAX's vma).
 local types = {}
@@ -294,9 +326,79 @@ f(x)
 expect(types[1], "f32[6]", "cell 21 x")
 expect(types[2], "f32[6]{V:i}", "cell 21 y")
 
--- cells 22-24
-cannot(22, "jax.make_jaxpr")
-cannot(23, "jax.lax.scan and its VMA error")
-cannot(24, "jax.lax.scan (its jax.lax.pcast runs: cell 21)")
+-- cell 22: jax.make_jaxpr's text: the engine's ops (mul is JAX's name too), the types with their
+-- varying manual axes, and the pvary JAX inserts to make y vary like x.
+f = jax.shard_map({in_specs = {P('i'), P()}, out_specs = P('i')})(function(x, y)
+  return x * y
+end)
+
+x = jax.device_put(jnp.arange(6.), P('i'))
+y = jnp.arange(3.)
+local jaxpr = tostring(jax.make_jaxpr(f)(x, y))
+print(jaxpr)
+for _, line in ipairs({"{ lambda ; a:f32[6] b:f32[3]. let", "c:f32[6] = shard_map[",
+                       "in_specs=(P('i'), P())", "jaxpr={ lambda ; d:f32[3]{V:i} e:f32[3]. let",
+                       "f:f32[3]{V:i} = pvary[axes=('i',)] e", "g:f32[3]{V:i} = mul d f",
+                       "in (g,) }", "out_specs=(P('i'),)", "] a b", "in (c,) }"}) do
+  assert(jaxpr:find(line, 1, true), "cell 22: no " .. line .. " in\n" .. jaxpr)
+end
+same(f(x, y):totable(), {0, 1, 4, 0, 4, 10}, "cell 22 f(x, y)")
+
+-- cell 23: scan's carry must keep its type, varying manual axes included. `(x_, y_), _ =
+-- jax.lax.scan(...)` unpacks the returned carry with table.unpack; xs=() is {}.
+mesh = jax.make_mesh({2}, {'i'})
+jax.set_mesh(mesh)
+
+f = jax.shard_map({in_specs = {P('i'), P()}, out_specs = P('i')})(function(x, y)
+  local function body(carry, _)
+    local c1, c2 = table.unpack(carry)
+    return {c2, c1}, {}  -- swap the carry
+  end
+  local carry, _ = jax.lax.scan(body, {x, y}, {}, {length = 2})
+  local x_, y_ = table.unpack(carry)
+  return x_, y_
+end)
+
+x = jnp.arange(6.)
+y = jnp.arange(3.)
+
+ok, e = pcall(function() return f(x, y) end)
+print(e)
+local want23 = "scan body function carry input and carry output must have equal types, but they "
+  .. "differ:\n\n  * the input carry component carry[0] has type float32[3]{V:i} but the "
+  .. "corresponding output carry component has type float32[3], so the manual axis types do not "
+  .. "match;\n  * the input carry component carry[1] has type float32[3] but the corresponding "
+  .. "output carry component has type float32[3]{V:i}, so the manual axis types do not match.\n\n"
+  .. "This might be fixed by applying `jax.lax.pcast(..., ('i',), to='varying')`, to the initial "
+  .. "carry value corresponding to the input carry component carry[1].\nSee "
+  .. "https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for more information.\n\n"
+  .. "Revise the function so that all output types match the corresponding input types."
+assert(not ok and tostring(e):find(want23, 1, true), "cell 23: " .. tostring(e))
+
+-- cell 24: with y cast to varying the swap type-checks; after two swaps each is itself again.
+mesh = jax.make_mesh({2}, {'i'})
+jax.set_mesh(mesh)
+
+f = jax.shard_map({in_specs = {P('i'), P()}, out_specs = P('i')})(function(x, y)
+  local function body(carry, _)
+    local c1, c2 = table.unpack(carry)
+    return {c2, c1}, {}  -- swap the carry
+  end
+
+  y = jax.lax.pcast(y, 'i', {to = 'varying'})  -- apply pcast to fix the error
+  local carry, _ = jax.lax.scan(body, {x, y}, {}, {length = 2})
+  local x_, y_ = table.unpack(carry)
+  return x_, y_
+end)
+
+x = jax.device_put(jnp.arange(6.), P('i'))
+y = jnp.arange(3.)
+
+local x_, y_ = f(x, y)
+same(x_:totable(), {0, 1, 2, 3, 4, 5}, "cell 24 x_")
+same(y_:totable(), {0, 1, 2, 0, 1, 2}, "cell 24 y_")  -- y's copy on each device, concatenated
+expect(jax.typeof(y_), "f32[6@i]", "cell 24 y_")  -- make_mesh: Explicit
+local jx_, jy_ = jax.jit(f)(x, y)  -- traced: the scan unrolled into the one program
+same(jy_:totable(), {0, 1, 2, 0, 1, 2}, "cell 24 jitted y_")
 
 t.report("tutorial shard_map (cells 1-24): cells that do not run (fully) as written:")
