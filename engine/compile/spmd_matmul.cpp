@@ -445,8 +445,13 @@ Status Partitioner::wanted_out(const Instr& in, int out_rank, std::optional<Part
 }
 
 // Explicit mode, no wanted sharding: an ambiguous output is JAX's error.
-Status Partitioner::check_matmul_ambiguity(const MatmulDims& m, const Dims& da, const Dims& db) {
-  if (!explicit_ || !matmul_ambiguous(m, da, db)) return ok_status();
+// On a mixed mesh only the Explicit axes count (the operands' types name only those).
+Status Partitioner::check_matmul_ambiguity(const MatmulDims& m, const Dims& da_all,
+                                           const Dims& db_all) {
+  if (!explicit_) return ok_status();
+  const Dims da = all_explicit_ ? da_all : project(da_all, true);
+  const Dims db = all_explicit_ ? db_all : project(db_all, true);
+  if (!matmul_ambiguous(m, da, db)) return ok_status();
   Dims lc, rc;
   for (int i : m.a_con) lc.push_back(da[i]);
   for (int i : m.b_con) rc.push_back(db[i]);

@@ -498,12 +498,20 @@ Result<int64_t> axis_size(Trace& tr, const std::vector<std::string>& axes_in) {
   return axes_size(tr.mesh(), axes);
 }
 
-Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& spec, bool assert_) {
+Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& named,
+                                    bool assert_) {
+  // Under use_abstract_mesh the spec names the view's axes (Trace::begin_view).
+  const PartitionSpec spec = tr.view() ? tr.from_view(*tr.view(), named) : named;
   if (tr.manual())
     return invalid_argument("{}: inside sl.shard_map values are per-device blocks",
                             assert_ ? "with_sharding_constraint" : "reshard");
   const Shape s = info(tr, x).shape;
   ENG_RETURN_IF_ERROR(check_spec(tr, spec, s, assert_ ? "with_sharding_constraint" : "reshard"));
+  if (!spec.partial().empty())
+    return invalid_argument(
+        "{}: a target {} with unreduced axes is not supported (the engine's constraints hold "
+        "reduced values; sl.device_put places an unreduced array)",
+        assert_ ? "with_sharding_constraint" : "reshard", spec.to_string());
   std::vector<std::string> logical;
   for (int i = 0; i < s.rank(); ++i) logical.push_back(tr.logical_name(spec.dim_or_none(i)));
   return assert_ ? tr.builder().raw_constraint(x, logical) : tr.builder().constraint(x, logical);
