@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/compile/executable.h"
+#include "engine/compile/serialize.h"
 #include "engine/ir/builder.h"
 #include "engine/train/config.h"
 #include "engine/train/train_step.h"
@@ -156,6 +157,13 @@ TEST(Explicit, PerAxisTypesAndRegions) {
   auto both = compile(mismatched_add(PartitionSpec({{"data"}, {"tensor"}}), tensor_t, false),
                       mixed, o);
   ASSERT_TRUE(both.ok()) << both.status().message();
+  // Its executable round-trips with the mesh's types (the compile cache's encoding).
+  const std::string bytes = serialize_executable(**both);
+  auto back = deserialize_executable(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ((*back)->mesh(), mixed);
+  EXPECT_EQ((*back)->argument_shardings(), (*both)->argument_shardings());
+  EXPECT_EQ(serialize_executable(**back), bytes);
   // On an Explicit mesh the same add is an error, unless a region makes 'data' Auto there.
   const Mesh all_explicit = *Mesh::create({"data", "tensor"}, {2, 2}, AxisType::kExplicit);
   CompileOptions e = o;
