@@ -108,10 +108,11 @@ Result<eng::AxisType> parse_axis_type(lua_State* L, int idx, std::string_view fn
                                fn, s);
 }
 
-// {axis_types = sl.AxisType.Explicit | {"Explicit", "Explicit"}}: one type for every axis
-// (the engine's meshes have one type).
-Result<eng::AxisType> read_axis_types(lua_State* L, int opts, size_t n, std::string_view fn) {
-  if (lua_isnoneornil(L, opts)) return eng::AxisType::kExplicit;  // jax.make_mesh's default
+// {axis_types = sl.AxisType.Explicit | {"Explicit", "Auto"}}: one type for every axis, or one
+// per axis (JAX's mixed meshes).
+Result<std::vector<eng::AxisType>> read_axis_types(lua_State* L, int opts, size_t n,
+                                                   std::string_view fn) {
+  if (lua_isnoneornil(L, opts)) return std::vector<eng::AxisType>(n, eng::AxisType::kExplicit);
   if (lua_type(L, opts) == LUA_TTABLE) {  // positional, as jax.make_mesh's (Auto, Auto)
     const bool positional = lua_rawgeti(L, opts, 1) != LUA_TNIL;
     lua_pop(L, 1);
@@ -128,6 +129,7 @@ Result<eng::AxisType> read_axis_types(lua_State* L, int opts, size_t n, std::str
   const int t = push_field(L, opts, "axis_types");
   const int at = lua_gettop(L);
   eng::AxisType type = eng::AxisType::kExplicit;
+  std::vector<eng::AxisType> types;
   if (t == LUA_TSTRING) {
     ENG_ASSIGN_OR_RETURN(type, parse_axis_type(L, at, fn));
   } else if (t == LUA_TTABLE) {
@@ -138,18 +140,14 @@ Result<eng::AxisType> read_axis_types(lua_State* L, int opts, size_t n, std::str
       Result<eng::AxisType> ti = parse_axis_type(L, lua_gettop(L), fn);
       lua_pop(L, 1);
       if (!ti.ok()) return ti.status();
-      if (i > 1 && *ti != type)
-        return eng::invalid_argument(
-            "{}: mixed axis_types are not supported (every axis of an "
-            "engine mesh has one type)",
-            fn);
-      type = *ti;
+      types.push_back(*ti);
     }
   } else if (t != LUA_TNIL) {
     return arg_error(L, at, fn, "axis_types", "string or table of strings");
   }
   lua_settop(L, at - 1);
-  return type;
+  if (types.empty()) types.assign(n, type);
+  return types;
 }
 
 Result<int> make_mesh(lua_State* L) {
@@ -172,8 +170,8 @@ Result<int> make_mesh(lua_State* L) {
   if (names.size() != sizes.size())
     return eng::invalid_argument("{}: {} axis_shapes but {} axis_names", fn, sizes.size(),
                                  names.size());
-  ENG_ASSIGN_OR_RETURN(eng::AxisType type, read_axis_types(L, 3, sizes.size(), fn));
-  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::create(names, sizes, type)));
+  ENG_ASSIGN_OR_RETURN(std::vector<eng::AxisType> types, read_axis_types(L, 3, sizes.size(), fn));
+  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::create(names, sizes, types)));
   push_udata(L, std::move(m));
   return 1;
 }
@@ -247,11 +245,11 @@ Result<int> mesh_from_devices(lua_State* L) {
   if (names.size() != sizes.size())
     return eng::invalid_argument("{}: devices of shape {} but {} axis_names", fn,
                                  eng::Shape(sizes).to_string(), names.size());
-  eng::AxisType type = eng::AxisType::kAuto;
+  std::vector<eng::AxisType> types(sizes.size(), eng::AxisType::kAuto);
   if (!lua_isnoneornil(L, 3)) {
-    ENG_ASSIGN_OR_RETURN(type, read_axis_types(L, 3, sizes.size(), fn));
+    ENG_ASSIGN_OR_RETURN(types, read_axis_types(L, 3, sizes.size(), fn));
   }
-  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::create(names, sizes, type)));
+  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::create(names, sizes, types)));
   push_udata(L, std::move(m));
   return 1;
 }
@@ -280,8 +278,9 @@ int abstract_mesh_tostring(lua_State* L) {
   lua_getfield(L, 1, "text");
   return 1;
 }
-Result<int> get_abstract_mesh(lua_State* L) {
-  const fe::AbstractMesh a = session(L).abstract_mesh();
+}  // namespace
+
+void push_abstract_mesh(lua_State* L, const fe::AbstractMesh& a) {
   const int n = static_cast<int>(a.axis_names.size());
   lua_createtable(L, 0, 5);
   lua_createtable(L, n, 0);  // axis_names
@@ -293,7 +292,7 @@ Result<int> get_abstract_mesh(lua_State* L) {
     lua_rawseti(L, -5, i + 1);
     lua_pushinteger(L, a.axis_sizes[i]);
     lua_rawseti(L, -4, i + 1);
-    lua_pushstring(L, a.axis_type.c_str());
+    lua_pushstring(L, a.axis_types[static_cast<size_t>(i)].c_str());
     lua_rawseti(L, -3, i + 1);
     lua_pushinteger(L, a.axis_sizes[i]);
     lua_setfield(L, -2, a.axis_names[i].c_str());
@@ -308,11 +307,18 @@ Result<int> get_abstract_mesh(lua_State* L) {
   lua_pushcfunction(L, abstract_mesh_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_setmetatable(L, -2);
+}
+
+namespace {
+
+Result<int> get_abstract_mesh(lua_State* L) {
+  push_abstract_mesh(L, session(L).abstract_mesh());
   return 1;
 }
 
 // sl.use_mesh(m, f, ...): f(...) with m as the current mesh, restored afterwards (also when f
-// raises: the error is re-raised).
+// raises: the error is re-raised). sl.use_mesh(m): sl.set_mesh(m), whose returned object
+// restores the previous mesh when closed (`local _ <close> = sl.use_mesh(m)`).
 Result<int> use_mesh(lua_State* L) {
   constexpr std::string_view fn = "sl.use_mesh";
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, fn, "mesh"));
@@ -816,8 +822,8 @@ constexpr Function kArrayFunctions[] = {
     {"make_mesh", lua_entry<make_mesh>,
      "sl.make_mesh(axis_shapes, axis_names [, {axis_types = \"Explicit\"|\"Auto\"|{...}}]) -> Mesh",
      "A mesh with any axis names, like jax.make_mesh: sl.make_mesh({4, 2}, {\"X\", \"Y\"}).\n"
-     "  Explicit axes by default (as JAX's); prints Mesh('X': 4, 'Y': 2, axis_types=(Explicit, "
-     "Explicit))."},
+     "  Explicit axes by default (as JAX's); one type for all, or one per axis ({\"Auto\",\n"
+     "  \"Explicit\"}); prints Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))."},
     {"set_mesh", lua_entry<set_mesh>, "sl.set_mesh(mesh | nil) -> set_mesh",
      "The mesh arrays are placed on when no mesh is named (jax.set_mesh); nil: one device.\n"
      "  Closing what it returns restores the previous mesh: `do local _ <close> =\n"
@@ -826,11 +832,12 @@ constexpr Function kArrayFunctions[] = {
     {"get_abstract_mesh", lua_entry<get_abstract_mesh>,
      "sl.get_abstract_mesh() -> {axis_names, axis_sizes, axis_types, shape}",
      "jax.sharding.get_abstract_mesh: the mesh in scope with its axis types (inside\n"
-     "  sl.auto_axes Auto, sl.explicit_axes Explicit, sl.shard_map Manual); prints as\n"
-     "  AbstractMesh('X': 2, axis_types=(Explicit,))."},
-    {"use_mesh", lua_entry<use_mesh>, "sl.use_mesh(mesh, f, ...) -> f(...)",
+     "  sl.auto_axes / sl.explicit_axes their axes switched, inside sl.shard_map Manual); prints\n"
+     "  as AbstractMesh('X': 2, 'Y': 4, axis_types=(Auto, Explicit))."},
+    {"use_mesh", lua_entry<use_mesh>, "sl.use_mesh(mesh, f, ...) -> f(...) | sl.use_mesh(mesh)",
      "Runs f with mesh as the current mesh and restores the previous one (Python's `with\n"
-     "  jax.set_mesh(mesh):`), also when f raises. Without f: sl.set_mesh(mesh)."},
+     "  jax.set_mesh(mesh):`), also when f raises. Without f: sl.set_mesh(mesh), whose closing\n"
+     "  restores the previous mesh: `local _ <close> = sl.use_mesh(mesh)`."},
     {"array", lua_entry<array>,
      "sl.array(values [, {dtype=\"float32\", sharding=sl.P(...), mesh=m}]) -> Array",
      "An array from (nested) Lua lists of numbers, placed on the simulated devices of the mesh\n"

@@ -68,6 +68,9 @@ Result<std::optional<eng::PartitionSpec>> opt_spec(lua_State* L, int idx, std::s
 // {out_sharding = sl.P(...)} at idx (nil or none: no out_sharding).
 Result<std::optional<eng::PartitionSpec>> read_out_sharding(lua_State* L, int idx,
                                                             std::string_view fn);
+// A jax.sharding.AbstractMesh as Lua sees it (sl.get_abstract_mesh's value): a table
+// {axis_names, axis_sizes, axis_types, shape = {name = size}, text} printing as JAX's.
+void push_abstract_mesh(lua_State* L, const eng::frontend::AbstractMesh& a);
 // Pushes traced value v of tr as an Array (a tracer).
 void push_tracer(lua_State* L, const std::shared_ptr<eng::frontend::Trace>& tr, eng::ValueId v);
 

@@ -125,7 +125,7 @@ Status read_tree_arg(lua_State* L, const JitBox& j, int idx, int pos, std::strin
     if (given) spec = *j.options().in_specs[pos];  // one spec for a table: every leaf (a pytree prefix)
     if (!prefixed.empty()) spec = prefixed[k];
     spec = eng::remove_size_one_mesh_axis(spec, m);
-    if (infer && m.axis_type() != eng::AxisType::kExplicit && !spec.is_replicated())
+    if (infer && !(fe::type_sharding({m, spec}, m.axis_types()).spec == spec))
       return eng::invalid_argument(
           "{}: in_specs not given, so argument {} is split as its type says, but on {} (not "
           "Explicit) its type names no mesh axis though it is laid out {}: pass in_specs",
@@ -276,15 +276,6 @@ Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
   std::shared_ptr<fe::Trace> tr = session(L).active_trace();
   if (tr->eager() && (j.options().transform != Transform::kNone || j.options().mode))
     return eager_unsupported(j.name());
-  // Inlined, f runs on the caller's tracers: auto_axes' out_sharding / explicit_axes'
-  // in_sharding would not place anything, so they are refused rather than ignored.
-  if (j.options().mode && !(j.options().out_specs.empty() && j.options().in_specs.empty()))
-    return eng::invalid_argument(
-        "{}: sl.{} with {} inside sl.jit (or grad, vmap) of the same mode is not supported: it "
-        "would be inlined and {} not applied; call it on concrete arrays, or use "
-        "sl.with_sharding_constraint inside the jit",
-        j.name(), j.mode_fn(), j.options().out_specs.empty() ? "in_sharding" : "out_sharding",
-        j.options().out_specs.empty() ? "in_sharding" : "out_sharding");
   TracedArgs targs;
   for (int i = 0; i < n; ++i) {
     Tree t;
@@ -324,6 +315,61 @@ Result<int> call_inline(lua_State* L, JitBox& j, int fidx, int first, int n) {
   for (const Tree& t : g.tree)
     unflatten(L, t, &next, [&](int k) { push_tracer(L, tr, g.values[static_cast<size_t>(k)]); });
   return static_cast<int>(g.tree.size());
+}
+
+// Replaces the value at idx (an Array or a table of them) by its leaves resharded to `spec`
+// in tr (switch_reshard); other values stay.
+Status reshard_leaves(lua_State* L, const JitBox& j, const std::shared_ptr<fe::Trace>& tr, int idx,
+                      const eng::PartitionSpec& spec) {
+  Tree t;
+  std::vector<ArrayBox*> boxes;
+  const bool tree_like = to_udata<ArrayBox>(L, idx) || lua_type(L, idx) == LUA_TTABLE;
+  if (!tree_like || !flatten(L, idx, "", &t, &boxes).ok() || boxes.empty()) return eng::ok_status();
+  std::vector<eng::ValueId> vs;
+  for (ArrayBox* a : boxes) {
+    ENG_RETURN_IF_ERROR(check_live(*a, j.name()));
+    if (a->is_tracer() && a->trace != tr)
+      return eng::invalid_argument("{}: Encountered an unexpected tracer (of another jit)", j.name());
+    const eng::ValueId v = a->is_tracer() ? a->value : tr->capture(a->data);
+    ENG_ASSIGN_OR_RETURN(eng::ValueId r, j.switch_reshard(*tr, v, spec));
+    vs.push_back(r);
+  }
+  int next = 0;
+  unflatten(L, t, &next, [&](int k) { push_tracer(L, tr, vs[static_cast<size_t>(k)]); });
+  lua_replace(L, idx);
+  return eng::ok_status();
+}
+
+// sl.auto_axes / sl.explicit_axes inside a trace, as JAX's (no program of their own): f runs
+// on the caller's values with the axis types switched (JitFunction::begin_switch), its
+// arguments resharded to explicit_axes' in_sharding inside, its results to auto_axes'
+// out_sharding after.
+Result<int> call_switched(lua_State* L, JitBox& j, int fidx, int first, int n) {
+  if (session(L).trace_depth() >= fe::kMaxTraceDepth)
+    return eng::invalid_argument("{}: jit nested {} levels deep: recursion through jit", j.name(),
+                                 fe::kMaxTraceDepth);
+  std::shared_ptr<fe::Trace> tr = session(L).active_trace();
+  const int base = lua_gettop(L);
+  lua_pushvalue(L, fidx);
+  for (int i = 0; i < n; ++i) lua_pushvalue(L, first + i);
+  ENG_ASSIGN_OR_RETURN(const bool out_sharding, j.begin_switch(*tr));
+  Status st = eng::ok_status();
+  const auto& in_specs = j.options().in_specs;
+  for (int i = 0; i < n && st.ok(); ++i)
+    if (i < static_cast<int>(in_specs.size()) && in_specs[i])
+      st = reshard_leaves(L, j, tr, base + 2 + i, *in_specs[i]);
+  if (st.ok()) st = call_traced(L, tr, base, n);  // the same trace, one level deeper
+  tr->end_axis_types();
+  if (!st.ok()) {
+    lua_settop(L, base);
+    return st;
+  }
+  const int nret = lua_gettop(L) - base;
+  const auto& out_specs = j.options().out_specs;
+  for (int k = 0; k < nret && out_sharding; ++k)
+    if (k < static_cast<int>(out_specs.size()) && out_specs[k])
+      ENG_RETURN_IF_ERROR(reshard_leaves(L, j, tr, base + 1 + k, *out_specs[k]));
+  return nret;
 }
 
 Result<Outputs> vmap_apply(lua_State* L, const JitBox& j, const std::shared_ptr<fe::Trace>& tr,
@@ -394,11 +440,7 @@ Result<int> jit_call(lua_State* L) {
         "{}: sl.shard_map inside sl.jit (or grad) is not supported yet: "
         "call it on concrete arrays",
         j->name());
-  if (session(L).active_trace() && j->options().mode && *j->options().mode != fe::shard_mode_of(session(L).active_trace()->mesh()))
-    return eng::invalid_argument(
-        "{}: sl.{} inside sl.jit (or grad, vmap) is not supported: the engine partitions one "
-        "program in one mode; call it on concrete arrays (it compiles its own program)",
-        j->name(), j->mode_fn());
+  if (session(L).active_trace() && j->options().mode) return call_switched(L, *j, fidx, 2, n);
   const bool tracer = has_tracer(L, 2, n);
   if (tracer && session(L).active_trace()) return call_inline(L, *j, fidx, 2, n);
   if (tracer)

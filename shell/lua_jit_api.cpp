@@ -292,9 +292,9 @@ Result<int> vmap(lua_State* L) {
 }
 
 // sl.auto_axes(f, {out_sharding [, axes, name]}) / sl.explicit_axes(f, {in_sharding [, axes,
-// name]}): f traced and compiled as its own program in the other mode (jax.sharding's
-// auto_axes / explicit_axes); out_sharding places auto_axes' results, in_sharding places
-// explicit_axes' arguments.
+// name]}): f with the axes switched (jax.sharding's auto_axes / explicit_axes: its own program
+// on concrete arrays, part of the jit's inside one); out_sharding places auto_axes' results,
+// in_sharding places explicit_axes' arguments.
 Result<int> switch_axes(lua_State* L, eng::ShardMode mode) {
   const std::string fn = mode == eng::ShardMode::kAuto ? "sl.auto_axes" : "sl.explicit_axes";
   const char* spec_key = mode == eng::ShardMode::kAuto ? "out_sharding" : "in_sharding";
@@ -541,17 +541,16 @@ constexpr Function kJitFunctions[] = {
      "  None: not mapped). Also sl.vmap(f, {in_axes =, out_axes =}). Compiled like sl.jit."},
     {"auto_axes", lua_entry<auto_axes>,
      "sl.auto_axes(f, {out_sharding = sl.P(...) [, axes, name]}) -> Jitted",
-     "jax.sharding.auto_axes: f runs with the mesh's axes Auto (the compiler chooses shardings;\n"
-     "  explicit mode's type errors do not apply), compiled as its own program; its results are\n"
-     "  placed by out_sharding, given here or at each call: f(x, y, {out_sharding = ...}). An\n"
-     "  engine mesh has one axis type, so axes must be all of them. Not inside sl.jit of the\n"
-     "  other mode (nor, with a sharding, of the same mode)."},
+     "jax.sharding.auto_axes: f runs with the mesh's axes (or those `axes` names) Auto: the\n"
+     "  compiler chooses their shardings, explicit mode's type errors do not apply to them; its\n"
+     "  results are placed by out_sharding, given here or at each call: f(x, y, {out_sharding =\n"
+     "  ...}). On concrete arrays compiled as its own program; inside sl.jit part of the jit's."},
     {"explicit_axes", lua_entry<explicit_axes>,
      "sl.explicit_axes(f, {in_sharding = sl.P(...) [, axes, name]}) -> Jitted",
-     "jax.sharding.explicit_axes: f runs with the mesh's axes Explicit (shardings in the types,\n"
-     "  explicit mode's errors), its arguments placed by in_sharding (here or at each call:\n"
-     "  f(x, {in_sharding = ...})); compiled as its own program. axes must be all of the mesh's.\n"
-     "  Not inside sl.jit of the other mode (nor, with a sharding, of the same mode)."},
+     "jax.sharding.explicit_axes: f runs with the mesh's axes (or those `axes` names) Explicit\n"
+     "  (shardings in the types, explicit mode's errors), its arguments placed by in_sharding\n"
+     "  (here or at each call: f(x, {in_sharding = ...})). On concrete arrays compiled as its own\n"
+     "  program; inside sl.jit part of the jit's."},
     {"grad", lua_entry<grad>, "sl.grad(f [, argnums=0 | {i, ...} [, {has_aux}]]) -> Jitted",
      "d f / d args[argnums] (0-based) by the engine's autodiff (reverse mode, per-op VJP rules),\n"
      "  traced and compiled like sl.jit. f must return a float32 scalar (with has_aux: the scalar\n"

@@ -6,6 +6,7 @@
 
 #include "engine/mesh/mesh.h"
 #include "shell/bindings.h"
+#include "shell/lua_array.h"
 #include "shell/lua_binding.h"
 #include "shell/lua_types.h"
 
@@ -144,12 +145,133 @@ Result<int> mesh_size(lua_State* L) {
 }
 Result<int> mesh_mode(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(eng::Mesh * m, arg_udata<eng::Mesh>(L, 1, "Mesh:mode"));
-  lua_pushstring(L, m->axis_type() == eng::AxisType::kExplicit ? "explicit" : "auto");
+  lua_pushstring(L, m->all_axes(eng::AxisType::kExplicit) ? "explicit"
+                   : m->any_axis(eng::AxisType::kExplicit) ? "mixed"
+                                                            : "auto");
   return 1;
 }
 
+// An axis type by name ("Auto", "Explicit"; sl.AxisType's strings).
+Result<eng::AxisType> axis_type_named(const std::string& s, std::string_view fn) {
+  if (s == "Auto") return eng::AxisType::kAuto;
+  if (s == "Explicit") return eng::AxisType::kExplicit;
+  return eng::invalid_argument("{}: axis type '{}' is not Auto or Explicit", fn, s);
+}
+
+// The mesh (names, sizes, types) of an AbstractMesh table (sl.AbstractMesh's or
+// sl.get_abstract_mesh's).
+Result<eng::Mesh> abstract_mesh_at(lua_State* L, int idx, std::string_view fn) {
+  if (lua_type(L, idx) != LUA_TTABLE) return arg_error(L, idx, fn, "mesh", "AbstractMesh");
+  push_field(L, idx, "axis_names");
+  Result<std::vector<std::string>> names = arg_string_list(L, lua_gettop(L), fn, "axis_names");
+  lua_pop(L, 1);
+  if (!names.ok()) return names.status();
+  std::vector<int64_t> sizes;
+  std::vector<eng::AxisType> types;
+  const int ts = push_field(L, idx, "axis_sizes");
+  const int tt = push_field(L, idx, "axis_types");
+  if (ts != LUA_TTABLE || tt != LUA_TTABLE) {
+    lua_pop(L, 2);
+    return eng::invalid_argument("{}: the mesh must be an AbstractMesh (sl.AbstractMesh's) with "
+                                 "axis_sizes and axis_types", fn);
+  }
+  for (lua_Integer i = 1; i <= static_cast<lua_Integer>(names->size()); ++i) {
+    lua_rawgeti(L, -2, i);
+    lua_rawgeti(L, -2, i);
+    int ok = 0;
+    const lua_Integer n = lua_tointegerx(L, -2, &ok);
+    const char* t = lua_tostring(L, -1);
+    const std::string type = t ? t : "Auto";
+    lua_pop(L, 2);
+    if (!ok || n < 1) {
+      lua_pop(L, 2);
+      return eng::invalid_argument("{}: axis_sizes[{}] must be a positive integer", fn, i);
+    }
+    Result<eng::AxisType> at = axis_type_named(type, fn);
+    if (!at.ok()) {
+      lua_pop(L, 2);
+      return at.status();
+    }
+    sizes.push_back(n);
+    types.push_back(*at);
+  }
+  lua_pop(L, 2);
+  return with_context(fn, eng::Mesh::create(*names, sizes, types));
+}
+
+// sl.AbstractMesh(axis_sizes, axis_names [, axis_types]) (jax.sharding.AbstractMesh): a
+// mesh's shape, names and types without devices; types Auto by default, as JAX's.
+Result<int> abstract_mesh(lua_State* L) {
+  constexpr std::string_view fn = "sl.AbstractMesh";
+  ENG_ASSIGN_OR_RETURN(eng::Shape shape, read_dims(L, 1, fn));
+  const std::vector<int64_t> sizes = shape.dims();
+  std::vector<std::string> names;
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    names.push_back(lua_tostring(L, 2));
+  } else {
+    ENG_ASSIGN_OR_RETURN(names, arg_string_list(L, 2, fn, "axis_names"));
+  }
+  std::vector<eng::AxisType> types(names.size(), eng::AxisType::kAuto);
+  if (!lua_isnoneornil(L, 3)) {
+    ENG_ASSIGN_OR_RETURN(std::vector<std::string> t, arg_string_list(L, 3, fn, "axis_types"));
+    if (t.size() != names.size())
+      return eng::invalid_argument("{}: {} axis_types for {} axes", fn, t.size(), names.size());
+    for (size_t i = 0; i < t.size(); ++i) {
+      ENG_ASSIGN_OR_RETURN(types[i], axis_type_named(t[i], fn));
+    }
+  }
+  ENG_ASSIGN_OR_RETURN(eng::Mesh m, with_context(fn, eng::Mesh::create(names, sizes, types)));
+  eng::frontend::AbstractMesh a{m.axis_names(), m.axis_sizes(), {}};
+  for (eng::AxisType t : m.axis_types()) a.axis_types.push_back(std::string(eng::axis_type_name(t)));
+  push_abstract_mesh(L, a);
+  return 1;
+}
+
+// What sl.use_abstract_mesh returns: closing it ends the view on the trace it began on.
+int view_close(lua_State* L) {
+  lua_getfield(L, 1, "trace");
+  const lua_Integer id = lua_tointeger(L, -1);
+  std::shared_ptr<eng::frontend::Trace> tr = session(L).active_trace();
+  if (tr && tr->id() == id) tr->end_view();
+  return 0;
+}
+
+// sl.use_abstract_mesh(m) (jax.sharding.use_abstract_mesh, Python's `with`): inside a jit,
+// the abstract mesh becomes m, another mesh of the same devices whose axes are runs of the
+// jit's (engine/frontend/trace.h Trace::begin_view); `local _ <close> = ...` ends it.
+Result<int> use_abstract_mesh(lua_State* L) {
+  constexpr std::string_view fn = "sl.use_abstract_mesh";
+  ENG_ASSIGN_OR_RETURN(eng::Mesh view, abstract_mesh_at(L, 1, fn));
+  std::shared_ptr<eng::frontend::Trace> tr = session(L).active_trace();
+  if (!tr || tr->manual())
+    return eng::invalid_argument(
+        "{}: only inside sl.jit here (its values are typed on the view); at the top level, "
+        "sl.use_mesh sets a concrete mesh",
+        fn);
+  ENG_RETURN_IF_ERROR(tr->begin_view(view));
+  lua_createtable(L, 0, 1);
+  lua_pushinteger(L, static_cast<lua_Integer>(tr->id()));
+  lua_setfield(L, -2, "trace");
+  if (luaL_newmetatable(L, "AbstractMeshScope")) {
+    lua_pushcfunction(L, view_close);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_setmetatable(L, -2);
+  return 1;
+}
 
 constexpr Function kMeshFunctions[] = {
+    {"AbstractMesh", lua_entry<abstract_mesh>,
+     "sl.AbstractMesh(axis_sizes, axis_names [, axis_types]) -> AbstractMesh",
+     "jax.sharding.AbstractMesh: a mesh's shape, axis names and types (Auto by default) without\n"
+     "  devices; prints AbstractMesh('A': 8, axis_types=(Explicit,))."},
+    {"use_abstract_mesh", lua_entry<use_abstract_mesh>,
+     "sl.use_abstract_mesh(abstract_mesh) -> to-be-closed value",
+     "jax.sharding.use_abstract_mesh, inside sl.jit: until the value is closed (`local _ <close>\n"
+     "  = sl.use_abstract_mesh(m)`), specs of sl.reshard / with_sharding_constraint name m's axes\n"
+     "  and the values made are typed on m (the jit's results among them are placed on it). m has\n"
+     "  the jit mesh's device count, and each of its axes is a run of the jit mesh's consecutive\n"
+     "  axes (('A': 8) over ('X': 4, 'Y': 2): A is (X, Y))."},
     {"mesh", lua_entry<mesh>,
      "sl.mesh{data=2, fsdp=-1, tensor=2, devices=8, mode=\"auto\"} -> Mesh",
      "A device mesh over MaxText's 12 axes (diloco, data, stage, fsdp, fsdp_transpose, context,\n"
@@ -164,7 +286,7 @@ constexpr Method kMeshMethods[] = {
     {"axis_names", lua_entry<mesh_axis_names>, "m:axis_names() -> {string}",
      "Axis names, major to minor."},
     {"size", lua_entry<mesh_size>, "m:size(axis) -> integer", "Size of one axis."},
-    {"mode", lua_entry<mesh_mode>, "m:mode() -> string", "\"auto\" or \"explicit\"."},
+    {"mode", lua_entry<mesh_mode>, "m:mode() -> string", "\"auto\", \"explicit\" (every axis Explicit) or \"mixed\"."},
 };
 
 

@@ -1,4 +1,5 @@
 // shell/lua_partition_spec.cpp: Lua bindings for partition specs: sl.P and PartitionSpec.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -20,13 +21,42 @@ Result<eng::PartitionSpec::DimAxes> spec_entry(lua_State* L, int idx) {
   }
 }
 
+// JAX's keyword argument `unreduced={'Y'}` as a trailing table {unreduced = {"Y"}}: the axes
+// along which each device holds a summand of the value (a set: order does not matter).
+Result<std::vector<std::string>> spec_unreduced(lua_State* L, int idx) {
+  static const std::vector<std::string> kKeys = {"unreduced"};
+  ENG_RETURN_IF_ERROR(check_keys(L, idx, "sl.P", kKeys));
+  const int t = push_field(L, idx, "unreduced");
+  Result<std::vector<std::string>> axes =
+      t == LUA_TSTRING ? Result<std::vector<std::string>>(std::vector<std::string>{lua_tostring(L, -1)})
+                       : arg_string_list(L, lua_gettop(L), "sl.P", "unreduced");
+  lua_pop(L, 1);
+  if (!axes.ok()) return axes.status();
+  std::sort(axes->begin(), axes->end());
+  if (std::adjacent_find(axes->begin(), axes->end()) != axes->end())
+    return eng::invalid_argument("sl.P: unreduced names axis '{}' twice",
+                                 *std::adjacent_find(axes->begin(), axes->end()));
+  return axes;
+}
+
 Result<int> partition_spec(lua_State* L) {
   std::vector<eng::PartitionSpec::DimAxes> dims;
-  for (int i = 1; i <= lua_gettop(L); ++i) {
+  std::vector<std::string> unreduced;
+  int n = lua_gettop(L);
+  bool keywords = false;  // a last table with no list part and an `unreduced` key
+  if (n >= 1 && lua_type(L, n) == LUA_TTABLE && lua_rawlen(L, n) == 0) {
+    keywords = lua_getfield(L, n, "unreduced") != LUA_TNIL;
+    lua_pop(L, 1);
+  }
+  if (keywords) {
+    ENG_ASSIGN_OR_RETURN(unreduced, spec_unreduced(L, n));
+    --n;
+  }
+  for (int i = 1; i <= n; ++i) {
     ENG_ASSIGN_OR_RETURN(eng::PartitionSpec::DimAxes d, spec_entry(L, i));
     dims.push_back(std::move(d));
   }
-  push_udata(L, eng::PartitionSpec(std::move(dims)));
+  push_udata(L, eng::PartitionSpec(std::move(dims), std::move(unreduced)));
   return 1;
 }
 
@@ -61,7 +91,10 @@ constexpr Function kSpecFunctions[] = {
     {"P", lua_entry<partition_spec>, "sl.P(dim, ...) -> PartitionSpec",
      "A PartitionSpec, one argument per tensor dim: nil (None, replicated), \"axis\", or a\n"
      "  table {\"data\", \"tensor\"} (split over several axes, major first).\n"
-     "  Example: sl.P(\"fsdp\", nil, {\"data\", \"tensor\"}) prints P('fsdp', None, ('data', 'tensor'))"},
+     "  Example: sl.P(\"fsdp\", nil, {\"data\", \"tensor\"}) prints P('fsdp', None, ('data', 'tensor')).\n"
+     "  A trailing {unreduced = {\"Y\"}} is JAX's unreduced={'Y'}: each device holds a summand\n"
+     "  along Y (sl.device_put places the value on Y's first member, zeros on the others);\n"
+     "  sl.reshard to a spec without it sums them (an all-reduce)."},
 };
 
 constexpr Method kSpecMethods[] = {

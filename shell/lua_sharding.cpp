@@ -414,13 +414,13 @@ Result<int> typeof_fn(lua_State* L) {
   ENG_ASSIGN_OR_RETURN(ShapedSharding x, read_shaped_sharding(L, fn));
   ShapedArrayType t{x.shape, x.dtype, x.sharding, "", {}};
   t.sharding.spec = eng::remove_size_one_mesh_axis(x.sharding.spec, x.sharding.mesh);
-  // An Array's type names Explicit mesh axes only: the Auto axes' layout is the compiler's
-  // (x.sharding has it), so on an Auto mesh the type's spec is all None, as JAX's.
-  if (to_udata<ArrayBox>(L, 1) && x.sharding.mesh.axis_type() == eng::AxisType::kAuto)
-    t.sharding.spec = eng::PartitionSpec::replicated(x.shape.rank());
+  // An Array's type names the mesh axes Explicit in scope only: the Auto axes' layout is the
+  // compiler's (x.sharding has it), so on an Auto mesh the type's spec is all None, as JAX's.
+  if (ArrayBox* a = to_udata<ArrayBox>(L, 1))
+    t.sharding = eng::frontend::type_sharding_of(*a, t.sharding);
   t.text = eng::typeof_string(x.dtype, x.shape, &t.sharding.spec, &t.sharding.mesh);
   if (ArrayBox* a = to_udata<ArrayBox>(L, 1)) t.vma = eng::frontend::vma_of(*a);
-  t.text += eng::frontend::vma_string(t.vma);
+  t.text += eng::frontend::vma_string(t.vma) + eng::frontend::unreduced_string(t.sharding);
   push_udata(L, std::move(t));
   return 1;
 }

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/base/clock.h"
 #include "engine/base/file.h"
@@ -119,11 +120,21 @@ std::string program_digest(const Program& traced) { return hex128(serialize_prog
 std::string compile_options_string(const CompileOptions& o) {
   std::string rules;
   for (const LogicalAxisRule& r : o.rules.rules()) rules += (rules.empty() ? "" : ", ") + r.to_string();
+  // Regions of other axis types (auto_axes / explicit_axes inside a jit): "[3, 5) Auto,
+  // Explicit" each; no line without any, as before they existed.
+  std::string regions;
+  for (const AxisTypeRegion& r : o.axis_type_regions) {
+    std::vector<std::string> types;
+    for (AxisType t : r.types) types.push_back(std::string(axis_type_name(t)));
+    regions += fmt::format("{}[{}, {}) {}", regions.empty() ? "" : "; ", r.begin, r.end,
+                           fmt::join(types, ", "));
+  }
   return fmt::format(
       "logical_axis_rules=[{}]\nshard_mode={}\nshard_optimizer_over_data={}\n"
       "skip_trivial_specs={}\nverify_plan={}\npartition_axes={}\n",
       rules, shard_mode_name(o.shard_mode), o.shard_optimizer_over_data,
-      o.skip_trivial_specs, o.verify_plan, o.axes.to_string()) + (o.manual ? "manual=true\n" : "");
+      o.skip_trivial_specs, o.verify_plan, o.axes.to_string()) + (o.manual ? "manual=true\n" : "") +
+         (regions.empty() ? "" : fmt::format("axis_type_regions={}\n", regions));
 }
 
 std::string CacheKey::text() const {

@@ -2,6 +2,7 @@
 // length-prefixed), and its bounds-checked decoder.
 #include "engine/compile/serialize.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -144,18 +145,39 @@ PartitionSpec read_spec(Reader& r) {
   return PartitionSpec(std::move(dims), std::move(partial));
 }
 
+// One type for every axis is written as that type (the format before per-axis types; the
+// empty mesh as Auto); mixed types as kMixedAxisTypes, then one type per axis.
+constexpr uint8_t kMixedAxisTypes = 0x80;
+
 void write_mesh(Writer& w, const Mesh& m) {
   w.strs(m.axis_names());
   w.ints(m.axis_sizes());
-  w.u8(static_cast<uint8_t>(m.axis_type()));
+  const std::vector<AxisType>& types = m.axis_types();
+  const bool mixed = std::any_of(types.begin(), types.end(),
+                                 [&](AxisType t) { return t != types[0]; });
+  if (!mixed) {
+    w.u8(static_cast<uint8_t>(types.empty() ? AxisType::kAuto : types[0]));
+    return;
+  }
+  w.u8(kMixedAxisTypes);
+  for (AxisType t : types) w.u8(static_cast<uint8_t>(t));
 }
 
 Mesh read_mesh(Reader& r) {
   std::vector<std::string> names = r.strs("mesh axis names");
   std::vector<int64_t> sizes = r.ints("mesh axis sizes");
-  const AxisType type = r.enumeration<AxisType>("mesh axis type", kMaxAxisType);
+  const uint8_t first = r.u8("mesh axis type");
+  std::vector<AxisType> types;
+  if (first == kMixedAxisTypes) {
+    for (size_t i = 0; i < names.size(); ++i)
+      types.push_back(r.enumeration<AxisType>("mesh axis type", kMaxAxisType));
+  } else if (r.ok() && first > kMaxAxisType) {
+    r.fail(fmt::format("mesh axis type: value {} out of range [0, {}]", first, kMaxAxisType));
+  } else {
+    types.assign(names.size(), static_cast<AxisType>(first));
+  }
   if (!r.ok()) return Mesh();
-  Result<Mesh> m = Mesh::create(std::move(names), std::move(sizes), type);
+  Result<Mesh> m = Mesh::create(std::move(names), std::move(sizes), std::move(types));
   if (!m.ok()) {
     r.fail(m.status().message());
     return Mesh();

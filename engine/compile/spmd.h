@@ -26,10 +26,23 @@ enum class ShardMode : uint8_t { kAuto, kExplicit };
 std::string_view shard_mode_name(ShardMode m);            // "auto" | "explicit"
 Result<ShardMode> parse_shard_mode(std::string_view name);
 
+// Instructions [begin, end) of a program traced under jax.sharding.auto_axes / explicit_axes
+// inside a jit (engine/frontend): the mesh's axis types there, one per mesh axis.
+struct AxisTypeRegion {
+  int begin = 0, end = 0;
+  std::vector<AxisType> types;
+  bool operator==(const AxisTypeRegion&) const = default;
+};
+
 struct SpmdOptions {
   LogicalAxisRules rules = LogicalAxisRules::maxtext_default();
-  // MaxText shard_mode. Explicit also when the mesh's axis type is Explicit.
+  // MaxText shard_mode: explicit makes every mesh axis Explicit; auto takes each axis's type
+  // from the mesh. Explicit-mode rules (JAX's sharding in types: broadcasting errors,
+  // ambiguous matmuls, with_sharding_constraint as an assert) apply to the Explicit axes; the
+  // partitioner chooses the Auto axes' layout.
   ShardMode shard_mode = ShardMode::kAuto;
+  // Regions with other axis types (innermost wins); empty for the trainer.
+  std::vector<AxisTypeRegion> axis_type_regions;
   bool shard_optimizer_over_data = false;  // ZeRO-1: mu/nu also sharded over axes.zero1
   bool skip_trivial_specs = false;         // an all-replicated constraint emits nothing
   PartitionAxes axes;  // mesh axes of ZeRO-1 and vmap, named by the caller (MaxText's default)

@@ -48,8 +48,10 @@ Status Partitioner::by_factors(const Instr& in, const FactorMap& map) {
             ops.size());
   PartitionSpec src = dims_only(spec_[x[0]]);
   if (map.source == FactorMap::kAgree) {
-    if (explicit_) {
+    if (all_explicit_) {
       ENG_ASSIGN_OR_RETURN(src, broadcast_common(in));
+    } else if (explicit_) {
+      ENG_ASSIGN_OR_RETURN(src, mixed_common(in));
     } else {
       src = common(x);
     }

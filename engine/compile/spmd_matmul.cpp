@@ -447,10 +447,13 @@ Status Partitioner::wanted_out(const Instr& in, int out_rank, std::optional<Part
 // Explicit mode, no wanted sharding: jax.lax's dot_general sharding rule. Contracting dims
 // sharded on both sides (alike or not) are JAX's "ambiguous" error; otherwise the result is
 // the lhs free dims' shardings then the rhs's, and an axis on two of them is JAX's illegally
-// sharded result.
-Status Partitioner::check_matmul_ambiguity(const Instr& in, const MatmulDims& m, const Dims& da,
-                                           const Dims& db) {
+// sharded result. On a mixed mesh only the Explicit axes count (the operands' types name only
+// those).
+Status Partitioner::check_matmul_ambiguity(const Instr& in, const MatmulDims& m, const Dims& da_all,
+                                           const Dims& db_all) {
   if (!explicit_) return ok_status();
+  const Dims da = all_explicit_ ? da_all : project(da_all, true);
+  const Dims db = all_explicit_ ? db_all : project(db_all, true);
   Dims lc, rc;
   bool both = false;
   for (size_t k = 0; k < m.a_con.size() && k < m.b_con.size(); ++k)

@@ -127,8 +127,9 @@ inline void gather_shared_free_axes(const MatmulDims& m, bool a_bigger,
 class Partitioner {
  public:
   Partitioner(const Program& g, const Mesh& mesh, const SpmdOptions& o)
-      : g_(g), mesh_(mesh), o_(o), b_(g.name()),
-        explicit_(o.shard_mode == ShardMode::kExplicit || mesh.axis_type() == AxisType::kExplicit) {}
+      : g_(g), mesh_(mesh), o_(o), b_(g.name()) {
+    set_axis_types(-1);
+  }
 
   Result<Partitioned> run() {
     const size_t nv = g_.values().size();
@@ -160,6 +161,7 @@ class Partitioner {
       // Local ops (collectives included) take the global op's pipeline iteration (program.h).
       const Instr& gi = g_.instrs()[i];
       b_.set_pipeline_iteration(gi.outputs.empty() ? -1 : gv(gi.outputs[0]).pipeline_iteration);
+      if (!o_.axis_type_regions.empty()) set_axis_types(static_cast<int>(i));
       Status s = instr(gi);
       if (!s.ok())
         return Status(s.code(), fmt::format("{} (instruction {}: {})", s.message(), i,
@@ -181,6 +183,32 @@ class Partitioner {
 
  private:
   const ValueInfo& gv(ValueId v) const { return g_.value(v); }
+
+  // The Explicit axes at instruction i (-1: outside every region): shard_mode explicit makes
+  // every axis Explicit; else the mesh's types, or the innermost region's covering i.
+  void set_axis_types(int i) {
+    const AxisTypeRegion* in = nullptr;
+    for (const AxisTypeRegion& r : o_.axis_type_regions)
+      if (r.begin <= i && i < r.end && r.types.size() == mesh_.axis_types().size() &&
+          (!in || r.begin > in->begin || (r.begin == in->begin && r.end < in->end)))
+        in = &r;
+    const std::vector<AxisType>& types = in ? in->types : mesh_.axis_types();
+    const bool mode_explicit = o_.shard_mode == ShardMode::kExplicit && !in;
+    explicit_axes_.clear();
+    for (int a = 0; a < mesh_.num_axes(); ++a)
+      if (mode_explicit || types[a] == AxisType::kExplicit)
+        explicit_axes_.push_back(mesh_.axis_names()[a]);
+    all_explicit_ = mode_explicit ||
+                    (mesh_.num_axes() > 0 && explicit_axes_.size() == mesh_.axis_names().size());
+    explicit_ = all_explicit_ || !explicit_axes_.empty();
+  }
+  // dims with only the Explicit (keep = true) or only the other axes.
+  Dims project(const Dims& d, bool keep) const {
+    Dims out = d;
+    for (Axes& axes : out)
+      std::erase_if(axes, [&](const std::string& a) { return contains(explicit_axes_, a) != keep; });
+    return out;
+  }
   // While a vmapped instruction is partitioned (vm_ active), the values it touches are seen
   // without their leading (stage) dim: shapes, ranks and specs are the per-slice ones.
   Shape shp(ValueId v) const {
@@ -368,6 +396,47 @@ class Partitioner {
     return broadcast_sharding(jax_name(in), out_dtype, ops, mesh_);
   }
 
+  // Some axes Explicit, some not (JAX's mixed meshes): the Explicit axes follow
+  // broadcast_common's rule (its error names the operands' types, which show Explicit axes
+  // only); the others are the partitioner's choice, common()'s, appended where they do not
+  // repeat an axis.
+  Result<PartitionSpec> mixed_common(const Instr& in) const {
+    const auto& x = in.inputs;
+    const int r = rank(x[0]);
+    Dims out(r);
+    bool bad = false;
+    for (ValueId g : x) {
+      const Dims s = project(PartitionSpec(dims_only(spec_[g]).dims()).dims(), true);
+      for (int i = 0; i < r && i < static_cast<int>(s.size()); ++i) {
+        if (s[i].empty()) continue;
+        if (out[i].empty()) out[i] = s[i];
+        else if (out[i] != s[i]) bad = true;
+      }
+    }
+    Axes used = all_axes(out, 0, r);
+    for (size_t i = 0; i < used.size(); ++i)
+      for (size_t j = i + 1; j < used.size(); ++j) bad |= used[i] == used[j];
+    if (bad) {
+      std::vector<std::string> specs;
+      for (ValueId g : x) {
+        Dims d = project(dims_only(spec_[g]).dims(), true);
+        d.resize(static_cast<size_t>(rank(g)));
+        specs.push_back(jax_tuple_string(d));
+      }
+      return invalid_argument("{} got incompatible shardings for broadcasting: {}.",
+                              jax_name(in), fmt::join(specs, ", "));
+    }
+    PartitionSpec best;
+    for (ValueId g : x) {
+      const PartitionSpec a(project(dims_only(spec_[g]).dims(), false));
+      if (shards(a, mesh_) > shards(best, mesh_)) best = a;
+    }
+    for (int i = 0; i < r; ++i)
+      for (const std::string& a : best.dim_or_none(i))
+        if (!contains(used, a)) out[i].push_back(a), used.push_back(a);
+    return PartitionSpec(out);
+  }
+
   // Dims with the given dims cleared (made whole on every device).
   static Dims whole(Dims d, std::initializer_list<int> which) {
     for (int i : which)
@@ -488,7 +557,12 @@ class Partitioner {
   const Mesh& mesh_;
   const SpmdOptions& o_;
   Builder b_;
-  const bool explicit_;
+  // The axes the explicit-mode rules apply to, at the instruction being partitioned
+  // (set_axis_types): all of the mesh's (the engine's explicit mode, as before per-axis types),
+  // some (a mixed mesh, or an auto_axes / explicit_axes region) or none.
+  Axes explicit_axes_;
+  bool explicit_ = false;      // some axis is Explicit
+  bool all_explicit_ = false;  // every mesh axis is
   // Expert parallelism (moe_ep_dispatch): per global value, the group_sizes value of the
   // dispatch whose receive buffer holds it (kNoValue: a plain block of the global value); per
   // group_sizes value, its plan's local values.

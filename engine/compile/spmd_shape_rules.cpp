@@ -139,7 +139,7 @@ Status Partitioner::constraint(const Instr& in) {
   const int r = rank(x);
   LogicalAxes names = in.attrs.logical;
   names.resize(r);
-  if (in.attrs.raw && explicit_) {
+  if (in.attrs.raw && all_explicit_) {
     // flax's nn.with_logical_constraint under Explicit axes: an assert, size-1 axes kept.
     ENG_ASSIGN_OR_RETURN(PartitionSpec raw, logical_to_mesh_axes(names, o_.rules));
     Dims user(r);
@@ -162,6 +162,19 @@ Status Partitioner::constraint(const Instr& in) {
     return invalid_argument("sharding constraint {}: {}", logical_axes_string(names),
                             target.status().message());
   PartitionSpec t = norm(*target, r);
+  if (in.attrs.raw && explicit_)  // some axes Explicit: with_sharding_constraint names Auto ones
+    for (const Axes& axes : t.dims())
+      for (const std::string& a : axes)
+        if (contains(explicit_axes_, a)) {
+          std::vector<AxisType> types;
+          for (const std::string& n : mesh_.axis_names())
+            types.push_back(contains(explicit_axes_, n) ? AxisType::kExplicit : AxisType::kAuto);
+          return invalid_argument(
+              "The spec of NamedSharding passed to with_sharding_constraint can only refer to "
+              "Auto axes of the mesh. Got spec={} and mesh=Abstract{}. You probably meant to use "
+              "`reshard` API?",
+              t.to_string(), mesh_.with_axis_types(std::move(types)).to_string());
+        }
   if (!in.attrs.mesh_axes.empty()) {  // `drop` (pipeline_fsdp_ag_once): those axes gathered
     Dims d = t.dims();
     for (Axes& axes : d)

@@ -7,6 +7,7 @@
 
 #include "engine/frontend/array_print.h"
 #include "engine/frontend/eager_manual.h"
+#include "engine/frontend/numpy.h"
 #include "engine/sharding/shard_geometry.h"
 
 namespace eng::frontend {
@@ -124,6 +125,10 @@ Result<std::string> array_repr(const Value& a) {
         "Traced<{}>with<DynamicJaxprTrace>",
         typeof_string(dtype_name(a.dtype), a.shape, &spec, &a.trace->mesh()));
   }
+  // An unreduced array prints its type, not values (jax.Array's __repr__).
+  if (const NamedSharding& s = a.data->array.sharding; !s.spec.partial().empty())
+    return fmt::format("Array(shape={}, dtype={}, sharding={})", np::py_shape(a.shape),
+                       dtype_long_name(a.dtype), s.to_string());
   ENG_ASSIGN_OR_RETURN(std::vector<double> v, fetch(*a.data));
   // Only the shown elements are gathered for printing big arrays? fetch gathers all; the
   // array limit (engine/base/limits.h) bounds it.

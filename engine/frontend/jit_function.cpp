@@ -155,18 +155,44 @@ const char* JitFunction::mode_fn() const {
   return opts_.mode == ShardMode::kAuto ? "auto_axes" : "explicit_axes";
 }
 
-// An engine mesh has one axis type for all its axes, so auto_axes / explicit_axes switch
-// every axis: `axes` must name all of them (or be nil).
-Status JitFunction::check_mode_axes(const Mesh& mesh) const {
-  if (opts_.mode_axes.empty()) return ok_status();
-  std::vector<std::string> want = mesh.axis_names(), got = opts_.mode_axes;
-  std::sort(want.begin(), want.end());
-  std::sort(got.begin(), got.end());
-  if (want == got) return ok_status();
-  return invalid_argument(
-      "{}: {}: axes ({}) are not all the axes of {}: an engine mesh has one axis type for all "
-      "its axes, so the switch covers every axis (axes = nil, or all of them)",
-      opts_.name, mode_fn(), fmt::join(opts_.mode_axes, ", "), mesh.to_string());
+Result<std::vector<AxisType>> JitFunction::switched_types(
+    const Mesh& mesh, const std::vector<AxisType>& in_scope) const {
+  const AxisType to = *opts_.mode == ShardMode::kExplicit ? AxisType::kExplicit : AxisType::kAuto;
+  for (const std::string& a : opts_.mode_axes)
+    if (!mesh.has_axis(a))
+      return invalid_argument("{}: {}: axes names '{}', which is not an axis of {}", opts_.name,
+                              mode_fn(), a, mesh.to_string());
+  std::vector<AxisType> types = in_scope;
+  types.resize(mesh.axis_names().size(), AxisType::kAuto);
+  for (int i = 0; i < mesh.num_axes(); ++i) {
+    const std::string& a = mesh.axis_names()[i];
+    if (!opts_.mode_axes.empty() &&
+        std::find(opts_.mode_axes.begin(), opts_.mode_axes.end(), a) == opts_.mode_axes.end())
+      continue;
+    if (types[i] == AxisType::kManual)
+      return invalid_argument(
+          "{}: {}: Going from `Manual` AxisType to `Auto` or `Explicit` AxisType is not "
+          "allowed (axis '{}' is Manual here: inside sl.shard_map)",
+          opts_.name, mode_fn(), a);
+    types[i] = to;
+  }
+  return types;
+}
+
+Result<bool> JitFunction::begin_switch(Trace& tr) const {
+  if (tr.manual())
+    return invalid_argument(
+        "{}: {}: Going from `Manual` AxisType to `Auto` or `Explicit` AxisType is not allowed "
+        "(inside sl.shard_map)",
+        opts_.name, mode_fn());
+  ENG_ASSIGN_OR_RETURN(std::vector<AxisType> types, switched_types(tr.mesh(), tr.axis_types()));
+  const bool unchanged = types == tr.axis_types();
+  tr.begin_axis_types(std::move(types));
+  return !(unchanged && *opts_.mode == ShardMode::kAuto);
+}
+
+Result<ValueId> JitFunction::switch_reshard(Trace& tr, ValueId v, const PartitionSpec& spec) const {
+  return with_context(opts_.name, np::sharding_constraint(tr, v, spec, false));
 }
 
 Result<std::shared_ptr<Trace>> JitFunction::new_trace(const Mesh& args_mesh, int depth) const {
@@ -175,13 +201,11 @@ Result<std::shared_ptr<Trace>> JitFunction::new_trace(const Mesh& args_mesh, int
                             kMaxTraceDepth);
   Mesh mesh = args_mesh;
   if (opts_.mode) {
-    ENG_RETURN_IF_ERROR(check_mode_axes(args_mesh));
-    // The partitioner takes explicit mode from the mesh's axis type, so auto_axes /
-    // explicit_axes trace on a copy of the mesh with every axis of their mode.
-    ENG_ASSIGN_OR_RETURN(
-        mesh,
-        Mesh::create(args_mesh.axis_names(), args_mesh.axis_sizes(),
-                     *opts_.mode == ShardMode::kExplicit ? AxisType::kExplicit : AxisType::kAuto));
+    // Called on concrete arrays, auto_axes / explicit_axes trace their own program on a copy
+    // of the mesh with their axes switched (results go back to the caller's mesh).
+    ENG_ASSIGN_OR_RETURN(std::vector<AxisType> types,
+                         switched_types(args_mesh, args_mesh.axis_types()));
+    mesh = args_mesh.with_axis_types(std::move(types));
   }
   return std::make_shared<Trace>(opts_.name, mesh, opts_.manual);
 }
@@ -493,7 +517,12 @@ Result<std::vector<ArrayRef>> JitFunction::run(const Compiled& c, const CallArgs
     }
     ins.push_back(std::move(r));
   }
-  return with_context(opts_.name, c.run(ins));
+  ENG_ASSIGN_OR_RETURN(std::vector<ArrayRef> outs, with_context(opts_.name, c.run(ins)));
+  for (size_t i = 0; i < outs.size() && i < c.out_views().size(); ++i)
+    if (c.out_views()[i]) {  // made under use_abstract_mesh: onto that mesh's devices, as laid out
+      ENG_ASSIGN_OR_RETURN(outs[i], transfer(outs[i], *c.out_views()[i]));
+    }
+  return outs;
 }
 
 }  // namespace eng::frontend

@@ -169,9 +169,21 @@ class JitFunction {
                            const std::function<Result<JitEntry>()>& trace_and_compile);
 
   // The trace a call is recorded into: on args_mesh, or for auto_axes / explicit_axes on the
-  // same mesh with every axis of their mode. Errors: depth past kMaxTraceDepth (recursion
-  // through jit), mode axes that are not all of the mesh's.
+  // same mesh with their axes switched (switched_types). Errors: depth past kMaxTraceDepth
+  // (recursion through jit), switched_types'.
   Result<std::shared_ptr<Trace>> new_trace(const Mesh& args_mesh, int depth) const;
+  // auto_axes / explicit_axes: the axis types f runs under, from the types in scope on mesh:
+  // the axes named by `axes` (all when none) switched to Auto / Explicit (JAX's
+  // _get_new_mesh). Errors: an axis the mesh lacks; a Manual axis (inside shard_map).
+  Result<std::vector<AxisType>> switched_types(const Mesh& mesh,
+                                               const std::vector<AxisType>& in_scope) const;
+  // auto_axes / explicit_axes called inside trace tr (JAX's: no program of their own): begins
+  // the switched types on tr (the caller ends them after f) and says whether auto_axes'
+  // out_sharding applies: JAX's auto_axes over axes that are all Auto already calls f as it
+  // is. A value crossing in (explicit_axes' in_sharding) or out (auto_axes' out_sharding) is
+  // resharded by switch_reshard: before begin or after end, each in the right types.
+  Result<bool> begin_switch(Trace& tr) const;
+  Result<ValueId> switch_reshard(Trace& tr, ValueId v, const PartitionSpec& spec) const;
   // The program inputs of a trace: one per array leaf, named by leaf_names, with
   // in_shardings' spec (shard_map: in_specs', each device's block).
   Result<TracedArgs> trace_inputs(Trace& tr, const CallArgs& args,
@@ -203,7 +215,6 @@ class JitFunction {
   const char* mode_fn() const;  // "auto_axes" or "explicit_axes"
 
  private:
-  Status check_mode_axes(const Mesh& mesh) const;
 
   struct Slot {
     CacheKey key;

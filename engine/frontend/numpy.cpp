@@ -157,7 +157,15 @@ Result<ValueId> broadcast_to(Trace& tr, ValueId x, const Shape& shape) {
 Status check_elementwise_sharding(Trace& tr, std::string_view prim,
                                   std::initializer_list<ValueId> operands) {
   const Mesh& mesh = tr.mesh();
-  if (tr.manual() || mesh.num_devices() == 1 || shard_mode_of(mesh) != ShardMode::kExplicit)
+  if (tr.manual() || mesh.num_devices() == 1) return ok_status();
+  // The axis types in scope (the mesh's, or an auto_axes / explicit_axes region's): explicit
+  // mode's rule concerns the Explicit axes only; the partitioner resolves the Auto ones.
+  const std::vector<AxisType>& types = tr.axis_types();
+  auto is_explicit = [&](const std::string& axis) {
+    const int i = mesh.axis_index(axis);
+    return i >= 0 && static_cast<size_t>(i) < types.size() && types[i] == AxisType::kExplicit;
+  };
+  if (std::none_of(types.begin(), types.end(), [](AxisType t) { return t == AxisType::kExplicit; }))
     return ok_status();
   int r = 0;
   for (ValueId v : operands) {
@@ -174,7 +182,12 @@ Status check_elementwise_sharding(Trace& tr, std::string_view prim,
     dims.insert(dims.end(), i.shape.dims().begin(), i.shape.dims().end());
     PartitionSpec::DimAxes none;
     std::vector<PartitionSpec::DimAxes> spec(r - i.shape.rank(), none);
-    for (int d = 0; d < i.shape.rank(); ++d) spec.push_back(i.spec->dim_or_none(d));
+    for (int d = 0; d < i.shape.rank(); ++d) {
+      PartitionSpec::DimAxes axes;
+      for (const std::string& a : i.spec->dim_or_none(d))
+        if (is_explicit(a)) axes.push_back(a);
+      spec.push_back(axes);
+    }
     const bool predicate = prim == "select_n" && ops.empty();  // not the result's dtype
     ops.push_back({std::string(dtype_name(i.dtype)), Shape(dims), PartitionSpec(spec)});
     if (!predicate && i.dtype != DType::kI32 && out == DType::kI32) out = i.dtype;  // promoted
@@ -537,12 +550,20 @@ Result<int64_t> axis_size(Trace& tr, const std::vector<std::string>& axes_in) {
   return axes_size(tr.mesh(), axes);
 }
 
-Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& spec, bool assert_) {
+Result<ValueId> sharding_constraint(Trace& tr, ValueId x, const PartitionSpec& named,
+                                    bool assert_) {
+  // Under use_abstract_mesh the spec names the view's axes (Trace::begin_view).
+  const PartitionSpec spec = tr.view() ? tr.from_view(*tr.view(), named) : named;
   if (tr.manual())
     return invalid_argument("{}: inside sl.shard_map values are per-device blocks",
                             assert_ ? "with_sharding_constraint" : "reshard");
   const Shape s = info(tr, x).shape;
   ENG_RETURN_IF_ERROR(check_spec(tr, spec, s, assert_ ? "with_sharding_constraint" : "reshard"));
+  if (!spec.partial().empty())
+    return invalid_argument(
+        "{}: a target {} with unreduced axes is not supported (the engine's constraints hold "
+        "reduced values; sl.device_put places an unreduced array)",
+        assert_ ? "with_sharding_constraint" : "reshard", spec.to_string());
   std::vector<std::string> logical;
   for (int i = 0; i < s.rank(); ++i) logical.push_back(tr.logical_name(spec.dim_or_none(i)));
   return assert_ ? tr.builder().raw_constraint(x, logical) : tr.builder().constraint(x, logical);

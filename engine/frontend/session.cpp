@@ -3,7 +3,9 @@
 #include "engine/frontend/session.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/base/hash.h"
@@ -41,6 +43,38 @@ Result<NamedSharding> sharding_of(const Value& a) {
   return NamedSharding{a.trace->mesh(), spec};
 }
 
+const std::vector<AxisType>& axis_types_of(const Value& a) {
+  return a.is_tracer() ? a.trace->axis_types() : a.data->array.sharding.mesh.axis_types();
+}
+
+NamedSharding type_sharding(const NamedSharding& s, const std::vector<AxisType>& types) {
+  std::vector<PartitionSpec::DimAxes> dims = s.spec.dims();
+  for (auto& axes : dims)
+    std::erase_if(axes, [&](const std::string& a) {
+      const int i = s.mesh.axis_index(a);
+      return i < 0 || static_cast<size_t>(i) >= types.size() || types[i] != AxisType::kExplicit;
+    });
+  return NamedSharding{s.mesh.with_axis_types(types), PartitionSpec(std::move(dims), s.spec.partial())};
+}
+
+NamedSharding type_sharding_of(const Value& a, const NamedSharding& s) {
+  if (a.is_tracer() && !a.trace->eager())  // an eager shard_map's per-device value has no id
+    if (const Mesh* view = a.trace->view_of(a.value))
+      if (std::optional<PartitionSpec> vs = a.trace->to_view(*view, s.spec))
+        return type_sharding({*view, *vs}, view->axis_types());
+  return type_sharding(s, axis_types_of(a));
+}
+
+std::string unreduced_string(const NamedSharding& s) {
+  std::vector<std::string> axes;
+  for (const std::string& a : s.mesh.axis_names())
+    if (std::find(s.spec.partial().begin(), s.spec.partial().end(), a) != s.spec.partial().end())
+      axes.push_back(a);
+  if (axes.empty()) return "";
+  return axes.size() == 1 ? fmt::format("{{U:{}}}", axes[0])
+                          : fmt::format("{{U:({})}}", fmt::join(axes, ","));
+}
+
 size_t EagerKeyHash::operator()(const EagerKey& k) const {
   uint64_t h = hash_mix(hash_bytes(k.fn), hash_bytes(k.statics));
   for (const std::string& o : k.operands) h = hash_mix(h, hash_bytes(o));
@@ -64,7 +98,7 @@ std::string AbstractMesh::to_string() const {
   std::vector<std::string> axes, types;
   for (size_t i = 0; i < axis_names.size(); ++i) {
     axes.push_back(fmt::format("'{}': {}", axis_names[i], axis_sizes[i]));
-    types.push_back(axis_type);
+    types.push_back(i < axis_types.size() ? axis_types[i] : "Auto");
   }
   if (axes.empty()) return "AbstractMesh()";
   return fmt::format("AbstractMesh({}, axis_types=({}{}))", fmt::join(axes, ", "),
@@ -73,9 +107,15 @@ std::string AbstractMesh::to_string() const {
 
 AbstractMesh Session::abstract_mesh() const {
   const std::shared_ptr<Trace> tr = active_trace();
+  if (tr && tr->view()) {  // use_abstract_mesh's
+    AbstractMesh a{tr->view()->axis_names(), tr->view()->axis_sizes(), {}};
+    for (AxisType t : tr->view()->axis_types()) a.axis_types.push_back(std::string(axis_type_name(t)));
+    return a;
+  }
   const Mesh& m = tr ? tr->mesh() : mesh();
-  AbstractMesh a{m.axis_names(), m.axis_sizes(), std::string(axis_type_name(m.axis_type()))};
-  if (tr && tr->manual()) a.axis_type = "Manual";
+  AbstractMesh a{m.axis_names(), m.axis_sizes(), {}};
+  for (AxisType t : tr ? tr->axis_types() : m.axis_types())
+    a.axis_types.push_back(std::string(axis_type_name(tr && tr->manual() ? AxisType::kManual : t)));
   return a;
 }
 

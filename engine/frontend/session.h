@@ -48,6 +48,17 @@ struct Value {
 Status check_live(const Value& a, std::string_view fn);
 // x.sharding: a concrete array's, or for a tracer what the partitioner gives it so far.
 Result<NamedSharding> sharding_of(const Value& a);
+// The axis types in scope for a: a tracer's trace's (switched inside auto_axes /
+// explicit_axes), a concrete array's mesh's.
+const std::vector<AxisType>& axis_types_of(const Value& a);
+// jax.typeof(a).sharding from a's sharding `s`: the spec names only the axes Explicit in
+// `types` (Auto axes are the compiler's business), on the mesh with those types.
+NamedSharding type_sharding(const NamedSharding& s, const std::vector<AxisType>& types);
+// The same for a's sharding s: a tracer made under use_abstract_mesh is typed on that mesh.
+NamedSharding type_sharding_of(const Value& a, const NamedSharding& s);
+// The unreduced axes of a type as JAX prints them after it: "{U:Y}", "{U:(X,Y)}" (mesh
+// order); "" when none.
+std::string unreduced_string(const NamedSharding& s);
 
 // One operand of an op: an array or a number (a scalar of the arrays' float dtype).
 struct Operand {
@@ -78,7 +89,7 @@ struct EagerKeyHash {
 struct AbstractMesh {
   std::vector<std::string> axis_names;
   std::vector<int64_t> axis_sizes;
-  std::string axis_type;  // one for every axis: "Auto", "Explicit" or "Manual"
+  std::vector<std::string> axis_types;  // per axis: "Auto", "Explicit" or "Manual"
   std::string to_string() const;
 };
 
@@ -97,8 +108,9 @@ class Session {
   void push_trace(std::shared_ptr<Trace> tr) { traces_.push_back(std::move(tr)); }
   void pop_trace();
   int trace_depth() const { return static_cast<int>(traces_.size()); }
-  // The abstract mesh in scope: the innermost trace's (auto_axes / explicit_axes trace with
-  // every axis of their mode; a shard_map body's axes are Manual), else the current mesh's.
+  // The abstract mesh in scope: the innermost trace's, with its axis types in scope
+  // (Trace::axis_types: auto_axes / explicit_axes switch some; a shard_map body's axes are
+  // Manual), else the current mesh's.
   AbstractMesh abstract_mesh() const;
 
   // Applies op to operands: traced into the active trace when there is one (or an operand is

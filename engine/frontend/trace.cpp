@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 
 #include "engine/base/limits.h"
@@ -52,7 +54,7 @@ std::shared_ptr<Runtime> runtime_for(const Mesh& mesh) {
 }
 
 ShardMode shard_mode_of(const Mesh& mesh) {
-  return mesh.axis_type() == AxisType::kExplicit ? ShardMode::kExplicit : ShardMode::kAuto;
+  return mesh.all_axes(AxisType::kExplicit) ? ShardMode::kExplicit : ShardMode::kAuto;
 }
 
 Status check_host_values(const Shape& shape, std::string_view what) {
@@ -65,8 +67,90 @@ Status check_host_values(const Shape& shape, std::string_view what) {
   return ok_status();
 }
 
+namespace {
+
+// Whether device d is at coordinate 0 along every one of `axes`.
+bool first_along(const Mesh& mesh, const std::vector<std::string>& axes, int64_t d) {
+  const std::vector<int64_t> c = mesh.device_coords(d);
+  for (const std::string& a : axes)
+    if (const int i = mesh.axis_index(a); i >= 0 && c[static_cast<size_t>(i)] != 0) return false;
+  return true;
+}
+
+// One device's block as doubles (its own buffer).
+std::vector<double> block_values(const Array& arr, int64_t d) {
+  const int64_t n = arr.sharding.local_shape(arr.shape).numel();
+  const void* p = arr.shards[static_cast<size_t>(d)].data();
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (arr.dtype) {
+      case DType::kF32: v[i] = static_cast<const float*>(p)[i]; break;
+      case DType::kBF16: v[i] = bf16_to_f32(static_cast<const uint16_t*>(p)[i]); break;
+      case DType::kI32: v[i] = static_cast<const int32_t*>(p)[i]; break;
+    }
+  }
+  return v;
+}
+
+// JAX's unreduced (P(..., unreduced={'Y'})): the value is the sum over those axes of the
+// devices' blocks. Placed as JAX's device_put places it: the member at coordinate 0 along every
+// unreduced axis holds its block, the others zeros.
+Result<ArrayRef> put_unreduced(const std::vector<double>& host, const Shape& shape, DType dtype,
+                               const NamedSharding& sharding) {
+  ENG_RETURN_IF_ERROR(sharding.validate(shape));
+  ENG_ASSIGN_OR_RETURN(ArrayRef placed, device_put(host, shape, dtype,
+                                                   {sharding.mesh, PartitionSpec(sharding.spec.dims())}));
+  auto out = std::const_pointer_cast<DeviceArray>(placed);  // made here: nobody else holds it
+  for (int64_t d = 0; d < static_cast<int64_t>(out->array.shards.size()); ++d) {
+    DeviceBuffer& b = out->array.shards[static_cast<size_t>(d)];
+    if (b.data() && !first_along(sharding.mesh, sharding.spec.partial(), d))
+      std::memset(b.data(), 0, static_cast<size_t>(b.bytes()));
+  }
+  out->array.sharding = sharding;
+  return placed;
+}
+
+// The value of an unreduced array: per element, the sum of the blocks of the devices holding
+// it at coordinate 0 along the replicated axes (one per member of the unreduced axes).
+Result<std::vector<double>> fetch_unreduced(const DeviceArray& a) {
+  const Array& arr = a.array;
+  const NamedSharding& s = arr.sharding;
+  if (a.rt->spans_processes())
+    return unimplemented("fetch: an unreduced array ({}) across processes", s.spec.to_string());
+  std::vector<std::string> replicated;
+  for (const std::string& m : s.mesh.axis_names()) {
+    bool used = std::find(s.spec.partial().begin(), s.spec.partial().end(), m) != s.spec.partial().end();
+    for (const auto& d : s.spec.dims()) used = used || std::find(d.begin(), d.end(), m) != d.end();
+    if (!used) replicated.push_back(m);
+  }
+  const Shape local = s.local_shape(arr.shape);
+  const int rank = arr.shape.rank();
+  std::vector<double> out(static_cast<size_t>(arr.shape.numel()), 0.0);
+  for (int64_t d = 0; d < s.mesh.num_devices(); ++d) {
+    if (!first_along(s.mesh, replicated, d)) continue;
+    const std::vector<double> v = block_values(arr, d);
+    const std::vector<int64_t> off = s.local_offset(arr.shape, d);
+    std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+    for (size_t i = 0; i < v.size(); ++i) {
+      int64_t g = 0;
+      for (int k = 0; k < rank; ++k) g = g * arr.shape[k] + off[k] + idx[k];
+      out[static_cast<size_t>(g)] += v[i];
+      for (int k = rank - 1; k >= 0; --k) {
+        if (++idx[k] < local[k]) break;
+        idx[k] = 0;
+      }
+    }
+  }
+  if (arr.dtype == DType::kF32)  // summed as the devices would: in float32
+    for (double& x : out) x = static_cast<float>(x);
+  return out;
+}
+
+}  // namespace
+
 Result<ArrayRef> device_put(const std::vector<double>& host, const Shape& shape, DType dtype,
                             const NamedSharding& sharding) {
+  if (!sharding.spec.partial().empty()) return put_unreduced(host, shape, dtype, sharding);
   ENG_RETURN_IF_ERROR(check_array_bytes(shape, dtype, "device_put"));
   if (static_cast<int64_t>(host.size()) != shape.numel())
     return invalid_argument("device_put: {} values for shape {} ({} elements)", host.size(),
@@ -94,6 +178,7 @@ Result<ArrayRef> device_put(const std::vector<double>& host, const Shape& shape,
 
 Result<std::vector<double>> fetch(const DeviceArray& a) {
   ENG_RETURN_IF_ERROR(check_host_values(a.array.shape, "fetch"));
+  if (!a.array.sharding.spec.partial().empty()) return fetch_unreduced(a);
   const int64_t n = a.array.shape.numel();
   std::vector<char> bytes(static_cast<size_t>(n * dtype_size(a.array.dtype)));
   ENG_RETURN_IF_ERROR(a.rt->fetch(a.array, bytes.data()));
@@ -192,11 +277,147 @@ Result<PartitionSpec> Trace::sharding_of(ValueId v) const {
   Builder b = b_;
   b.output(v, "x");
   Program p = std::move(b).finish();
+  ENG_ASSIGN_OR_RETURN(Partitioned part, partition(p, mesh_, compile_options()));
+  return PartitionSpec(part.value_specs[v].dims());
+}
+
+const std::vector<AxisType>& Trace::axis_types() const {
+  return open_types_.empty() ? mesh_.axis_types() : open_types_.back().types;
+}
+
+void Trace::begin_axis_types(std::vector<AxisType> types) {
+  open_types_.push_back({static_cast<int>(b_.program().instrs().size()), std::move(types)});
+}
+
+void Trace::end_axis_types() {
+  if (open_types_.empty()) return;
+  OpenAxisTypes o = std::move(open_types_.back());
+  open_types_.pop_back();
+  const int end = static_cast<int>(b_.program().instrs().size());
+  if (o.begin < end) type_regions_.push_back({o.begin, end, std::move(o.types)});
+}
+
+namespace {
+
+// Per view axis, the run of mesh axes it stands for (view ('A': 8) over ('X': 4, 'Y': 2):
+// {{X, Y}}), size-1 mesh axes left out (they shard nothing). Nullopt when the runs do not
+// line up.
+std::optional<std::vector<std::vector<std::string>>> view_runs(const Mesh& mesh, const Mesh& view) {
+  std::vector<std::vector<std::string>> runs;
+  int k = 0;
+  for (int v = 0; v < view.num_axes(); ++v) {
+    std::vector<std::string> run;
+    int64_t product = 1;
+    for (; k < mesh.num_axes() && product < view.axis_sizes()[v]; ++k) {
+      if (mesh.axis_sizes()[k] == 1) continue;
+      product *= mesh.axis_sizes()[k];
+      run.push_back(mesh.axis_names()[k]);
+    }
+    if (product != view.axis_sizes()[v]) return std::nullopt;
+    runs.push_back(std::move(run));
+  }
+  for (; k < mesh.num_axes(); ++k)
+    if (mesh.axis_sizes()[k] != 1) return std::nullopt;
+  return runs;
+}
+
+}  // namespace
+
+Status Trace::begin_view(const Mesh& view) {
+  if (view.num_devices() != mesh_.num_devices())
+    return invalid_argument(
+        "use_abstract_mesh: Abstract{} has {} devices, the jit's mesh {} has {}: the total size "
+        "of the mesh must not change",
+        view.to_string(), view.num_devices(), mesh_.to_string(), mesh_.num_devices());
+  const auto runs = view_runs(mesh_, view);
+  if (!runs)
+    return invalid_argument(
+        "use_abstract_mesh: the axes of Abstract{} are not runs of consecutive axes of the jit's "
+        "mesh {} (each of its axes must be a product of the mesh's, in order)",
+        view.to_string(), mesh_.to_string());
+  std::vector<AxisType> types = axis_types();  // size-1 axes (in no run) keep theirs
+  for (int v = 0; v < view.num_axes(); ++v)
+    for (const std::string& a : (*runs)[v]) types[mesh_.axis_index(a)] = view.axis_type(v);
+  begin_axis_types(std::move(types));
+  views_open_.push_back({static_cast<int>(b_.program().instrs().size()), -1, view});
+  return ok_status();
+}
+
+void Trace::end_view() {
+  if (views_open_.empty()) return;
+  ViewRange r = std::move(views_open_.back());
+  views_open_.pop_back();
+  r.end = static_cast<int>(b_.program().instrs().size());
+  if (r.begin < r.end) views_.push_back(std::move(r));
+  end_axis_types();
+}
+
+const Mesh* Trace::view_of(ValueId v) const {
+  if (v == kNoValue) return nullptr;
+  const int p = b_.info(v).producer;
+  if (p < 0) return nullptr;
+  const ViewRange* in = nullptr;
+  auto consider = [&](const ViewRange& r) {
+    const int end = r.end < 0 ? static_cast<int>(b_.program().instrs().size()) : r.end;
+    if (r.begin <= p && p < end && (!in || r.begin > in->begin)) in = &r;
+  };
+  for (const ViewRange& r : views_) consider(r);
+  for (const ViewRange& r : views_open_) consider(r);
+  return in ? &in->view : nullptr;
+}
+
+PartitionSpec Trace::from_view(const Mesh& view, const PartitionSpec& spec) const {
+  const auto runs = view_runs(mesh_, view);
+  auto map = [&](const std::vector<std::string>& axes) {
+    std::vector<std::string> out;
+    for (const std::string& a : axes) {
+      const int v = view.axis_index(a);
+      if (v < 0 || !runs) out.push_back(a);  // not the view's: check_spec names it
+      else out.insert(out.end(), (*runs)[v].begin(), (*runs)[v].end());
+    }
+    return out;
+  };
+  std::vector<PartitionSpec::DimAxes> dims;
+  for (const auto& d : spec.dims()) dims.push_back(map(d));
+  return PartitionSpec(std::move(dims), map(spec.partial()));
+}
+
+std::optional<PartitionSpec> Trace::to_view(const Mesh& view, const PartitionSpec& spec) const {
+  const auto runs = view_runs(mesh_, view);
+  if (!runs) return std::nullopt;
+  auto map = [&](const std::vector<std::string>& axes) -> std::optional<std::vector<std::string>> {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < axes.size();) {
+      int v = 0;
+      while (v < view.num_axes() && ((*runs)[v].empty() || (*runs)[v][0] != axes[i])) ++v;
+      if (v == view.num_axes() || i + (*runs)[v].size() > axes.size() ||
+          !std::equal((*runs)[v].begin(), (*runs)[v].end(), axes.begin() + i))
+        return std::nullopt;
+      out.push_back(view.axis_names()[v]);
+      i += (*runs)[v].size();
+    }
+    return out;
+  };
+  std::vector<PartitionSpec::DimAxes> dims;
+  for (const auto& d : spec.dims()) {
+    auto m = map(d);
+    if (!m) return std::nullopt;
+    dims.push_back(std::move(*m));
+  }
+  auto partial = map(spec.partial());
+  if (!partial) return std::nullopt;
+  return PartitionSpec(std::move(dims), std::move(*partial));
+}
+
+CompileOptions Trace::compile_options() const {
   CompileOptions o;
   o.rules = rules();
   o.shard_mode = shard_mode_of(mesh_);
-  ENG_ASSIGN_OR_RETURN(Partitioned part, partition(p, mesh_, o));
-  return PartitionSpec(part.value_specs[v].dims());
+  o.axis_type_regions = type_regions_;
+  const int end = static_cast<int>(b_.program().instrs().size());
+  for (const OpenAxisTypes& open : open_types_)
+    if (open.begin < end) o.axis_type_regions.push_back({open.begin, end, open.types});
+  return o;
 }
 
 // ---- Compiled ---------------------------------------------------------------------------
@@ -301,7 +522,8 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
   c->mesh_ = tr.mesh();
   c->sources_ = tr.sources_;
   c->manual_ = tr.manual();
-  const LogicalAxisRules rules = tr.rules();
+  const CompileOptions options = tr.compile_options();
+  c->type_regions_ = options.axis_type_regions;
   Builder& b = tr.builder();
   // Every value the program holds (not only what reshape or broadcast_to made) fits the
   // runtime's rank limit (engine/base/limits.h).
@@ -322,6 +544,19 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
       c->vma_.push_back(tr.vma_bits(static_cast<ValueId>(v)));
   ENG_ASSIGN_OR_RETURN(std::vector<PartitionSpec> specs, c->result_specs(tr, results, req));
   for (PartitionSpec& s : specs) s = remove_size_one_mesh_axis(s, c->mesh_);
+  // use_abstract_mesh: a result made under a view is typed, and placed, on the view's mesh.
+  c->out_views_.assign(results.size(), std::nullopt);
+  for (size_t i = 0; i < results.size() && !c->manual_; ++i) {
+    const Mesh* view = tr.view_of(results[i]);
+    if (!view) continue;
+    std::optional<PartitionSpec> s = tr.to_view(*view, specs[i]);
+    if (!s)
+      return invalid_argument(
+          "{}: result {} is laid out {} on {}, which {} cannot express (a dim split over part of "
+          "one of its axes)",
+          req.fn_name, i + 1, specs[i].to_string(), c->mesh_.to_string(), view->to_string());
+    c->out_views_[i] = NamedSharding{*view, *s};
+  }
   std::vector<int> input_args;  // per input: its program argument
   for (size_t k = 0; k < c->sources_.size(); ++k)
     if (c->sources_[k].kind == Trace::Source::Kind::kInput)
@@ -357,7 +592,7 @@ Result<std::shared_ptr<Compiled>> Compiled::create(Trace tr, std::vector<ValueId
   // jax.remat: the backward recomputes the regions' values their policies did not save.
   if (tr.remat().regions > 0 && tr.remat().forward_end >= 0)
     c->program_ = rematerialize(c->program_, tr.remat().forward_end, remat_policy_of_regions());
-  ENG_RETURN_IF_ERROR(c->compile(req, rules));
+  ENG_RETURN_IF_ERROR(c->compile(req, options));
   return c;
 }
 
@@ -371,6 +606,7 @@ Result<std::vector<PartitionSpec>> Compiled::result_specs(const Trace& tr,
     CompileOptions opts;
     opts.rules = tr.rules();
     opts.shard_mode = shard_mode_of(mesh_);
+    opts.axis_type_regions = type_regions_;
     ENG_ASSIGN_OR_RETURN(Partitioned part, partition(traced_, mesh_, opts));
     for (size_t i = 0; i < results.size(); ++i)
       specs[i] = PartitionSpec(part.value_specs[results[i]].dims());  // partial sums reduced
@@ -395,10 +631,8 @@ Compiled::~Compiled() {
   if (std::shared_ptr<Runtime> rt = find_runtime(mesh_)) rt->release(*exe_);
 }
 
-Status Compiled::compile(const CompileRequest& req, const LogicalAxisRules& rules) {
-  CompileOptions opts;
-  opts.rules = rules;
-  opts.shard_mode = shard_mode_of(mesh_);
+Status Compiled::compile(const CompileRequest& req, const CompileOptions& options) {
+  CompileOptions opts = options;
   opts.manual = manual_;
   jit_ = std::make_unique<Jit>(req.fn_name, &program_, mesh_, opts, JitOptions{});
   std::vector<NamedSharding> shardings;

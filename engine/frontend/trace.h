@@ -124,6 +124,34 @@ class Trace {
   RematState& remat() { return remat_; }
   const RematState& remat() const { return remat_; }
 
+  // jax.sharding.auto_axes / explicit_axes called inside this trace (JAX switches the abstract
+  // mesh's axis types for the call; no program of its own): the axis types in scope (the
+  // mesh's outside any switch), switched by begin_axis_types until the matching
+  // end_axis_types. The instructions traced in between are partitioned with those types
+  // (SpmdOptions::axis_type_regions): explicit-mode rules for their Explicit axes only.
+  const std::vector<AxisType>& axis_types() const;
+  void begin_axis_types(std::vector<AxisType> types);
+  void end_axis_types();
+  // The partitioner's options for this trace's program: its rules, the mesh's mode, and the
+  // regions of switched axis types so far (an open one ends at the last instruction).
+  CompileOptions compile_options() const;
+
+  // jax.sharding.use_abstract_mesh(view) inside this trace: until end_view, specs are named on
+  // `view`, another mesh of the same devices whose axes are runs of this mesh's consecutive
+  // axes (view ('A': 8) over ('X': 4, 'Y': 2): A is (X, Y); devices are row-major in both),
+  // and the trace's axes take their view axis's type (begin_axis_types). The values made in
+  // between are typed on the view, and so are the jit's results among them. Errors: another
+  // device count, axes that do not line up.
+  Status begin_view(const Mesh& view);
+  void end_view();
+  const Mesh* view() const { return views_open_.empty() ? nullptr : &views_open_.back().view; }
+  // The view value v was made under (its producer traced in a view), or null.
+  const Mesh* view_of(ValueId v) const;
+  // A spec named on `view` as this mesh names it (A -> ('X', 'Y')).
+  PartitionSpec from_view(const Mesh& view, const PartitionSpec& spec) const;
+  // A spec of this mesh on `view`, or nullopt when a dim is split over part of a view axis.
+  std::optional<PartitionSpec> to_view(const Mesh& view, const PartitionSpec& spec) const;
+
  private:
   friend class Compiled;
   struct Source {  // where one program argument comes from at run time
@@ -145,6 +173,18 @@ class Trace {
   mutable std::vector<uint32_t> vma_;                      // per value, derived so far
   mutable size_t vma_instrs_ = 0;                          // instrs derived so far
   RematState remat_;
+  struct OpenAxisTypes {  // a begin_axis_types not yet ended
+    int begin = 0;
+    std::vector<AxisType> types;
+  };
+  std::vector<OpenAxisTypes> open_types_;     // innermost last
+  std::vector<AxisTypeRegion> type_regions_;  // ended, in the order they ended
+  struct ViewRange {  // use_abstract_mesh: instructions [begin, end) typed on view
+    int begin = 0, end = -1;  // end -1: still open
+    Mesh view;
+  };
+  std::vector<ViewRange> views_open_;  // innermost last
+  std::vector<ViewRange> views_;       // ended
 };
 
 // Options a caller (sl.jit) gives a compilation.
@@ -185,6 +225,9 @@ class Compiled {
   const CompileInfo& info() const { return info_; }
   const Mesh& mesh() const { return mesh_; }
   const std::vector<NamedSharding>& out_shardings() const { return out_shardings_; }
+  // Per result: the sharding it takes on its view's mesh (made under use_abstract_mesh: run()'s
+  // array moves there), or nullopt.
+  const std::vector<std::optional<NamedSharding>>& out_views() const { return out_views_; }
   const std::vector<NamedSharding>& in_shardings() const { return in_shardings_; }
   const std::vector<Shape>& out_shapes() const { return out_shapes_; }  // global, per result
   // A shard_map body's varying manual axes per value of traced() (vma.h's bits); else empty.
@@ -195,14 +238,16 @@ class Compiled {
   Result<std::vector<PartitionSpec>> result_specs(const Trace& tr,
                                                   const std::vector<ValueId>& results,
                                                   const CompileRequest& req) const;
-  Status compile(const CompileRequest& req, const LogicalAxisRules& rules);
+  Status compile(const CompileRequest& req, const CompileOptions& options);
   std::string name_;
   Mesh mesh_;
   Program traced_;
   Program program_;
   std::vector<Trace::Source> sources_;
+  std::vector<AxisTypeRegion> type_regions_;  // the trace's (Trace::compile_options)
   std::vector<NamedSharding> in_shardings_;   // per input
   std::vector<NamedSharding> out_shardings_;  // per result
+  std::vector<std::optional<NamedSharding>> out_views_;  // per result (out_views())
   std::vector<Shape> out_shapes_;             // per result: its global shape
   std::vector<int> out_donor_;                // per result: donated input index, or -1
   bool manual_ = false;                       // a shard_map body (per-device program)
@@ -212,7 +257,9 @@ class Compiled {
   CompileInfo info_;
 };
 
-// The shard mode a mesh implies for users' programs: Explicit axes make explicit mode.
+// The shard mode a mesh implies for users' programs: every axis Explicit makes explicit mode;
+// otherwise the partitioner takes each axis's type from the mesh (a mixed mesh: the
+// explicit-mode rules for its Explicit axes).
 ShardMode shard_mode_of(const Mesh& mesh);
 
 }  // namespace eng::frontend

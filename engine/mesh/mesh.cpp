@@ -59,9 +59,44 @@ Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> s
     return invalid_argument("mesh: {} devices, more than the {} this engine simulates", devices,
                             kMaxDevices);
   Mesh m;
+  m.axis_types_.assign(names.size(), type);
   m.axis_names_ = std::move(names);
   m.axis_sizes_ = std::move(sizes);
-  m.axis_type_ = type;
+  return m;
+}
+
+Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> sizes,
+                          std::vector<AxisType> types) {
+  if (types.size() != names.size())
+    return invalid_argument("mesh: {} axis names but {} axis types", names.size(), types.size());
+  ENG_ASSIGN_OR_RETURN(Mesh m, create(std::move(names), std::move(sizes), AxisType::kAuto));
+  m.axis_types_ = std::move(types);
+  return m;
+}
+
+bool Mesh::all_axes(AxisType t) const {
+  if (axis_types_.empty()) return false;
+  for (AxisType a : axis_types_)
+    if (a != t) return false;
+  return true;
+}
+
+bool Mesh::any_axis(AxisType t) const {
+  for (AxisType a : axis_types_)
+    if (a == t) return true;
+  return false;
+}
+
+std::vector<std::string> Mesh::axes_of_type(AxisType t) const {
+  std::vector<std::string> out;
+  for (int i = 0; i < num_axes(); ++i)
+    if (axis_types_[i] == t) out.push_back(axis_names_[i]);
+  return out;
+}
+
+Mesh Mesh::with_axis_types(std::vector<AxisType> types) const {
+  Mesh m = *this;
+  if (types.size() == axis_types_.size()) m.axis_types_ = std::move(types);
   return m;
 }
 
@@ -175,7 +210,7 @@ std::string Mesh::to_string() const {
   std::vector<std::string> parts, types;
   for (int i = 0; i < num_axes(); ++i) {
     parts.push_back(fmt::format("'{}': {}", axis_names_[i], axis_sizes_[i]));
-    types.push_back(std::string(axis_type_name(axis_type_)));
+    types.push_back(std::string(axis_type_name(axis_types_[i])));
   }
   return fmt::format("Mesh({}, axis_types={})", fmt::join(parts, ", "), py_tuple(types));
 }
@@ -186,7 +221,7 @@ std::string Mesh::repr() const {
   for (int i = 0; i < num_axes(); ++i) {
     sizes.push_back(fmt::format("{}", axis_sizes_[i]));
     names.push_back(fmt::format("'{}'", axis_names_[i]));
-    types.push_back(std::string(axis_type_name(axis_type_)));
+    types.push_back(std::string(axis_type_name(axis_types_[i])));
   }
   return fmt::format("Mesh(axis_sizes={}, axis_names={}, axis_types={})", py_tuple(sizes),
                      py_tuple(names), py_tuple(types));
@@ -200,7 +235,15 @@ std::string Mesh::nontrivial_axes_string() const {
 }
 
 uint64_t Mesh::hash() const {
-  uint64_t h = hash_mix(0, static_cast<uint64_t>(axis_type_));
+  // One type for every axis hashes as the type (the hashes of meshes before per-axis types);
+  // mixed types as 16 mixed with each axis's type and position.
+  uint64_t types = axis_types_.empty() ? 0 : static_cast<uint64_t>(axis_types_[0]);
+  for (AxisType t : axis_types_)
+    if (t != axis_types_[0]) types = 16;
+  if (types == 16)
+    for (size_t i = 0; i < axis_types_.size(); ++i)
+      types = hash_mix(types, static_cast<uint64_t>(axis_types_[i]) + 4 * i);
+  uint64_t h = hash_mix(0, types);
   for (int i = 0; i < num_axes(); ++i) {
     h = hash_mix(h, hash_bytes(axis_names_[i]));
     h = hash_mix(h, static_cast<uint64_t>(axis_sizes_[i]));

@@ -6,6 +6,9 @@
 //
 // Devices are numbered 0..N-1 in row-major order over the axes (first axis most major),
 // like mesh_utils.create_device_mesh on CPU. Axes of size 1 are kept (MaxText keeps all 12).
+// Each axis has its own AxisType, as JAX's (jax.make_mesh(..., axis_types=(Auto, Explicit))):
+// sharding-in-types names Explicit axes only, and the partitioner's explicit-mode errors are
+// about Explicit axes (engine/compile/spmd.h).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,9 @@ class Mesh {
   // Validates: names unique and non-empty, sizes >= 1.
   static Result<Mesh> create(std::vector<std::string> axis_names, std::vector<int64_t> axis_sizes,
                              AxisType axis_type = AxisType::kAuto);
+  // The same with one type per axis (their count must equal the names').
+  static Result<Mesh> create(std::vector<std::string> axis_names, std::vector<int64_t> axis_sizes,
+                             std::vector<AxisType> axis_types);
   // MaxText's fill_unspecified_mesh_axes + create_device_mesh: sizes in axis order, at most
   // one -1 filled so the product equals num_devices; errors name both numbers.
   static Result<Mesh> from_parallelism(std::vector<std::string> axis_names,
@@ -45,7 +51,16 @@ class Mesh {
   int num_axes() const { return static_cast<int>(axis_names_.size()); }
   const std::vector<std::string>& axis_names() const { return axis_names_; }
   const std::vector<int64_t>& axis_sizes() const { return axis_sizes_; }
-  AxisType axis_type() const { return axis_type_; }
+  const std::vector<AxisType>& axis_types() const { return axis_types_; }
+  AxisType axis_type(int axis) const { return axis_types_[static_cast<size_t>(axis)]; }
+  // Whether the mesh has axes and every one is of type t (the empty mesh: false).
+  bool all_axes(AxisType t) const;
+  bool any_axis(AxisType t) const;
+  // The names of the axes of type t, in mesh order.
+  std::vector<std::string> axes_of_type(AxisType t) const;
+  // This mesh with other axis types (one per axis), as jax.sharding's auto_axes /
+  // explicit_axes see it.
+  Mesh with_axis_types(std::vector<AxisType> types) const;
   int64_t num_devices() const;
   int axis_index(std::string_view name) const;  // -1 if absent
   bool has_axis(std::string_view name) const { return axis_index(name) >= 0; }
@@ -68,7 +83,7 @@ class Mesh {
  private:
   std::vector<std::string> axis_names_;   // major to minor
   std::vector<int64_t> axis_sizes_;       // one per name, each >= 1
-  AxisType axis_type_ = AxisType::kAuto;  // all axes share one type (as MaxText's shard_mode)
+  std::vector<AxisType> axis_types_;      // one per name
 };
 
 }  // namespace eng

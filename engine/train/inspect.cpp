@@ -171,8 +171,7 @@ Result<int64_t> record_sharding_snapshot(MetricsStore& store, const std::string&
   m.run_id = run_id;
   m.axis_names = table.mesh.axis_names();
   m.axis_sizes = table.mesh.axis_sizes();
-  m.axis_types.assign(table.mesh.axis_names().size(),
-                      std::string(axis_type_name(table.mesh.axis_type())));
+  for (AxisType t : table.mesh.axis_types()) m.axis_types.push_back(std::string(axis_type_name(t)));
   m.repr = table.mesh.to_string();
   ENG_ASSIGN_OR_RETURN(int64_t mesh_id, store.record_mesh(m));
   std::vector<TensorShardingRow> rows;

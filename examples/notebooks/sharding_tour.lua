@@ -134,7 +134,8 @@ print(sl.typeof(rows), "->", sl.typeof(cols), "same values:", cols:totable()[7][
 -- The explicit-sharding tutorial's "Working around unimplemented sharding rules": adding a
 -- `f32[4@X,4]` to a `f32[4,4@X]` is a type error in explicit mode (the result would use X
 -- twice). Under `auto_axes` the compiler chooses how, and `out_sharding` types the result.
--- (An engine mesh has one axis type, so the switch covers every axis of the mesh.)
+-- (`axes = 'X'` switches one axis: Auto over X, still Explicit over Y; inside a jit the switch
+-- is part of the jit's program.)
 
 -- %% auto_axes
 some_x = sl.reshard(sl.arange(16.0):reshape(4, 4), sl.P("X", nil))

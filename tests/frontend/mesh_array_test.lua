@@ -12,8 +12,12 @@ assert(tostring(sl.make_mesh({8}, {"i"}, {axis_types = "Auto"})) == "Mesh('i': 8
 h.expect_error(function() sl.make_mesh({2, 2}, {"X"}) end, "2 axis_shapes but 1 axis_names")
 h.expect_error(function() sl.make_mesh({2, 0}, {"X", "Y"}) end, "axis_shapes[2] must be a positive integer")
 h.expect_error(function() sl.make_mesh({2, 2}, {"X", "X"}) end, "axis 'X' appears more than once")
-h.expect_error(function() sl.make_mesh({2, 2}, {"X", "Y"}, {axis_types = {"Auto", "Explicit"}}) end,
-               "mixed axis_types")
+-- One type per axis (JAX's mixed meshes): a type names the Explicit axes only.
+local mixed = sl.make_mesh({2, 2}, {"X", "Y"}, {axis_types = {"Auto", "Explicit"}})
+assert(tostring(mixed) == "Mesh('X': 2, 'Y': 2, axis_types=(Auto, Explicit))", tostring(mixed))
+assert(mixed:mode() == "mixed" and not (mixed == sl.make_mesh({2, 2}, {"X", "Y"})))
+h.expect_error(function() sl.make_mesh({2, 2}, {"X", "Y"}, {axis_types = {"Auto"}}) end,
+               "1 axis_types for 2 axes")
 h.expect_error(function() sl.make_mesh({2}, {"X"}, {axis_types = "Manual"}) end, "not Explicit or Auto")
 
 -- set_mesh and the scoped use_mesh (restored also when the function raises).

@@ -159,7 +159,7 @@ TEST(Session, AbstractMeshIsTheInnermostScopes) {
   EXPECT_EQ(m.axis_names, (std::vector<std::string>{"i"}));
   s.pop_trace();
   s.pop_trace();
-  EXPECT_EQ(s.abstract_mesh().axis_type, "Explicit");
+  EXPECT_EQ(s.abstract_mesh().axis_types, (std::vector<std::string>{"Explicit", "Explicit"}));
 }
 
 // f(x) = sum(x * x) traced by hand, as the shell's Lua call would.
@@ -388,22 +388,60 @@ TEST(JitFunction, VmapPlanChecksSizes) {
   EXPECT_EQ(p->one->info(p->inner.leaf_values[1]).shape, (Shape{5, 3}));
 }
 
-TEST(JitFunction, ModeAxesMustBeAllAxes) {
+TEST(JitFunction, ModeAxesSwitchTheirAxes) {
   JitOptions o;
   o.name = "h";
   o.mode = ShardMode::kAuto;
   o.mode_axes = {"X"};
   JitFunction f(o);
   const Mesh mesh = *Mesh::create({"X", "Y"}, {2, 2}, AxisType::kExplicit);
+  // auto_axes(axes='X'): Auto over X, still Explicit over Y (JAX's mixed abstract mesh).
   Result<std::shared_ptr<Trace>> tr = f.new_trace(mesh, 0);
-  ASSERT_FALSE(tr.ok());
-  EXPECT_NE(tr.status().message().find("h: auto_axes: axes (X) are not all the axes"),
-            std::string::npos);
+  ASSERT_TRUE(tr.ok()) << tr.status().message();
+  EXPECT_EQ((*tr)->mesh().to_string(), "Mesh('X': 2, 'Y': 2, axis_types=(Auto, Explicit))");
+  EXPECT_EQ(shard_mode_of((*tr)->mesh()), ShardMode::kAuto);
   f.options().mode_axes = {"Y", "X"};
   tr = f.new_trace(mesh, 0);
   ASSERT_TRUE(tr.ok()) << tr.status().message();
-  EXPECT_EQ(shard_mode_of((*tr)->mesh()), ShardMode::kAuto);
+  EXPECT_TRUE((*tr)->mesh().all_axes(AxisType::kAuto));
+  f.options().mode_axes = {"Z"};
+  tr = f.new_trace(mesh, 0);
+  ASSERT_FALSE(tr.ok());
+  EXPECT_NE(tr.status().message().find("h: auto_axes: axes names 'Z', which is not an axis of"),
+            std::string::npos);
+  f.options().mode_axes = {"X"};
   EXPECT_FALSE(f.new_trace(mesh, kMaxTraceDepth).ok());  // recursion through jit
+  // Inside a trace: the types switch for the instructions traced until end_axis_types, and
+  // the partitioner gets them as a region.
+  Trace outer("f", mesh);
+  const ValueId x = outer.input("x", Shape{4, 4}, DType::kF32, PartitionSpec({{"X"}, {"Y"}}));
+  ASSERT_TRUE(f.begin_switch(outer).value());
+  EXPECT_EQ(outer.axis_types(), (std::vector<AxisType>{AxisType::kAuto, AxisType::kExplicit}));
+  outer.builder().scale(x, 2.0);
+  outer.end_axis_types();
+  EXPECT_EQ(outer.axis_types(), mesh.axis_types());
+  const CompileOptions co = outer.compile_options();
+  ASSERT_EQ(co.axis_type_regions.size(), 1u);
+  EXPECT_EQ(co.axis_type_regions[0].begin, 0);
+  EXPECT_EQ(co.axis_type_regions[0].end, 1);
+  // A switch that changes nothing: auto_axes over Auto axes calls f as it is (no out_sharding).
+  Trace auto_tr("f", mesh.with_axis_types({AxisType::kAuto, AxisType::kAuto}));
+  EXPECT_FALSE(f.begin_switch(auto_tr).value());
+}
+
+TEST(Mesh, PerAxisTypes) {
+  const Mesh m =
+      *Mesh::create({"X", "Y"}, {2, 4}, std::vector<AxisType>{AxisType::kAuto, AxisType::kExplicit});
+  EXPECT_EQ(m.to_string(), "Mesh('X': 2, 'Y': 4, axis_types=(Auto, Explicit))");
+  EXPECT_EQ(m.axes_of_type(AxisType::kExplicit), std::vector<std::string>{"Y"});
+  EXPECT_FALSE(m.all_axes(AxisType::kExplicit));
+  EXPECT_TRUE(m.any_axis(AxisType::kExplicit));
+  EXPECT_NE(m.hash(), m.with_axis_types({AxisType::kExplicit, AxisType::kAuto}).hash());
+  EXPECT_NE(m, m.with_axis_types({AxisType::kExplicit, AxisType::kExplicit}));
+  // The type names the Explicit axes only.
+  const NamedSharding s = type_sharding({m, PartitionSpec({{"X"}, {"Y"}})}, m.axis_types());
+  EXPECT_EQ(s.spec.to_string(), "P(None, 'Y')");
+  EXPECT_FALSE(Mesh::create({"X"}, {2}, std::vector<AxisType>{}).ok());
 }
 
 TEST(Creation, ArangeLinspaceAndPrng) {

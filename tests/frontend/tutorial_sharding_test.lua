@@ -39,9 +39,26 @@ expect(mesh, "Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))", "cell 8")
 -- cell 9
 jax.set_mesh(mesh)
 
--- cell 10
-cannot(10, "jax.sharding.AbstractMesh and use_abstract_mesh (a jit changing its mesh) are not "
-           .. "offered")
+-- cell 10: Python's `with` block inside the function is a do-block with a to-be-closed
+-- variable (its `return` closes it after y * 2 is traced).
+local f10 = jax.jit(function(x)
+  local abstract_mesh = jax.sharding.AbstractMesh({8}, {'A'}, {jax.sharding.AxisType.Explicit})
+  do
+    local _ <close> = jax.sharding.use_abstract_mesh(abstract_mesh)
+    local y = jax.reshard(x, jax.P('A', nil))
+    return y * 2
+  end
+end)
+
+local z10 = f10(x)
+expect(jax.typeof(z10), "f32[8@A,4]", "cell 10")  -- the tutorial: f32[8@A, 4]
+-- Not printed by the tutorial: z lives on the devices of the mesh A, each holding its rows.
+expect(z10.sharding, "NamedSharding(mesh=Mesh('A': 8, axis_types=(Explicit,)), spec=P('A', None))",
+       "cell 10 sharding")
+local xv10, zv10 = x:totable(), z10:totable()
+for i = 1, 8 do for j = 1, 4 do assert(zv10[i][j] == 2 * xv10[i][j], "cell 10 values") end end
+assert(tostring(z10:addressable_shards()[2].data) == tostring(jnp.array({{8., 10., 12., 14.}})),
+       "cell 10: device 1 holds row 1")
 
 -- cell 11: x.sharding is a NamedSharding, printed as JAX's without device_ids and memory_kind
 -- (a PartitionSpec prints P(...) here, PartitionSpec(...) in JAX).
@@ -79,16 +96,50 @@ y = jax.device_put(x, jax.P({'X', 'Y'}))
 expect(y.sharding.spec, "P(('X', 'Y'))", "cell 16")
 jax.debug.visualize_array_sharding(y)
 
--- cells 17 and 18
-cannot(17, "unreduced={...} in a PartitionSpec (partial sums are compiler-internal state)")
-cannot(18, "the shards of an unreduced array (cell 17)")
+-- cell 17: `unreduced={'Y'}` is the trailing keyword table. (JAX prints the spec
+-- PartitionSpec('X', None, unreduced={'Y'}).)
+y = jax.device_put(x, jax.P('X', nil, {unreduced = {'Y'}}))
+expect(y.sharding, "NamedSharding(mesh=Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)), "
+                   .. "spec=P('X', None, unreduced={'Y'}))", "cell 17")
+expect(jax.typeof(y), "f32[8@X,4]{U:Y}", "cell 17 type")
+expect(y, "Array(shape=(8, 4), dtype=float32, sharding=" .. tostring(y.sharding) .. ")",
+       "cell 17 repr")
 
--- cell 19: NamedSharding on another mesh (y is cell 16's: cell 17 did not run).
+-- cell 18: the logical value is the sum over Y of the shards: each (X, Y=0) device holds its
+-- rows of x, each (X, Y=1) device zeros (JAX's device_put to unreduced).
+shards = y:addressable_shards()
+assert(#shards == 8)
+local xv = x:totable()
+for d = 1, 8 do
+  local s = shards[d]
+  local blk = s.data:totable()
+  expect(s.device, tostring(d - 1), "cell 18 device")
+  assert(#blk == 2 and #blk[1] == 4, "cell 18 shape")
+  local row0 = (d - 1) // 2 * 2  -- X = (d-1) // 2 holds rows 2X, 2X+1
+  for i = 1, 2 do
+    for j = 1, 4 do
+      local want = (d - 1) % 2 == 0 and xv[row0 + i][j] or 0
+      assert(blk[i][j] == want, string.format("cell 18: device %d [%d][%d] = %s", d - 1, i, j, blk[i][j]))
+    end
+  end
+end
+-- Not in the tutorial: the value is the sum, and reshard to a reduced spec all-reduces over Y.
+local yv = y:totable()
+for i = 1, 8 do for j = 1, 4 do assert(yv[i][j] == xv[i][j], "unreduced value") end end
+local reduced = jax.reshard(y, jax.P('X', nil))
+expect(jax.typeof(reduced), "f32[8@X,4]", "reshard of the unreduced array")
+local rv = reduced:totable()
+for i = 1, 8 do for j = 1, 4 do assert(rv[i][j] == xv[i][j], "reshard's all-reduce") end end
+local reduce_text = jax.jit(function(a) return jax.reshard(a, jax.P('X', nil)) end):lower(y)
+                    :compile():text()
+assert(reduce_text:find("all_reduce[axes=(Y)]", 1, true), reduce_text)
+
+-- cell 19: NamedSharding on another mesh (y is cell 17's).
 local mesh2 = jax.make_mesh({8}, {'A'})
 local z = jax.device_put(x, jax.NamedSharding(mesh2, jax.P('A', nil)))
 expect(z.sharding.spec, "P('A', None)", "cell 19")
 expect(z.mesh, "Mesh('A': 8, axis_types=(Explicit,))", "cell 19 mesh")
-expect(y.sharding.spec, "P(('X', 'Y'))", "cell 19")
+expect(y.sharding.spec, "P('X', None, unreduced={'Y'})", "cell 19")
 
 
 -- cells 20 and 21: the type's sharding, at the top level and inside jit (explicit mode).
@@ -205,9 +256,39 @@ end)
 z = f(x, y)
 expect(z.sharding.spec, "P('X', None)", "cell 33")
 
--- cells 34 and 35
-cannot(34, "explicit_axes inside a jit of the other mode (the engine partitions one program in "
-           .. "one mode)")
+-- cell 34: explicit_axes inside a jit of the Auto mesh (cell 31's): part of the jit's program,
+-- Explicit inside. print's lines are collected in `printed34` (the f-string's
+-- `{jax.typeof(y) = }` is its text and the value; JAX prints ShapedArray(float32[4@X,4@Y])).
+local printed34 = {}
+local explicit_g = explicit_axes(function(y)
+  printed34[#printed34 + 1] = 'mesh inside g: ' .. tostring(jax.sharding.get_abstract_mesh())
+  printed34[#printed34 + 1] = 'y.sharding inside g: jax.typeof(y) = ' .. tostring(jax.typeof(y))
+  local z = y * 2
+  printed34[#printed34 + 1] = 'z.sharding inside g: jax.typeof(z) = ' .. tostring(jax.typeof(z))
+  return z
+end)
+
+f = jax.jit(function(arr1)
+  printed34[#printed34 + 1] = 'mesh inside f: ' .. tostring(jax.sharding.get_abstract_mesh())
+  local x = jnp.sin(arr1)
+  local z = explicit_g(x, {in_sharding = jax.P("X", "Y")})
+  return z + 1
+end)
+
+x = jax.device_put(np.arange(16):reshape(4, 4), jax.P("X", "Y"))
+local out34 = f(x)
+expect(table.concat(printed34, "\n"), table.concat({
+  "mesh inside f: AbstractMesh('X': 4, 'Y': 2, axis_types=(Auto, Auto))",
+  "mesh inside g: AbstractMesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))",
+  "y.sharding inside g: jax.typeof(y) = f32[4@X,4@Y]",
+  "z.sharding inside g: jax.typeof(z) = f32[4@X,4@Y]"}, "\n"), "cell 34")
+local v34 = out34:totable()
+for i = 1, 4 do
+  for j = 1, 4 do
+    local want = 2 * math.sin((i - 1) * 4 + (j - 1)) + 1
+    assert(math.abs(v34[i][j] - want) <= 1e-5, string.format("cell 34 [%d][%d]: %s", i, j, v34[i][j]))
+  end
+end
 
 -- cell 35: the concrete sharding and the type's, at the top level (Explicit) and under
 -- auto_axes (Auto: the type names no axis). print's lines are collected in `printed35`.

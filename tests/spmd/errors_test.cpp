@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/compile/executable.h"
+#include "engine/compile/serialize.h"
 #include "engine/ir/builder.h"
 #include "engine/train/config.h"
 #include "engine/train/train_step.h"
@@ -154,6 +155,49 @@ TEST(Explicit, ElementwiseIncompatibleShardingsError) {
   const Mesh auto_mesh = *Mesh::create({"data", "tensor"}, {2, 2});
   auto a = compile(mismatched_add(data, tensor, false), auto_mesh, auto_opts);
   EXPECT_TRUE(a.ok()) << a.status().message();
+}
+
+// JAX's mixed meshes: explicit mode's rules concern the Explicit axes only, and an
+// AxisTypeRegion (auto_axes / explicit_axes inside a jit) switches them for its instructions.
+TEST(Explicit, PerAxisTypesAndRegions) {
+  CompileOptions o;
+  o.rules = LogicalAxisRules({LogicalAxisRule{"batch", {"data"}}});
+  const Mesh mixed = *Mesh::create({"data", "tensor"}, {2, 2},
+                                   std::vector<AxisType>{AxisType::kAuto, AxisType::kExplicit});
+  const PartitionSpec data({{"data"}, {}}), data_t({{}, {"data"}});
+  const PartitionSpec tensor({{"tensor"}, {}}), tensor_t({{}, {"tensor"}});
+  // 'data' is Auto: the partitioner resolves the conflict (its choice keeps x's layout).
+  auto auto_axis = compile(mismatched_add(data, data_t, false), mixed, o);
+  ASSERT_TRUE(auto_axis.ok()) << auto_axis.status().message();
+  // 'tensor' is Explicit: JAX's error, naming the types (Explicit axes only).
+  auto explicit_axis = compile(mismatched_add(tensor, tensor_t, false), mixed, o);
+  ASSERT_FALSE(explicit_axis.ok());
+  EXPECT_NE(explicit_axis.status().message().find(
+                "add got incompatible shardings for broadcasting: ('tensor', None), (None, "
+                "'tensor')."),
+            std::string::npos)
+      << explicit_axis.status().message();
+  auto both = compile(mismatched_add(PartitionSpec({{"data"}, {"tensor"}}), tensor_t, false),
+                      mixed, o);
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  // Its executable round-trips with the mesh's types (the compile cache's encoding).
+  const std::string bytes = serialize_executable(**both);
+  auto back = deserialize_executable(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ((*back)->mesh(), mixed);
+  EXPECT_EQ((*back)->argument_shardings(), (*both)->argument_shardings());
+  EXPECT_EQ(serialize_executable(**back), bytes);
+  // On an Explicit mesh the same add is an error, unless a region makes 'data' Auto there.
+  const Mesh all_explicit = *Mesh::create({"data", "tensor"}, {2, 2}, AxisType::kExplicit);
+  CompileOptions e = o;
+  e.shard_mode = ShardMode::kExplicit;
+  EXPECT_FALSE(compile(mismatched_add(data, data_t, false), all_explicit, e).ok());
+  CompileOptions region = o;
+  region.axis_type_regions = {{0, 1, {AxisType::kAuto, AxisType::kExplicit}}};
+  auto in_region = compile(mismatched_add(data, data_t, false), all_explicit, region);
+  EXPECT_TRUE(in_region.ok()) << in_region.status().message();
+  region.axis_type_regions = {{0, 1, {AxisType::kExplicit, AxisType::kAuto}}};
+  EXPECT_FALSE(compile(mismatched_add(data, data_t, false), all_explicit, region).ok());
 }
 
 Config small_trainer_config(double per_device_batch) {
