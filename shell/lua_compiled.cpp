@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/compile/hlo_text.h"
 #include "shell/bindings.h"
 #include "shell/lua_binding.h"
 #include "shell/lua_pipeline.h"
@@ -35,6 +36,12 @@ Result<int> compiled_tostring(lua_State* L) {
                                 human_bytes(static_cast<double>(m.peak_bytes())),
                                 c->exe->cost().flops / 1e9)
                         .c_str());
+  return 1;
+}
+
+Result<int> compiled_hlo_text(lua_State* L) {
+  ENG_ASSIGN_OR_RETURN(CompiledBox * c, arg_compiled(L, "Compiled:as_text"));
+  lua_pushstring(L, eng::hlo_text(c->exe->program(), c->exe->mesh()).c_str());
   return 1;
 }
 
@@ -262,8 +269,10 @@ Result<int> compiled_pipeline(lua_State* L) {  // lua_pipeline.cpp
 constexpr Method kCompiledMethods[] = {
     {"text", lua_entry<compiled_text>, "c:text() -> string",
      "The compiled (per-device) program as jaxpr-like text."},
-    {"as_text", lua_entry<compiled_text>, "c:as_text() -> string",
-     "c:text() (JAX's Compiled.as_text name; the engine's text, not HLO)."},
+    {"as_text", lua_entry<compiled_hlo_text>, "c:as_text() -> string",
+     "The compiled (per-device) program in XLA's HLO text syntax, as JAX's Compiled.as_text():\n"
+     "  XLA's opcodes (dot, add, all-reduce with its replica groups, ...), the engine's other ops\n"
+     "  as custom-calls; the same program c:text() prints jaxpr-style (engine/compile/hlo_text.h)."},
     {"temps", lua_entry<compiled_temps>,
      "c:temps([n]) -> rows {name, type, size, bytes, first, last, op, layer, offset}",
      "The n largest temporaries (default 10), printed as a table: the value's name in c:text()\n"

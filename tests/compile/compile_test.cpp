@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/compile/executable.h"
+#include "engine/compile/hlo_text.h"
 #include "engine/compile/memory_plan.h"
 #include "tests/compile/test_programs.h"
 
@@ -54,6 +55,41 @@ TEST(Compile, MemoryAnalysisOfASmallProgram) {
   EXPECT_EQ(temps[0].value, 3);
   EXPECT_EQ(temps[0].first_instr, 0);
   EXPECT_EQ(temps[0].last_instr, 1);
+}
+
+// The HLO-syntax printer (JAX's Compiled.as_text): XLA's opcodes where the op is one, the rest
+// custom-calls named after the engine op, parameters and the ROOT tuple; a collective's replica
+// groups are the executor's groups (devices sharing every other mesh coordinate, ranked along
+// the collective's axes) and a cyclic permute's pairs send member r to r + shift mod G.
+TEST(Compile, HloTextNamesXlaOpcodesAndReplicaGroups) {
+  const std::string small = hlo_text(small_program(), Mesh());
+  EXPECT_NE(small.find("%Arg_0.1 = f32[4,8]{1,0} parameter(0)"), std::string::npos) << small;
+  EXPECT_NE(small.find("dot(f32[4,8]{1,0} %Arg_0.1, f32[8,16]{1,0} %Arg_1.2)"), std::string::npos) << small;
+  EXPECT_NE(small.find("custom-call(f32[4,16]{1,0} %dot.4), custom_call_target=\"scale\""),
+            std::string::npos) << small;
+  EXPECT_NE(small.find("s32[] parameter(2)"), std::string::npos) << small;
+  EXPECT_NE(small.find("ROOT %tuple."), std::string::npos) << small;
+
+  const Mesh mesh = Mesh::create({"X", "Y"}, {4, 2}).value();
+  Builder b("collectives");
+  ValueId x = b.argument("x", Shape{2, 3}, DType::kF32, {}, ArgRole::kBatch);
+  OpAttrs over_x;
+  over_x.mesh_axes = {"X"};
+  over_x.group_size = 4;
+  ValueId r = b.emit(OpKind::kAllReduce, {x}, over_x)[0];
+  OpAttrs shift_y;
+  shift_y.mesh_axes = {"Y"};
+  shift_y.group_size = 2;
+  shift_y.shift = 1;
+  b.output(b.emit(OpKind::kCollectivePermute, {r}, shift_y)[0], "y");
+  const std::string text = hlo_text(std::move(b).finish(), mesh);
+  EXPECT_NE(text.find("all-reduce(f32[2,3]{1,0} %Arg_0.1), channel_id=1, "
+                      "replica_groups={{0,2,4,6},{1,3,5,7}}, use_global_device_ids=true, "
+                      "to_apply=%region_add"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("source_target_pairs={{0,1},{1,0},{2,3},{3,2},{4,5},{5,4},{6,7},{7,6}}"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("%region_add (a: f32[], b: f32[]) -> f32[]"), std::string::npos) << text;
 }
 
 TEST(Compile, CostAnalysisCountsMatmulAndAttention) {
