@@ -416,7 +416,8 @@ Result<int> np_array(lua_State* L) {
   const int top = lua_gettop(L);
   bool devices = false;
   for (int idx = 1, depth = 0; !devices && depth < 9 && lua_type(L, idx) == LUA_TTABLE; ++depth) {
-    devices = lua_getfield(L, idx, "id") == LUA_TNUMBER;
+    lua_pushstring(L, "id");  // raw: never a user's __index (lua_binding.h)
+    devices = lua_rawget(L, idx) == LUA_TNUMBER;
     lua_pop(L, 1);
     lua_rawgeti(L, idx, 1);
     idx = lua_gettop(L);

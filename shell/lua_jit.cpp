@@ -352,6 +352,7 @@ Result<int> call_switched(lua_State* L, JitBox& j, int fidx, int first, int n) {
   const int base = lua_gettop(L);
   lua_pushvalue(L, fidx);
   for (int i = 0; i < n; ++i) lua_pushvalue(L, first + i);
+  const size_t depth = tr->open_depth();
   ENG_ASSIGN_OR_RETURN(const bool out_sharding, j.begin_switch(*tr));
   Status st = eng::ok_status();
   const auto& in_specs = j.options().in_specs;
@@ -359,7 +360,7 @@ Result<int> call_switched(lua_State* L, JitBox& j, int fidx, int first, int n) {
     if (i < static_cast<int>(in_specs.size()) && in_specs[i])
       st = reshard_leaves(L, j, tr, base + 2 + i, *in_specs[i]);
   if (st.ok()) st = call_traced(L, tr, base, n);  // the same trace, one level deeper
-  tr->end_axis_types();
+  tr->close_to(depth);  // the switch, and any view f left open
   if (!st.ok()) {
     lua_settop(L, base);
     return st;

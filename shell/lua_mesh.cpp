@@ -231,8 +231,11 @@ Result<int> abstract_mesh(lua_State* L) {
 int view_close(lua_State* L) {
   lua_getfield(L, 1, "trace");
   const lua_Integer id = lua_tointeger(L, -1);
+  lua_getfield(L, 1, "depth");
+  const lua_Integer depth = lua_tointeger(L, -1);
   std::shared_ptr<eng::frontend::Trace> tr = session(L).active_trace();
-  if (tr && tr->id() == id) tr->end_view();
+  // Ends the view and whatever began inside it; closing twice does nothing.
+  if (tr && tr->id() == id && depth >= 0) tr->close_to(static_cast<size_t>(depth));
   return 0;
 }
 
@@ -248,10 +251,13 @@ Result<int> use_abstract_mesh(lua_State* L) {
         "{}: only inside sl.jit here (its values are typed on the view); at the top level, "
         "sl.use_mesh sets a concrete mesh",
         fn);
+  const size_t depth = tr->open_depth();
   ENG_RETURN_IF_ERROR(tr->begin_view(view));
-  lua_createtable(L, 0, 1);
+  lua_createtable(L, 0, 2);
   lua_pushinteger(L, static_cast<lua_Integer>(tr->id()));
   lua_setfield(L, -2, "trace");
+  lua_pushinteger(L, static_cast<lua_Integer>(depth));
+  lua_setfield(L, -2, "depth");
   if (luaL_newmetatable(L, "AbstractMeshScope")) {
     lua_pushcfunction(L, view_close);
     lua_setfield(L, -2, "__close");

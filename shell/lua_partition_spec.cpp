@@ -45,7 +45,8 @@ Result<int> partition_spec(lua_State* L) {
   int n = lua_gettop(L);
   bool keywords = false;  // a last table with no list part and an `unreduced` key
   if (n >= 1 && lua_type(L, n) == LUA_TTABLE && lua_rawlen(L, n) == 0) {
-    keywords = lua_getfield(L, n, "unreduced") != LUA_TNIL;
+    lua_pushstring(L, "unreduced");  // raw: never a user's __index (lua_binding.h)
+    keywords = lua_rawget(L, n) != LUA_TNIL;
     lua_pop(L, 1);
   }
   if (keywords) {

@@ -84,7 +84,9 @@ Result<int> xla_flags_device_count(std::string_view flags) {
 
 Status devices_from_xla_flags() {
   if (g_count_given || g_devices_in_use.load() || g_process.count > 1) return ok_status();
-  ENG_ASSIGN_OR_RETURN(g_process.local_devices, xla_flags_setting());
+  const char* flags = std::getenv("XLA_FLAGS");
+  ENG_ASSIGN_OR_RETURN(const int n, xla_flags_device_count(flags ? flags : ""));
+  if (n > 0) g_process.local_devices = n;  // flags naming no count change nothing
   return ok_status();
 }
 
@@ -102,6 +104,7 @@ Status set_local_devices(int64_t n) {
   if (n < 1 || n > 4096)
     return invalid_argument("{} is not a device count in [1, 4096]", n);
   g_process.local_devices = static_cast<int>(n);
+  g_count_given = true;  // as JAX's config option, it wins over XLA_FLAGS set afterwards
   return ok_status();
 }
 

@@ -32,6 +32,9 @@ void print(const DeviceGrid& g, size_t d, size_t* next, std::string* out) {
 }  // namespace
 
 Result<DeviceGrid> DeviceGrid::reshape(std::vector<int64_t> dims) const {
+  constexpr size_t kMaxDims = 64;  // numpy's NPY_MAXDIMS (printing recurses once per dim)
+  if (dims.size() > kMaxDims)
+    return invalid_argument("cannot reshape into {} dimensions: at most {}", dims.size(), kMaxDims);
   const auto size = static_cast<int64_t>(ids.size());
   int64_t known = 1;
   int unknown = -1;
@@ -39,11 +42,12 @@ Result<DeviceGrid> DeviceGrid::reshape(std::vector<int64_t> dims) const {
   for (size_t k = 0; k < dims.size(); ++k) {
     if (dims[k] == -1 && unknown < 0) unknown = static_cast<int>(k);
     else if (dims[k] < 0) bad = true;
-    else known *= dims[k];
+    else bad = bad || __builtin_mul_overflow(known, dims[k], &known);
   }
-  if (unknown >= 0 && known > 0 && size % known == 0) dims[static_cast<size_t>(unknown)] = size / known;
+  if (!bad && unknown >= 0 && known > 0 && size % known == 0)
+    dims[static_cast<size_t>(unknown)] = size / known;
   int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  for (int64_t d : dims) bad = bad || d < 0 || __builtin_mul_overflow(n, d, &n);
   if (bad || n != size || (unknown >= 0 && known == 0))
     return invalid_argument("cannot reshape array of size {} into shape {}", size, py_tuple(dims));
   return DeviceGrid{ids, std::move(dims)};

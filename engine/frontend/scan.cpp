@@ -40,14 +40,17 @@ struct LeafType {
   }
 };
 
-Result<LeafType> leaf_type(const Value& v) {
+// with_sharding false: the sharding is left out (a traced value's costs a partitioning of the
+// program so far; scan() compares it on the first iteration only, as JAX traces the body once).
+Result<LeafType> leaf_type(const Value& v, bool with_sharding = true) {
   LeafType t;
   t.dtype = v.dtype;
   t.shape = v.shape;
   t.vma = vma_of(v);
   const bool manual = v.is_tracer() && v.trace->manual();
   PartitionSpec spec;
-  const bool sharded = !manual && shard_mode_of(v.mesh()) == ShardMode::kExplicit;
+  const bool sharded =
+      with_sharding && !manual && shard_mode_of(v.mesh()) == ShardMode::kExplicit;
   if (sharded) {
     ENG_ASSIGN_OR_RETURN(NamedSharding ns, sharding_of(v));
     spec = remove_size_one_mesh_axis(ns.spec, v.mesh());
@@ -58,10 +61,10 @@ Result<LeafType> leaf_type(const Value& v) {
   return t;
 }
 
-Result<std::vector<LeafType>> leaf_types(const std::vector<Value>& leaves) {
+Result<std::vector<LeafType>> leaf_types(const std::vector<Value>& leaves, bool with_sharding = true) {
   std::vector<LeafType> out;
   for (const Value& v : leaves) {
-    ENG_ASSIGN_OR_RETURN(LeafType t, leaf_type(v));
+    ENG_ASSIGN_OR_RETURN(LeafType t, leaf_type(v, with_sharding));
     out.push_back(std::move(t));
   }
   return out;
@@ -96,7 +99,7 @@ std::string py_tuple(const std::vector<std::string>& names) {
 
 // JAX's _check_carry_type (jax/_src/lax/control_flow/loops.py), for the "scan body".
 Status check_carry(const ScanOptions& opts, const Tree& in_tree, const std::vector<LeafType>& in,
-                   const Tree& out_tree, const std::vector<Value>& out_leaves) {
+                   const Tree& out_tree, const std::vector<Value>& out_leaves, bool with_sharding) {
   auto component = [&](const std::string& p) {
     if (!opts.carry_name.empty())
       return p.empty() ? fmt::format("the input carry {}", opts.carry_name)
@@ -110,7 +113,7 @@ Status check_carry(const ScanOptions& opts, const Tree& in_tree, const std::vect
         "\nRevise the function so that the carry output has the same pytree structure as the "
         "carry input.",
         tree_text(in_tree), tree_text(out_tree));
-  ENG_ASSIGN_OR_RETURN(std::vector<LeafType> out, leaf_types(out_leaves));
+  ENG_ASSIGN_OR_RETURN(std::vector<LeafType> out, leaf_types(out_leaves, with_sharding));
   const std::vector<std::string> paths = scan_leaf_paths(in_tree);
   std::vector<std::string> diffs, pcasts;
   for (size_t k = 0; k < in.size(); ++k) {
@@ -210,6 +213,11 @@ Result<ScanResult> scan(Session& s, const ScanBody& body, const ScanTree& init,
         "scan: a zero-length scan is not supported: the scan is unrolled, and with no iteration "
         "the types of ys are unknown (JAX's jax.disable_jit() mode has the same limit)");
   ENG_ASSIGN_OR_RETURN(const std::vector<LeafType> carry_types, leaf_types(init.leaves));
+  // After the first iteration the types are compared without their sharding: finding a traced
+  // value's costs a partitioning of the program so far (quadratic in the length otherwise), and
+  // the body, traced once by JAX, gives the same shardings for the same input types.
+  std::vector<LeafType> carry_types_unsharded = carry_types, y_types_unsharded;
+  for (LeafType& t : carry_types_unsharded) t.spec.clear();
   ScanResult r;
   r.carry = init;
   std::vector<std::vector<Value>> ys;  // per leaf of y, per iteration
@@ -231,15 +239,17 @@ Result<ScanResult> scan(Session& s, const ScanBody& body, const ScanTree& init,
     ScanTree x{xs.tree, {}};
     for (const std::vector<Value>& leaf : slices) x.leaves.push_back(leaf[static_cast<size_t>(i)]);
     ENG_ASSIGN_OR_RETURN(auto out, body(r.carry, x));
-    ENG_RETURN_IF_ERROR(check_carry(opts, init.tree, carry_types, out.first.tree,
-                                    out.first.leaves));
+    ENG_RETURN_IF_ERROR(check_carry(opts, init.tree, it == 0 ? carry_types : carry_types_unsharded,
+                                    out.first.tree, out.first.leaves, it == 0));
     r.carry = std::move(out.first);
-    ENG_ASSIGN_OR_RETURN(std::vector<LeafType> yt, leaf_types(out.second.leaves));
+    ENG_ASSIGN_OR_RETURN(std::vector<LeafType> yt, leaf_types(out.second.leaves, it == 0));
     if (it == 0) {
       r.ys.tree = out.second.tree;
       y_types = yt;
+      y_types_unsharded = yt;
+      for (LeafType& t : y_types_unsharded) t.spec.clear();
       ys.resize(yt.size());
-    } else if (!(out.second.tree == r.ys.tree) || !(yt == y_types)) {
+    } else if (!(out.second.tree == r.ys.tree) || !(yt == y_types_unsharded)) {
       std::vector<std::string> a, b;
       for (const LeafType& t : y_types) a.push_back(t.text);
       for (const LeafType& t : yt) b.push_back(t.text);

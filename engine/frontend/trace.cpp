@@ -289,6 +289,13 @@ void Trace::begin_axis_types(std::vector<AxisType> types) {
   open_types_.push_back({static_cast<int>(b_.program().instrs().size()), std::move(types)});
 }
 
+void Trace::close_to(size_t depth) {
+  while (open_types_.size() > depth) {
+    if (open_types_.back().view) end_view();
+    else end_axis_types();
+  }
+}
+
 void Trace::end_axis_types() {
   if (open_types_.empty()) return;
   OpenAxisTypes o = std::move(open_types_.back());
@@ -339,6 +346,7 @@ Status Trace::begin_view(const Mesh& view) {
   for (int v = 0; v < view.num_axes(); ++v)
     for (const std::string& a : (*runs)[v]) types[mesh_.axis_index(a)] = view.axis_type(v);
   begin_axis_types(std::move(types));
+  open_types_.back().view = true;
   views_open_.push_back({static_cast<int>(b_.program().instrs().size()), -1, view});
   return ok_status();
 }

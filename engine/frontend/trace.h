@@ -132,6 +132,11 @@ class Trace {
   const std::vector<AxisType>& axis_types() const;
   void begin_axis_types(std::vector<AxisType> types);
   void end_axis_types();
+  // How many switches and views are open; close_to(d) ends those begun after open_depth() was
+  // d, innermost first (a view with end_view): a scope's end also ends what its body left open
+  // (an auto_axes body's unclosed use_abstract_mesh), and ending twice does nothing.
+  size_t open_depth() const { return open_types_.size(); }
+  void close_to(size_t depth);
   // The partitioner's options for this trace's program: its rules, the mesh's mode, and the
   // regions of switched axis types so far (an open one ends at the last instruction).
   CompileOptions compile_options() const;
@@ -176,6 +181,7 @@ class Trace {
   struct OpenAxisTypes {  // a begin_axis_types not yet ended
     int begin = 0;
     std::vector<AxisType> types;
+    bool view = false;  // begun by begin_view (end_view ends both)
   };
   std::vector<OpenAxisTypes> open_types_;     // innermost last
   std::vector<AxisTypeRegion> type_regions_;  // ended, in the order they ended

@@ -42,6 +42,10 @@ Result<Mesh> Mesh::create(std::vector<std::string> names, std::vector<int64_t> s
                           AxisType type) {
   if (names.size() != sizes.size())
     return invalid_argument("mesh: {} axis names but {} sizes", names.size(), sizes.size());
+  // Sets of axes are 32-bit masks (a value's varying manual axes, engine/frontend/vma.h).
+  constexpr size_t kMaxAxes = 32;
+  if (names.size() > kMaxAxes)
+    return invalid_argument("mesh: {} axes, more than the {} a mesh may have", names.size(), kMaxAxes);
   std::set<std::string> seen;
   int64_t devices = 1;
   for (size_t i = 0; i < names.size(); ++i) {

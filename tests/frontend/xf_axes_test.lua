@@ -155,6 +155,22 @@ assert(seen_y == "f32[8@A,4]", seen_y)
 assert(tostring(viewed.mesh) == "Mesh('A': 8, axis_types=(Explicit,))", tostring(viewed.mesh))
 for i = 1, 8 do for j = 1, 4 do assert(viewed:totable()[i][j] == (i - 1) * 4 + j) end end
 assert(tostring(sl.get_abstract_mesh()) == "AbstractMesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))")
+-- A view an auto_axes body leaves open (no <close>) ends with the body's region (regression: the
+-- region's end popped the view's types and left auto_axes' switch open for the rest of the jit);
+-- closing a scope twice does nothing.
+local after_region, after_twice
+sl.jit(function(t)
+  sl.auto_axes(function(u) local _ = sl.use_abstract_mesh(am8); return u end,
+               {axes = "X", out_sharding = sl.P("X", "Y")})(t)
+  after_region = tostring(sl.get_abstract_mesh())
+  local s = sl.use_abstract_mesh(am8)
+  getmetatable(s).__close(s)
+  getmetatable(s).__close(s)
+  after_twice = tostring(sl.get_abstract_mesh())
+  return t
+end)(x84)
+assert(after_region == "AbstractMesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit))", after_region)
+assert(after_twice == after_region, after_twice)
 h.expect_error(function()
   sl.jit(function(t) local _ <close> = sl.use_abstract_mesh(sl.AbstractMesh({4}, {"A"})); return t end)(xy)
 end, "has 4 devices, the jit's mesh Mesh('X': 4, 'Y': 2, axis_types=(Explicit, Explicit)) has 8")
