@@ -81,23 +81,6 @@ std::shared_ptr<Trace> eager_trace(const std::string& name, const Mesh& mesh) {
   return tr;
 }
 
-Result<std::shared_ptr<Compiled>> Session::cached(
-    EagerKey key, const std::function<Result<std::shared_ptr<Compiled>>()>& make) {
-  if (auto it = eager_.find(key); it != eager_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);  // most recently used
-    return it->second->second;
-  }
-  ENG_ASSIGN_OR_RETURN(std::shared_ptr<Compiled> c, make());
-  ++eager_compiles_;
-  if (eager_.size() >= kEagerCacheCapacity) {
-    eager_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
-  lru_.emplace_front(key, c);
-  eager_.emplace(std::move(key), lru_.begin());
-  return c;
-}
-
 Result<std::vector<Value>> Session::apply_eager_manual(std::string_view fn,
                                                        const std::string& statics,
                                                        const std::vector<Operand>& ops,

@@ -183,25 +183,14 @@ Result<std::vector<Value>> Session::apply_traced(std::string_view fn,
   return values;
 }
 
-Result<std::shared_ptr<Compiled>> Session::eager_compiled(std::string_view fn, EagerKey key,
-                                                          const std::vector<Operand>& ops,
-                                                          const Mesh& mesh, const OpFn& op) {
+// The eager cache (LRU, kEagerCacheCapacity entries): the entry for key, made by make on a miss.
+Result<std::shared_ptr<Compiled>> Session::cached(
+    EagerKey key, const std::function<Result<std::shared_ptr<Compiled>>()>& make) {
   if (auto it = eager_.find(key); it != eager_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);  // most recently used
     return it->second->second;
   }
-  Trace tr(std::string(fn), mesh);
-  std::vector<ValueId> ins;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Operand& o = ops[i];
-    const std::string name = fmt::format("x{}", i);
-    ins.push_back(o.array ? tr.input(name, o.array->shape, o.array->dtype,
-                                     o.array->data->array.sharding.spec)
-                          : tr.input(name, Shape{}, number_dtype(ops, o.number), PartitionSpec()));
-  }
-  ENG_ASSIGN_OR_RETURN(std::vector<ValueId> outs, with_context(fn, op(tr, ins)));
-  ENG_ASSIGN_OR_RETURN(
-      auto c, with_context(fn, Compiled::create(std::move(tr), outs, {std::string(fn), {}})));
+  ENG_ASSIGN_OR_RETURN(std::shared_ptr<Compiled> c, make());
   ++eager_compiles_;
   if (eager_.size() >= kEagerCacheCapacity) {
     eager_.erase(lru_.back().first);
@@ -210,6 +199,24 @@ Result<std::shared_ptr<Compiled>> Session::eager_compiled(std::string_view fn, E
   lru_.emplace_front(key, c);
   eager_.emplace(std::move(key), lru_.begin());
   return c;
+}
+
+Result<std::shared_ptr<Compiled>> Session::eager_compiled(std::string_view fn, EagerKey key,
+                                                          const std::vector<Operand>& ops,
+                                                          const Mesh& mesh, const OpFn& op) {
+  return cached(std::move(key), [&]() -> Result<std::shared_ptr<Compiled>> {
+    Trace tr(std::string(fn), mesh);
+    std::vector<ValueId> ins;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Operand& o = ops[i];
+      const std::string name = fmt::format("x{}", i);
+      ins.push_back(o.array ? tr.input(name, o.array->shape, o.array->dtype,
+                                       o.array->data->array.sharding.spec)
+                            : tr.input(name, Shape{}, number_dtype(ops, o.number), PartitionSpec()));
+    }
+    ENG_ASSIGN_OR_RETURN(std::vector<ValueId> outs, with_context(fn, op(tr, ins)));
+    return with_context(fn, Compiled::create(std::move(tr), outs, {std::string(fn), {}}));
+  });
 }
 
 Result<std::vector<Value>> Session::apply_eager(std::string_view fn, const std::string& statics,
