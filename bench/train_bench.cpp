@@ -229,11 +229,12 @@ int main(int argc, char** argv) {
   fmt::print("sgemm peak (best median): {:.1f} GFLOP/s = {:.0f}% of the theoretical peak\n", peak,
              100 * peak / theory);
   if (bf16_peak <= 0) bf16_peak = measure_bf16_peak(true);
-  const double bf16_theory = threads * bf16_flops_per_cycle(flops_per_cycle) * ghz;
+  const int bf16_per_cycle = bf16_flops_per_cycle(flops_per_cycle);
+  const double bf16_theory = threads * bf16_per_cycle * ghz;
   fmt::print("bf16 matmul peak (best median; avx512_bf16: {}): {:.1f} GFLOP/s = {:.0f}% of its theoretical "
              "peak ({} threads x {} FLOP/cycle x {:.2f} GHz = {:.1f} GFLOP/s)\n",
              eng::kern::cpu_has_avx512_bf16() ? "yes" : "no", bf16_peak, 100 * bf16_peak / bf16_theory,
-             threads, bf16_flops_per_cycle(flops_per_cycle), ghz, bf16_theory);
+             threads, bf16_per_cycle, ghz, bf16_theory);
   if (peak_only) {
     fmt::print("{{\"sgemm_peak_gflops\": {:.1f}, \"bf16_peak_gflops\": {:.1f}, "
                "\"theoretical_peak_gflops\": {:.1f}, \"theoretical_bf16_peak_gflops\": {:.1f}, "

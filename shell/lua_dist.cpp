@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/dist/dist.h"
+#include "engine/dist/local_devices.h"
 #include "shell/bindings.h"
 #include "shell/lua_binding.h"
 
@@ -26,7 +27,7 @@ Result<int> process_count(lua_State* L) {
 
 // Devices [lo, hi) as a list of {id = d, process_index = p} (JAX's Device.id, .process_index).
 void push_devices(lua_State* L, int64_t lo, int64_t hi) {
-  eng::dist::mark_devices_listed();  // the count is fixed from now on (JAX's backend started)
+  eng::dist::note_devices_in_use();  // the count is fixed from now on (JAX's backend started)
   const eng::dist::Process& p = eng::dist::process();
   lua_createtable(L, static_cast<int>(hi - lo), 0);
   for (int64_t d = lo; d < hi; ++d) {

@@ -90,7 +90,6 @@ Status devices_from_xla_flags() {
   return ok_status();
 }
 
-void mark_devices_listed() { note_devices_in_use(); }
 
 const Process& process() { return g_process; }
 

@@ -43,12 +43,11 @@ Status init(int* argc, char*** argv, int local_devices = 0);
 Result<int> xla_flags_device_count(std::string_view flags);
 // os.environ["XLA_FLAGS"] = ... from Lua (shell/lua_dist.cpp): XLA_FLAGS' count (or 1) becomes
 // the local device count, as JAX reads XLA_FLAGS when its backend starts: only before the
-// devices were first listed (mark_devices_listed: sl.devices(), sl.local_devices()) or a
+// devices were first listed (sl.devices(), sl.local_devices(): note_devices_in_use) or a
 // Runtime was made (local_devices.h's devices_in_use, which sl.config.update shares), in one
 // process, and when neither --local-devices nor SHARDLAB_LOCAL_DEVICES gave the count; else
 // nothing changes (JAX ignores XLA_FLAGS set after its backend started).
 Status devices_from_xla_flags();
-void mark_devices_listed();
 // MPI_Finalize when init started MPI (a barrier: every process must call it).
 void finalize();
 // Ends every process of the job at once (MPI_Abort), after printing `why` on stderr. Only for

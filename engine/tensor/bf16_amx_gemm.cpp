@@ -184,17 +184,7 @@ void store_block(const Bf16MatmulShape& s, const float* sums, void* C, int64_t m
   for (int64_t r = 0; r < mm; ++r)
     for (int64_t h = 0; h < 2 && 16 * h < nn; ++h) {
       const simd::Mask mask = simd::mask_for(nn - 16 * h);
-      simd::Vec v = simd::load(sums + r * kBlock + 16 * h, mask);
-      const int64_t at = (m + r) * s.ldc + n + 16 * h;
-      if (s.c_dtype == DType::kF32) {
-        float* c = static_cast<float*>(C) + at;
-        if (s.accumulate) v = v + simd::load(c, mask);
-        simd::store(c, v, mask);
-      } else {
-        uint16_t* c = static_cast<uint16_t*>(C) + at;
-        if (s.accumulate) v = v + bf16::load(c, mask);
-        bf16::store(c, v, mask);
-      }
+      store_c(s, C, (m + r) * s.ldc + n + 16 * h, simd::load(sums + r * kBlock + 16 * h, mask).v, mask);
     }
 }
 

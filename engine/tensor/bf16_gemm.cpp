@@ -164,20 +164,6 @@ APairs row_pairs(const Bf16MatmulShape& s, const uint16_t* A, const uint16_t* pa
   return a;
 }
 
-// 16 sums into C at element `at` (f32 or bf16, added to C's values when accumulating).
-inline void store_c(const Bf16MatmulShape& s, void* C, int64_t at, __m512 sum, simd::Mask m) {
-  simd::Vec v{sum};
-  if (s.c_dtype == DType::kF32) {
-    float* c = static_cast<float*>(C) + at;
-    if (s.accumulate) v = v + simd::load(c, m);
-    simd::store(c, v, m);
-  } else {
-    uint16_t* c = static_cast<uint16_t*>(C) + at;
-    if (s.accumulate) v = v + bf16::load(c, m);
-    bf16::store(c, v, m);
-  }
-}
-
 // C[m + r][n + c] (+)= sum_p a-pairs . b-pairs for r < mm, c < nn: kRows rows by kZmm x 16
 // columns (kZmm / 2 panels of B, panel_elems apart), kRows * kZmm f32 accumulators in zmm
 // registers. Per pair: kZmm loads of B and kRows broadcasts of A for kRows * kZmm vdpbf16ps.

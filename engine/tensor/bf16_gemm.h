@@ -7,6 +7,10 @@
 #include <cstdint>
 
 #include "engine/tensor/onednn_matmul.h"
+#if defined(__AVX512BF16__)
+#include "engine/tensor/bf16_simd.h"
+#include "engine/tensor/simd.h"
+#endif
 
 namespace eng::kern::detail {
 
@@ -15,6 +19,23 @@ namespace eng::kern::detail {
 // reserve_bf16_matmul_scratch covers whichever backend a plan has: at least `bytes`, 64-byte
 // aligned, grown (the only allocation) when smaller.
 void* thread_matmul_scratch(int64_t bytes);
+
+#if defined(__AVX512BF16__)
+// 16 f32 sums into C at element `at` (f32 or bf16, added to C's values when accumulating): how
+// the vdpbf16ps and AMX GEMMs store their results.
+inline void store_c(const Bf16MatmulShape& s, void* C, int64_t at, __m512 sum, simd::Mask m) {
+  simd::Vec v{sum};
+  if (s.c_dtype == DType::kF32) {
+    float* c = static_cast<float*>(C) + at;
+    if (s.accumulate) v = v + simd::load(c, m);
+    simd::store(c, v, m);
+  } else {
+    uint16_t* c = static_cast<uint16_t*>(C) + at;
+    if (s.accumulate) v = v + bf16::load(c, m);
+    bf16::store(c, v, m);
+  }
+}
+#endif
 
 // native_gemm's shape of work: pool tasks of kNativeTaskRows rows of C, a micro-kernel of
 // kNativeKernelRows x kNativeKernelCols (Bf16MatmulPlan::parts and describe report them).

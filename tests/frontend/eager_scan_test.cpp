@@ -11,15 +11,12 @@
 #include "engine/frontend/scan.h"
 #include "engine/frontend/vma.h"
 
+#include "tests/frontend/test_values.h"
+
 namespace eng::frontend {
 namespace {
 
-Value put(std::vector<double> v, const Shape& s, const Mesh& mesh = Mesh(),
-          const PartitionSpec& spec = PartitionSpec()) {
-  Result<ArrayRef> a = device_put(v, s, DType::kF32, {mesh, spec});
-  EXPECT_TRUE(a.ok()) << a.status().message();
-  return Value::concrete(*a);
-}
+using test::put;
 
 std::vector<double> values(const ArrayRef& a) { return fetch(*a).value(); }
 

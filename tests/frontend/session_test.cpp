@@ -16,15 +16,12 @@
 #include "engine/frontend/numpy.h"
 #include "engine/frontend/numpy_jax.h"
 
+#include "tests/frontend/test_values.h"
+
 namespace eng::frontend {
 namespace {
 
-Value put(std::vector<double> v, const Shape& s, const Mesh& mesh = Mesh(),
-          const PartitionSpec& spec = PartitionSpec()) {
-  Result<ArrayRef> a = device_put(v, s, DType::kF32, {mesh, spec});
-  EXPECT_TRUE(a.ok()) << a.status().message();
-  return Value::concrete(*a);
-}
+using test::put;
 
 std::vector<double> values(const Value& v) { return fetch(*v.data).value(); }
 
